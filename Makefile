@@ -1,0 +1,59 @@
+# dynk8s build and test entry points. `make test` is the whole suite and installs what it needs on a fresh
+# Debian machine (the validators from Debian, the linter with `go install`).
+SHELL := /bin/bash
+.SHELLFLAGS := -eu -o pipefail -c
+GO ?= go
+GOLANGCI_LINT_VERSION := v2.15.0
+GOBIN := $(shell $(GO) env GOPATH)/bin
+GOLANGCI_LINT := $(GOBIN)/golangci-lint
+# Debian packages the tests run for real: cloud-init (schema), shellcheck, wireguard-tools (wg parser).
+DEBIAN_TOOLS := cloud-init:cloud-init shellcheck:shellcheck wg:wireguard-tools
+
+.PHONY: test tools fmt-check vet lint unit plan golden e2e clean
+
+## test: everything CI runs: formatting, vet, lint, unit and mock-engine tests with the real validators.
+test: tools fmt-check vet lint unit
+
+## tools: install the Debian validators and the linter when missing.
+tools:
+	@missing=""; for t in $(DEBIAN_TOOLS); do cmd=$${t%%:*}; pkg=$${t##*:}; \
+	  command -v $$cmd >/dev/null 2>&1 || missing="$$missing $$pkg"; done; \
+	if [ -n "$$missing" ]; then \
+	  echo "installing Debian packages:$$missing"; \
+	  SUDO=""; [ "$$(id -u)" -eq 0 ] || SUDO=sudo; \
+	  $$SUDO apt-get update -qq && \
+	  DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq --no-install-recommends $$missing >/dev/null; \
+	fi
+	@if ! $(GOLANGCI_LINT) version 2>/dev/null | grep -q "$(GOLANGCI_LINT_VERSION:v%=%)"; then \
+	  echo "installing golangci-lint $(GOLANGCI_LINT_VERSION)"; \
+	  $(GO) install github.com/golangci/golangci-lint/v2/cmd/golangci-lint@$(GOLANGCI_LINT_VERSION); \
+	fi
+
+fmt-check:
+	@out=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); \
+	if [ -n "$$out" ]; then echo "gofmt would change:"; echo "$$out"; exit 1; fi
+
+vet:
+	$(GO) vet ./...
+
+lint: tools
+	$(GOLANGCI_LINT) run ./...
+
+## unit: the Go tests; DYNK8S_REQUIRE_TOOLS makes a missing validator a failure instead of a skip.
+unit:
+	DYNK8S_REQUIRE_TOOLS=1 $(GO) test -count=1 ./...
+
+## plan: what the dev stack declares, offline.
+plan:
+	$(GO) run ./cmd/plan -stack dev
+
+## golden: rewrite the golden files after a deliberate change; review the diff before committing.
+golden:
+	$(GO) test ./... -update
+
+## e2e: the in-cluster component through the real Pulumi engine onto a real kube-apiserver (see hack/).
+e2e:
+	./hack/e2e.sh
+
+clean:
+	rm -rf build

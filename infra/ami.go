@@ -1,0 +1,85 @@
+package infra
+
+import (
+	"fmt"
+	"regexp"
+
+	"github.com/pulumi/pulumi-aws/sdk/v6/go/aws/ec2"
+	"github.com/pulumi/pulumi/sdk/v3/go/pulumi"
+)
+
+// FedoraOwner is the AWS account of the Fedora Project's official images.
+const FedoraOwner = "125523088429"
+
+// firstKiwiRelease is the first Fedora release whose cloud images are named by the Kiwi-based uploader.
+const firstKiwiRelease = 40
+
+// FedoraImageQuery is how one Fedora Cloud image is found: an EC2 name filter (a glob evaluated by the API) and a
+// regular expression evaluated on the result, which is what pins the release and keeps the wrong images out.
+type FedoraImageQuery struct {
+	NameFilter   string
+	NameRegex    string
+	Architecture string // the EC2 architecture filter: x86_64 or arm64
+}
+
+// FedoraImage returns the query for the GA Fedora Cloud Base image of release and arch (x86_64 or arm64) in region.
+//
+// Only GA images match. Prerelease (beta) images are refused, and so are date-labelled compose images
+// (...-42-20250911.0): Fedora release engineering makes those private and deletes them about ten days after upload,
+// and a launch template pointing at a deleted image makes every scale-up fail.
+//
+// Two naming schemes exist (domain facts 3):
+//   - F40 and later: Fedora-Cloud-Base-AmazonEC2.<arch>-<release>-<n.n>, e.g. ...AmazonEC2.aarch64-42-1.1
+//   - F39 and older: Fedora-Cloud-Base-<release>-<n.n>.<arch>-hvm-<region>-gp3-0; the gp2 and "standard" volume
+//     variants of the same image are not matched.
+func FedoraImage(release int, arch, region string) (FedoraImageQuery, error) {
+	nameArch, ok := map[string]string{"x86_64": "x86_64", "arm64": "aarch64"}[arch]
+	if !ok {
+		return FedoraImageQuery{}, fmt.Errorf("unknown arch %q (want x86_64 or arm64)", arch)
+	}
+	if release < oldestFedoraRelease || release > newestFedoraRelease {
+		return FedoraImageQuery{}, fmt.Errorf("Fedora %d has no known cloud image naming scheme", release)
+	}
+	q := FedoraImageQuery{Architecture: arch}
+	if release >= firstKiwiRelease {
+		q.NameFilter = fmt.Sprintf("Fedora-Cloud-Base-AmazonEC2.%s-%d-*", nameArch, release)
+		q.NameRegex = fmt.Sprintf(`^Fedora-Cloud-Base-AmazonEC2\.%s-%d-\d+\.\d+$`, nameArch, release)
+	} else {
+		q.NameFilter = fmt.Sprintf("Fedora-Cloud-Base-%d-*.%s-hvm-%s-gp3-0", release, nameArch, region)
+		q.NameRegex = fmt.Sprintf(`^Fedora-Cloud-Base-%d-\d+\.\d+\.%s-hvm-%s-gp3-0$`, release, nameArch,
+			regexp.QuoteMeta(region))
+	}
+	return q, nil
+}
+
+// Matches reports whether an image name is one the query accepts (the API's glob is looser than the regex).
+func (q FedoraImageQuery) Matches(name string) bool {
+	return regexp.MustCompile(q.NameRegex).MatchString(name)
+}
+
+// lookupImage finds the image a pool or the gateway boots: the newest GA Fedora image of the pinned release and
+// arch, or the image given by id. Both return the image's own root device name, so the root volume mapping resizes
+// the image's root disk instead of adding a second one.
+func lookupImage(ctx *pulumi.Context, q FedoraImageQuery, amiID string, opts ...pulumi.InvokeOption) ec2.LookupAmiResultOutput {
+	args := ec2.LookupAmiOutputArgs{}
+	if amiID != "" {
+		args.Filters = ec2.GetAmiFilterArray{
+			ec2.GetAmiFilterArgs{Name: pulumi.String("image-id"), Values: pulumi.StringArray{pulumi.String(amiID)}},
+		}
+		return ec2.LookupAmiOutput(ctx, args, opts...)
+	}
+	filter := func(name, value string) ec2.GetAmiFilterInput {
+		return ec2.GetAmiFilterArgs{Name: pulumi.String(name), Values: pulumi.StringArray{pulumi.String(value)}}
+	}
+	args.Owners = pulumi.StringArray{pulumi.String(FedoraOwner)}
+	args.MostRecent = pulumi.Bool(true)
+	args.NameRegex = pulumi.String(q.NameRegex)
+	args.Filters = ec2.GetAmiFilterArray{
+		filter("name", q.NameFilter),
+		filter("architecture", q.Architecture),
+		filter("virtualization-type", "hvm"),
+		filter("root-device-type", "ebs"),
+		filter("state", "available"),
+	}
+	return ec2.LookupAmiOutput(ctx, args, opts...)
+}

@@ -1,0 +1,254 @@
+package infra_test
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"gotest.tools/v3/assert"
+	is "gotest.tools/v3/assert/cmp"
+
+	"github.com/dynk8s/dynk8s/infra"
+	"github.com/dynk8s/dynk8s/internal/mockcloud"
+)
+
+// devConfig is Pulumi.dev.yaml's config map, a fresh deep copy each call.
+func devConfig(t *testing.T) map[string]any {
+	t.Helper()
+	values, err := mockcloud.ReadStackFile("../Pulumi.dev.yaml")
+	assert.NilError(t, err)
+	raw, err := json.Marshal(values)
+	assert.NilError(t, err)
+	var out map[string]any
+	assert.NilError(t, json.Unmarshal(raw, &out))
+	return out
+}
+
+func parse(t *testing.T, values map[string]any) (*infra.Config, error) {
+	t.Helper()
+	cfg, err := mockcloud.ConfigFromMap(values)
+	assert.NilError(t, err)
+	return infra.ParseConfig(func(k string) (string, bool) {
+		v, ok := cfg.Values[k]
+		return v, ok
+	})
+}
+
+func obj(c map[string]any, key string) map[string]any {
+	m, ok := c["dynk8s:"+key].(map[string]any)
+	if !ok {
+		m = map[string]any{}
+		c["dynk8s:"+key] = m
+	}
+	return m
+}
+
+func pool(c map[string]any, i int) map[string]any {
+	return c["dynk8s:nodePools"].([]any)[i].(map[string]any)
+}
+
+func TestDevAndProdStacksAreValid(t *testing.T) {
+	for _, stack := range []string{"dev", "prod"} {
+		t.Run(stack, func(t *testing.T) {
+			cfg, err := mockcloud.LoadStackFile("../Pulumi." + stack + ".yaml")
+			assert.NilError(t, err)
+			_, err = infra.ParseConfig(func(k string) (string, bool) { v, ok := cfg.Values[k]; return v, ok })
+			assert.NilError(t, err)
+		})
+	}
+}
+
+func TestDefaultsApplied(t *testing.T) {
+	c := map[string]any{
+		"aws:region":         "eu-central-1",
+		"dynk8s:clusterName": "lab",
+		"dynk8s:kubernetes": map[string]any{
+			"version": "1.34.4", "apiServerEndpoint": "192.168.1.10:6443", "podCidr": "10.244.0.0/16",
+		},
+		"dynk8s:wireguard": map[string]any{"onPremCidrs": []any{"192.168.1.0/24"}},
+		"dynk8s:fedora":    map[string]any{"release": 42},
+		"dynk8s:nodePools": []any{map[string]any{"name": "x", "arch": "x86_64", "instanceTypes": []any{"m7i.large"}}},
+	}
+	cfg, err := parse(t, c)
+	assert.NilError(t, err)
+	assert.Equal(t, cfg.Network.VPCCIDR, infra.DefaultVPCCIDR)
+	assert.Equal(t, cfg.Network.AvailabilityZoneCount, 2)
+	assert.Equal(t, cfg.Kubernetes.ServiceCIDR, "10.96.0.0/12")
+	assert.Equal(t, cfg.WireGuard.ListenPort, 51820)
+	assert.Equal(t, cfg.WireGuard.MTU, 1420)
+	assert.Equal(t, cfg.WireGuard.TunnelCIDR, "10.99.0.0/30")
+	assert.Equal(t, cfg.Gateway.InstanceType, "t4g.micro")
+	assert.Equal(t, cfg.Gateway.Arch, "arm64")
+	assert.Equal(t, cfg.NodePools[0].MinSize, 0)
+	assert.Equal(t, cfg.NodePools[0].MaxSize, 3)
+	assert.Equal(t, cfg.NodePools[0].VolumeSizeGiB, 50)
+	assert.Equal(t, cfg.NodePools[0].VCPU, 2)
+	assert.Equal(t, cfg.NodePools[0].MemoryMiB, 8192)
+	assert.Equal(t, cfg.Autoscaler.Version, "1.34.5", "resolved from the Kubernetes minor")
+	assert.Equal(t, cfg.Autoscaler.ScaleDownUnneededTime, "10m")
+	assert.Equal(t, cfg.Autoscaler.Expander, "least-waste")
+	assert.Check(t, cfg.Fuse.Enabled)
+	assert.Equal(t, cfg.Fuse.Capacity, 5000)
+	assert.Equal(t, cfg.Cleanup.NotReadyAfter, 10*time.Minute)
+	assert.Check(t, cfg.TerminationHandler.Enabled)
+	assert.Check(t, !cfg.Identity.SessionManager && !cfg.Identity.ECRReadOnly)
+}
+
+// TestBadConfig: each malformed config is refused with exactly one error, at its exact key path.
+func TestBadConfig(t *testing.T) {
+	cases := []struct {
+		name   string
+		mutate func(c map[string]any)
+		path   string
+		msg    string // a fragment of the message
+	}{
+		{"region missing", func(c map[string]any) { delete(c, "aws:region") }, "aws:region", "required"},
+		{"region malformed", func(c map[string]any) { c["aws:region"] = "europe" }, "aws:region", "not an AWS region"},
+		{"cluster name missing", func(c map[string]any) { delete(c, "dynk8s:clusterName") }, "dynk8s:clusterName", "required"},
+		{"cluster name not a tag segment", func(c map[string]any) { c["dynk8s:clusterName"] = "Home_Lab" }, "dynk8s:clusterName", "lowercase"},
+		{"cluster name too long", func(c map[string]any) { c["dynk8s:clusterName"] = strings.Repeat("a", 33) }, "dynk8s:clusterName", "1-32"},
+		{"kubernetes not a map", func(c map[string]any) { c["dynk8s:kubernetes"] = "1.34.4" }, "dynk8s:kubernetes", "structured"},
+		{"version missing", func(c map[string]any) { delete(obj(c, "kubernetes"), "version") }, "dynk8s:kubernetes.version", "required"},
+		{"version with v", func(c map[string]any) { obj(c, "kubernetes")["version"] = "v1.34.4" }, "dynk8s:kubernetes.version", "exact version"},
+		{"version without patch", func(c map[string]any) { obj(c, "kubernetes")["version"] = 1.34 }, "dynk8s:kubernetes.version", "exact version"},
+		{"version too old for v1beta4", func(c map[string]any) { obj(c, "kubernetes")["version"] = "1.30.2" }, "dynk8s:kubernetes.version", "1.31"},
+		{"misspelt kubernetes key", func(c map[string]any) { obj(c, "kubernetes")["verison"] = "1.34.4" }, "dynk8s:kubernetes.verison", "unknown key"},
+		{"endpoint without port", func(c map[string]any) { obj(c, "kubernetes")["apiServerEndpoint"] = "192.168.10.10" }, "dynk8s:kubernetes.apiServerEndpoint", "host:port"},
+		{"endpoint port out of range", func(c map[string]any) { obj(c, "kubernetes")["apiServerEndpoint"] = "192.168.10.10:70000" }, "dynk8s:kubernetes.apiServerEndpoint", "port"},
+		{"endpoint not routed through the tunnel", func(c map[string]any) { obj(c, "kubernetes")["apiServerEndpoint"] = "172.16.0.1:6443" }, "dynk8s:kubernetes.apiServerEndpoint", "not inside"},
+		{"ca hash too short", func(c map[string]any) { obj(c, "kubernetes")["caCertHash"] = "sha256:abc" }, "dynk8s:kubernetes.caCertHash", "64"},
+		{"ca hash uppercase", func(c map[string]any) {
+			obj(c, "kubernetes")["caCertHash"] = "sha256:" + strings.Repeat("AB", 32)
+		}, "dynk8s:kubernetes.caCertHash", "lowercase"},
+		{"pod cidr missing", func(c map[string]any) { delete(obj(c, "kubernetes"), "podCidr") }, "dynk8s:kubernetes.podCidr", "required"},
+		{"pod cidr malformed", func(c map[string]any) { obj(c, "kubernetes")["podCidr"] = "10.244.0.0/33" }, "dynk8s:kubernetes.podCidr", "not a CIDR"},
+		{"pod cidr host bits", func(c map[string]any) { obj(c, "kubernetes")["podCidr"] = "10.244.1.0/16" }, "dynk8s:kubernetes.podCidr", "host bits"},
+		{"service overlaps pods", func(c map[string]any) { obj(c, "kubernetes")["serviceCidr"] = "10.244.128.0/20" }, "dynk8s:kubernetes.serviceCidr", "overlaps"},
+		{"vpc overlaps on-prem", func(c map[string]any) { obj(c, "network")["vpcCidr"] = "192.168.0.0/16" }, "dynk8s:wireguard.onPremCidrs[0]", "overlaps"},
+		{"tunnel inside the vpc", func(c map[string]any) { obj(c, "wireguard")["tunnelCidr"] = "10.100.5.0/30" }, "dynk8s:wireguard.tunnelCidr", "overlaps"},
+		{"vpc too large", func(c map[string]any) { obj(c, "network")["vpcCidr"] = "10.96.0.0/11" }, "dynk8s:network.vpcCidr", "/16 to /24"},
+		{"vpc not a cidr", func(c map[string]any) { obj(c, "network")["vpcCidr"] = "vpc" }, "dynk8s:network.vpcCidr", "not a CIDR"},
+		{"vpc ipv6", func(c map[string]any) { obj(c, "network")["vpcCidr"] = "fd00::/56" }, "dynk8s:network.vpcCidr", "IPv4"},
+		{"zero zones", func(c map[string]any) { obj(c, "network")["availabilityZones"] = 0 }, "dynk8s:network.availabilityZones", "1..6"},
+		{"zone of another region", func(c map[string]any) { obj(c, "network")["availabilityZones"] = []any{"us-east-1a"} }, "dynk8s:network.availabilityZones[0]", "not a zone"},
+		{"zones neither count nor list", func(c map[string]any) { obj(c, "network")["availabilityZones"] = "two" }, "dynk8s:network.availabilityZones", "count"},
+		{"listen port zero", func(c map[string]any) { obj(c, "wireguard")["listenPort"] = 0 }, "dynk8s:wireguard.listenPort", "1..65535"},
+		{"mtu too small", func(c map[string]any) { obj(c, "wireguard")["mtu"] = 1200 }, "dynk8s:wireguard.mtu", "1280..8920"},
+		{"mtu above jumbo", func(c map[string]any) { obj(c, "wireguard")["mtu"] = 9001 }, "dynk8s:wireguard.mtu", "1280..8920"},
+		{"mtu not a number", func(c map[string]any) { obj(c, "wireguard")["mtu"] = "big" }, "dynk8s:wireguard.mtu", "whole number"},
+		{"on-prem cidrs missing", func(c map[string]any) { delete(obj(c, "wireguard"), "onPremCidrs") }, "dynk8s:wireguard.onPremCidrs", "required"},
+		{"on-prem cidr twice", func(c map[string]any) {
+			obj(c, "wireguard")["onPremCidrs"] = []any{"192.168.10.0/24", "192.168.10.0/24"}
+		}, "dynk8s:wireguard.onPremCidrs[1]", "twice"},
+		{"tunnel too small for two peers", func(c map[string]any) { obj(c, "wireguard")["tunnelCidr"] = "10.99.0.0/31" }, "dynk8s:wireguard.tunnelCidr", "too small"},
+		{"on-prem key not 32 bytes", func(c map[string]any) { obj(c, "wireguard")["onPremPublicKey"] = "c2hvcnQ=" }, "dynk8s:wireguard.onPremPublicKey", "32 bytes"},
+		{"on-prem endpoint without port", func(c map[string]any) { obj(c, "wireguard")["onPremEndpoint"] = "vpn.example.com" }, "dynk8s:wireguard.onPremEndpoint", "host:port"},
+		{"gateway type unknown", func(c map[string]any) { obj(c, "gateway")["instanceType"] = "t9.huge" }, "dynk8s:gateway.instanceType", "unknown instance family"},
+		{"fedora release missing", func(c map[string]any) { delete(obj(c, "fedora"), "release") }, "dynk8s:fedora.release", "required"},
+		{"fedora release without naming scheme", func(c map[string]any) { obj(c, "fedora")["release"] = 12 }, "dynk8s:fedora.release", "naming scheme"},
+		{"fedora release not a number", func(c map[string]any) { obj(c, "fedora")["release"] = "forty" }, "dynk8s:fedora.release", "whole number"},
+		{"no pools", func(c map[string]any) { delete(c, "dynk8s:nodePools") }, "dynk8s:nodePools", "at least one"},
+		{"pools not a list", func(c map[string]any) { c["dynk8s:nodePools"] = map[string]any{"name": "x"} }, "dynk8s:nodePools", "list"},
+		{"pool name not a DNS label", func(c map[string]any) { pool(c, 0)["name"] = "Builders_X86" }, "dynk8s:nodePools[0].name", "DNS label"},
+		{"pool name duplicated", func(c map[string]any) { pool(c, 1)["name"] = "builders-x86" }, "dynk8s:nodePools[1].name", "already"},
+		{"pool arch in kernel spelling", func(c map[string]any) { pool(c, 1)["arch"] = "aarch64" }, "dynk8s:nodePools[1].arch", "EC2 names"},
+		{"pool without instance types", func(c map[string]any) { pool(c, 0)["instanceTypes"] = []any{} }, "dynk8s:nodePools[0].instanceTypes", "at least one"},
+		{"graviton type in an x86 pool", func(c map[string]any) { pool(c, 0)["instanceTypes"] = []any{"c7g.2xlarge"} }, "dynk8s:nodePools[0].instanceTypes[0]", "arm64 type"},
+		{"spot pool mixing shapes", func(c map[string]any) {
+			pool(c, 1)["instanceTypes"] = []any{"c7g.2xlarge", "c7g.4xlarge"}
+		}, "dynk8s:nodePools[1].instanceTypes[1]", "same shape"},
+		{"unknown instance size", func(c map[string]any) { pool(c, 0)["instanceTypes"] = []any{"c7i.mega"} }, "dynk8s:nodePools[0].instanceTypes[0]", "unknown size"},
+		{"min above max", func(c map[string]any) { pool(c, 0)["minSize"] = 5; pool(c, 0)["maxSize"] = 2 }, "dynk8s:nodePools[0].maxSize", "must be >= minSize (5)"},
+		{"negative max", func(c map[string]any) { pool(c, 1)["maxSize"] = -1 }, "dynk8s:nodePools[1].maxSize", "must be >= minSize (0)"},
+		{"negative min", func(c map[string]any) { pool(c, 0)["minSize"] = -1 }, "dynk8s:nodePools[0].minSize", ">= 0"},
+		{"max not a number", func(c map[string]any) { pool(c, 0)["maxSize"] = "three" }, "dynk8s:nodePools[0].maxSize", "whole number"},
+		{"volume too small", func(c map[string]any) { pool(c, 0)["volumeSizeGiB"] = 5 }, "dynk8s:nodePools[0].volumeSizeGiB", "20..16384"},
+		{"spot not a boolean", func(c map[string]any) { pool(c, 1)["spot"] = "maybe" }, "dynk8s:nodePools[1].spot", "true or false"},
+		{"node-role label", func(c map[string]any) {
+			pool(c, 0)["labels"] = map[string]any{"node-role.kubernetes.io/worker": ""}
+		}, `dynk8s:nodePools[0].labels["node-role.kubernetes.io/worker"]`, "NodeRestriction"},
+		{"kubernetes.io label", func(c map[string]any) {
+			pool(c, 0)["labels"] = map[string]any{"kubernetes.io/team": "ci"}
+		}, `dynk8s:nodePools[0].labels["kubernetes.io/team"]`, "NodeRestriction"},
+		{"k8s.io label", func(c map[string]any) {
+			pool(c, 0)["labels"] = map[string]any{"cluster.k8s.io/pool": "ci"}
+		}, `dynk8s:nodePools[0].labels["cluster.k8s.io/pool"]`, "NodeRestriction"},
+		{"label dynk8s sets itself", func(c map[string]any) {
+			pool(c, 0)["labels"] = map[string]any{"dynk8s.io/pool": "other"}
+		}, `dynk8s:nodePools[0].labels["dynk8s.io/pool"]`, "set by dynk8s"},
+		{"label value with space", func(c map[string]any) {
+			pool(c, 0)["labels"] = map[string]any{"example.com/builder": "x 86"}
+		}, `dynk8s:nodePools[0].labels["example.com/builder"]`, "label value"},
+		{"label value not a string", func(c map[string]any) {
+			pool(c, 0)["labels"] = map[string]any{"example.com/cores": 8}
+		}, `dynk8s:nodePools[0].labels["example.com/cores"]`, "must be a string"},
+		{"taint effect unknown", func(c map[string]any) {
+			pool(c, 1)["taints"].([]any)[0].(map[string]any)["effect"] = "NoRun"
+		}, "dynk8s:nodePools[1].taints[0].effect", "NoSchedule"},
+		{"taint key missing", func(c map[string]any) {
+			delete(pool(c, 1)["taints"].([]any)[0].(map[string]any), "key")
+		}, "dynk8s:nodePools[1].taints[0].key", "required"},
+		{"taint in a reserved namespace", func(c map[string]any) {
+			pool(c, 1)["taints"].([]any)[0].(map[string]any)["key"] = "node-role.kubernetes.io/ci"
+		}, "dynk8s:nodePools[1].taints[0].key", "NodeRestriction"},
+		{"too many tags for the group", func(c map[string]any) {
+			labels := map[string]any{}
+			for i := range 45 {
+				labels[fmt.Sprintf("example.com/l%02d", i)] = "x"
+			}
+			pool(c, 0)["labels"] = labels
+		}, "dynk8s:nodePools[0].labels", "limit of 50"},
+		{"ami id malformed", func(c map[string]any) { pool(c, 0)["amiId"] = "ami-xyz" }, "dynk8s:nodePools[0].amiId", "not an AMI id"},
+		{"misspelt pool key", func(c map[string]any) { pool(c, 0)["instanceType"] = "c7i.large" }, "dynk8s:nodePools[0].instanceType", "unknown key"},
+		{"autoscaler of another minor", func(c map[string]any) { obj(c, "autoscaler")["version"] = "1.33.6" }, "dynk8s:autoscaler.version", "minor"},
+		{"autoscaler version malformed", func(c map[string]any) { obj(c, "autoscaler")["version"] = "latest" }, "dynk8s:autoscaler.version", ""},
+		{"scale-down time not a duration", func(c map[string]any) { obj(c, "autoscaler")["scaleDownUnneededTime"] = "ten minutes" }, "dynk8s:autoscaler.scaleDownUnneededTime", "duration"},
+		{"expander unknown", func(c map[string]any) { obj(c, "autoscaler")["expander"] = "cheapest" }, "dynk8s:autoscaler.expander", "not a Cluster Autoscaler expander"},
+		{"fuse capacity zero", func(c map[string]any) { obj(c, "fuse")["capacity"] = 0 }, "dynk8s:fuse.capacity", "> 0"},
+		{"fuse image for unknown arch", func(c map[string]any) {
+			obj(c, "fuse")["images"] = map[string]any{"riscv64": "example.com/fuse:v1"}
+		}, "dynk8s:fuse.images.riscv64", "unknown arch"},
+		{"cleanup under five minutes", func(c map[string]any) { obj(c, "cleanup")["notReadyAfter"] = "2m" }, "dynk8s:cleanup.notReadyAfter", "at least 5m"},
+		{"cleanup not a duration", func(c map[string]any) { obj(c, "cleanup")["notReadyAfter"] = "soon" }, "dynk8s:cleanup.notReadyAfter", "duration"},
+		{"identity flag not a boolean", func(c map[string]any) { obj(c, "identity")["sessionManager"] = "yes please" }, "dynk8s:identity.sessionManager", "true or false"},
+		{"kubeconfig empty", func(c map[string]any) { obj(c, "kubernetes")["kubeconfig"] = " " }, "dynk8s:kubernetes.kubeconfig", "empty"},
+	}
+	assert.Assert(t, len(cases) >= 40)
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			c := devConfig(t)
+			tc.mutate(c)
+			cfg, err := parse(t, c)
+			assert.Assert(t, cfg == nil, "a refused config yields no Config")
+			var cfgErr *infra.ConfigError
+			assert.Assert(t, errors.As(err, &cfgErr), "want a *ConfigError, got %v", err)
+			assert.Equal(t, len(cfgErr.Errors), 1, "want exactly one problem, got:\n%v", err)
+			assert.Equal(t, cfgErr.Errors[0].Path, tc.path)
+			assert.Check(t, is.Contains(cfgErr.Errors[0].Msg, tc.msg))
+			assert.Check(t, is.Contains(err.Error(), tc.path+": "), "the message names the key path")
+		})
+	}
+}
+
+// TestEveryProblemReportedAtOnce: three independent mistakes give three errors, in key order.
+func TestEveryProblemReportedAtOnce(t *testing.T) {
+	c := devConfig(t)
+	pool(c, 1)["maxSize"] = -1
+	obj(c, "wireguard")["mtu"] = 100
+	c["dynk8s:clusterName"] = "Bad Name"
+	_, err := parse(t, c)
+	var cfgErr *infra.ConfigError
+	assert.Assert(t, errors.As(err, &cfgErr))
+	var paths []string
+	for _, e := range cfgErr.Errors {
+		paths = append(paths, e.Path)
+	}
+	assert.DeepEqual(t, paths, []string{
+		"dynk8s:clusterName", "dynk8s:nodePools[1].maxSize", "dynk8s:wireguard.mtu",
+	})
+	assert.Check(t, is.Contains(err.Error(), "dynk8s:nodePools[1].maxSize: must be >= minSize (0)"))
+	assert.Check(t, is.Contains(err.Error(), "3 problems"))
+}

@@ -1,0 +1,262 @@
+package infra
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"net/netip"
+	"strconv"
+
+	"github.com/pulumi/pulumi-aws/sdk/v6/go/aws/ec2"
+	"github.com/pulumi/pulumi-aws/sdk/v6/go/aws/ssm"
+	"github.com/pulumi/pulumi-random/sdk/v4/go/random"
+	"github.com/pulumi/pulumi/sdk/v3/go/pulumi"
+
+	"github.com/dynk8s/dynk8s/cloudinit"
+	"github.com/dynk8s/dynk8s/wireguard"
+)
+
+// WireGuardGatewayType is the type token of the WireGuardGateway component.
+const WireGuardGatewayType = "dynk8s:infra:WireGuardGateway"
+
+// Constants of the tunnel.
+const (
+	gatewayVolumeGiB = 10
+	// persistentKeepalive keeps the on-prem peer's NAT mapping open so the gateway can always reach it (wg(8)).
+	persistentKeepalive = 25
+	// onPremKeyFile is where the on-prem host keeps its own private key when it brings its own key pair.
+	onPremKeyFile = "/etc/wireguard/dynk8s.key"
+)
+
+// WireGuardGateway is the EC2 instance that carries the site-to-site tunnel between the VPC and the on-prem
+// network. Its keys, interface and Elastic IP outlive the instance: a replaced, rebooted or auto-recovered gateway
+// comes back with the same address and the same identity, and the on-prem peer reconnects by itself.
+type WireGuardGateway struct {
+	pulumi.ResourceState
+
+	PublicIP pulumi.StringOutput `pulumi:"publicIp"`
+	// PublicKey is the gateway's WireGuard public key (not secret).
+	PublicKey  pulumi.StringOutput `pulumi:"publicKey"`
+	InstanceID pulumi.StringOutput `pulumi:"instanceId"`
+	// OnPremConfig is the complete wg-quick file for the on-prem peer (secret: it may hold the peer's private key).
+	OnPremConfig pulumi.StringOutput `pulumi:"onPremConfig"`
+}
+
+// WireGuardGatewayArgs are the inputs of a WireGuardGateway.
+type WireGuardGatewayArgs struct {
+	// Config is the validated stack config (required): wireguard, gateway, network and Fedora settings.
+	Config *Config
+	// InterfaceID is the gateway's network interface from the Network (required).
+	InterfaceID pulumi.StringInput
+	// InstanceProfileName is the gateway's instance profile, allowed to read only the key parameter (required).
+	InstanceProfileName pulumi.StringInput
+}
+
+// TunnelAddresses are the gateway's and the on-prem peer's tunnel addresses: the first two hosts of tunnelCidr.
+func TunnelAddresses(tunnelCIDR string) (gateway, onPrem netip.Prefix, err error) {
+	p, err := netip.ParsePrefix(tunnelCIDR)
+	if err != nil {
+		return netip.Prefix{}, netip.Prefix{}, fmt.Errorf("tunnel cidr %q: %w", tunnelCIDR, err)
+	}
+	first := p.Masked().Addr().Next()
+	second := first.Next()
+	if !p.Contains(second.Next()) {
+		return netip.Prefix{}, netip.Prefix{}, fmt.Errorf("tunnel cidr %q has no room for two peers", tunnelCIDR)
+	}
+	return netip.PrefixFrom(first, p.Bits()), netip.PrefixFrom(second, p.Bits()), nil
+}
+
+// NewWireGuardGateway declares the gateway: its keys, the key's SSM parameter, the instance and its Elastic IP.
+func NewWireGuardGateway(ctx *pulumi.Context, name string, args *WireGuardGatewayArgs, opts ...pulumi.ResourceOption) (*WireGuardGateway, error) {
+	if args == nil || args.Config == nil {
+		return nil, errors.New("wireguard gateway: args and args.Config are required")
+	}
+	cfg := args.Config
+	wg := cfg.WireGuard
+	comp := &WireGuardGateway{}
+	if err := ctx.RegisterComponentResource(WireGuardGatewayType, name, comp, opts...); err != nil {
+		return nil, err
+	}
+	parent := pulumi.Parent(comp)
+	fail := func(what string, err error) (*WireGuardGateway, error) {
+		return nil, fmt.Errorf("wireguard gateway %q: %s: %w", name, what, err)
+	}
+	gatewayAddr, onPremAddr, err := TunnelAddresses(wg.TunnelCIDR)
+	if err != nil {
+		return fail("tunnel", err)
+	}
+
+	gatewayKey, err := newKeyPair(ctx, name+"-key", parent)
+	if err != nil {
+		return fail("key", err)
+	}
+	keyParameter := GatewayKeyParameter(cfg.ClusterName)
+	param, err := ssm.NewParameter(ctx, name+"-key", &ssm.ParameterArgs{
+		Name:        pulumi.String(keyParameter),
+		Type:        pulumi.String("SecureString"),
+		Value:       gatewayKey.Private,
+		Description: pulumi.String("dynk8s WireGuard gateway private key, read by the gateway at boot"),
+		Tags:        nameTags(cfg.ClusterName, cfg.ClusterName+"-wireguard-gateway-key"),
+	}, parent)
+	if err != nil {
+		return fail("key parameter", err)
+	}
+
+	// The on-prem peer's key pair: generated here unless the operator brings a public key (and keeps the private
+	// key on the on-prem host, where the rendered config reads it from a file).
+	onPremPublic := pulumi.String(wg.OnPremPublicKey).ToStringOutput()
+	onPremPrivate := pulumi.String("").ToStringOutput()
+	if wg.OnPremPublicKey == "" {
+		pair, err := newKeyPair(ctx, name+"-onprem-key", parent)
+		if err != nil {
+			return fail("on-prem key", err)
+		}
+		onPremPublic, onPremPrivate = pair.Public, pair.Private
+	}
+
+	peerAllowed := append(append([]string{}, wg.OnPremCIDRs...), netip.PrefixFrom(onPremAddr.Addr(), 32).String())
+	userData := onPremPublic.ApplyT(func(peerKey string) (string, error) {
+		raw, err := cloudinit.Gateway(cloudinit.GatewayInput{
+			ListenPort:          wg.ListenPort,
+			MTU:                 wg.MTU,
+			TunnelAddress:       gatewayAddr.String(),
+			PeerPublicKey:       peerKey,
+			PeerAllowedIPs:      peerAllowed,
+			PeerEndpoint:        wg.OnPremEndpoint,
+			PrivateKeyParameter: keyParameter,
+		})
+		if err != nil {
+			return "", fmt.Errorf("wireguard gateway %q: user data: %w", name, err)
+		}
+		return cloudinit.Encode(raw)
+	}).(pulumi.StringOutput)
+
+	query, err := FedoraImage(cfg.Fedora.Release, cfg.Gateway.Arch, cfg.Region)
+	if err != nil {
+		return fail("image", err)
+	}
+	image := lookupImage(ctx, query, "", parent)
+	instance, err := ec2.NewInstance(ctx, name, &ec2.InstanceArgs{
+		Ami:          image.Id(),
+		InstanceType: pulumi.String(cfg.Gateway.InstanceType),
+		// Source/destination check is off on this interface (see Network): it forwards for the whole VPC.
+		NetworkInterfaces: ec2.InstanceNetworkInterfaceArray{&ec2.InstanceNetworkInterfaceArgs{
+			DeviceIndex: pulumi.Int(0), NetworkInterfaceId: args.InterfaceID,
+		}},
+		IamInstanceProfile: args.InstanceProfileName,
+		MetadataOptions: &ec2.InstanceMetadataOptionsArgs{
+			HttpEndpoint:            pulumi.String("enabled"),
+			HttpTokens:              pulumi.String("required"),
+			HttpPutResponseHopLimit: pulumi.Int(1),
+		},
+		RootBlockDevice: &ec2.InstanceRootBlockDeviceArgs{
+			VolumeType:          pulumi.String("gp3"),
+			VolumeSize:          pulumi.Int(gatewayVolumeGiB),
+			Encrypted:           pulumi.Bool(true),
+			DeleteOnTermination: pulumi.Bool(true),
+		},
+		UserDataBase64: userData,
+		// cloud-init runs once per instance: a changed tunnel config needs a new instance to take effect. The
+		// interface, address and keys survive the replacement.
+		UserDataReplaceOnChange: pulumi.Bool(true),
+		MaintenanceOptions:      &ec2.InstanceMaintenanceOptionsArgs{AutoRecovery: pulumi.String("default")},
+		Tags:                    nameTags(cfg.ClusterName, cfg.ClusterName+"-wireguard-gateway"),
+		VolumeTags:              nameTags(cfg.ClusterName, cfg.ClusterName+"-wireguard-gateway"),
+	}, parent, pulumi.DependsOn([]pulumi.Resource{param}))
+	if err != nil {
+		return fail("instance", err)
+	}
+	eip, err := ec2.NewEip(ctx, name+"-eip", &ec2.EipArgs{
+		Domain:           pulumi.String("vpc"),
+		NetworkInterface: args.InterfaceID,
+		Tags:             nameTags(cfg.ClusterName, cfg.ClusterName+"-wireguard-gateway"),
+	}, parent)
+	if err != nil {
+		return fail("elastic ip", err)
+	}
+
+	onPremConfig := pulumi.All(onPremPrivate, gatewayKey.Public, eip.PublicIp).ApplyT(func(v []any) (string, error) {
+		return onPremWireGuardConfig(cfg, onPremAddr, v[0].(string), v[1].(string), v[2].(string))
+	}).(pulumi.StringOutput)
+
+	comp.PublicIP = eip.PublicIp
+	comp.PublicKey = gatewayKey.Public
+	comp.InstanceID = instance.ID().ToStringOutput()
+	comp.OnPremConfig = pulumi.ToSecret(onPremConfig).(pulumi.StringOutput)
+	if err := ctx.RegisterResourceOutputs(comp, pulumi.Map{
+		"publicIp":     comp.PublicIP,
+		"publicKey":    comp.PublicKey,
+		"instanceId":   comp.InstanceID,
+		"onPremConfig": comp.OnPremConfig,
+	}); err != nil {
+		return fail("outputs", err)
+	}
+	return comp, nil
+}
+
+// onPremWireGuardConfig renders the on-prem peer's wg-quick file. With a generated key pair it carries the private
+// key; with the operator's own key it reads the key from onPremKeyFile instead.
+func onPremWireGuardConfig(cfg *Config, addr netip.Prefix, privateKey, gatewayPublicKey, gatewayIP string) (string, error) {
+	wg := cfg.WireGuard
+	gatewayAddr, _, err := TunnelAddresses(wg.TunnelCIDR)
+	if err != nil {
+		return "", err
+	}
+	iface := wireguard.Interface{
+		PrivateKey: privateKey,
+		Address:    []string{addr.String()},
+		MTU:        wg.MTU,
+	}
+	if privateKey == "" {
+		iface.PostUp = []string{"wg set %i private-key " + onPremKeyFile}
+	}
+	if wg.OnPremEndpoint != "" {
+		_, port, _ := splitHostPort(wg.OnPremEndpoint)
+		iface.ListenPort = port
+	}
+	out, err := wireguard.Config{
+		Interface: iface,
+		Peers: []wireguard.Peer{{
+			PublicKey: gatewayPublicKey,
+			// The VPC, and the gateway's own tunnel address.
+			AllowedIPs:          []string{cfg.Network.VPCCIDR, netip.PrefixFrom(gatewayAddr.Addr(), 32).String()},
+			Endpoint:            gatewayIP + ":" + strconv.Itoa(wg.ListenPort),
+			PersistentKeepalive: persistentKeepalive,
+		}},
+	}.Marshal()
+	if err != nil {
+		return "", fmt.Errorf("on-prem wireguard config: %w", err)
+	}
+	return string(out), nil
+}
+
+// keyPair is a WireGuard key pair generated by the stack.
+type keyPair struct {
+	Private pulumi.StringOutput // secret
+	Public  pulumi.StringOutput // not secret
+}
+
+// newKeyPair draws 32 random bytes with pulumi-random (kept secret in state) and derives the key pair in Go.
+func newKeyPair(ctx *pulumi.Context, name string, opts ...pulumi.ResourceOption) (*keyPair, error) {
+	raw, err := random.NewRandomBytes(ctx, name, &random.RandomBytesArgs{Length: pulumi.Int(32)}, opts...)
+	if err != nil {
+		return nil, err
+	}
+	private := raw.Base64.ApplyT(wireguard.PrivateKeyFromBytes).(pulumi.StringOutput)
+	public := private.ApplyT(wireguard.PublicKey).(pulumi.StringOutput)
+	return &keyPair{
+		Private: pulumi.ToSecret(private).(pulumi.StringOutput),
+		// A public key derived from a secret is itself secret to Pulumi; it is meant to be published.
+		Public: pulumi.Unsecret(public).(pulumi.StringOutput),
+	}, nil
+}
+
+// splitHostPort splits a validated host:port.
+func splitHostPort(endpoint string) (string, int, error) {
+	host, port, err := net.SplitHostPort(endpoint)
+	if err != nil {
+		return "", 0, err
+	}
+	n, err := strconv.Atoi(port)
+	return host, n, err
+}

@@ -1,0 +1,284 @@
+package infra
+
+import (
+	"errors"
+	"fmt"
+	"net/netip"
+
+	"github.com/pulumi/pulumi-aws/sdk/v6/go/aws/ec2"
+	"github.com/pulumi/pulumi/sdk/v3/go/pulumi"
+)
+
+// NetworkType is the type token of the Network component.
+const NetworkType = "dynk8s:infra:Network"
+
+// Network is the stack's VPC: one public subnet per zone (nodes egress through the internet gateway with their own
+// public IPv4, so there is no NAT gateway to pay for), one route table sending the on-prem ranges to the WireGuard
+// gateway's network interface, and the security groups of nodes and gateway.
+//
+// The gateway's network interface lives here, not with the gateway instance: routes and the Elastic IP point at
+// it, so replacing or recovering the instance changes no route, no address and no key.
+type Network struct {
+	pulumi.ResourceState
+
+	VPCID                  pulumi.StringOutput      `pulumi:"vpcId"`
+	SubnetIDs              pulumi.StringArrayOutput `pulumi:"subnetIds"`
+	NodeSecurityGroupID    pulumi.StringOutput      `pulumi:"nodeSecurityGroupId"`
+	GatewaySecurityGroupID pulumi.StringOutput      `pulumi:"gatewaySecurityGroupId"`
+	// GatewayInterfaceID is the gateway's primary network interface (source/destination check off).
+	GatewayInterfaceID pulumi.StringOutput `pulumi:"gatewayInterfaceId"`
+	// GatewayPrivateIP is the fixed private address of the gateway's interface.
+	GatewayPrivateIP pulumi.StringOutput `pulumi:"gatewayPrivateIp"`
+}
+
+// NetworkArgs are the inputs of a Network. All are plain decisions from the validated config.
+type NetworkArgs struct {
+	// ClusterName tags every resource (required).
+	ClusterName string
+	// VPCCIDR is the VPC's range (required).
+	VPCCIDR string
+	// Zones are the availability zone names, one subnet each (required, at least one).
+	Zones []string
+	// OnPremCIDRs are routed to the gateway interface (required).
+	OnPremCIDRs []string
+	// TunnelCIDR is the WireGuard tunnel's range; nodes accept traffic from it like from on-prem (required).
+	TunnelCIDR string
+	// ListenPort is the gateway's WireGuard UDP port (required).
+	ListenPort int
+	// WireGuardSourceCIDR limits who may reach the WireGuard port (optional, default 0.0.0.0/0: an on-prem peer
+	// behind NAT dials out from an address nobody knows in advance).
+	WireGuardSourceCIDR string
+}
+
+// NewNetwork declares the VPC and everything routed in it.
+func NewNetwork(ctx *pulumi.Context, name string, args *NetworkArgs, opts ...pulumi.ResourceOption) (*Network, error) {
+	if args == nil {
+		return nil, errors.New("network: args are required")
+	}
+	if len(args.Zones) == 0 {
+		return nil, errors.New("network: at least one zone is required")
+	}
+	comp := &Network{}
+	if err := ctx.RegisterComponentResource(NetworkType, name, comp, opts...); err != nil {
+		return nil, err
+	}
+	parent := pulumi.Parent(comp)
+	tags := func(suffix string) pulumi.StringMap { return nameTags(args.ClusterName, name+"-"+suffix) }
+
+	vpc, err := ec2.NewVpc(ctx, name+"-vpc", &ec2.VpcArgs{
+		CidrBlock:          pulumi.String(args.VPCCIDR),
+		EnableDnsSupport:   pulumi.Bool(true),
+		EnableDnsHostnames: pulumi.Bool(true),
+		Tags:               tags("vpc"),
+	}, parent)
+	if err != nil {
+		return nil, fmt.Errorf("network %q: vpc: %w", name, err)
+	}
+	igw, err := ec2.NewInternetGateway(ctx, name+"-igw", &ec2.InternetGatewayArgs{
+		VpcId: vpc.ID(),
+		Tags:  tags("igw"),
+	}, parent)
+	if err != nil {
+		return nil, fmt.Errorf("network %q: internet gateway: %w", name, err)
+	}
+	rt, err := ec2.NewRouteTable(ctx, name+"-rt", &ec2.RouteTableArgs{
+		VpcId: vpc.ID(),
+		Tags:  tags("rt"),
+	}, parent)
+	if err != nil {
+		return nil, fmt.Errorf("network %q: route table: %w", name, err)
+	}
+	if _, err := ec2.NewRoute(ctx, name+"-route-default", &ec2.RouteArgs{
+		RouteTableId:         rt.ID(),
+		DestinationCidrBlock: pulumi.String("0.0.0.0/0"),
+		GatewayId:            igw.ID(),
+	}, parent); err != nil {
+		return nil, fmt.Errorf("network %q: default route: %w", name, err)
+	}
+
+	var subnetIDs pulumi.StringArray
+	var firstSubnet *ec2.Subnet
+	for _, zone := range args.Zones {
+		cidr, err := ZoneSubnet(args.VPCCIDR, zone)
+		if err != nil {
+			return nil, fmt.Errorf("network %q: %w", name, err)
+		}
+		// Keyed by zone name, with a CIDR chosen by the zone's letter: reordering or extending the zone list never
+		// renumbers an existing subnet.
+		subnet, err := ec2.NewSubnet(ctx, name+"-subnet-"+zone, &ec2.SubnetArgs{
+			VpcId:               vpc.ID(),
+			AvailabilityZone:    pulumi.String(zone),
+			CidrBlock:           pulumi.String(cidr),
+			MapPublicIpOnLaunch: pulumi.Bool(true),
+			Tags:                tags("subnet-" + zone),
+		}, parent)
+		if err != nil {
+			return nil, fmt.Errorf("network %q: subnet %s: %w", name, zone, err)
+		}
+		if _, err := ec2.NewRouteTableAssociation(ctx, name+"-rta-"+zone, &ec2.RouteTableAssociationArgs{
+			SubnetId:     subnet.ID(),
+			RouteTableId: rt.ID(),
+		}, parent); err != nil {
+			return nil, fmt.Errorf("network %q: route table association %s: %w", name, zone, err)
+		}
+		if firstSubnet == nil {
+			firstSubnet = subnet
+		}
+		subnetIDs = append(subnetIDs, subnet.ID())
+	}
+
+	nodeSources := append(append([]string{}, args.OnPremCIDRs...), args.TunnelCIDR)
+	nodeSG, err := ec2.NewSecurityGroup(ctx, name+"-node-sg", &ec2.SecurityGroupArgs{
+		VpcId:       vpc.ID(),
+		Description: pulumi.String("dynk8s nodes: all traffic from on-prem (through the gateway) and each other"),
+		Ingress: ec2.SecurityGroupIngressArray{
+			&ec2.SecurityGroupIngressArgs{
+				Description: pulumi.String("on-prem cluster and tunnel"),
+				Protocol:    pulumi.String("-1"), FromPort: pulumi.Int(0), ToPort: pulumi.Int(0),
+				CidrBlocks: pulumi.ToStringArray(nodeSources),
+			},
+			&ec2.SecurityGroupIngressArgs{
+				Description: pulumi.String("other dynk8s nodes"),
+				Protocol:    pulumi.String("-1"), FromPort: pulumi.Int(0), ToPort: pulumi.Int(0),
+				Self: pulumi.Bool(true),
+			},
+		},
+		Egress: allEgress(),
+		Tags:   tags("node-sg"),
+	}, parent)
+	if err != nil {
+		return nil, fmt.Errorf("network %q: node security group: %w", name, err)
+	}
+
+	wgSource := args.WireGuardSourceCIDR
+	if wgSource == "" {
+		wgSource = "0.0.0.0/0"
+	}
+	gatewaySG, err := ec2.NewSecurityGroup(ctx, name+"-gateway-sg", &ec2.SecurityGroupArgs{
+		VpcId:       vpc.ID(),
+		Description: pulumi.String("dynk8s WireGuard gateway: the tunnel port, and everything from the nodes"),
+		Ingress: ec2.SecurityGroupIngressArray{
+			&ec2.SecurityGroupIngressArgs{
+				Description: pulumi.String("WireGuard from the on-prem peer"),
+				Protocol:    pulumi.String("udp"),
+				FromPort:    pulumi.Int(args.ListenPort), ToPort: pulumi.Int(args.ListenPort),
+				CidrBlocks: pulumi.StringArray{pulumi.String(wgSource)},
+			},
+			&ec2.SecurityGroupIngressArgs{
+				Description: pulumi.String("nodes, forwarded to on-prem"),
+				Protocol:    pulumi.String("-1"), FromPort: pulumi.Int(0), ToPort: pulumi.Int(0),
+				SecurityGroups: pulumi.StringArray{nodeSG.ID()},
+			},
+		},
+		Egress: allEgress(),
+		Tags:   tags("gateway-sg"),
+	}, parent)
+	if err != nil {
+		return nil, fmt.Errorf("network %q: gateway security group: %w", name, err)
+	}
+
+	gatewayIP, err := GatewayPrivateIP(args.VPCCIDR, args.Zones[0])
+	if err != nil {
+		return nil, fmt.Errorf("network %q: %w", name, err)
+	}
+	eni, err := ec2.NewNetworkInterface(ctx, name+"-gateway-eni", &ec2.NetworkInterfaceArgs{
+		SubnetId:       firstSubnet.ID(),
+		PrivateIps:     pulumi.StringArray{pulumi.String(gatewayIP)},
+		SecurityGroups: pulumi.StringArray{gatewaySG.ID()},
+		// The gateway forwards packets that are neither from nor to itself.
+		SourceDestCheck: pulumi.Bool(false),
+		Description:     pulumi.String("dynk8s WireGuard gateway"),
+		Tags:            tags("gateway-eni"),
+	}, parent)
+	if err != nil {
+		return nil, fmt.Errorf("network %q: gateway interface: %w", name, err)
+	}
+	for _, cidr := range args.OnPremCIDRs {
+		if _, err := ec2.NewRoute(ctx, name+"-route-"+routeKey(cidr), &ec2.RouteArgs{
+			RouteTableId:         rt.ID(),
+			DestinationCidrBlock: pulumi.String(cidr),
+			NetworkInterfaceId:   eni.ID(),
+		}, parent); err != nil {
+			return nil, fmt.Errorf("network %q: route to %s: %w", name, cidr, err)
+		}
+	}
+
+	comp.VPCID = vpc.ID().ToStringOutput()
+	comp.SubnetIDs = subnetIDs.ToStringArrayOutput()
+	comp.NodeSecurityGroupID = nodeSG.ID().ToStringOutput()
+	comp.GatewaySecurityGroupID = gatewaySG.ID().ToStringOutput()
+	comp.GatewayInterfaceID = eni.ID().ToStringOutput()
+	comp.GatewayPrivateIP = pulumi.String(gatewayIP).ToStringOutput()
+	if err := ctx.RegisterResourceOutputs(comp, pulumi.Map{
+		"vpcId":                  comp.VPCID,
+		"subnetIds":              comp.SubnetIDs,
+		"nodeSecurityGroupId":    comp.NodeSecurityGroupID,
+		"gatewaySecurityGroupId": comp.GatewaySecurityGroupID,
+		"gatewayInterfaceId":     comp.GatewayInterfaceID,
+		"gatewayPrivateIp":       comp.GatewayPrivateIP,
+	}); err != nil {
+		return nil, fmt.Errorf("network %q: outputs: %w", name, err)
+	}
+	return comp, nil
+}
+
+// ZoneSubnet is the subnet of a zone: the VPC split into 16 and the part numbered by the zone's letter (a=0).
+func ZoneSubnet(vpcCIDR, zone string) (string, error) {
+	vpc, err := netip.ParsePrefix(vpcCIDR)
+	if err != nil {
+		return "", fmt.Errorf("vpc cidr %q: %w", vpcCIDR, err)
+	}
+	if zone == "" {
+		return "", errors.New("empty zone name")
+	}
+	index := int(zone[len(zone)-1] - 'a')
+	if index < 0 || index >= 1<<subnetExtraBits {
+		return "", fmt.Errorf("zone %q: its letter has no subnet slot", zone)
+	}
+	bits := vpc.Bits() + subnetExtraBits
+	base := vpc.Addr().As4()
+	v := uint32(base[0])<<24 | uint32(base[1])<<16 | uint32(base[2])<<8 | uint32(base[3])
+	v += uint32(index) << (32 - bits)
+	addr := netip.AddrFrom4([4]byte{byte(v >> 24), byte(v >> 16), byte(v >> 8), byte(v)})
+	return netip.PrefixFrom(addr, bits).String(), nil
+}
+
+// GatewayPrivateIP is the gateway's fixed address: the tenth address of the first zone's subnet (AWS reserves the
+// first four).
+func GatewayPrivateIP(vpcCIDR, zone string) (string, error) {
+	subnet, err := ZoneSubnet(vpcCIDR, zone)
+	if err != nil {
+		return "", err
+	}
+	addr := netip.MustParsePrefix(subnet).Addr()
+	for range 10 {
+		addr = addr.Next()
+	}
+	return addr.String(), nil
+}
+
+// routeKey makes a CIDR usable in a resource name: 192.168.10.0/24 -> 192-168-10-0-24.
+func routeKey(cidr string) string {
+	out := []byte(cidr)
+	for i, c := range out {
+		if c == '.' || c == '/' {
+			out[i] = '-'
+		}
+	}
+	return string(out)
+}
+
+func allEgress() ec2.SecurityGroupEgressArray {
+	return ec2.SecurityGroupEgressArray{&ec2.SecurityGroupEgressArgs{
+		Protocol: pulumi.String("-1"), FromPort: pulumi.Int(0), ToPort: pulumi.Int(0),
+		CidrBlocks: pulumi.StringArray{pulumi.String("0.0.0.0/0")},
+	}}
+}
+
+// nameTags are the tags every dynk8s AWS resource carries.
+func nameTags(clusterName, name string) pulumi.StringMap {
+	return pulumi.StringMap{
+		"Name":           pulumi.String(name),
+		"dynk8s:cluster": pulumi.String(clusterName),
+	}
+}

@@ -1,0 +1,96 @@
+package infra
+
+import (
+	"encoding/json"
+	"fmt"
+)
+
+// PolicyDocument is an IAM policy document. dynk8s builds every policy from these types and marshals it, so a
+// policy is never assembled from strings and its tests can parse it back into the same types.
+type PolicyDocument struct {
+	Version   string            `json:"Version"`
+	Statement []PolicyStatement `json:"Statement"`
+}
+
+// PolicyStatement is one statement of a PolicyDocument.
+type PolicyStatement struct {
+	Sid       string                       `json:"Sid,omitempty"`
+	Effect    string                       `json:"Effect"`
+	Principal map[string][]string          `json:"Principal,omitempty"`
+	Action    []string                     `json:"Action"`
+	Resource  []string                     `json:"Resource,omitempty"`
+	Condition map[string]map[string]string `json:"Condition,omitempty"`
+}
+
+// policyVersion is the current IAM policy language version.
+const policyVersion = "2012-10-17"
+
+// JSON marshals the document (map keys sorted by encoding/json, so the text is stable).
+func (d PolicyDocument) JSON() (string, error) {
+	b, err := json.Marshal(d)
+	if err != nil {
+		return "", fmt.Errorf("marshal policy: %w", err)
+	}
+	return string(b), nil
+}
+
+// AssumeRolePolicy lets one AWS service principal assume a role, and nothing else.
+func AssumeRolePolicy(service string) PolicyDocument {
+	return PolicyDocument{Version: policyVersion, Statement: []PolicyStatement{{
+		Effect:    "Allow",
+		Principal: map[string][]string{"Service": {service}},
+		Action:    []string{"sts:AssumeRole"},
+	}}}
+}
+
+// ReadParameterPolicy allows reading (and decrypting, through SSM with the AWS managed key) exactly one parameter.
+func ReadParameterPolicy(parameterARN string) PolicyDocument {
+	return PolicyDocument{Version: policyVersion, Statement: []PolicyStatement{{
+		Sid:      "ReadOneParameter",
+		Effect:   "Allow",
+		Action:   []string{"ssm:GetParameter"},
+		Resource: []string{parameterARN},
+	}}}
+}
+
+// AutoscalerReadActions are the read calls of the Cluster Autoscaler's AWS provider (its README's "full features"
+// policy, minus eks:DescribeNodegroup, which only matters on EKS). Describe calls support no resource-level
+// permissions, hence Resource "*".
+var AutoscalerReadActions = []string{
+	"autoscaling:DescribeAutoScalingGroups",
+	"autoscaling:DescribeAutoScalingInstances",
+	"autoscaling:DescribeLaunchConfigurations",
+	"autoscaling:DescribeScalingActivities",
+	"ec2:DescribeImages",
+	"ec2:DescribeInstanceTypes",
+	"ec2:DescribeLaunchTemplateVersions",
+	"ec2:GetInstanceTypesFromInstanceRequirements",
+}
+
+// AutoscalerWriteActions are the only calls that change anything; they are allowed only on groups tagged as this
+// cluster's.
+var AutoscalerWriteActions = []string{
+	"autoscaling:SetDesiredCapacity",
+	"autoscaling:TerminateInstanceInAutoScalingGroup",
+}
+
+// AutoscalerPolicy is the Cluster Autoscaler's policy for clusterName.
+func AutoscalerPolicy(clusterName string) PolicyDocument {
+	return PolicyDocument{Version: policyVersion, Statement: []PolicyStatement{
+		{
+			Sid:      "DiscoverGroupsAndShapes",
+			Effect:   "Allow",
+			Action:   AutoscalerReadActions,
+			Resource: []string{"*"},
+		},
+		{
+			Sid:      "ScaleOnlyThisClustersGroups",
+			Effect:   "Allow",
+			Action:   AutoscalerWriteActions,
+			Resource: []string{"*"},
+			Condition: map[string]map[string]string{
+				"StringEquals": {"autoscaling:ResourceTag/" + CAClusterTag(clusterName): "owned"},
+			},
+		},
+	}}
+}

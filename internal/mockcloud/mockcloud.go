@@ -1,0 +1,245 @@
+// Package mockcloud runs a Pulumi program under the Pulumi mock engine with deterministic stand-ins for the cloud:
+// resources get stable ids and ARNs, the AMI lookup answers a plausible Fedora image per architecture, random values
+// are derived from the resource name, and the on-prem cluster's cluster-info carries a fixed CA. It records every
+// declared resource with its inputs and options, and it is shared by the unit tests of every package and by
+// cmd/plan, so that what the tests assert is exactly what the plan shows.
+package mockcloud
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"sort"
+	"strings"
+	"sync"
+
+	"github.com/pulumi/pulumi/sdk/v3/go/common/resource"
+	"github.com/pulumi/pulumi/sdk/v3/go/pulumi"
+	"github.com/pulumi/pulumi/sdk/v3/go/pulumi/internals"
+)
+
+// Account is the AWS account id the mock answers for getCallerIdentity and puts in ARNs.
+const Account = "123456789012"
+
+// Resource is one declared resource as the engine saw it.
+type Resource struct {
+	Type   string
+	Name   string
+	URN    string
+	Parent string // the parent's name; empty for resources parented to the stack
+	ID     string
+	Custom bool
+	// Inputs are the inputs as registered, secrets still wrapped as secrets.
+	Inputs resource.PropertyMap
+	// Outputs are what the mock answered: inputs plus computed fields.
+	Outputs                 resource.PropertyMap
+	IgnoreChanges           []string
+	AdditionalSecretOutputs []string
+	ReplaceOnChanges        []string
+	DeleteBeforeReplace     bool
+	Protect                 bool
+	Provider                string
+	DependsOn               []string
+	// Read is true for a resource read from the cloud (a Get*), not declared.
+	Read bool
+}
+
+// Call is one invoke (a data source lookup) the program made.
+type Call struct {
+	Token string
+	Args  resource.PropertyMap
+}
+
+// Cloud is a pulumi.MockResourceMonitor that records what the program declares.
+type Cloud struct {
+	// Region is the region the stand-ins answer for (ARNs, zones). Default "eu-central-1".
+	Region string
+
+	mu        sync.Mutex
+	resources []Resource
+	calls     []Call
+}
+
+// New returns a Cloud for region.
+func New(region string) *Cloud {
+	if region == "" {
+		region = "eu-central-1"
+	}
+	return &Cloud{Region: region}
+}
+
+// Resources returns the declared (and read) resources in registration order.
+func (c *Cloud) Resources() []Resource {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return append([]Resource(nil), c.resources...)
+}
+
+// Calls returns the invokes in the order they were made.
+func (c *Cloud) Calls() []Call {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return append([]Call(nil), c.calls...)
+}
+
+// ByType returns the resources of one type token, sorted by name.
+func (c *Cloud) ByType(typ string) []Resource {
+	var out []Resource
+	for _, r := range c.Resources() {
+		if r.Type == typ {
+			out = append(out, r)
+		}
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
+	return out
+}
+
+// Find returns the resource of type typ named name, or nil.
+func (c *Cloud) Find(typ, name string) *Resource {
+	for _, r := range c.Resources() {
+		if r.Type == typ && r.Name == name {
+			return &r
+		}
+	}
+	return nil
+}
+
+// NewResource implements pulumi.MockResourceMonitor.
+func (c *Cloud) NewResource(args pulumi.MockResourceArgs) (string, resource.PropertyMap, error) {
+	id := args.ID
+	if id == "" {
+		id = c.physicalID(args.TypeToken, args.Name)
+	}
+	outputs := args.Inputs.Copy()
+	if err := c.computed(args.TypeToken, args.Name, id, args.Inputs, outputs); err != nil {
+		return "", nil, err
+	}
+
+	r := Resource{
+		Type:    args.TypeToken,
+		Name:    args.Name,
+		ID:      id,
+		Custom:  args.Custom,
+		Inputs:  args.Inputs,
+		Outputs: outputs,
+		Read:    args.ReadRPC != nil,
+	}
+	if rpc := args.RegisterRPC; rpc != nil {
+		r.URN = ""
+		r.Parent = urnName(rpc.GetParent())
+		r.IgnoreChanges = rpc.GetIgnoreChanges()
+		r.AdditionalSecretOutputs = rpc.GetAdditionalSecretOutputs()
+		r.ReplaceOnChanges = rpc.GetReplaceOnChanges()
+		r.DeleteBeforeReplace = rpc.GetDeleteBeforeReplace()
+		r.Protect = rpc.GetProtect()
+		r.Provider = rpc.GetProvider()
+		for _, d := range rpc.GetDependencies() {
+			r.DependsOn = append(r.DependsOn, urnName(d))
+		}
+		// The real engine marks additional secret outputs as secret in state; so does this stand-in.
+		for _, k := range rpc.GetAdditionalSecretOutputs() {
+			if v, ok := outputs[resource.PropertyKey(k)]; ok && !v.IsSecret() {
+				outputs[resource.PropertyKey(k)] = resource.MakeSecret(v)
+			}
+		}
+	}
+	if rpc := args.ReadRPC; rpc != nil {
+		r.Parent = urnName(rpc.GetParent())
+		r.Provider = rpc.GetProvider()
+	}
+
+	c.mu.Lock()
+	c.resources = append(c.resources, r)
+	c.mu.Unlock()
+	return id, outputs, nil
+}
+
+// Call implements pulumi.MockResourceMonitor: the data sources the program looks up.
+func (c *Cloud) Call(args pulumi.MockCallArgs) (resource.PropertyMap, error) {
+	c.mu.Lock()
+	c.calls = append(c.calls, Call{Token: args.Token, Args: args.Args})
+	c.mu.Unlock()
+
+	switch args.Token {
+	case "aws:ec2/getAmi:getAmi":
+		return c.fedoraAMI(args.Args)
+	case "aws:index/getCallerIdentity:getCallerIdentity":
+		return resource.NewPropertyMapFromMap(map[string]any{
+			"accountId": Account,
+			"arn":       "arn:aws:iam::" + Account + ":user/operator",
+			"userId":    "AIDAMOCKOPERATOR",
+			"id":        Account,
+		}), nil
+	case "aws:index/getPartition:getPartition":
+		return resource.NewPropertyMapFromMap(map[string]any{
+			"partition": "aws", "dnsSuffix": "amazonaws.com", "id": "aws", "reverseDnsPrefix": "com.amazonaws",
+		}), nil
+	case "aws:index/getRegion:getRegion":
+		return resource.NewPropertyMapFromMap(map[string]any{
+			"name": c.Region, "id": c.Region, "endpoint": "ec2." + c.Region + ".amazonaws.com",
+		}), nil
+	case "aws:index/getAvailabilityZones:getAvailabilityZones":
+		names := []any{c.Region + "a", c.Region + "b", c.Region + "c"}
+		return resource.NewPropertyMapFromMap(map[string]any{
+			"names": names, "id": c.Region, "zoneIds": []any{"euc1-az2", "euc1-az3", "euc1-az1"},
+		}), nil
+	}
+	return nil, fmt.Errorf("mockcloud: no stand-in for invoke %s", args.Token)
+}
+
+// physicalID is a stable, type-flavoured id: the same resource name always gets the same id.
+func (c *Cloud) physicalID(typ, name string) string {
+	h := shortHash(typ + "/" + name)
+	switch typ {
+	case "aws:ec2/vpc:Vpc":
+		return "vpc-" + h
+	case "aws:ec2/subnet:Subnet":
+		return "subnet-" + h
+	case "aws:ec2/securityGroup:SecurityGroup":
+		return "sg-" + h
+	case "aws:ec2/internetGateway:InternetGateway":
+		return "igw-" + h
+	case "aws:ec2/routeTable:RouteTable":
+		return "rtb-" + h
+	case "aws:ec2/launchTemplate:LaunchTemplate":
+		return "lt-" + h
+	case "aws:ec2/instance:Instance":
+		return "i-" + h
+	case "aws:ec2/eip:Eip":
+		return "eipalloc-" + h
+	case "aws:iam/accessKey:AccessKey":
+		return "AKIA" + strings.ToUpper(h) + "MOCK"
+	}
+	if strings.HasPrefix(typ, "aws:iam/") || strings.HasPrefix(typ, "aws:ssm/") ||
+		strings.HasPrefix(typ, "aws:autoscaling/") {
+		return name
+	}
+	return name + "-" + h
+}
+
+// Await resolves an output inside a mock run and reports its value and whether it is secret. For tests and the plan
+// tool only: it blocks until the mock engine has resolved the value.
+func Await(o pulumi.Output) (value any, secret bool, err error) {
+	r, err := internals.UnsafeAwaitOutput(context.Background(), o)
+	if err != nil {
+		return nil, false, err
+	}
+	return r.Value, r.Secret, nil
+}
+
+// urnName is the last segment of a URN: the resource's name.
+func urnName(urn string) string {
+	if urn == "" {
+		return ""
+	}
+	if resource.URN(urn).QualifiedType() == resource.RootStackType {
+		return ""
+	}
+	return resource.URN(urn).Name()
+}
+
+func shortHash(s string) string {
+	sum := sha256.Sum256([]byte(s))
+	return hex.EncodeToString(sum[:])[:12]
+}

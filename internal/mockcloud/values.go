@@ -1,0 +1,118 @@
+package mockcloud
+
+import (
+	"sort"
+
+	"github.com/pulumi/pulumi/sdk/v3/go/common/resource"
+)
+
+// Placeholders for values that cannot be shown.
+const (
+	Redacted = "[secret]"
+	Unknown  = "[unknown]"
+)
+
+// Plain converts a property value to plain Go data (maps, slices, strings, float64, bools) for JSON or YAML.
+// Secrets become Redacted unless reveal is set; unknown values (in a preview) become Unknown; resource references
+// become their URN.
+func Plain(v resource.PropertyValue, reveal bool) any {
+	switch {
+	case v.IsSecret():
+		if !reveal {
+			return Redacted
+		}
+		return Plain(v.SecretValue().Element, reveal)
+	case v.IsComputed():
+		return Unknown
+	case v.IsOutput():
+		o := v.OutputValue()
+		if !o.Known {
+			return Unknown
+		}
+		if o.Secret && !reveal {
+			return Redacted
+		}
+		return Plain(o.Element, reveal)
+	case v.IsNull():
+		return nil
+	case v.IsBool():
+		return v.BoolValue()
+	case v.IsNumber():
+		return v.NumberValue()
+	case v.IsString():
+		return v.StringValue()
+	case v.IsArray():
+		arr := v.ArrayValue()
+		out := make([]any, len(arr))
+		for i, e := range arr {
+			out[i] = Plain(e, reveal)
+		}
+		return out
+	case v.IsObject():
+		return PlainMap(v.ObjectValue(), reveal)
+	case v.IsResourceReference():
+		return string(v.ResourceReferenceValue().URN)
+	case v.IsAsset(), v.IsArchive():
+		return "[asset]"
+	}
+	return nil
+}
+
+// PlainMap converts a property map, see Plain.
+func PlainMap(m resource.PropertyMap, reveal bool) map[string]any {
+	out := make(map[string]any, len(m))
+	for k, v := range m {
+		out[string(k)] = Plain(v, reveal)
+	}
+	return out
+}
+
+// ContainsSecret reports whether any value inside v is marked secret.
+func ContainsSecret(v resource.PropertyValue) bool {
+	switch {
+	case v.IsSecret():
+		return true
+	case v.IsOutput():
+		return v.OutputValue().Secret || ContainsSecret(v.OutputValue().Element)
+	case v.IsArray():
+		for _, e := range v.ArrayValue() {
+			if ContainsSecret(e) {
+				return true
+			}
+		}
+	case v.IsObject():
+		for _, e := range v.ObjectValue() {
+			if ContainsSecret(e) {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// Strings returns every string inside v, secrets revealed, in a stable order: for scans of what a value contains.
+func Strings(v resource.PropertyValue) []string {
+	var out []string
+	var walk func(any)
+	walk = func(x any) {
+		switch t := x.(type) {
+		case string:
+			out = append(out, t)
+		case []any:
+			for _, e := range t {
+				walk(e)
+			}
+		case map[string]any:
+			keys := make([]string, 0, len(t))
+			for k := range t {
+				keys = append(keys, k)
+			}
+			sort.Strings(keys)
+			for _, k := range keys {
+				walk(t[k])
+			}
+		}
+	}
+	walk(Plain(v, true))
+	return out
+}

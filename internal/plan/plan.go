@@ -1,0 +1,94 @@
+// Package plan runs the dynk8s program under the mock engine (internal/mockcloud) and presents what it declares: a
+// table, a JSON document (a stable interface for tests and reviewers) and the rendered artifacts. cmd/plan is its
+// command line; the tests of every package use it to run the real program.
+package plan
+
+import (
+	"fmt"
+	"sort"
+
+	"github.com/pulumi/pulumi/sdk/v3/go/pulumi"
+
+	"github.com/dynk8s/dynk8s/infra"
+	"github.com/dynk8s/dynk8s/internal/mockcloud"
+)
+
+// ConfigError is a stack configuration the program refused.
+type ConfigError = infra.ConfigError
+
+// Output is one stack output as resolved under the mock engine.
+type Output struct {
+	Value  any
+	Secret bool
+}
+
+// Result is what one run declared.
+type Result struct {
+	Stack   string
+	Cloud   *mockcloud.Cloud
+	Outputs map[string]Output
+}
+
+// Run runs the program for stack with the config in file (a Pulumi.<stack>.yaml).
+func Run(stack, file string) (*Result, error) {
+	cfg, err := mockcloud.LoadStackFile(file)
+	if err != nil {
+		return nil, fmt.Errorf("reading stack config: %w", err)
+	}
+	return RunConfig(stack, cfg)
+}
+
+// RunConfig runs the program for stack with cfg.
+func RunConfig(stack string, cfg mockcloud.StackConfig) (*Result, error) {
+	cloud := mockcloud.New(cfg.Values["aws:region"])
+	res := &Result{Stack: stack, Cloud: cloud, Outputs: map[string]Output{}}
+	err := mockcloud.Run(func(ctx *pulumi.Context) error {
+		exports, err := Program(ctx)
+		if err != nil {
+			return err
+		}
+		for _, e := range exports {
+			out := pulumi.ToOutput(e.Value)
+			v, secret, err := mockcloud.Await(out)
+			if err != nil {
+				return fmt.Errorf("output %s: %w", e.Name, err)
+			}
+			res.Outputs[e.Name] = Output{Value: v, Secret: secret}
+		}
+		return nil
+	}, stack, cfg, cloud)
+	if err != nil {
+		return nil, err
+	}
+	return res, nil
+}
+
+// Program is what main.go runs, minus the exports: load and validate the config, declare the stack. It returns
+// the exports for the caller to record.
+func Program(ctx *pulumi.Context) ([]infra.Export, error) {
+	cfg, err := infra.LoadConfig(ctx)
+	if err != nil {
+		return nil, err
+	}
+	stack, err := infra.NewStack(ctx, cfg)
+	if err != nil {
+		return nil, err
+	}
+	exports := stack.Exports()
+	for _, e := range exports {
+		ctx.Export(e.Name, e.Value)
+	}
+	return exports, nil
+}
+
+// Resources are the declared resources in a stable order: by name, then type.
+func (r *Result) Resources() []mockcloud.Resource {
+	rs := r.Cloud.Resources()
+	sort.SliceStable(rs, func(i, j int) bool {
+		if rs[i].Name != rs[j].Name {
+			return rs[i].Name < rs[j].Name
+		}
+		return rs[i].Type < rs[j].Type
+	})
+	return rs
+}
