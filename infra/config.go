@@ -48,7 +48,7 @@ type KubernetesConfig struct {
 
 // NetworkConfig is dynk8s:network.
 type NetworkConfig struct {
-	// VPCCIDR is the VPC's range (default 10.100.0.0/16).
+	// VPCCIDR is the VPC's range (default 10.200.0.0/16).
 	VPCCIDR string
 	// AvailabilityZones is the list of AZ names; when the config gives a count, the first N zones of the region are
 	// used (AvailabilityZoneCount > 0, AvailabilityZones empty). Default: 2 zones.
@@ -63,7 +63,7 @@ type WireGuardConfig struct {
 	// OnPremCIDRs are routed from the VPC through the tunnel (required, at least one).
 	OnPremCIDRs []string
 	// TunnelCIDR holds the two tunnel addresses: the gateway takes the first host, on-prem the second
-	// (default 10.99.0.0/30).
+	// (default 10.201.0.0/30).
 	TunnelCIDR string
 	// MTU of the tunnel on both ends (default 1420, 1280..8920).
 	MTU int

@@ -7,11 +7,11 @@ import (
 
 // Defaults of optional keys. Pulumi.yaml documents each of them; keep the two in step.
 const (
-	DefaultVPCCIDR               = "10.100.0.0/16"
+	DefaultVPCCIDR               = "10.200.0.0/16"
 	DefaultAvailabilityZoneCount = 2
 	DefaultServiceCIDR           = "10.96.0.0/12" // kubeadm's default
 	DefaultListenPort            = 51820
-	DefaultTunnelCIDR            = "10.99.0.0/30"
+	DefaultTunnelCIDR            = "10.201.0.0/30"
 	DefaultMTU                   = 1420 // 1500 minus WireGuard's 80 bytes of IPv6+UDP overhead
 	DefaultGatewayInstanceType   = "t4g.micro"
 	DefaultMaxSize               = 3

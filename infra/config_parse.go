@@ -65,8 +65,9 @@ type parser struct {
 	errs []FieldError
 }
 
-// addf records a problem at path. Only the first problem of a path is kept: a value that failed to parse is not
-// also reported as missing or out of range by the validation that follows.
+// addf records a problem at path. Only the first problem of a path is kept, and none below a path that already
+// failed: a value that failed to parse is not also reported as missing or out of range by the validation that
+// follows, nor are the keys of a map that was not a map.
 func (p *parser) addf(path, format string, args ...any) {
 	if p.failed(path) {
 		return
@@ -76,7 +77,7 @@ func (p *parser) addf(path, format string, args ...any) {
 
 func (p *parser) failed(path string) bool {
 	for _, e := range p.errs {
-		if e.Path == path {
+		if e.Path == path || strings.HasPrefix(path, e.Path+".") || strings.HasPrefix(path, e.Path+"[") {
 			return true
 		}
 	}

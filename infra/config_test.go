@@ -79,7 +79,7 @@ func TestDefaultsApplied(t *testing.T) {
 	assert.Equal(t, cfg.Kubernetes.ServiceCIDR, "10.96.0.0/12")
 	assert.Equal(t, cfg.WireGuard.ListenPort, 51820)
 	assert.Equal(t, cfg.WireGuard.MTU, 1420)
-	assert.Equal(t, cfg.WireGuard.TunnelCIDR, "10.99.0.0/30")
+	assert.Equal(t, cfg.WireGuard.TunnelCIDR, "10.201.0.0/30")
 	assert.Equal(t, cfg.Gateway.InstanceType, "t4g.micro")
 	assert.Equal(t, cfg.Gateway.Arch, "arm64")
 	assert.Equal(t, cfg.NodePools[0].MinSize, 0)
@@ -128,7 +128,7 @@ func TestBadConfig(t *testing.T) {
 		{"pod cidr host bits", func(c map[string]any) { obj(c, "kubernetes")["podCidr"] = "10.244.1.0/16" }, "dynk8s:kubernetes.podCidr", "host bits"},
 		{"service overlaps pods", func(c map[string]any) { obj(c, "kubernetes")["serviceCidr"] = "10.244.128.0/20" }, "dynk8s:kubernetes.serviceCidr", "overlaps"},
 		{"vpc overlaps on-prem", func(c map[string]any) { obj(c, "network")["vpcCidr"] = "192.168.0.0/16" }, "dynk8s:wireguard.onPremCidrs[0]", "overlaps"},
-		{"tunnel inside the vpc", func(c map[string]any) { obj(c, "wireguard")["tunnelCidr"] = "10.100.5.0/30" }, "dynk8s:wireguard.tunnelCidr", "overlaps"},
+		{"tunnel inside the vpc", func(c map[string]any) { obj(c, "wireguard")["tunnelCidr"] = "10.200.5.0/30" }, "dynk8s:wireguard.tunnelCidr", "overlaps"},
 		{"vpc too large", func(c map[string]any) { obj(c, "network")["vpcCidr"] = "10.96.0.0/11" }, "dynk8s:network.vpcCidr", "/16 to /24"},
 		{"vpc not a cidr", func(c map[string]any) { obj(c, "network")["vpcCidr"] = "vpc" }, "dynk8s:network.vpcCidr", "not a CIDR"},
 		{"vpc ipv6", func(c map[string]any) { obj(c, "network")["vpcCidr"] = "fd00::/56" }, "dynk8s:network.vpcCidr", "IPv4"},
@@ -143,7 +143,7 @@ func TestBadConfig(t *testing.T) {
 		{"on-prem cidr twice", func(c map[string]any) {
 			obj(c, "wireguard")["onPremCidrs"] = []any{"192.168.10.0/24", "192.168.10.0/24"}
 		}, "dynk8s:wireguard.onPremCidrs[1]", "twice"},
-		{"tunnel too small for two peers", func(c map[string]any) { obj(c, "wireguard")["tunnelCidr"] = "10.99.0.0/31" }, "dynk8s:wireguard.tunnelCidr", "too small"},
+		{"tunnel too small for two peers", func(c map[string]any) { obj(c, "wireguard")["tunnelCidr"] = "10.201.0.0/31" }, "dynk8s:wireguard.tunnelCidr", "too small"},
 		{"on-prem key not 32 bytes", func(c map[string]any) { obj(c, "wireguard")["onPremPublicKey"] = "c2hvcnQ=" }, "dynk8s:wireguard.onPremPublicKey", "32 bytes"},
 		{"on-prem endpoint without port", func(c map[string]any) { obj(c, "wireguard")["onPremEndpoint"] = "vpn.example.com" }, "dynk8s:wireguard.onPremEndpoint", "host:port"},
 		{"gateway type unknown", func(c map[string]any) { obj(c, "gateway")["instanceType"] = "t9.huge" }, "dynk8s:gateway.instanceType", "unknown instance family"},

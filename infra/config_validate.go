@@ -449,7 +449,7 @@ func validateEndpoint(p *parser, path, v string) string {
 func parseCIDR(p *parser, path, v string) (netip.Prefix, bool) {
 	pr, err := netip.ParsePrefix(v)
 	if err != nil {
-		p.addf(path, "%q is not a CIDR (e.g. 10.100.0.0/16)", v)
+		p.addf(path, "%q is not a CIDR (e.g. 10.200.0.0/16)", v)
 		return netip.Prefix{}, false
 	}
 	if !pr.Addr().Is4() {

@@ -116,7 +116,7 @@ func (c *Cloud) computed(typ, name, id string, in, out resource.PropertyMap) err
 		set("defaultVersion", 1)
 	case "aws:ec2/instance:Instance":
 		set("arn", arn("ec2", "instance/"+id))
-		set("privateIp", "10.100.0."+fmt.Sprint(10+int(RandomBytes(name, 1)[0])%200))
+		set("privateIp", "10.200.0."+fmt.Sprint(10+int(RandomBytes(name, 1)[0])%200))
 		set("primaryNetworkInterfaceId", "eni-"+shortHash("eni/"+name))
 		set("instanceState", "running")
 	case "aws:ec2/eip:Eip":
@@ -215,7 +215,8 @@ func (c *Cloud) fedoraAMI(args resource.PropertyMap) (resource.PropertyMap, erro
 			return nil, fmt.Errorf("Your query returned no results: nameRegex %q rejects %q", re.StringValue(), name)
 		}
 	}
-	id := "ami-0" + shortHash(name)[:16]
+	sum := sha256.Sum256([]byte(name))
+	id := "ami-0" + hex.EncodeToString(sum[:])[:16]
 	return resource.NewPropertyMapFromMap(map[string]any{
 		"id":                 id,
 		"imageId":            id,

@@ -120,11 +120,14 @@ func (r *Result) WriteTable(w io.Writer) error {
 	tw = tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	for _, k := range sortedKeys(r.Outputs) {
 		o := r.Outputs[k]
-		v := fmt.Sprint(o.Value)
+		v, isString := o.Value.(string)
 		if o.Secret {
 			v = mockcloud.Redacted
-		} else if m, ok := o.Value.(map[string]any); ok {
-			b, _ := json.Marshal(m)
+		} else if !isString {
+			b, err := json.Marshal(o.Value)
+			if err != nil {
+				return fmt.Errorf("output %s: %w", k, err)
+			}
 			v = string(b)
 		}
 		fmt.Fprintf(tw, "  %s\t%s\n", k, v)

@@ -38,7 +38,7 @@ func Run(stack, file string) (*Result, error) {
 	return RunConfig(stack, cfg)
 }
 
-// RunConfig runs the program for stack with cfg.
+// RunConfig runs the program for stack with cfg. On error the result still holds what was declared.
 func RunConfig(stack string, cfg mockcloud.StackConfig) (*Result, error) {
 	cloud := mockcloud.New(cfg.Values["aws:region"])
 	res := &Result{Stack: stack, Cloud: cloud, Outputs: map[string]Output{}}
@@ -57,10 +57,9 @@ func RunConfig(stack string, cfg mockcloud.StackConfig) (*Result, error) {
 		}
 		return nil
 	}, stack, cfg, cloud)
-	if err != nil {
-		return nil, err
-	}
-	return res, nil
+	// The result is returned with the error too: what was declared before the error is part of the story (for a
+	// refused config: nothing).
+	return res, err
 }
 
 // Program is what main.go runs, minus the exports: load and validate the config, declare the stack. It returns

@@ -1,0 +1,171 @@
+package cloudinit
+
+import (
+	"errors"
+	"fmt"
+	"net/netip"
+	"strings"
+	"text/template"
+
+	"github.com/dynk8s/dynk8s/wireguard"
+)
+
+// GatewayInput: the WireGuard gateway instance.
+type GatewayInput struct {
+	ListenPort          int      // UDP
+	MTU                 int      // explicit tunnel MTU (never wg-quick's auto MTU)
+	TunnelAddress       string   // the gateway's address with prefix, "10.99.0.1/30"
+	PeerPublicKey       string   // on-prem peer public key (base64, 32 bytes)
+	PeerAllowedIPs      []string // on-prem CIDRs + on-prem tunnel /32
+	PeerEndpoint        string   // optional "host:port"
+	PrivateKeyParameter string   // SSM SecureString name holding the gateway's private key
+}
+
+const (
+	wgInterface = "wg0"
+	wgConfPath  = "/etc/wireguard/wg0.conf"
+	// wgKeyPath is written at boot by wg-key.sh and loaded by PostUp; wg0.conf itself holds no key.
+	wgKeyPath    = "/etc/wireguard/wg0.key"
+	wgKeyEnvPath = "/etc/dynk8s/wg-key.env"
+	wgMSSPath    = "/etc/dynk8s/wg0-mss.nft"
+	wgMSSTable   = "dynk8s_wg0_mss"
+	wgUnit       = "wg-quick@wg0.service"
+	// wgKeepalive keeps the NAT mapping towards an on-prem endpoint open when the gateway is the side that dials.
+	wgKeepalive = 25
+)
+
+// mssRuleset clamps the MSS of TCP connections forwarded through the tunnel. Leaving through wg0, SYNs are clamped to
+// the route's (path) MTU; coming in from wg0, the on-prem side advertises an MSS for its own 1500-byte link, so
+// SYNs are lowered to what fits the tunnel (MTU less 40 bytes of IPv4+TCP header, 60 for IPv6). Only larger values
+// are lowered. The leading "table"/"delete table" pair makes a reload replace the rules instead of adding copies.
+var mssRuleset = template.Must(template.New("mss").Parse(`table inet {{.Table}}
+delete table inet {{.Table}}
+table inet {{.Table}} {
+  chain forward {
+    type filter hook forward priority mangle; policy accept;
+    oifname "{{.Interface}}" tcp flags syn / syn,rst tcp option maxseg size set rt mtu
+    iifname "{{.Interface}}" meta nfproto ipv4 tcp flags syn / syn,rst tcp option maxseg size > {{.MSS4}} tcp option maxseg size set {{.MSS4}}
+    iifname "{{.Interface}}" meta nfproto ipv6 tcp flags syn / syn,rst tcp option maxseg size > {{.MSS6}} tcp option maxseg size set {{.MSS6}}
+  }
+}
+`))
+
+// Gateway validates in and renders the WireGuard gateway's cloud-config: wireguard-tools and nftables from Fedora,
+// forwarding on, wg0.conf without a private key, and wg-quick@wg0 enabled with a drop-in that fetches the key from
+// SSM before each start.
+func Gateway(in GatewayInput) ([]byte, error) {
+	if err := in.validate(); err != nil {
+		return nil, err
+	}
+	wg := wireguard.Config{
+		Interface: wireguard.Interface{
+			Address:    []string{in.TunnelAddress},
+			ListenPort: in.ListenPort,
+			MTU:        in.MTU,
+			PostUp: []string{
+				"wg set %i private-key " + wgKeyPath,
+				"nft -f " + wgMSSPath,
+			},
+			// "|| true": wg-quick stops at a failing hook, and the interface must go down even without the table.
+			PreDown: []string{"nft delete table inet " + wgMSSTable + " || true"},
+		},
+		Peers: []wireguard.Peer{{
+			PublicKey:  in.PeerPublicKey,
+			AllowedIPs: in.PeerAllowedIPs,
+			Endpoint:   in.PeerEndpoint,
+		}},
+	}
+	if in.PeerEndpoint != "" {
+		wg.Peers[0].PersistentKeepalive = wgKeepalive
+	}
+	wgConf, err := wg.Marshal()
+	if err != nil {
+		return nil, fmt.Errorf("gateway user data: wg0.conf: %w", err)
+	}
+
+	var nft strings.Builder
+	if err := mssRuleset.Execute(&nft, struct {
+		Table, Interface string
+		MSS4, MSS6       int
+	}{wgMSSTable, wgInterface, in.MTU - 40, in.MTU - 60}); err != nil {
+		return nil, fmt.Errorf("gateway user data: MSS ruleset: %w", err)
+	}
+	env, err := envFile("wg-key.sh", map[string]string{"DYNK8S_KEY_PARAMETER": in.PrivateKeyParameter})
+	if err != nil {
+		return nil, fmt.Errorf("gateway user data: %w", err)
+	}
+	dropIn, err := unitFile{{Name: "Service", Entries: []unitEntry{
+		{"ExecStartPre", libexecDir + "/wg-key.sh"},
+		{"StandardOutput", "journal+console"},
+		{"StandardError", "journal+console"},
+		// Above wg-key.sh's 10 min first-boot deadline; oneshot units otherwise have no start timeout.
+		{"TimeoutStartSec", "12min"},
+		// A first boot during an SSM outage, or a tunnel that fails to come up, is retried rather than left down.
+		{"Restart", "on-failure"},
+		{"RestartSec", "30s"},
+	}}}.marshal()
+	if err != nil {
+		return nil, fmt.Errorf("gateway user data: wg-quick drop-in: %w", err)
+	}
+
+	cc := cloudConfig{
+		// The gateway is not on a scale-up's critical path, so cloud-init's own package step (with Fedora's
+		// repositories) is good enough.
+		Packages: []string{"nftables", "wireguard-tools"},
+		WriteFiles: []writeFile{
+			// Deferred until after the packages: wireguard-tools creates /etc/wireguard with mode 0700 first.
+			{Path: wgConfPath, Content: string(wgConf), Permissions: "0600", Defer: true},
+			{Path: wgKeyEnvPath, Content: env, Permissions: "0644"},
+			{Path: wgMSSPath, Content: nft.String(), Permissions: "0644"},
+			{Path: "/etc/sysctl.d/90-dynk8s-gateway.conf", Content: sysctlFile(map[string]string{"net.ipv4.ip_forward": "1"}),
+				Permissions: "0644"},
+			{Path: "/etc/systemd/system/wg-quick@wg0.service.d/10-dynk8s.conf", Content: dropIn, Permissions: "0644"},
+			{Path: libexecDir + "/wg-key.sh", Content: forUserData(wgKeySh), Permissions: "0755"},
+			{Path: libexecDir + "/lib.sh", Content: forUserData(libSh), Permissions: "0644"},
+		},
+		// enable (not only start) so that the tunnel comes back by itself after a reboot or an EC2 auto-recovery.
+		RunCmd: [][]string{
+			{"sysctl", "-q", "--system"},
+			{"systemctl", "daemon-reload"},
+			{"systemctl", "enable", "--now", wgUnit},
+		},
+	}
+	out, err := cc.marshal()
+	if err != nil {
+		return nil, fmt.Errorf("gateway user data: %w", err)
+	}
+	return out, nil
+}
+
+func (in GatewayInput) validate() error {
+	var e errs
+	if in.ListenPort < 1 || in.ListenPort > 65535 {
+		e.add("ListenPort", fmt.Errorf("%d is not in 1..65535", in.ListenPort))
+	}
+	if in.MTU < wireguard.MinMTU || in.MTU > wireguard.MaxMTU {
+		e.add("MTU", fmt.Errorf("%d is not in %d..%d (it must be set: wg-quick's automatic MTU is 8921 on EC2)",
+			in.MTU, wireguard.MinMTU, wireguard.MaxMTU))
+	}
+	if p, err := netip.ParsePrefix(in.TunnelAddress); err != nil {
+		e.add("TunnelAddress", fmt.Errorf("%q is not an address with a prefix length: %w", in.TunnelAddress, err))
+	} else if p.Addr() == p.Masked().Addr() && p.Bits() < p.Addr().BitLen()-1 {
+		e.add("TunnelAddress", fmt.Errorf("%q is the network address; the gateway needs a host address in it", in.TunnelAddress))
+	}
+	e.add("PeerPublicKey", wireguard.ValidateKey(in.PeerPublicKey))
+	if len(in.PeerAllowedIPs) == 0 {
+		e.add("PeerAllowedIPs", errors.New("at least one CIDR is required"))
+	}
+	for i, c := range in.PeerAllowedIPs {
+		p, err := netip.ParsePrefix(c)
+		if err != nil {
+			e.add(fmt.Sprintf("PeerAllowedIPs[%d]", i), fmt.Errorf("%q is not a CIDR: %w", c, err))
+		} else if p.Masked() != p {
+			e.add(fmt.Sprintf("PeerAllowedIPs[%d]", i), fmt.Errorf("%q has host bits set, want %s", c, p.Masked()))
+		}
+	}
+	if in.PeerEndpoint != "" {
+		e.add("PeerEndpoint", validateHostPort(in.PeerEndpoint))
+	}
+	e.add("PrivateKeyParameter", validateSSMName(in.PrivateKeyParameter))
+	return e.join("gateway user data")
+}

@@ -1,0 +1,73 @@
+package cloudinit
+
+import (
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"sigs.k8s.io/yaml"
+)
+
+// requireTool returns the path of a real tool; a missing tool skips the test, unless DYNK8S_REQUIRE_TOOLS is set
+// (CI sets it), where it fails.
+func requireTool(t *testing.T, name string) string {
+	t.Helper()
+	p, err := exec.LookPath(name)
+	if err == nil {
+		return p
+	}
+	if os.Getenv("DYNK8S_REQUIRE_TOOLS") != "" {
+		t.Fatalf("%s is not installed and DYNK8S_REQUIRE_TOOLS is set", name)
+	}
+	t.Skipf("%s is not installed (set DYNK8S_REQUIRE_TOOLS=1 to make this a failure)", name)
+	return ""
+}
+
+// parseCloudConfig reads rendered user data back into the renderer's types, refusing unknown fields, so a key the
+// renderer did not mean to write (or a typo cloud-init's schema would let through) fails the test.
+func parseCloudConfig(t *testing.T, userData []byte) cloudConfig {
+	t.Helper()
+	s := string(userData)
+	if !strings.HasPrefix(s, header) {
+		t.Fatalf("user data does not start with %q", header)
+	}
+	var cc cloudConfig
+	if err := yaml.UnmarshalStrict(userData, &cc); err != nil {
+		t.Fatalf("user data does not parse back: %v", err)
+	}
+	return cc
+}
+
+func fileByPath(t *testing.T, cc cloudConfig, path string) writeFile {
+	t.Helper()
+	for _, f := range cc.WriteFiles {
+		if f.Path == path {
+			return f
+		}
+	}
+	t.Fatalf("no write_files entry for %s", path)
+	return writeFile{}
+}
+
+// materialize writes the user data's files under root, with their modes, as cloud-init would on the node.
+func materialize(t *testing.T, userData []byte, root string) {
+	t.Helper()
+	files, err := Files(userData)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range files {
+		p := filepath.Join(root, f.Path)
+		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(p, []byte(f.Content), f.Permissions); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Chmod(p, f.Permissions); err != nil {
+			t.Fatal(err)
+		}
+	}
+}

@@ -1,0 +1,197 @@
+package cloudinit
+
+import (
+	"fmt"
+	"net/url"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"gotest.tools/v3/assert"
+	is "gotest.tools/v3/assert/cmp"
+)
+
+const (
+	testTokenParameter = "/dynk8s/test/join-token"
+	testToken          = "k7x2qa.0f9e8d7c6b5a4z3y"
+	joinScript         = libexecDir + "/join.sh"
+)
+
+// joinFixture renders the spot pool's user data pointing at a fake API server (which first drops apiDrops
+// connections) and returns it with a fake AWS serving the join token.
+func joinFixture(t *testing.T, apiDrops int) ([]byte, *fakeAWS) {
+	t.Helper()
+	api := newFakeAPIServer(t, apiDrops)
+	u, err := url.Parse(api.URL)
+	assert.NilError(t, err)
+	in := spotPool()
+	in.APIServerEndpoint = u.Host
+	in.JoinTokenParameter = testTokenParameter
+	ud, err := Node(in)
+	assert.NilError(t, err)
+	return ud, newFakeAWS(t, map[string]string{testTokenParameter: testToken})
+}
+
+func failedLines(stderr string) []string {
+	var out []string
+	for _, l := range strings.Split(stderr, "\n") {
+		if strings.Contains(l, "FAILED") {
+			out = append(out, l)
+		}
+	}
+	return out
+}
+
+// Every network step fails at first; the script retries each and joins, and kubeadm gets the JoinConfiguration
+// with the token from SSM and the identity from IMDS.
+func TestJoinRetriesThenJoins(t *testing.T) {
+	ud, aws := joinFixture(t, 2)
+	aws.imdsTokenFailures = 2
+	aws.ssmFailures = 1
+	run := runScript(t, ud, joinScript, aws, map[string]string{"STUB_KUBEADM_FAILURES": "1"}, func(root string) {
+		dir := filepath.Join(root, "etc/cni/net.d")
+		assert.NilError(t, os.MkdirAll(dir, 0o755))
+		for _, f := range []string{"11-crio-ipv4-bridge.conflist", "10-calico.conflist"} {
+			assert.NilError(t, os.WriteFile(filepath.Join(dir, f), []byte("{}"), 0o644))
+		}
+	})
+	assert.Equal(t, run.exitCode, 0)
+	jc := parseJoinConfig(t, run.file("join-config.yaml"))
+	for step, attempts := range map[string]int{
+		"read instance identity from IMDS":                                         3,
+		"read the join token from SSM parameter " + testTokenParameter:             2,
+		"reach the API server at " + jc.Discovery.BootstrapToken.APIServerEndpoint: 3,
+		"kubeadm join": 2,
+	} {
+		assert.Check(t, is.Contains(run.stderr, step+": attempt 1 failed"))
+		assert.Check(t, is.Contains(run.stderr, fmt.Sprintf("%s: succeeded on attempt %d\n", step, attempts)))
+	}
+	assert.Check(t, is.Contains(run.stderr, "IMDSv2 token: HTTP 503"))
+	assert.Check(t, is.Contains(run.stderr, "HTTP 400 AccessDeniedException"))
+	assert.Check(t, is.Contains(run.stderr, "API server answered HTTP 200"))
+	assert.Check(t, is.Len(failedLines(run.stderr), 0))
+
+	calls := run.file("calls")
+	assert.Check(t, is.Contains(calls, "dnf install -y --setopt=install_weak_deps=False --repo=dynk8s-kubernetes --repo=dynk8s-cri-o "+
+		"kubelet-1.34.4 kubeadm-1.34.4 cri-tools-1.34.* cri-o-1.34.*\n"))
+	assert.Check(t, is.Contains(calls, "systemctl enable --now crio.service\n"))
+	assert.Check(t, is.Contains(calls, "systemctl enable kubelet.service\n"))
+	joinCmd := "kubeadm join --config " + filepath.Join(run.root, "run/dynk8s/kubeadm-join.yaml") + "\n"
+	assert.Check(t, is.Contains(calls, joinCmd+"kubeadm reset --force\n"+joinCmd), "a failed join is reset before the next")
+
+	bt := jc.Discovery.BootstrapToken
+	assert.Check(t, is.Equal(bt.Token, testToken))
+	assert.Check(t, is.DeepEqual(bt.CACertHashes, []string{testCAHash}))
+	assert.Check(t, strings.HasPrefix(bt.APIServerEndpoint, "127.0.0.1:"))
+	assert.Check(t, is.Equal(jc.NodeRegistration.CRISocket, "unix:///var/run/crio/crio.sock"))
+	assert.Check(t, is.DeepEqual(jc.NodeRegistration.KubeletExtraArgs, []kubeletArg{
+		{Name: "node-ip", Value: fakeNodeIP},
+		{Name: "node-labels", Value: "dynk8s.io/capacity-type=spot,dynk8s.io/pool=spot-arm64,node.kubernetes.io/instance-type=m7g.large," +
+			"node.kubernetes.io/lifecycle=spot,topology.kubernetes.io/region=eu-central-1,topology.kubernetes.io/zone=eu-central-1a"},
+		{Name: "provider-id", Value: "aws:///eu-central-1a/i-0123456789abcdef0"},
+	}))
+	assert.Check(t, is.DeepEqual(jc.NodeRegistration.Taints, []taint{{Key: "dynk8s.io/capacity-type", Value: "spot", Effect: "NoSchedule"}}))
+	assert.Check(t, is.Equal(strings.TrimSpace(run.file("join-config.mode")), "600"))
+	_, err := os.Stat(filepath.Join(run.root, "run/dynk8s/kubeadm-join.yaml"))
+	assert.Check(t, os.IsNotExist(err), "the rendered JoinConfiguration (with the token) is left in /run: %v", err)
+
+	_, err = os.Stat(filepath.Join(run.root, "etc/cni/net.d/11-crio-ipv4-bridge.conflist"))
+	assert.Check(t, os.IsNotExist(err), "CRI-O's default bridge conflist survived")
+	_, err = os.Stat(filepath.Join(run.root, "etc/cni/net.d/10-calico.conflist"))
+	assert.Check(t, err, "the cluster CNI's conflist was removed")
+
+	// The secrets never appear on a command line or in the log.
+	for _, secret := range []string{testToken, fakeSecretKey, fakeSession} {
+		assert.Check(t, !strings.Contains(calls, secret), "a secret is in some command's argv")
+		assert.Check(t, !strings.Contains(run.stderr, secret), "a secret is in the log")
+		assert.Check(t, !strings.Contains(run.file("journal"), secret), "a secret is in the journal")
+	}
+	assert.Check(t, is.Contains(run.file("journal"), "joined the cluster as "+fakeInstanceID), "outside systemd the log also goes to logger")
+
+	// The node joined: running the script again does nothing at all.
+	aws.mu.Lock()
+	before := aws.imdsRequests
+	aws.mu.Unlock()
+	again := run.env.run(t, joinScript)
+	assert.Equal(t, again.exitCode, 0)
+	assert.Check(t, is.Contains(again.stderr, "already joined"))
+	aws.mu.Lock()
+	assert.Check(t, is.Equal(aws.imdsRequests, before))
+	aws.mu.Unlock()
+}
+
+// Fedora's repositories are added to the one dnf transaction only when the image lacks a system dependency.
+func TestJoinInstallsMissingSystemPackagesFromFedora(t *testing.T) {
+	ud, aws := joinFixture(t, 0)
+	run := runScript(t, ud, joinScript, aws, map[string]string{"STUB_RPM_MISSING": "container-selinux"}, nil)
+	assert.Equal(t, run.exitCode, 0)
+	assert.Check(t, is.Contains(run.file("calls"), "dnf install -y --setopt=install_weak_deps=False "+
+		"--repo=dynk8s-kubernetes --repo=dynk8s-cri-o --repo=fedora --repo=updates "+
+		"kubelet-1.34.4 kubeadm-1.34.4 cri-tools-1.34.* cri-o-1.34.* container-selinux\n"))
+	assert.Check(t, is.Equal(strings.Count(run.file("calls"), "dnf install"), 1), "one package transaction")
+}
+
+// When SSM keeps refusing, the script stops at its deadline with one reason, and never runs kubeadm.
+func TestJoinGivesUpAtDeadline(t *testing.T) {
+	ud, aws := joinFixture(t, 0)
+	aws.ssmFailures = -1
+	run := runScript(t, ud, joinScript, aws, map[string]string{"DYNK8S_DEADLINE_SECONDS": "3"}, nil)
+	assert.Check(t, run.exitCode != 0)
+	assert.Check(t, run.elapsed < 10*time.Second, "took %s past a 3 s deadline", run.elapsed)
+	failed := failedLines(run.stderr)
+	assert.Assert(t, is.Len(failed, 1), "want exactly one reason:\n%s", run.stderr)
+	assert.Check(t, is.Contains(failed[0], "read the join token from SSM parameter "+testTokenParameter+": gave up after"))
+	assert.Check(t, is.Contains(failed[0], "(deadline 3s)"))
+	assert.Check(t, is.Contains(failed[0], "HTTP 400 AccessDeniedException fake SSM says no"))
+	assert.Check(t, is.Contains(run.file("journal"), "FAILED: read the join token"), "the reason also reaches the journal")
+	for _, call := range strings.Split(run.file("calls"), "\n") {
+		assert.Check(t, !strings.HasPrefix(call, "kubeadm "), "kubeadm ran: %s", call)
+	}
+}
+
+// The API server never answers (nothing listens): the deadline ends the wait.
+func TestJoinGivesUpWhenAPIServerIsUnreachable(t *testing.T) {
+	api := newFakeAPIServer(t, 0)
+	u, err := url.Parse(api.URL)
+	assert.NilError(t, err)
+	api.Close()
+	in := generalPool()
+	in.APIServerEndpoint = u.Host
+	in.JoinTokenParameter = testTokenParameter
+	ud, err := Node(in)
+	assert.NilError(t, err)
+	aws := newFakeAWS(t, map[string]string{testTokenParameter: testToken})
+	run := runScript(t, ud, joinScript, aws, map[string]string{"DYNK8S_DEADLINE_SECONDS": "2"}, nil)
+	assert.Check(t, run.exitCode != 0)
+	failed := failedLines(run.stderr)
+	assert.Assert(t, is.Len(failed, 1), run.stderr)
+	assert.Check(t, is.Contains(failed[0], "reach the API server at "+u.Host+": gave up after"))
+	assert.Check(t, is.Contains(failed[0], "curl: (7)"))
+}
+
+// A parameter that does not hold a bootstrap token fails at once, without echoing its value.
+func TestJoinRefusesMalformedToken(t *testing.T) {
+	ud, aws := joinFixture(t, 0)
+	aws.params[testTokenParameter] = "Not-A-Token-but-a-secret"
+	run := runScript(t, ud, joinScript, aws, nil, nil)
+	assert.Check(t, run.exitCode != 0)
+	failed := failedLines(run.stderr)
+	assert.Assert(t, is.Len(failed, 1), run.stderr)
+	assert.Check(t, is.Contains(failed[0], "does not hold a bootstrap token"))
+	assert.Check(t, !strings.Contains(run.stderr, "Not-A-Token-but-a-secret"))
+}
+
+// A node that already joined: the script does nothing and touches nothing.
+func TestJoinDoesNothingWhenAlreadyJoined(t *testing.T) {
+	ud, aws := joinFixture(t, 0)
+	run := runScript(t, ud, joinScript, aws, nil, func(root string) {
+		assert.NilError(t, os.MkdirAll(filepath.Join(root, "etc/kubernetes"), 0o755))
+		assert.NilError(t, os.WriteFile(filepath.Join(root, "etc/kubernetes/kubelet.conf"), nil, 0o600))
+	})
+	assert.Equal(t, run.exitCode, 0)
+	assert.Check(t, is.Contains(run.stderr, "already joined"))
+	assert.Check(t, is.Equal(run.file("calls"), ""), "no command ran")
+	assert.Check(t, is.Equal(aws.imdsRequests+aws.ssmRequests, 0))
+}

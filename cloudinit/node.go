@@ -1,0 +1,393 @@
+package cloudinit
+
+import (
+	"errors"
+	"fmt"
+	"regexp"
+	"sort"
+	"strconv"
+	"strings"
+
+	"sigs.k8s.io/yaml"
+)
+
+// Taint is a node taint the kubelet registers the node with.
+type Taint struct{ Key, Value, Effect string }
+
+// NodeInput is everything a node pool's user data depends on. All values are plain and public: nothing secret.
+type NodeInput struct {
+	KubernetesVersion  string            // exact, "1.34.4"
+	APIServerEndpoint  string            // "host:port" reached through the WireGuard gateway
+	CACertHashes       []string          // "sha256:<64 lowercase hex>", at least one
+	JoinTokenParameter string            // SSM SecureString name holding "<id>.<secret>", e.g. "/dynk8s/homelab/join-token"
+	ClusterName        string            // DNS label; appears in logs and the join unit's description
+	PoolName           string            // DNS label; must equal Labels[PoolLabel]
+	Labels             map[string]string // node labels to self-set (already NodeRestriction-safe), incl. dynk8s.io/pool
+	Taints             []Taint
+}
+
+// PoolLabel is the label every dynk8s node carries with its pool name; Node requires it in NodeInput.Labels.
+const PoolLabel = "dynk8s.io/pool"
+
+// Where the node's files go. The scripts derive the same paths (under DYNK8S_ROOT in tests).
+const (
+	libexecDir       = "/usr/local/libexec/dynk8s"
+	joinEnvPath      = "/etc/dynk8s/join.env"
+	joinTemplatePath = "/etc/dynk8s/kubeadm-join.yaml.tmpl"
+	joinUnitName     = "dynk8s-join.service"
+	criSocket        = "unix:///var/run/crio/crio.sock"
+	// joinUnitTimeout backs up join.sh's own 12 min deadline and stays under the Cluster Autoscaler's 15 min.
+	joinUnitTimeout = "14min"
+)
+
+// Placeholders in the JoinConfiguration template, for what only the instance knows at boot; join.sh checks each
+// value against a strict pattern before it substitutes it.
+const (
+	phToken        = "@@TOKEN@@"
+	phNodeIP       = "@@NODE_IP@@"
+	phInstanceID   = "@@INSTANCE_ID@@"
+	phInstanceType = "@@INSTANCE_TYPE@@"
+	phRegion       = "@@REGION@@"
+	phZone         = "@@ZONE@@"
+)
+
+// runtimeLabels are set from IMDS by join.sh, matching the labels the Cluster Autoscaler puts on its template node,
+// so a pool may not set them itself.
+var runtimeLabels = map[string]string{
+	"topology.kubernetes.io/zone":      phZone,
+	"topology.kubernetes.io/region":    phRegion,
+	"node.kubernetes.io/instance-type": phInstanceType,
+}
+
+// pauseVersions is the pause image each kubeadm minor pins (PauseVersion in cmd/kubeadm/app/constants, read in the
+// k8s.io/kubernetes module at v1.34.4, v1.35.4, v1.36.1 and v1.37.2; 3.10 since 1.31 per `kubeadm config images
+// list`). CRI-O then runs the sandbox image kubeadm expects instead of pulling a second one. The keys are also the
+// supported minors: v1beta4 JoinConfiguration needs kubeadm 1.31 or later.
+var pauseVersions = map[int]string{31: "3.10", 32: "3.10", 33: "3.10", 34: "3.10.1", 35: "3.10.1", 36: "3.10.2", 37: "3.10.2"}
+
+// Upstream rpm repositories for one Kubernetes minor, both gpg-checked against the repository's own key.
+//   - Kubernetes (kubelet, kubeadm, cri-tools, kubernetes-cni): https://pkgs.k8s.io/core:/stable:/v1.NN/rpm/, key
+//     repodata/repomd.xml.key (kubernetes.io "Installing kubeadm"; cri-o/packaging README, "Add the Kubernetes
+//     repository").
+//   - CRI-O: https://download.opensuse.org/repositories/isv:/cri-o:/stable:/v1.NN/rpm/, same key layout
+//     (cri-o/packaging README, "Add the CRI-O repository", 2026; the streams moved there from pkgs.k8s.io/addons).
+//
+// They are written disabled: join.sh enables them for its one dnf transaction only, so a later `dnf upgrade` cannot
+// move the node off its pinned versions.
+const (
+	kubernetesRepoURL = "https://pkgs.k8s.io/core:/stable:/v1.%d/rpm/"
+	crioRepoURL       = "https://download.opensuse.org/repositories/isv:/cri-o:/stable:/v1.%d/rpm/"
+	repoKeyPath       = "repodata/repomd.xml.key"
+	kubernetesRepoID  = "dynk8s-kubernetes"
+	crioRepoID        = "dynk8s-cri-o"
+)
+
+// systemPackages are dependencies that come from Fedora rather than the upstream repos: CRI-O needs iptables and, on
+// SELinux-enforcing Fedora, container-selinux (cri-o/packaging installs it first). Fedora Cloud usually has both,
+// so join.sh fetches Fedora's repository metadata only when one is missing.
+var (
+	systemPackages = []string{"container-selinux", "iptables"}
+	systemRepos    = []string{"fedora", "updates"}
+)
+
+// kernelModules and nodeSysctls are what the kubelet, kube-proxy (iptables mode) and bridge-based CNIs need.
+var (
+	kernelModules = []string{"overlay", "br_netfilter"}
+	nodeSysctls   = map[string]string{
+		"net.ipv4.ip_forward":                 "1",
+		"net.bridge.bridge-nf-call-iptables":  "1",
+		"net.bridge.bridge-nf-call-ip6tables": "1",
+	}
+	cniPluginDirs = []string{"/opt/cni/bin", "/usr/libexec/cni"}
+)
+
+var versionRE = regexp.MustCompile(`^1\.(0|[1-9][0-9]*)\.(0|[1-9][0-9]*)$`)
+
+// Node validates in and renders the node pool's cloud-config ("#cloud-config\n...").
+func Node(in NodeInput) ([]byte, error) {
+	minor, err := in.validate()
+	if err != nil {
+		return nil, err
+	}
+	tmpl, err := joinTemplate(in)
+	if err != nil {
+		return nil, fmt.Errorf("node pool %q: %w", in.PoolName, err)
+	}
+	env, err := envFile("join.sh", map[string]string{
+		"DYNK8S_API_SERVER_ENDPOINT":  in.APIServerEndpoint,
+		"DYNK8S_CLUSTER_NAME":         in.ClusterName,
+		"DYNK8S_JOIN_TOKEN_PARAMETER": in.JoinTokenParameter,
+		"DYNK8S_PACKAGES":             strings.Join(nodePackages(in.KubernetesVersion, minor), ","),
+		"DYNK8S_POOL_NAME":            in.PoolName,
+		"DYNK8S_REPOS":                kubernetesRepoID + "," + crioRepoID,
+		"DYNK8S_SYSTEM_PACKAGES":      strings.Join(systemPackages, ","),
+		"DYNK8S_SYSTEM_REPOS":         strings.Join(systemRepos, ","),
+	})
+	if err != nil {
+		return nil, fmt.Errorf("node pool %q: %w", in.PoolName, err)
+	}
+	unit, err := joinUnit(in).marshal()
+	if err != nil {
+		return nil, fmt.Errorf("node pool %q: join unit: %w", in.PoolName, err)
+	}
+	var crio crioDropIn
+	crio.Crio.Image.PauseImage = "registry.k8s.io/pause:" + pauseVersions[minor]
+	crio.Crio.Network.PluginDirs = cniPluginDirs
+	crio.Crio.Runtime.CgroupManager = "systemd"
+	crioConf, err := crio.marshal()
+	if err != nil {
+		return nil, fmt.Errorf("node pool %q: %w", in.PoolName, err)
+	}
+
+	cc := cloudConfig{
+		YumRepos: map[string]yumRepo{
+			kubernetesRepoID: upstreamRepo("Kubernetes", kubernetesRepoURL, minor),
+			crioRepoID:       upstreamRepo("CRI-O", crioRepoURL, minor),
+		},
+		WriteFiles: []writeFile{
+			{Path: "/etc/crio/crio.conf.d/90-dynk8s.conf", Content: crioConf, Permissions: "0644"},
+			{Path: joinEnvPath, Content: env, Permissions: "0644"},
+			{Path: joinTemplatePath, Content: tmpl, Permissions: "0644"},
+			{Path: "/etc/modules-load.d/dynk8s.conf", Content: strings.Join(kernelModules, "\n") + "\n", Permissions: "0644"},
+			{Path: "/etc/sysctl.d/90-dynk8s.conf", Content: sysctlFile(nodeSysctls), Permissions: "0644"},
+			{Path: "/etc/systemd/system/" + joinUnitName, Content: unit, Permissions: "0644"},
+			// Fedora Cloud swaps to zram, and the kubelet refuses to start with swap on. A zram-generator.conf with no
+			// [zram*] section creates no device from the next boot on; the unit turns this boot's swap off.
+			{Path: "/etc/systemd/zram-generator.conf", Content: "", Permissions: "0644"},
+			{Path: libexecDir + "/join.sh", Content: forUserData(joinSh), Permissions: "0755"},
+			{Path: libexecDir + "/lib.sh", Content: forUserData(libSh), Permissions: "0644"},
+		},
+		// The unit, not runcmd, runs the join: its output lands in the journal under its own name and on the
+		// console, its Condition makes a reboot of a joined node a no-op, and systemd enforces a hard timeout.
+		// `enable --now` blocks, so cloud-init's final status reports a failed join.
+		RunCmd: [][]string{
+			{"systemctl", "daemon-reload"},
+			{"systemctl", "enable", "--now", joinUnitName},
+		},
+	}
+	out, err := cc.marshal()
+	if err != nil {
+		return nil, fmt.Errorf("node pool %q: %w", in.PoolName, err)
+	}
+	return out, nil
+}
+
+// nodePackages pins kubelet and kubeadm to the exact version, and cri-tools and CRI-O to its minor: their patch
+// releases are numbered independently. kubernetes-cni comes in as kubelet's dependency; kubectl is not needed.
+func nodePackages(version string, minor int) []string {
+	m := "1." + strconv.Itoa(minor) + ".*"
+	return []string{"kubelet-" + version, "kubeadm-" + version, "cri-tools-" + m, "cri-o-" + m}
+}
+
+func upstreamRepo(name, urlFormat string, minor int) yumRepo {
+	base := fmt.Sprintf(urlFormat, minor)
+	return yumRepo{
+		Name:     fmt.Sprintf("%s v1.%d (dynk8s)", name, minor),
+		BaseURL:  base,
+		Enabled:  false,
+		GPGCheck: true,
+		GPGKey:   base + repoKeyPath,
+	}
+}
+
+func joinUnit(in NodeInput) unitFile {
+	return unitFile{
+		{Name: "Unit", Entries: []unitEntry{
+			{"Description", fmt.Sprintf("dynk8s: join this node (pool %s) to cluster %s", in.PoolName, in.ClusterName)},
+			{"Wants", "network-online.target"},
+			{"After", "network-online.target"},
+			{"ConditionPathExists", "!/etc/kubernetes/kubelet.conf"},
+		}},
+		{Name: "Service", Entries: []unitEntry{
+			{"Type", "oneshot"},
+			// The files cloud-init wrote appeared after systemd loaded modules and sysctls at this first boot.
+			{"ExecStartPre", "/usr/sbin/modprobe -a " + strings.Join(kernelModules, " ")},
+			{"ExecStartPre", "/usr/sbin/sysctl -q --system"},
+			{"ExecStartPre", "/usr/sbin/swapoff -a"},
+			{"ExecStart", libexecDir + "/join.sh"},
+			{"StandardOutput", "journal+console"},
+			{"StandardError", "journal+console"},
+			{"SyslogIdentifier", "dynk8s-join"},
+			{"TimeoutStartSec", joinUnitTimeout},
+		}},
+		{Name: "Install", Entries: []unitEntry{
+			{"WantedBy", "multi-user.target"},
+		}},
+	}
+}
+
+// joinConfiguration is the subset of kubeadm.k8s.io/v1beta4 JoinConfiguration dynk8s writes (field names and JSON
+// tags as in cmd/kubeadm/app/apis/kubeadm/v1beta4/types.go).
+type joinConfiguration struct {
+	APIVersion       string           `json:"apiVersion"`
+	Kind             string           `json:"kind"`
+	Discovery        discovery        `json:"discovery"`
+	NodeRegistration nodeRegistration `json:"nodeRegistration"`
+}
+
+type discovery struct {
+	BootstrapToken bootstrapTokenDiscovery `json:"bootstrapToken"`
+}
+
+type bootstrapTokenDiscovery struct {
+	APIServerEndpoint string   `json:"apiServerEndpoint"`
+	CACertHashes      []string `json:"caCertHashes"`
+	Token             string   `json:"token"`
+}
+
+type nodeRegistration struct {
+	CRISocket string `json:"criSocket"`
+	// KubeletExtraArgs is a list of {name, value} in v1beta4 (a map in v1beta3).
+	KubeletExtraArgs []kubeletArg `json:"kubeletExtraArgs"`
+	// Taints is always a list: for a worker, kubeadm treats nil and [] alike, and [] says "none" plainly.
+	Taints []taint `json:"taints"`
+}
+
+type kubeletArg struct {
+	Name  string `json:"name"`
+	Value string `json:"value"`
+}
+
+type taint struct {
+	Key    string `json:"key"`
+	Value  string `json:"value,omitempty"`
+	Effect string `json:"effect"`
+}
+
+// joinTemplate renders the JoinConfiguration with placeholders for the token and the instance's identity.
+func joinTemplate(in NodeInput) (string, error) {
+	labels := make(map[string]string, len(in.Labels)+len(runtimeLabels))
+	for k, v := range in.Labels {
+		labels[k] = v
+	}
+	for k, v := range runtimeLabels {
+		labels[k] = v
+	}
+	keys := make([]string, 0, len(labels))
+	for k := range labels {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	pairs := make([]string, len(keys))
+	for i, k := range keys {
+		pairs[i] = k + "=" + labels[k]
+	}
+
+	hashes := append([]string(nil), in.CACertHashes...)
+	sort.Strings(hashes)
+	taints := make([]taint, 0, len(in.Taints))
+	for _, t := range sortedTaints(in.Taints) {
+		taints = append(taints, taint(t))
+	}
+	jc := joinConfiguration{
+		APIVersion: "kubeadm.k8s.io/v1beta4",
+		Kind:       "JoinConfiguration",
+		Discovery: discovery{BootstrapToken: bootstrapTokenDiscovery{
+			APIServerEndpoint: in.APIServerEndpoint,
+			CACertHashes:      hashes,
+			Token:             phToken,
+		}},
+		NodeRegistration: nodeRegistration{
+			CRISocket: criSocket,
+			KubeletExtraArgs: []kubeletArg{
+				{Name: "node-ip", Value: phNodeIP},
+				{Name: "node-labels", Value: strings.Join(pairs, ",")},
+				// The Cluster Autoscaler maps nodes to ASG instances by this ID; no cloud provider sets it here.
+				{Name: "provider-id", Value: "aws:///" + phZone + "/" + phInstanceID},
+			},
+			Taints: taints,
+		},
+	}
+	b, err := yaml.Marshal(jc)
+	if err != nil {
+		return "", fmt.Errorf("JoinConfiguration: %w", err)
+	}
+	return string(b), nil
+}
+
+func sortedTaints(ts []Taint) []Taint {
+	out := append([]Taint(nil), ts...)
+	sort.Slice(out, func(i, j int) bool {
+		if out[i].Key != out[j].Key {
+			return out[i].Key < out[j].Key
+		}
+		return out[i].Effect < out[j].Effect
+	})
+	return out
+}
+
+// validate checks every field and reports all problems at once; it returns the Kubernetes minor version.
+func (in NodeInput) validate() (int, error) {
+	var e errs
+	minor := 0
+	if m := versionRE.FindStringSubmatch(in.KubernetesVersion); m == nil {
+		e.add("KubernetesVersion", fmt.Errorf("%q is not an exact version like 1.34.4", in.KubernetesVersion))
+	} else {
+		minor, _ = strconv.Atoi(m[1])
+		if _, ok := pauseVersions[minor]; !ok {
+			e.add("KubernetesVersion", fmt.Errorf("%q: minor %d is not supported (1.31 to 1.37: kubeadm v1beta4 and a known pause image)",
+				in.KubernetesVersion, minor))
+		}
+	}
+	e.add("APIServerEndpoint", validateHostPort(in.APIServerEndpoint))
+	if len(in.CACertHashes) == 0 {
+		e.add("CACertHashes", errors.New("at least one is required: kubeadm would otherwise trust any API server"))
+	}
+	seenHash := map[string]bool{}
+	for i, h := range in.CACertHashes {
+		switch {
+		case !caHashRE.MatchString(h):
+			e.add(fmt.Sprintf("CACertHashes[%d]", i), fmt.Errorf("%q is not sha256:<64 lower-case hex>", h))
+		case seenHash[h]:
+			e.add(fmt.Sprintf("CACertHashes[%d]", i), fmt.Errorf("%q is listed twice", h))
+		}
+		seenHash[h] = true
+	}
+	e.add("JoinTokenParameter", validateSSMName(in.JoinTokenParameter))
+	e.add("ClusterName", validateDNSLabel(in.ClusterName))
+	e.add("PoolName", validateDNSLabel(in.PoolName))
+
+	keys := make([]string, 0, len(in.Labels))
+	for k := range in.Labels {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	for _, k := range keys {
+		field := fmt.Sprintf("Labels[%q]", k)
+		if err := validateQualifiedName(k); err != nil {
+			e.add(field, err)
+			continue
+		}
+		if _, ok := runtimeLabels[k]; ok {
+			e.add(field, errors.New("is set at boot from the instance's metadata; remove it from the pool"))
+			continue
+		}
+		if !kubeletSelfLabelAllowed(k) {
+			e.add(field, errors.New("NodeRestriction forbids a kubelet to set labels in the kubernetes.io and k8s.io namespaces (except node.kubernetes.io/ and kubelet.kubernetes.io/)"))
+		}
+		e.add(field, validateLabelValue(in.Labels[k]))
+	}
+	if v, ok := in.Labels[PoolLabel]; !ok || v != in.PoolName {
+		e.add("Labels", fmt.Errorf("%s must be the pool name %q", PoolLabel, in.PoolName))
+	}
+
+	seenTaint := map[[2]string]bool{}
+	for i, t := range in.Taints {
+		field := fmt.Sprintf("Taints[%d]", i)
+		e.add(field+".Key", validateQualifiedName(t.Key))
+		e.add(field+".Value", validateLabelValue(t.Value))
+		switch t.Effect {
+		case "NoSchedule", "PreferNoSchedule", "NoExecute":
+		default:
+			e.add(field+".Effect", fmt.Errorf("%q is not NoSchedule, PreferNoSchedule or NoExecute", t.Effect))
+		}
+		if seenTaint[[2]string{t.Key, t.Effect}] {
+			e.add(field, fmt.Errorf("a taint %s:%s is listed twice", t.Key, t.Effect))
+		}
+		seenTaint[[2]string{t.Key, t.Effect}] = true
+	}
+	if err := e.join("node user data"); err != nil {
+		return 0, err
+	}
+	return minor, nil
+}

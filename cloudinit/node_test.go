@@ -1,0 +1,283 @@
+package cloudinit
+
+import (
+	"encoding/base64"
+	"strings"
+	"testing"
+
+	"gotest.tools/v3/assert"
+	is "gotest.tools/v3/assert/cmp"
+	"gotest.tools/v3/golden"
+	"sigs.k8s.io/yaml"
+)
+
+const testCAHash = "sha256:8a3d1c2f0e9b7a6554433221100ffeeddccbbaa99887766554433221100ffee0"
+
+// generalPool is an x86_64 on-demand pool with one label of its own; spotPool an arm64 spot pool with a taint. The
+// architecture does not change the user data (dnf picks $basearch), so the two differ in labels and taints.
+func generalPool() NodeInput {
+	return NodeInput{
+		KubernetesVersion:  "1.34.4",
+		APIServerEndpoint:  "192.168.10.10:6443",
+		CACertHashes:       []string{testCAHash},
+		JoinTokenParameter: "/dynk8s/homelab/join-token",
+		ClusterName:        "homelab",
+		PoolName:           "general",
+		Labels: map[string]string{
+			"dynk8s.io/pool":          "general",
+			"dynk8s.io/capacity-type": "on-demand",
+		},
+	}
+}
+
+func spotPool() NodeInput {
+	in := generalPool()
+	in.PoolName = "spot-arm64"
+	in.Labels = map[string]string{
+		"dynk8s.io/pool":               "spot-arm64",
+		"dynk8s.io/capacity-type":      "spot",
+		"node.kubernetes.io/lifecycle": "spot",
+	}
+	in.Taints = []Taint{{Key: "dynk8s.io/capacity-type", Value: "spot", Effect: "NoSchedule"}}
+	return in
+}
+
+func TestNodeGolden(t *testing.T) {
+	for name, in := range map[string]NodeInput{"general": generalPool(), "spot-arm64": spotPool()} {
+		t.Run(name, func(t *testing.T) {
+			ud, err := Node(in)
+			assert.NilError(t, err)
+			golden.Assert(t, string(ud), "node-"+name+".golden")
+		})
+	}
+}
+
+func TestNodeIsDeterministic(t *testing.T) {
+	a, err := Node(spotPool())
+	assert.NilError(t, err)
+	b, err := Node(spotPool())
+	assert.NilError(t, err)
+	assert.DeepEqual(t, a, b)
+
+	// The same labels, taints and hashes built in another order render the same bytes.
+	in := spotPool()
+	in.Labels = map[string]string{}
+	for _, k := range []string{"node.kubernetes.io/lifecycle", "dynk8s.io/pool", "dynk8s.io/capacity-type"} {
+		in.Labels[k] = spotPool().Labels[k]
+	}
+	in.CACertHashes = []string{"sha256:" + strings.Repeat("1", 64), testCAHash}
+	in.Taints = []Taint{{"z.example.com/b", "", "NoExecute"}, {"a.example.com/a", "x", "NoSchedule"}}
+	rev := in
+	rev.CACertHashes = []string{testCAHash, "sha256:" + strings.Repeat("1", 64)}
+	rev.Taints = []Taint{in.Taints[1], in.Taints[0]}
+	c, err := Node(in)
+	assert.NilError(t, err)
+	d, err := Node(rev)
+	assert.NilError(t, err)
+	assert.DeepEqual(t, c, d)
+}
+
+// The user data parses back into the renderer's types, and each document it carries parses as what it claims to be.
+func TestNodeRoundTrip(t *testing.T) {
+	ud, err := Node(spotPool())
+	assert.NilError(t, err)
+	cc := parseCloudConfig(t, ud)
+
+	assert.DeepEqual(t, cc.RunCmd, [][]string{{"systemctl", "daemon-reload"}, {"systemctl", "enable", "--now", "dynk8s-join.service"}})
+	assert.Check(t, is.Len(cc.Packages, 0), "packages are installed by join.sh, under its deadline")
+	for id, r := range cc.YumRepos {
+		assert.Check(t, r.GPGCheck, "%s: gpgcheck off", id)
+		assert.Check(t, !r.Enabled, "%s: enabled globally; a dnf upgrade could move the pinned packages", id)
+		assert.Check(t, strings.HasPrefix(r.BaseURL, "https://") && strings.Contains(r.BaseURL, "v1.34"), "%s: %s", id, r.BaseURL)
+		assert.Check(t, is.Equal(r.GPGKey, r.BaseURL+"repodata/repomd.xml.key"))
+	}
+	assert.Check(t, is.Len(cc.YumRepos, 2))
+
+	env := parseEnv(t, fileByPath(t, cc, joinEnvPath).Content)
+	assert.Check(t, is.Equal(env["DYNK8S_PACKAGES"], "kubelet-1.34.4,kubeadm-1.34.4,cri-tools-1.34.*,cri-o-1.34.*"))
+	assert.Check(t, is.Equal(env["DYNK8S_JOIN_TOKEN_PARAMETER"], "/dynk8s/homelab/join-token"))
+	assert.Check(t, is.Equal(env["DYNK8S_REPOS"], "dynk8s-kubernetes,dynk8s-cri-o"))
+
+	crio := fileByPath(t, cc, "/etc/crio/crio.conf.d/90-dynk8s.conf").Content
+	for _, want := range []string{`pause_image = "registry.k8s.io/pause:3.10.1"`, `cgroup_manager = "systemd"`,
+		`plugin_dirs = ["/opt/cni/bin", "/usr/libexec/cni"]`} {
+		assert.Check(t, is.Contains(crio, want))
+	}
+	assert.Check(t, is.Equal(fileByPath(t, cc, "/etc/modules-load.d/dynk8s.conf").Content, "overlay\nbr_netfilter\n"))
+	sysctl := fileByPath(t, cc, "/etc/sysctl.d/90-dynk8s.conf").Content
+	for _, want := range []string{"net.ipv4.ip_forward = 1", "net.bridge.bridge-nf-call-iptables = 1", "net.bridge.bridge-nf-call-ip6tables = 1"} {
+		assert.Check(t, is.Contains(sysctl, want))
+	}
+	unit := fileByPath(t, cc, "/etc/systemd/system/dynk8s-join.service").Content
+	assert.Check(t, is.Contains(unit, "ConditionPathExists=!/etc/kubernetes/kubelet.conf\n"))
+	assert.Check(t, is.Contains(unit, "ExecStart=/usr/local/libexec/dynk8s/join.sh\n"))
+	assert.Check(t, is.Equal(fileByPath(t, cc, libexecDir+"/join.sh").Permissions, "0755"))
+
+	jc := parseJoinConfig(t, fillTemplate(fileByPath(t, cc, joinTemplatePath).Content, map[string]string{
+		phToken: "abcdef.0123456789abcdef", phNodeIP: "10.100.1.23", phInstanceID: "i-0123456789abcdef0",
+		phInstanceType: "m7g.large", phRegion: "eu-central-1", phZone: "eu-central-1a",
+	}))
+	assert.DeepEqual(t, jc, joinConfiguration{
+		APIVersion: "kubeadm.k8s.io/v1beta4",
+		Kind:       "JoinConfiguration",
+		Discovery: discovery{BootstrapToken: bootstrapTokenDiscovery{
+			APIServerEndpoint: "192.168.10.10:6443",
+			CACertHashes:      []string{testCAHash},
+			Token:             "abcdef.0123456789abcdef",
+		}},
+		NodeRegistration: nodeRegistration{
+			CRISocket: "unix:///var/run/crio/crio.sock",
+			KubeletExtraArgs: []kubeletArg{
+				{Name: "node-ip", Value: "10.100.1.23"},
+				{Name: "node-labels", Value: "dynk8s.io/capacity-type=spot,dynk8s.io/pool=spot-arm64," +
+					"node.kubernetes.io/instance-type=m7g.large,node.kubernetes.io/lifecycle=spot," +
+					"topology.kubernetes.io/region=eu-central-1,topology.kubernetes.io/zone=eu-central-1a"},
+				{Name: "provider-id", Value: "aws:///eu-central-1a/i-0123456789abcdef0"},
+			},
+			Taints: []taint{{Key: "dynk8s.io/capacity-type", Value: "spot", Effect: "NoSchedule"}},
+		},
+	})
+}
+
+func TestNodeWithoutTaintsSaysSoExplicitly(t *testing.T) {
+	ud, err := Node(generalPool())
+	assert.NilError(t, err)
+	tmpl := fileByPath(t, parseCloudConfig(t, ud), joinTemplatePath).Content
+	assert.Check(t, is.Contains(tmpl, "  taints: []\n"))
+}
+
+func TestNodePauseImageFollowsKubeadm(t *testing.T) {
+	for version, want := range map[string]string{"1.31.0": "3.10", "1.33.9": "3.10", "1.34.4": "3.10.1", "1.35.4": "3.10.1", "1.36.1": "3.10.2", "1.37.2": "3.10.2"} {
+		in := generalPool()
+		in.KubernetesVersion = version
+		ud, err := Node(in)
+		assert.NilError(t, err, version)
+		assert.Check(t, is.Contains(string(ud), `pause_image = "registry.k8s.io/pause:`+want+`"`), version)
+	}
+}
+
+func TestNodeValidation(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		modify func(*NodeInput)
+		want   []string
+	}{
+		{"version not exact", func(in *NodeInput) { in.KubernetesVersion = "1.34" }, []string{"KubernetesVersion: \"1.34\" is not an exact version"}},
+		{"version with v", func(in *NodeInput) { in.KubernetesVersion = "v1.34.4" }, []string{"KubernetesVersion"}},
+		{"minor too old for v1beta4", func(in *NodeInput) { in.KubernetesVersion = "1.30.2" }, []string{"minor 30 is not supported"}},
+		{"minor unknown", func(in *NodeInput) { in.KubernetesVersion = "1.38.0" }, []string{"minor 38 is not supported"}},
+		{"endpoint without port", func(in *NodeInput) { in.APIServerEndpoint = "192.168.10.10" }, []string{"APIServerEndpoint"}},
+		{"endpoint bad port", func(in *NodeInput) { in.APIServerEndpoint = "api.example.com:0" }, []string{"APIServerEndpoint", "not in 1..65535"}},
+		{"endpoint injection", func(in *NodeInput) { in.APIServerEndpoint = "a b:6443" }, []string{"neither an IP address nor a DNS name"}},
+		{"no CA hash", func(in *NodeInput) { in.CACertHashes = nil }, []string{"CACertHashes: at least one is required"}},
+		{"CA hash upper case", func(in *NodeInput) { in.CACertHashes = []string{strings.ToUpper(testCAHash)} }, []string{"CACertHashes[0]"}},
+		{"CA hash twice", func(in *NodeInput) { in.CACertHashes = []string{testCAHash, testCAHash} }, []string{"CACertHashes[1]", "listed twice"}},
+		{"parameter with space", func(in *NodeInput) { in.JoinTokenParameter = "/dynk8s/join token" }, []string{"JoinTokenParameter"}},
+		{"parameter reserved", func(in *NodeInput) { in.JoinTokenParameter = "/aws/reference/x" }, []string{"reserves names starting with aws"}},
+		{"parameter is a token", func(in *NodeInput) { in.JoinTokenParameter = "abcdef.0123456789abcdef" }, []string{"looks like a bootstrap token"}},
+		{"cluster name", func(in *NodeInput) { in.ClusterName = "Home_Lab" }, []string{"ClusterName"}},
+		{"pool name", func(in *NodeInput) { in.PoolName = "" }, []string{"PoolName"}},
+		{"pool label missing", func(in *NodeInput) { delete(in.Labels, PoolLabel) }, []string{"dynk8s.io/pool must be the pool name"}},
+		{"pool label mismatch", func(in *NodeInput) { in.Labels[PoolLabel] = "other" }, []string{"dynk8s.io/pool must be the pool name \"general\""}},
+		{"label forbidden by NodeRestriction", func(in *NodeInput) { in.Labels["node-role.kubernetes.io/worker"] = "" }, []string{"NodeRestriction forbids"}},
+		{"label in k8s.io", func(in *NodeInput) { in.Labels["example.k8s.io/x"] = "y" }, []string{"NodeRestriction forbids"}},
+		{"label set at boot", func(in *NodeInput) { in.Labels["topology.kubernetes.io/zone"] = "eu-central-1a" }, []string{"is set at boot"}},
+		{"label value with comma", func(in *NodeInput) { in.Labels["example.com/a"] = "b,c=d" }, []string{"is not a label value"}},
+		{"label key bad", func(in *NodeInput) { in.Labels["-bad"] = "x" }, []string{"name part"}},
+		{"label value is a token", func(in *NodeInput) { in.Labels["example.com/t"] = "abcdef.0123456789abcdef" }, []string{"looks like a bootstrap token"}},
+		{"taint effect", func(in *NodeInput) { in.Taints = []Taint{{"a", "b", "NoRun"}} }, []string{"Taints[0].Effect"}},
+		{"taint key", func(in *NodeInput) { in.Taints = []Taint{{"", "b", "NoSchedule"}} }, []string{"Taints[0].Key"}},
+		{"taint twice", func(in *NodeInput) { in.Taints = []Taint{{"a", "b", "NoSchedule"}, {"a", "c", "NoSchedule"}} }, []string{"Taints[1]", "listed twice"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			in := generalPool()
+			tc.modify(&in)
+			_, err := Node(in)
+			assert.Assert(t, err != nil)
+			for _, w := range tc.want {
+				assert.Check(t, is.ErrorContains(err, w))
+			}
+		})
+	}
+
+	// Every problem is reported at once.
+	in := generalPool()
+	in.KubernetesVersion = "x"
+	in.APIServerEndpoint = "y"
+	in.CACertHashes = nil
+	_, err := Node(in)
+	for _, w := range []string{"KubernetesVersion", "APIServerEndpoint", "CACertHashes"} {
+		assert.Check(t, is.ErrorContains(err, w))
+	}
+}
+
+// The join token and any key exist only in SSM; the renderer never sees them. Inputs that carry a token- or
+// key-shaped value are refused without repeating it, and no rendered pool contains anything token-shaped.
+func TestNodeRendersNoSecret(t *testing.T) {
+	const token = "7f3k2q.p9x8w7v6u5t4s3r2"
+	const key = "yAnz5TF+lXXJte14tji3zlMNq+hd2rYUIgJBgB3fBmk="
+	for _, bad := range []func(*NodeInput){
+		func(in *NodeInput) { in.JoinTokenParameter = "/dynk8s/" + token },
+		func(in *NodeInput) { in.JoinTokenParameter = "/dynk8s/" + key },
+		func(in *NodeInput) { in.Labels["example.com/token"] = token },
+		func(in *NodeInput) { in.Taints = []Taint{{"example.com/t", token, "NoSchedule"}} },
+	} {
+		in := generalPool()
+		bad(&in)
+		_, err := Node(in)
+		assert.Assert(t, err != nil)
+		assert.Check(t, !strings.Contains(err.Error(), token) && !strings.Contains(err.Error(), key), "error repeats the secret: %v", err)
+	}
+
+	// Names that only resemble secrets in part are fine, and nothing token- or key-shaped reaches the output.
+	in := spotPool()
+	in.JoinTokenParameter = "/dynk8s/homelab/bootstrap.token-for-spot-arm64"
+	in.Labels["example.com/key-ref"] = "yAnz5TF-lXXJte14tji3zlMNq"
+	for _, pool := range []NodeInput{generalPool(), spotPool(), in} {
+		ud, err := Node(pool)
+		assert.NilError(t, err)
+		assert.Check(t, !tokenLikeRE.Match(ud), "token-shaped text in user data: %q", tokenLikeRE.Find(ud))
+		assert.Check(t, !keyLikeRE.Match(ud), "key-shaped text in user data: %q", keyLikeRE.Find(ud))
+	}
+}
+
+// The EC2 limit is 16 KiB gzipped; dynk8s aims at about 4 KiB per pool. The size is logged for the record.
+func TestNodeUserDataSize(t *testing.T) {
+	for name, in := range map[string]NodeInput{"general": generalPool(), "spot-arm64": spotPool()} {
+		ud, err := Node(in)
+		assert.NilError(t, err)
+		enc, err := Encode(ud)
+		assert.NilError(t, err)
+		gz, err := base64.StdEncoding.DecodeString(enc)
+		assert.NilError(t, err)
+		t.Logf("pool %s: %d bytes raw, %d bytes gzipped, %d bytes base64", name, len(ud), len(gz), len(enc))
+		assert.Check(t, len(gz) <= 6*1024, "pool %s: %d bytes gzipped; keep user data small", name, len(gz))
+	}
+}
+
+func parseEnv(t *testing.T, content string) map[string]string {
+	t.Helper()
+	env := map[string]string{}
+	for _, line := range strings.Split(strings.TrimSuffix(content, "\n"), "\n") {
+		k, v, ok := strings.Cut(line, "=")
+		assert.Assert(t, ok, "env line %q", line)
+		assert.Assert(t, envKeyRE.MatchString(k) && envValueRE.MatchString(v), "env line %q", line)
+		env[k] = v
+	}
+	return env
+}
+
+func fillTemplate(tmpl string, values map[string]string) string {
+	for k, v := range values {
+		tmpl = strings.ReplaceAll(tmpl, k, v)
+	}
+	return tmpl
+}
+
+func parseJoinConfig(t *testing.T, doc string) joinConfiguration {
+	t.Helper()
+	assert.Assert(t, !strings.Contains(doc, "@@"), "placeholder left: %s", doc)
+	var jc joinConfiguration
+	assert.NilError(t, yaml.UnmarshalStrict([]byte(doc), &jc))
+	return jc
+}

@@ -1,0 +1,13 @@
+package cloudinit
+
+import _ "embed"
+
+// The boot scripts are real files so that shellcheck reads them and the shebang stays on line 1.
+var (
+	//go:embed scripts/lib.sh
+	libSh string
+	//go:embed scripts/join.sh
+	joinSh string
+	//go:embed scripts/wg-key.sh
+	wgKeySh string
+)

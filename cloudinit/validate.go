@@ -1,0 +1,142 @@
+package cloudinit
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"net/netip"
+	"regexp"
+	"strconv"
+	"strings"
+)
+
+var (
+	caHashRE    = regexp.MustCompile(`^sha256:[0-9a-f]{64}$`)
+	dnsLabelRE  = regexp.MustCompile(`^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$`)
+	labelNameRE = regexp.MustCompile(`^[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$`)
+	// labelValueRE is a Kubernetes label value; it also keeps commas and '=' out of the kubelet's --node-labels.
+	labelValueRE = regexp.MustCompile(`^([A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?)?$`)
+	dnsSubdomRE  = regexp.MustCompile(`^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$`)
+	// ssmNameRE is SSM's parameter-name alphabet; the scripts also pass the name through their config file.
+	ssmNameRE = regexp.MustCompile(`^[A-Za-z0-9_./-]+$`)
+
+	// tokenLikeRE finds a kubeadm bootstrap token ([a-z0-9]{6}.[a-z0-9]{16}) inside any string.
+	tokenLikeRE = regexp.MustCompile(`(^|[^a-z0-9])[a-z0-9]{6}\.[a-z0-9]{16}([^a-z0-9]|$)`)
+	// keyLikeRE finds a WireGuard key (32 bytes of standard base64) inside any string, even after a '/'.
+	keyLikeRE = regexp.MustCompile(`[A-Za-z0-9+/]{42}[AEIMQUYcgkosw048]=`)
+)
+
+// errs collects validation problems, each prefixed with the input field it is about.
+type errs []error
+
+func (e *errs) add(field string, err error) {
+	if err != nil {
+		*e = append(*e, fmt.Errorf("%s: %w", field, err))
+	}
+}
+
+func (e errs) join(what string) error {
+	if len(e) == 0 {
+		return nil
+	}
+	return fmt.Errorf("%s: %w", what, errors.Join(e...))
+}
+
+// noSecret refuses a value that looks like a bootstrap token or a WireGuard key: everything rendered is public (user
+// data can be read by anyone with ec2:DescribeInstanceAttribute), so such a value is a wiring mistake, and the error
+// does not repeat it.
+func noSecret(s string) error {
+	switch {
+	case tokenLikeRE.MatchString(s):
+		return errors.New("looks like a bootstrap token; user data is public, pass the SSM parameter name instead")
+	case keyLikeRE.MatchString(s):
+		return errors.New("looks like a WireGuard key; user data is public, pass the SSM parameter name instead")
+	}
+	return nil
+}
+
+func validateDNSLabel(s string) error {
+	if !dnsLabelRE.MatchString(s) {
+		return fmt.Errorf("%q is not a DNS label (lower-case letters, digits, '-', at most 63)", s)
+	}
+	return nil
+}
+
+func validateSSMName(s string) error {
+	if err := noSecret(s); err != nil {
+		return err
+	}
+	if !ssmNameRE.MatchString(s) || len(s) > 1011 {
+		return fmt.Errorf("%q is not an SSM parameter name ([A-Za-z0-9_.-/], 1 to 1011 characters)", s)
+	}
+	first := strings.ToLower(strings.TrimPrefix(s, "/"))
+	if strings.HasPrefix(first, "aws") || strings.HasPrefix(first, "ssm") {
+		return fmt.Errorf("%q: SSM reserves names starting with aws or ssm", s)
+	}
+	return nil
+}
+
+// validateHostPort accepts host:port with an IP or DNS name and a port in 1..65535.
+func validateHostPort(s string) error {
+	host, port, err := net.SplitHostPort(s)
+	if err != nil {
+		return fmt.Errorf("%q is not host:port: %w", s, err)
+	}
+	if n, err := strconv.Atoi(port); err != nil || n < 1 || n > 65535 {
+		return fmt.Errorf("%q: port %q is not in 1..65535", s, port)
+	}
+	if _, err := netip.ParseAddr(host); err == nil {
+		return nil
+	}
+	if len(host) > 253 || !dnsSubdomRE.MatchString(strings.ToLower(host)) {
+		return fmt.Errorf("%q: host %q is neither an IP address nor a DNS name", s, host)
+	}
+	return nil
+}
+
+// validateQualifiedName checks a label or taint key: an optional DNS-subdomain prefix and '/', then a name.
+func validateQualifiedName(k string) error {
+	name := k
+	if i := strings.LastIndexByte(k, '/'); i >= 0 {
+		prefix := k[:i]
+		name = k[i+1:]
+		if len(prefix) > 253 || !dnsSubdomRE.MatchString(prefix) {
+			return fmt.Errorf("%q: prefix %q is not a DNS subdomain", k, prefix)
+		}
+	}
+	if !labelNameRE.MatchString(name) {
+		return fmt.Errorf("%q: name part %q must be 1-63 alphanumerics, '-', '_' or '.', starting and ending alphanumeric", k, name)
+	}
+	return nil
+}
+
+func validateLabelValue(v string) error {
+	if !labelValueRE.MatchString(v) {
+		return fmt.Errorf("%q is not a label value (at most 63 alphanumerics, '-', '_' or '.', starting and ending alphanumeric)", v)
+	}
+	return noSecret(v)
+}
+
+// kubeletSelfLabelAllowed mirrors the NodeRestriction admission plugin: a kubelet may not set labels in the
+// kubernetes.io or k8s.io namespaces except the listed keys and the kubelet.kubernetes.io and node.kubernetes.io
+// prefixes. A forbidden label would make the node's registration fail, so it is refused here.
+func kubeletSelfLabelAllowed(key string) bool {
+	i := strings.LastIndexByte(key, '/')
+	if i < 0 {
+		return true
+	}
+	prefix := key[:i]
+	restricted := func(domain string) bool { return prefix == domain || strings.HasSuffix(prefix, "."+domain) }
+	if !restricted("kubernetes.io") && !restricted("k8s.io") {
+		return true
+	}
+	switch key {
+	case "kubernetes.io/hostname", "kubernetes.io/arch", "kubernetes.io/os",
+		"topology.kubernetes.io/region", "topology.kubernetes.io/zone", "node.kubernetes.io/instance-type",
+		"beta.kubernetes.io/arch", "beta.kubernetes.io/os", "beta.kubernetes.io/instance-type",
+		"failure-domain.beta.kubernetes.io/region", "failure-domain.beta.kubernetes.io/zone":
+		return true
+	}
+	return prefix == "kubelet.kubernetes.io" || strings.HasSuffix(prefix, ".kubelet.kubernetes.io") ||
+		prefix == "node.kubernetes.io" || strings.HasSuffix(prefix, ".node.kubernetes.io")
+}

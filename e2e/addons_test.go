@@ -1,0 +1,555 @@
+//go:build e2e
+
+package e2e
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/pulumi/pulumi-kubernetes/sdk/v4/go/kubernetes"
+	"github.com/pulumi/pulumi/sdk/v3/go/auto/optdestroy"
+	"github.com/pulumi/pulumi/sdk/v3/go/auto/optup"
+	"github.com/pulumi/pulumi/sdk/v3/go/pulumi"
+
+	"github.com/dynk8s/dynk8s/infra"
+	"github.com/dynk8s/dynk8s/internal/mockcloud"
+)
+
+// Fixed values in place of what the full stack takes from pulumi-random and IAM, whose providers cannot run here.
+const (
+	e2eTokenID      = "e2etok"
+	e2eTokenSecret  = "0123456789abcdef"
+	e2eAWSKeyID     = "AKIAE2ETESTKEY000001"
+	e2eAWSSecretKey = "e2e/secret+access+key+not+real+000000"
+
+	autoscalerSA = "cluster-autoscaler"
+	cleanupSA    = "dynk8s-stale-node-cleanup"
+	nthSA        = "aws-node-termination-handler"
+)
+
+// devConfig is the dev stack's validated config, read from the repository's own Pulumi.dev.yaml so this test runs
+// what an operator would deploy.
+func devConfig(t *testing.T) *infra.Config {
+	t.Helper()
+	sc, err := mockcloud.LoadStackFile(filepath.Join("..", "Pulumi.dev.yaml"))
+	if err != nil {
+		t.Fatalf("read dev stack: %v", err)
+	}
+	cfg, err := infra.ParseConfig(func(key string) (string, bool) {
+		v, ok := sc.Values[key]
+		return v, ok
+	})
+	if err != nil {
+		t.Fatalf("dev stack config: %v", err)
+	}
+	return cfg
+}
+
+// addonsProgram declares the real component as the stack does, against the test's API server. pools is read on
+// every run, so a test can change it between updates.
+func addonsProgram(c cluster, cfg *infra.Config, pools *[]infra.NodePoolConfig) pulumi.RunFunc {
+	return func(ctx *pulumi.Context) error {
+		kubeconfig, err := os.ReadFile(c.Kubeconfig)
+		if err != nil {
+			return err
+		}
+		p, err := kubernetes.NewProvider(ctx, "e2e-cluster", &kubernetes.ProviderArgs{
+			Kubeconfig: pulumi.String(string(kubeconfig)),
+		})
+		if err != nil {
+			return err
+		}
+		_, err = infra.NewClusterAddons(ctx, "addons", &infra.ClusterAddonsArgs{
+			ClusterName:          cfg.ClusterName,
+			Region:               cfg.Region,
+			KubernetesVersion:    cfg.Kubernetes.Version,
+			Autoscaler:           cfg.Autoscaler,
+			Fuse:                 cfg.Fuse,
+			Cleanup:              cfg.Cleanup,
+			TerminationHandler:   cfg.TerminationHandler,
+			Pools:                *pools,
+			AWSAccessKeyID:       pulumi.String(e2eAWSKeyID),
+			AWSSecretAccessKey:   pulumi.String(e2eAWSSecretKey),
+			BootstrapTokenID:     pulumi.String(e2eTokenID),
+			BootstrapTokenSecret: pulumi.String(e2eTokenSecret),
+			// No kubelet runs here, so no workload ever becomes ready; the provider must not wait for it.
+			SkipAwait: true,
+		}, pulumi.Providers(p))
+		return err
+	}
+}
+
+// TestClusterAddonsLifecycle runs the component through up, a no-op up, an in-place update and destroy, checking
+// the live objects, their RBAC and the bootstrap token against the real API server at each step. The steps share
+// one stack and depend on each other, so the first failure ends the test.
+func TestClusterAddonsLifecycle(t *testing.T) {
+	c := requireCluster(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 12*time.Minute)
+	defer cancel()
+
+	cfg := devConfig(t)
+	pools := slices.Clone(cfg.NodePools)
+	spotPool := slices.IndexFunc(pools, func(p infra.NodePoolConfig) bool { return p.Spot && len(p.Taints) > 0 })
+	if spotPool < 0 {
+		t.Fatal("the dev stack has no tainted spot pool; the taint update step needs one")
+	}
+	s := newStack(ctx, t, c, addonsProgram(c, cfg, &pools))
+	destroyed := false
+	t.Cleanup(func() {
+		if destroyed {
+			return
+		}
+		// Leave the shared API server clean for the other tests even after a failure.
+		dctx, dcancel := context.WithTimeout(context.Background(), 3*time.Minute)
+		defer dcancel()
+		if _, err := s.Destroy(dctx, optdestroy.ProgressStreams(s.log)); err != nil {
+			t.Logf("cleanup destroy: %v", err)
+		}
+	})
+
+	// 1. up succeeds and every object the stack manages exists, as the very object Pulumi created.
+	start := time.Now()
+	up, err := s.Up(ctx, optup.ProgressStreams(s.log), optup.ErrorProgressStreams(s.log))
+	if err != nil {
+		t.Fatalf("up: %v", err)
+	}
+	t.Logf("first up: %s, %v", time.Since(start).Round(time.Millisecond), changes(*up.Summary.ResourceChanges))
+	objs, err := s.objects(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(objs) == 0 {
+		t.Fatal(errNoObjects)
+	}
+	uids := map[string]string{}
+	for _, o := range objs {
+		var live struct {
+			Metadata struct {
+				UID string `json:"uid"`
+			} `json:"metadata"`
+		}
+		if err := c.getJSON(ctx, &live, o.args()...); err != nil {
+			t.Errorf("%s: %v", o, err)
+			continue
+		}
+		if live.Metadata.UID != o.UID {
+			t.Errorf("%s: live uid %s, state uid %s", o, live.Metadata.UID, o.UID)
+		}
+		uids[o.URN] = o.UID
+	}
+	t.Logf("%d objects live: %v", len(objs), objs)
+	for _, want := range []string{
+		"ServiceAccount kube-system/" + autoscalerSA,
+		"Deployment kube-system/" + autoscalerSA,
+		"ClusterRole " + autoscalerSA,
+		"Secret kube-system/bootstrap-token-" + e2eTokenID,
+		"ServiceAccount kube-system/" + cleanupSA,
+		"CronJob kube-system/" + cleanupSA,
+		"ServiceAccount kube-system/" + nthSA,
+		"DaemonSet kube-system/" + nthSA,
+	} {
+		if !slices.ContainsFunc(objs, func(o k8sObject) bool { return o.String() == want }) {
+			t.Errorf("the stack does not manage %s", want)
+		}
+	}
+	checkDeclared(ctx, t, c, cfg)
+	if t.Failed() {
+		t.FailNow()
+	}
+
+	// 2. RBAC suffices, and no more.
+	checkRBAC(ctx, t, c)
+
+	// 3. The bootstrap token authenticates as a kubeadm node join token.
+	checkBootstrapToken(ctx, t, c)
+	if t.Failed() {
+		t.FailNow()
+	}
+
+	// 4a. A second up with the same config changes nothing.
+	start = time.Now()
+	again, err := s.Up(ctx, optup.ExpectNoChanges(), optup.ProgressStreams(s.log), optup.ErrorProgressStreams(s.log))
+	if err != nil {
+		t.Fatalf("second up: %v", err)
+	}
+	if ch := changes(*again.Summary.ResourceChanges); len(ch) != 0 {
+		t.Fatalf("second up changed %v", ch)
+	}
+	t.Logf("second up: %s, no changes", time.Since(start).Round(time.Millisecond))
+
+	// 4b. A changed pool taint updates the objects that tolerate it in place.
+	oldTaint := pools[spotPool].Taints[0]
+	newTaint := oldTaint
+	newTaint.Value = oldTaint.Value + "-e2e"
+	pools[spotPool] = clonePool(pools[spotPool])
+	pools[spotPool].Taints[0] = newTaint
+	start = time.Now()
+	upd, err := s.Up(ctx, optup.ProgressStreams(s.log), optup.ErrorProgressStreams(s.log))
+	if err != nil {
+		t.Fatalf("taint update up: %v", err)
+	}
+	ch := changes(*upd.Summary.ResourceChanges)
+	t.Logf("taint update: %s, %v", time.Since(start).Round(time.Millisecond), ch)
+	if ch["update"] == 0 || len(ch) != 1 {
+		t.Errorf("taint change: got %v, want only updates", ch)
+	}
+	after, err := s.objects(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(after) != len(objs) {
+		t.Errorf("taint change: %d objects before, %d after", len(objs), len(after))
+	}
+	for _, o := range after {
+		if uids[o.URN] != o.UID {
+			t.Errorf("%s: replaced (uid %s -> %s), want an in-place update", o, uids[o.URN], o.UID)
+		}
+	}
+	checkTolerations(ctx, t, c, objs, oldTaint, newTaint)
+
+	// 5. destroy leaves none of the stack's objects behind.
+	start = time.Now()
+	if _, err := s.Destroy(ctx, optdestroy.ProgressStreams(s.log)); err != nil {
+		t.Fatalf("destroy: %v", err)
+	}
+	destroyed = true
+	t.Logf("destroy: %s", time.Since(start).Round(time.Millisecond))
+	for _, o := range objs {
+		_, err := c.kubectl(ctx, append([]string{"get"}, o.args()...)...)
+		switch {
+		case err == nil:
+			t.Errorf("%s still exists after destroy", o)
+		case !isNotFound(err):
+			t.Errorf("%s: %v", o, err)
+		}
+	}
+	// What the workloads made (ReplicaSets, pods, a Job if the schedule fired) is deleted by the garbage collector
+	// after destroy returns, so give it a moment; anything still there then was leaked.
+	deadline := time.Now().Add(time.Minute)
+	for {
+		left, err := c.kubectl(ctx, "get", "all,secrets,configmaps,serviceaccounts,roles,rolebindings,"+
+			"clusterroles,clusterrolebindings", "-A", "-l", "app.kubernetes.io/part-of=dynk8s", "-o", "name")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if strings.TrimSpace(left) == "" {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Errorf("objects labelled part-of=dynk8s left a minute after destroy:\n%s", left)
+			break
+		}
+		time.Sleep(time.Second)
+	}
+}
+
+func clonePool(p infra.NodePoolConfig) infra.NodePoolConfig {
+	p.Taints = slices.Clone(p.Taints)
+	p.InstanceTypes = slices.Clone(p.InstanceTypes)
+	return p
+}
+
+// checkDeclared reads back the objects whose content matters most and compares them with the dev config.
+func checkDeclared(ctx context.Context, t *testing.T, c cluster, cfg *infra.Config) {
+	t.Helper()
+	var dep struct {
+		Spec struct {
+			Template struct {
+				Spec struct {
+					ServiceAccountName string `json:"serviceAccountName"`
+					Containers         []struct {
+						Image   string   `json:"image"`
+						Command []string `json:"command"`
+						Args    []string `json:"args"`
+						Env     []struct {
+							Name      string `json:"name"`
+							Value     string `json:"value"`
+							ValueFrom *struct {
+								SecretKeyRef *struct {
+									Name string `json:"name"`
+								} `json:"secretKeyRef"`
+							} `json:"valueFrom"`
+						} `json:"env"`
+					} `json:"containers"`
+				} `json:"spec"`
+			} `json:"template"`
+		} `json:"spec"`
+	}
+	if err := c.getJSON(ctx, &dep, "deployment.v1.apps", autoscalerSA, "-n", "kube-system"); err != nil {
+		t.Errorf("autoscaler deployment: %v", err)
+		return
+	}
+	pod := dep.Spec.Template.Spec
+	if pod.ServiceAccountName != autoscalerSA || len(pod.Containers) != 1 {
+		t.Errorf("autoscaler pod: service account %q, %d containers", pod.ServiceAccountName, len(pod.Containers))
+		return
+	}
+	ctr := pod.Containers[0]
+	if want := "registry.k8s.io/autoscaling/cluster-autoscaler:v" + cfg.Autoscaler.Version; ctr.Image != want {
+		t.Errorf("autoscaler image %q, want %q", ctr.Image, want)
+	}
+	flags := append(slices.Clone(ctr.Command), ctr.Args...)
+	for _, want := range []string{
+		"--cloud-provider=aws",
+		"--node-group-auto-discovery=asg:tag=k8s.io/cluster-autoscaler/enabled,k8s.io/cluster-autoscaler/" +
+			cfg.ClusterName,
+		"--expander=" + cfg.Autoscaler.Expander,
+		"--scale-down-unneeded-time=" + cfg.Autoscaler.ScaleDownUnneededTime,
+	} {
+		if !slices.Contains(flags, want) {
+			t.Errorf("autoscaler flags %q lack %q", flags, want)
+		}
+	}
+	env := map[string]string{}
+	for _, e := range ctr.Env {
+		switch {
+		case e.ValueFrom != nil && e.ValueFrom.SecretKeyRef != nil:
+			env[e.Name] = "secret:" + e.ValueFrom.SecretKeyRef.Name
+		default:
+			env[e.Name] = e.Value
+		}
+	}
+	if env["AWS_REGION"] != cfg.Region {
+		t.Errorf("AWS_REGION %q, want %q", env["AWS_REGION"], cfg.Region)
+	}
+	for _, k := range []string{"AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY"} {
+		if !strings.HasPrefix(env[k], "secret:") {
+			t.Errorf("%s is %q, want a secretKeyRef", k, env[k])
+			continue
+		}
+		// The referenced Secret must exist and hold the key, or the pod would never start.
+		name := strings.TrimPrefix(env[k], "secret:")
+		var sec struct {
+			Data map[string]string `json:"data"`
+		}
+		if err := c.getJSON(ctx, &sec, "secret.v1.", name, "-n", "kube-system"); err != nil {
+			t.Errorf("%s: %v", k, err)
+		} else if len(sec.Data) == 0 {
+			t.Errorf("%s: secret %s is empty", k, name)
+		}
+	}
+
+	var tok struct {
+		Type string            `json:"type"`
+		Data map[string]string `json:"data"`
+	}
+	if err := c.getJSON(ctx, &tok, "secret.v1.", "bootstrap-token-"+e2eTokenID, "-n", "kube-system"); err != nil {
+		t.Errorf("bootstrap token secret: %v", err)
+		return
+	}
+	if tok.Type != "bootstrap.kubernetes.io/token" {
+		t.Errorf("bootstrap token secret type %q", tok.Type)
+	}
+	for _, k := range []string{"token-id", "token-secret", "usage-bootstrap-authentication",
+		"usage-bootstrap-signing", "auth-extra-groups"} {
+		if tok.Data[k] == "" {
+			t.Errorf("bootstrap token secret lacks %s", k)
+		}
+	}
+	if _, ok := tok.Data["expiration"]; ok {
+		t.Errorf("bootstrap token secret has an expiration; the design says it must not expire")
+	}
+}
+
+// canI is one `kubectl auth can-i` question: verb on resource (resource[.group]), optionally a subresource, an
+// object name and a namespace.
+type canI struct {
+	verb, resource, sub, name, ns string
+}
+
+func (q canI) args(sa string) []string {
+	target := q.resource
+	if q.name != "" {
+		target += "/" + q.name
+	}
+	a := []string{"auth", "can-i", q.verb, target, "--as=system:serviceaccount:kube-system:" + sa}
+	if q.sub != "" {
+		a = append(a, "--subresource="+q.sub)
+	}
+	if q.ns != "" {
+		a = append(a, "-n", q.ns)
+	} else {
+		a = append(a, "--all-namespaces")
+	}
+	return a
+}
+
+// autoscalerNeeds is the upstream AWS example's RBAC (domain-facts 1.6, from
+// cluster-autoscaler/cloudprovider/aws/examples/cluster-autoscaler-autodiscover.yaml), written out here rather
+// than taken from the component so that the test checks the component against upstream, not against itself. The
+// extensions group is left out: this API server does not serve it.
+func autoscalerNeeds() []canI {
+	var q []canI
+	add := func(resource, sub, name, ns string, verbs ...string) {
+		for _, v := range verbs {
+			q = append(q, canI{v, resource, sub, name, ns})
+		}
+	}
+	add("events", "", "", "", "create", "patch")
+	add("endpoints", "", "", "", "create", "patch")
+	add("pods", "eviction", "", "", "create")
+	add("pods", "status", "", "", "update")
+	add("endpoints", "", "cluster-autoscaler", "kube-system", "get", "update")
+	add("nodes", "", "", "", "watch", "list", "get", "update")
+	for _, r := range []string{"namespaces", "pods", "services", "replicationcontrollers", "persistentvolumeclaims",
+		"persistentvolumes"} {
+		add(r, "", "", "", "watch", "list", "get")
+	}
+	add("poddisruptionbudgets.policy", "", "", "", "watch", "list")
+	for _, r := range []string{"statefulsets", "replicasets", "daemonsets"} {
+		add(r+".apps", "", "", "", "watch", "list", "get")
+	}
+	for _, r := range []string{"deviceclasses", "resourceslices", "resourceclaims"} {
+		add(r+".resource.k8s.io", "", "", "", "watch", "list", "get")
+	}
+	for _, r := range []string{"storageclasses", "csinodes", "csidrivers", "csistoragecapacities",
+		"volumeattachments"} {
+		add(r+".storage.k8s.io", "", "", "", "watch", "list", "get")
+	}
+	add("jobs.batch", "", "", "", "get", "list", "watch", "patch")
+	add("leases.coordination.k8s.io", "", "", "kube-system", "create")
+	add("leases.coordination.k8s.io", "", "cluster-autoscaler", "kube-system", "get", "update")
+	add("configmaps", "", "", "kube-system", "create", "list", "watch")
+	for _, n := range []string{"cluster-autoscaler-status", "cluster-autoscaler-priority-expander"} {
+		add("configmaps", "", n, "kube-system", "delete", "get", "update", "watch")
+	}
+	return q
+}
+
+func checkRBAC(ctx context.Context, t *testing.T, c cluster) {
+	t.Helper()
+	type expect struct {
+		sa    string
+		q     canI
+		allow bool
+	}
+	var all []expect
+	for _, q := range autoscalerNeeds() {
+		all = append(all, expect{autoscalerSA, q, true})
+	}
+	for _, q := range []canI{
+		{verb: "get", resource: "secrets", ns: "kube-system"},
+		{verb: "delete", resource: "nodes"},
+		{verb: "create", resource: "pods", ns: "default"},
+		{verb: "update", resource: "configmaps", name: "kube-proxy", ns: "kube-system"},
+	} {
+		all = append(all, expect{autoscalerSA, q, false})
+	}
+	// The cleanup job deletes Node objects and nothing else.
+	for _, v := range []string{"get", "list", "delete"} {
+		all = append(all, expect{cleanupSA, canI{verb: v, resource: "nodes"}, true})
+	}
+	for _, q := range []canI{
+		{verb: "get", resource: "secrets", ns: "kube-system"},
+		{verb: "list", resource: "secrets"},
+		{verb: "delete", resource: "pods", ns: "default"},
+		{verb: "update", resource: "nodes"},
+	} {
+		all = append(all, expect{cleanupSA, q, false})
+	}
+	// The spot drain cordons and evicts, and reads nothing secret.
+	for _, q := range []canI{
+		{verb: "patch", resource: "nodes"},
+		{verb: "list", resource: "pods"},
+		{verb: "create", resource: "pods", sub: "eviction"},
+		{verb: "get", resource: "daemonsets.apps", ns: "kube-system"},
+	} {
+		all = append(all, expect{nthSA, q, true})
+	}
+	all = append(all, expect{nthSA, canI{verb: "get", resource: "secrets", ns: "kube-system"}, false})
+
+	for _, e := range all {
+		out, err := c.kubectl(ctx, e.q.args(e.sa)...)
+		answer := strings.TrimSpace(out)
+		// can-i exits 1 for "no"; anything but a plain yes or no is a broken question, not an answer.
+		if answer != "yes" && answer != "no" {
+			t.Errorf("%s: can-i %v: %q %v", e.sa, e.q, answer, err)
+			continue
+		}
+		if got := answer == "yes"; got != e.allow {
+			t.Errorf("%s: can-i %s %s sub=%q name=%q ns=%q: %s, want allowed=%v", e.sa, e.q.verb, e.q.resource,
+				e.q.sub, e.q.name, e.q.ns, answer, e.allow)
+		}
+	}
+	t.Logf("%d RBAC questions checked", len(all))
+}
+
+func checkBootstrapToken(ctx context.Context, t *testing.T, c cluster) {
+	t.Helper()
+	var who struct {
+		Status struct {
+			UserInfo struct {
+				Username string   `json:"username"`
+				Groups   []string `json:"groups"`
+			} `json:"userInfo"`
+		} `json:"status"`
+	}
+	out, err := c.kubectl(ctx, "auth", "whoami", "--token", e2eTokenID+"."+e2eTokenSecret, "-o", "json")
+	if err != nil {
+		t.Errorf("whoami with the bootstrap token: %v", err)
+		return
+	}
+	if err := jsonUnmarshal(out, &who); err != nil {
+		t.Error(err)
+		return
+	}
+	u := who.Status.UserInfo
+	if u.Username != "system:bootstrap:"+e2eTokenID {
+		t.Errorf("bootstrap token authenticates as %q, want system:bootstrap:%s", u.Username, e2eTokenID)
+	}
+	for _, g := range []string{"system:bootstrappers", "system:bootstrappers:kubeadm:default-node-token"} {
+		if !slices.Contains(u.Groups, g) {
+			t.Errorf("bootstrap token groups %v lack %s", u.Groups, g)
+		}
+	}
+	// A wrong secret for the same id must not authenticate, or the check above proves nothing.
+	_, err = c.kubectl(ctx, "auth", "whoami", "--token", e2eTokenID+".ffffffffffffffff", "-o", "json")
+	if err == nil || !strings.Contains(err.Error(), "Unauthorized") {
+		t.Errorf("a wrong token secret: got %v, want Unauthorized", err)
+	}
+}
+
+// checkTolerations asserts that every DaemonSet of the stack that tolerated the old taint now tolerates the new one
+// instead, and that at least one did.
+func checkTolerations(ctx context.Context, t *testing.T, c cluster, objs []k8sObject, oldT, newT infra.Taint) {
+	t.Helper()
+	type toleration struct {
+		Key, Value, Effect string
+	}
+	matched := 0
+	for _, o := range objs {
+		if o.Kind != "DaemonSet" {
+			continue
+		}
+		var ds struct {
+			Spec struct {
+				Template struct {
+					Spec struct {
+						Tolerations []toleration `json:"tolerations"`
+					} `json:"spec"`
+				} `json:"template"`
+			} `json:"spec"`
+		}
+		if err := c.getJSON(ctx, &ds, o.args()...); err != nil {
+			t.Error(err)
+			continue
+		}
+		tols := ds.Spec.Template.Spec.Tolerations
+		hasOld := slices.Contains(tols, toleration{oldT.Key, oldT.Value, oldT.Effect})
+		hasNew := slices.Contains(tols, toleration{newT.Key, newT.Value, newT.Effect})
+		if hasOld {
+			t.Errorf("%s still tolerates the old taint %v", o, oldT)
+		}
+		if hasNew {
+			matched++
+		}
+	}
+	if matched == 0 {
+		t.Errorf("no DaemonSet tolerates the new taint %v", newT)
+	}
+}

@@ -1,0 +1,11 @@
+// Package e2e holds the real-engine tests (build tag e2e): the in-cluster component run through the real Pulumi
+// engine and the real Kubernetes provider onto a real kube-apiserver, and the node join script's discovery
+// checked by the real kubeadm.
+//
+// They need the tools that hack/tools.sh builds and the throwaway control plane that hack/start-kube.sh starts:
+//
+//	hack/tools.sh && hack/start-kube.sh go test -tags e2e -count=1 ./e2e/
+//
+// Without that control plane (DYNK8S_E2E_KUBECONFIG unset) the tests skip, unless DYNK8S_REQUIRE_TOOLS is set,
+// in which case they fail: CI must never pass by quietly running nothing.
+package e2e

@@ -1,0 +1,581 @@
+//go:build e2e
+
+package e2e
+
+import (
+	"bytes"
+	"compress/gzip"
+	"context"
+	"crypto/sha256"
+	"crypto/x509"
+	"encoding/base64"
+	"encoding/hex"
+	"encoding/json"
+	"encoding/pem"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"sigs.k8s.io/yaml"
+
+	"github.com/dynk8s/dynk8s/cloudinit"
+	"github.com/dynk8s/dynk8s/infra"
+)
+
+// The instance the fake IMDS describes.
+const (
+	joinTokenID      = "e2ejn1"
+	joinTokenSecret  = "abcdef0123456789"
+	fakeInstanceID   = "i-0123456789abcdef0"
+	fakeZoneSuffix   = "a"
+	fakeNodeIP       = "10.100.1.23"
+	fakeInstanceType = "c7i.2xlarge"
+	fakeRole         = "dynk8s-homelab-node"
+	fakeIMDSToken    = "e2e-imds-session-token"
+)
+
+// TestJoinDiscovery runs the node's real join script, as the dev stack renders it, against the real API server:
+// IMDSv2 is a loopback fake, SSM is moto_server holding the token as a SecureString, and kubeadm is the real one in
+// --dry-run, so its token discovery fetches kube-public/cluster-info (signed by the real bootstrapsigner) and pins
+// the CA for real. A wrong CA hash and a wrong token secret must both stop the join.
+func TestJoinDiscovery(t *testing.T) {
+	c := requireCluster(t)
+	realKubeadm := requireTool(t, "kubeadm")
+	moto := requireTool(t, "moto_server")
+	requireTool(t, "curl")
+	requireTool(t, "python3")
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	keepEtcKubernetesClean(t)
+
+	cfg := devConfig(t)
+	token := joinTokenID + "." + joinTokenSecret
+	kubeadmInit(ctx, t, c, token)
+
+	ssm := startMoto(ctx, t, moto)
+	param := infra.JoinTokenParameter(cfg.ClusterName)
+	ssm.putSecureString(t, cfg.Region, param, token)
+	imds := newFakeIMDS(t, cfg.Region)
+
+	caHash := caCertHash(t, c.CAFile)
+	endpoint := strings.TrimPrefix(c.Server, "https://")
+	pool := cfg.NodePools[0]
+	input := func(hash string) cloudinit.NodeInput {
+		taints := make([]cloudinit.Taint, 0, len(pool.Taints))
+		for _, tt := range pool.Taints {
+			taints = append(taints, cloudinit.Taint{Key: tt.Key, Value: tt.Value, Effect: tt.Effect})
+		}
+		return cloudinit.NodeInput{
+			KubernetesVersion:  cfg.Kubernetes.Version,
+			APIServerEndpoint:  endpoint,
+			CACertHashes:       []string{hash},
+			JoinTokenParameter: param,
+			ClusterName:        cfg.ClusterName,
+			PoolName:           pool.Name,
+			Labels:             infra.PoolNodeLabels(pool),
+			Taints:             taints,
+		}
+	}
+	node := nodeEnv{realKubeadm: realKubeadm, imds: imds.URL, ssm: ssm.url}
+
+	t.Run("joins", func(t *testing.T) {
+		run := node.join(ctx, t, input(caHash), 90)
+		if run.err != nil {
+			t.Fatalf("join.sh: %v\n%s", run.err, run.output)
+		}
+		for _, want := range []string{
+			`Resource name "cluster-info", namespace "kube-public"`,
+			"This node has joined the cluster",
+			"joined the cluster as " + fakeInstanceID,
+		} {
+			if !strings.Contains(run.output, want) {
+				t.Errorf("join output lacks %q:\n%s", want, run.output)
+			}
+		}
+		checkJoinConfiguration(t, run.joinConfig, token, endpoint, caHash, cfg.Region)
+		if strings.Contains(run.calls, "kubeadm reset") {
+			t.Errorf("a successful join ran kubeadm reset:\n%s", run.calls)
+		}
+	})
+
+	t.Run("wrong CA hash", func(t *testing.T) {
+		wrong := "sha256:" + strings.Repeat("0", 64)
+		run := node.join(ctx, t, input(wrong), 8)
+		if run.err == nil {
+			t.Fatalf("join.sh succeeded with a wrong CA hash:\n%s", run.output)
+		}
+		for _, want := range []string{
+			"cluster CA found in cluster-info ConfigMap is invalid: none of the public keys",
+			"FAILED: kubeadm join: gave up",
+		} {
+			if !strings.Contains(run.output, want) {
+				t.Errorf("output lacks %q:\n%s", want, run.output)
+			}
+		}
+		// A failed join must be reset before the next attempt, or its leftovers fail the next preflight.
+		if !strings.Contains(run.calls, "kubeadm reset --force") {
+			t.Errorf("no kubeadm reset after the failed join:\n%s", run.calls)
+		}
+	})
+
+	t.Run("wrong token secret", func(t *testing.T) {
+		ssm.putSecureString(t, cfg.Region, param, joinTokenID+".ffffffffffffffff")
+		defer ssm.putSecureString(t, cfg.Region, param, token)
+		run := node.join(ctx, t, input(caHash), 8)
+		if run.err == nil {
+			t.Fatalf("join.sh succeeded with a wrong token secret:\n%s", run.output)
+		}
+		for _, want := range []string{"failed to verify JWS signature", "FAILED: kubeadm join: gave up"} {
+			if !strings.Contains(run.output, want) {
+				t.Errorf("output lacks %q:\n%s", want, run.output)
+			}
+		}
+	})
+}
+
+// kubeadmInit does what `kubeadm init` does for joining nodes, with the real kubeadm: the bootstrap token, the
+// RBAC for bootstrap tokens and anonymous cluster-info reads, and kube-public/cluster-info from the admin
+// kubeconfig (server and CA, no credentials). It then waits for the bootstrapsigner to sign cluster-info with the
+// token, which discovery needs.
+func kubeadmInit(ctx context.Context, t *testing.T, c cluster, token string) {
+	t.Helper()
+	type bootstrapToken struct {
+		Token  string   `json:"token"`
+		TTL    string   `json:"ttl"`
+		Usages []string `json:"usages"`
+		Groups []string `json:"groups"`
+	}
+	type initConfiguration struct {
+		APIVersion      string           `json:"apiVersion"`
+		Kind            string           `json:"kind"`
+		BootstrapTokens []bootstrapToken `json:"bootstrapTokens"`
+	}
+	doc, err := yaml.Marshal(initConfiguration{
+		APIVersion: "kubeadm.k8s.io/v1beta4",
+		Kind:       "InitConfiguration",
+		BootstrapTokens: []bootstrapToken{{
+			Token:  token,
+			TTL:    "1h",
+			Usages: []string{"signing", "authentication"},
+			Groups: []string{"system:bootstrappers:kubeadm:default-node-token"},
+		}},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(t.TempDir(), "init.yaml")
+	if err := os.WriteFile(path, doc, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	out, err := exec.CommandContext(ctx, "kubeadm", "init", "phase", "bootstrap-token",
+		"--kubeconfig", c.Kubeconfig, "--config", path, "--skip-token-print").CombinedOutput()
+	if err != nil {
+		t.Fatalf("kubeadm init phase bootstrap-token: %v\n%s", err, out)
+	}
+	t.Cleanup(func() {
+		// Only the token: cluster-info and the RBAC are what any kubeadm cluster has.
+		_, _ = c.kubectl(context.Background(), "-n", "kube-system", "delete", "secret", "bootstrap-token-"+joinTokenID)
+	})
+
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		var cm struct {
+			Data map[string]string `json:"data"`
+		}
+		err := c.getJSON(ctx, &cm, "configmap.v1.", "cluster-info", "-n", "kube-public")
+		if err == nil && cm.Data["jws-kubeconfig-"+joinTokenID] != "" {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("cluster-info not signed for token %s after 30 s (is the bootstrapsigner controller on?): %v",
+				joinTokenID, err)
+		}
+		time.Sleep(300 * time.Millisecond)
+	}
+}
+
+// caCertHash is kubeadm's CA pin: sha256 of the CA certificate's DER SubjectPublicKeyInfo.
+func caCertHash(t *testing.T, caFile string) string {
+	t.Helper()
+	raw, err := os.ReadFile(caFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	block, _ := pem.Decode(raw)
+	if block == nil {
+		t.Fatalf("%s: no PEM block", caFile)
+	}
+	cert, err := x509.ParseCertificate(block.Bytes)
+	if err != nil {
+		t.Fatalf("%s: %v", caFile, err)
+	}
+	sum := sha256.Sum256(cert.RawSubjectPublicKeyInfo)
+	return "sha256:" + hex.EncodeToString(sum[:])
+}
+
+// keepEtcKubernetesClean removes what kubeadm's dry run leaves on this machine: it always makes its temp dir under
+// /etc/kubernetes/tmp, whatever the flags.
+func keepEtcKubernetesClean(t *testing.T) {
+	t.Helper()
+	const dir = "/etc/kubernetes"
+	existed := map[string]bool{}
+	for _, d := range []string{dir, dir + "/tmp"} {
+		if _, err := os.Stat(d); err == nil {
+			existed[d] = true
+		}
+	}
+	before, _ := filepath.Glob(dir + "/tmp/kubeadm-join-dryrun*")
+	t.Cleanup(func() {
+		after, _ := filepath.Glob(dir + "/tmp/kubeadm-join-dryrun*")
+		for _, d := range after {
+			if !slices.Contains(before, d) {
+				if err := os.RemoveAll(d); err != nil {
+					t.Logf("clean up %s: %v", d, err)
+				}
+			}
+		}
+		for _, d := range []string{dir + "/tmp", dir} {
+			if !existed[d] {
+				_ = os.Remove(d) // only if empty: never anything kubeadm did not make for this test
+			}
+		}
+	})
+}
+
+// nodeEnv runs join.sh as a node would, with stand-ins for what only an EC2 instance has.
+type nodeEnv struct {
+	realKubeadm string
+	imds, ssm   string
+}
+
+type joinRun struct {
+	err        error
+	output     string
+	joinConfig []byte
+	calls      string
+}
+
+// join renders the pool's user data for in, writes its files under a fresh root and runs join.sh from there with
+// a deadline of deadlineSeconds.
+func (n nodeEnv) join(ctx context.Context, t *testing.T, in cloudinit.NodeInput, deadlineSeconds int) joinRun {
+	t.Helper()
+	userData, err := cloudinit.Node(in)
+	if err != nil {
+		t.Fatalf("render user data: %v", err)
+	}
+	dir := t.TempDir()
+	root := filepath.Join(dir, "root")
+	writeUserDataFiles(t, userData, root)
+
+	bin := filepath.Join(dir, "bin")
+	if err := os.MkdirAll(bin, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	stubs, err := filepath.Abs(filepath.Join("testdata", "stubs"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range []string{"dnf", "rpm", "systemctl", "logger"} {
+		if err := os.Symlink(filepath.Join(stubs, "record"), filepath.Join(bin, name)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.Symlink(filepath.Join(stubs, "kubeadm"), filepath.Join(bin, "kubeadm")); err != nil {
+		t.Fatal(err)
+	}
+
+	callLog := filepath.Join(dir, "calls.log")
+	joinCopy := filepath.Join(dir, "join-config.yaml")
+	cmd := exec.CommandContext(ctx, "bash", filepath.Join(root, "usr/local/libexec/dynk8s/join.sh"))
+	cmd.Env = append(os.Environ(),
+		"PATH="+bin+":"+os.Getenv("PATH"),
+		"DYNK8S_ROOT="+root,
+		"DYNK8S_IMDS_ENDPOINT="+n.imds,
+		"DYNK8S_SSM_ENDPOINT="+n.ssm,
+		"DYNK8S_DEADLINE_SECONDS="+strconv.Itoa(deadlineSeconds),
+		"DYNK8S_BACKOFF_MAX_MS=1000",
+		"STUB_LOG="+callLog,
+		"REAL_KUBEADM="+n.realKubeadm,
+		"JOIN_CONFIG_COPY="+joinCopy,
+	)
+	out, err := cmd.CombinedOutput()
+	run := joinRun{err: err, output: string(out)}
+	run.joinConfig, _ = os.ReadFile(joinCopy)
+	calls, _ := os.ReadFile(callLog)
+	run.calls = string(calls)
+	return run
+}
+
+// writeUserDataFiles writes the cloud-config's write_files under root, as cloud-init would on the node.
+func writeUserDataFiles(t *testing.T, userData []byte, root string) {
+	t.Helper()
+	var doc struct {
+		WriteFiles []struct {
+			Path        string `json:"path"`
+			Content     string `json:"content"`
+			Encoding    string `json:"encoding"`
+			Permissions string `json:"permissions"`
+		} `json:"write_files"`
+	}
+	if err := yaml.Unmarshal(userData, &doc); err != nil {
+		t.Fatalf("parse user data: %v", err)
+	}
+	for _, f := range doc.WriteFiles {
+		content := []byte(f.Content)
+		switch f.Encoding {
+		case "", "text/plain":
+		case "b64", "base64":
+			b, err := base64.StdEncoding.DecodeString(f.Content)
+			if err != nil {
+				t.Fatalf("%s: %v", f.Path, err)
+			}
+			content = b
+		case "gz+b64", "gzip+b64", "gz+base64", "gzip+base64":
+			b, err := base64.StdEncoding.DecodeString(f.Content)
+			if err != nil {
+				t.Fatalf("%s: %v", f.Path, err)
+			}
+			zr, err := gzip.NewReader(bytes.NewReader(b))
+			if err != nil {
+				t.Fatalf("%s: %v", f.Path, err)
+			}
+			if content, err = io.ReadAll(zr); err != nil {
+				t.Fatalf("%s: %v", f.Path, err)
+			}
+		default:
+			t.Fatalf("%s: encoding %q not handled by this test", f.Path, f.Encoding)
+		}
+		mode := os.FileMode(0o644)
+		if f.Permissions != "" {
+			m, err := strconv.ParseUint(f.Permissions, 8, 32)
+			if err != nil {
+				t.Fatalf("%s: permissions %q: %v", f.Path, f.Permissions, err)
+			}
+			mode = os.FileMode(m)
+		}
+		p := filepath.Join(root, f.Path)
+		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(p, content, mode); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// checkJoinConfiguration reads back the JoinConfiguration join.sh handed to kubeadm.
+func checkJoinConfiguration(t *testing.T, doc []byte, token, endpoint, caHash, region string) {
+	t.Helper()
+	var jc struct {
+		APIVersion string `json:"apiVersion"`
+		Kind       string `json:"kind"`
+		Discovery  struct {
+			BootstrapToken struct {
+				APIServerEndpoint string   `json:"apiServerEndpoint"`
+				Token             string   `json:"token"`
+				CACertHashes      []string `json:"caCertHashes"`
+			} `json:"bootstrapToken"`
+		} `json:"discovery"`
+		NodeRegistration struct {
+			CRISocket        string `json:"criSocket"`
+			KubeletExtraArgs []struct {
+				Name  string `json:"name"`
+				Value string `json:"value"`
+			} `json:"kubeletExtraArgs"`
+		} `json:"nodeRegistration"`
+	}
+	if len(doc) == 0 {
+		t.Fatal("kubeadm was never given a JoinConfiguration")
+	}
+	if err := yaml.Unmarshal(doc, &jc); err != nil {
+		t.Fatalf("JoinConfiguration: %v\n%s", err, doc)
+	}
+	d := jc.Discovery.BootstrapToken
+	if jc.APIVersion != "kubeadm.k8s.io/v1beta4" || jc.Kind != "JoinConfiguration" {
+		t.Errorf("JoinConfiguration is %s %s", jc.APIVersion, jc.Kind)
+	}
+	if d.Token != token || d.APIServerEndpoint != endpoint || !slices.Equal(d.CACertHashes, []string{caHash}) {
+		t.Errorf("discovery %+v, want token from SSM, endpoint %s, hashes [%s]", d, endpoint, caHash)
+	}
+	args := map[string]string{}
+	for _, a := range jc.NodeRegistration.KubeletExtraArgs {
+		args[a.Name] = a.Value
+	}
+	zone := region + fakeZoneSuffix
+	if want := "aws:///" + zone + "/" + fakeInstanceID; args["provider-id"] != want {
+		t.Errorf("provider-id %q, want %q", args["provider-id"], want)
+	}
+	if args["node-ip"] != fakeNodeIP {
+		t.Errorf("node-ip %q, want %q", args["node-ip"], fakeNodeIP)
+	}
+	for _, want := range []string{"topology.kubernetes.io/zone=" + zone, "topology.kubernetes.io/region=" + region,
+		"node.kubernetes.io/instance-type=" + fakeInstanceType} {
+		if !slices.Contains(strings.Split(args["node-labels"], ","), want) {
+			t.Errorf("node-labels %q lack %q", args["node-labels"], want)
+		}
+	}
+}
+
+// fakeIMDS serves the IMDSv2 paths join.sh reads, and only with a session token, as dynk8s instances require.
+type fakeIMDS struct {
+	*httptest.Server
+	mu       sync.Mutex
+	problems []string
+}
+
+func newFakeIMDS(t *testing.T, region string) *fakeIMDS {
+	t.Helper()
+	creds, err := json.Marshal(map[string]string{
+		"Code": "Success", "Type": "AWS-HMAC", "AccessKeyId": "ASIAE2EFAKEROLEKEY01",
+		"SecretAccessKey": "e2e/fake/role/secret/key/000000000000", "Token": "e2e-fake-session-token",
+		"Expiration": time.Now().Add(time.Hour).UTC().Format(time.RFC3339),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	values := map[string]string{
+		"/latest/meta-data/instance-id":                          fakeInstanceID,
+		"/latest/meta-data/placement/availability-zone":          region + fakeZoneSuffix,
+		"/latest/meta-data/placement/region":                     region,
+		"/latest/meta-data/local-ipv4":                           fakeNodeIP,
+		"/latest/meta-data/instance-type":                        fakeInstanceType,
+		"/latest/meta-data/iam/security-credentials/":            fakeRole,
+		"/latest/meta-data/iam/security-credentials/" + fakeRole: string(creds),
+	}
+	f := &fakeIMDS{}
+	f.Server = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/latest/api/token" {
+			if r.Method != http.MethodPut || r.Header.Get("X-aws-ec2-metadata-token-ttl-seconds") == "" {
+				f.problem("token request %s without a TTL header", r.Method)
+				http.Error(w, "bad request", http.StatusBadRequest)
+				return
+			}
+			_, _ = io.WriteString(w, fakeIMDSToken)
+			return
+		}
+		if r.Header.Get("X-aws-ec2-metadata-token") != fakeIMDSToken {
+			f.problem("%s without the IMDSv2 session token", r.URL.Path)
+			http.Error(w, "unauthorized", http.StatusUnauthorized)
+			return
+		}
+		v, ok := values[r.URL.Path]
+		if !ok {
+			http.NotFound(w, r)
+			return
+		}
+		_, _ = io.WriteString(w, v)
+	}))
+	t.Cleanup(func() {
+		f.Close()
+		f.mu.Lock()
+		defer f.mu.Unlock()
+		for _, p := range f.problems {
+			t.Errorf("fake IMDS: %s", p)
+		}
+	})
+	return f
+}
+
+func (f *fakeIMDS) problem(format string, args ...any) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.problems = append(f.problems, fmt.Sprintf(format, args...))
+}
+
+// motoSSM is a moto_server on a free loopback port, stopped with the test.
+type motoSSM struct {
+	url string
+}
+
+func startMoto(ctx context.Context, t *testing.T, bin string) *motoSSM {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	port := l.Addr().(*net.TCPAddr).Port
+	if err := l.Close(); err != nil {
+		t.Fatal(err)
+	}
+	var logs bytes.Buffer
+	cmd := exec.Command(bin, "-H", "127.0.0.1", "-p", strconv.Itoa(port))
+	cmd.Stdout, cmd.Stderr = &logs, &logs
+	// Dies with the test process even if the test is killed before its cleanup runs.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	if err := cmd.Start(); err != nil {
+		t.Fatalf("start moto_server: %v", err)
+	}
+	done := make(chan struct{})
+	go func() { _ = cmd.Wait(); close(done) }()
+	t.Cleanup(func() {
+		_ = cmd.Process.Signal(syscall.SIGTERM)
+		select {
+		case <-done:
+		case <-time.After(5 * time.Second):
+			_ = cmd.Process.Kill()
+			<-done
+		}
+		if t.Failed() {
+			t.Logf("moto_server output:\n%s", logs.String())
+		}
+	})
+	m := &motoSSM{url: "http://127.0.0.1:" + strconv.Itoa(port)}
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		resp, err := http.Get(m.url + "/moto-api/")
+		if err == nil {
+			_ = resp.Body.Close()
+			return m
+		}
+		select {
+		case <-done:
+			t.Fatalf("moto_server exited:\n%s", logs.String())
+		case <-ctx.Done():
+			t.Fatal(ctx.Err())
+		default:
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("moto_server not answering after 30 s: %v", err)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+}
+
+// putSecureString stores a SecureString the way the stack's IAM component does. moto does not check signatures,
+// so the Authorization header only carries the region (in its credential scope), which moto keys its state by.
+func (m *motoSSM) putSecureString(t *testing.T, region, name, value string) {
+	t.Helper()
+	body, err := json.Marshal(map[string]any{"Name": name, "Value": value, "Type": "SecureString", "Overwrite": true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	req, err := http.NewRequest(http.MethodPost, m.url+"/", bytes.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Content-Type", "application/x-amz-json-1.1")
+	req.Header.Set("X-Amz-Target", "AmazonSSM.PutParameter")
+	req.Header.Set("Authorization", "AWS4-HMAC-SHA256 Credential=AKIAE2ETEST/20260101/"+region+
+		"/ssm/aws4_request, SignedHeaders=host, Signature=0")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatalf("SSM PutParameter: %v", err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		b, _ := io.ReadAll(resp.Body)
+		t.Fatalf("SSM PutParameter: HTTP %d: %s", resp.StatusCode, b)
+	}
+}

@@ -1,0 +1,282 @@
+#!/usr/bin/env bash
+# Builds the real tools that the e2e tests run (Pulumi CLI, the Kubernetes provider plugin, kube-apiserver,
+# kube-controller-manager, kubectl, kubeadm) from the Go module proxy, once per version, and caches them under
+# ${XDG_CACHE_HOME:-$HOME/.cache}/dynk8s/tools/<tool>-<version>/bin. Nothing is published as a binary we can
+# download here, and none of these can be `go install`ed (replace directives), so each is built through a small
+# generated wrapper module in a temp dir, never inside this repository's module.
+#
+# Usage:
+#   hack/tools.sh               build whatever is missing, print per-tool timing
+#   hack/tools.sh --print-path  print the bin dirs, ':'-joined, to prepend to PATH (builds nothing)
+#   hack/tools.sh --check       exit 1 unless every tool is cached (builds nothing)
+set -euo pipefail
+
+readonly PULUMI_VERSION=v3.274.1
+# The provider module has no release tags and the proxy serves exactly this master pseudo-version; it is labelled
+# 4.32.0 because that is the plugin version a program on pulumi-kubernetes sdk/v4 v4.32.0 asks for.
+readonly K8S_PROVIDER_VERSION=4.32.0
+readonly K8S_PROVIDER_MODULE_VERSION=v4.0.0-20260115033456-f47bc2d6f199
+readonly KUBE_VERSION=v1.34.4
+# Staging modules (k8s.io/api, client-go, ...) are versioned v0.<minor>.<patch> alongside k8s.io/kubernetes.
+readonly KUBE_STAGING_VERSION=v0.34.4
+readonly KUBE_TOOLS=(kube-apiserver kube-controller-manager kubectl kubeadm)
+
+readonly CACHE_DIR="${DYNK8S_TOOLS_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/dynk8s/tools}"
+
+# The toolchain here cannot be swapped for a downloaded one; fail clearly instead of trying.
+export GOTOOLCHAIN=local
+export GOFLAGS="${GOFLAGS:-} -mod=mod"
+
+tool_dir() { # tool version
+	printf '%s/%s-%s\n' "$CACHE_DIR" "$1" "$2"
+}
+
+all_bins() {
+	tool_dir pulumi "$PULUMI_VERSION"
+	tool_dir pulumi-resource-kubernetes "$K8S_PROVIDER_VERSION"
+	local t
+	for t in "${KUBE_TOOLS[@]}"; do tool_dir "$t" "$KUBE_VERSION"; done
+}
+
+print_path() {
+	local d out=""
+	while read -r d; do out="${out:+$out:}$d/bin"; done < <(all_bins)
+	printf '%s\n' "$out"
+}
+
+have() { # tool version
+	[[ -x "$(tool_dir "$1" "$2")/bin/$1" ]]
+}
+
+log() {
+	printf '[tools %s] %s\n' "$(date +%H:%M:%S)" "$*" >&2
+}
+
+# run_timed LABEL CMD...: low priority so the other engineers' (and CI's) compiles keep their CPU; GNU time, when
+# present, reports the peak RSS of the build's largest process.
+run_timed() {
+	local label=$1
+	shift
+	local start=$SECONDS
+	if [[ -x /usr/bin/time ]]; then
+		/usr/bin/time -f "[tools] $label: peak RSS %M KB, %e s wall" nice -n 19 "$@"
+	else
+		nice -n 19 "$@"
+	fi
+	log "$label took $((SECONDS - start)) s"
+}
+
+# install_bin TOOL VERSION BUILT: moving the finished binary in last means an interrupted build never leaves a
+# cache entry that looks complete.
+install_bin() {
+	local dir
+	dir=$(tool_dir "$1" "$2")
+	mkdir -p "$dir/bin"
+	mv -f "$3" "$dir/bin/$1.tmp"
+	mv -f "$dir/bin/$1.tmp" "$dir/bin/$1"
+}
+
+# apply_remote_replaces GOMOD: copies a dependency's non-local replace directives (local ones point into its own
+# repository checkout, which a module zip does not have) into the wrapper's go.mod.
+apply_remote_replaces() {
+	local gomod=$1 old new newver
+	while read -r old new newver; do
+		[[ -n "$old" && "$new" != .* && "$new" != /* ]] || continue
+		go mod edit -replace="$old=$new@$newver"
+	done < <(replaces "$gomod")
+}
+
+# replaces GOMOD: prints "old new version" per replace directive of a go.mod.
+replaces() {
+	go mod edit -json "$1" | python3 -c '
+import json, sys
+for r in json.load(sys.stdin).get("Replace") or []:
+    print(r["Old"]["Path"], r["New"]["Path"], r["New"].get("Version", ""))
+'
+}
+
+modcache_dir() { # module version
+	go mod download -json "$1@$2" | python3 -c 'import json, sys; print(json.load(sys.stdin)["Dir"])'
+}
+
+build_pulumi() {
+	if have pulumi "$PULUMI_VERSION"; then
+		log "pulumi $PULUMI_VERSION cached"
+		return
+	fi
+	local start=$SECONDS w src
+	w=$(mktemp -d "$WORK/pulumi.XXXX")
+	log "building pulumi $PULUMI_VERSION in $w"
+	src=$(modcache_dir github.com/pulumi/pulumi/pkg/v3 "$PULUMI_VERSION")
+	(
+		cd "$w"
+		go mod init wrap/pulumi >/dev/null 2>&1
+		# cmd/pulumi is three non-test files; NewPulumiCmd lives in pulumi.go.
+		cp "$src"/cmd/pulumi/{doc,main,pulumi}.go .
+		chmod u+w ./*.go
+		go mod edit -require="github.com/pulumi/pulumi/pkg/v3@$PULUMI_VERSION" \
+			-require="github.com/pulumi/pulumi/sdk/v3@$PULUMI_VERSION"
+		apply_remote_replaces "$src/go.mod"
+		run_timed "pulumi: go mod tidy" go mod tidy
+		# The Automation API parses `pulumi version`, and version.Version is only ever set through ldflags.
+		run_timed "pulumi: go build" go build -trimpath -o "$w/pulumi" \
+			-ldflags "-s -w -X github.com/pulumi/pulumi/sdk/v3/go/common/version.Version=$PULUMI_VERSION" .
+	)
+	install_bin pulumi "$PULUMI_VERSION" "$w/pulumi"
+	log "pulumi $PULUMI_VERSION built in $((SECONDS - start)) s"
+}
+
+build_k8s_provider() {
+	if have pulumi-resource-kubernetes "$K8S_PROVIDER_VERSION"; then
+		log "pulumi-resource-kubernetes $K8S_PROVIDER_VERSION cached"
+		return
+	fi
+	local start=$SECONDS w src mod=github.com/pulumi/pulumi-kubernetes/provider/v4
+	w=$(mktemp -d "$WORK/k8sprov.XXXX")
+	log "building pulumi-resource-kubernetes $K8S_PROVIDER_VERSION ($K8S_PROVIDER_MODULE_VERSION) in $w"
+	src=$(modcache_dir "$mod" "$K8S_PROVIDER_MODULE_VERSION")/cmd/pulumi-resource-kubernetes
+	(
+		cd "$w"
+		mkdir gen
+		go mod init wrap/k8sprov >/dev/null 2>&1
+		# main.go embeds schema-embed.json, which the module zip lacks: generate.go makes it from schema.json.
+		cp "$src"/{main.go,schema.json,terraform-mapping.json} .
+		cp "$src"/generate.go gen/
+		chmod -R u+w .
+		# Its only replace points the SDK at ../sdk; without it MVS picks a served sdk/v4, which is all it needs.
+		go mod edit -require="$mod@$K8S_PROVIDER_MODULE_VERSION"
+		run_timed "pulumi-resource-kubernetes: go mod tidy" go mod tidy
+		run_timed "pulumi-resource-kubernetes: generate" env VERSION="$K8S_PROVIDER_VERSION" go run ./gen/generate.go
+		rm -rf gen
+		run_timed "pulumi-resource-kubernetes: go build" go build -trimpath -o "$w/pulumi-resource-kubernetes" \
+			-ldflags "-s -w -X $mod/pkg/version.Version=$K8S_PROVIDER_VERSION" .
+	)
+	install_bin pulumi-resource-kubernetes "$K8S_PROVIDER_VERSION" "$w/pulumi-resource-kubernetes"
+	log "pulumi-resource-kubernetes $K8S_PROVIDER_VERSION built in $((SECONDS - start)) s"
+}
+
+# kube_main TOOL: the main package's file in k8s.io/kubernetes.
+kube_main() {
+	case $1 in
+	kube-apiserver) echo cmd/kube-apiserver/apiserver.go ;;
+	kube-controller-manager) echo cmd/kube-controller-manager/controller-manager.go ;;
+	kubectl) echo cmd/kubectl/kubectl.go ;;
+	kubeadm) echo cmd/kubeadm/kubeadm.go ;;
+	*) return 1 ;;
+	esac
+}
+
+build_kube() {
+	local missing=() t
+	for t in "${KUBE_TOOLS[@]}"; do
+		if have "$t" "$KUBE_VERSION"; then
+			log "$t $KUBE_VERSION cached"
+		else
+			missing+=("$t")
+		fi
+	done
+	((${#missing[@]})) || return 0
+
+	local start=$SECONDS w src mod=k8s.io/kubernetes
+	w=$(mktemp -d "$WORK/kube.XXXX")
+	log "building ${missing[*]} $KUBE_VERSION in $w"
+	src=$(modcache_dir "$mod" "$KUBE_VERSION")
+	(
+		cd "$w"
+		go mod init wrap/kube >/dev/null 2>&1
+		go mod edit -require="$mod@$KUBE_VERSION"
+		# k8s.io/kubernetes replaces every staging module with ./staging/src/...; point each at its served release.
+		local old new ver
+		while read -r old new ver; do
+			if [[ "$new" == ./staging/* ]]; then
+				go mod edit -replace="$old=$old@$KUBE_STAGING_VERSION"
+			elif [[ "$new" != .* && "$new" != /* ]]; then
+				go mod edit -replace="$old=$new@$ver"
+			fi
+		done < <(replaces "$src/go.mod")
+		for t in "${missing[@]}"; do
+			mkdir -p "cmd/$t"
+			cp "$src/$(kube_main "$t")" "cmd/$t/main.go"
+			chmod u+w "cmd/$t/main.go"
+		done
+		run_timed "kube: go mod tidy" go mod tidy
+	)
+	local ld
+	ld=$(kube_ldflags)
+	for t in "${missing[@]}"; do
+		local ts=$SECONDS
+		(cd "$w" && run_timed "$t: go build" go build -trimpath -o "$w/bin/$t" -ldflags "$ld" "./cmd/$t")
+		install_bin "$t" "$KUBE_VERSION" "$w/bin/$t"
+		log "$t $KUBE_VERSION built in $((SECONDS - ts)) s"
+	done
+	log "kube tools built in $((SECONDS - start)) s"
+}
+
+# kube_ldflags: kubeadm and kubectl compare their own version with the server's, and kubeadm derives defaults from
+# it; unset, gitVersion reads as v0.0.0-master.
+kube_ldflags() {
+	local v=${KUBE_VERSION#v} major minor pkg ld="-s -w"
+	major=${v%%.*}
+	minor=${v#*.}
+	minor=${minor%%.*}
+	for pkg in k8s.io/component-base/version k8s.io/client-go/pkg/version; do
+		ld+=" -X $pkg.gitVersion=$KUBE_VERSION -X $pkg.gitMajor=$major -X $pkg.gitMinor=$minor"
+		ld+=" -X $pkg.gitTreeState=clean -X $pkg.buildDate=1970-01-01T00:00:00Z"
+	done
+	printf '%s\n' "$ld"
+}
+
+ensure_etcd() {
+	if command -v etcd >/dev/null 2>&1; then
+		log "etcd $(etcd --version 2>/dev/null | head -n1 | awk '{print $NF}') present"
+		return
+	fi
+	log "installing etcd-server from Debian"
+	if ! DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends etcd-server >/dev/null; then
+		apt-get update >/dev/null
+		DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends etcd-server >/dev/null
+	fi
+}
+
+main() {
+	case ${1:-} in
+	--print-path)
+		print_path
+		return
+		;;
+	--check)
+		local ok=0
+		have pulumi "$PULUMI_VERSION" || ok=1
+		have pulumi-resource-kubernetes "$K8S_PROVIDER_VERSION" || ok=1
+		local t
+		for t in "${KUBE_TOOLS[@]}"; do have "$t" "$KUBE_VERSION" || ok=1; done
+		command -v etcd >/dev/null 2>&1 || ok=1
+		return "$ok"
+		;;
+	"") ;;
+	*)
+		echo "usage: $0 [--print-path|--check]" >&2
+		return 2
+		;;
+	esac
+
+	command -v go >/dev/null || {
+		echo "tools.sh: go not found" >&2
+		return 1
+	}
+	command -v python3 >/dev/null || {
+		echo "tools.sh: python3 not found (used to read go.mod JSON)" >&2
+		return 1
+	}
+	local start=$SECONDS
+	WORK=$(mktemp -d "${TMPDIR:-/tmp}/dynk8s-tools.XXXXXX")
+	trap 'rm -rf "$WORK"' EXIT
+	ensure_etcd
+	# One build after another: the machine has two cores shared with everyone else's compiles.
+	build_kube
+	build_pulumi
+	build_k8s_provider
+	log "all tools ready in $((SECONDS - start)) s; PATH entries: $(print_path)"
+}
+
+main "$@"

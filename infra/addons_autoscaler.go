@@ -1,0 +1,291 @@
+package infra
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+
+	appsv1 "github.com/pulumi/pulumi-kubernetes/sdk/v4/go/kubernetes/apps/v1"
+	corev1 "github.com/pulumi/pulumi-kubernetes/sdk/v4/go/kubernetes/core/v1"
+	metav1 "github.com/pulumi/pulumi-kubernetes/sdk/v4/go/kubernetes/meta/v1"
+	rbacv1 "github.com/pulumi/pulumi-kubernetes/sdk/v4/go/kubernetes/rbac/v1"
+	"github.com/pulumi/pulumi/sdk/v3/go/pulumi"
+)
+
+// The names are upstream's: the autoscaler's leader-election lease and its status ConfigMap carry the same name,
+// and the RBAC rules below grant access to exactly those names.
+const (
+	autoscalerName            = "cluster-autoscaler"
+	autoscalerCredentialsName = "cluster-autoscaler-aws-credentials"
+	// autoscalerUID is the nobody user of the distroless/static:nonroot base image, as upstream runs it.
+	autoscalerUID = 65534
+	// autoscalerMetricsPort serves /metrics and /health-check.
+	autoscalerMetricsPort = 8085
+	// autoscalerKeyChecksumAnnotation changes with the access key id, so that a rotated key rolls the pod: the
+	// environment from a secretKeyRef is read only when the container starts, and the old key is deleted soon
+	// after the new one exists.
+	autoscalerKeyChecksumAnnotation = "dynk8s.io/aws-access-key-id-sha256"
+)
+
+// autoscalerArgs are the autoscaler's command-line flags.
+func autoscalerArgs(clusterName string, cfg AutoscalerConfig) []string {
+	return []string{
+		"--cloud-provider=aws",
+		// Both tag keys must be on an ASG; the second keeps clusters that share an account apart.
+		"--node-group-auto-discovery=asg:tag=k8s.io/cluster-autoscaler/enabled,k8s.io/cluster-autoscaler/" + clusterName,
+		"--expander=" + cfg.Expander,
+		// Pools of one shape in several zones are balanced instead of filling one zone.
+		"--balance-similar-node-groups=true",
+		// Build agents use emptyDir; with the default (true) such a node would never be scaled down.
+		"--skip-nodes-with-local-storage=false",
+		"--scale-down-unneeded-time=" + cfg.ScaleDownUnneededTime,
+		"--stderrthreshold=info",
+		"--v=4",
+	}
+}
+
+// autoscalerClusterRules are the ClusterRole rules of the upstream AWS example
+// (cluster-autoscaler/cloudprovider/aws/examples/cluster-autoscaler-autodiscover.yaml, master as of 2026-04).
+// They are a superset of what older releases need; a rule on a resource the API server does not serve (the
+// resource.k8s.io DRA kinds on an old cluster) grants nothing, so one set serves every supported minor.
+func autoscalerClusterRules() rbacv1.PolicyRuleArray {
+	return rbacv1.PolicyRuleArray{
+		addonsRule([]string{""}, []string{"events", "endpoints"}, nil, "create", "patch"),
+		addonsRule([]string{""}, []string{"pods/eviction"}, nil, "create"),
+		addonsRule([]string{""}, []string{"pods/status"}, nil, "update"),
+		addonsRule([]string{""}, []string{"endpoints"}, []string{autoscalerName}, "get", "update"),
+		addonsRule([]string{""}, []string{"nodes"}, nil, "watch", "list", "get", "update"),
+		addonsRule([]string{""}, []string{"namespaces", "pods", "services", "replicationcontrollers",
+			"persistentvolumeclaims", "persistentvolumes"}, nil, "watch", "list", "get"),
+		addonsRule([]string{"extensions"}, []string{"replicasets", "daemonsets"}, nil, "watch", "list", "get"),
+		addonsRule([]string{"policy"}, []string{"poddisruptionbudgets"}, nil, "watch", "list"),
+		addonsRule([]string{"apps"}, []string{"statefulsets", "replicasets", "daemonsets"}, nil,
+			"watch", "list", "get"),
+		addonsRule([]string{"resource.k8s.io"}, []string{"deviceclasses", "resourceslices", "resourceclaims"}, nil,
+			"watch", "list", "get"),
+		addonsRule([]string{"storage.k8s.io"}, []string{"storageclasses", "csinodes", "csidrivers",
+			"csistoragecapacities", "volumeattachments"}, nil, "watch", "list", "get"),
+		addonsRule([]string{"batch", "extensions"}, []string{"jobs"}, nil, "get", "list", "watch", "patch"),
+		addonsRule([]string{"coordination.k8s.io"}, []string{"leases"}, nil, "create"),
+		addonsRule([]string{"coordination.k8s.io"}, []string{"leases"}, []string{autoscalerName}, "get", "update"),
+	}
+}
+
+// autoscalerNamespaceRules are the Role rules in kube-system of the same example: its status and priority-expander
+// ConfigMaps.
+func autoscalerNamespaceRules() rbacv1.PolicyRuleArray {
+	return rbacv1.PolicyRuleArray{
+		addonsRule([]string{""}, []string{"configmaps"}, nil, "create", "list", "watch"),
+		addonsRule([]string{""}, []string{"configmaps"},
+			[]string{"cluster-autoscaler-status", "cluster-autoscaler-priority-expander"},
+			"delete", "get", "update", "watch"),
+	}
+}
+
+// addonsRule is one RBAC policy rule.
+func addonsRule(groups, resources, names []string, verbs ...string) *rbacv1.PolicyRuleArgs {
+	r := &rbacv1.PolicyRuleArgs{
+		ApiGroups: pulumi.ToStringArray(groups),
+		Resources: pulumi.ToStringArray(resources),
+		Verbs:     pulumi.ToStringArray(verbs),
+	}
+	if len(names) > 0 {
+		r.ResourceNames = pulumi.ToStringArray(names)
+	}
+	return r
+}
+
+// autoscaler declares the Cluster Autoscaler and returns its image.
+func (b *addonsBuilder) autoscaler() (string, error) {
+	a := b.args
+	image := autoscalerImage(a.Autoscaler.Version)
+
+	sa, err := b.serviceAccount("autoscaler-sa", autoscalerName, autoscalerName)
+	if err != nil {
+		return "", err
+	}
+	crb, rb, err := b.bindRoles("autoscaler", autoscalerName, autoscalerName, autoscalerClusterRules(),
+		autoscalerNamespaceRules())
+	if err != nil {
+		return "", err
+	}
+
+	// The key id is not secret by itself but is kept secret along with the key; the secret access key is wrapped
+	// here so that it stays secret even when the caller passes a plain value.
+	secretKey, ok := pulumi.ToSecret(a.AWSSecretAccessKey.ToStringOutput()).(pulumi.StringOutput)
+	if !ok {
+		return "", errors.New("wrapping the secret access key as a secret did not give a string output")
+	}
+	creds, err := corev1.NewSecret(b.ctx, b.childName("autoscaler-credentials"), &corev1.SecretArgs{
+		Metadata: b.objectMeta(autoscalerCredentialsName, addonsNamespace, autoscalerName),
+		Type:     pulumi.String("Opaque"),
+		StringData: pulumi.StringMap{
+			"aws_access_key_id":     a.AWSAccessKeyID,
+			"aws_secret_access_key": secretKey,
+		},
+	}, b.parent)
+	if err != nil {
+		return "", fmt.Errorf("credentials secret: %w", err)
+	}
+
+	// A digest of the key id is no secret, so it may be a plain annotation; unwrapping keeps the pod template
+	// readable in diffs.
+	keyChecksum, ok := pulumi.Unsecret(a.AWSAccessKeyID.ToStringOutput().ApplyT(func(id string) string {
+		sum := sha256.Sum256([]byte(id))
+		return hex.EncodeToString(sum[:])[:16]
+	})).(pulumi.StringOutput)
+	if !ok {
+		return "", errors.New("the access key checksum is not a string output")
+	}
+
+	secretEnv := func(name, key string) *corev1.EnvVarArgs {
+		return &corev1.EnvVarArgs{
+			Name: pulumi.String(name),
+			ValueFrom: &corev1.EnvVarSourceArgs{
+				SecretKeyRef: &corev1.SecretKeySelectorArgs{
+					Name: pulumi.String(autoscalerCredentialsName),
+					Key:  pulumi.String(key),
+				},
+			},
+		}
+	}
+
+	_, err = appsv1.NewDeployment(b.ctx, b.childName("autoscaler"), &appsv1.DeploymentArgs{
+		Metadata: b.workloadMeta(autoscalerName, autoscalerName),
+		Spec: &appsv1.DeploymentSpecArgs{
+			// One replica: the autoscaler elects a leader, a second one would only wait.
+			Replicas: pulumi.Int(1),
+			Selector: addonsSelector(autoscalerName),
+			Template: &corev1.PodTemplateSpecArgs{
+				Metadata: &metav1.ObjectMetaArgs{
+					Labels: addonsLabels(autoscalerName),
+					Annotations: pulumi.StringMap{
+						"prometheus.io/scrape":          pulumi.String("true"),
+						"prometheus.io/port":            pulumi.String(fmt.Sprint(autoscalerMetricsPort)),
+						autoscalerKeyChecksumAnnotation: keyChecksum,
+					},
+				},
+				Spec: &corev1.PodSpecArgs{
+					PriorityClassName:  pulumi.String("system-cluster-critical"),
+					ServiceAccountName: pulumi.String(autoscalerName),
+					SecurityContext:    addonsNonRootPod(autoscalerUID),
+					// Never on a dynk8s pool node: the autoscaler would scale away the node it runs on, and
+					// with all pools at zero it would have nowhere to run.
+					Affinity: addonsPoolAffinity(false),
+					Containers: corev1.ContainerArray{
+						&corev1.ContainerArgs{
+							Name:  pulumi.String(autoscalerName),
+							Image: pulumi.String(image),
+							// The image is distroless/static:nonroot: no shell, the binary at /cluster-autoscaler,
+							// and its own CA certificates. Upstream's example mounts the host's CA bundle over
+							// them, but the path differs per host OS (a missing file becomes an empty directory
+							// and breaks TLS), so nothing is mounted.
+							Command: pulumi.StringArray{pulumi.String("/cluster-autoscaler")},
+							Args:    pulumi.ToStringArray(autoscalerArgs(a.ClusterName, a.Autoscaler)),
+							Env: corev1.EnvVarArray{
+								&corev1.EnvVarArgs{Name: pulumi.String("AWS_REGION"), Value: pulumi.String(a.Region)},
+								secretEnv("AWS_ACCESS_KEY_ID", "aws_access_key_id"),
+								secretEnv("AWS_SECRET_ACCESS_KEY", "aws_secret_access_key"),
+							},
+							Ports: corev1.ContainerPortArray{
+								&corev1.ContainerPortArgs{
+									Name:          pulumi.String("http-metrics"),
+									ContainerPort: pulumi.Int(autoscalerMetricsPort),
+									Protocol:      pulumi.String("TCP"),
+								},
+							},
+							// /health-check fails when the main loop has not run for a while (e.g. AWS refuses
+							// the key); a restart makes that visible instead of a silently idle autoscaler.
+							LivenessProbe: &corev1.ProbeArgs{
+								HttpGet: &corev1.HTTPGetActionArgs{
+									Path: pulumi.String("/health-check"),
+									Port: pulumi.String("http-metrics"),
+								},
+								InitialDelaySeconds: pulumi.Int(60),
+								PeriodSeconds:       pulumi.Int(30),
+							},
+							// Upstream's figures, requests equal to limits.
+							Resources:       addonsResources("100m", "600Mi", "100m", "600Mi"),
+							SecurityContext: addonsRestrictedContainer(autoscalerUID),
+						},
+					},
+				},
+			},
+		},
+	}, b.parent, pulumi.DependsOn(addonsDeps(sa, crb, rb, creds)))
+	if err != nil {
+		return "", fmt.Errorf("deployment: %w", err)
+	}
+	return image, nil
+}
+
+// bindRoles declares a ClusterRole with clusterRules bound to the kube-system service account saName and, when
+// namespaceRules is not empty, a Role in kube-system with those rules bound to the same account. All objects are
+// named objectName.
+func (b *addonsBuilder) bindRoles(prefix, objectName, saName string, clusterRules,
+	namespaceRules rbacv1.PolicyRuleArray) (crb, rb pulumi.Resource, err error) {
+	component := objectName
+	subjects := rbacv1.SubjectArray{
+		&rbacv1.SubjectArgs{
+			Kind:      pulumi.String("ServiceAccount"),
+			Name:      pulumi.String(saName),
+			Namespace: pulumi.String(addonsNamespace),
+		},
+	}
+	cr, err := rbacv1.NewClusterRole(b.ctx, b.childName(prefix+"-clusterrole"), &rbacv1.ClusterRoleArgs{
+		Metadata: b.objectMeta(objectName, "", component),
+		Rules:    clusterRules,
+	}, b.parent)
+	if err != nil {
+		return nil, nil, fmt.Errorf("cluster role %s: %w", objectName, err)
+	}
+	crb, err = rbacv1.NewClusterRoleBinding(b.ctx, b.childName(prefix+"-clusterrolebinding"),
+		&rbacv1.ClusterRoleBindingArgs{
+			Metadata: b.objectMeta(objectName, "", component),
+			RoleRef: &rbacv1.RoleRefArgs{
+				ApiGroup: pulumi.String("rbac.authorization.k8s.io"),
+				Kind:     pulumi.String("ClusterRole"),
+				Name:     pulumi.String(objectName),
+			},
+			Subjects: subjects,
+		}, b.parent, pulumi.DependsOn([]pulumi.Resource{cr}))
+	if err != nil {
+		return nil, nil, fmt.Errorf("cluster role binding %s: %w", objectName, err)
+	}
+	if len(namespaceRules) == 0 {
+		return crb, nil, nil
+	}
+
+	r, err := rbacv1.NewRole(b.ctx, b.childName(prefix+"-role"), &rbacv1.RoleArgs{
+		Metadata: b.objectMeta(objectName, addonsNamespace, component),
+		Rules:    namespaceRules,
+	}, b.parent)
+	if err != nil {
+		return nil, nil, fmt.Errorf("role %s: %w", objectName, err)
+	}
+	rb, err = rbacv1.NewRoleBinding(b.ctx, b.childName(prefix+"-rolebinding"), &rbacv1.RoleBindingArgs{
+		Metadata: b.objectMeta(objectName, addonsNamespace, component),
+		RoleRef: &rbacv1.RoleRefArgs{
+			ApiGroup: pulumi.String("rbac.authorization.k8s.io"),
+			Kind:     pulumi.String("Role"),
+			Name:     pulumi.String(objectName),
+		},
+		Subjects: subjects,
+	}, b.parent, pulumi.DependsOn([]pulumi.Resource{r}))
+	if err != nil {
+		return nil, nil, fmt.Errorf("role binding %s: %w", objectName, err)
+	}
+	return crb, rb, nil
+}
+
+// addonsDeps drops the nil entries of a dependency list (a binding that was not needed).
+func addonsDeps(rs ...pulumi.Resource) []pulumi.Resource {
+	out := make([]pulumi.Resource, 0, len(rs))
+	for _, r := range rs {
+		if r != nil {
+			out = append(out, r)
+		}
+	}
+	return out
+}

@@ -1,0 +1,145 @@
+package infra
+
+import (
+	_ "embed" // the cleanup script
+	"fmt"
+	"strconv"
+
+	batchv1 "github.com/pulumi/pulumi-kubernetes/sdk/v4/go/kubernetes/batch/v1"
+	corev1 "github.com/pulumi/pulumi-kubernetes/sdk/v4/go/kubernetes/core/v1"
+	metav1 "github.com/pulumi/pulumi-kubernetes/sdk/v4/go/kubernetes/meta/v1"
+	rbacv1 "github.com/pulumi/pulumi-kubernetes/sdk/v4/go/kubernetes/rbac/v1"
+	"github.com/pulumi/pulumi/sdk/v3/go/pulumi"
+)
+
+// cleanupScript deletes the Node objects of terminated pool instances; see the file for the rules.
+//
+//go:embed addons_cleanup.sh
+var cleanupScript string
+
+const (
+	cleanupName      = "dynk8s-stale-node-cleanup"
+	cleanupScriptKey = "cleanup.sh"
+	cleanupScriptDir = "/scripts"
+	// cleanupSchedule runs the job every five minutes, half the default threshold, so a stale node goes at most
+	// about five minutes after it qualifies.
+	cleanupSchedule = "*/5 * * * *"
+	// cleanupImage needs kubectl and a POSIX shell. registry.k8s.io/kubectl is distroless (no shell), and the
+	// Bitnami images left the free catalog in 2025; alpine/k8s (github.com/alpine-docker/k8s) is built for
+	// linux/amd64 and linux/arm64 with kubectl, sh and coreutils (this tag replaced the distroless kubectl image for
+	// the same reason in devantler-tech/platform PR #2380, 2026-07). The job only lists and deletes Nodes (core/v1),
+	// which every kubectl of the last years does against any supported API server.
+	cleanupImage = "docker.io/alpine/k8s:1.36.2"
+	// cleanupUID is an unprivileged user; the image's default is root.
+	cleanupUID = 65534
+)
+
+// cleanupRules allow exactly what the script does: list the nodes, and get and delete them (kubectl delete reads
+// the object first). No secrets, no pods.
+func cleanupRules() rbacv1.PolicyRuleArray {
+	return rbacv1.PolicyRuleArray{
+		addonsRule([]string{""}, []string{"nodes"}, nil, "get", "list", "delete"),
+	}
+}
+
+// cleanup declares the stale-node cleanup CronJob with its script and RBAC.
+func (b *addonsBuilder) cleanup() error {
+	a := b.args
+	sa, err := b.serviceAccount("cleanup-sa", cleanupName, cleanupName)
+	if err != nil {
+		return err
+	}
+	crb, _, err := b.bindRoles("cleanup", cleanupName, cleanupName, cleanupRules(), nil)
+	if err != nil {
+		return err
+	}
+	script, err := corev1.NewConfigMap(b.ctx, b.childName("cleanup-script"), &corev1.ConfigMapArgs{
+		Metadata: b.objectMeta(cleanupName, addonsNamespace, cleanupName),
+		Data:     pulumi.StringMap{cleanupScriptKey: pulumi.String(cleanupScript)},
+	}, b.parent)
+	if err != nil {
+		return fmt.Errorf("script config map: %w", err)
+	}
+
+	threshold := int(a.Cleanup.NotReadyAfter.Seconds())
+	_, err = batchv1.NewCronJob(b.ctx, b.childName("cleanup"), &batchv1.CronJobArgs{
+		Metadata: b.objectMeta(cleanupName, addonsNamespace, cleanupName),
+		Spec: &batchv1.CronJobSpecArgs{
+			Schedule: pulumi.String(cleanupSchedule),
+			// Runs must not overlap: two runs would race to delete the same nodes.
+			ConcurrencyPolicy: pulumi.String("Forbid"),
+			// A run missed by more than a minute is skipped; the next one comes soon.
+			StartingDeadlineSeconds:    pulumi.Int(60),
+			SuccessfulJobsHistoryLimit: pulumi.Int(1),
+			FailedJobsHistoryLimit:     pulumi.Int(3),
+			JobTemplate: &batchv1.JobTemplateSpecArgs{
+				Metadata: &metav1.ObjectMetaArgs{Labels: addonsLabels(cleanupName)},
+				Spec: &batchv1.JobSpecArgs{
+					// No retries and a deadline below the schedule's period: a failed run is simply the next one.
+					BackoffLimit:          pulumi.Int(0),
+					ActiveDeadlineSeconds: pulumi.Int(240),
+					Template: &corev1.PodTemplateSpecArgs{
+						Metadata: &metav1.ObjectMetaArgs{Labels: addonsLabels(cleanupName)},
+						Spec:     cleanupPodSpec(threshold),
+					},
+				},
+			},
+		},
+	}, b.parent, pulumi.DependsOn([]pulumi.Resource{sa, crb, script}))
+	if err != nil {
+		return fmt.Errorf("cron job: %w", err)
+	}
+	return nil
+}
+
+// cleanupPodSpec runs the script on an on-prem node with the cleanup service account.
+func cleanupPodSpec(thresholdSeconds int) *corev1.PodSpecArgs {
+	return &corev1.PodSpecArgs{
+		RestartPolicy:      pulumi.String("Never"),
+		ServiceAccountName: pulumi.String(cleanupName),
+		// Stale nodes count towards the autoscaler's unready limits, so the cleanup must run even in a full cluster.
+		PriorityClassName: pulumi.String("system-cluster-critical"),
+		// Never on a pool node: the nodes it judges are the ones that come and go.
+		Affinity:        addonsPoolAffinity(false),
+		SecurityContext: addonsNonRootPod(cleanupUID),
+		Containers: corev1.ContainerArray{
+			&corev1.ContainerArgs{
+				Name:    pulumi.String("cleanup"),
+				Image:   pulumi.String(cleanupImage),
+				Command: pulumi.StringArray{pulumi.String("/bin/sh"), pulumi.String(cleanupScriptDir + "/" + cleanupScriptKey)},
+				Env: corev1.EnvVarArray{
+					&corev1.EnvVarArgs{Name: pulumi.String("POOL_LABEL"), Value: pulumi.String(LabelPool)},
+					&corev1.EnvVarArgs{
+						Name:  pulumi.String("NOT_READY_AFTER_SECONDS"),
+						Value: pulumi.String(strconv.Itoa(thresholdSeconds)),
+					},
+					// kubectl keeps its discovery cache under $HOME; the root filesystem is read-only.
+					&corev1.EnvVarArgs{Name: pulumi.String("HOME"), Value: pulumi.String("/tmp")},
+				},
+				Resources:       addonsResources("10m", "32Mi", "200m", "128Mi"),
+				SecurityContext: addonsRestrictedContainer(cleanupUID),
+				VolumeMounts: corev1.VolumeMountArray{
+					&corev1.VolumeMountArgs{
+						Name:      pulumi.String("script"),
+						MountPath: pulumi.String(cleanupScriptDir),
+						ReadOnly:  pulumi.Bool(true),
+					},
+					&corev1.VolumeMountArgs{Name: pulumi.String("tmp"), MountPath: pulumi.String("/tmp")},
+				},
+			},
+		},
+		Volumes: corev1.VolumeArray{
+			&corev1.VolumeArgs{
+				Name: pulumi.String("script"),
+				ConfigMap: &corev1.ConfigMapVolumeSourceArgs{
+					Name:        pulumi.String(cleanupName),
+					DefaultMode: pulumi.Int(0o555),
+				},
+			},
+			&corev1.VolumeArgs{
+				Name:     pulumi.String("tmp"),
+				EmptyDir: &corev1.EmptyDirVolumeSourceArgs{SizeLimit: pulumi.String("16Mi")},
+			},
+		},
+	}
+}

@@ -1,0 +1,158 @@
+package infra
+
+import (
+	"fmt"
+	"sort"
+	"strconv"
+
+	appsv1 "github.com/pulumi/pulumi-kubernetes/sdk/v4/go/kubernetes/apps/v1"
+	corev1 "github.com/pulumi/pulumi-kubernetes/sdk/v4/go/kubernetes/core/v1"
+	metav1 "github.com/pulumi/pulumi-kubernetes/sdk/v4/go/kubernetes/meta/v1"
+	"github.com/pulumi/pulumi/sdk/v3/go/pulumi"
+)
+
+// FuseResourceName is the extended resource the fuse device plugin advertises and pods request
+// (resources.limits: {github.com/fuse: 1}); the node pools advertise the same name to the autoscaler in the ASG tag
+// k8s.io/cluster-autoscaler/node-template/resources/github.com/fuse.
+const FuseResourceName = "github.com/fuse"
+
+// fuseComponent is the app.kubernetes.io/name of the plugin's DaemonSets.
+const fuseComponent = "fuse-device-plugin"
+
+// fuseDevicePluginDir is the kubelet's device-plugin directory: the plugin serves its socket there and watches
+// kubelet.sock to re-register after a kubelet restart.
+const fuseDevicePluginDir = "/var/lib/kubelet/device-plugins"
+
+// DefaultFuseImages are the fuse device plugin images (github.com/kuberenetes-learning-group/fuse-device-plugin,
+// the plugin that advertises github.com/fuse) per pool arch, used for every arch that fuse.images does not name.
+//
+// The plugin's only published tag in wide use, soolaugust/fuse-device-plugin:v1.0, is amd64-only (the project's
+// issue #4 says so), hence one image and one DaemonSet per arch instead of a single multi-arch image. For arm64 the
+// default is v1.1, the multi-arch manifest (amd64 + arm64) that the project's Makefile publishes since PR #5
+// (2022-05); its existence could not be checked from here, and the project is unmaintained, so operators of arm64
+// pools should mirror it (or build the plugin) and set fuse.images.arm64. Both tags run the binary at
+// /usr/bin/fuse-device-plugin with the --mounts_allowed flag.
+var DefaultFuseImages = map[string]string{
+	"x86_64": "docker.io/soolaugust/fuse-device-plugin:v1.0",
+	"arm64":  "docker.io/soolaugust/fuse-device-plugin:v1.1",
+}
+
+// fuseImage is the plugin image for a pool arch: the configured one, else the default.
+func fuseImage(cfg FuseConfig, arch string) (string, error) {
+	if img := cfg.Images[arch]; img != "" {
+		return img, nil
+	}
+	if img := DefaultFuseImages[arch]; img != "" {
+		return img, nil
+	}
+	return "", fmt.Errorf("no fuse device plugin image for pool arch %q: set fuse.images.%s", arch, arch)
+}
+
+// fuse declares one device plugin DaemonSet per arch that some pool uses, when fuse is enabled.
+func (b *addonsBuilder) fuse() error {
+	a := b.args
+	if !a.Fuse.Enabled {
+		return nil
+	}
+	byArch := map[string][]NodePoolConfig{}
+	for _, p := range a.Pools {
+		byArch[p.Arch] = append(byArch[p.Arch], p)
+	}
+	arches := make([]string, 0, len(byArch))
+	for arch := range byArch {
+		arches = append(arches, arch)
+	}
+	sort.Strings(arches)
+
+	for _, arch := range arches {
+		kubeArch, err := addonsKubeArch(arch)
+		if err != nil {
+			return err
+		}
+		image, err := fuseImage(a.Fuse, arch)
+		if err != nil {
+			return err
+		}
+		name := fuseComponent + "-" + kubeArch
+		_, err = appsv1.NewDaemonSet(b.ctx, b.childName(name), &appsv1.DaemonSetArgs{
+			Metadata: b.workloadMeta(name, fuseComponent),
+			Spec: &appsv1.DaemonSetSpecArgs{
+				// The arch is part of the selector so that the per-arch DaemonSets never claim each other's pods.
+				Selector: &metav1.LabelSelectorArgs{MatchLabels: fusePodSelector(kubeArch)},
+				Template: &corev1.PodTemplateSpecArgs{
+					Metadata: &metav1.ObjectMetaArgs{Labels: fusePodLabels(kubeArch)},
+					Spec:     fusePodSpec(image, kubeArch, a.Fuse.Capacity, byArch[arch]),
+				},
+			},
+		}, b.parent)
+		if err != nil {
+			return fmt.Errorf("daemonset %s: %w", name, err)
+		}
+	}
+	return nil
+}
+
+func fusePodSelector(kubeArch string) pulumi.StringMap {
+	return pulumi.StringMap{
+		"app.kubernetes.io/name":     pulumi.String(fuseComponent),
+		"app.kubernetes.io/instance": pulumi.String(fuseComponent + "-" + kubeArch),
+	}
+}
+
+func fusePodLabels(kubeArch string) pulumi.StringMap {
+	labels := addonsLabels(fuseComponent)
+	labels["app.kubernetes.io/instance"] = pulumi.String(fuseComponent + "-" + kubeArch)
+	return labels
+}
+
+// fusePodSpec runs the plugin on the dynk8s pool nodes of one arch.
+func fusePodSpec(image, kubeArch string, capacity int, pools []NodePoolConfig) *corev1.PodSpecArgs {
+	return &corev1.PodSpecArgs{
+		// The resource appears only once the plugin runs, after the node is Ready; until then the autoscaler may
+		// think the node lacks it and add more (domain-facts pitfall 4). Highest node priority, tolerating the
+		// pool taints, keeps that window short.
+		PriorityClassName: pulumi.String("system-node-critical"),
+		NodeSelector: pulumi.StringMap{
+			"kubernetes.io/arch": pulumi.String(kubeArch),
+			"kubernetes.io/os":   pulumi.String("linux"),
+		},
+		// Only pool nodes: the ASGs advertise github.com/fuse to the autoscaler, the on-prem nodes are not ours.
+		Affinity:    addonsPoolAffinity(true),
+		Tolerations: addonsTolerations(pools),
+		// The plugin talks to the kubelet over unix sockets only: no host network (upstream's manifest has it,
+		// without need) and no service account token.
+		AutomountServiceAccountToken: pulumi.Bool(false),
+		Containers: corev1.ContainerArray{
+			&corev1.ContainerArgs{
+				Name:    pulumi.String(fuseComponent),
+				Image:   pulumi.String(image),
+				Command: pulumi.StringArray{pulumi.String("/usr/bin/fuse-device-plugin")},
+				// The image's own default is 5000; passing the configured capacity keeps what the node advertises
+				// equal to the ASG's node-template tag, whatever the image.
+				Args: pulumi.StringArray{
+					pulumi.String("--mounts_allowed"),
+					pulumi.String(strconv.Itoa(capacity)),
+				},
+				Resources: addonsResources("10m", "16Mi", "50m", "64Mi"),
+				// Root (uid 0) is needed to create the socket in the root-owned kubelet directory; every
+				// capability is still dropped, as upstream does: the plugin only hands out /dev/fuse by path.
+				SecurityContext: addonsRestrictedContainer(0),
+				VolumeMounts: corev1.VolumeMountArray{
+					&corev1.VolumeMountArgs{
+						Name:      pulumi.String("device-plugins"),
+						MountPath: pulumi.String(fuseDevicePluginDir),
+					},
+				},
+			},
+		},
+		Volumes: corev1.VolumeArray{
+			&corev1.VolumeArgs{
+				Name: pulumi.String("device-plugins"),
+				HostPath: &corev1.HostPathVolumeSourceArgs{
+					Path: pulumi.String(fuseDevicePluginDir),
+					Type: pulumi.String("Directory"),
+				},
+			},
+		},
+	}
+}

@@ -1,0 +1,126 @@
+package infra
+
+import (
+	"fmt"
+
+	appsv1 "github.com/pulumi/pulumi-kubernetes/sdk/v4/go/kubernetes/apps/v1"
+	corev1 "github.com/pulumi/pulumi-kubernetes/sdk/v4/go/kubernetes/core/v1"
+	metav1 "github.com/pulumi/pulumi-kubernetes/sdk/v4/go/kubernetes/meta/v1"
+	rbacv1 "github.com/pulumi/pulumi-kubernetes/sdk/v4/go/kubernetes/rbac/v1"
+	"github.com/pulumi/pulumi/sdk/v3/go/pulumi"
+)
+
+const (
+	nthName = "aws-node-termination-handler"
+	// nthImage is the latest release as of 2026-01 (aws/aws-node-termination-handler PR #1237, "v1.25.4 release
+	// prep"); the image is multi-arch (linux amd64 and arm64).
+	nthImage = "public.ecr.aws/aws-ec2/aws-node-termination-handler:v1.25.4"
+	// nthUID is the user the upstream chart runs the handler as.
+	nthUID = 1000
+)
+
+// nthRules are the ClusterRole rules of the upstream chart (config/helm/aws-node-termination-handler/templates/
+// clusterrole.yaml) without the optional event rule: cordon (patch/update nodes), list the node's pods and evict
+// them, and read DaemonSets to skip their pods.
+func nthRules() rbacv1.PolicyRuleArray {
+	return rbacv1.PolicyRuleArray{
+		addonsRule([]string{""}, []string{"nodes"}, nil, "get", "list", "patch", "update"),
+		addonsRule([]string{""}, []string{"pods"}, nil, "list", "get"),
+		addonsRule([]string{""}, []string{"pods/eviction"}, nil, "create"),
+		addonsRule([]string{"extensions"}, []string{"daemonsets"}, nil, "get"),
+		addonsRule([]string{"apps"}, []string{"daemonsets"}, nil, "get"),
+	}
+}
+
+// nthEnv runs the handler in IMDS mode: it polls the instance metadata of its own node for the two-minute spot
+// interruption notice and scheduled events, then cordons and drains the node.
+func nthEnv() corev1.EnvVarArray {
+	field := func(name, path string) *corev1.EnvVarArgs {
+		return &corev1.EnvVarArgs{
+			Name:      pulumi.String(name),
+			ValueFrom: &corev1.EnvVarSourceArgs{FieldRef: &corev1.ObjectFieldSelectorArgs{FieldPath: pulumi.String(path)}},
+		}
+	}
+	value := func(name, v string) *corev1.EnvVarArgs {
+		return &corev1.EnvVarArgs{Name: pulumi.String(name), Value: pulumi.String(v)}
+	}
+	return corev1.EnvVarArray{
+		field("NODE_NAME", "spec.nodeName"),
+		field("POD_NAME", "metadata.name"),
+		field("NAMESPACE", "metadata.namespace"),
+		value("ENABLE_SPOT_INTERRUPTION_DRAINING", "true"),
+		value("ENABLE_SCHEDULED_EVENT_DRAINING", "true"),
+		// Rebalance recommendations come early and often; acting on them would drain nodes that may run for hours.
+		value("ENABLE_REBALANCE_MONITORING", "false"),
+		value("ENABLE_SQS_TERMINATION_DRAINING", "false"),
+		// Build agents use emptyDir; without this the drain would stop at them.
+		value("DELETE_LOCAL_DATA", "true"),
+		value("IGNORE_DAEMON_SETS", "true"),
+		// -1: each pod's own terminationGracePeriodSeconds.
+		value("POD_TERMINATION_GRACE_PERIOD", "-1"),
+		// The whole drain must fit in the two-minute spot notice.
+		value("NODE_TERMINATION_GRACE_PERIOD", "120"),
+		value("JSON_LOGGING", "true"),
+	}
+}
+
+// terminationHandler declares aws-node-termination-handler on the spot pool nodes, when enabled and some pool is a
+// spot pool.
+func (b *addonsBuilder) terminationHandler() error {
+	a := b.args
+	var spot []NodePoolConfig
+	for _, p := range a.Pools {
+		if p.Spot {
+			spot = append(spot, p)
+		}
+	}
+	if !a.TerminationHandler.Enabled || len(spot) == 0 {
+		return nil
+	}
+
+	sa, err := b.serviceAccount("nth-sa", nthName, nthName)
+	if err != nil {
+		return err
+	}
+	crb, _, err := b.bindRoles("nth", nthName, nthName, nthRules(), nil)
+	if err != nil {
+		return err
+	}
+	_, err = appsv1.NewDaemonSet(b.ctx, b.childName("nth"), &appsv1.DaemonSetArgs{
+		Metadata: b.workloadMeta(nthName, nthName),
+		Spec: &appsv1.DaemonSetSpecArgs{
+			Selector: addonsSelector(nthName),
+			Template: &corev1.PodTemplateSpecArgs{
+				Metadata: &metav1.ObjectMetaArgs{Labels: addonsLabels(nthName)},
+				Spec: &corev1.PodSpecArgs{
+					ServiceAccountName: pulumi.String(nthName),
+					PriorityClassName:  pulumi.String("system-node-critical"),
+					// The host network reaches IMDS in one hop, so the launch templates keep the hop limit at 1
+					// and ordinary pods cannot reach the node role's credentials.
+					HostNetwork: pulumi.Bool(true),
+					DnsPolicy:   pulumi.String("ClusterFirstWithHostNet"),
+					// Spot pool nodes only: on-demand and on-prem nodes get no interruption notice.
+					NodeSelector: pulumi.StringMap{
+						LabelCapacityType:  pulumi.String(CapacitySpot),
+						"kubernetes.io/os": pulumi.String("linux"),
+					},
+					Tolerations:     addonsTolerations(spot),
+					SecurityContext: addonsNonRootPod(nthUID),
+					Containers: corev1.ContainerArray{
+						&corev1.ContainerArgs{
+							Name:            pulumi.String(nthName),
+							Image:           pulumi.String(nthImage),
+							Env:             nthEnv(),
+							Resources:       addonsResources("50m", "64Mi", "100m", "128Mi"),
+							SecurityContext: addonsRestrictedContainer(nthUID),
+						},
+					},
+				},
+			},
+		},
+	}, b.parent, pulumi.DependsOn([]pulumi.Resource{sa, crb}))
+	if err != nil {
+		return fmt.Errorf("daemonset: %w", err)
+	}
+	return nil
+}

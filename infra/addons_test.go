@@ -1,0 +1,957 @@
+package infra
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"sort"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/pulumi/pulumi/sdk/v3/go/pulumi"
+	"gotest.tools/v3/assert"
+	is "gotest.tools/v3/assert/cmp"
+	"gotest.tools/v3/golden"
+	"sigs.k8s.io/yaml"
+
+	"github.com/dynk8s/dynk8s/internal/mockcloud"
+)
+
+// Values of the test fixture that must never show up outside a secret.
+const (
+	testAWSKeyID       = "AKIAMOCKADDONSKEY001"
+	testAWSSecretKey   = "mock/AWS+secret+access+key+0123456789"
+	testTokenID        = "abcdef"
+	testTokenSecret    = "0123456789abcdef"
+	testComponentName  = "addons"
+	testBurstTaintKey  = "dynk8s.io/burst"
+	testArchTaintKey   = "dynk8s.io/arch"
+	testKubeSystem     = "kube-system"
+	typeDeployment     = "kubernetes:apps/v1:Deployment"
+	typeDaemonSet      = "kubernetes:apps/v1:DaemonSet"
+	typeSecret         = "kubernetes:core/v1:Secret"
+	typeConfigMap      = "kubernetes:core/v1:ConfigMap"
+	typeServiceAccount = "kubernetes:core/v1:ServiceAccount"
+	typeCronJob        = "kubernetes:batch/v1:CronJob"
+	typeClusterRole    = "kubernetes:rbac.authorization.k8s.io/v1:ClusterRole"
+	typeClusterBinding = "kubernetes:rbac.authorization.k8s.io/v1:ClusterRoleBinding"
+	typeRole           = "kubernetes:rbac.authorization.k8s.io/v1:Role"
+	typeRoleBinding    = "kubernetes:rbac.authorization.k8s.io/v1:RoleBinding"
+)
+
+// testAddonsArgs is a dev-like stack: an x86_64 spot pool and an arm64 on-demand pool, both tainted, fuse and the
+// termination handler on. The secret inputs are plain values on purpose: the component must make them secret.
+func testAddonsArgs() *ClusterAddonsArgs {
+	burst := Taint{Key: testBurstTaintKey, Value: "true", Effect: "NoSchedule"}
+	return &ClusterAddonsArgs{
+		ClusterName:       "dev",
+		Region:            "eu-central-1",
+		KubernetesVersion: "1.34.4",
+		Autoscaler:        AutoscalerConfig{Version: "1.34.5", ScaleDownUnneededTime: "10m", Expander: "least-waste"},
+		Fuse:              FuseConfig{Enabled: true, Capacity: 5000},
+		Cleanup:           CleanupConfig{NotReadyAfter: 10 * time.Minute},
+		TerminationHandler: TerminationHandlerConfig{
+			Enabled: true,
+		},
+		Pools: []NodePoolConfig{
+			{
+				Name: "build-x86", Arch: "x86_64", InstanceTypes: []string{"m6i.xlarge"}, MaxSize: 5, Spot: true,
+				Labels: map[string]string{"workload": "ci"}, Taints: []Taint{burst},
+			},
+			{
+				Name: "build-arm", Arch: "arm64", InstanceTypes: []string{"m7g.xlarge"}, MaxSize: 3,
+				Taints: []Taint{burst, {Key: testArchTaintKey, Effect: "NoSchedule"}},
+			},
+		},
+		AWSAccessKeyID:       pulumi.String(testAWSKeyID),
+		AWSSecretAccessKey:   pulumi.String(testAWSSecretKey),
+		BootstrapTokenID:     pulumi.String(testTokenID),
+		BootstrapTokenSecret: pulumi.String(testTokenSecret),
+	}
+}
+
+// addonsRun is what one mock run of the component recorded.
+type addonsRun struct {
+	cloud            *mockcloud.Cloud
+	autoscalerImage  string
+	tokenSecretName  string
+	tokenNameIsPlain bool
+}
+
+// runAddons declares the component under the mock engine. args is built inside the program so that any outputs
+// belong to that run.
+func runAddons(t *testing.T, mkArgs func() *ClusterAddonsArgs) (*addonsRun, error) {
+	t.Helper()
+	run := &addonsRun{cloud: mockcloud.New("eu-central-1")}
+	err := mockcloud.Run(func(ctx *pulumi.Context) error {
+		comp, err := NewClusterAddons(ctx, testComponentName, mkArgs())
+		if err != nil {
+			return err
+		}
+		image, _, err := mockcloud.Await(comp.AutoscalerImage)
+		if err != nil {
+			return err
+		}
+		name, secret, err := mockcloud.Await(comp.BootstrapTokenSecretName)
+		if err != nil {
+			return err
+		}
+		run.autoscalerImage, _ = image.(string)
+		run.tokenSecretName, _ = name.(string)
+		run.tokenNameIsPlain = !secret
+		return nil
+	}, "test", mockcloud.StackConfig{}, run.cloud)
+	return run, err
+}
+
+func mustRunAddons(t *testing.T, mkArgs func() *ClusterAddonsArgs) *addonsRun {
+	t.Helper()
+	run, err := runAddons(t, mkArgs)
+	assert.NilError(t, err)
+	return run
+}
+
+// object returns the plain inputs of the Kubernetes object of type typ whose metadata.name is name, secrets
+// revealed; it fails the test when there is not exactly one.
+func (r *addonsRun) object(t *testing.T, typ, name string) map[string]any {
+	t.Helper()
+	var found []map[string]any
+	for _, res := range r.cloud.ByType(typ) {
+		m := mockcloud.PlainMap(res.Inputs, true)
+		if dig(t, m, "metadata", "name") == name {
+			found = append(found, m)
+		}
+	}
+	assert.Equal(t, len(found), 1, "want one %s named %s", typ, name)
+	return found[0]
+}
+
+// objectNames returns the metadata.name of every object of type typ, sorted.
+func (r *addonsRun) objectNames(t *testing.T, typ string) []string {
+	t.Helper()
+	var out []string
+	for _, res := range r.cloud.ByType(typ) {
+		out = append(out, fmt.Sprint(dig(t, mockcloud.PlainMap(res.Inputs, true), "metadata", "name")))
+	}
+	sort.Strings(out)
+	return out
+}
+
+// dig walks plain data by map keys (string) and slice indexes (int); a missing step gives nil.
+func dig(t *testing.T, v any, path ...any) any {
+	t.Helper()
+	for _, p := range path {
+		switch k := p.(type) {
+		case string:
+			m, ok := v.(map[string]any)
+			if !ok {
+				return nil
+			}
+			v = m[k]
+		case int:
+			s, ok := v.([]any)
+			if !ok || k >= len(s) {
+				return nil
+			}
+			v = s[k]
+		default:
+			t.Fatalf("bad path element %#v", p)
+		}
+	}
+	return v
+}
+
+// plain converts Go test expectations to the shapes PlainMap produces ([]any, map[string]any, float64), so that
+// they compare with DeepEqual.
+func plain(t *testing.T, v any) any {
+	t.Helper()
+	b, err := yaml.Marshal(v)
+	assert.NilError(t, err)
+	var out any
+	assert.NilError(t, yaml.Unmarshal(b, &out))
+	return out
+}
+
+func podSpec(t *testing.T, obj map[string]any) map[string]any {
+	t.Helper()
+	var spec any
+	if dig(t, obj, "kind") == "CronJob" {
+		spec = dig(t, obj, "spec", "jobTemplate", "spec", "template", "spec")
+	} else {
+		spec = dig(t, obj, "spec", "template", "spec")
+	}
+	m, ok := spec.(map[string]any)
+	assert.Assert(t, ok, "no pod spec in %v", dig(t, obj, "metadata", "name"))
+	return m
+}
+
+func container(t *testing.T, obj map[string]any) map[string]any {
+	t.Helper()
+	cs, ok := podSpec(t, obj)["containers"].([]any)
+	assert.Assert(t, ok && len(cs) == 1, "want exactly one container")
+	c, ok := cs[0].(map[string]any)
+	assert.Assert(t, ok)
+	return c
+}
+
+// manifestFile is the golden file name of a rendered object: kind and name, lower case.
+func manifestFile(t *testing.T, inputs map[string]any) string {
+	t.Helper()
+	kind := strings.ToLower(fmt.Sprint(dig(t, inputs, "kind")))
+	return fmt.Sprintf("%s-%s.yaml", kind, dig(t, inputs, "metadata", "name"))
+}
+
+// renderManifests renders every Kubernetes object of a run as YAML (secrets as mockcloud.Redacted), keyed by
+// manifestFile.
+func renderManifests(t *testing.T, run *addonsRun) map[string]string {
+	t.Helper()
+	out := map[string]string{}
+	for _, res := range run.cloud.Resources() {
+		if !strings.HasPrefix(res.Type, "kubernetes:") || strings.HasPrefix(res.Type, "pulumi:providers:") {
+			continue
+		}
+		m := mockcloud.PlainMap(res.Inputs, false)
+		// A Secret's whole stringData is one secret value; list its keys (not their values) so that the
+		// golden file shows which fields the Secret has.
+		if sd := res.Inputs["stringData"]; res.Type == typeSecret && sd.IsSecret() {
+			keys := map[string]any{}
+			for k := range sd.SecretValue().Element.ObjectValue() {
+				keys[string(k)] = mockcloud.Redacted
+			}
+			m["stringData"] = keys
+		}
+		b, err := yaml.Marshal(m)
+		assert.NilError(t, err)
+		file := manifestFile(t, m)
+		_, dup := out[file]
+		assert.Assert(t, !dup, "two objects render to %s", file)
+		out[file] = string(b)
+	}
+	return out
+}
+
+// TestAddonsGolden compares every rendered object with its golden file under testdata/addons (go test -update
+// rewrites them), and the list of declared resources with index.txt, so that an added or dropped object shows.
+func TestAddonsGolden(t *testing.T) {
+	run := mustRunAddons(t, testAddonsArgs)
+	manifests := renderManifests(t, run)
+	files := make([]string, 0, len(manifests))
+	for f := range manifests {
+		files = append(files, f)
+	}
+	sort.Strings(files)
+	for _, f := range files {
+		golden.Assert(t, manifests[f], filepath.Join("addons", f))
+	}
+
+	var index []string
+	for _, res := range run.cloud.Resources() {
+		index = append(index, fmt.Sprintf("%s %s parent=%s", res.Type, res.Name, res.Parent))
+	}
+	sort.Strings(index)
+	golden.Assert(t, strings.Join(index, "\n")+"\n", filepath.Join("addons", "index.txt"))
+
+	// No stale golden files: every file in the directory is one this run rendered.
+	entries, err := os.ReadDir(filepath.Join("testdata", "addons"))
+	assert.NilError(t, err)
+	for _, e := range entries {
+		if e.Name() == "index.txt" {
+			continue
+		}
+		_, ok := manifests[e.Name()]
+		assert.Check(t, ok, "stale golden file %s", e.Name())
+	}
+}
+
+// TestAddonsDeterministic renders the stack twice, the second time with the pools and their taints in reverse order:
+// the manifests must be byte-identical, so that a re-run of pulumi up with the same config changes nothing.
+func TestAddonsDeterministic(t *testing.T) {
+	first := renderManifests(t, mustRunAddons(t, testAddonsArgs))
+	second := renderManifests(t, mustRunAddons(t, func() *ClusterAddonsArgs {
+		a := testAddonsArgs()
+		slices.Reverse(a.Pools)
+		for i := range a.Pools {
+			slices.Reverse(a.Pools[i].Taints)
+		}
+		return a
+	}))
+	assert.DeepEqual(t, first, second)
+}
+
+// TestAddonsComponentShape checks the component conventions: the type token, every child parented to the
+// component with a name derived from the component's, and every Kubernetes object with an explicit name (no
+// auto-naming suffix) in kube-system unless cluster-scoped.
+func TestAddonsComponentShape(t *testing.T) {
+	run := mustRunAddons(t, testAddonsArgs)
+	comps := run.cloud.ByType(ClusterAddonsType)
+	assert.Equal(t, len(comps), 1)
+	assert.Equal(t, comps[0].Name, testComponentName)
+
+	clusterScoped := map[string]bool{typeClusterRole: true, typeClusterBinding: true}
+	children := 0
+	for _, res := range run.cloud.Resources() {
+		if res.Type == ClusterAddonsType || strings.HasPrefix(res.Type, "pulumi:providers:") {
+			continue
+		}
+		children++
+		assert.Check(t, is.Equal(res.Parent, testComponentName), "%s %s", res.Type, res.Name)
+		assert.Check(t, strings.HasPrefix(res.Name, testComponentName+"-"), "%s %s", res.Type, res.Name)
+		m := mockcloud.PlainMap(res.Inputs, true)
+		name, _ := dig(t, m, "metadata", "name").(string)
+		assert.Check(t, name != "", "%s %s has no explicit metadata.name", res.Type, res.Name)
+		ns := dig(t, m, "metadata", "namespace")
+		if clusterScoped[res.Type] {
+			assert.Check(t, is.Nil(ns), "%s %s", res.Type, res.Name)
+		} else {
+			assert.Check(t, is.Equal(ns, testKubeSystem), "%s %s", res.Type, res.Name)
+		}
+		assert.Check(t, is.Equal(dig(t, m, "metadata", "labels", "app.kubernetes.io/part-of"), "dynk8s"))
+	}
+	assert.Assert(t, children > 0)
+	assert.Equal(t, run.autoscalerImage, "registry.k8s.io/autoscaling/cluster-autoscaler:v1.34.5")
+}
+
+// TestAddonsAutoscalerDeployment asserts the autoscaler's flags, environment, placement and hardening one by one.
+func TestAddonsAutoscalerDeployment(t *testing.T) {
+	run := mustRunAddons(t, testAddonsArgs)
+	dep := run.object(t, typeDeployment, "cluster-autoscaler")
+	c := container(t, dep)
+	spec := podSpec(t, dep)
+
+	assert.Equal(t, c["image"], "registry.k8s.io/autoscaling/cluster-autoscaler:v1.34.5")
+	assert.DeepEqual(t, c["command"], []any{"/cluster-autoscaler"})
+	assert.DeepEqual(t, c["args"], []any{
+		"--cloud-provider=aws",
+		"--node-group-auto-discovery=asg:tag=k8s.io/cluster-autoscaler/enabled,k8s.io/cluster-autoscaler/dev",
+		"--expander=least-waste",
+		"--balance-similar-node-groups=true",
+		"--skip-nodes-with-local-storage=false",
+		"--scale-down-unneeded-time=10m",
+		"--stderrthreshold=info",
+		"--v=4",
+	})
+	assert.DeepEqual(t, c["env"], plain(t, []map[string]any{
+		{"name": "AWS_REGION", "value": "eu-central-1"},
+		{"name": "AWS_ACCESS_KEY_ID", "valueFrom": map[string]any{"secretKeyRef": map[string]any{
+			"name": "cluster-autoscaler-aws-credentials", "key": "aws_access_key_id"}}},
+		{"name": "AWS_SECRET_ACCESS_KEY", "valueFrom": map[string]any{"secretKeyRef": map[string]any{
+			"name": "cluster-autoscaler-aws-credentials", "key": "aws_secret_access_key"}}},
+	}))
+	assert.DeepEqual(t, c["securityContext"], plain(t, map[string]any{
+		"allowPrivilegeEscalation": false,
+		"readOnlyRootFilesystem":   true,
+		"capabilities":             map[string]any{"drop": []string{"ALL"}},
+		"seccompProfile":           map[string]any{"type": "RuntimeDefault"},
+		"runAsNonRoot":             true,
+		"runAsUser":                65534,
+		"runAsGroup":               65534,
+	}))
+	assert.DeepEqual(t, spec["securityContext"], plain(t, map[string]any{
+		"runAsNonRoot": true, "runAsUser": 65534, "runAsGroup": 65534, "fsGroup": 65534,
+		"seccompProfile": map[string]any{"type": "RuntimeDefault"},
+	}))
+	assert.DeepEqual(t, c["resources"], plain(t, map[string]any{
+		"requests": map[string]string{"cpu": "100m", "memory": "600Mi"},
+		"limits":   map[string]string{"cpu": "100m", "memory": "600Mi"},
+	}))
+	assert.Equal(t, spec["priorityClassName"], "system-cluster-critical")
+	assert.Equal(t, spec["serviceAccountName"], "cluster-autoscaler")
+	// Kept off every dynk8s pool node.
+	assert.DeepEqual(t, spec["affinity"], plain(t, map[string]any{"nodeAffinity": map[string]any{
+		"requiredDuringSchedulingIgnoredDuringExecution": map[string]any{"nodeSelectorTerms": []any{
+			map[string]any{"matchExpressions": []any{
+				map[string]any{"key": LabelPool, "operator": "DoesNotExist"},
+			}},
+		}},
+	}}))
+	// The image brings its own CA bundle: no hostPath of the host's certificates.
+	assert.Check(t, is.Nil(spec["volumes"]))
+	assert.Check(t, is.Nil(c["volumeMounts"]))
+	assert.Equal(t, dig(t, dep, "spec", "replicas"), float64(1))
+	assert.Equal(t, dig(t, dep, "metadata", "namespace"), testKubeSystem)
+	// The pod template changes with the access key, so a rotated key restarts the autoscaler.
+	checksum, _ := dig(t, dep, "spec", "template", "metadata", "annotations", autoscalerKeyChecksumAnnotation).(string)
+	assert.Equal(t, len(checksum), 16)
+	assert.Check(t, !strings.Contains(checksum, testAWSKeyID))
+
+	rotated := renderManifests(t, mustRunAddons(t, func() *ClusterAddonsArgs {
+		a := testAddonsArgs()
+		a.AWSAccessKeyID = pulumi.String("AKIAMOCKADDONSKEY002")
+		return a
+	}))
+	const depFile = "deployment-cluster-autoscaler.yaml"
+	assert.Check(t, rotated[depFile] != renderManifests(t, run)[depFile], "a new key id did not change the Deployment")
+}
+
+// TestAddonsAutoscalerRBAC compares the autoscaler's ClusterRole, Role and both bindings with upstream's example.
+func TestAddonsAutoscalerRBAC(t *testing.T) {
+	run := mustRunAddons(t, testAddonsArgs)
+	rule := func(groups, resources, names, verbs []string) map[string]any {
+		r := map[string]any{"apiGroups": groups, "resources": resources, "verbs": verbs}
+		if names != nil {
+			r["resourceNames"] = names
+		}
+		return r
+	}
+	s := func(v ...string) []string { return v }
+	assert.DeepEqual(t, run.object(t, typeClusterRole, "cluster-autoscaler")["rules"], plain(t, []any{
+		rule(s(""), s("events", "endpoints"), nil, s("create", "patch")),
+		rule(s(""), s("pods/eviction"), nil, s("create")),
+		rule(s(""), s("pods/status"), nil, s("update")),
+		rule(s(""), s("endpoints"), s("cluster-autoscaler"), s("get", "update")),
+		rule(s(""), s("nodes"), nil, s("watch", "list", "get", "update")),
+		rule(s(""), s("namespaces", "pods", "services", "replicationcontrollers", "persistentvolumeclaims",
+			"persistentvolumes"), nil, s("watch", "list", "get")),
+		rule(s("extensions"), s("replicasets", "daemonsets"), nil, s("watch", "list", "get")),
+		rule(s("policy"), s("poddisruptionbudgets"), nil, s("watch", "list")),
+		rule(s("apps"), s("statefulsets", "replicasets", "daemonsets"), nil, s("watch", "list", "get")),
+		rule(s("resource.k8s.io"), s("deviceclasses", "resourceslices", "resourceclaims"), nil,
+			s("watch", "list", "get")),
+		rule(s("storage.k8s.io"), s("storageclasses", "csinodes", "csidrivers", "csistoragecapacities",
+			"volumeattachments"), nil, s("watch", "list", "get")),
+		rule(s("batch", "extensions"), s("jobs"), nil, s("get", "list", "watch", "patch")),
+		rule(s("coordination.k8s.io"), s("leases"), nil, s("create")),
+		rule(s("coordination.k8s.io"), s("leases"), s("cluster-autoscaler"), s("get", "update")),
+	}))
+	role := run.object(t, typeRole, "cluster-autoscaler")
+	assert.Equal(t, dig(t, role, "metadata", "namespace"), testKubeSystem)
+	assert.DeepEqual(t, role["rules"], plain(t, []any{
+		rule(s(""), s("configmaps"), nil, s("create", "list", "watch")),
+		rule(s(""), s("configmaps"), s("cluster-autoscaler-status", "cluster-autoscaler-priority-expander"),
+			s("delete", "get", "update", "watch")),
+	}))
+	subjects := plain(t, []any{map[string]any{
+		"kind": "ServiceAccount", "name": "cluster-autoscaler", "namespace": testKubeSystem,
+	}})
+	crb := run.object(t, typeClusterBinding, "cluster-autoscaler")
+	assert.DeepEqual(t, crb["subjects"], subjects)
+	assert.DeepEqual(t, crb["roleRef"], plain(t, map[string]any{
+		"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "cluster-autoscaler",
+	}))
+	rb := run.object(t, typeRoleBinding, "cluster-autoscaler")
+	assert.DeepEqual(t, rb["subjects"], subjects)
+	assert.DeepEqual(t, rb["roleRef"], plain(t, map[string]any{
+		"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "cluster-autoscaler",
+	}))
+	assert.DeepEqual(t, run.objectNames(t, typeServiceAccount),
+		[]string{"aws-node-termination-handler", "cluster-autoscaler", "dynk8s-stale-node-cleanup"})
+}
+
+// TestAddonsAutoscalerCredentials checks the Secret with the autoscaler's AWS key: the two keys upstream documents,
+// marked secret in the recorded inputs even though the test passes them as plain values.
+func TestAddonsAutoscalerCredentials(t *testing.T) {
+	run := mustRunAddons(t, testAddonsArgs)
+	secrets := run.cloud.ByType(typeSecret)
+	var creds *mockcloud.Resource
+	for i := range secrets {
+		if secrets[i].Name == testComponentName+"-autoscaler-credentials" {
+			creds = &secrets[i]
+		}
+	}
+	assert.Assert(t, creds != nil)
+	assert.Check(t, creds.Inputs["stringData"].IsSecret(), "stringData is not a secret input")
+	assert.Check(t, slices.Contains(creds.AdditionalSecretOutputs, "stringData"))
+	obj := run.object(t, typeSecret, "cluster-autoscaler-aws-credentials")
+	assert.Equal(t, obj["type"], "Opaque")
+	assert.DeepEqual(t, obj["stringData"], map[string]any{
+		"aws_access_key_id":     testAWSKeyID,
+		"aws_secret_access_key": testAWSSecretKey,
+	})
+}
+
+// TestAddonsSecretsStaySecret scans every recorded input, with secrets redacted, for the secret values of the
+// fixture: none may appear anywhere outside a secret, neither plain nor inside a longer string.
+func TestAddonsSecretsStaySecret(t *testing.T) {
+	for _, name := range []string{"plain inputs", "secret inputs"} {
+		t.Run(name, func(t *testing.T) {
+			run := mustRunAddons(t, func() *ClusterAddonsArgs {
+				a := testAddonsArgs()
+				if name == "secret inputs" {
+					a.AWSSecretAccessKey = pulumi.ToSecret(pulumi.String(testAWSSecretKey)).(pulumi.StringOutput)
+					a.BootstrapTokenSecret = pulumi.ToSecret(pulumi.String(testTokenSecret)).(pulumi.StringOutput)
+				}
+				return a
+			})
+			for _, res := range run.cloud.Resources() {
+				for k, v := range res.Inputs {
+					redacted, err := yaml.Marshal(mockcloud.Plain(v, false))
+					assert.NilError(t, err)
+					for _, secret := range []string{testAWSSecretKey, testTokenSecret, testAWSKeyID} {
+						assert.Check(t, !strings.Contains(string(redacted), secret),
+							"%s %s: %s shows a secret value", res.Type, res.Name, k)
+					}
+				}
+			}
+		})
+	}
+}
+
+// TestAddonsBootstrapToken checks the token Secret field by field: the name the authenticator looks up, the type,
+// the usages, kubeadm's group, no expiration, and secrecy of the recorded stringData.
+func TestAddonsBootstrapToken(t *testing.T) {
+	run := mustRunAddons(t, testAddonsArgs)
+	assert.Equal(t, run.tokenSecretName, "bootstrap-token-abcdef")
+	assert.Check(t, run.tokenNameIsPlain, "the token Secret's name (a public id) came out secret")
+	obj := run.object(t, typeSecret, "bootstrap-token-abcdef")
+	assert.Equal(t, dig(t, obj, "metadata", "namespace"), testKubeSystem)
+	assert.Equal(t, obj["type"], "bootstrap.kubernetes.io/token")
+	assert.DeepEqual(t, obj["stringData"], map[string]any{
+		"token-id":                       testTokenID,
+		"token-secret":                   testTokenSecret,
+		"usage-bootstrap-authentication": "true",
+		"usage-bootstrap-signing":        "true",
+		"auth-extra-groups":              "system:bootstrappers:kubeadm:default-node-token",
+		"description": "dynk8s node join token of cluster dev; rotated by the " +
+			"dynk8s:kubernetes.bootstrapTokenRotation config, no expiry",
+	})
+	assert.Check(t, is.Nil(obj["data"]))
+	var res mockcloud.Resource
+	for _, r := range run.cloud.ByType(typeSecret) {
+		if r.Name == testComponentName+"-bootstrap-token" {
+			res = r
+		}
+	}
+	assert.Check(t, res.Inputs["stringData"].IsSecret(), "stringData is not a secret input")
+
+	// A rotation (new id) renames the Secret, which replaces it: the old token stops working.
+	rotated := mustRunAddons(t, func() *ClusterAddonsArgs {
+		a := testAddonsArgs()
+		a.BootstrapTokenID = pulumi.String("zyx987")
+		return a
+	})
+	assert.Equal(t, rotated.tokenSecretName, "bootstrap-token-zyx987")
+}
+
+func TestAddonsBootstrapTokenRejectsMalformedValues(t *testing.T) {
+	_, err := runAddons(t, func() *ClusterAddonsArgs {
+		a := testAddonsArgs()
+		a.BootstrapTokenID = pulumi.String("ABCDEF")
+		return a
+	})
+	assert.ErrorContains(t, err, `token id "ABCDEF" does not match [a-z0-9]{6}`)
+
+	const badSecret = "not-a-token-secret"
+	_, err = runAddons(t, func() *ClusterAddonsArgs {
+		a := testAddonsArgs()
+		a.BootstrapTokenSecret = pulumi.String(badSecret)
+		return a
+	})
+	assert.ErrorContains(t, err, "the token secret (18 characters) does not match [a-z0-9]{16}")
+	assert.Check(t, !strings.Contains(err.Error(), badSecret), "the error shows the secret")
+}
+
+// TestAddonsFuseDaemonSets checks one plugin DaemonSet per pool arch: the image per arch, the advertised capacity,
+// the arch selector, the pool affinity, the tolerations of that arch's pools, the kubelet socket directory, the
+// priority, resources and no pull secrets.
+func TestAddonsFuseDaemonSets(t *testing.T) {
+	run := mustRunAddons(t, testAddonsArgs)
+	assert.DeepEqual(t, run.objectNames(t, typeDaemonSet),
+		[]string{"aws-node-termination-handler", "fuse-device-plugin-amd64", "fuse-device-plugin-arm64"})
+
+	burst := map[string]any{"key": testBurstTaintKey, "operator": "Equal", "value": "true", "effect": "NoSchedule"}
+	arch := map[string]any{"key": testArchTaintKey, "operator": "Exists", "effect": "NoSchedule"}
+	for _, tc := range []struct {
+		kubeArch, image string
+		tolerations     []any
+	}{
+		{"amd64", "docker.io/soolaugust/fuse-device-plugin:v1.0", []any{burst}},
+		{"arm64", "docker.io/soolaugust/fuse-device-plugin:v1.1", []any{arch, burst}},
+	} {
+		t.Run(tc.kubeArch, func(t *testing.T) {
+			ds := run.object(t, typeDaemonSet, "fuse-device-plugin-"+tc.kubeArch)
+			spec := podSpec(t, ds)
+			c := container(t, ds)
+			assert.Equal(t, c["image"], tc.image)
+			assert.DeepEqual(t, c["command"], []any{"/usr/bin/fuse-device-plugin"})
+			assert.DeepEqual(t, c["args"], []any{"--mounts_allowed", "5000"})
+			assert.DeepEqual(t, spec["nodeSelector"], map[string]any{
+				"kubernetes.io/arch": tc.kubeArch, "kubernetes.io/os": "linux",
+			})
+			assert.DeepEqual(t, dig(t, spec, "affinity", "nodeAffinity",
+				"requiredDuringSchedulingIgnoredDuringExecution", "nodeSelectorTerms", 0, "matchExpressions"),
+				plain(t, []any{map[string]any{"key": LabelPool, "operator": "Exists"}}))
+			assert.DeepEqual(t, spec["tolerations"], plain(t, tc.tolerations))
+			assert.Equal(t, spec["priorityClassName"], "system-node-critical")
+			assert.Check(t, is.Nil(spec["imagePullSecrets"]))
+			assert.Check(t, is.Nil(spec["hostNetwork"]))
+			assert.DeepEqual(t, spec["volumes"], plain(t, []any{map[string]any{
+				"name": "device-plugins",
+				"hostPath": map[string]any{
+					"path": "/var/lib/kubelet/device-plugins", "type": "Directory",
+				},
+			}}))
+			assert.DeepEqual(t, c["volumeMounts"], plain(t, []any{map[string]any{
+				"name": "device-plugins", "mountPath": "/var/lib/kubelet/device-plugins",
+			}}))
+			assert.DeepEqual(t, c["resources"], plain(t, map[string]any{
+				"requests": map[string]string{"cpu": "10m", "memory": "16Mi"},
+				"limits":   map[string]string{"cpu": "50m", "memory": "64Mi"},
+			}))
+			assert.Equal(t, dig(t, c, "securityContext", "allowPrivilegeEscalation"), false)
+			assert.DeepEqual(t, dig(t, c, "securityContext", "capabilities"), plain(t, map[string]any{
+				"drop": []string{"ALL"},
+			}))
+			// The two DaemonSets must not select each other's pods.
+			assert.Equal(t, dig(t, ds, "spec", "selector", "matchLabels", "app.kubernetes.io/instance"),
+				"fuse-device-plugin-"+tc.kubeArch)
+		})
+	}
+}
+
+func TestAddonsFuseOptions(t *testing.T) {
+	t.Run("configured image and capacity", func(t *testing.T) {
+		run := mustRunAddons(t, func() *ClusterAddonsArgs {
+			a := testAddonsArgs()
+			a.Fuse.Capacity = 17
+			a.Fuse.Images = map[string]string{"arm64": "registry.example.org/mirror/fuse-device-plugin:v1.1"}
+			return a
+		})
+		arm := container(t, run.object(t, typeDaemonSet, "fuse-device-plugin-arm64"))
+		assert.Equal(t, arm["image"], "registry.example.org/mirror/fuse-device-plugin:v1.1")
+		assert.DeepEqual(t, arm["args"], []any{"--mounts_allowed", "17"})
+		amd := container(t, run.object(t, typeDaemonSet, "fuse-device-plugin-amd64"))
+		assert.Equal(t, amd["image"], DefaultFuseImages["x86_64"])
+	})
+	t.Run("one arch only", func(t *testing.T) {
+		run := mustRunAddons(t, func() *ClusterAddonsArgs {
+			a := testAddonsArgs()
+			a.Pools = a.Pools[:1]
+			return a
+		})
+		assert.DeepEqual(t, run.objectNames(t, typeDaemonSet),
+			[]string{"aws-node-termination-handler", "fuse-device-plugin-amd64"})
+	})
+	t.Run("disabled", func(t *testing.T) {
+		run := mustRunAddons(t, func() *ClusterAddonsArgs {
+			a := testAddonsArgs()
+			a.Fuse = FuseConfig{}
+			return a
+		})
+		assert.DeepEqual(t, run.objectNames(t, typeDaemonSet), []string{"aws-node-termination-handler"})
+	})
+}
+
+// TestAddonsCleanup checks the CronJob (schedule, no overlap, the threshold, placement, non-root), its script and
+// its RBAC, which reaches nodes only.
+func TestAddonsCleanup(t *testing.T) {
+	run := mustRunAddons(t, testAddonsArgs)
+	cj := run.object(t, typeCronJob, "dynk8s-stale-node-cleanup")
+	assert.Equal(t, dig(t, cj, "spec", "schedule"), "*/5 * * * *")
+	assert.Equal(t, dig(t, cj, "spec", "concurrencyPolicy"), "Forbid")
+	spec := podSpec(t, cj)
+	c := container(t, cj)
+	assert.Equal(t, c["image"], cleanupImage)
+	assert.DeepEqual(t, c["command"], []any{"/bin/sh", "/scripts/cleanup.sh"})
+	assert.DeepEqual(t, c["env"], plain(t, []any{
+		map[string]any{"name": "POOL_LABEL", "value": LabelPool},
+		map[string]any{"name": "NOT_READY_AFTER_SECONDS", "value": "600"},
+		map[string]any{"name": "HOME", "value": "/tmp"},
+	}))
+	assert.Equal(t, spec["serviceAccountName"], "dynk8s-stale-node-cleanup")
+	assert.Equal(t, spec["restartPolicy"], "Never")
+	assert.DeepEqual(t, dig(t, spec, "affinity", "nodeAffinity",
+		"requiredDuringSchedulingIgnoredDuringExecution", "nodeSelectorTerms", 0, "matchExpressions"),
+		plain(t, []any{map[string]any{"key": LabelPool, "operator": "DoesNotExist"}}))
+	assert.Equal(t, dig(t, spec, "securityContext", "runAsNonRoot"), true)
+	assert.Equal(t, dig(t, c, "securityContext", "runAsUser"), float64(65534))
+	assert.Equal(t, dig(t, c, "securityContext", "readOnlyRootFilesystem"), true)
+
+	cm := run.object(t, typeConfigMap, "dynk8s-stale-node-cleanup")
+	assert.Equal(t, dig(t, cm, "data", "cleanup.sh"), cleanupScript)
+	assert.Assert(t, strings.HasPrefix(cleanupScript, "#!/bin/sh\n"))
+
+	cr := run.object(t, typeClusterRole, "dynk8s-stale-node-cleanup")
+	assert.DeepEqual(t, cr["rules"], plain(t, []any{map[string]any{
+		"apiGroups": []string{""}, "resources": []string{"nodes"}, "verbs": []string{"get", "list", "delete"},
+	}}))
+	crb := run.object(t, typeClusterBinding, "dynk8s-stale-node-cleanup")
+	assert.DeepEqual(t, crb["subjects"], plain(t, []any{map[string]any{
+		"kind": "ServiceAccount", "name": "dynk8s-stale-node-cleanup", "namespace": testKubeSystem,
+	}}))
+	// Nothing binds the cleanup account to anything else.
+	for _, typ := range []string{typeRole, typeRoleBinding} {
+		for _, name := range run.objectNames(t, typ) {
+			assert.Check(t, name != "dynk8s-stale-node-cleanup", "%s %s", typ, name)
+		}
+	}
+
+	other := mustRunAddons(t, func() *ClusterAddonsArgs {
+		a := testAddonsArgs()
+		a.Cleanup.NotReadyAfter = 25 * time.Minute
+		return a
+	})
+	assert.Equal(t, dig(t, container(t, other.object(t, typeCronJob, "dynk8s-stale-node-cleanup")), "env", 1, "value"),
+		"1500")
+}
+
+// TestAddonsTerminationHandler checks the spot drain: on spot pool nodes only, in IMDS mode over the host network,
+// tolerating the spot pools' taints, with the upstream chart's RBAC; and absent without spot pools or when disabled.
+func TestAddonsTerminationHandler(t *testing.T) {
+	run := mustRunAddons(t, testAddonsArgs)
+	ds := run.object(t, typeDaemonSet, "aws-node-termination-handler")
+	spec := podSpec(t, ds)
+	c := container(t, ds)
+	assert.Equal(t, c["image"], nthImage)
+	assert.DeepEqual(t, spec["nodeSelector"], map[string]any{
+		LabelCapacityType: CapacitySpot, "kubernetes.io/os": "linux",
+	})
+	assert.Equal(t, spec["hostNetwork"], true)
+	assert.Equal(t, spec["dnsPolicy"], "ClusterFirstWithHostNet")
+	// Only the spot pool's taint: the arm64 on-demand pool's arch taint is not needed here.
+	assert.DeepEqual(t, spec["tolerations"], plain(t, []any{map[string]any{
+		"key": testBurstTaintKey, "operator": "Equal", "value": "true", "effect": "NoSchedule",
+	}}))
+	assert.Equal(t, spec["priorityClassName"], "system-node-critical")
+	env := map[string]any{}
+	for _, e := range c["env"].([]any) {
+		m := e.(map[string]any)
+		if v, ok := m["value"]; ok {
+			env[m["name"].(string)] = v
+		}
+	}
+	assert.Equal(t, env["ENABLE_SPOT_INTERRUPTION_DRAINING"], "true")
+	assert.Equal(t, env["ENABLE_SQS_TERMINATION_DRAINING"], "false")
+	assert.Equal(t, env["DELETE_LOCAL_DATA"], "true")
+	assert.Equal(t, env["IGNORE_DAEMON_SETS"], "true")
+	assert.Equal(t, dig(t, c, "securityContext", "runAsNonRoot"), true)
+
+	s := func(v ...string) []string { return v }
+	assert.DeepEqual(t, run.object(t, typeClusterRole, "aws-node-termination-handler")["rules"], plain(t, []any{
+		map[string]any{"apiGroups": s(""), "resources": s("nodes"), "verbs": s("get", "list", "patch", "update")},
+		map[string]any{"apiGroups": s(""), "resources": s("pods"), "verbs": s("list", "get")},
+		map[string]any{"apiGroups": s(""), "resources": s("pods/eviction"), "verbs": s("create")},
+		map[string]any{"apiGroups": s("extensions"), "resources": s("daemonsets"), "verbs": s("get")},
+		map[string]any{"apiGroups": s("apps"), "resources": s("daemonsets"), "verbs": s("get")},
+	}))
+
+	for name, mk := range map[string]func() *ClusterAddonsArgs{
+		"disabled": func() *ClusterAddonsArgs {
+			a := testAddonsArgs()
+			a.TerminationHandler.Enabled = false
+			return a
+		},
+		"no spot pool": func() *ClusterAddonsArgs {
+			a := testAddonsArgs()
+			a.Pools = a.Pools[1:]
+			return a
+		},
+	} {
+		t.Run(name, func(t *testing.T) {
+			run := mustRunAddons(t, mk)
+			for _, typ := range []string{typeDaemonSet, typeClusterRole, typeClusterBinding, typeServiceAccount} {
+				assert.Check(t, !slices.Contains(run.objectNames(t, typ), "aws-node-termination-handler"), typ)
+			}
+		})
+	}
+}
+
+// TestAddonsSkipAwait checks that the skipAwait annotation is on every workload when asked for, and on nothing
+// otherwise: production objects must let the provider wait for readiness.
+func TestAddonsSkipAwait(t *testing.T) {
+	workloads := map[string]bool{typeDeployment: true, typeDaemonSet: true}
+	for _, skip := range []bool{false, true} {
+		t.Run(fmt.Sprint(skip), func(t *testing.T) {
+			run := mustRunAddons(t, func() *ClusterAddonsArgs {
+				a := testAddonsArgs()
+				a.SkipAwait = skip
+				return a
+			})
+			for _, res := range run.cloud.Resources() {
+				if !strings.HasPrefix(res.Type, "kubernetes:") || strings.HasPrefix(res.Type, "pulumi:") {
+					continue
+				}
+				got := dig(t, mockcloud.PlainMap(res.Inputs, true), "metadata", "annotations", addonsSkipAwaitAnnotation)
+				if skip && workloads[res.Type] {
+					assert.Check(t, is.Equal(got, "true"), "%s %s", res.Type, res.Name)
+				} else {
+					assert.Check(t, is.Nil(got), "%s %s", res.Type, res.Name)
+				}
+			}
+		})
+	}
+}
+
+func TestAddonsArgsValidation(t *testing.T) {
+	t.Run("nil", func(t *testing.T) {
+		_, err := runAddons(t, func() *ClusterAddonsArgs { return nil })
+		assert.ErrorContains(t, err, "cluster addons: args are required")
+	})
+	t.Run("empty", func(t *testing.T) {
+		_, err := runAddons(t, func() *ClusterAddonsArgs { return &ClusterAddonsArgs{} })
+		for _, want := range []string{
+			"missing ClusterName", "missing Region", "missing Autoscaler.Version", "missing Autoscaler.Expander",
+			"missing Autoscaler.ScaleDownUnneededTime", "invalid Cleanup.NotReadyAfter 0s", "missing AWSAccessKeyID",
+			"missing AWSSecretAccessKey", "missing BootstrapTokenID", "missing BootstrapTokenSecret",
+		} {
+			assert.ErrorContains(t, err, want)
+		}
+	})
+	t.Run("autoscaler of another minor", func(t *testing.T) {
+		_, err := runAddons(t, func() *ClusterAddonsArgs {
+			a := testAddonsArgs()
+			a.Autoscaler.Version = "1.33.6"
+			return a
+		})
+		assert.ErrorContains(t, err, "invalid Autoscaler.Version: the Cluster Autoscaler version 1.33.6 does not "+
+			"match Kubernetes 1.34.4")
+	})
+	t.Run("fuse without capacity", func(t *testing.T) {
+		_, err := runAddons(t, func() *ClusterAddonsArgs {
+			a := testAddonsArgs()
+			a.Fuse.Capacity = 0
+			return a
+		})
+		assert.ErrorContains(t, err, "invalid Fuse.Capacity 0")
+	})
+	t.Run("unknown arch", func(t *testing.T) {
+		_, err := runAddons(t, func() *ClusterAddonsArgs {
+			a := testAddonsArgs()
+			a.Pools[0].Arch = "riscv64"
+			return a
+		})
+		assert.ErrorContains(t, err, `no fuse device plugin image for pool arch "riscv64"`)
+	})
+}
+
+// TestCleanupScriptShellcheck runs shellcheck on the script as embedded.
+func TestCleanupScriptShellcheck(t *testing.T) {
+	requireTool(t, "shellcheck")
+	cmd := exec.Command("shellcheck", "--shell=sh", "--severity=style", "-")
+	cmd.Stdin = strings.NewReader(cleanupScript)
+	out, err := cmd.CombinedOutput()
+	assert.NilError(t, err, "shellcheck:\n%s", out)
+}
+
+// requireTool skips the test when the tool is missing, unless DYNK8S_REQUIRE_TOOLS is set (CI), where a missing
+// tool is a failure.
+func requireTool(t *testing.T, name string) {
+	t.Helper()
+	if _, err := exec.LookPath(name); err != nil {
+		if os.Getenv("DYNK8S_REQUIRE_TOOLS") != "" {
+			t.Fatalf("%s is required (DYNK8S_REQUIRE_TOOLS is set): %v", name, err)
+		}
+		t.Skipf("%s not installed", name)
+	}
+}
+
+// cleanupStubs writes stand-ins for kubectl and date into a directory for the script's PATH: kubectl get answers
+// nodes (lines as the jsonpath prints them) and kubectl delete records its node; date prints now.
+func cleanupStubs(t *testing.T, nodes string, now time.Time, getStatus int, failDelete string) (dir, log string) {
+	t.Helper()
+	dir = t.TempDir()
+	log = filepath.Join(dir, "kubectl.log")
+	assert.NilError(t, os.WriteFile(filepath.Join(dir, "nodes.txt"), []byte(nodes), 0o644))
+	kubectl := fmt.Sprintf(`#!/bin/sh
+printf '%%s\n' "$*" >> %q
+case $1 in
+get) cat %q; exit %d ;;
+delete) [ "$3" = %q ] && exit 1; echo "node \"$3\" deleted"; exit 0 ;;
+esac
+exit 3
+`, log, filepath.Join(dir, "nodes.txt"), getStatus, failDelete)
+	assert.NilError(t, os.WriteFile(filepath.Join(dir, "kubectl"), []byte(kubectl), 0o755))
+	date := fmt.Sprintf("#!/bin/sh\n[ \"$*\" = '-u +%%s' ] || exit 9\necho %d\n", now.Unix())
+	assert.NilError(t, os.WriteFile(filepath.Join(dir, "date"), []byte(date), 0o755))
+	assert.NilError(t, os.WriteFile(filepath.Join(dir, "cleanup.sh"), []byte(cleanupScript), 0o755))
+	return dir, log
+}
+
+// runCleanupScript runs the embedded script with the stubs and returns the nodes it deleted, its output and its
+// exit status.
+func runCleanupScript(t *testing.T, nodes string, now time.Time, threshold string, getStatus int,
+	failDelete string) (deleted []string, output string, status int) {
+	t.Helper()
+	dir, log := cleanupStubs(t, nodes, now, getStatus, failDelete)
+	cmd := exec.Command("/bin/sh", filepath.Join(dir, "cleanup.sh"))
+	cmd.Env = []string{
+		"PATH=" + dir + string(os.PathListSeparator) + os.Getenv("PATH"),
+		"POOL_LABEL=" + LabelPool,
+		"NOT_READY_AFTER_SECONDS=" + threshold,
+	}
+	out, err := cmd.CombinedOutput()
+	var exit *exec.ExitError
+	if errors.As(err, &exit) {
+		status = exit.ExitCode()
+	} else {
+		assert.NilError(t, err)
+	}
+	calls, readErr := os.ReadFile(log)
+	if readErr == nil {
+		for _, line := range strings.Split(strings.TrimSpace(string(calls)), "\n") {
+			if f := strings.Fields(line); len(f) >= 3 && f[0] == "delete" {
+				assert.Equal(t, f[1], "node")
+				deleted = append(deleted, f[2])
+			} else if len(f) > 0 && f[0] == "get" {
+				assert.Equal(t, line, "get nodes --selector "+LabelPool+" --output jsonpath={range .items[*]}"+
+					`{.metadata.name}{"|"}{.spec.providerID}{"|"}{range .status.conditions[?(@.type=="Ready")]}`+
+					`{.status}{"|"}{.lastTransitionTime}{end}{"\n"}{end}`)
+			}
+		}
+	}
+	return deleted, string(out), status
+}
+
+// TestCleanupScriptDecisions runs the real script against a stub kubectl: it deletes exactly the AWS pool nodes whose
+// Ready condition has been False or Unknown for longer than the threshold (601 s and 900 s here, across a leap day),
+// and keeps nodes at the threshold, recent, Ready, without a Ready condition, and any node that is not an AWS
+// instance.
+func TestCleanupScriptDecisions(t *testing.T) {
+	now := time.Date(2024, 3, 1, 0, 5, 0, 0, time.UTC)
+	ago := func(d time.Duration) string { return now.Add(-d).Format(time.RFC3339) }
+	nodes := strings.Join([]string{
+		"gone-unknown|aws:///eu-central-1a/i-0aaa|Unknown|" + ago(900*time.Second),
+		"gone-false|aws:///eu-central-1b/i-0bbb|False|" + ago(601*time.Second),
+		"at-threshold|aws:///eu-central-1a/i-0ccc|Unknown|" + ago(600*time.Second),
+		"recent|aws:///eu-central-1a/i-0ddd|False|" + ago(time.Minute),
+		"ready|aws:///eu-central-1a/i-0eee|True|" + ago(90*24*time.Hour),
+		"onprem-labeled|kubeadm://rack1/n3|Unknown|" + ago(48*time.Hour),
+		"no-provider||Unknown|" + ago(48*time.Hour),
+		"joining|aws:///eu-central-1c/i-0fff||",
+	}, "\n") + "\n"
+	assert.Equal(t, ago(900*time.Second), "2024-02-29T23:50:00Z")
+
+	deleted, out, status := runCleanupScript(t, nodes, now, "600", 0, "")
+	assert.Equal(t, status, 0, out)
+	assert.DeepEqual(t, deleted, []string{"gone-unknown", "gone-false"})
+	assert.Check(t, is.Contains(out, "keep at-threshold: Ready=Unknown for 600s"))
+	assert.Check(t, is.Contains(out, "skip onprem-labeled: providerID 'kubeadm://rack1/n3' is not an AWS one"))
+	assert.Check(t, is.Contains(out, "skip joining: no Ready condition yet"))
+
+	t.Run("no pool nodes", func(t *testing.T) {
+		deleted, out, status := runCleanupScript(t, "", now, "600", 0, "")
+		assert.Equal(t, status, 0, out)
+		assert.Check(t, is.Len(deleted, 0))
+	})
+	t.Run("unreadable timestamp", func(t *testing.T) {
+		deleted, out, status := runCleanupScript(t,
+			"odd|aws:///eu-central-1a/i-1|Unknown|yesterday\n"+
+				"gone|aws:///eu-central-1a/i-2|Unknown|"+ago(time.Hour)+"\n", now, "600", 0, "")
+		assert.Equal(t, status, 1, out)
+		assert.DeepEqual(t, deleted, []string{"gone"})
+		assert.Check(t, is.Contains(out, "cannot read the Ready condition's lastTransitionTime 'yesterday'"))
+	})
+	t.Run("a failed delete", func(t *testing.T) {
+		deleted, out, status := runCleanupScript(t,
+			"a|aws:///z/i-1|Unknown|"+ago(time.Hour)+"\nb|aws:///z/i-2|Unknown|"+ago(time.Hour)+"\n",
+			now, "600", 0, "a")
+		assert.Equal(t, status, 1, out)
+		assert.DeepEqual(t, deleted, []string{"a", "b"})
+	})
+	t.Run("list fails", func(t *testing.T) {
+		deleted, out, status := runCleanupScript(t,
+			"a|aws:///z/i-1|Unknown|"+ago(time.Hour)+"\n", now, "600", 1, "")
+		assert.Check(t, status != 0, out)
+		assert.Check(t, is.Len(deleted, 0))
+	})
+	t.Run("bad threshold", func(t *testing.T) {
+		for _, threshold := range []string{"", "ten", "0", "-5"} {
+			deleted, out, status := runCleanupScript(t, nodes, now, threshold, 0, "")
+			assert.Check(t, status != 0, "threshold %q: %s", threshold, out)
+			assert.Check(t, is.Len(deleted, 0), "threshold %q", threshold)
+		}
+	})
+}

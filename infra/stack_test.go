@@ -1,0 +1,487 @@
+package infra_test
+
+import (
+	"bytes"
+	"encoding/base64"
+	"encoding/json"
+	"errors"
+	"sort"
+	"strings"
+	"testing"
+
+	"github.com/pulumi/pulumi/sdk/v3/go/common/resource"
+	"gotest.tools/v3/assert"
+	is "gotest.tools/v3/assert/cmp"
+
+	"github.com/dynk8s/dynk8s/cloudinit"
+	"github.com/dynk8s/dynk8s/infra"
+	"github.com/dynk8s/dynk8s/internal/mockcloud"
+	"github.com/dynk8s/dynk8s/internal/plan"
+	"github.com/dynk8s/dynk8s/wireguard"
+)
+
+// runStack runs the whole program under the mock engine with the given config map.
+func runStack(t *testing.T, values map[string]any) *plan.Result {
+	t.Helper()
+	cfg, err := mockcloud.ConfigFromMap(values)
+	assert.NilError(t, err)
+	res, err := plan.RunConfig("dev", cfg)
+	assert.NilError(t, err)
+	return res
+}
+
+// in reads an input of a recorded resource as plain data, secrets revealed.
+func in(r *mockcloud.Resource, key string) any {
+	return mockcloud.Plain(r.Inputs[resource.PropertyKey(key)], true)
+}
+
+func find(t *testing.T, res *plan.Result, typ, name string) *mockcloud.Resource {
+	t.Helper()
+	r := res.Cloud.Find(typ, name)
+	assert.Assert(t, r != nil, "no %s named %s", typ, name)
+	return r
+}
+
+func asMap(v any) map[string]any { m, _ := v.(map[string]any); return m }
+func asList(v any) []any         { l, _ := v.([]any); return l }
+
+func TestNodePoolLaunchTemplates(t *testing.T) {
+	res := runStack(t, devConfig(t))
+	for _, pool := range []string{"builders-x86", "builders-arm"} {
+		t.Run(pool, func(t *testing.T) {
+			lt := find(t, res, "aws:ec2/launchTemplate:LaunchTemplate", "pool-"+pool+"-lt")
+			assert.Equal(t, lt.Parent, "pool-"+pool)
+			md := asMap(in(lt, "metadataOptions"))
+			assert.Equal(t, md["httpTokens"], "required")
+			assert.Equal(t, md["httpPutResponseHopLimit"], float64(1))
+			bdm := asList(in(lt, "blockDeviceMappings"))
+			assert.Equal(t, len(bdm), 1)
+			assert.Equal(t, asMap(bdm[0])["deviceName"], "/dev/sda1", "the image's own root device")
+			ebs := asMap(asMap(bdm[0])["ebs"])
+			assert.Equal(t, ebs["encrypted"], "true")
+			assert.Equal(t, ebs["deleteOnTermination"], "true")
+			assert.Equal(t, ebs["volumeType"], "gp3")
+			assert.Equal(t, ebs["volumeSize"], float64(80))
+			assert.Check(t, in(lt, "keyName") == nil, "no SSH key by default")
+			assert.Check(t, len(asList(in(lt, "vpcSecurityGroupIds"))) == 1)
+			assert.Check(t, in(lt, "iamInstanceProfile") != nil)
+			specs := asList(in(lt, "tagSpecifications"))
+			var kinds []string
+			for _, s := range specs {
+				kinds = append(kinds, asMap(s)["resourceType"].(string))
+			}
+			assert.DeepEqual(t, kinds, []string{"instance", "volume"})
+
+			userData, ok := in(lt, "userData").(string)
+			assert.Assert(t, ok && userData != "", "user data present")
+			raw, err := cloudinit.Decode(userData)
+			assert.NilError(t, err)
+			assert.Check(t, bytes.HasPrefix(raw, []byte("#cloud-config\n")))
+		})
+	}
+}
+
+func TestFedoraImageLookup(t *testing.T) {
+	res := runStack(t, devConfig(t))
+	var lookups []map[string]any
+	for _, c := range res.Cloud.Calls() {
+		if c.Token == "aws:ec2/getAmi:getAmi" {
+			lookups = append(lookups, mockcloud.PlainMap(c.Args, true))
+		}
+	}
+	assert.Equal(t, len(lookups), 3, "one per pool and one for the gateway")
+	archs := map[string]bool{}
+	for _, l := range lookups {
+		assert.DeepEqual(t, l["owners"], []any{infra.FedoraOwner})
+		assert.Equal(t, l["mostRecent"], true)
+		filters := map[string]string{}
+		for _, f := range asList(l["filters"]) {
+			filters[asMap(f)["name"].(string)] = asList(asMap(f)["values"])[0].(string)
+		}
+		archs[filters["architecture"]] = true
+		assert.Equal(t, filters["virtualization-type"], "hvm")
+		assert.Equal(t, filters["root-device-type"], "ebs")
+		assert.Equal(t, filters["state"], "available")
+		nameArch := map[string]string{"x86_64": "x86_64", "arm64": "aarch64"}[filters["architecture"]]
+		assert.Equal(t, filters["name"], "Fedora-Cloud-Base-AmazonEC2."+nameArch+"-42-*")
+		assert.Check(t, is.Contains(l["nameRegex"].(string), "-42-"))
+	}
+	assert.DeepEqual(t, archs, map[string]bool{"x86_64": true, "arm64": true})
+}
+
+func TestAutoScalingGroups(t *testing.T) {
+	res := runStack(t, devConfig(t))
+	x86 := find(t, res, "aws:autoscaling/group:Group", "pool-builders-x86-asg")
+	arm := find(t, res, "aws:autoscaling/group:Group", "pool-builders-arm-asg")
+
+	for _, g := range []*mockcloud.Resource{x86, arm} {
+		_, hasDesired := g.Inputs["desiredCapacity"]
+		assert.Check(t, !hasDesired, "%s: desiredCapacity must never be set", g.Name)
+		assert.Check(t, is.Contains(g.IgnoreChanges, "desiredCapacity"), "%s", g.Name)
+		assert.Equal(t, len(asList(in(g, "vpcZoneIdentifiers"))), 2, "a subnet per zone")
+		assert.Check(t, in(g, "instanceRefresh") == nil, "no instance refresh by default")
+		assert.DeepEqual(t, in(g, "suspendedProcesses"), []any{"AZRebalance"})
+	}
+	assert.Equal(t, in(x86, "minSize"), float64(0))
+	assert.Equal(t, in(x86, "maxSize"), float64(4))
+	assert.Equal(t, in(arm, "maxSize"), float64(6))
+
+	// On-demand single type: the launch template at its newest version number, never "$Latest".
+	lt := asMap(in(x86, "launchTemplate"))
+	assert.Equal(t, lt["version"], "1")
+	assert.Check(t, in(x86, "mixedInstancesPolicy") == nil)
+	assert.Equal(t, in(x86, "capacityRebalance"), false)
+
+	// Spot: mixed instances, no on-demand, price-capacity-optimized, capacity rebalancing.
+	assert.Check(t, in(arm, "launchTemplate") == nil)
+	mip := asMap(in(arm, "mixedInstancesPolicy"))
+	dist := asMap(mip["instancesDistribution"])
+	assert.Equal(t, dist["onDemandBaseCapacity"], float64(0))
+	assert.Equal(t, dist["onDemandPercentageAboveBaseCapacity"], float64(0))
+	assert.Equal(t, dist["spotAllocationStrategy"], "price-capacity-optimized")
+	spec := asMap(asMap(mip["launchTemplate"])["launchTemplateSpecification"])
+	assert.Equal(t, spec["version"], "1")
+	var types []any
+	for _, o := range asList(asMap(mip["launchTemplate"])["overrides"]) {
+		types = append(types, asMap(o)["instanceType"])
+	}
+	assert.DeepEqual(t, types, []any{"c7g.2xlarge", "c6g.2xlarge"})
+	assert.Equal(t, in(arm, "capacityRebalance"), true)
+}
+
+func groupTags(g *mockcloud.Resource) map[string]string {
+	out := map[string]string{}
+	for _, tag := range asList(in(g, "tags")) {
+		m := asMap(tag)
+		out[m["key"].(string)] = m["value"].(string)
+		if strings.HasPrefix(m["key"].(string), "k8s.io/") && m["propagateAtLaunch"] != false {
+			out["!propagated:"+m["key"].(string)] = "true"
+		}
+	}
+	return out
+}
+
+func TestAutoscalerTags(t *testing.T) {
+	res := runStack(t, devConfig(t))
+	arm := groupTags(find(t, res, "aws:autoscaling/group:Group", "pool-builders-arm-asg"))
+	want := map[string]string{
+		"Name":           "homelab-builders-arm",
+		"dynk8s:cluster": "homelab",
+		"dynk8s:pool":    "builders-arm",
+		"k8s.io/cluster-autoscaler/enabled": "true",
+		"k8s.io/cluster-autoscaler/homelab": "owned",
+		"k8s.io/cluster-autoscaler/node-template/label/example.com/builder":              "aarch64",
+		"k8s.io/cluster-autoscaler/node-template/label/dynk8s.io/pool":                   "builders-arm",
+		"k8s.io/cluster-autoscaler/node-template/label/dynk8s.io/capacity-type":          "spot",
+		"k8s.io/cluster-autoscaler/node-template/label/kubernetes.io/arch":               "arm64",
+		"k8s.io/cluster-autoscaler/node-template/label/kubernetes.io/os":                 "linux",
+		"k8s.io/cluster-autoscaler/node-template/label/topology.kubernetes.io/region":    "eu-central-1",
+		"k8s.io/cluster-autoscaler/node-template/label/node.kubernetes.io/instance-type": "c7g.2xlarge",
+		"k8s.io/cluster-autoscaler/node-template/taint/example.com/spot":                 "true:NoSchedule",
+		"k8s.io/cluster-autoscaler/node-template/resources/github.com/fuse":              "5000",
+	}
+	assert.DeepEqual(t, arm, want)
+
+	x86 := groupTags(find(t, res, "aws:autoscaling/group:Group", "pool-builders-x86-asg"))
+	assert.Equal(t, x86["k8s.io/cluster-autoscaler/node-template/label/kubernetes.io/arch"], "amd64")
+	assert.Equal(t, x86["k8s.io/cluster-autoscaler/node-template/label/dynk8s.io/capacity-type"], "on-demand")
+	for k := range x86 {
+		assert.Check(t, !strings.Contains(k, "/taint/"), "the x86 pool has no taints: %s", k)
+	}
+
+	// Without fuse, no resource tag.
+	c := devConfig(t)
+	obj(c, "fuse")["enabled"] = false
+	noFuse := groupTags(find(t, runStack(t, c), "aws:autoscaling/group:Group", "pool-builders-arm-asg"))
+	_, has := noFuse["k8s.io/cluster-autoscaler/node-template/resources/github.com/fuse"]
+	assert.Check(t, !has)
+}
+
+func TestPoolsNeverCollide(t *testing.T) {
+	res := runStack(t, devConfig(t))
+	seen := map[string]bool{}
+	for _, r := range res.Cloud.Resources() {
+		key := r.Type + "/" + r.Name
+		assert.Check(t, !seen[key], "duplicate resource %s", key)
+		seen[key] = true
+	}
+	for _, typ := range []string{"aws:ec2/launchTemplate:LaunchTemplate", "aws:autoscaling/group:Group", infra.NodePoolType} {
+		assert.Equal(t, len(res.Cloud.ByType(typ)), 2, typ)
+	}
+}
+
+// TestDeterministic: the same config twice declares byte-identical inputs, so a second `pulumi up` is a no-op.
+func TestDeterministic(t *testing.T) {
+	doc := func() []byte {
+		var b bytes.Buffer
+		assert.NilError(t, runStack(t, devConfig(t)).WriteJSON(&b))
+		return b.Bytes()
+	}
+	first, second := doc(), doc()
+	assert.Assert(t, bytes.Equal(first, second), "two runs of the same config differ")
+}
+
+func TestNetwork(t *testing.T) {
+	res := runStack(t, devConfig(t))
+	for _, z := range []string{"a", "b"} {
+		s := find(t, res, "aws:ec2/subnet:Subnet", "network-subnet-eu-central-1"+z)
+		assert.Equal(t, in(s, "mapPublicIpOnLaunch"), true, "nodes egress with their own public IPv4, no NAT")
+	}
+	assert.Equal(t, len(res.Cloud.ByType("aws:ec2/natGateway:NatGateway")), 0)
+	routes := map[string]map[string]any{}
+	for _, r := range res.Cloud.ByType("aws:ec2/route:Route") {
+		routes[in(&r, "destinationCidrBlock").(string)] = mockcloud.PlainMap(r.Inputs, true)
+	}
+	igw := find(t, res, "aws:ec2/internetGateway:InternetGateway", "network-igw")
+	eni := find(t, res, "aws:ec2/networkInterface:NetworkInterface", "network-gateway-eni")
+	assert.Equal(t, routes["0.0.0.0/0"]["gatewayId"], igw.ID)
+	assert.Equal(t, routes["192.168.10.0/24"]["networkInterfaceId"], eni.ID)
+	assert.Equal(t, len(routes), 2)
+	assert.Equal(t, in(eni, "sourceDestCheck"), false)
+
+	// No ingress from anywhere, except WireGuard's UDP port on the gateway.
+	for _, sg := range res.Cloud.ByType("aws:ec2/securityGroup:SecurityGroup") {
+		for _, rule := range asList(in(&sg, "ingress")) {
+			r := asMap(rule)
+			for _, cidr := range asList(r["cidrBlocks"]) {
+				if cidr != "0.0.0.0/0" {
+					continue
+				}
+				assert.Equal(t, sg.Name, "network-gateway-sg", "open ingress on %s", sg.Name)
+				assert.Equal(t, r["protocol"], "udp")
+				assert.Equal(t, r["fromPort"], float64(51820))
+				assert.Equal(t, r["toPort"], float64(51820))
+			}
+		}
+	}
+	nodeSG := find(t, res, "aws:ec2/securityGroup:SecurityGroup", "network-node-sg")
+	var sources []any
+	for _, rule := range asList(in(nodeSG, "ingress")) {
+		sources = append(sources, asList(asMap(rule)["cidrBlocks"])...)
+	}
+	assert.DeepEqual(t, sources, []any{"192.168.10.0/24", "10.201.0.0/30"})
+
+	// With a known on-prem endpoint, the WireGuard port is open to that address only.
+	c := devConfig(t)
+	obj(c, "wireguard")["onPremEndpoint"] = "198.51.100.7:51820"
+	gwSG := find(t, runStack(t, c), "aws:ec2/securityGroup:SecurityGroup", "network-gateway-sg")
+	assert.DeepEqual(t, asMap(asList(in(gwSG, "ingress"))[0])["cidrBlocks"], []any{"198.51.100.7/32"})
+}
+
+func TestGateway(t *testing.T) {
+	res := runStack(t, devConfig(t))
+	inst := find(t, res, "aws:ec2/instance:Instance", "gateway")
+	assert.Equal(t, in(inst, "instanceType"), "t4g.micro")
+	assert.Equal(t, asMap(in(inst, "metadataOptions"))["httpTokens"], "required")
+	root := asMap(in(inst, "rootBlockDevice"))
+	assert.Equal(t, root["encrypted"], true)
+	assert.Equal(t, root["volumeType"], "gp3")
+	eni := find(t, res, "aws:ec2/networkInterface:NetworkInterface", "network-gateway-eni")
+	assert.Equal(t, asMap(asList(in(inst, "networkInterfaces"))[0])["networkInterfaceId"], eni.ID)
+	assert.Equal(t, in(inst, "userDataReplaceOnChange"), true)
+	raw, err := cloudinit.Decode(in(inst, "userDataBase64").(string))
+	assert.NilError(t, err)
+	assert.Check(t, bytes.HasPrefix(raw, []byte("#cloud-config\n")))
+
+	eip := find(t, res, "aws:ec2/eip:Eip", "gateway-eip")
+	assert.Equal(t, in(eip, "networkInterface"), eni.ID, "the address follows the interface, not the instance")
+
+	key := find(t, res, "aws:ssm/parameter:Parameter", "gateway-key")
+	assert.Equal(t, in(key, "type"), "SecureString")
+	assert.Equal(t, in(key, "name"), "/dynk8s/homelab/wireguard-gateway-key")
+	assert.Check(t, key.Inputs["value"].IsSecret(), "the private key is secret in state")
+	priv := in(key, "value").(string)
+	pub, err := wireguard.PublicKey(priv)
+	assert.NilError(t, err)
+	assert.Equal(t, res.Outputs["gatewayPublicKey"].Value, pub)
+	assert.Check(t, !res.Outputs["gatewayPublicKey"].Secret)
+
+	conf := res.Outputs["onPremWireGuardConfig"]
+	assert.Check(t, conf.Secret)
+	text := conf.Value.(string)
+	assert.Check(t, is.Contains(text, "PublicKey = "+pub))
+	assert.Check(t, is.Contains(text, "Endpoint = "+res.Outputs["gatewayPublicIp"].Value.(string)+":51820"))
+	assert.Check(t, is.Contains(text, "PersistentKeepalive = 25"))
+	assert.Check(t, is.Contains(text, "MTU = 1420"))
+	assert.Check(t, is.Contains(text, "Address = 10.201.0.2/30"))
+	assert.Check(t, is.Contains(text, "PrivateKey = "), "a generated on-prem key pair travels in the config")
+}
+
+func TestOnPremOwnKey(t *testing.T) {
+	c := devConfig(t)
+	const ownKey = "xTIBA5rboUvnH4htodjb6e697QjLERt1NAB4mZqp8Dg="
+	obj(c, "wireguard")["onPremPublicKey"] = ownKey
+	res := runStack(t, c)
+	text := res.Outputs["onPremWireGuardConfig"].Value.(string)
+	assert.Check(t, !strings.Contains(text, "PrivateKey"), "the operator's private key is never in the stack")
+	assert.Check(t, is.Contains(text, "PostUp = wg set %i private-key /etc/wireguard/dynk8s.key"))
+	assert.Equal(t, len(res.Cloud.ByType("random:index/randomBytes:RandomBytes")), 1, "only the gateway's key")
+	raw, err := cloudinit.Decode(in(find(t, res, "aws:ec2/instance:Instance", "gateway"), "userDataBase64").(string))
+	assert.NilError(t, err)
+	assert.Check(t, is.Contains(string(raw), ownKey), "the gateway knows the on-prem peer by its key")
+}
+
+// policy parses an IAM policy document input.
+func policy(t *testing.T, r *mockcloud.Resource, key string) infra.PolicyDocument {
+	t.Helper()
+	var doc infra.PolicyDocument
+	assert.NilError(t, json.Unmarshal([]byte(in(r, key).(string)), &doc))
+	assert.Equal(t, doc.Version, "2012-10-17")
+	for _, s := range doc.Statement {
+		for _, a := range s.Action {
+			assert.Check(t, !strings.Contains(a, "*"), "wildcard action %q in %s", a, r.Name)
+		}
+	}
+	return doc
+}
+
+func TestIdentityPolicies(t *testing.T) {
+	res := runStack(t, devConfig(t))
+	for _, role := range []string{"identity-node-role", "identity-gateway-role"} {
+		trust := policy(t, find(t, res, "aws:iam/role:Role", role), "assumeRolePolicy")
+		assert.Equal(t, len(trust.Statement), 1)
+		assert.DeepEqual(t, trust.Statement[0].Principal, map[string][]string{"Service": {"ec2.amazonaws.com"}})
+		assert.DeepEqual(t, trust.Statement[0].Action, []string{"sts:AssumeRole"})
+	}
+	params := map[string]string{
+		"identity-node-read-parameter":    "arn:aws:ssm:eu-central-1:123456789012:parameter/dynk8s/homelab/join-token",
+		"identity-gateway-read-parameter": "arn:aws:ssm:eu-central-1:123456789012:parameter/dynk8s/homelab/wireguard-gateway-key",
+	}
+	for name, arn := range params {
+		doc := policy(t, find(t, res, "aws:iam/rolePolicy:RolePolicy", name), "policy")
+		assert.Equal(t, len(doc.Statement), 1)
+		assert.DeepEqual(t, doc.Statement[0].Action, []string{"ssm:GetParameter"})
+		assert.DeepEqual(t, doc.Statement[0].Resource, []string{arn})
+		assert.Check(t, doc.Statement[0].Condition == nil)
+	}
+	assert.Equal(t, len(res.Cloud.ByType("aws:iam/rolePolicyAttachment:RolePolicyAttachment")), 0,
+		"no managed policies by default")
+
+	ca := policy(t, find(t, res, "aws:iam/userPolicy:UserPolicy", "identity-autoscaler"), "policy")
+	assert.Equal(t, len(ca.Statement), 2)
+	read, write := ca.Statement[0], ca.Statement[1]
+	assert.DeepEqual(t, read.Action, []string{
+		"autoscaling:DescribeAutoScalingGroups", "autoscaling:DescribeAutoScalingInstances",
+		"autoscaling:DescribeLaunchConfigurations", "autoscaling:DescribeScalingActivities",
+		"ec2:DescribeImages", "ec2:DescribeInstanceTypes", "ec2:DescribeLaunchTemplateVersions",
+		"ec2:GetInstanceTypesFromInstanceRequirements",
+	})
+	for _, a := range read.Action {
+		verb := a[strings.Index(a, ":")+1:]
+		assert.Check(t, strings.HasPrefix(verb, "Describe") || strings.HasPrefix(verb, "Get"), "read statement: %s", a)
+	}
+	assert.Check(t, read.Condition == nil)
+	assert.DeepEqual(t, write.Action, []string{
+		"autoscaling:SetDesiredCapacity", "autoscaling:TerminateInstanceInAutoScalingGroup",
+	})
+	assert.DeepEqual(t, write.Condition, map[string]map[string]string{
+		"StringEquals": {"autoscaling:ResourceTag/k8s.io/cluster-autoscaler/homelab": "owned"},
+	})
+
+	// Opt-in managed policies, by partition-aware ARN.
+	c := devConfig(t)
+	obj(c, "identity")["sessionManager"] = true
+	obj(c, "identity")["ecrReadOnly"] = true
+	var arns []string
+	for _, a := range runStack(t, c).Cloud.ByType("aws:iam/rolePolicyAttachment:RolePolicyAttachment") {
+		arns = append(arns, in(&a, "policyArn").(string))
+	}
+	sort.Strings(arns)
+	assert.DeepEqual(t, arns, []string{
+		"arn:aws:iam::aws:policy/AmazonEC2ContainerRegistryReadOnly",
+		"arn:aws:iam::aws:policy/AmazonSSMManagedInstanceCore",
+	})
+}
+
+func TestJoinTokenAndKeyRotation(t *testing.T) {
+	res := runStack(t, devConfig(t))
+	param := find(t, res, "aws:ssm/parameter:Parameter", "identity-join-token")
+	assert.Equal(t, in(param, "type"), "SecureString")
+	assert.Check(t, param.Inputs["value"].IsSecret())
+	id := mockcloud.RandomString("identity-token-id", 6, "abcdefghijklmnopqrstuvwxyz0123456789")
+	secret := mockcloud.RandomString("identity-token-secret", 16, "abcdefghijklmnopqrstuvwxyz0123456789")
+	assert.Equal(t, in(param, "value"), id+"."+secret)
+	for _, name := range []string{"identity-token-id", "identity-token-secret"} {
+		r := find(t, res, "random:index/randomString:RandomString", name)
+		assert.DeepEqual(t, in(r, "keepers"), map[string]any{"rotation": "1"})
+	}
+	assert.DeepEqual(t, find(t, res, "random:index/randomString:RandomString", "identity-token-secret").AdditionalSecretOutputs,
+		[]string{"result"})
+
+	key := find(t, res, "aws:iam/accessKey:AccessKey", "identity-autoscaler-key-1")
+	assert.Check(t, is.Contains(key.AdditionalSecretOutputs, "secret"))
+	c := devConfig(t)
+	obj(c, "identity")["autoscalerKeyRotation"] = "2"
+	rotated := runStack(t, c)
+	assert.Check(t, rotated.Cloud.Find("aws:iam/accessKey:AccessKey", "identity-autoscaler-key-2") != nil)
+	assert.Check(t, rotated.Cloud.Find("aws:iam/accessKey:AccessKey", "identity-autoscaler-key-1") == nil)
+}
+
+// TestNoSecretInTheClear scans every input of every resource, as the plan's JSON shows them, for the secret values
+// the mock engine handed out, and checks each secret is carried as a secret where it is used.
+func TestNoSecretInTheClear(t *testing.T) {
+	res := runStack(t, devConfig(t))
+	tokenSecret := mockcloud.RandomString("identity-token-secret", 16, "abcdefghijklmnopqrstuvwxyz0123456789")
+	gatewayKey, err := wireguard.PrivateKeyFromBytes(base64.StdEncoding.EncodeToString(mockcloud.RandomBytes("gateway-key", 32)))
+	assert.NilError(t, err)
+	onPremKey, err := wireguard.PrivateKeyFromBytes(base64.StdEncoding.EncodeToString(mockcloud.RandomBytes("gateway-onprem-key", 32)))
+	assert.NilError(t, err)
+	accessKeySecret := base64.StdEncoding.EncodeToString(mockcloud.RandomBytes("identity-autoscaler-key-1/secret", 30))
+	secrets := map[string]string{
+		"token secret": tokenSecret, "gateway private key": gatewayKey, "on-prem private key": onPremKey,
+		"autoscaler key secret": accessKeySecret,
+	}
+
+	var doc bytes.Buffer
+	assert.NilError(t, res.WriteJSON(&doc))
+	for what, v := range secrets {
+		assert.Check(t, !strings.Contains(doc.String(), v), "%s appears in the clear in the plan", what)
+	}
+
+	// Each secret is used somewhere, and everywhere it is used it is marked secret.
+	for what, v := range secrets {
+		used := false
+		for _, r := range res.Cloud.Resources() {
+			for k, pv := range r.Inputs {
+				if !containsString(pv, v) {
+					continue
+				}
+				used = true
+				assert.Check(t, mockcloud.ContainsSecret(pv), "%s is in %s.%s without the secret mark", what, r.Name, k)
+			}
+		}
+		if what != "on-prem private key" {
+			assert.Check(t, used, "%s is never used: the scan proves nothing", what)
+		}
+	}
+	// User data carries no secret at all.
+	for _, lt := range res.Cloud.ByType("aws:ec2/launchTemplate:LaunchTemplate") {
+		raw, err := cloudinit.Decode(in(&lt, "userData").(string))
+		assert.NilError(t, err)
+		for what, v := range secrets {
+			assert.Check(t, !strings.Contains(string(raw), v), "%s in the user data of %s", what, lt.Name)
+		}
+	}
+}
+
+func containsString(v resource.PropertyValue, s string) bool {
+	for _, x := range mockcloud.Strings(v) {
+		if strings.Contains(x, s) {
+			return true
+		}
+	}
+	return false
+}
+
+// TestBadConfigDeclaresNothing: a refused config stops the program before its first resource.
+func TestBadConfigDeclaresNothing(t *testing.T) {
+	c := devConfig(t)
+	pool(c, 1)["maxSize"] = -1
+	cfg, err := mockcloud.ConfigFromMap(c)
+	assert.NilError(t, err)
+	res, err := plan.RunConfig("dev", cfg)
+	var cfgErr *infra.ConfigError
+	assert.Assert(t, errors.As(err, &cfgErr), "got %v", err)
+	assert.Equal(t, len(res.Cloud.Resources()), 0)
+	assert.Equal(t, len(res.Cloud.Calls()), 0)
+}
