@@ -2,6 +2,9 @@ package cloudinit
 
 import (
 	"encoding/base64"
+	"os"
+	"os/exec"
+	"path/filepath"
 	"strings"
 	"testing"
 
@@ -280,4 +283,25 @@ func parseJoinConfig(t *testing.T, doc string) joinConfiguration {
 	var jc joinConfiguration
 	assert.NilError(t, yaml.UnmarshalStrict([]byte(doc), &jc))
 	return jc
+}
+
+// kubeadm itself validates the JoinConfiguration join.sh hands it (filled in as join.sh would). kubeadm is not a
+// Debian package; CI has it only if hack/tools.sh builds it, so a missing kubeadm only skips this test.
+func TestNodeJoinConfigurationPassesKubeadmValidate(t *testing.T) {
+	kubeadm, err := exec.LookPath("kubeadm")
+	if err != nil {
+		t.Skip("kubeadm is not on PATH (build it from k8s.io/kubernetes/cmd/kubeadm at the pinned version)")
+	}
+	for name, in := range map[string]NodeInput{"general": generalPool(), "spot-arm64": spotPool()} {
+		ud, err := Node(in)
+		assert.NilError(t, err)
+		doc := fillTemplate(fileByPath(t, parseCloudConfig(t, ud), joinTemplatePath).Content, map[string]string{
+			phToken: "abcdef.0123456789abcdef", phNodeIP: "10.100.1.23", phInstanceID: "i-0123456789abcdef0",
+			phInstanceType: "m7g.large", phRegion: "eu-central-1", phZone: "eu-central-1a",
+		})
+		f := filepath.Join(t.TempDir(), "join.yaml")
+		assert.NilError(t, os.WriteFile(f, []byte(doc), 0o600))
+		out, err := exec.Command(kubeadm, "config", "validate", "--config", f).CombinedOutput()
+		assert.NilError(t, err, "%s: kubeadm config validate: %s", name, out)
+	}
 }

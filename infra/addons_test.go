@@ -19,6 +19,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/dynk8s/dynk8s/internal/mockcloud"
+	"github.com/dynk8s/dynk8s/internal/realtools"
 )
 
 // Values of the test fixture that must never show up outside a secret.
@@ -819,23 +820,11 @@ func TestAddonsArgsValidation(t *testing.T) {
 
 // TestCleanupScriptShellcheck runs shellcheck on the script as embedded.
 func TestCleanupScriptShellcheck(t *testing.T) {
-	requireTool(t, "shellcheck")
+	realtools.Require(t, "shellcheck")
 	cmd := exec.Command("shellcheck", "--shell=sh", "--severity=style", "-")
 	cmd.Stdin = strings.NewReader(cleanupScript)
 	out, err := cmd.CombinedOutput()
 	assert.NilError(t, err, "shellcheck:\n%s", out)
-}
-
-// requireTool skips the test when the tool is missing, unless DYNK8S_REQUIRE_TOOLS is set (CI), where a missing
-// tool is a failure.
-func requireTool(t *testing.T, name string) {
-	t.Helper()
-	if _, err := exec.LookPath(name); err != nil {
-		if os.Getenv("DYNK8S_REQUIRE_TOOLS") != "" {
-			t.Fatalf("%s is required (DYNK8S_REQUIRE_TOOLS is set): %v", name, err)
-		}
-		t.Skipf("%s not installed", name)
-	}
 }
 
 // cleanupStubs writes stand-ins for kubectl and date into a directory for the script's PATH: kubectl get answers

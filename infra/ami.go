@@ -38,15 +38,15 @@ func FedoraImage(release int, arch, region string) (FedoraImageQuery, error) {
 		return FedoraImageQuery{}, fmt.Errorf("unknown arch %q (want x86_64 or arm64)", arch)
 	}
 	if release < oldestFedoraRelease || release > newestFedoraRelease {
-		return FedoraImageQuery{}, fmt.Errorf("Fedora %d has no known cloud image naming scheme", release)
+		return FedoraImageQuery{}, fmt.Errorf("no known cloud image naming scheme for Fedora %d", release)
 	}
 	q := FedoraImageQuery{Architecture: arch}
 	if release >= firstKiwiRelease {
 		q.NameFilter = fmt.Sprintf("Fedora-Cloud-Base-AmazonEC2.%s-%d-*", nameArch, release)
-		q.NameRegex = fmt.Sprintf(`^Fedora-Cloud-Base-AmazonEC2\.%s-%d-\d+\.\d+$`, nameArch, release)
+		q.NameRegex = fmt.Sprintf(`^Fedora-Cloud-Base-AmazonEC2\.%s-%d-\d{1,3}\.\d{1,3}$`, nameArch, release)
 	} else {
 		q.NameFilter = fmt.Sprintf("Fedora-Cloud-Base-%d-*.%s-hvm-%s-gp3-0", release, nameArch, region)
-		q.NameRegex = fmt.Sprintf(`^Fedora-Cloud-Base-%d-\d+\.\d+\.%s-hvm-%s-gp3-0$`, release, nameArch,
+		q.NameRegex = fmt.Sprintf(`^Fedora-Cloud-Base-%d-\d{1,3}\.\d{1,3}\.%s-hvm-%s-gp3-0$`, release, nameArch,
 			regexp.QuoteMeta(region))
 	}
 	return q, nil

@@ -261,11 +261,6 @@ func (o *object) list(key string) ([]any, bool) {
 	return list, true
 }
 
-func (o *object) sub(key string) *object {
-	v, _ := o.get(key)
-	return o.p.object(o.keyPath(key), v)
-}
-
 func toInt(v any) (int, error) {
 	switch t := v.(type) {
 	case float64:

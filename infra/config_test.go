@@ -115,7 +115,7 @@ func TestBadConfig(t *testing.T) {
 		{"version with v", func(c map[string]any) { obj(c, "kubernetes")["version"] = "v1.34.4" }, "dynk8s:kubernetes.version", "exact version"},
 		{"version without patch", func(c map[string]any) { obj(c, "kubernetes")["version"] = 1.34 }, "dynk8s:kubernetes.version", "exact version"},
 		{"version too old for v1beta4", func(c map[string]any) { obj(c, "kubernetes")["version"] = "1.30.2" }, "dynk8s:kubernetes.version", "1.31"},
-		{"misspelt kubernetes key", func(c map[string]any) { obj(c, "kubernetes")["verison"] = "1.34.4" }, "dynk8s:kubernetes.verison", "unknown key"},
+		{"misspelt kubernetes key", func(c map[string]any) { obj(c, "kubernetes")["verison"] = "1.34.4" }, "dynk8s:kubernetes.verison", "unknown key"}, //nolint:misspell // the typo is the test
 		{"endpoint without port", func(c map[string]any) { obj(c, "kubernetes")["apiServerEndpoint"] = "192.168.10.10" }, "dynk8s:kubernetes.apiServerEndpoint", "host:port"},
 		{"endpoint port out of range", func(c map[string]any) { obj(c, "kubernetes")["apiServerEndpoint"] = "192.168.10.10:70000" }, "dynk8s:kubernetes.apiServerEndpoint", "port"},
 		{"endpoint not routed through the tunnel", func(c map[string]any) { obj(c, "kubernetes")["apiServerEndpoint"] = "172.16.0.1:6443" }, "dynk8s:kubernetes.apiServerEndpoint", "not inside"},

@@ -7,10 +7,10 @@ import (
 
 // Cluster Autoscaler tag keys (domain facts 1.1, 1.2).
 const (
-	caTagPrefix           = "k8s.io/cluster-autoscaler/"
-	caTagEnabled          = caTagPrefix + "enabled"
-	caNodeTemplateLabel   = caTagPrefix + "node-template/label/"
-	caNodeTemplateTaint   = caTagPrefix + "node-template/taint/"
+	caTagPrefix            = "k8s.io/cluster-autoscaler/"
+	caTagEnabled           = caTagPrefix + "enabled"
+	caNodeTemplateLabel    = caTagPrefix + "node-template/label/"
+	caNodeTemplateTaint    = caTagPrefix + "node-template/taint/"
 	caNodeTemplateResource = caTagPrefix + "node-template/resources/"
 	// FuseResource is the extended resource the fuse device plugin advertises.
 	FuseResource = "github.com/fuse"

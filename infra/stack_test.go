@@ -17,6 +17,7 @@ import (
 	"github.com/dynk8s/dynk8s/infra"
 	"github.com/dynk8s/dynk8s/internal/mockcloud"
 	"github.com/dynk8s/dynk8s/internal/plan"
+	"github.com/dynk8s/dynk8s/internal/realtools"
 	"github.com/dynk8s/dynk8s/wireguard"
 )
 
@@ -165,9 +166,9 @@ func TestAutoscalerTags(t *testing.T) {
 	res := runStack(t, devConfig(t))
 	arm := groupTags(find(t, res, "aws:autoscaling/group:Group", "pool-builders-arm-asg"))
 	want := map[string]string{
-		"Name":           "homelab-builders-arm",
-		"dynk8s:cluster": "homelab",
-		"dynk8s:pool":    "builders-arm",
+		"Name":                              "homelab-builders-arm",
+		"dynk8s:cluster":                    "homelab",
+		"dynk8s:pool":                       "builders-arm",
 		"k8s.io/cluster-autoscaler/enabled": "true",
 		"k8s.io/cluster-autoscaler/homelab": "owned",
 		"k8s.io/cluster-autoscaler/node-template/label/example.com/builder":              "aarch64",
@@ -484,4 +485,23 @@ func TestBadConfigDeclaresNothing(t *testing.T) {
 	assert.Assert(t, errors.As(err, &cfgErr), "got %v", err)
 	assert.Equal(t, len(res.Cloud.Resources()), 0)
 	assert.Equal(t, len(res.Cloud.Calls()), 0)
+}
+
+// TestOnPremConfigParsesWithWG: the on-prem peer's config, as the stack outputs it, passes the real wg parser.
+func TestOnPremConfigParsesWithWG(t *testing.T) {
+	for name, mutate := range map[string]func(map[string]any){
+		"generated key": func(map[string]any) {},
+		"own key": func(c map[string]any) {
+			obj(c, "wireguard")["onPremPublicKey"] = "xTIBA5rboUvnH4htodjb6e697QjLERt1NAB4mZqp8Dg="
+		},
+	} {
+		t.Run(name, func(t *testing.T) {
+			c := devConfig(t)
+			mutate(c)
+			conf := runStack(t, c).Outputs["onPremWireGuardConfig"].Value.(string)
+			stderr := realtools.WGSetconf(t, []byte(conf))
+			assert.Check(t, is.Contains(stderr, "Protocol not supported"))
+			assert.Check(t, !strings.Contains(stderr, "Configuration parsing error"), stderr)
+		})
+	}
 }

@@ -2,15 +2,14 @@ package wireguard
 
 import (
 	"bytes"
-	"os"
-	"os/exec"
-	"path/filepath"
 	"strings"
 	"testing"
 
 	"gotest.tools/v3/assert"
 	is "gotest.tools/v3/assert/cmp"
 	"gotest.tools/v3/golden"
+
+	"github.com/dynk8s/dynk8s/internal/realtools"
 )
 
 // fixture is a site-to-site shape like the stack's: the on-prem side dials out to the gateway, behind NAT.
@@ -131,19 +130,15 @@ func TestMarshalAcceptsHostnameEndpoint(t *testing.T) {
 // WireGuard kernel module `wg setconf` always exits 1, but only after parsing: a good file fails at the netlink
 // call ("Protocol not supported"), a bad one at parsing ("Configuration parsing error").
 func TestRealParserAcceptsMarshalled(t *testing.T) {
-	requireTool(t, "wg")
-	requireTool(t, "wg-quick")
 	out, err := fixture(t).Marshal()
 	assert.NilError(t, err)
 
-	stderr := wgSetconf(t, out)
+	stderr := realtools.WGSetconf(t, out)
 	assert.Check(t, is.Contains(stderr, "Protocol not supported"))
 	assert.Check(t, !strings.Contains(stderr, "Configuration parsing error"), stderr)
 }
 
 func TestRealParserRejectsBrokenKey(t *testing.T) {
-	requireTool(t, "wg")
-	requireTool(t, "wg-quick")
 	c := fixture(t)
 	out, err := c.Marshal()
 	assert.NilError(t, err)
@@ -151,36 +146,9 @@ func TestRealParserRejectsBrokenKey(t *testing.T) {
 	broken := bytes.Replace(out, []byte(c.Peers[1].PublicKey), []byte("notAKey"), 1)
 	assert.Assert(t, !bytes.Equal(broken, out))
 
-	stderr := wgSetconf(t, broken)
+	stderr := realtools.WGSetconf(t, broken)
 	assert.Check(t, is.Contains(stderr, "Configuration parsing error"))
 	assert.Check(t, is.Contains(stderr, "Key is not the correct length or format"))
-}
-
-// wgSetconf runs the real parsers on conf and returns wg's stderr.
-func wgSetconf(t *testing.T, conf []byte) string {
-	t.Helper()
-	// wg-quick names the interface after the file and warns about a world-readable one.
-	path := filepath.Join(t.TempDir(), "wgtest.conf")
-	assert.NilError(t, os.WriteFile(path, conf, 0o600))
-	cmd := exec.Command("bash", "-c", `wg setconf wgtest <(wg-quick strip "$1")`, "bash", path)
-	var stderr bytes.Buffer
-	cmd.Stderr = &stderr
-	err := cmd.Run()
-	// With no WireGuard in the kernel there is no success path; a zero exit would mean the premise changed.
-	assert.Assert(t, err != nil, "wg setconf unexpectedly succeeded; is a WireGuard module loaded?")
-	return stderr.String()
-}
-
-// requireTool skips when a real tool is missing, unless DYNK8S_REQUIRE_TOOLS is set (as CI does), where a missing
-// tool must fail the run rather than quietly drop the check.
-func requireTool(t *testing.T, name string) {
-	t.Helper()
-	if _, err := exec.LookPath(name); err != nil {
-		if os.Getenv("DYNK8S_REQUIRE_TOOLS") != "" {
-			t.Fatalf("%s not found and DYNK8S_REQUIRE_TOOLS is set: %v", name, err)
-		}
-		t.Skipf("%s not found: %v", name, err)
-	}
 }
 
 // TestKeyFromFile: a config whose PostUp loads the key from a file needs no PrivateKey line, and renders none.

@@ -39,7 +39,7 @@ expect() {
 # One dnf transaction with only the repos it needs: the upstream Kubernetes and CRI-O repos (small metadata), plus
 # Fedora's (tens of MB of metadata) only when the image lacks a system dependency such as container-selinux.
 install_packages() {
-  local -a repos pkgs sys args=()
+  local -a repos pkgs sys fedora args=()
   local p r missing=0
   IFS=, read -ra repos <<<"$DYNK8S_REPOS"
   IFS=, read -ra pkgs <<<"$DYNK8S_PACKAGES"
@@ -47,7 +47,7 @@ install_packages() {
   for p in "${sys[@]}"; do
     rpm -q --whatprovides "$p" >/dev/null 2>&1 || { pkgs+=("$p") && missing=1; }
   done
-  if ((missing)); then IFS=, read -ra r <<<"$DYNK8S_SYSTEM_REPOS" && repos+=("${r[@]}"); fi
+  if ((missing)); then IFS=, read -ra fedora <<<"$DYNK8S_SYSTEM_REPOS" && repos+=("${fedora[@]}"); fi
   for r in "${repos[@]}"; do args+=("--repo=$r"); done
   set_timeout 0
   timeout -k 10 "$TMO" dnf install -y --setopt=install_weak_deps=False "${args[@]}" "${pkgs[@]}" ||

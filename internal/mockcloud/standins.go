@@ -10,7 +10,9 @@ import (
 	"encoding/pem"
 	"fmt"
 	"math/big"
+	"path"
 	"regexp"
+	"slices"
 	"strings"
 	"time"
 
@@ -168,13 +170,83 @@ func randomCharset(in resource.PropertyMap) string {
 	return cs
 }
 
-var (
-	amiArchInName = map[string]string{"x86_64": "x86_64", "arm64": "aarch64"}
-	releaseInName = regexp.MustCompile(`-(\d+)-`)
-)
+// Image is one machine image of the stand-in catalog.
+type Image struct {
+	Name    string
+	Arch    string // the EC2 architecture: x86_64 or arm64
+	Created string // RFC 3339, as DescribeImages reports CreationDate
+	Owner   string
+}
 
-// fedoraAMI answers an ec2.LookupAmi for the Fedora image the filters describe, and refuses a lookup whose own
-// nameRegex would reject that image, as the real data source does when nothing matches.
+// ID is the image's stable stand-in id.
+func (i Image) ID() string {
+	sum := sha256.Sum256([]byte(i.Name))
+	return "ami-0" + hex.EncodeToString(sum[:])[:16]
+}
+
+// FedoraCatalog is a sample of what the Fedora Project's account publishes, with the traps a lookup must avoid:
+// date-labelled compose images and prereleases that are newer than the GA image, other releases and architectures,
+// and the gp2/standard variants of the old naming scheme.
+var FedoraCatalog = func() []Image {
+	const fedora = "125523088429"
+	var out []Image
+	add := func(name, arch, created string) {
+		out = append(out, Image{Name: name, Arch: arch, Created: created, Owner: fedora})
+	}
+	for _, a := range []struct{ ec2, name string }{{"x86_64", "x86_64"}, {"arm64", "aarch64"}} {
+		add("Fedora-Cloud-Base-AmazonEC2."+a.name+"-41-1.4", a.ec2, "2024-10-24T00:00:00.000Z")
+		add("Fedora-Cloud-Base-AmazonEC2."+a.name+"-41-20250601.0", a.ec2, "2025-06-01T00:00:00.000Z")
+		add("Fedora-Cloud-Base-AmazonEC2."+a.name+"-42-Prerelease-1.2", a.ec2, "2025-03-18T00:00:00.000Z")
+		add("Fedora-Cloud-Base-AmazonEC2."+a.name+"-42-1.1", a.ec2, "2025-04-10T00:00:00.000Z")
+		add("Fedora-Cloud-Base-AmazonEC2."+a.name+"-42-20251120.0", a.ec2, "2025-11-20T00:00:00.000Z")
+		add("Fedora-Cloud-Base-AmazonEC2."+a.name+"-43-Prerelease-1.1", a.ec2, "2025-09-16T00:00:00.000Z")
+		add("Fedora-Cloud-Base-AmazonEC2."+a.name+"-43-1.6", a.ec2, "2025-10-28T00:00:00.000Z")
+		for _, region := range []string{"eu-central-1", "us-west-2"} {
+			for _, vol := range []string{"gp3", "gp2", "standard"} {
+				add("Fedora-Cloud-Base-38-1.6."+a.name+"-hvm-"+region+"-"+vol+"-0", a.ec2, "2023-04-13T00:00:00.000Z")
+			}
+			add("Fedora-Cloud-Base-39_Beta-1.1."+a.name+"-hvm-"+region+"-gp3-0", a.ec2, "2023-09-12T00:00:00.000Z")
+			add("Fedora-Cloud-Base-39-1.5."+a.name+"-hvm-"+region+"-gp3-0", a.ec2, "2023-11-03T00:00:00.000Z")
+			add("Fedora-Cloud-Base-39-20240912.0."+a.name+"-hvm-"+region+"-gp3-0", a.ec2, "2024-09-12T00:00:00.000Z")
+		}
+	}
+	return out
+}()
+
+// SelectImage evaluates an image lookup as EC2 and the data source do: the owner, name (glob) and architecture
+// filters on the API side, then nameRegex on the client side, then the most recent by creation date.
+func SelectImage(images []Image, owners []string, nameGlob, arch, nameRegex string) (Image, error) {
+	var rx *regexp.Regexp
+	if nameRegex != "" {
+		var err error
+		if rx, err = regexp.Compile(nameRegex); err != nil {
+			return Image{}, fmt.Errorf("nameRegex: %w", err)
+		}
+	}
+	var best *Image
+	for i := range images {
+		im := &images[i]
+		if len(owners) > 0 && !slices.Contains(owners, im.Owner) || arch != "" && im.Arch != arch {
+			continue
+		}
+		if ok, _ := path.Match(nameGlob, im.Name); nameGlob != "" && !ok {
+			continue
+		}
+		if rx != nil && !rx.MatchString(im.Name) {
+			continue
+		}
+		if best == nil || im.Created > best.Created {
+			best = im
+		}
+	}
+	if best == nil {
+		return Image{}, fmt.Errorf("your query returned no results (name %q, architecture %q, nameRegex %q)",
+			nameGlob, arch, nameRegex)
+	}
+	return *best, nil
+}
+
+// fedoraAMI answers an ec2.LookupAmi from FedoraCatalog, or an image pinned by id.
 func (c *Cloud) fedoraAMI(args resource.PropertyMap) (resource.PropertyMap, error) {
 	filters := map[string]string{}
 	if f, ok := args["filters"]; ok && f.IsArray() {
@@ -195,39 +267,31 @@ func (c *Cloud) fedoraAMI(args resource.PropertyMap) (resource.PropertyMap, erro
 			"state": "available",
 		}), nil
 	}
-	arch := filters["architecture"]
-	nameArch, ok := amiArchInName[arch]
-	if !ok {
-		return nil, fmt.Errorf("mockcloud: getAmi needs an architecture filter of x86_64 or arm64, got %q", arch)
+	var owners []string
+	if o, ok := args["owners"]; ok && o.IsArray() {
+		for _, e := range o.ArrayValue() {
+			owners = append(owners, e.StringValue())
+		}
 	}
-	m := releaseInName.FindStringSubmatch(filters["name"])
-	if m == nil {
-		return nil, fmt.Errorf("mockcloud: getAmi name filter %q names no release", filters["name"])
-	}
-	release := m[1]
-	name := fmt.Sprintf("Fedora-Cloud-Base-AmazonEC2.%s-%s-1.1", nameArch, release)
+	regex := ""
 	if re, ok := args["nameRegex"]; ok && re.IsString() {
-		rx, err := regexp.Compile(re.StringValue())
-		if err != nil {
-			return nil, fmt.Errorf("mockcloud: getAmi nameRegex: %w", err)
-		}
-		if !rx.MatchString(name) {
-			return nil, fmt.Errorf("Your query returned no results: nameRegex %q rejects %q", re.StringValue(), name)
-		}
+		regex = re.StringValue()
 	}
-	sum := sha256.Sum256([]byte(name))
-	id := "ami-0" + hex.EncodeToString(sum[:])[:16]
+	im, err := SelectImage(FedoraCatalog, owners, filters["name"], filters["architecture"], regex)
+	if err != nil {
+		return nil, err
+	}
 	return resource.NewPropertyMapFromMap(map[string]any{
-		"id":                 id,
-		"imageId":            id,
-		"name":               name,
-		"architecture":       arch,
+		"id":                 im.ID(),
+		"imageId":            im.ID(),
+		"name":               im.Name,
+		"architecture":       im.Arch,
 		"rootDeviceName":     "/dev/sda1",
 		"rootDeviceType":     "ebs",
 		"virtualizationType": "hvm",
-		"ownerId":            "125523088429",
+		"ownerId":            im.Owner,
 		"state":              "available",
-		"creationDate":       "2025-04-10T00:00:00.000Z",
+		"creationDate":       im.Created,
 	}), nil
 }
 

@@ -234,4 +234,6 @@ func sortedKeys[V any](m map[string]V) []string {
 func resourceKey(k string) resource.PropertyKey { return resource.PropertyKey(k) }
 
 // objectValue wraps a resource's inputs as one value, for scans.
-func objectValue(res mockcloud.Resource) resource.PropertyValue { return resource.NewObjectProperty(res.Inputs) }
+func objectValue(res mockcloud.Resource) resource.PropertyValue {
+	return resource.NewObjectProperty(res.Inputs)
+}
