@@ -4,6 +4,8 @@ import (
 	"encoding/json"
 	"fmt"
 	"math"
+	"regexp"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -60,9 +62,32 @@ func ParseConfig(get func(key string) (string, bool)) (*Config, error) {
 	return cfg, nil
 }
 
+// KnownKeys lists every config key path dynk8s reads, list indices written as [i]: the reference the
+// documentation is checked against.
+func KnownKeys() []string {
+	p := &parser{keys: map[string]bool{}}
+	p.parse(func(key string) (string, bool) {
+		p.keys[key] = true
+		if key == Namespace+":nodePools" {
+			return `[{"taints": [{}]}]`, true
+		}
+		return "", false
+	})
+	out := make([]string, 0, len(p.keys))
+	for k := range p.keys {
+		out = append(out, indexRE.ReplaceAllString(k, "[i]"))
+	}
+	sort.Strings(out)
+	return slices.Compact(out)
+}
+
+var indexRE = regexp.MustCompile(`\[\d+\]`)
+
 // parser collects errors while reading raw values; it never stops at the first one.
 type parser struct {
 	errs []FieldError
+	// keys records every key path read, for KnownKeys.
+	keys map[string]bool
 }
 
 // addf records a problem at path. Only the first problem of a path is kept, and none below a path that already
@@ -126,6 +151,9 @@ func (o *object) keyPath(key string) string { return childPath(o.path, key) }
 
 func (o *object) get(key string) (any, bool) {
 	o.read[key] = true
+	if o.p.keys != nil {
+		o.p.keys[o.keyPath(key)] = true
+	}
 	v, ok := o.m[key]
 	if ok && v == nil {
 		return nil, false

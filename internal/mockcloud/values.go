@@ -58,6 +58,33 @@ func Plain(v resource.PropertyValue, reveal bool) any {
 	return nil
 }
 
+// PlainKeyed is Plain without reveal, except that a secret map keeps its keys and hides only their values: what a
+// reviewer of a Kubernetes Secret needs to see.
+func PlainKeyed(v resource.PropertyValue) any {
+	switch {
+	case v.IsSecret() && v.SecretValue().Element.IsObject():
+		out := map[string]any{}
+		for k := range v.SecretValue().Element.ObjectValue() {
+			out[string(k)] = Redacted
+		}
+		return out
+	case v.IsObject():
+		out := map[string]any{}
+		for k, e := range v.ObjectValue() {
+			out[string(k)] = PlainKeyed(e)
+		}
+		return out
+	case v.IsArray():
+		arr := v.ArrayValue()
+		out := make([]any, len(arr))
+		for i, e := range arr {
+			out[i] = PlainKeyed(e)
+		}
+		return out
+	}
+	return Plain(v, false)
+}
+
 // PlainMap converts a property map, see Plain.
 func PlainMap(m resource.PropertyMap, reveal bool) map[string]any {
 	out := make(map[string]any, len(m))

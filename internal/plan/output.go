@@ -183,10 +183,11 @@ func (r *Result) WriteArtifacts(dir string) error {
 	return nil
 }
 
-// Manifest renders a Kubernetes resource's recorded inputs as a YAML manifest (secrets as "[secret]") and names
+// Manifest renders a Kubernetes resource's recorded inputs as a YAML manifest (secret values as "[secret]", with
+// their keys) and names
 // its file <kind>-<namespace>-<name>.yaml.
 func Manifest(res mockcloud.Resource) (string, []byte, error) {
-	obj := mockcloud.PlainMap(res.Inputs, false)
+	obj, _ := mockcloud.PlainKeyed(resource.NewObjectProperty(res.Inputs)).(map[string]any)
 	meta, _ := obj["metadata"].(map[string]any)
 	kind, _ := obj["kind"].(string)
 	name, _ := meta["name"].(string)

@@ -1,0 +1,133 @@
+package main
+
+import (
+	"os"
+	"regexp"
+	"strings"
+	"testing"
+
+	"gotest.tools/v3/assert"
+	"sigs.k8s.io/yaml"
+
+	"github.com/dynk8s/dynk8s/infra"
+)
+
+// The docs check: the configuration reference (Pulumi.yaml) and the README's config table cover exactly the keys
+// the program reads, and the README's quick start names only commands that exist.
+
+func readFile(t *testing.T, name string) string {
+	t.Helper()
+	b, err := os.ReadFile(name)
+	assert.NilError(t, err)
+	return string(b)
+}
+
+// leafKeys are the known keys that hold a value rather than more keys.
+func leafKeys() []string {
+	known := infra.KnownKeys()
+	var leaves []string
+	for _, k := range known {
+		parent := false
+		for _, other := range known {
+			if strings.HasPrefix(other, k+".") || strings.HasPrefix(other, k+"[") {
+				parent = true
+				break
+			}
+		}
+		if !parent {
+			leaves = append(leaves, k)
+		}
+	}
+	return leaves
+}
+
+// readmeConfigKeys are the keys in the first column of the README's configuration table.
+func readmeConfigKeys(t *testing.T) map[string]string {
+	t.Helper()
+	readme := readFile(t, "README.md")
+	section := readme[strings.Index(readme, "## Configuration"):]
+	section = section[:strings.Index(section[1:], "\n## ")+1]
+	rows := map[string]string{}
+	row := regexp.MustCompile("(?m)^\\| `([^`]+)` \\|(.*)$")
+	for _, m := range row.FindAllStringSubmatch(section, -1) {
+		rows[m[1]] = m[2]
+	}
+	assert.Assert(t, len(rows) > 20, "no config table found in README.md")
+	return rows
+}
+
+func TestReadmeDocumentsEveryConfigKey(t *testing.T) {
+	rows := readmeConfigKeys(t)
+	for _, key := range leafKeys() {
+		if parent, field, ok := strings.Cut(key, ".taints[i]."); ok {
+			// Taint fields are documented in their list's row as {key, value, effect}.
+			assert.Check(t, strings.Contains(rows[parent+".taints"], field), "README: %s.taints row does not mention %s", parent, field)
+			continue
+		}
+		_, ok := rows[key]
+		assert.Check(t, ok, "README's config table has no row for %s", key)
+	}
+	known := map[string]bool{}
+	for _, k := range infra.KnownKeys() {
+		known[k] = true
+	}
+	for key := range rows {
+		assert.Check(t, known[key], "README documents %s, which the program does not read", key)
+	}
+}
+
+func TestPulumiYamlDocumentsEveryConfigKey(t *testing.T) {
+	var project struct {
+		Config map[string]struct {
+			Type        string `json:"type"`
+			Description string `json:"description"`
+		} `json:"config"`
+	}
+	assert.NilError(t, yaml.Unmarshal([]byte(readFile(t, "Pulumi.yaml")), &project))
+	for _, key := range infra.KnownKeys() {
+		if !strings.HasPrefix(key, infra.Namespace+":") {
+			continue // aws:region belongs to the aws provider's namespace
+		}
+		top, rest, nested := strings.Cut(key, ".")
+		top, _, _ = strings.Cut(top, "[")
+		decl, ok := project.Config[top]
+		if !assert.Check(t, ok, "Pulumi.yaml declares no %s", top) {
+			continue
+		}
+		assert.Check(t, decl.Type != "" && decl.Description != "", "Pulumi.yaml: %s needs a type and a description", top)
+		if nested {
+			leaf := rest[strings.LastIndex(rest, ".")+1:]
+			assert.Check(t, strings.Contains(decl.Description, leaf+" ") || strings.Contains(decl.Description, leaf+","),
+				"Pulumi.yaml: the description of %s does not document %s", top, key)
+		}
+	}
+	for key := range project.Config {
+		found := false
+		for _, k := range infra.KnownKeys() {
+			found = found || k == key
+		}
+		assert.Check(t, found, "Pulumi.yaml declares %s, which the program does not read", key)
+	}
+}
+
+func TestReadmeQuickStartCommandsExist(t *testing.T) {
+	readme := readFile(t, "README.md")
+	section := readme[strings.Index(readme, "## Quick start"):]
+	section = section[:strings.Index(section[1:], "\n## ")+1]
+	makefile := readFile(t, "Makefile")
+	commands := 0
+	for _, line := range strings.Split(section, "\n") {
+		fields := strings.Fields(line)
+		switch {
+		case len(fields) >= 2 && fields[0] == "make":
+			commands++
+			assert.Check(t, regexp.MustCompile(`(?m)^`+regexp.QuoteMeta(fields[1])+`:`).MatchString(makefile),
+				"README quick start runs `make %s`, which the Makefile lacks", fields[1])
+		case len(fields) >= 3 && fields[0] == "go" && fields[1] == "run":
+			commands++
+			info, err := os.Stat(fields[2])
+			assert.Check(t, err == nil && info.IsDir(), "README quick start runs %s, which does not exist", fields[2])
+		}
+	}
+	assert.Check(t, commands >= 2, "the quick start lost its commands")
+}
