@@ -6,10 +6,11 @@ GO ?= go
 GOLANGCI_LINT_VERSION := v2.15.0
 GOBIN := $(shell $(GO) env GOPATH)/bin
 GOLANGCI_LINT := $(GOBIN)/golangci-lint
-# Debian packages the tests run for real: cloud-init (schema), shellcheck, wireguard-tools (wg parser).
-DEBIAN_TOOLS := cloud-init:cloud-init shellcheck:shellcheck wg:wireguard-tools
+# Debian packages the tests run for real: cloud-init (schema), shellcheck, wireguard-tools (wg parser), nftables
+# (nft -c on the gateway ruleset).
+DEBIAN_TOOLS := cloud-init:cloud-init shellcheck:shellcheck wg:wireguard-tools nft:nftables
 
-.PHONY: test tools fmt-check vet lint unit plan golden e2e clean
+.PHONY: test tools fmt-check vet lint unit plan golden e2e build preview up clean
 
 ## test: everything CI runs: formatting, vet, lint, unit and mock-engine tests with the real validators.
 test: tools fmt-check vet lint unit
@@ -42,6 +43,18 @@ lint: tools
 ## unit: the Go tests; DYNK8S_REQUIRE_TOOLS makes a missing validator a failure instead of a skip.
 unit:
 	DYNK8S_REQUIRE_TOOLS=1 $(GO) test -count=1 ./...
+
+## build: the program binary Pulumi runs (Pulumi.yaml: runtime.options.binary); build it before preview or up.
+build:
+	$(GO) build -trimpath -o build/dynk8s .
+
+STACK ?= dev
+## preview, up: build, then run Pulumi on STACK (default dev).
+preview: build
+	pulumi preview --stack $(STACK) --diff
+
+up: build
+	pulumi up --stack $(STACK) --diff
 
 ## plan: what the dev stack declares, offline.
 plan:

@@ -14,6 +14,7 @@ import (
 )
 
 func TestEncodeDecodeRoundTrip(t *testing.T) {
+	t.Parallel()
 	ud, err := Node(generalPool())
 	assert.NilError(t, err)
 	enc, err := Encode(ud)
@@ -26,6 +27,7 @@ func TestEncodeDecodeRoundTrip(t *testing.T) {
 // Launch template user data must not change between runs with equal input, or every `pulumi up` makes a new
 // launch template version: gzip must carry no mtime or name.
 func TestEncodeIsDeterministic(t *testing.T) {
+	t.Parallel()
 	ud := []byte(header + "runcmd: [[true]]\n")
 	a, err := Encode(ud)
 	assert.NilError(t, err)
@@ -42,6 +44,7 @@ func TestEncodeIsDeterministic(t *testing.T) {
 }
 
 func TestEncodeRefusesOversizedUserData(t *testing.T) {
+	t.Parallel()
 	// Random bytes do not compress, so the gzip stream is larger than the input.
 	big := make([]byte, MaxUserDataBytes)
 	_, err := rand.Read(big)
@@ -56,6 +59,7 @@ func TestEncodeRefusesOversizedUserData(t *testing.T) {
 }
 
 func TestDecodeRejectsGarbage(t *testing.T) {
+	t.Parallel()
 	_, err := Decode("not base64!")
 	assert.ErrorContains(t, err, "base64")
 	_, err = Decode(base64.StdEncoding.EncodeToString([]byte(header)))
@@ -71,6 +75,7 @@ func TestDecodeRejectsGarbage(t *testing.T) {
 }
 
 func TestFilesListsWhatCloudInitWrites(t *testing.T) {
+	t.Parallel()
 	ud, err := Node(generalPool())
 	assert.NilError(t, err)
 	files, err := Files(ud)

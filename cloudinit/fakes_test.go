@@ -13,6 +13,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/dynk8s/dynk8s/internal/realtools"
 )
 
 // Fakes for what the boot scripts reach over the network: IMDSv2, SSM's JSON API and the API server. The scripts run
@@ -226,9 +228,9 @@ func runScript(t *testing.T, userData []byte, script string, aws *fakeAWS, env m
 
 func newScriptEnv(t *testing.T, userData []byte, aws *fakeAWS, env map[string]string, prepare func(root string)) *scriptEnv {
 	t.Helper()
-	realCurl := requireTool(t, "curl")
-	requireTool(t, "python3")
-	requireTool(t, "bash")
+	realCurl := realtools.Require(t, "curl")
+	realtools.Require(t, "python3")
+	realtools.Require(t, "bash")
 	e := &scriptEnv{root: t.TempDir(), stubDir: t.TempDir()}
 	bin := t.TempDir()
 	materialize(t, userData, e.root)

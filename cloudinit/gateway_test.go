@@ -11,6 +11,8 @@ import (
 	"gotest.tools/v3/assert"
 	is "gotest.tools/v3/assert/cmp"
 	"gotest.tools/v3/golden"
+
+	"github.com/dynk8s/dynk8s/internal/realtools"
 )
 
 const (
@@ -46,6 +48,7 @@ func renderedGatewayUserData(t *testing.T) map[string][]byte {
 }
 
 func TestGatewayGolden(t *testing.T) {
+	t.Parallel()
 	for name, ud := range renderedGatewayUserData(t) {
 		t.Run(name, func(t *testing.T) {
 			golden.Assert(t, string(ud), name+".golden")
@@ -54,6 +57,7 @@ func TestGatewayGolden(t *testing.T) {
 }
 
 func TestGatewayIsDeterministic(t *testing.T) {
+	t.Parallel()
 	a, err := Gateway(testGateway())
 	assert.NilError(t, err)
 	b, err := Gateway(testGateway())
@@ -62,6 +66,7 @@ func TestGatewayIsDeterministic(t *testing.T) {
 }
 
 func TestGatewayRoundTrip(t *testing.T) {
+	t.Parallel()
 	ud := renderedGatewayUserData(t)["gateway-endpoint"]
 	cc := parseCloudConfig(t, ud)
 	assert.DeepEqual(t, cc.Packages, []string{"nftables", "wireguard-tools"})
@@ -95,8 +100,9 @@ func TestGatewayRoundTrip(t *testing.T) {
 // The real wg(8) parser reads the rendered wg0.conf: with no WireGuard in this kernel, a valid file gets as far as
 // "Protocol not supported", a bad one stops at "Configuration parsing error".
 func TestGatewayWgConfParsesWithWg(t *testing.T) {
-	wg := requireTool(t, "wg")
-	wgQuick := requireTool(t, "wg-quick")
+	t.Parallel()
+	wg := realtools.Require(t, "wg")
+	wgQuick := realtools.Require(t, "wg-quick")
 	check := func(content string) string {
 		f := filepath.Join(t.TempDir(), "wg0.conf")
 		assert.NilError(t, os.WriteFile(f, []byte(content), 0o600))
@@ -117,6 +123,7 @@ func TestGatewayWgConfParsesWithWg(t *testing.T) {
 }
 
 func TestGatewayValidation(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct {
 		name   string
 		modify func(*GatewayInput)
@@ -146,6 +153,7 @@ func TestGatewayValidation(t *testing.T) {
 
 // Only the peer's public key may appear in the gateway's user data; the private key is fetched from SSM at boot.
 func TestGatewayRendersNoSecret(t *testing.T) {
+	t.Parallel()
 	for name, ud := range renderedGatewayUserData(t) {
 		for _, k := range keyLikeRE.FindAllString(string(ud), -1) {
 			assert.Check(t, is.Equal(k, testPeerPublicKey), "%s: unexpected key-shaped text", name)
@@ -156,6 +164,7 @@ func TestGatewayRendersNoSecret(t *testing.T) {
 }
 
 func TestGatewayUserDataSize(t *testing.T) {
+	t.Parallel()
 	for name, ud := range renderedGatewayUserData(t) {
 		enc, err := Encode(ud)
 		assert.NilError(t, err)
@@ -167,6 +176,7 @@ func TestGatewayUserDataSize(t *testing.T) {
 
 // wg-key.sh: first boot fetches the key from SSM into a 0600 file.
 func TestWgKeyFetchesFromSSM(t *testing.T) {
+	t.Parallel()
 	aws := newFakeAWS(t, map[string]string{testKeyParameter: testGatewayPrivate})
 	aws.imdsTokenFailures = 1
 	aws.ssmFailures = 1
@@ -190,6 +200,7 @@ func TestWgKeyFetchesFromSSM(t *testing.T) {
 
 // A reboot while SSM is unreachable keeps the key already on disk, after a short try.
 func TestWgKeyKeepsKeyOnDiskWhenSSMIsDown(t *testing.T) {
+	t.Parallel()
 	aws := newFakeAWS(t, map[string]string{testKeyParameter: testGatewayPrivate})
 	aws.ssmFailures = -1
 	run := runScript(t, renderedGatewayUserData(t)["gateway"], wgKeyScript, aws, map[string]string{"DYNK8S_DEADLINE_SECONDS": "2"},
@@ -204,6 +215,7 @@ func TestWgKeyKeepsKeyOnDiskWhenSSMIsDown(t *testing.T) {
 
 // First boot with SSM down and no key: one clear reason and a non-zero exit, so systemd retries the unit.
 func TestWgKeyFailsWithoutAnyKey(t *testing.T) {
+	t.Parallel()
 	aws := newFakeAWS(t, nil)
 	aws.ssmFailures = -1
 	run := runScript(t, renderedGatewayUserData(t)["gateway"], wgKeyScript, aws, map[string]string{"DYNK8S_DEADLINE_SECONDS": "2"}, nil)
@@ -215,6 +227,7 @@ func TestWgKeyFailsWithoutAnyKey(t *testing.T) {
 }
 
 func TestWgKeyRefusesMalformedKey(t *testing.T) {
+	t.Parallel()
 	aws := newFakeAWS(t, map[string]string{testKeyParameter: "c2VjcmV0LWJ1dC1ub3QtYS1rZXk="})
 	run := runScript(t, renderedGatewayUserData(t)["gateway"], wgKeyScript, aws, nil, nil)
 	assert.Check(t, run.exitCode != 0)
@@ -227,6 +240,7 @@ func TestWgKeyRefusesMalformedKey(t *testing.T) {
 // nft(8) in check mode accepts the MSS ruleset, including a reload over itself. nftables is not among the validators
 // CI installs yet, so a missing nft only skips this test.
 func TestGatewayMSSRulesetParsesWithNft(t *testing.T) {
+	t.Parallel()
 	nft, err := exec.LookPath("nft")
 	if err != nil {
 		t.Skip("nft is not installed (Debian package nftables)")

@@ -2,28 +2,12 @@ package cloudinit
 
 import (
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
 
 	"sigs.k8s.io/yaml"
 )
-
-// requireTool returns the path of a real tool; a missing tool skips the test, unless DYNK8S_REQUIRE_TOOLS is set
-// (CI sets it), where it fails.
-func requireTool(t *testing.T, name string) string {
-	t.Helper()
-	p, err := exec.LookPath(name)
-	if err == nil {
-		return p
-	}
-	if os.Getenv("DYNK8S_REQUIRE_TOOLS") != "" {
-		t.Fatalf("%s is not installed and DYNK8S_REQUIRE_TOOLS is set", name)
-	}
-	t.Skipf("%s is not installed (set DYNK8S_REQUIRE_TOOLS=1 to make this a failure)", name)
-	return ""
-}
 
 // parseCloudConfig reads rendered user data back into the renderer's types, refusing unknown fields, so a key the
 // renderer did not mean to write (or a typo cloud-init's schema would let through) fails the test.

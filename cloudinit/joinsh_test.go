@@ -47,6 +47,7 @@ func failedLines(stderr string) []string {
 // Every network step fails at first; the script retries each and joins, and kubeadm gets the JoinConfiguration
 // with the token from SSM and the identity from IMDS.
 func TestJoinRetriesThenJoins(t *testing.T) {
+	t.Parallel()
 	ud, aws := joinFixture(t, 2)
 	aws.imdsTokenFailures = 2
 	aws.ssmFailures = 1
@@ -124,6 +125,7 @@ func TestJoinRetriesThenJoins(t *testing.T) {
 
 // Fedora's repositories are added to the one dnf transaction only when the image lacks a system dependency.
 func TestJoinInstallsMissingSystemPackagesFromFedora(t *testing.T) {
+	t.Parallel()
 	ud, aws := joinFixture(t, 0)
 	run := runScript(t, ud, joinScript, aws, map[string]string{"STUB_RPM_MISSING": "container-selinux"}, nil)
 	assert.Equal(t, run.exitCode, 0)
@@ -135,6 +137,7 @@ func TestJoinInstallsMissingSystemPackagesFromFedora(t *testing.T) {
 
 // When SSM keeps refusing, the script stops at its deadline with one reason, and never runs kubeadm.
 func TestJoinGivesUpAtDeadline(t *testing.T) {
+	t.Parallel()
 	ud, aws := joinFixture(t, 0)
 	aws.ssmFailures = -1
 	run := runScript(t, ud, joinScript, aws, map[string]string{"DYNK8S_DEADLINE_SECONDS": "3"}, nil)
@@ -153,6 +156,7 @@ func TestJoinGivesUpAtDeadline(t *testing.T) {
 
 // The API server never answers (nothing listens): the deadline ends the wait.
 func TestJoinGivesUpWhenAPIServerIsUnreachable(t *testing.T) {
+	t.Parallel()
 	api := newFakeAPIServer(t, 0)
 	u, err := url.Parse(api.URL)
 	assert.NilError(t, err)
@@ -173,6 +177,7 @@ func TestJoinGivesUpWhenAPIServerIsUnreachable(t *testing.T) {
 
 // A parameter that does not hold a bootstrap token fails at once, without echoing its value.
 func TestJoinRefusesMalformedToken(t *testing.T) {
+	t.Parallel()
 	ud, aws := joinFixture(t, 0)
 	aws.params[testTokenParameter] = "Not-A-Token-but-a-secret"
 	run := runScript(t, ud, joinScript, aws, nil, nil)
@@ -185,6 +190,7 @@ func TestJoinRefusesMalformedToken(t *testing.T) {
 
 // A node that already joined: the script does nothing and touches nothing.
 func TestJoinDoesNothingWhenAlreadyJoined(t *testing.T) {
+	t.Parallel()
 	ud, aws := joinFixture(t, 0)
 	run := runScript(t, ud, joinScript, aws, nil, func(root string) {
 		assert.NilError(t, os.MkdirAll(filepath.Join(root, "etc/kubernetes"), 0o755))

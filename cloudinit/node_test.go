@@ -46,6 +46,7 @@ func spotPool() NodeInput {
 }
 
 func TestNodeGolden(t *testing.T) {
+	t.Parallel()
 	for name, in := range map[string]NodeInput{"general": generalPool(), "spot-arm64": spotPool()} {
 		t.Run(name, func(t *testing.T) {
 			ud, err := Node(in)
@@ -56,6 +57,7 @@ func TestNodeGolden(t *testing.T) {
 }
 
 func TestNodeIsDeterministic(t *testing.T) {
+	t.Parallel()
 	a, err := Node(spotPool())
 	assert.NilError(t, err)
 	b, err := Node(spotPool())
@@ -82,6 +84,7 @@ func TestNodeIsDeterministic(t *testing.T) {
 
 // The user data parses back into the renderer's types, and each document it carries parses as what it claims to be.
 func TestNodeRoundTrip(t *testing.T) {
+	t.Parallel()
 	ud, err := Node(spotPool())
 	assert.NilError(t, err)
 	cc := parseCloudConfig(t, ud)
@@ -143,6 +146,7 @@ func TestNodeRoundTrip(t *testing.T) {
 }
 
 func TestNodeWithoutTaintsSaysSoExplicitly(t *testing.T) {
+	t.Parallel()
 	ud, err := Node(generalPool())
 	assert.NilError(t, err)
 	tmpl := fileByPath(t, parseCloudConfig(t, ud), joinTemplatePath).Content
@@ -150,6 +154,7 @@ func TestNodeWithoutTaintsSaysSoExplicitly(t *testing.T) {
 }
 
 func TestNodePauseImageFollowsKubeadm(t *testing.T) {
+	t.Parallel()
 	for version, want := range map[string]string{"1.31.0": "3.10", "1.33.9": "3.10", "1.34.4": "3.10.1", "1.35.4": "3.10.1", "1.36.1": "3.10.2", "1.37.2": "3.10.2"} {
 		in := generalPool()
 		in.KubernetesVersion = version
@@ -160,6 +165,7 @@ func TestNodePauseImageFollowsKubeadm(t *testing.T) {
 }
 
 func TestNodeValidation(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct {
 		name   string
 		modify func(*NodeInput)
@@ -217,6 +223,7 @@ func TestNodeValidation(t *testing.T) {
 // The join token and any key exist only in SSM; the renderer never sees them. Inputs that carry a token- or
 // key-shaped value are refused without repeating it, and no rendered pool contains anything token-shaped.
 func TestNodeRendersNoSecret(t *testing.T) {
+	t.Parallel()
 	const token = "7f3k2q.p9x8w7v6u5t4s3r2"
 	const key = "yAnz5TF+lXXJte14tji3zlMNq+hd2rYUIgJBgB3fBmk="
 	for _, bad := range []func(*NodeInput){
@@ -246,6 +253,7 @@ func TestNodeRendersNoSecret(t *testing.T) {
 
 // The EC2 limit is 16 KiB gzipped; dynk8s aims at about 4 KiB per pool. The size is logged for the record.
 func TestNodeUserDataSize(t *testing.T) {
+	t.Parallel()
 	for name, in := range map[string]NodeInput{"general": generalPool(), "spot-arm64": spotPool()} {
 		ud, err := Node(in)
 		assert.NilError(t, err)
@@ -288,6 +296,7 @@ func parseJoinConfig(t *testing.T, doc string) joinConfiguration {
 // kubeadm itself validates the JoinConfiguration join.sh hands it (filled in as join.sh would). kubeadm is not a
 // Debian package; CI has it only if hack/tools.sh builds it, so a missing kubeadm only skips this test.
 func TestNodeJoinConfigurationPassesKubeadmValidate(t *testing.T) {
+	t.Parallel()
 	kubeadm, err := exec.LookPath("kubeadm")
 	if err != nil {
 		t.Skip("kubeadm is not on PATH (build it from k8s.io/kubernetes/cmd/kubeadm at the pinned version)")

@@ -10,6 +10,8 @@ import (
 
 	"gotest.tools/v3/assert"
 	is "gotest.tools/v3/assert/cmp"
+
+	"github.com/dynk8s/dynk8s/internal/realtools"
 )
 
 // renderedUserData is every cloud-config this package renders in the tests' fixtures.
@@ -29,7 +31,8 @@ func renderedUserData(t *testing.T) map[string][]byte {
 
 // cloud-init's own schema validator (the Debian cloud-init package) accepts every rendered cloud-config.
 func TestCloudInitSchema(t *testing.T) {
-	ci := requireTool(t, "cloud-init")
+	t.Parallel()
+	ci := realtools.Require(t, "cloud-init")
 	dir := t.TempDir()
 	for name, ud := range renderedUserData(t) {
 		t.Run(name, func(t *testing.T) {
@@ -44,7 +47,8 @@ func TestCloudInitSchema(t *testing.T) {
 
 // The validator really rejects what it should, so a pass above means something.
 func TestCloudInitSchemaRejectsBadConfig(t *testing.T) {
-	ci := requireTool(t, "cloud-init")
+	t.Parallel()
+	ci := realtools.Require(t, "cloud-init")
 	f := filepath.Join(t.TempDir(), "bad.yaml")
 	assert.NilError(t, os.WriteFile(f, []byte(header+"write_files:\n- path: /x\n  permissions: 0600\n"), 0o600))
 	out, err := exec.Command(ci, "schema", "--config-file", f).CombinedOutput()
@@ -54,7 +58,8 @@ func TestCloudInitSchemaRejectsBadConfig(t *testing.T) {
 // Every embedded script passes shellcheck with no finding, both as committed and as stripped into user data
 // (which is what runs on the node).
 func TestShellcheck(t *testing.T) {
-	sc := requireTool(t, "shellcheck")
+	t.Parallel()
+	sc := realtools.Require(t, "shellcheck")
 	for _, variant := range []struct {
 		name string
 		conv func(string) string
@@ -77,6 +82,7 @@ func TestShellcheck(t *testing.T) {
 // Scripts go into YAML literal blocks only when they have no tabs or trailing blanks; otherwise the marshaller
 // falls back to one long double-quoted line that nobody can read in the console or the golden files.
 func TestScriptsRenderAsLiteralBlocks(t *testing.T) {
+	t.Parallel()
 	for name, body := range embeddedScripts() {
 		for i, line := range strings.Split(body, "\n") {
 			assert.Check(t, !strings.Contains(line, "\t"), "%s:%d has a tab", name, i+1)
@@ -90,13 +96,15 @@ func TestScriptsRenderAsLiteralBlocks(t *testing.T) {
 }
 
 func TestForUserDataKeepsShebangAndCode(t *testing.T) {
+	t.Parallel()
 	in := "#!/usr/bin/env bash\n# why\nset -e\n  # indented why\necho '#not a comment'\n"
 	assert.Equal(t, forUserData(in), "#!/usr/bin/env bash\nset -e\necho '#not a comment'\n")
 }
 
 // bash itself parses the stripped scripts.
 func TestStrippedScriptsParse(t *testing.T) {
-	bash := requireTool(t, "bash")
+	t.Parallel()
+	bash := realtools.Require(t, "bash")
 	for name, body := range embeddedScripts() {
 		cmd := exec.Command(bash, "-n")
 		cmd.Stdin = strings.NewReader(forUserData(body))
