@@ -2,6 +2,7 @@ package cloudinit
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -280,7 +281,8 @@ func (e *scriptEnv) run(t *testing.T, script string) scriptRun {
 	start := time.Now()
 	err := cmd.Run()
 	run := scriptRun{env: e, root: e.root, stubDir: e.stubDir, stderr: out.String(), elapsed: time.Since(start)}
-	if ee, ok := err.(*exec.ExitError); ok {
+	var ee *exec.ExitError
+	if errors.As(err, &ee) {
 		run.exitCode = ee.ExitCode()
 	} else if err != nil {
 		t.Fatalf("running %s: %v", script, err)
