@@ -2,9 +2,11 @@ package infra
 
 import (
 	"fmt"
+	"maps"
 	"net"
 	"net/netip"
 	"regexp"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -227,7 +229,7 @@ func validate(p *parser, cfg *Config) {
 		p.addf(ns+"fuse.capacity", "must be > 0 (the devices per node the plugin advertises), got %d",
 			cfg.Fuse.Capacity)
 	}
-	for _, arch := range sortedKeys(cfg.Fuse.Images) {
+	for _, arch := range slices.Sorted(maps.Keys(cfg.Fuse.Images)) {
 		path := childPath(ns+"fuse.images", arch)
 		if !archs[arch] {
 			p.addf(path, "unknown arch (want x86_64 or arm64)")
@@ -320,7 +322,7 @@ func validatePools(p *parser, cfg *Config) {
 		if pool.AMIID != "" && !amiIDRE.MatchString(pool.AMIID) {
 			p.addf(pp+"amiId", "%q is not an AMI id (ami- and 8 or 17 hex digits)", pool.AMIID)
 		}
-		for _, key := range sortedKeys(pool.Labels) {
+		for _, key := range slices.Sorted(maps.Keys(pool.Labels)) {
 			lp := childPath(pp+"labels", key)
 			if err := kubeletKeyError(key); err != "" {
 				p.addf(lp, "%s", err)
@@ -465,7 +467,7 @@ func parseCIDR(p *parser, path, v string) (netip.Prefix, bool) {
 
 // checkOverlaps reports every pair of overlapping ranges once, on the later key path.
 func checkOverlaps(p *parser, ranges map[string]netip.Prefix) {
-	paths := sortedKeys(ranges)
+	paths := slices.Sorted(maps.Keys(ranges))
 	sort.SliceStable(paths, func(i, j int) bool { return pathLess(paths[i], paths[j]) })
 	for i, a := range paths {
 		for _, b := range paths[i+1:] {
@@ -475,13 +477,4 @@ func checkOverlaps(p *parser, ranges map[string]netip.Prefix) {
 			}
 		}
 	}
-}
-
-func sortedKeys[V any](m map[string]V) []string {
-	keys := make([]string, 0, len(m))
-	for k := range m {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
-	return keys
 }

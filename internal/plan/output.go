@@ -4,9 +4,10 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"maps"
 	"os"
 	"path/filepath"
-	"sort"
+	"slices"
 	"strings"
 	"text/tabwriter"
 
@@ -118,7 +119,7 @@ func (r *Result) WriteTable(w io.Writer) error {
 	}
 	fmt.Fprintln(w, "\nOutputs:")
 	tw = tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	for _, k := range sortedKeys(r.Outputs) {
+	for _, k := range slices.Sorted(maps.Keys(r.Outputs)) {
 		o := r.Outputs[k]
 		v, isString := o.Value.(string)
 		if o.Secret {
@@ -221,15 +222,6 @@ func decodeUserData(res mockcloud.Resource, key string) ([]byte, error) {
 		return nil, fmt.Errorf("%s: %s: %w", res.Name, key, err)
 	}
 	return data, nil
-}
-
-func sortedKeys[V any](m map[string]V) []string {
-	keys := make([]string, 0, len(m))
-	for k := range m {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
-	return keys
 }
 
 func resourceKey(k string) resource.PropertyKey { return resource.PropertyKey(k) }
