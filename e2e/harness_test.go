@@ -79,16 +79,6 @@ func (c cluster) kubectl(ctx context.Context, args ...string) (string, error) {
 	return stdout.String(), nil
 }
 
-// mustKubectl is kubectl for steps whose failure ends the test.
-func (c cluster) mustKubectl(ctx context.Context, t *testing.T, args ...string) string {
-	t.Helper()
-	out, err := c.kubectl(ctx, args...)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return out
-}
-
 // getJSON reads one object as JSON into v.
 func (c cluster) getJSON(ctx context.Context, v any, args ...string) error {
 	out, err := c.kubectl(ctx, append(append([]string{"get"}, args...), "-o", "json")...)

@@ -25,7 +25,9 @@ readonly CACHE_DIR="${DYNK8S_TOOLS_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/dynk8s/t
 
 # The toolchain here cannot be swapped for a downloaded one; fail clearly instead of trying.
 export GOTOOLCHAIN=local
-export GOFLAGS="${GOFLAGS:-} -mod=mod"
+# The wrappers are throwaway modules outside any repo: resolve their requirements freely, and take no flags
+# meant for the caller's module (a -modfile would point the builds at the wrong go.mod).
+export GOFLAGS="-mod=mod -buildvcs=false"
 
 tool_dir() { # tool version
 	printf '%s/%s-%s\n' "$CACHE_DIR" "$1" "$2"
