@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Builds the real tools that the e2e tests run (Pulumi CLI, the Kubernetes provider plugin, kube-apiserver,
-# kube-controller-manager, kubectl, kubeadm) from the Go module proxy, once per version, and caches them under
+# Builds the real tools that the e2e tests run (Pulumi CLI, its Go language host, the Kubernetes provider plugin,
+# kube-apiserver, kube-controller-manager, kubectl, kubeadm) from the Go module proxy, once per version, and caches them under
 # ${XDG_CACHE_HOME:-$HOME/.cache}/dynk8s/tools/<tool>-<version>/bin. Nothing is published as a binary we can
 # download here, and none of these can be `go install`ed (replace directives), so each is built through a small
 # generated wrapper module in a temp dir, never inside this repository's module.
@@ -12,6 +12,9 @@
 set -euo pipefail
 
 readonly PULUMI_VERSION=v3.274.1
+# The current Go language host is its own module, which the proxy does not serve; up to v3.65 it was a package of
+# sdk/v3, and that host runs programs (here: the prebuilt dynk8s binary) for CLI v3.274.1 (real-tools.md).
+readonly LANGUAGE_GO_VERSION=v3.65.0
 # The provider module has no release tags and the proxy serves exactly this master pseudo-version; it is labelled
 # 4.32.0 because that is the plugin version a program on pulumi-kubernetes sdk/v4 v4.32.0 asks for.
 readonly K8S_PROVIDER_VERSION=4.32.0
@@ -35,6 +38,7 @@ tool_dir() { # tool version
 
 all_bins() {
 	tool_dir pulumi "$PULUMI_VERSION"
+	tool_dir pulumi-language-go "$LANGUAGE_GO_VERSION"
 	tool_dir pulumi-resource-kubernetes "$K8S_PROVIDER_VERSION"
 	local t
 	for t in "${KUBE_TOOLS[@]}"; do tool_dir "$t" "$KUBE_VERSION"; done
@@ -126,6 +130,29 @@ build_pulumi() {
 	)
 	install_bin pulumi "$PULUMI_VERSION" "$w/pulumi"
 	log "pulumi $PULUMI_VERSION built in $((SECONDS - start)) s"
+}
+
+build_language_go() {
+	if have pulumi-language-go "$LANGUAGE_GO_VERSION"; then
+		log "pulumi-language-go $LANGUAGE_GO_VERSION cached"
+		return
+	fi
+	local start=$SECONDS w src
+	w=$(mktemp -d "$WORK/langgo.XXXX")
+	log "building pulumi-language-go $LANGUAGE_GO_VERSION in $w"
+	src=$(modcache_dir github.com/pulumi/pulumi/sdk/v3 "$LANGUAGE_GO_VERSION")
+	(
+		cd "$w"
+		go mod init wrap/langgo >/dev/null 2>&1
+		cp "$src"/go/pulumi-language-go/main.go .
+		chmod u+w main.go
+		go mod edit -require="github.com/pulumi/pulumi/sdk/v3@$LANGUAGE_GO_VERSION"
+		run_timed "pulumi-language-go: go mod tidy" go mod tidy
+		run_timed "pulumi-language-go: go build" go build -trimpath -o "$w/pulumi-language-go" \
+			-ldflags "-s -w -X github.com/pulumi/pulumi/sdk/v3/go/common/version.Version=$LANGUAGE_GO_VERSION" .
+	)
+	install_bin pulumi-language-go "$LANGUAGE_GO_VERSION" "$w/pulumi-language-go"
+	log "pulumi-language-go $LANGUAGE_GO_VERSION built in $((SECONDS - start)) s"
 }
 
 build_k8s_provider() {
@@ -249,6 +276,7 @@ main() {
 	--check)
 		local ok=0
 		have pulumi "$PULUMI_VERSION" || ok=1
+		have pulumi-language-go "$LANGUAGE_GO_VERSION" || ok=1
 		have pulumi-resource-kubernetes "$K8S_PROVIDER_VERSION" || ok=1
 		local t
 		for t in "${KUBE_TOOLS[@]}"; do have "$t" "$KUBE_VERSION" || ok=1; done
@@ -277,6 +305,7 @@ main() {
 	# One build after another: the machine has two cores shared with everyone else's compiles.
 	build_kube
 	build_pulumi
+	build_language_go
 	build_k8s_provider
 	log "all tools ready in $((SECONDS - start)) s; PATH entries: $(print_path)"
 }
