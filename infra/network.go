@@ -13,8 +13,8 @@ import (
 const NetworkType = "dynk8s:infra:Network"
 
 // Network is the stack's VPC: one public subnet per zone (nodes egress through the internet gateway with their own
-// public IPv4, so there is no NAT gateway to pay for), one route table sending the on-prem ranges to the WireGuard
-// gateway's network interface, and the security groups of nodes and gateway.
+// public IPv4, so there is no NAT gateway to pay for), one route table sending the on-prem ranges and the tunnel's
+// range to the WireGuard gateway's network interface, and the security groups of nodes and gateway.
 //
 // The gateway's network interface lives here, not with the gateway instance: routes and the Elastic IP point at
 // it, so replacing or recovering the instance changes no route, no address and no key.
@@ -39,7 +39,7 @@ type NetworkArgs struct {
 	VPCCIDR string
 	// Zones are the availability zone names, one subnet each (required, at least one).
 	Zones []string
-	// OnPremCIDRs are routed to the gateway interface (required).
+	// OnPremCIDRs are routed to the gateway interface, as is TunnelCIDR (required).
 	OnPremCIDRs []string
 	// TunnelCIDR is the WireGuard tunnel's range; nodes accept traffic from it like from on-prem (required).
 	TunnelCIDR string
@@ -193,7 +193,9 @@ func NewNetwork(ctx *pulumi.Context, name string, args *NetworkArgs, opts ...pul
 	if err != nil {
 		return nil, fmt.Errorf("network %q: gateway interface: %w", name, err)
 	}
-	for _, cidr := range args.OnPremCIDRs {
+	// The tunnel's own range is routed too: an on-prem host that is itself the WireGuard peer (a control plane
+	// node, say) talks to the VPC from its tunnel address, and the replies must find their way back.
+	for _, cidr := range append(append([]string{}, args.OnPremCIDRs...), args.TunnelCIDR) {
 		if _, err := ec2.NewRoute(ctx, name+"-route-"+routeKey(cidr), &ec2.RouteArgs{
 			RouteTableId:         rt.ID(),
 			DestinationCidrBlock: pulumi.String(cidr),

@@ -237,7 +237,8 @@ func TestNetwork(t *testing.T) {
 	eni := find(t, res, "aws:ec2/networkInterface:NetworkInterface", "network-gateway-eni")
 	assert.Equal(t, routes["0.0.0.0/0"]["gatewayId"], igw.ID)
 	assert.Equal(t, routes["192.168.10.0/24"]["networkInterfaceId"], eni.ID)
-	assert.Equal(t, len(routes), 2)
+	assert.Equal(t, routes["10.201.0.0/30"]["networkInterfaceId"], eni.ID, "replies to the on-prem peer's tunnel address")
+	assert.Equal(t, len(routes), 3)
 	assert.Equal(t, in(eni, "sourceDestCheck"), false)
 
 	// No ingress from anywhere, except WireGuard's UDP port on the gateway.
