@@ -15,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/dynk8s/dynk8s/internal/fakeimds"
 	"github.com/dynk8s/dynk8s/internal/realtools"
 )
 
@@ -31,33 +32,31 @@ const (
 	fakeAccessKey    = "AKIAFAKEACCESSKEY01"
 	fakeSecretKey    = "fakeSecret/Key+0123456789abcdefghijklmn"
 	fakeSession      = "FwoGZXIvYXdzEFAKE/session+token=="
-	fakeIMDSToken    = "AQAEAFakeImdsToken-0123=="
 )
 
 type fakeAWS struct {
 	t    *testing.T
-	imds *httptest.Server
+	imds *fakeimds.Server
 	ssm  *httptest.Server
 
 	mu sync.Mutex
-	// imdsTokenFailures is how many token requests get 503 before one succeeds.
-	imdsTokenFailures int
 	// ssmFailures is how many GetParameter calls get 400 before one succeeds; negative: all of them.
 	ssmFailures int
 	ssmError    string
 	// params are the SecureStrings GetParameter can return.
-	params       map[string]string
-	imdsRequests int
-	ssmRequests  int
-	problems     []string
+	params      map[string]string
+	ssmRequests int
+	problems    []string
 }
 
 func newFakeAWS(t *testing.T, params map[string]string) *fakeAWS {
 	f := &fakeAWS{t: t, params: params, ssmError: "AccessDeniedException"}
-	f.imds = httptest.NewServer(http.HandlerFunc(f.serveIMDS))
+	f.imds = fakeimds.New(t, fakeimds.Instance{
+		ID: fakeInstanceID, Zone: fakeZone, Region: fakeRegion, PrivateIP: fakeNodeIP, Type: fakeInstanceType,
+		Role: fakeRole, AccessKeyID: fakeAccessKey, SecretAccessKey: fakeSecretKey, SessionToken: fakeSession,
+	})
 	f.ssm = httptest.NewServer(http.HandlerFunc(f.serveSSM))
 	t.Cleanup(func() {
-		f.imds.Close()
 		f.ssm.Close()
 		f.mu.Lock()
 		defer f.mu.Unlock()
@@ -70,48 +69,6 @@ func newFakeAWS(t *testing.T, params map[string]string) *fakeAWS {
 
 func (f *fakeAWS) problem(format string, args ...any) {
 	f.problems = append(f.problems, fmt.Sprintf(format, args...))
-}
-
-func (f *fakeAWS) serveIMDS(w http.ResponseWriter, r *http.Request) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	f.imdsRequests++
-	if r.URL.Path == "/latest/api/token" {
-		if r.Method != http.MethodPut || r.Header.Get("X-aws-ec2-metadata-token-ttl-seconds") == "" {
-			f.problem("IMDSv2 token request: %s without a TTL header", r.Method)
-			http.Error(w, "bad request", http.StatusBadRequest)
-			return
-		}
-		if f.imdsTokenFailures > 0 {
-			f.imdsTokenFailures--
-			http.Error(w, "unavailable", http.StatusServiceUnavailable)
-			return
-		}
-		_, _ = io.WriteString(w, fakeIMDSToken)
-		return
-	}
-	if r.Header.Get("X-aws-ec2-metadata-token") != fakeIMDSToken {
-		f.problem("IMDS %s without the session token (IMDSv1 is off on dynk8s instances)", r.URL.Path)
-		http.Error(w, "unauthorized", http.StatusUnauthorized)
-		return
-	}
-	values := map[string]string{
-		"/latest/meta-data/instance-id":                 fakeInstanceID,
-		"/latest/meta-data/placement/availability-zone": fakeZone,
-		"/latest/meta-data/placement/region":            fakeRegion,
-		"/latest/meta-data/local-ipv4":                  fakeNodeIP,
-		"/latest/meta-data/instance-type":               fakeInstanceType,
-		"/latest/meta-data/iam/security-credentials/":   fakeRole,
-		"/latest/meta-data/iam/security-credentials/" + fakeRole: fmt.Sprintf(
-			`{"Code":"Success","Type":"AWS-HMAC","AccessKeyId":%q,"SecretAccessKey":%q,"Token":%q,"Expiration":"2030-01-01T00:00:00Z"}`,
-			fakeAccessKey, fakeSecretKey, fakeSession),
-	}
-	v, ok := values[r.URL.Path]
-	if !ok {
-		http.NotFound(w, r)
-		return
-	}
-	_, _ = io.WriteString(w, v)
 }
 
 func (f *fakeAWS) serveSSM(w http.ResponseWriter, r *http.Request) {

@@ -178,7 +178,7 @@ func TestGatewayUserDataSize(t *testing.T) {
 func TestWgKeyFetchesFromSSM(t *testing.T) {
 	t.Parallel()
 	aws := newFakeAWS(t, map[string]string{testKeyParameter: testGatewayPrivate})
-	aws.imdsTokenFailures = 1
+	aws.imds.FailTokens(1)
 	aws.ssmFailures = 1
 	run := runScript(t, renderedGatewayUserData(t)["gateway"], wgKeyScript, aws, nil, nil)
 	assert.Equal(t, run.exitCode, 0)

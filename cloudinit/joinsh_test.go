@@ -49,7 +49,7 @@ func failedLines(stderr string) []string {
 func TestJoinRetriesThenJoins(t *testing.T) {
 	t.Parallel()
 	ud, aws := joinFixture(t, 2)
-	aws.imdsTokenFailures = 2
+	aws.imds.FailTokens(2)
 	aws.ssmFailures = 1
 	run := runScript(t, ud, joinScript, aws, map[string]string{"STUB_KUBEADM_FAILURES": "1"}, func(root string) {
 		dir := filepath.Join(root, "etc/cni/net.d")
@@ -113,13 +113,13 @@ func TestJoinRetriesThenJoins(t *testing.T) {
 
 	// The node joined: running the script again does nothing at all.
 	aws.mu.Lock()
-	before := aws.imdsRequests
+	before := aws.imds.Requests()
 	aws.mu.Unlock()
 	again := run.env.run(t, joinScript)
 	assert.Equal(t, again.exitCode, 0)
 	assert.Check(t, is.Contains(again.stderr, "already joined"))
 	aws.mu.Lock()
-	assert.Check(t, is.Equal(aws.imdsRequests, before))
+	assert.Check(t, is.Equal(aws.imds.Requests(), before))
 	aws.mu.Unlock()
 }
 
@@ -199,5 +199,5 @@ func TestJoinDoesNothingWhenAlreadyJoined(t *testing.T) {
 	assert.Equal(t, run.exitCode, 0)
 	assert.Check(t, is.Contains(run.stderr, "already joined"))
 	assert.Check(t, is.Equal(run.file("calls"), ""), "no command ran")
-	assert.Check(t, is.Equal(aws.imdsRequests+aws.ssmRequests, 0))
+	assert.Check(t, is.Equal(aws.imds.Requests()+aws.ssmRequests, 0))
 }

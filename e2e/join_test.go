@@ -12,18 +12,15 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"encoding/pem"
-	"fmt"
 	"io"
 	"net"
 	"net/http"
-	"net/http/httptest"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -32,6 +29,7 @@ import (
 
 	"github.com/dynk8s/dynk8s/cloudinit"
 	"github.com/dynk8s/dynk8s/infra"
+	"github.com/dynk8s/dynk8s/internal/fakeimds"
 )
 
 // The instance the fake IMDS describes.
@@ -43,7 +41,6 @@ const (
 	fakeNodeIP       = "10.100.1.23"
 	fakeInstanceType = "c7i.2xlarge"
 	fakeRole         = "dynk8s-homelab-node"
-	fakeIMDSToken    = "e2e-imds-session-token"
 )
 
 // TestJoinDiscovery runs the node's real join script, as the dev stack renders it, against the real API server:
@@ -67,7 +64,12 @@ func TestJoinDiscovery(t *testing.T) {
 	ssm := startMoto(ctx, t, moto)
 	param := infra.JoinTokenParameter(cfg.ClusterName)
 	ssm.putSecureString(t, cfg.Region, param, token)
-	imds := newFakeIMDS(t, cfg.Region)
+	// moto accepts any credentials; the role's are shaped like real ones.
+	imds := fakeimds.New(t, fakeimds.Instance{
+		ID: fakeInstanceID, Zone: cfg.Region + fakeZoneSuffix, Region: cfg.Region, PrivateIP: fakeNodeIP,
+		Type: fakeInstanceType, Role: fakeRole, AccessKeyID: "ASIAE2EFAKEROLEKEY01",
+		SecretAccessKey: "e2e/fake/role/secret/key/000000000000", SessionToken: "e2e-fake-session-token",
+	})
 
 	caHash := caCertHash(t, c.CAFile)
 	endpoint := strings.TrimPrefix(c.Server, "https://")
@@ -426,72 +428,6 @@ func checkJoinConfiguration(t *testing.T, doc []byte, token, endpoint, caHash, r
 			t.Errorf("node-labels %q lack %q", args["node-labels"], want)
 		}
 	}
-}
-
-// fakeIMDS serves the IMDSv2 paths join.sh reads, and only with a session token, as dynk8s instances require.
-type fakeIMDS struct {
-	*httptest.Server
-	mu       sync.Mutex
-	problems []string
-}
-
-func newFakeIMDS(t *testing.T, region string) *fakeIMDS {
-	t.Helper()
-	creds, err := json.Marshal(map[string]string{
-		"Code": "Success", "Type": "AWS-HMAC", "AccessKeyId": "ASIAE2EFAKEROLEKEY01",
-		"SecretAccessKey": "e2e/fake/role/secret/key/000000000000", "Token": "e2e-fake-session-token",
-		"Expiration": time.Now().Add(time.Hour).UTC().Format(time.RFC3339),
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	values := map[string]string{
-		"/latest/meta-data/instance-id":                          fakeInstanceID,
-		"/latest/meta-data/placement/availability-zone":          region + fakeZoneSuffix,
-		"/latest/meta-data/placement/region":                     region,
-		"/latest/meta-data/local-ipv4":                           fakeNodeIP,
-		"/latest/meta-data/instance-type":                        fakeInstanceType,
-		"/latest/meta-data/iam/security-credentials/":            fakeRole,
-		"/latest/meta-data/iam/security-credentials/" + fakeRole: string(creds),
-	}
-	f := &fakeIMDS{}
-	f.Server = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if r.URL.Path == "/latest/api/token" {
-			if r.Method != http.MethodPut || r.Header.Get("X-aws-ec2-metadata-token-ttl-seconds") == "" {
-				f.problem("token request %s without a TTL header", r.Method)
-				http.Error(w, "bad request", http.StatusBadRequest)
-				return
-			}
-			_, _ = io.WriteString(w, fakeIMDSToken)
-			return
-		}
-		if r.Header.Get("X-aws-ec2-metadata-token") != fakeIMDSToken {
-			f.problem("%s without the IMDSv2 session token", r.URL.Path)
-			http.Error(w, "unauthorized", http.StatusUnauthorized)
-			return
-		}
-		v, ok := values[r.URL.Path]
-		if !ok {
-			http.NotFound(w, r)
-			return
-		}
-		_, _ = io.WriteString(w, v)
-	}))
-	t.Cleanup(func() {
-		f.Close()
-		f.mu.Lock()
-		defer f.mu.Unlock()
-		for _, p := range f.problems {
-			t.Errorf("fake IMDS: %s", p)
-		}
-	})
-	return f
-}
-
-func (f *fakeIMDS) problem(format string, args ...any) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	f.problems = append(f.problems, fmt.Sprintf(format, args...))
 }
 
 // motoSSM is a moto_server on a free loopback port, stopped with the test.

@@ -1,0 +1,116 @@
+// Package fakeimds is a loopback stand-in for the EC2 instance metadata service as dynk8s instances have it:
+// IMDSv2 only (every read needs a session token from PUT /latest/api/token), serving the identity paths and the
+// instance role's credentials that the boot scripts read. Tests point the scripts at it with DYNK8S_IMDS_ENDPOINT.
+package fakeimds
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"sync"
+	"testing"
+)
+
+// SessionToken is the IMDSv2 session token the server hands out and requires.
+const SessionToken = "AQAEAFakeImdsToken-0123=="
+
+// Instance is what the server answers.
+type Instance struct {
+	ID, Zone, Region, PrivateIP, Type string
+	// Role is the instance profile's role name; AccessKeyID, SecretAccessKey and SessionToken its credentials.
+	Role, AccessKeyID, SecretAccessKey, SessionToken string
+}
+
+// Server is a running fake IMDS. Requests that break the IMDSv2 rules are answered as the real service does and
+// reported as test errors when the test ends.
+type Server struct {
+	*httptest.Server
+
+	mu            sync.Mutex
+	values        map[string]string
+	tokenFailures int
+	requests      int
+	problems      []string
+}
+
+// New starts a server for inst; it stops, and reports its problems, when t ends.
+func New(t testing.TB, inst Instance) *Server {
+	t.Helper()
+	creds, err := json.Marshal(map[string]string{
+		"Code": "Success", "Type": "AWS-HMAC", "AccessKeyId": inst.AccessKeyID,
+		"SecretAccessKey": inst.SecretAccessKey, "Token": inst.SessionToken, "Expiration": "2030-01-01T00:00:00Z",
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := &Server{values: map[string]string{
+		"/latest/meta-data/instance-id":                           inst.ID,
+		"/latest/meta-data/placement/availability-zone":           inst.Zone,
+		"/latest/meta-data/placement/region":                      inst.Region,
+		"/latest/meta-data/local-ipv4":                            inst.PrivateIP,
+		"/latest/meta-data/instance-type":                         inst.Type,
+		"/latest/meta-data/iam/security-credentials/":             inst.Role,
+		"/latest/meta-data/iam/security-credentials/" + inst.Role: string(creds),
+	}}
+	s.Server = httptest.NewServer(http.HandlerFunc(s.serve))
+	t.Cleanup(func() {
+		s.Close()
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		for _, p := range s.problems {
+			t.Errorf("fake IMDS: %s", p)
+		}
+	})
+	return s
+}
+
+// FailTokens makes the next n token requests fail with 503, as a metadata service still starting up does.
+func (s *Server) FailTokens(n int) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.tokenFailures = n
+}
+
+// Requests is how many requests the server has had.
+func (s *Server) Requests() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.requests
+}
+
+func (s *Server) serve(w http.ResponseWriter, r *http.Request) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.requests++
+	if r.URL.Path == "/latest/api/token" {
+		if r.Method != http.MethodPut || r.Header.Get("X-aws-ec2-metadata-token-ttl-seconds") == "" {
+			s.problemf("token request %s without a TTL header", r.Method)
+			http.Error(w, "bad request", http.StatusBadRequest)
+			return
+		}
+		if s.tokenFailures > 0 {
+			s.tokenFailures--
+			http.Error(w, "unavailable", http.StatusServiceUnavailable)
+			return
+		}
+		_, _ = io.WriteString(w, SessionToken)
+		return
+	}
+	if r.Header.Get("X-aws-ec2-metadata-token") != SessionToken {
+		s.problemf("%s without the session token (IMDSv1 is off on dynk8s instances)", r.URL.Path)
+		http.Error(w, "unauthorized", http.StatusUnauthorized)
+		return
+	}
+	v, ok := s.values[r.URL.Path]
+	if !ok {
+		http.NotFound(w, r)
+		return
+	}
+	_, _ = io.WriteString(w, v)
+}
+
+func (s *Server) problemf(format string, args ...any) {
+	s.problems = append(s.problems, fmt.Sprintf(format, args...))
+}
