@@ -71,7 +71,12 @@ func TestJoinDiscovery(t *testing.T) {
 		SecretAccessKey: "e2e/fake/role/secret/key/000000000000", SessionToken: "e2e-fake-session-token",
 	})
 
-	caHash := caCertHash(t, c.CAFile)
+	// The pin the stack computes when kubernetes.caCertHash is unset: from kube-public/cluster-info, as written by the
+	// real kubeadm. kubeadm's own discovery below accepting it is the proof that the two agree.
+	caHash := clusterInfoCAHash(ctx, t, c)
+	if want := fileCAHash(t, c.CAFile); caHash != want {
+		t.Fatalf("hash from cluster-info %s, from the CA file %s", caHash, want)
+	}
 	endpoint := strings.TrimPrefix(c.Server, "https://")
 	pool := cfg.NodePools[0]
 	input := func(hash string) cloudinit.NodeInput {
@@ -208,8 +213,24 @@ func kubeadmInit(ctx context.Context, t *testing.T, c cluster, token string) {
 	}
 }
 
-// caCertHash is kubeadm's CA pin: sha256 of the CA certificate's DER SubjectPublicKeyInfo.
-func caCertHash(t *testing.T, caFile string) string {
+// clusterInfoCAHash is infra.CACertHashFromKubeconfig over the cluster's real kube-public/cluster-info.
+func clusterInfoCAHash(ctx context.Context, t *testing.T, c cluster) string {
+	t.Helper()
+	var cm struct {
+		Data map[string]string `json:"data"`
+	}
+	if err := c.getJSON(ctx, &cm, "configmap.v1.", "cluster-info", "-n", "kube-public"); err != nil {
+		t.Fatal(err)
+	}
+	h, err := infra.CACertHashFromKubeconfig(cm.Data["kubeconfig"])
+	if err != nil {
+		t.Fatalf("cluster-info: %v", err)
+	}
+	return h
+}
+
+// fileCAHash is kubeadm's CA pin computed independently: sha256 of the CA certificate's DER SubjectPublicKeyInfo.
+func fileCAHash(t *testing.T, caFile string) string {
 	t.Helper()
 	raw, err := os.ReadFile(caFile)
 	if err != nil {

@@ -506,3 +506,36 @@ func TestOnPremConfigParsesWithWG(t *testing.T) {
 		})
 	}
 }
+
+// TestCAHashFromClusterInfo: without kubernetes.caCertHash the stack reads kube-public/cluster-info through the
+// on-prem provider and pins the CA found there.
+func TestCAHashFromClusterInfo(t *testing.T) {
+	c := devConfig(t)
+	delete(obj(c, "kubernetes"), "caCertHash")
+	res := runStack(t, c)
+	info := find(t, res, "kubernetes:core/v1:ConfigMap", "cluster-info")
+	assert.Check(t, info.Read, "cluster-info is read, never declared")
+	assert.Equal(t, info.ID, "kube-public/cluster-info")
+	_, want := mockcloud.ClusterCA()
+	for _, lt := range res.Cloud.ByType("aws:ec2/launchTemplate:LaunchTemplate") {
+		raw, err := cloudinit.Decode(in(&lt, "userData").(string))
+		assert.NilError(t, err)
+		assert.Check(t, is.Contains(string(raw), "- "+want), "%s pins the cluster's CA", lt.Name)
+	}
+
+	// With the hash configured, nothing is read from the cluster.
+	assert.Check(t, runStack(t, devConfig(t)).Cloud.Find("kubernetes:core/v1:ConfigMap", "cluster-info") == nil)
+}
+
+func TestCACertHashFromKubeconfigErrors(t *testing.T) {
+	for name, kubeconfig := range map[string]string{
+		"not yaml":    "{",
+		"no clusters": "apiVersion: v1\nkind: Config\n",
+		"no CA data":  "clusters:\n- cluster:\n    server: https://x\n",
+		"not base64":  "clusters:\n- cluster:\n    certificate-authority-data: '!!'\n",
+		"not a cert":  "clusters:\n- cluster:\n    certificate-authority-data: " + base64.StdEncoding.EncodeToString([]byte("hello")) + "\n",
+	} {
+		_, err := infra.CACertHashFromKubeconfig(kubeconfig)
+		assert.Check(t, err != nil, name)
+	}
+}
