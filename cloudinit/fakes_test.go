@@ -145,7 +145,10 @@ if [[ $1 == join ]]; then
   mkdir -p "$DYNK8S_ROOT/etc/kubernetes" && touch "$DYNK8S_ROOT/etc/kubernetes/kubelet.conf"
 fi`,
 	"systemctl": `echo "systemctl $*" >>"$STUB_DIR/calls"`,
-	"dnf":       `echo "dnf $*" >>"$STUB_DIR/calls"`,
+	"dnf": `echo "dnf $*" >>"$STUB_DIR/calls"
+if [[ -n ${STUB_DNF_NEEDS_REPO:-} && " $* " != *" --repo=$STUB_DNF_NEEDS_REPO "* ]]; then
+  echo "Error: nothing provides conntrack needed by kubelet (stub)" >&2; exit 1
+fi`,
 	"rpm": `echo "rpm $*" >>"$STUB_DIR/calls"
 [[ " ${STUB_RPM_MISSING:-} " != *" $3 "* ]]`,
 	"logger": `echo "$*" >>"$STUB_DIR/journal"`,

@@ -135,6 +135,22 @@ func TestJoinInstallsMissingSystemPackagesFromFedora(t *testing.T) {
 	assert.Check(t, is.Equal(strings.Count(run.file("calls"), "dnf install"), 1), "one package transaction")
 }
 
+// A dependency missing from the upstream repos and not foreseen as a system package: the first transaction fails,
+// the next one adds Fedora's repositories and succeeds.
+func TestJoinFallsBackToFedoraRepos(t *testing.T) {
+	t.Parallel()
+	ud, aws := joinFixture(t, 0)
+	run := runScript(t, ud, joinScript, aws, map[string]string{"STUB_DNF_NEEDS_REPO": "fedora"}, nil)
+	assert.Equal(t, run.exitCode, 0)
+	calls := run.file("calls")
+	assert.Check(t, is.Contains(calls, "dnf install -y --setopt=install_weak_deps=False "+
+		"--repo=dynk8s-kubernetes --repo=dynk8s-cri-o kubelet-1.34.4"))
+	assert.Check(t, is.Contains(calls, "dnf install -y --setopt=install_weak_deps=False "+
+		"--repo=dynk8s-kubernetes --repo=dynk8s-cri-o --repo=fedora --repo=updates kubelet-1.34.4"))
+	assert.Check(t, is.Equal(strings.Count(calls, "dnf install"), 2))
+	assert.Check(t, is.Contains(run.stderr, "the next attempt adds Fedora's repositories"))
+}
+
 // When SSM keeps refusing, the script stops at its deadline with one reason, and never runs kubeadm.
 func TestJoinGivesUpAtDeadline(t *testing.T) {
 	t.Parallel()

@@ -37,21 +37,29 @@ expect() {
 }
 
 # One dnf transaction with only the repos it needs: the upstream Kubernetes and CRI-O repos (small metadata), plus
-# Fedora's (tens of MB of metadata) only when the image lacks a system dependency such as container-selinux.
+# Fedora's (tens of MB of metadata) when the image lacks a system dependency such as container-selinux, or when an
+# attempt without them failed (a dependency the packages gained that the image does not have).
+WITH_FEDORA=0
 install_packages() {
   local -a repos pkgs sys fedora args=()
-  local p r missing=0
+  local p r rc=0
   IFS=, read -ra repos <<<"$DYNK8S_REPOS"
   IFS=, read -ra pkgs <<<"$DYNK8S_PACKAGES"
   IFS=, read -ra sys <<<"$DYNK8S_SYSTEM_PACKAGES"
   for p in "${sys[@]}"; do
-    rpm -q --whatprovides "$p" >/dev/null 2>&1 || { pkgs+=("$p") && missing=1; }
+    rpm -q --whatprovides "$p" >/dev/null 2>&1 || { pkgs+=("$p") && WITH_FEDORA=1; }
   done
-  if ((missing)); then IFS=, read -ra fedora <<<"$DYNK8S_SYSTEM_REPOS" && repos+=("${fedora[@]}"); fi
+  if ((WITH_FEDORA)); then IFS=, read -ra fedora <<<"$DYNK8S_SYSTEM_REPOS" && repos+=("${fedora[@]}"); fi
   for r in "${repos[@]}"; do args+=("--repo=$r"); done
   set_timeout 0
-  timeout -k 10 "$TMO" dnf install -y --setopt=install_weak_deps=False "${args[@]}" "${pkgs[@]}" ||
-    { LAST_ERROR="dnf install exited $?" && return 1; }
+  timeout -k 10 "$TMO" dnf install -y --setopt=install_weak_deps=False "${args[@]}" "${pkgs[@]}" || rc=$?
+  ((rc == 0)) && return 0
+  LAST_ERROR="dnf install exited $rc"
+  if ((!WITH_FEDORA)); then
+    WITH_FEDORA=1
+    LAST_ERROR+="; the next attempt adds Fedora's repositories"
+  fi
+  return 1
 }
 
 token() {
