@@ -77,23 +77,10 @@ func TestJoinDiscovery(t *testing.T) {
 	if want := fileCAHash(t, c.CAFile); caHash != want {
 		t.Fatalf("hash from cluster-info %s, from the CA file %s", caHash, want)
 	}
-	endpoint := strings.TrimPrefix(c.Server, "https://")
-	pool := cfg.NodePools[0]
+	// The dev stack's first pool, as the stack renders it, joining the local API server instead of the on-prem one.
+	cfg.Kubernetes.APIServerEndpoint = strings.TrimPrefix(c.Server, "https://")
 	input := func(hash string) cloudinit.NodeInput {
-		taints := make([]cloudinit.Taint, 0, len(pool.Taints))
-		for _, tt := range pool.Taints {
-			taints = append(taints, cloudinit.Taint{Key: tt.Key, Value: tt.Value, Effect: tt.Effect})
-		}
-		return cloudinit.NodeInput{
-			KubernetesVersion:  cfg.Kubernetes.Version,
-			APIServerEndpoint:  endpoint,
-			CACertHashes:       []string{hash},
-			JoinTokenParameter: param,
-			ClusterName:        cfg.ClusterName,
-			PoolName:           pool.Name,
-			Labels:             infra.PoolNodeLabels(pool),
-			Taints:             taints,
-		}
+		return infra.NodeInput(cfg, cfg.NodePools[0], []string{hash}, param)
 	}
 	node := nodeEnv{realKubeadm: realKubeadm, imds: imds.URL, ssm: ssm.url}
 
@@ -111,7 +98,7 @@ func TestJoinDiscovery(t *testing.T) {
 				t.Errorf("join output lacks %q:\n%s", want, run.output)
 			}
 		}
-		checkJoinConfiguration(t, run.joinConfig, token, endpoint, caHash, cfg.Region)
+		checkJoinConfiguration(t, run.joinConfig, token, cfg.Kubernetes.APIServerEndpoint, caHash, cfg.Region)
 		if strings.Contains(run.calls, "kubeadm reset") {
 			t.Errorf("a successful join ran kubeadm reset:\n%s", run.calls)
 		}

@@ -63,7 +63,7 @@ func NewNodePool(ctx *pulumi.Context, name string, args *NodePoolArgs, opts ...p
 	image := lookupImage(ctx, query, pool.AMIID, pulumi.Parent(comp))
 
 	userData := args.CACertHashes.ToStringArrayOutput().ApplyT(func(hashes []string) (string, error) {
-		raw, err := cloudinit.Node(nodeInput(cfg, pool, hashes, args.JoinTokenParameter))
+		raw, err := cloudinit.Node(NodeInput(cfg, pool, hashes, args.JoinTokenParameter))
 		if err != nil {
 			return "", fmt.Errorf("node pool %q: user data: %w", name, err)
 		}
@@ -196,8 +196,9 @@ func NewNodePool(ctx *pulumi.Context, name string, args *NodePoolArgs, opts ...p
 	return comp, nil
 }
 
-// nodeInput is what the node renderer needs of a pool: plain values only.
-func nodeInput(cfg *Config, pool NodePoolConfig, caHashes []string, tokenParameter string) cloudinit.NodeInput {
+// NodeInput is what the node renderer needs of a pool: plain values only. The e2e join test renders through it too,
+// so the script it runs gets exactly what a pool's launch template carries.
+func NodeInput(cfg *Config, pool NodePoolConfig, caHashes []string, tokenParameter string) cloudinit.NodeInput {
 	taints := make([]cloudinit.Taint, 0, len(pool.Taints))
 	for _, t := range pool.Taints {
 		taints = append(taints, cloudinit.Taint{Key: t.Key, Value: t.Value, Effect: t.Effect})
