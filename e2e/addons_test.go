@@ -64,22 +64,13 @@ func addonsProgram(c cluster, cfg *infra.Config, pools *[]infra.NodePoolConfig) 
 		if err != nil {
 			return err
 		}
-		_, err = infra.NewClusterAddons(ctx, "addons", &infra.ClusterAddonsArgs{
-			ClusterName:          cfg.ClusterName,
-			Region:               cfg.Region,
-			KubernetesVersion:    cfg.Kubernetes.Version,
-			Autoscaler:           cfg.Autoscaler,
-			Fuse:                 cfg.Fuse,
-			Cleanup:              cfg.Cleanup,
-			TerminationHandler:   cfg.TerminationHandler,
-			Pools:                *pools,
-			AWSAccessKeyID:       pulumi.String(e2eAWSKeyID),
-			AWSSecretAccessKey:   pulumi.String(e2eAWSSecretKey),
-			BootstrapTokenID:     pulumi.String(e2eTokenID),
-			BootstrapTokenSecret: pulumi.String(e2eTokenSecret),
-			// No kubelet runs here, so no workload ever becomes ready; the provider must not wait for it.
-			SkipAwait: true,
-		}, pulumi.Providers(p))
+		withPools := *cfg
+		withPools.NodePools = *pools
+		args := infra.AddonsArgs(&withPools, pulumi.String(e2eAWSKeyID), pulumi.String(e2eAWSSecretKey),
+			pulumi.String(e2eTokenID), pulumi.String(e2eTokenSecret))
+		// No kubelet runs here, so no workload ever becomes ready; the provider must not wait for it.
+		args.SkipAwait = true
+		_, err = infra.NewClusterAddons(ctx, "addons", args, pulumi.Providers(p))
 		return err
 	}
 }

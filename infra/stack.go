@@ -102,7 +102,19 @@ func NewStack(ctx *pulumi.Context, cfg *Config) (*Stack, error) {
 		s.Pools = append(s.Pools, np)
 	}
 
-	s.Addons, err = NewClusterAddons(ctx, "addons", &ClusterAddonsArgs{
+	s.Addons, err = NewClusterAddons(ctx, "addons", AddonsArgs(cfg, s.Identity.AutoscalerAccessKeyID,
+		s.Identity.AutoscalerSecretAccessKey, s.Identity.BootstrapTokenID, s.Identity.BootstrapTokenSecret),
+		pulumi.Providers(k8s))
+	if err != nil {
+		return nil, err
+	}
+	return s, nil
+}
+
+// AddonsArgs are the in-cluster component's args for a config: the credentials come from Identity in the stack, and
+// from fixed values in the real-engine tests, which run the component on its own.
+func AddonsArgs(cfg *Config, awsKeyID, awsSecretKey, tokenID, tokenSecret pulumi.StringInput) *ClusterAddonsArgs {
+	return &ClusterAddonsArgs{
 		ClusterName:          cfg.ClusterName,
 		Region:               cfg.Region,
 		KubernetesVersion:    cfg.Kubernetes.Version,
@@ -111,15 +123,11 @@ func NewStack(ctx *pulumi.Context, cfg *Config) (*Stack, error) {
 		Cleanup:              cfg.Cleanup,
 		TerminationHandler:   cfg.TerminationHandler,
 		Pools:                cfg.NodePools,
-		AWSAccessKeyID:       s.Identity.AutoscalerAccessKeyID,
-		AWSSecretAccessKey:   s.Identity.AutoscalerSecretAccessKey,
-		BootstrapTokenID:     s.Identity.BootstrapTokenID,
-		BootstrapTokenSecret: s.Identity.BootstrapTokenSecret,
-	}, pulumi.Providers(k8s))
-	if err != nil {
-		return nil, err
+		AWSAccessKeyID:       awsKeyID,
+		AWSSecretAccessKey:   awsSecretKey,
+		BootstrapTokenID:     tokenID,
+		BootstrapTokenSecret: tokenSecret,
 	}
-	return s, nil
 }
 
 // Export is one stack output.
