@@ -3,8 +3,9 @@ package cloudinit
 import (
 	"bytes"
 	"fmt"
+	"maps"
 	"regexp"
-	"sort"
+	"slices"
 	"strings"
 
 	"github.com/BurntSushi/toml"
@@ -19,11 +20,7 @@ var (
 
 // envFile renders KEY=value lines for the script named reader, sorted by key.
 func envFile(reader string, vars map[string]string) (string, error) {
-	keys := make([]string, 0, len(vars))
-	for k := range vars {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
+	keys := slices.Sorted(maps.Keys(vars))
 	var b strings.Builder
 	for _, k := range keys {
 		v := vars[k]
@@ -77,11 +74,7 @@ func (u unitFile) marshal() (string, error) {
 
 // sysctlFile renders "key = value" lines for /etc/sysctl.d, sorted by key.
 func sysctlFile(settings map[string]string) string {
-	keys := make([]string, 0, len(settings))
-	for k := range settings {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
+	keys := slices.Sorted(maps.Keys(settings))
 	var b strings.Builder
 	for _, k := range keys {
 		b.WriteString(k + " = " + settings[k] + "\n")

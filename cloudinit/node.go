@@ -3,7 +3,9 @@ package cloudinit
 import (
 	"errors"
 	"fmt"
+	"maps"
 	"regexp"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -263,11 +265,7 @@ func joinTemplate(in NodeInput) (string, error) {
 	for k, v := range runtimeLabels {
 		labels[k] = v
 	}
-	keys := make([]string, 0, len(labels))
-	for k := range labels {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
+	keys := slices.Sorted(maps.Keys(labels))
 	pairs := make([]string, len(keys))
 	for i, k := range keys {
 		pairs[i] = k + "=" + labels[k]
@@ -347,11 +345,7 @@ func (in NodeInput) validate() (int, error) {
 	e.add("ClusterName", validateDNSLabel(in.ClusterName))
 	e.add("PoolName", validateDNSLabel(in.PoolName))
 
-	keys := make([]string, 0, len(in.Labels))
-	for k := range in.Labels {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
+	keys := slices.Sorted(maps.Keys(in.Labels))
 	for _, k := range keys {
 		field := fmt.Sprintf("Labels[%q]", k)
 		if err := validateQualifiedName(k); err != nil {
