@@ -1,6 +1,7 @@
 package plan
 
 import (
+	"bytes"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -45,18 +46,37 @@ type JSONDocument struct {
 }
 
 // Document is the JSON form of the result; every secret value is "[secret]".
-func (r *Result) Document() JSONDocument {
+func (r *Result) Document() JSONDocument { return r.document(false) }
+
+// FilePointer prefixes an input value that Artifacts holds as a file of its own, in DocumentWithFiles.
+const FilePointer = "@file:"
+
+// DocumentWithFiles is Document with every embedded document (user data, IAM policies, manifests) replaced by
+// FilePointer and its path in Artifacts: the form `plan -out` writes as plan.json, readable beside the files.
+func (r *Result) DocumentWithFiles() JSONDocument { return r.document(true) }
+
+func (r *Result) document(pointers bool) JSONDocument {
 	doc := JSONDocument{Stack: r.Stack, Note: Banner, Outputs: map[string]any{}}
 	for _, res := range r.Resources() {
 		ignore := res.IgnoreChanges
 		if ignore == nil {
 			ignore = []string{}
 		}
+		inputs := mockcloud.PlainMap(res.Inputs, false)
+		if pointers {
+			for _, e := range ArtifactsOf(res) {
+				if e.Input == "" {
+					inputs = map[string]any{"manifest": FilePointer + e.Path}
+				} else {
+					inputs[e.Input] = FilePointer + e.Path
+				}
+			}
+		}
 		doc.Resources = append(doc.Resources, JSONResource{
 			Type:                    res.Type,
 			Name:                    res.Name,
 			Parent:                  res.Parent,
-			Inputs:                  mockcloud.PlainMap(res.Inputs, false),
+			Inputs:                  inputs,
 			IgnoreChanges:           ignore,
 			Protect:                 res.Protect,
 			AdditionalSecretOutputs: res.AdditionalSecretOutputs,
@@ -136,57 +156,128 @@ func (r *Result) WriteTable(w io.Writer) error {
 	return tw.Flush()
 }
 
-// WriteArtifacts writes what the stack renders: decoded user data per pool and for the gateway, the in-cluster
-// manifests, and the on-prem WireGuard config.
+// WriteArtifacts writes Artifacts under dir.
 func (r *Result) WriteArtifacts(dir string) error {
-	write := func(rel string, data []byte, mode os.FileMode) error {
+	files, err := r.Artifacts()
+	if err != nil {
+		return err
+	}
+	for _, rel := range slices.Sorted(maps.Keys(files)) {
 		path := filepath.Join(dir, rel)
 		if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
 			return err
 		}
-		return os.WriteFile(path, data, mode)
-	}
-	for _, res := range r.Resources() {
-		switch {
-		case res.Type == "aws:ec2/launchTemplate:LaunchTemplate":
-			data, err := decodeUserData(res, "userData")
-			if err != nil {
-				return err
-			}
-			pool := strings.TrimSuffix(strings.TrimPrefix(res.Name, "pool-"), "-lt")
-			if err := write(filepath.Join("userdata", pool+".yaml"), data, 0o644); err != nil {
-				return err
-			}
-		case res.Type == "aws:ec2/instance:Instance":
-			data, err := decodeUserData(res, "userDataBase64")
-			if err != nil {
-				return err
-			}
-			if err := write(filepath.Join("userdata", res.Name+".yaml"), data, 0o644); err != nil {
-				return err
-			}
-		case strings.HasPrefix(res.Type, "kubernetes:") && !strings.HasPrefix(res.Type, "pulumi:") && !res.Read:
-			name, doc, err := Manifest(res)
-			if err != nil {
-				return err
-			}
-			if err := write(filepath.Join("manifests", name), doc, 0o644); err != nil {
-				return err
-			}
+		// The on-prem config is the operator's to install, and may hold a private key (a stand-in, in a plan).
+		mode := os.FileMode(0o644)
+		if rel == OnPremConfigFile {
+			mode = 0o600
 		}
-	}
-	if o, ok := r.Outputs["onPremWireGuardConfig"]; ok {
-		// The on-prem config is the operator's to install; in a plan its keys are stand-ins.
-		if err := write(filepath.Join("wireguard", "onprem.conf"), []byte(fmt.Sprint(o.Value)), 0o600); err != nil {
+		if err := os.WriteFile(path, files[rel], mode); err != nil {
 			return err
 		}
 	}
 	return nil
 }
 
+// Artifact paths of the plan itself and of the on-prem peer's wg-quick file.
+const (
+	PlanFile         = "plan.json"
+	OnPremConfigFile = "wireguard/onprem.conf"
+)
+
+// policyInputs are the resource inputs that hold an IAM policy document as a JSON string.
+var policyInputs = []string{"assumeRolePolicy", "policy"}
+
+// Artifacts are the documents the stack renders, by relative path: plan.json (DocumentWithFiles), the decoded user data per pool
+// (userdata/<pool>.yaml) and for the gateway (userdata/gateway.yaml), every IAM policy document
+// (iam/<resource>.<input>.json, indented), every in-cluster manifest (manifests/<kind>-<namespace>-<name>.yaml) and
+// the on-prem WireGuard config.
+func (r *Result) Artifacts() (map[string][]byte, error) {
+	var doc bytes.Buffer
+	enc := json.NewEncoder(&doc)
+	enc.SetIndent("", "  ")
+	if err := enc.Encode(r.DocumentWithFiles()); err != nil {
+		return nil, err
+	}
+	files := map[string][]byte{PlanFile: doc.Bytes()}
+	for _, res := range r.Resources() {
+		for _, e := range ArtifactsOf(res) {
+			data, err := e.render(res)
+			if err != nil {
+				return nil, err
+			}
+			files[e.Path] = data
+		}
+	}
+	if o, ok := r.Outputs["onPremWireGuardConfig"]; ok {
+		files[OnPremConfigFile] = []byte(fmt.Sprint(o.Value))
+	}
+	return files, nil
+}
+
+// Embedded is one document embedded in a resource: the input that carries it (empty: the whole resource) and the
+// artifact path it is written to.
+type Embedded struct {
+	Input  string
+	Path   string
+	render func(mockcloud.Resource) ([]byte, error)
+}
+
+// ArtifactsOf lists the documents embedded in one resource.
+func ArtifactsOf(res mockcloud.Resource) []Embedded {
+	var out []Embedded
+	switch {
+	case res.Type == "aws:ec2/launchTemplate:LaunchTemplate":
+		pool := strings.TrimSuffix(strings.TrimPrefix(res.Name, "pool-"), "-lt")
+		out = append(out, Embedded{Input: "userData", Path: filepath.Join("userdata", pool+".yaml"),
+			render: func(res mockcloud.Resource) ([]byte, error) { return decodeUserData(res, "userData") }})
+	case res.Type == "aws:ec2/instance:Instance":
+		out = append(out, Embedded{Input: "userDataBase64", Path: filepath.Join("userdata", res.Name+".yaml"),
+			render: func(res mockcloud.Resource) ([]byte, error) { return decodeUserData(res, "userDataBase64") }})
+	case strings.HasPrefix(res.Type, "kubernetes:") && !res.Read:
+		out = append(out, Embedded{Path: filepath.Join("manifests", manifestName(res)),
+			render: func(res mockcloud.Resource) ([]byte, error) {
+				_, doc, err := Manifest(res)
+				return doc, err
+			}})
+	case strings.HasPrefix(res.Type, "aws:iam/"):
+		for _, key := range policyInputs {
+			if _, ok := res.Inputs[resourceKey(key)]; !ok {
+				continue
+			}
+			out = append(out, Embedded{Input: key, Path: filepath.Join("iam", res.Name+"."+key+".json"),
+				render: func(res mockcloud.Resource) ([]byte, error) { return policyDocument(res, key) }})
+		}
+	}
+	return out
+}
+
+// manifestName is Manifest's file name, or the resource name when the object has no kind or name (Manifest then
+// reports the error).
+func manifestName(res mockcloud.Resource) string {
+	name, _, err := Manifest(res)
+	if err != nil {
+		return res.Name + ".yaml"
+	}
+	return name
+}
+
+// policyDocument is an IAM policy input, indented.
+func policyDocument(res mockcloud.Resource, key string) ([]byte, error) {
+	s, ok := mockcloud.Plain(res.Inputs[resourceKey(key)], false).(string)
+	if !ok {
+		return nil, fmt.Errorf("%s: %s is not a string", res.Name, key)
+	}
+	var buf bytes.Buffer
+	if err := json.Indent(&buf, []byte(s), "", "  "); err != nil {
+		return nil, fmt.Errorf("%s: %s is not JSON: %w", res.Name, key, err)
+	}
+	buf.WriteByte('\n')
+	return buf.Bytes(), nil
+}
+
 // Manifest renders a Kubernetes resource's recorded inputs as a YAML manifest (secret values as "[secret]", with
-// their keys) and names
-// its file <kind>-<namespace>-<name>.yaml.
+// their keys) and names its file <kind>-<namespace>-<name>.yaml.
 func Manifest(res mockcloud.Resource) (string, []byte, error) {
 	obj, _ := mockcloud.PlainKeyed(resource.NewObjectProperty(res.Inputs)).(map[string]any)
 	meta, _ := obj["metadata"].(map[string]any)
