@@ -3,13 +3,14 @@ package main
 import (
 	"os"
 	"regexp"
+	"slices"
 	"strings"
 	"testing"
 
 	"gotest.tools/v3/assert"
 	"sigs.k8s.io/yaml"
 
-	"github.com/dynk8s/dynk8s/infra"
+	"github.com/dynk8s/dynk8s/infra/config"
 )
 
 // The docs check: the configuration reference (Pulumi.yaml) and the README's config table cover exactly the keys
@@ -23,13 +24,13 @@ func readFile(t *testing.T, name string) string {
 }
 
 // leafKeys are the known keys that hold a value rather than more keys.
-func leafKeys() []string {
-	known := infra.KnownKeys()
-	var leaves []string
+func leafKeys() []config.Key {
+	known := config.Keys()
+	var leaves []config.Key
 	for _, k := range known {
 		parent := false
 		for _, other := range known {
-			if strings.HasPrefix(other, k+".") || strings.HasPrefix(other, k+"[") {
+			if strings.HasPrefix(other.Path, k.Path+".") || strings.HasPrefix(other.Path, k.Path+"[") {
 				parent = true
 				break
 			}
@@ -39,6 +40,11 @@ func leafKeys() []string {
 		}
 	}
 	return leaves
+}
+
+// knownPath reports whether the program reads the key path.
+func knownPath(path string) bool {
+	return slices.ContainsFunc(config.Keys(), func(k config.Key) bool { return k.Path == path })
 }
 
 // readmeConfigKeys are the keys in the first column of the README's configuration table.
@@ -58,21 +64,25 @@ func readmeConfigKeys(t *testing.T) map[string]string {
 
 func TestReadmeDocumentsEveryConfigKey(t *testing.T) {
 	rows := readmeConfigKeys(t)
-	for _, key := range leafKeys() {
+	for _, leaf := range leafKeys() {
+		key := leaf.Path
 		if parent, field, ok := strings.Cut(key, ".taints[i]."); ok {
 			// Taint fields are documented in their list's row as {key, value, effect}.
 			assert.Check(t, strings.Contains(rows[parent+".taints"], field), "README: %s.taints row does not mention %s", parent, field)
 			continue
 		}
-		_, ok := rows[key]
-		assert.Check(t, ok, "README's config table has no row for %s", key)
-	}
-	known := map[string]bool{}
-	for _, k := range infra.KnownKeys() {
-		known[k] = true
+		row, ok := rows[key]
+		if !assert.Check(t, ok, "README's config table has no row for %s", key) || !leaf.HasDefault {
+			continue
+		}
+		// The row is "| `key` | type | default | meaning |"; after the key: type, then the default, which must be the
+		// code's.
+		cells := strings.Split(row, "|")
+		assert.Check(t, len(cells) > 1 && strings.TrimSpace(cells[1]) == "`"+leaf.Default+"`",
+			"README: the default of %s is `%s` in the code, the table says %q", key, leaf.Default, cells[1])
 	}
 	for key := range rows {
-		assert.Check(t, known[key], "README documents %s, which the program does not read", key)
+		assert.Check(t, knownPath(key), "README documents %s, which the program does not read", key)
 	}
 }
 
@@ -84,8 +94,9 @@ func TestPulumiYamlDocumentsEveryConfigKey(t *testing.T) {
 		} `json:"config"`
 	}
 	assert.NilError(t, yaml.Unmarshal([]byte(readFile(t, "Pulumi.yaml")), &project))
-	for _, key := range infra.KnownKeys() {
-		if !strings.HasPrefix(key, infra.Namespace+":") {
+	for _, k := range config.Keys() {
+		key := k.Path
+		if !strings.HasPrefix(key, config.Namespace+":") {
 			continue // aws:region belongs to the aws provider's namespace
 		}
 		top, rest, nested := strings.Cut(key, ".")
@@ -99,14 +110,17 @@ func TestPulumiYamlDocumentsEveryConfigKey(t *testing.T) {
 			leaf := rest[strings.LastIndex(rest, ".")+1:]
 			assert.Check(t, strings.Contains(decl.Description, leaf+" ") || strings.Contains(decl.Description, leaf+","),
 				"Pulumi.yaml: the description of %s does not document %s", top, key)
+			// "leaf (type, default VALUE)": the stated default is the code's.
+			stated := regexp.MustCompile(`\b` + regexp.QuoteMeta(leaf) + ` \([^)]*?default "?([^",)]*)`).
+				FindStringSubmatch(decl.Description)
+			if k.HasDefault {
+				assert.Check(t, stated != nil && stated[1] == k.Default,
+					"Pulumi.yaml: the default of %s is %s in the code, the description says %v", key, k.Default, stated)
+			}
 		}
 	}
 	for key := range project.Config {
-		found := false
-		for _, k := range infra.KnownKeys() {
-			found = found || k == key
-		}
-		assert.Check(t, found, "Pulumi.yaml declares %s, which the program does not read", key)
+		assert.Check(t, knownPath(key), "Pulumi.yaml declares %s, which the program does not read", key)
 	}
 }
 

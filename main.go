@@ -9,22 +9,8 @@ import (
 )
 
 func main() {
-	pulumi.Run(program)
-}
-
-// program is the composition root: read and validate the config (a bad config declares nothing), declare the
-// stack, export its outputs.
-func program(ctx *pulumi.Context) error {
-	cfg, err := infra.LoadConfig(ctx)
-	if err != nil {
+	pulumi.Run(func(ctx *pulumi.Context) error {
+		_, err := infra.Program(ctx)
 		return err
-	}
-	stack, err := infra.NewStack(ctx, cfg)
-	if err != nil {
-		return err
-	}
-	for _, e := range stack.Exports() {
-		ctx.Export(e.Name, e.Value)
-	}
-	return nil
+	})
 }

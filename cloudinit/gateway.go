@@ -12,13 +12,13 @@ import (
 
 // GatewayInput: the WireGuard gateway instance.
 type GatewayInput struct {
-	ListenPort          int      // UDP
-	MTU                 int      // explicit tunnel MTU (never wg-quick's auto MTU)
-	TunnelAddress       string   // the gateway's address with prefix, "10.99.0.1/30"
-	PeerPublicKey       string   // on-prem peer public key (base64, 32 bytes)
-	PeerAllowedIPs      []string // on-prem CIDRs + on-prem tunnel /32
-	PeerEndpoint        string   // optional "host:port"
-	PrivateKeyParameter string   // SSM SecureString name holding the gateway's private key
+	ListenPort          int            // UDP
+	MTU                 int            // explicit tunnel MTU (never wg-quick's auto MTU)
+	TunnelAddress       netip.Prefix   // the gateway's address with prefix, 10.99.0.1/30
+	PeerPublicKey       string         // on-prem peer public key (base64, 32 bytes)
+	PeerAllowedIPs      []netip.Prefix // on-prem CIDRs + on-prem tunnel /32
+	PeerEndpoint        string         // optional "host:port"
+	PrivateKeyParameter string         // SSM SecureString name holding the gateway's private key
 }
 
 const (
@@ -30,8 +30,6 @@ const (
 	wgMSSPath    = "/etc/dynk8s/wg0-mss.nft"
 	wgMSSTable   = "dynk8s_wg0_mss"
 	wgUnit       = "wg-quick@wg0.service"
-	// wgKeepalive keeps the NAT mapping towards an on-prem endpoint open when the gateway is the side that dials.
-	wgKeepalive = 25
 )
 
 // mssRuleset clamps the MSS of TCP connections forwarded through the tunnel. Leaving through wg0, SYNs are clamped to
@@ -59,7 +57,7 @@ func Gateway(in GatewayInput) ([]byte, error) {
 	}
 	wg := wireguard.Config{
 		Interface: wireguard.Interface{
-			Address:    []string{in.TunnelAddress},
+			Address:    []string{in.TunnelAddress.String()},
 			ListenPort: in.ListenPort,
 			MTU:        in.MTU,
 			PostUp: []string{
@@ -71,12 +69,12 @@ func Gateway(in GatewayInput) ([]byte, error) {
 		},
 		Peers: []wireguard.Peer{{
 			PublicKey:  in.PeerPublicKey,
-			AllowedIPs: in.PeerAllowedIPs,
+			AllowedIPs: prefixStrings(in.PeerAllowedIPs),
 			Endpoint:   in.PeerEndpoint,
 		}},
 	}
 	if in.PeerEndpoint != "" {
-		wg.Peers[0].PersistentKeepalive = wgKeepalive
+		wg.Peers[0].PersistentKeepalive = wireguard.PersistentKeepalive
 	}
 	wgConf, err := wg.Marshal()
 	if err != nil {
@@ -146,26 +144,23 @@ func (in GatewayInput) validate() error {
 		e.add("MTU", fmt.Errorf("%d is not in %d..%d (it must be set: wg-quick's automatic MTU is 8921 on EC2)",
 			in.MTU, wireguard.MinMTU, wireguard.MaxMTU))
 	}
-	if p, err := netip.ParsePrefix(in.TunnelAddress); err != nil {
-		e.add("TunnelAddress", fmt.Errorf("%q is not an address with a prefix length: %w", in.TunnelAddress, err))
+	if p := in.TunnelAddress; !p.IsValid() {
+		e.add("TunnelAddress", errors.New("is required"))
 	} else if p.Addr() == p.Masked().Addr() && p.Bits() < p.Addr().BitLen()-1 {
-		e.add("TunnelAddress", fmt.Errorf("%q is the network address; the gateway needs a host address in it", in.TunnelAddress))
+		e.add("TunnelAddress", fmt.Errorf("%s is the network address; the gateway needs a host address in it", p))
 	}
-	e.add("PeerPublicKey", wireguard.ValidateKey(in.PeerPublicKey))
 	if len(in.PeerAllowedIPs) == 0 {
 		e.add("PeerAllowedIPs", errors.New("at least one CIDR is required"))
 	}
-	for i, c := range in.PeerAllowedIPs {
-		p, err := netip.ParsePrefix(c)
-		if err != nil {
-			e.add(fmt.Sprintf("PeerAllowedIPs[%d]", i), fmt.Errorf("%q is not a CIDR: %w", c, err))
-		} else if p.Masked() != p {
-			e.add(fmt.Sprintf("PeerAllowedIPs[%d]", i), fmt.Errorf("%q has host bits set, want %s", c, p.Masked()))
-		}
-	}
-	if in.PeerEndpoint != "" {
-		e.add("PeerEndpoint", validateHostPort(in.PeerEndpoint))
-	}
+	// The key, the ranges and the endpoint are checked by wireguard.Config.Marshal.
 	e.add("PrivateKeyParameter", validateSSMName(in.PrivateKeyParameter))
 	return e.join("gateway user data")
+}
+
+func prefixStrings(ps []netip.Prefix) []string {
+	out := make([]string, len(ps))
+	for i, p := range ps {
+		out[i] = p.String()
+	}
+	return out
 }

@@ -2,6 +2,7 @@ package cloudinit
 
 import (
 	"encoding/base64"
+	"net/netip"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -27,9 +28,9 @@ func testGateway() GatewayInput {
 	return GatewayInput{
 		ListenPort:          51820,
 		MTU:                 1420,
-		TunnelAddress:       "10.99.0.1/30",
+		TunnelAddress:       netip.MustParsePrefix("10.99.0.1/30"),
 		PeerPublicKey:       testPeerPublicKey,
-		PeerAllowedIPs:      []string{"192.168.0.0/16", "10.99.0.2/32"},
+		PeerAllowedIPs:      []netip.Prefix{netip.MustParsePrefix("192.168.0.0/16"), netip.MustParsePrefix("10.99.0.2/32")},
 		PrivateKeyParameter: testKeyParameter,
 	}
 }
@@ -132,12 +133,12 @@ func TestGatewayValidation(t *testing.T) {
 		{"port 0", func(in *GatewayInput) { in.ListenPort = 0 }, "ListenPort: 0 is not in 1..65535"},
 		{"MTU unset", func(in *GatewayInput) { in.MTU = 0 }, "MTU: 0 is not in 1280..8920"},
 		{"MTU too large", func(in *GatewayInput) { in.MTU = 9001 }, "MTU: 9001"},
-		{"tunnel address without prefix", func(in *GatewayInput) { in.TunnelAddress = "10.99.0.1" }, "TunnelAddress"},
-		{"tunnel network address", func(in *GatewayInput) { in.TunnelAddress = "10.99.0.0/30" }, "is the network address"},
-		{"peer key short", func(in *GatewayInput) { in.PeerPublicKey = "abc=" }, "PeerPublicKey"},
+		{"tunnel address unset", func(in *GatewayInput) { in.TunnelAddress = netip.Prefix{} }, "TunnelAddress: is required"},
+		{"tunnel network address", func(in *GatewayInput) { in.TunnelAddress = netip.MustParsePrefix("10.99.0.0/30") }, "is the network address"},
+		{"peer key short", func(in *GatewayInput) { in.PeerPublicKey = "abc=" }, "Peers[0].PublicKey"},
 		{"no allowed IPs", func(in *GatewayInput) { in.PeerAllowedIPs = nil }, "PeerAllowedIPs: at least one"},
-		{"allowed IP with host bits", func(in *GatewayInput) { in.PeerAllowedIPs = []string{"192.168.1.1/16"} }, "PeerAllowedIPs[0]: \"192.168.1.1/16\" has host bits set, want 192.168.0.0/16"},
-		{"endpoint without port", func(in *GatewayInput) { in.PeerEndpoint = "203.0.113.10" }, "PeerEndpoint"},
+		{"allowed IP with host bits", func(in *GatewayInput) { in.PeerAllowedIPs = []netip.Prefix{netip.MustParsePrefix("192.168.1.1/16")} }, "Peers[0].AllowedIPs[0]: \"192.168.1.1/16\" has host bits set, want 192.168.0.0/16"},
+		{"endpoint without port", func(in *GatewayInput) { in.PeerEndpoint = "203.0.113.10" }, "Peers[0].Endpoint"},
 		{"parameter missing", func(in *GatewayInput) { in.PrivateKeyParameter = "" }, "PrivateKeyParameter"},
 		{"private key instead of parameter", func(in *GatewayInput) { in.PrivateKeyParameter = testGatewayPrivate }, "looks like a WireGuard key"},
 	} {

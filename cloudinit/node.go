@@ -4,32 +4,26 @@ import (
 	"errors"
 	"fmt"
 	"maps"
-	"regexp"
 	"slices"
-	"sort"
 	"strconv"
 	"strings"
 
 	"sigs.k8s.io/yaml"
-)
 
-// Taint is a node taint the kubelet registers the node with.
-type Taint struct{ Key, Value, Effect string }
+	"github.com/dynk8s/dynk8s/internal/kube"
+)
 
 // NodeInput is everything a node pool's user data depends on. All values are plain and public: nothing secret.
 type NodeInput struct {
-	KubernetesVersion  string            // exact, "1.34.4"
+	KubernetesVersion  kube.Version      // exact, 1.34.4; its minor must be supported (kube.Minors)
 	APIServerEndpoint  string            // "host:port" reached through the WireGuard gateway
 	CACertHashes       []string          // "sha256:<64 lowercase hex>", at least one
 	JoinTokenParameter string            // SSM SecureString name holding "<id>.<secret>", e.g. "/dynk8s/homelab/join-token"
 	ClusterName        string            // DNS label; appears in logs and the join unit's description
-	PoolName           string            // DNS label; must equal Labels[PoolLabel]
-	Labels             map[string]string // node labels to self-set (already NodeRestriction-safe), incl. dynk8s.io/pool
-	Taints             []Taint
+	PoolName           string            // DNS label; must equal Labels[kube.LabelPool]
+	Labels             map[string]string // node labels to self-set (NodeRestriction-safe), incl. kube.LabelPool
+	Taints             []kube.Taint
 }
-
-// PoolLabel is the label every dynk8s node carries with its pool name; Node requires it in NodeInput.Labels.
-const PoolLabel = "dynk8s.io/pool"
 
 // Where the node's files go. The scripts derive the same paths (under DYNK8S_ROOT in tests).
 const (
@@ -56,29 +50,23 @@ const (
 // runtimeLabels are set from IMDS by join.sh, matching the labels the Cluster Autoscaler puts on its template node,
 // so a pool may not set them itself.
 var runtimeLabels = map[string]string{
-	"topology.kubernetes.io/zone":      phZone,
-	"topology.kubernetes.io/region":    phRegion,
-	"node.kubernetes.io/instance-type": phInstanceType,
+	kube.LabelZone:         phZone,
+	kube.LabelRegion:       phRegion,
+	kube.LabelInstanceType: phInstanceType,
 }
-
-// pauseVersions is the pause image each kubeadm minor pins (PauseVersion in cmd/kubeadm/app/constants, read in the
-// k8s.io/kubernetes module at v1.34.4, v1.35.4, v1.36.1 and v1.37.2; 3.10 since 1.31 per `kubeadm config images
-// list`). CRI-O then runs the sandbox image kubeadm expects instead of pulling a second one. The keys are also the
-// supported minors: v1beta4 JoinConfiguration needs kubeadm 1.31 or later.
-var pauseVersions = map[int]string{31: "3.10", 32: "3.10", 33: "3.10", 34: "3.10.1", 35: "3.10.1", 36: "3.10.2", 37: "3.10.2"}
 
 // Upstream rpm repositories for one Kubernetes minor, both gpg-checked against the repository's own key.
 //   - Kubernetes (kubelet, kubeadm, cri-tools, kubernetes-cni): https://pkgs.k8s.io/core:/stable:/v1.NN/rpm/, key
 //     repodata/repomd.xml.key (kubernetes.io "Installing kubeadm"; cri-o/packaging README, "Add the Kubernetes
 //     repository").
-//   - CRI-O: https://download.opensuse.org/repositories/isv:/cri-o:/stable:/v1.NN/rpm/, same key layout
+//   - CRI-O: https://download.opensuse.org/repositories/isv:/cri-o:/stable:/v<stream>/rpm/, same key layout
 //     (cri-o/packaging README, "Add the CRI-O repository", 2026; the streams moved there from pkgs.k8s.io/addons).
 //
 // They are written disabled: join.sh enables them for its one dnf transaction only, so a later `dnf upgrade` cannot
 // move the node off its pinned versions.
 const (
 	kubernetesRepoURL = "https://pkgs.k8s.io/core:/stable:/v1.%d/rpm/"
-	crioRepoURL       = "https://download.opensuse.org/repositories/isv:/cri-o:/stable:/v1.%d/rpm/"
+	crioRepoURL       = "https://download.opensuse.org/repositories/isv:/cri-o:/stable:/v%s/rpm/"
 	repoKeyPath       = "repodata/repomd.xml.key"
 	kubernetesRepoID  = "dynk8s-kubernetes"
 	crioRepoID        = "dynk8s-cri-o"
@@ -102,8 +90,6 @@ var (
 	}
 	cniPluginDirs = []string{"/opt/cni/bin", "/usr/libexec/cni"}
 )
-
-var versionRE = regexp.MustCompile(`^1\.(0|[1-9][0-9]*)\.(0|[1-9][0-9]*)$`)
 
 // Node validates in and renders the node pool's cloud-config ("#cloud-config\n...").
 func Node(in NodeInput) ([]byte, error) {
@@ -133,7 +119,7 @@ func Node(in NodeInput) ([]byte, error) {
 		return nil, fmt.Errorf("node pool %q: join unit: %w", in.PoolName, err)
 	}
 	var crio crioDropIn
-	crio.Crio.Image.PauseImage = "registry.k8s.io/pause:" + pauseVersions[minor]
+	crio.Crio.Image.PauseImage = "registry.k8s.io/pause:" + minor.Pause
 	crio.Crio.Network.PluginDirs = cniPluginDirs
 	crio.Crio.Runtime.CgroupManager = "systemd"
 	crioConf, err := crio.marshal()
@@ -143,8 +129,8 @@ func Node(in NodeInput) ([]byte, error) {
 
 	cc := cloudConfig{
 		YumRepos: map[string]yumRepo{
-			kubernetesRepoID: upstreamRepo("Kubernetes", kubernetesRepoURL, minor),
-			crioRepoID:       upstreamRepo("CRI-O", crioRepoURL, minor),
+			kubernetesRepoID: upstreamRepo("Kubernetes", fmt.Sprintf(kubernetesRepoURL, minor.Minor), "1."+strconv.Itoa(minor.Minor)),
+			crioRepoID:       upstreamRepo("CRI-O", fmt.Sprintf(crioRepoURL, minor.CRIO), minor.CRIO),
 		},
 		WriteFiles: []writeFile{
 			{Path: "/etc/crio/crio.conf.d/90-dynk8s.conf", Content: crioConf, Permissions: "0644"},
@@ -176,15 +162,15 @@ func Node(in NodeInput) ([]byte, error) {
 
 // nodePackages pins kubelet and kubeadm to the exact version, and cri-tools and CRI-O to its minor: their patch
 // releases are numbered independently. kubernetes-cni comes in as kubelet's dependency; kubectl is not needed.
-func nodePackages(version string, minor int) []string {
-	m := "1." + strconv.Itoa(minor) + ".*"
-	return []string{"kubelet-" + version, "kubeadm-" + version, "cri-tools-" + m, "cri-o-" + m}
+func nodePackages(version kube.Version, minor kube.Minor) []string {
+	m := "1." + strconv.Itoa(minor.Minor) + ".*"
+	return []string{"kubelet-" + version.String(), "kubeadm-" + version.String(), "cri-tools-" + m,
+		"cri-o-" + minor.CRIO + ".*"}
 }
 
-func upstreamRepo(name, urlFormat string, minor int) yumRepo {
-	base := fmt.Sprintf(urlFormat, minor)
+func upstreamRepo(name, base, stream string) yumRepo {
 	return yumRepo{
-		Name:     fmt.Sprintf("%s v1.%d (dynk8s)", name, minor),
+		Name:     fmt.Sprintf("%s v%s (dynk8s)", name, stream),
 		BaseURL:  base,
 		Enabled:  false,
 		GPGCheck: true,
@@ -242,18 +228,12 @@ type nodeRegistration struct {
 	// KubeletExtraArgs is a list of {name, value} in v1beta4 (a map in v1beta3).
 	KubeletExtraArgs []kubeletArg `json:"kubeletExtraArgs"`
 	// Taints is always a list: for a worker, kubeadm treats nil and [] alike, and [] says "none" plainly.
-	Taints []taint `json:"taints"`
+	Taints []kube.Taint `json:"taints"`
 }
 
 type kubeletArg struct {
 	Name  string `json:"name"`
 	Value string `json:"value"`
-}
-
-type taint struct {
-	Key    string `json:"key"`
-	Value  string `json:"value,omitempty"`
-	Effect string `json:"effect"`
 }
 
 // joinTemplate renders the JoinConfiguration with placeholders for the token and the instance's identity.
@@ -271,11 +251,11 @@ func joinTemplate(in NodeInput) (string, error) {
 		pairs[i] = k + "=" + labels[k]
 	}
 
-	hashes := append([]string(nil), in.CACertHashes...)
-	sort.Strings(hashes)
-	taints := make([]taint, 0, len(in.Taints))
-	for _, t := range sortedTaints(in.Taints) {
-		taints = append(taints, taint(t))
+	hashes := slices.Sorted(slices.Values(in.CACertHashes))
+
+	taints := kube.SortedTaints(in.Taints)
+	if taints == nil {
+		taints = []kube.Taint{}
 	}
 	jc := joinConfiguration{
 		APIVersion: "kubeadm.k8s.io/v1beta4",
@@ -303,85 +283,59 @@ func joinTemplate(in NodeInput) (string, error) {
 	return string(b), nil
 }
 
-func sortedTaints(ts []Taint) []Taint {
-	out := append([]Taint(nil), ts...)
-	sort.Slice(out, func(i, j int) bool {
-		if out[i].Key != out[j].Key {
-			return out[i].Key < out[j].Key
-		}
-		return out[i].Effect < out[j].Effect
-	})
-	return out
-}
-
-// validate checks every field and reports all problems at once; it returns the Kubernetes minor version.
-func (in NodeInput) validate() (int, error) {
+// validate checks every field and reports all problems at once; it returns the Kubernetes minor's facts.
+func (in NodeInput) validate() (kube.Minor, error) {
 	var e errs
-	minor := 0
-	if m := versionRE.FindStringSubmatch(in.KubernetesVersion); m == nil {
-		e.add("KubernetesVersion", fmt.Errorf("%q is not an exact version like 1.34.4", in.KubernetesVersion))
-	} else {
-		minor, _ = strconv.Atoi(m[1])
-		if _, ok := pauseVersions[minor]; !ok {
-			e.add("KubernetesVersion", fmt.Errorf("%q: minor %d is not supported (1.31 to 1.37: kubeadm v1beta4 and a known pause image)",
-				in.KubernetesVersion, minor))
-		}
-	}
+	minor, err := kube.LookupMinor(in.KubernetesVersion)
+	e.add("KubernetesVersion", err)
 	e.add("APIServerEndpoint", validateHostPort(in.APIServerEndpoint))
 	if len(in.CACertHashes) == 0 {
 		e.add("CACertHashes", errors.New("at least one is required: kubeadm would otherwise trust any API server"))
 	}
-	seenHash := map[string]bool{}
 	for i, h := range in.CACertHashes {
-		switch {
-		case !caHashRE.MatchString(h):
-			e.add(fmt.Sprintf("CACertHashes[%d]", i), fmt.Errorf("%q is not sha256:<64 lower-case hex>", h))
-		case seenHash[h]:
+		if slices.Index(in.CACertHashes, h) < i {
 			e.add(fmt.Sprintf("CACertHashes[%d]", i), fmt.Errorf("%q is listed twice", h))
+		} else {
+			e.add(fmt.Sprintf("CACertHashes[%d]", i), kube.CheckCACertHash(h))
 		}
-		seenHash[h] = true
 	}
 	e.add("JoinTokenParameter", validateSSMName(in.JoinTokenParameter))
 	e.add("ClusterName", validateDNSLabel(in.ClusterName))
 	e.add("PoolName", validateDNSLabel(in.PoolName))
-
-	keys := slices.Sorted(maps.Keys(in.Labels))
-	for _, k := range keys {
+	for _, k := range slices.Sorted(maps.Keys(in.Labels)) {
 		field := fmt.Sprintf("Labels[%q]", k)
-		if err := validateQualifiedName(k); err != nil {
-			e.add(field, err)
-			continue
-		}
 		if _, ok := runtimeLabels[k]; ok {
 			e.add(field, errors.New("is set at boot from the instance's metadata; remove it from the pool"))
 			continue
 		}
-		if !kubeletSelfLabelAllowed(k) {
-			e.add(field, errors.New("NodeRestriction forbids a kubelet to set labels in the kubernetes.io and k8s.io namespaces (except node.kubernetes.io/ and kubelet.kubernetes.io/)"))
-		}
-		e.add(field, validateLabelValue(in.Labels[k]))
+		e.add(field, kube.CheckKey(k))
+		e.add(field, labelValue(in.Labels[k]))
 	}
-	if v, ok := in.Labels[PoolLabel]; !ok || v != in.PoolName {
-		e.add("Labels", fmt.Errorf("%s must be the pool name %q", PoolLabel, in.PoolName))
+	if v, ok := in.Labels[kube.LabelPool]; !ok || v != in.PoolName {
+		e.add("Labels", fmt.Errorf("%s must be the pool name %q", kube.LabelPool, in.PoolName))
 	}
-
-	seenTaint := map[[2]string]bool{}
 	for i, t := range in.Taints {
 		field := fmt.Sprintf("Taints[%d]", i)
-		e.add(field+".Key", validateQualifiedName(t.Key))
-		e.add(field+".Value", validateLabelValue(t.Value))
-		switch t.Effect {
-		case "NoSchedule", "PreferNoSchedule", "NoExecute":
-		default:
-			e.add(field+".Effect", fmt.Errorf("%q is not NoSchedule, PreferNoSchedule or NoExecute", t.Effect))
+		e.add(field+".Key", kube.CheckKey(t.Key))
+		e.add(field+".Value", labelValue(t.Value))
+		if _, err := kube.ParseTaintEffect(string(t.Effect)); err != nil {
+			e.add(field+".Effect", err)
 		}
-		if seenTaint[[2]string{t.Key, t.Effect}] {
+		if slices.IndexFunc(in.Taints, func(o kube.Taint) bool { return o.Key == t.Key && o.Effect == t.Effect }) < i {
 			e.add(field, fmt.Errorf("a taint %s:%s is listed twice", t.Key, t.Effect))
 		}
-		seenTaint[[2]string{t.Key, t.Effect}] = true
 	}
 	if err := e.join("node user data"); err != nil {
-		return 0, err
+		return kube.Minor{}, err
 	}
 	return minor, nil
+}
+
+// labelValue is kube.CheckValue plus the public-data tripwire: a value that looks like a token or a key is a
+// wiring mistake.
+func labelValue(v string) error {
+	if err := kube.CheckValue(v); err != nil {
+		return err
+	}
+	return noSecret(v)
 }

@@ -12,6 +12,8 @@ import (
 	is "gotest.tools/v3/assert/cmp"
 	"gotest.tools/v3/golden"
 	"sigs.k8s.io/yaml"
+
+	"github.com/dynk8s/dynk8s/internal/kube"
 )
 
 const testCAHash = "sha256:8a3d1c2f0e9b7a6554433221100ffeeddccbbaa99887766554433221100ffee0"
@@ -20,7 +22,7 @@ const testCAHash = "sha256:8a3d1c2f0e9b7a6554433221100ffeeddccbbaa99887766554433
 // architecture does not change the user data (dnf picks $basearch), so the two differ in labels and taints.
 func generalPool() NodeInput {
 	return NodeInput{
-		KubernetesVersion:  "1.34.4",
+		KubernetesVersion:  kube.Version{Major: 1, Minor: 34, Patch: 4},
 		APIServerEndpoint:  "192.168.10.10:6443",
 		CACertHashes:       []string{testCAHash},
 		JoinTokenParameter: "/dynk8s/homelab/join-token",
@@ -41,7 +43,7 @@ func spotPool() NodeInput {
 		"dynk8s.io/capacity-type":      "spot",
 		"node.kubernetes.io/lifecycle": "spot",
 	}
-	in.Taints = []Taint{{Key: "dynk8s.io/capacity-type", Value: "spot", Effect: "NoSchedule"}}
+	in.Taints = []kube.Taint{{Key: "dynk8s.io/capacity-type", Value: "spot", Effect: "NoSchedule"}}
 	return in
 }
 
@@ -71,10 +73,10 @@ func TestNodeIsDeterministic(t *testing.T) {
 		in.Labels[k] = spotPool().Labels[k]
 	}
 	in.CACertHashes = []string{"sha256:" + strings.Repeat("1", 64), testCAHash}
-	in.Taints = []Taint{{"z.example.com/b", "", "NoExecute"}, {"a.example.com/a", "x", "NoSchedule"}}
+	in.Taints = []kube.Taint{{Key: "z.example.com/b", Value: "", Effect: "NoExecute"}, {Key: "a.example.com/a", Value: "x", Effect: "NoSchedule"}}
 	rev := in
 	rev.CACertHashes = []string{testCAHash, "sha256:" + strings.Repeat("1", 64)}
-	rev.Taints = []Taint{in.Taints[1], in.Taints[0]}
+	rev.Taints = []kube.Taint{in.Taints[1], in.Taints[0]}
 	c, err := Node(in)
 	assert.NilError(t, err)
 	d, err := Node(rev)
@@ -140,7 +142,7 @@ func TestNodeRoundTrip(t *testing.T) {
 					"topology.kubernetes.io/region=eu-central-1,topology.kubernetes.io/zone=eu-central-1a"},
 				{Name: "provider-id", Value: "aws:///eu-central-1a/i-0123456789abcdef0"},
 			},
-			Taints: []taint{{Key: "dynk8s.io/capacity-type", Value: "spot", Effect: "NoSchedule"}},
+			Taints: []kube.Taint{{Key: "dynk8s.io/capacity-type", Value: "spot", Effect: "NoSchedule"}},
 		},
 	})
 }
@@ -155,12 +157,13 @@ func TestNodeWithoutTaintsSaysSoExplicitly(t *testing.T) {
 
 func TestNodePauseImageFollowsKubeadm(t *testing.T) {
 	t.Parallel()
-	for version, want := range map[string]string{"1.31.0": "3.10", "1.33.9": "3.10", "1.34.4": "3.10.1", "1.35.4": "3.10.1", "1.36.1": "3.10.2", "1.37.2": "3.10.2"} {
+	for _, m := range kube.Minors {
 		in := generalPool()
-		in.KubernetesVersion = version
+		in.KubernetesVersion = kube.Version{Major: 1, Minor: m.Minor, Patch: 2}
 		ud, err := Node(in)
-		assert.NilError(t, err, version)
-		assert.Check(t, is.Contains(string(ud), `pause_image = "registry.k8s.io/pause:`+want+`"`), version)
+		assert.NilError(t, err, m.Minor)
+		assert.Check(t, is.Contains(string(ud), `pause_image = "registry.k8s.io/pause:`+m.Pause+`"`), m.Minor)
+		assert.Check(t, is.Contains(string(ud), "isv:/cri-o:/stable:/v"+m.CRIO+"/rpm/"), m.Minor)
 	}
 }
 
@@ -171,10 +174,9 @@ func TestNodeValidation(t *testing.T) {
 		modify func(*NodeInput)
 		want   []string
 	}{
-		{"version not exact", func(in *NodeInput) { in.KubernetesVersion = "1.34" }, []string{"KubernetesVersion: \"1.34\" is not an exact version"}},
-		{"version with v", func(in *NodeInput) { in.KubernetesVersion = "v1.34.4" }, []string{"KubernetesVersion"}},
-		{"minor too old for v1beta4", func(in *NodeInput) { in.KubernetesVersion = "1.30.2" }, []string{"minor 30 is not supported"}},
-		{"minor unknown", func(in *NodeInput) { in.KubernetesVersion = "1.38.0" }, []string{"minor 38 is not supported"}},
+		{"version unset", func(in *NodeInput) { in.KubernetesVersion = kube.Version{} }, []string{"KubernetesVersion: Kubernetes 0.0.0 is not supported"}},
+		{"minor too old for v1beta4", func(in *NodeInput) { in.KubernetesVersion = kube.Version{Major: 1, Minor: 30, Patch: 2} }, []string{"1.30.2 is not supported"}},
+		{"minor unknown", func(in *NodeInput) { in.KubernetesVersion = kube.Version{Major: 1, Minor: 38} }, []string{"1.38.0 is not supported"}},
 		{"endpoint without port", func(in *NodeInput) { in.APIServerEndpoint = "192.168.10.10" }, []string{"APIServerEndpoint"}},
 		{"endpoint bad port", func(in *NodeInput) { in.APIServerEndpoint = "api.example.com:0" }, []string{"APIServerEndpoint", "not in 1..65535"}},
 		{"endpoint injection", func(in *NodeInput) { in.APIServerEndpoint = "a b:6443" }, []string{"neither an IP address nor a DNS name"}},
@@ -186,17 +188,19 @@ func TestNodeValidation(t *testing.T) {
 		{"parameter is a token", func(in *NodeInput) { in.JoinTokenParameter = "abcdef.0123456789abcdef" }, []string{"looks like a bootstrap token"}},
 		{"cluster name", func(in *NodeInput) { in.ClusterName = "Home_Lab" }, []string{"ClusterName"}},
 		{"pool name", func(in *NodeInput) { in.PoolName = "" }, []string{"PoolName"}},
-		{"pool label missing", func(in *NodeInput) { delete(in.Labels, PoolLabel) }, []string{"dynk8s.io/pool must be the pool name"}},
-		{"pool label mismatch", func(in *NodeInput) { in.Labels[PoolLabel] = "other" }, []string{"dynk8s.io/pool must be the pool name \"general\""}},
+		{"pool label missing", func(in *NodeInput) { delete(in.Labels, kube.LabelPool) }, []string{"dynk8s.io/pool must be the pool name"}},
+		{"pool label mismatch", func(in *NodeInput) { in.Labels[kube.LabelPool] = "other" }, []string{"dynk8s.io/pool must be the pool name \"general\""}},
 		{"label forbidden by NodeRestriction", func(in *NodeInput) { in.Labels["node-role.kubernetes.io/worker"] = "" }, []string{"NodeRestriction forbids"}},
 		{"label in k8s.io", func(in *NodeInput) { in.Labels["example.k8s.io/x"] = "y" }, []string{"NodeRestriction forbids"}},
 		{"label set at boot", func(in *NodeInput) { in.Labels["topology.kubernetes.io/zone"] = "eu-central-1a" }, []string{"is set at boot"}},
 		{"label value with comma", func(in *NodeInput) { in.Labels["example.com/a"] = "b,c=d" }, []string{"is not a label value"}},
 		{"label key bad", func(in *NodeInput) { in.Labels["-bad"] = "x" }, []string{"name part"}},
 		{"label value is a token", func(in *NodeInput) { in.Labels["example.com/t"] = "abcdef.0123456789abcdef" }, []string{"looks like a bootstrap token"}},
-		{"taint effect", func(in *NodeInput) { in.Taints = []Taint{{"a", "b", "NoRun"}} }, []string{"Taints[0].Effect"}},
-		{"taint key", func(in *NodeInput) { in.Taints = []Taint{{"", "b", "NoSchedule"}} }, []string{"Taints[0].Key"}},
-		{"taint twice", func(in *NodeInput) { in.Taints = []Taint{{"a", "b", "NoSchedule"}, {"a", "c", "NoSchedule"}} }, []string{"Taints[1]", "listed twice"}},
+		{"taint effect", func(in *NodeInput) { in.Taints = []kube.Taint{{Key: "a", Value: "b", Effect: "NoRun"}} }, []string{"Taints[0].Effect"}},
+		{"taint key", func(in *NodeInput) { in.Taints = []kube.Taint{{Key: "", Value: "b", Effect: "NoSchedule"}} }, []string{"Taints[0].Key"}},
+		{"taint twice", func(in *NodeInput) {
+			in.Taints = []kube.Taint{{Key: "a", Value: "b", Effect: "NoSchedule"}, {Key: "a", Value: "c", Effect: "NoSchedule"}}
+		}, []string{"Taints[1]", "listed twice"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			in := generalPool()
@@ -211,7 +215,7 @@ func TestNodeValidation(t *testing.T) {
 
 	// Every problem is reported at once.
 	in := generalPool()
-	in.KubernetesVersion = "x"
+	in.KubernetesVersion = kube.Version{}
 	in.APIServerEndpoint = "y"
 	in.CACertHashes = nil
 	_, err := Node(in)
@@ -230,7 +234,9 @@ func TestNodeRendersNoSecret(t *testing.T) {
 		func(in *NodeInput) { in.JoinTokenParameter = "/dynk8s/" + token },
 		func(in *NodeInput) { in.JoinTokenParameter = "/dynk8s/" + key },
 		func(in *NodeInput) { in.Labels["example.com/token"] = token },
-		func(in *NodeInput) { in.Taints = []Taint{{"example.com/t", token, "NoSchedule"}} },
+		func(in *NodeInput) {
+			in.Taints = []kube.Taint{{Key: "example.com/t", Value: token, Effect: kube.NoSchedule}}
+		},
 	} {
 		in := generalPool()
 		bad(&in)

@@ -11,12 +11,8 @@ import (
 )
 
 var (
-	caHashRE    = regexp.MustCompile(`^sha256:[0-9a-f]{64}$`)
 	dnsLabelRE  = regexp.MustCompile(`^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$`)
-	labelNameRE = regexp.MustCompile(`^[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$`)
-	// labelValueRE is a Kubernetes label value; it also keeps commas and '=' out of the kubelet's --node-labels.
-	labelValueRE = regexp.MustCompile(`^([A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?)?$`)
-	dnsSubdomRE  = regexp.MustCompile(`^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$`)
+	dnsSubdomRE = regexp.MustCompile(`^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$`)
 	// ssmNameRE is SSM's parameter-name alphabet; the scripts also pass the name through their config file.
 	ssmNameRE = regexp.MustCompile(`^[A-Za-z0-9_./-]+$`)
 
@@ -92,51 +88,4 @@ func validateHostPort(s string) error {
 		return fmt.Errorf("%q: host %q is neither an IP address nor a DNS name", s, host)
 	}
 	return nil
-}
-
-// validateQualifiedName checks a label or taint key: an optional DNS-subdomain prefix and '/', then a name.
-func validateQualifiedName(k string) error {
-	name := k
-	if i := strings.LastIndexByte(k, '/'); i >= 0 {
-		prefix := k[:i]
-		name = k[i+1:]
-		if len(prefix) > 253 || !dnsSubdomRE.MatchString(prefix) {
-			return fmt.Errorf("%q: prefix %q is not a DNS subdomain", k, prefix)
-		}
-	}
-	if !labelNameRE.MatchString(name) {
-		return fmt.Errorf("%q: name part %q must be 1-63 alphanumerics, '-', '_' or '.', starting and ending alphanumeric", k, name)
-	}
-	return nil
-}
-
-func validateLabelValue(v string) error {
-	if !labelValueRE.MatchString(v) {
-		return fmt.Errorf("%q is not a label value (at most 63 alphanumerics, '-', '_' or '.', starting and ending alphanumeric)", v)
-	}
-	return noSecret(v)
-}
-
-// kubeletSelfLabelAllowed mirrors the NodeRestriction admission plugin: a kubelet may not set labels in the
-// kubernetes.io or k8s.io namespaces except the listed keys and the kubelet.kubernetes.io and node.kubernetes.io
-// prefixes. A forbidden label would make the node's registration fail, so it is refused here.
-func kubeletSelfLabelAllowed(key string) bool {
-	i := strings.LastIndexByte(key, '/')
-	if i < 0 {
-		return true
-	}
-	prefix := key[:i]
-	restricted := func(domain string) bool { return prefix == domain || strings.HasSuffix(prefix, "."+domain) }
-	if !restricted("kubernetes.io") && !restricted("k8s.io") {
-		return true
-	}
-	switch key {
-	case "kubernetes.io/hostname", "kubernetes.io/arch", "kubernetes.io/os",
-		"topology.kubernetes.io/region", "topology.kubernetes.io/zone", "node.kubernetes.io/instance-type",
-		"beta.kubernetes.io/arch", "beta.kubernetes.io/os", "beta.kubernetes.io/instance-type",
-		"failure-domain.beta.kubernetes.io/region", "failure-domain.beta.kubernetes.io/zone":
-		return true
-	}
-	return prefix == "kubelet.kubernetes.io" || strings.HasSuffix(prefix, ".kubelet.kubernetes.io") ||
-		prefix == "node.kubernetes.io" || strings.HasSuffix(prefix, ".node.kubernetes.io")
 }

@@ -17,6 +17,9 @@ import (
 	"github.com/pulumi/pulumi/sdk/v3/go/pulumi"
 
 	"github.com/dynk8s/dynk8s/infra"
+	"github.com/dynk8s/dynk8s/infra/addons"
+	"github.com/dynk8s/dynk8s/infra/config"
+	"github.com/dynk8s/dynk8s/internal/kube"
 	"github.com/dynk8s/dynk8s/internal/mockcloud"
 )
 
@@ -34,13 +37,13 @@ const (
 
 // devConfig is the dev stack's validated config, read from the repository's own Pulumi.dev.yaml so this test runs
 // what an operator would deploy.
-func devConfig(t *testing.T) *infra.Config {
+func devConfig(t *testing.T) *config.Config {
 	t.Helper()
 	sc, err := mockcloud.LoadStackFile(filepath.Join("..", "Pulumi.dev.yaml"))
 	if err != nil {
 		t.Fatalf("read dev stack: %v", err)
 	}
-	cfg, err := infra.ParseConfig(func(key string) (string, bool) {
+	cfg, err := config.Parse(func(key string) (string, bool) {
 		v, ok := sc.Values[key]
 		return v, ok
 	})
@@ -52,7 +55,7 @@ func devConfig(t *testing.T) *infra.Config {
 
 // addonsProgram declares the real component as the stack does, against the test's API server. pools is read on
 // every run, so a test can change it between updates.
-func addonsProgram(c cluster, cfg *infra.Config, pools *[]infra.NodePoolConfig) pulumi.RunFunc {
+func addonsProgram(c cluster, cfg *config.Config, pools *[]config.NodePool) pulumi.RunFunc {
 	return func(ctx *pulumi.Context) error {
 		kubeconfig, err := os.ReadFile(c.Kubeconfig)
 		if err != nil {
@@ -70,7 +73,7 @@ func addonsProgram(c cluster, cfg *infra.Config, pools *[]infra.NodePoolConfig) 
 			pulumi.String(e2eTokenID), pulumi.String(e2eTokenSecret))
 		// No kubelet runs here, so no workload ever becomes ready; the provider must not wait for it.
 		args.SkipAwait = true
-		_, err = infra.NewClusterAddons(ctx, "addons", args, pulumi.Providers(p))
+		_, err = addons.NewClusterAddons(ctx, "addons", args, pulumi.Providers(p))
 		return err
 	}
 }
@@ -85,7 +88,7 @@ func TestClusterAddonsLifecycle(t *testing.T) {
 
 	cfg := devConfig(t)
 	pools := slices.Clone(cfg.NodePools)
-	spotPool := slices.IndexFunc(pools, func(p infra.NodePoolConfig) bool { return p.Spot && len(p.Taints) > 0 })
+	spotPool := slices.IndexFunc(pools, func(p config.NodePool) bool { return p.Spot && len(p.Taints) > 0 })
 	if spotPool < 0 {
 		t.Fatal("the dev stack has no tainted spot pool; the taint update step needs one")
 	}
@@ -239,14 +242,14 @@ func TestClusterAddonsLifecycle(t *testing.T) {
 	}
 }
 
-func clonePool(p infra.NodePoolConfig) infra.NodePoolConfig {
+func clonePool(p config.NodePool) config.NodePool {
 	p.Taints = slices.Clone(p.Taints)
 	p.InstanceTypes = slices.Clone(p.InstanceTypes)
 	return p
 }
 
 // checkDeclared reads back the objects whose content matters most and compares them with the dev config.
-func checkDeclared(ctx context.Context, t *testing.T, c cluster, cfg *infra.Config) {
+func checkDeclared(ctx context.Context, t *testing.T, c cluster, cfg *config.Config) {
 	t.Helper()
 	var dep struct {
 		Spec struct {
@@ -281,7 +284,7 @@ func checkDeclared(ctx context.Context, t *testing.T, c cluster, cfg *infra.Conf
 		return
 	}
 	ctr := pod.Containers[0]
-	if want := "registry.k8s.io/autoscaling/cluster-autoscaler:v" + cfg.Autoscaler.Version; ctr.Image != want {
+	if want := "registry.k8s.io/autoscaling/cluster-autoscaler:v" + cfg.Derived.AutoscalerVersion.String(); ctr.Image != want {
 		t.Errorf("autoscaler image %q, want %q", ctr.Image, want)
 	}
 	flags := append(slices.Clone(ctr.Command), ctr.Args...)
@@ -507,7 +510,7 @@ func checkBootstrapToken(ctx context.Context, t *testing.T, c cluster) {
 
 // checkTolerations asserts that every DaemonSet of the stack that tolerated the old taint now tolerates the new one
 // instead, and that at least one did.
-func checkTolerations(ctx context.Context, t *testing.T, c cluster, objs []k8sObject, oldT, newT infra.Taint) {
+func checkTolerations(ctx context.Context, t *testing.T, c cluster, objs []k8sObject, oldT, newT kube.Taint) {
 	t.Helper()
 	type toleration struct {
 		Key, Value, Effect string
@@ -531,8 +534,8 @@ func checkTolerations(ctx context.Context, t *testing.T, c cluster, objs []k8sOb
 			continue
 		}
 		tols := ds.Spec.Template.Spec.Tolerations
-		hasOld := slices.Contains(tols, toleration{oldT.Key, oldT.Value, oldT.Effect})
-		hasNew := slices.Contains(tols, toleration{newT.Key, newT.Value, newT.Effect})
+		hasOld := slices.Contains(tols, toleration{oldT.Key, oldT.Value, string(oldT.Effect)})
+		hasNew := slices.Contains(tols, toleration{newT.Key, newT.Value, string(newT.Effect)})
 		if hasOld {
 			t.Errorf("%s still tolerates the old taint %v", o, oldT)
 		}

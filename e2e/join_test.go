@@ -29,6 +29,7 @@ import (
 
 	"github.com/dynk8s/dynk8s/cloudinit"
 	"github.com/dynk8s/dynk8s/infra"
+	"github.com/dynk8s/dynk8s/infra/config"
 	"github.com/dynk8s/dynk8s/internal/fakeimds"
 )
 
@@ -78,7 +79,11 @@ func TestJoinDiscovery(t *testing.T) {
 		t.Fatalf("hash from cluster-info %s, from the CA file %s", caHash, want)
 	}
 	// The dev stack's first pool, as the stack renders it, joining the local API server instead of the on-prem one.
-	cfg.Kubernetes.APIServerEndpoint = strings.TrimPrefix(c.Server, "https://")
+	endpoint, err := config.ParseEndpoint(strings.TrimPrefix(c.Server, "https://"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.Kubernetes.APIServerEndpoint = endpoint
 	input := func(hash string) cloudinit.NodeInput {
 		return infra.NodeInput(cfg, cfg.NodePools[0], []string{hash}, param)
 	}
@@ -98,7 +103,7 @@ func TestJoinDiscovery(t *testing.T) {
 				t.Errorf("join output lacks %q:\n%s", want, run.output)
 			}
 		}
-		checkJoinConfiguration(t, run.joinConfig, token, cfg.Kubernetes.APIServerEndpoint, caHash, cfg.Region)
+		checkJoinConfiguration(t, run.joinConfig, token, cfg.Kubernetes.APIServerEndpoint.String(), caHash, cfg.Region)
 		if strings.Contains(run.calls, "kubeadm reset") {
 			t.Errorf("a successful join ran kubeadm reset:\n%s", run.calls)
 		}

@@ -6,6 +6,9 @@ import (
 
 	"github.com/pulumi/pulumi-aws/sdk/v6/go/aws/ec2"
 	"github.com/pulumi/pulumi/sdk/v3/go/pulumi"
+
+	"github.com/dynk8s/dynk8s/infra/config"
+	"github.com/dynk8s/dynk8s/internal/kube"
 )
 
 // FedoraOwner is the AWS account of the Fedora Project's official images.
@@ -19,7 +22,7 @@ const firstKiwiRelease = 40
 type FedoraImageQuery struct {
 	NameFilter   string
 	NameRegex    string
-	Architecture string // the EC2 architecture filter: x86_64 or arm64
+	Architecture kube.Arch // the EC2 architecture filter
 }
 
 // FedoraImage returns the query for the GA Fedora Cloud Base image of release and arch (x86_64 or arm64) in region.
@@ -28,16 +31,13 @@ type FedoraImageQuery struct {
 // (...-42-20250911.0): Fedora release engineering makes those private and deletes them about ten days after upload,
 // and a launch template pointing at a deleted image makes every scale-up fail.
 //
-// Two naming schemes exist (domain facts 3):
+// Two naming schemes exist (Fedora's cloud image uploaders: fedimg up to 39, the Kiwi-based one from 40):
 //   - F40 and later: Fedora-Cloud-Base-AmazonEC2.<arch>-<release>-<n.n>, e.g. ...AmazonEC2.aarch64-42-1.1
 //   - F39 and older: Fedora-Cloud-Base-<release>-<n.n>.<arch>-hvm-<region>-gp3-0; the gp2 and "standard" volume
 //     variants of the same image are not matched.
-func FedoraImage(release int, arch, region string) (FedoraImageQuery, error) {
-	nameArch, ok := map[string]string{"x86_64": "x86_64", "arm64": "aarch64"}[arch]
-	if !ok {
-		return FedoraImageQuery{}, fmt.Errorf("unknown arch %q (want x86_64 or arm64)", arch)
-	}
-	if release < oldestFedoraRelease || release > newestFedoraRelease {
+func FedoraImage(release int, arch kube.Arch, region string) (FedoraImageQuery, error) {
+	nameArch := arch.Fedora()
+	if release < config.OldestFedoraRelease || release > config.NewestFedoraRelease {
 		return FedoraImageQuery{}, fmt.Errorf("no known cloud image naming scheme for Fedora %d", release)
 	}
 	q := FedoraImageQuery{Architecture: arch}
@@ -76,7 +76,7 @@ func lookupImage(ctx *pulumi.Context, q FedoraImageQuery, amiID string, opts ...
 	args.NameRegex = pulumi.String(q.NameRegex)
 	args.Filters = ec2.GetAmiFilterArray{
 		filter("name", q.NameFilter),
-		filter("architecture", q.Architecture),
+		filter("architecture", string(q.Architecture)),
 		filter("virtualization-type", "hvm"),
 		filter("root-device-type", "ebs"),
 		filter("state", "available"),

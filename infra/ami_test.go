@@ -6,14 +6,16 @@ import (
 	"gotest.tools/v3/assert"
 
 	"github.com/dynk8s/dynk8s/infra"
+	"github.com/dynk8s/dynk8s/internal/kube"
 	"github.com/dynk8s/dynk8s/internal/mockcloud"
 )
 
-// Real Fedora image names (domain facts 3), and which query each must and must not satisfy.
+// Real Fedora image names, both upload schemes, and which query each must and must not satisfy.
 func TestFedoraImageNames(t *testing.T) {
 	type query struct {
-		release      int
-		arch, region string
+		release int
+		arch    kube.Arch
+		region  string
 	}
 	x86in42 := query{42, "x86_64", "eu-central-1"}
 	cases := []struct {
@@ -59,30 +61,30 @@ func TestFedoraImageNames(t *testing.T) {
 // TestFedoraLookupPicksGA evaluates the stack's queries against a catalog where newer prereleases and
 // date-labelled composes sit beside the GA image, as EC2 would (filters, then nameRegex, then most recent).
 func TestFedoraLookupPicksGA(t *testing.T) {
-	want := map[[2]string]string{
-		{"42", "x86_64"}: "Fedora-Cloud-Base-AmazonEC2.x86_64-42-1.1",
-		{"42", "arm64"}:  "Fedora-Cloud-Base-AmazonEC2.aarch64-42-1.1",
-		{"41", "arm64"}:  "Fedora-Cloud-Base-AmazonEC2.aarch64-41-1.4",
-		{"43", "x86_64"}: "Fedora-Cloud-Base-AmazonEC2.x86_64-43-1.6",
-		{"39", "x86_64"}: "Fedora-Cloud-Base-39-1.5.x86_64-hvm-eu-central-1-gp3-0",
-		{"38", "arm64"}:  "Fedora-Cloud-Base-38-1.6.aarch64-hvm-eu-central-1-gp3-0",
+	type image struct {
+		release int
+		arch    kube.Arch
+	}
+	want := map[image]string{
+		{42, "x86_64"}: "Fedora-Cloud-Base-AmazonEC2.x86_64-42-1.1",
+		{42, "arm64"}:  "Fedora-Cloud-Base-AmazonEC2.aarch64-42-1.1",
+		{41, "arm64"}:  "Fedora-Cloud-Base-AmazonEC2.aarch64-41-1.4",
+		{43, "x86_64"}: "Fedora-Cloud-Base-AmazonEC2.x86_64-43-1.6",
+		{39, "x86_64"}: "Fedora-Cloud-Base-39-1.5.x86_64-hvm-eu-central-1-gp3-0",
+		{38, "arm64"}:  "Fedora-Cloud-Base-38-1.6.aarch64-hvm-eu-central-1-gp3-0",
 	}
 	for key, name := range want {
-		var release int
-		for _, c := range key[0] {
-			release = release*10 + int(c-'0')
-		}
-		q, err := infra.FedoraImage(release, key[1], "eu-central-1")
+		q, err := infra.FedoraImage(key.release, key.arch, "eu-central-1")
 		assert.NilError(t, err)
 		im, err := mockcloud.SelectImage(mockcloud.FedoraCatalog, []string{infra.FedoraOwner}, q.NameFilter,
-			q.Architecture, q.NameRegex)
+			string(q.Architecture), q.NameRegex)
 		assert.NilError(t, err, "%v", key)
 		assert.Equal(t, im.Name, name, "%v", key)
 	}
 	// A release the catalog lacks finds nothing rather than something else.
 	q, err := infra.FedoraImage(44, "x86_64", "eu-central-1")
 	assert.NilError(t, err)
-	_, err = mockcloud.SelectImage(mockcloud.FedoraCatalog, []string{infra.FedoraOwner}, q.NameFilter, q.Architecture,
+	_, err = mockcloud.SelectImage(mockcloud.FedoraCatalog, []string{infra.FedoraOwner}, q.NameFilter, string(q.Architecture),
 		q.NameRegex)
 	assert.ErrorContains(t, err, "no results")
 	_, err = infra.FedoraImage(12, "x86_64", "eu-central-1")

@@ -5,14 +5,17 @@ import (
 	"fmt"
 	"net"
 	"net/netip"
+	"slices"
 	"strconv"
 
 	"github.com/pulumi/pulumi-aws/sdk/v6/go/aws/ec2"
 	"github.com/pulumi/pulumi-aws/sdk/v6/go/aws/ssm"
 	"github.com/pulumi/pulumi-random/sdk/v4/go/random"
 	"github.com/pulumi/pulumi/sdk/v3/go/pulumi"
+	"github.com/pulumi/pulumi/sdk/v3/go/pulumix"
 
 	"github.com/dynk8s/dynk8s/cloudinit"
+	"github.com/dynk8s/dynk8s/infra/config"
 	"github.com/dynk8s/dynk8s/wireguard"
 )
 
@@ -22,8 +25,6 @@ const WireGuardGatewayType = "dynk8s:infra:WireGuardGateway"
 // Constants of the tunnel.
 const (
 	gatewayVolumeGiB = 10
-	// persistentKeepalive keeps the on-prem peer's NAT mapping open so the gateway can always reach it (wg(8)).
-	persistentKeepalive = 25
 	// onPremKeyFile is where the on-prem host keeps its own private key when it brings its own key pair.
 	onPremKeyFile = "/etc/wireguard/dynk8s.key"
 )
@@ -44,35 +45,35 @@ type WireGuardGateway struct {
 
 // WireGuardGatewayArgs are the inputs of a WireGuardGateway.
 type WireGuardGatewayArgs struct {
-	// Config is the validated stack config (required): wireguard, gateway, network and Fedora settings.
-	Config *Config
+	// ClusterName names and tags the gateway's resources and its key parameter (required).
+	ClusterName string
+	// InstanceType is the gateway's EC2 type (required).
+	InstanceType string
+	// Image is the Fedora image it boots (required).
+	Image FedoraImageQuery
+	// WireGuard is the validated tunnel config (required).
+	WireGuard config.WireGuard
+	// VPCCIDR is the range the on-prem peer routes to the gateway (required).
+	VPCCIDR netip.Prefix
 	// InterfaceID is the gateway's network interface from the Network (required).
 	InterfaceID pulumi.StringInput
 	// InstanceProfileName is the gateway's instance profile, allowed to read only the key parameter (required).
 	InstanceProfileName pulumi.StringInput
 }
 
-// TunnelAddresses are the gateway's and the on-prem peer's tunnel addresses: the first two hosts of tunnelCidr.
-func TunnelAddresses(tunnelCIDR string) (gateway, onPrem netip.Prefix, err error) {
-	p, err := netip.ParsePrefix(tunnelCIDR)
-	if err != nil {
-		return netip.Prefix{}, netip.Prefix{}, fmt.Errorf("tunnel cidr %q: %w", tunnelCIDR, err)
-	}
-	first := p.Masked().Addr().Next()
-	second := first.Next()
-	if !p.Contains(second.Next()) {
-		return netip.Prefix{}, netip.Prefix{}, fmt.Errorf("tunnel cidr %q has no room for two peers", tunnelCIDR)
-	}
-	return netip.PrefixFrom(first, p.Bits()), netip.PrefixFrom(second, p.Bits()), nil
+// TunnelAddresses are the gateway's and the on-prem peer's tunnel addresses: the first two hosts of the tunnel's
+// range (config refuses a range too small for them).
+func TunnelAddresses(tunnel netip.Prefix) (gateway, onPrem netip.Prefix) {
+	first := tunnel.Masked().Addr().Next()
+	return netip.PrefixFrom(first, tunnel.Bits()), netip.PrefixFrom(first.Next(), tunnel.Bits())
 }
 
 // NewWireGuardGateway declares the gateway: its keys, the key's SSM parameter, the instance and its Elastic IP.
 func NewWireGuardGateway(ctx *pulumi.Context, name string, args *WireGuardGatewayArgs, opts ...pulumi.ResourceOption) (*WireGuardGateway, error) {
-	if args == nil || args.Config == nil {
-		return nil, errors.New("wireguard gateway: args and args.Config are required")
+	if args == nil {
+		return nil, errors.New("wireguard gateway: args are required")
 	}
-	cfg := args.Config
-	wg := cfg.WireGuard
+	wg := args.WireGuard
 	comp := &WireGuardGateway{}
 	if err := ctx.RegisterComponentResource(WireGuardGatewayType, name, comp, opts...); err != nil {
 		return nil, err
@@ -81,22 +82,20 @@ func NewWireGuardGateway(ctx *pulumi.Context, name string, args *WireGuardGatewa
 	fail := func(what string, err error) (*WireGuardGateway, error) {
 		return nil, fmt.Errorf("wireguard gateway %q: %s: %w", name, what, err)
 	}
-	gatewayAddr, onPremAddr, err := TunnelAddresses(wg.TunnelCIDR)
-	if err != nil {
-		return fail("tunnel", err)
-	}
+	gatewayAddr, onPremAddr := TunnelAddresses(wg.TunnelCIDR)
+	tags := awsTags(config.IdentityTags(args.ClusterName, "", args.ClusterName+"-wireguard-gateway"))
 
 	gatewayKey, err := newKeyPair(ctx, name+"-key", parent)
 	if err != nil {
 		return fail("key", err)
 	}
-	keyParameter := GatewayKeyParameter(cfg.ClusterName)
+	keyParameter := GatewayKeyParameter(args.ClusterName)
 	param, err := ssm.NewParameter(ctx, name+"-key", &ssm.ParameterArgs{
 		Name:        pulumi.String(keyParameter),
 		Type:        pulumi.String("SecureString"),
 		Value:       gatewayKey.Private,
 		Description: pulumi.String("dynk8s WireGuard gateway private key, read by the gateway at boot"),
-		Tags:        nameTags(cfg.ClusterName, cfg.ClusterName+"-wireguard-gateway-key"),
+		Tags:        awsTags(config.IdentityTags(args.ClusterName, "", args.ClusterName+"-wireguard-gateway-key")),
 	}, parent)
 	if err != nil {
 		return fail("key parameter", err)
@@ -104,9 +103,11 @@ func NewWireGuardGateway(ctx *pulumi.Context, name string, args *WireGuardGatewa
 
 	// The on-prem peer's key pair: generated here unless the operator brings a public key (and keeps the private
 	// key on the on-prem host, where the rendered config reads it from a file).
-	onPremPublic := pulumi.String(wg.OnPremPublicKey).ToStringOutput()
-	onPremPrivate := pulumi.String("").ToStringOutput()
-	if wg.OnPremPublicKey == "" {
+	var onPremPublic, onPremPrivate pulumi.StringOutput
+	if wg.OnPremPublicKey != nil {
+		onPremPublic = pulumi.String(wg.OnPremPublicKey.String()).ToStringOutput()
+		onPremPrivate = pulumi.String("").ToStringOutput()
+	} else {
 		pair, err := newKeyPair(ctx, name+"-onprem-key", parent)
 		if err != nil {
 			return fail("on-prem key", err)
@@ -114,15 +115,19 @@ func NewWireGuardGateway(ctx *pulumi.Context, name string, args *WireGuardGatewa
 		onPremPublic, onPremPrivate = pair.Public, pair.Private
 	}
 
-	peerAllowed := append(append([]string{}, wg.OnPremCIDRs...), netip.PrefixFrom(onPremAddr.Addr(), 32).String())
+	peerAllowed := append(slices.Clone(wg.OnPremCIDRs), netip.PrefixFrom(onPremAddr.Addr(), 32))
+	peerEndpoint := ""
+	if wg.OnPremEndpoint != nil {
+		peerEndpoint = wg.OnPremEndpoint.String()
+	}
 	userData := onPremPublic.ApplyT(func(peerKey string) (string, error) {
 		raw, err := cloudinit.Gateway(cloudinit.GatewayInput{
 			ListenPort:          wg.ListenPort,
 			MTU:                 wg.MTU,
-			TunnelAddress:       gatewayAddr.String(),
+			TunnelAddress:       gatewayAddr,
 			PeerPublicKey:       peerKey,
 			PeerAllowedIPs:      peerAllowed,
-			PeerEndpoint:        wg.OnPremEndpoint,
+			PeerEndpoint:        peerEndpoint,
 			PrivateKeyParameter: keyParameter,
 		})
 		if err != nil {
@@ -131,14 +136,10 @@ func NewWireGuardGateway(ctx *pulumi.Context, name string, args *WireGuardGatewa
 		return cloudinit.Encode(raw)
 	}).(pulumi.StringOutput)
 
-	query, err := FedoraImage(cfg.Fedora.Release, cfg.Gateway.Arch, cfg.Region)
-	if err != nil {
-		return fail("image", err)
-	}
-	image := lookupImage(ctx, query, "", parent)
+	image := lookupImage(ctx, args.Image, "", parent)
 	instance, err := ec2.NewInstance(ctx, name, &ec2.InstanceArgs{
 		Ami:          image.Id(),
-		InstanceType: pulumi.String(cfg.Gateway.InstanceType),
+		InstanceType: pulumi.String(args.InstanceType),
 		// Source/destination check is off on this interface (see Network): it forwards for the whole VPC.
 		NetworkInterfaces: ec2.InstanceNetworkInterfaceArray{&ec2.InstanceNetworkInterfaceArgs{
 			DeviceIndex: pulumi.Int(0), NetworkInterfaceId: args.InterfaceID,
@@ -160,8 +161,8 @@ func NewWireGuardGateway(ctx *pulumi.Context, name string, args *WireGuardGatewa
 		// interface, address and keys survive the replacement.
 		UserDataReplaceOnChange: pulumi.Bool(true),
 		MaintenanceOptions:      &ec2.InstanceMaintenanceOptionsArgs{AutoRecovery: pulumi.String("default")},
-		Tags:                    nameTags(cfg.ClusterName, cfg.ClusterName+"-wireguard-gateway"),
-		VolumeTags:              nameTags(cfg.ClusterName, cfg.ClusterName+"-wireguard-gateway"),
+		Tags:                    tags,
+		VolumeTags:              tags,
 	}, parent, pulumi.DependsOn([]pulumi.Resource{param}))
 	if err != nil {
 		return fail("instance", err)
@@ -169,15 +170,16 @@ func NewWireGuardGateway(ctx *pulumi.Context, name string, args *WireGuardGatewa
 	eip, err := ec2.NewEip(ctx, name+"-eip", &ec2.EipArgs{
 		Domain:           pulumi.String("vpc"),
 		NetworkInterface: args.InterfaceID,
-		Tags:             nameTags(cfg.ClusterName, cfg.ClusterName+"-wireguard-gateway"),
+		Tags:             tags,
 	}, parent)
 	if err != nil {
 		return fail("elastic ip", err)
 	}
 
-	onPremConfig := pulumi.All(onPremPrivate, gatewayKey.Public, eip.PublicIp).ApplyT(func(v []any) (string, error) {
-		return onPremWireGuardConfig(cfg, onPremAddr, v[0].(string), v[1].(string), v[2].(string))
-	}).(pulumi.StringOutput)
+	onPremConfig := pulumix.Apply3Err(onPremPrivate, gatewayKey.Public, eip.PublicIp,
+		func(private, gatewayPublic, gatewayIP string) (string, error) {
+			return onPremWireGuardConfig(wg, args.VPCCIDR, private, gatewayPublic, gatewayIP)
+		}).Untyped().(pulumi.StringOutput)
 
 	comp.PublicIP = eip.PublicIp
 	comp.PublicKey = gatewayKey.Public
@@ -196,32 +198,27 @@ func NewWireGuardGateway(ctx *pulumi.Context, name string, args *WireGuardGatewa
 
 // onPremWireGuardConfig renders the on-prem peer's wg-quick file. With a generated key pair it carries the private
 // key; with the operator's own key it reads the key from onPremKeyFile instead.
-func onPremWireGuardConfig(cfg *Config, addr netip.Prefix, privateKey, gatewayPublicKey, gatewayIP string) (string, error) {
-	wg := cfg.WireGuard
-	gatewayAddr, _, err := TunnelAddresses(wg.TunnelCIDR)
-	if err != nil {
-		return "", err
-	}
+func onPremWireGuardConfig(wg config.WireGuard, vpc netip.Prefix, privateKey, gatewayPublicKey, gatewayIP string) (string, error) {
+	gatewayAddr, onPremAddr := TunnelAddresses(wg.TunnelCIDR)
 	iface := wireguard.Interface{
 		PrivateKey: privateKey,
-		Address:    []string{addr.String()},
+		Address:    []string{onPremAddr.String()},
 		MTU:        wg.MTU,
 	}
 	if privateKey == "" {
 		iface.PostUp = []string{"wg set %i private-key " + onPremKeyFile}
 	}
-	if wg.OnPremEndpoint != "" {
-		_, port, _ := splitHostPort(wg.OnPremEndpoint)
-		iface.ListenPort = port
+	if wg.OnPremEndpoint != nil {
+		iface.ListenPort = int(wg.OnPremEndpoint.Port)
 	}
 	out, err := wireguard.Config{
 		Interface: iface,
 		Peers: []wireguard.Peer{{
 			PublicKey: gatewayPublicKey,
 			// The VPC, and the gateway's own tunnel address.
-			AllowedIPs:          []string{cfg.Network.VPCCIDR, netip.PrefixFrom(gatewayAddr.Addr(), 32).String()},
-			Endpoint:            gatewayIP + ":" + strconv.Itoa(wg.ListenPort),
-			PersistentKeepalive: persistentKeepalive,
+			AllowedIPs:          []string{vpc.String(), netip.PrefixFrom(gatewayAddr.Addr(), 32).String()},
+			Endpoint:            net.JoinHostPort(gatewayIP, strconv.Itoa(wg.ListenPort)),
+			PersistentKeepalive: wireguard.PersistentKeepalive,
 		}},
 	}.Marshal()
 	if err != nil {
@@ -249,14 +246,4 @@ func newKeyPair(ctx *pulumi.Context, name string, opts ...pulumi.ResourceOption)
 		// A public key derived from a secret is itself secret to Pulumi; it is meant to be published.
 		Public: pulumi.Unsecret(public).(pulumi.StringOutput),
 	}, nil
-}
-
-// splitHostPort splits a validated host:port.
-func splitHostPort(endpoint string) (string, int, error) {
-	host, port, err := net.SplitHostPort(endpoint)
-	if err != nil {
-		return "", 0, err
-	}
-	n, err := strconv.Atoi(port)
-	return host, n, err
 }

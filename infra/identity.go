@@ -10,6 +10,8 @@ import (
 	"github.com/pulumi/pulumi-aws/sdk/v6/go/aws/ssm"
 	"github.com/pulumi/pulumi-random/sdk/v4/go/random"
 	"github.com/pulumi/pulumi/sdk/v3/go/pulumi"
+
+	"github.com/dynk8s/dynk8s/infra/config"
 )
 
 // IdentityType is the type token of the Identity component.
@@ -53,8 +55,11 @@ type IdentityArgs struct {
 	ClusterName string
 	// Region is where the SSM parameters live (required).
 	Region string
-	// Identity holds the optional node policies and the autoscaler key rotation value (required).
-	Identity IdentityConfig
+	// SessionManager and ECRReadOnly attach the managed policies of those names to the node role (optional).
+	SessionManager, ECRReadOnly bool
+	// AutoscalerKeyRotation: a new value makes a new autoscaler access key, created before the old one is deleted
+	// (required).
+	AutoscalerKeyRotation string
 	// BootstrapTokenRotation: a new value makes a new join token (required).
 	BootstrapTokenRotation string
 }
@@ -72,7 +77,9 @@ func NewIdentity(ctx *pulumi.Context, name string, args *IdentityArgs, opts ...p
 	fail := func(what string, err error) (*Identity, error) {
 		return nil, fmt.Errorf("identity %q: %s: %w", name, what, err)
 	}
-	tags := func(suffix string) pulumi.StringMap { return nameTags(args.ClusterName, args.ClusterName+"-"+suffix) }
+	tags := func(suffix string) pulumi.StringMap {
+		return awsTags(config.IdentityTags(args.ClusterName, "", args.ClusterName+"-"+suffix))
+	}
 
 	// ARNs are built from the caller's partition and account, so GovCloud and China work unchanged.
 	partition := aws.GetPartitionOutput(ctx, aws.GetPartitionOutputArgs{}, parent)
@@ -121,10 +128,10 @@ func NewIdentity(ctx *pulumi.Context, name string, args *IdentityArgs, opts ...p
 		return fail("node role", err)
 	}
 	var extra []string
-	if args.Identity.SessionManager {
+	if args.SessionManager {
 		extra = append(extra, sessionManagerPolicy)
 	}
-	if args.Identity.ECRReadOnly {
+	if args.ECRReadOnly {
 		extra = append(extra, ecrReadOnlyPolicy)
 	}
 	for _, policy := range extra {
@@ -143,7 +150,7 @@ func NewIdentity(ctx *pulumi.Context, name string, args *IdentityArgs, opts ...p
 	}
 
 	// The Cluster Autoscaler runs on-prem, so it cannot assume a role from instance metadata: it gets a user.
-	caPolicy, err := AutoscalerPolicy(args.ClusterName).JSON()
+	autoscalerPolicy, err := AutoscalerPolicy(args.ClusterName).JSON()
 	if err != nil {
 		return fail("autoscaler policy", err)
 	}
@@ -158,13 +165,13 @@ func NewIdentity(ctx *pulumi.Context, name string, args *IdentityArgs, opts ...p
 	if _, err := iam.NewUserPolicy(ctx, name+"-autoscaler", &iam.UserPolicyArgs{
 		User:   user.Name,
 		Name:   pulumi.String("cluster-autoscaler"),
-		Policy: pulumi.String(caPolicy),
+		Policy: pulumi.String(autoscalerPolicy),
 	}, parent); err != nil {
 		return fail("autoscaler user policy", err)
 	}
 	// The rotation value is part of the key's name: a new value declares a new key, which Pulumi creates (and the
 	// cluster's Secret switches to) before it deletes the old one.
-	key, err := iam.NewAccessKey(ctx, name+"-autoscaler-key-"+args.Identity.AutoscalerKeyRotation, &iam.AccessKeyArgs{
+	key, err := iam.NewAccessKey(ctx, name+"-autoscaler-key-"+args.AutoscalerKeyRotation, &iam.AccessKeyArgs{
 		User: user.Name,
 	}, parent, pulumi.AdditionalSecretOutputs([]string{"secret"}))
 	if err != nil {

@@ -1,12 +1,16 @@
 package infra
 
 import (
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"net/netip"
+	"slices"
 
 	"github.com/pulumi/pulumi-aws/sdk/v6/go/aws/ec2"
 	"github.com/pulumi/pulumi/sdk/v3/go/pulumi"
+
+	"github.com/dynk8s/dynk8s/infra/config"
 )
 
 // NetworkType is the type token of the Network component.
@@ -36,18 +40,18 @@ type NetworkArgs struct {
 	// ClusterName tags every resource (required).
 	ClusterName string
 	// VPCCIDR is the VPC's range (required).
-	VPCCIDR string
+	VPCCIDR netip.Prefix
 	// Zones are the availability zone names, one subnet each (required, at least one).
 	Zones []string
 	// OnPremCIDRs are routed to the gateway interface, as is TunnelCIDR (required).
-	OnPremCIDRs []string
+	OnPremCIDRs []netip.Prefix
 	// TunnelCIDR is the WireGuard tunnel's range; nodes accept traffic from it like from on-prem (required).
-	TunnelCIDR string
+	TunnelCIDR netip.Prefix
 	// ListenPort is the gateway's WireGuard UDP port (required).
 	ListenPort int
-	// WireGuardSourceCIDR limits who may reach the WireGuard port (optional, default 0.0.0.0/0: an on-prem peer
+	// WireGuardSource limits who may reach the WireGuard port (optional; zero: 0.0.0.0/0, as an on-prem peer
 	// behind NAT dials out from an address nobody knows in advance).
-	WireGuardSourceCIDR string
+	WireGuardSource netip.Prefix
 }
 
 // NewNetwork declares the VPC and everything routed in it.
@@ -63,10 +67,12 @@ func NewNetwork(ctx *pulumi.Context, name string, args *NetworkArgs, opts ...pul
 		return nil, err
 	}
 	parent := pulumi.Parent(comp)
-	tags := func(suffix string) pulumi.StringMap { return nameTags(args.ClusterName, name+"-"+suffix) }
+	tags := func(suffix string) pulumi.StringMap {
+		return awsTags(config.IdentityTags(args.ClusterName, "", name+"-"+suffix))
+	}
 
 	vpc, err := ec2.NewVpc(ctx, name+"-vpc", &ec2.VpcArgs{
-		CidrBlock:          pulumi.String(args.VPCCIDR),
+		CidrBlock:          pulumi.String(args.VPCCIDR.String()),
 		EnableDnsSupport:   pulumi.Bool(true),
 		EnableDnsHostnames: pulumi.Bool(true),
 		Tags:               tags("vpc"),
@@ -108,7 +114,7 @@ func NewNetwork(ctx *pulumi.Context, name string, args *NetworkArgs, opts ...pul
 		subnet, err := ec2.NewSubnet(ctx, name+"-subnet-"+zone, &ec2.SubnetArgs{
 			VpcId:               vpc.ID(),
 			AvailabilityZone:    pulumi.String(zone),
-			CidrBlock:           pulumi.String(cidr),
+			CidrBlock:           pulumi.String(cidr.String()),
 			MapPublicIpOnLaunch: pulumi.Bool(true),
 			Tags:                tags("subnet-" + zone),
 		}, parent)
@@ -127,7 +133,9 @@ func NewNetwork(ctx *pulumi.Context, name string, args *NetworkArgs, opts ...pul
 		subnetIDs = append(subnetIDs, subnet.ID())
 	}
 
-	nodeSources := append(append([]string{}, args.OnPremCIDRs...), args.TunnelCIDR)
+	// The tunnel's own range counts as on-prem: an on-prem host that is itself the WireGuard peer (a control plane
+	// node, say) talks to the VPC from its tunnel address, and the replies must find their way back.
+	onPrem := append(slices.Clone(args.OnPremCIDRs), args.TunnelCIDR)
 	nodeSG, err := ec2.NewSecurityGroup(ctx, name+"-node-sg", &ec2.SecurityGroupArgs{
 		VpcId:       vpc.ID(),
 		Description: pulumi.String("dynk8s nodes: all traffic from on-prem (through the gateway) and each other"),
@@ -135,7 +143,7 @@ func NewNetwork(ctx *pulumi.Context, name string, args *NetworkArgs, opts ...pul
 			&ec2.SecurityGroupIngressArgs{
 				Description: pulumi.String("on-prem cluster and tunnel"),
 				Protocol:    pulumi.String("-1"), FromPort: pulumi.Int(0), ToPort: pulumi.Int(0),
-				CidrBlocks: pulumi.ToStringArray(nodeSources),
+				CidrBlocks: prefixes(onPrem),
 			},
 			&ec2.SecurityGroupIngressArgs{
 				Description: pulumi.String("other dynk8s nodes"),
@@ -150,9 +158,9 @@ func NewNetwork(ctx *pulumi.Context, name string, args *NetworkArgs, opts ...pul
 		return nil, fmt.Errorf("network %q: node security group: %w", name, err)
 	}
 
-	wgSource := args.WireGuardSourceCIDR
-	if wgSource == "" {
-		wgSource = "0.0.0.0/0"
+	wgSource := args.WireGuardSource
+	if !wgSource.IsValid() {
+		wgSource = netip.MustParsePrefix("0.0.0.0/0")
 	}
 	gatewaySG, err := ec2.NewSecurityGroup(ctx, name+"-gateway-sg", &ec2.SecurityGroupArgs{
 		VpcId:       vpc.ID(),
@@ -162,7 +170,7 @@ func NewNetwork(ctx *pulumi.Context, name string, args *NetworkArgs, opts ...pul
 				Description: pulumi.String("WireGuard from the on-prem peer"),
 				Protocol:    pulumi.String("udp"),
 				FromPort:    pulumi.Int(args.ListenPort), ToPort: pulumi.Int(args.ListenPort),
-				CidrBlocks: pulumi.StringArray{pulumi.String(wgSource)},
+				CidrBlocks: prefixes([]netip.Prefix{wgSource}),
 			},
 			&ec2.SecurityGroupIngressArgs{
 				Description: pulumi.String("nodes, forwarded to on-prem"),
@@ -183,7 +191,7 @@ func NewNetwork(ctx *pulumi.Context, name string, args *NetworkArgs, opts ...pul
 	}
 	eni, err := ec2.NewNetworkInterface(ctx, name+"-gateway-eni", &ec2.NetworkInterfaceArgs{
 		SubnetId:       firstSubnet.ID(),
-		PrivateIps:     pulumi.StringArray{pulumi.String(gatewayIP)},
+		PrivateIps:     pulumi.StringArray{pulumi.String(gatewayIP.String())},
 		SecurityGroups: pulumi.StringArray{gatewaySG.ID()},
 		// The gateway forwards packets that are neither from nor to itself.
 		SourceDestCheck: pulumi.Bool(false),
@@ -193,12 +201,10 @@ func NewNetwork(ctx *pulumi.Context, name string, args *NetworkArgs, opts ...pul
 	if err != nil {
 		return nil, fmt.Errorf("network %q: gateway interface: %w", name, err)
 	}
-	// The tunnel's own range is routed too: an on-prem host that is itself the WireGuard peer (a control plane
-	// node, say) talks to the VPC from its tunnel address, and the replies must find their way back.
-	for _, cidr := range append(append([]string{}, args.OnPremCIDRs...), args.TunnelCIDR) {
+	for _, cidr := range onPrem {
 		if _, err := ec2.NewRoute(ctx, name+"-route-"+routeKey(cidr), &ec2.RouteArgs{
 			RouteTableId:         rt.ID(),
-			DestinationCidrBlock: pulumi.String(cidr),
+			DestinationCidrBlock: pulumi.String(cidr.String()),
 			NetworkInterfaceId:   eni.ID(),
 		}, parent); err != nil {
 			return nil, fmt.Errorf("network %q: route to %s: %w", name, cidr, err)
@@ -210,7 +216,7 @@ func NewNetwork(ctx *pulumi.Context, name string, args *NetworkArgs, opts ...pul
 	comp.NodeSecurityGroupID = nodeSG.ID().ToStringOutput()
 	comp.GatewaySecurityGroupID = gatewaySG.ID().ToStringOutput()
 	comp.GatewayInterfaceID = eni.ID().ToStringOutput()
-	comp.GatewayPrivateIP = pulumi.String(gatewayIP).ToStringOutput()
+	comp.GatewayPrivateIP = pulumi.String(gatewayIP.String()).ToStringOutput()
 	if err := ctx.RegisterResourceOutputs(comp, pulumi.Map{
 		"vpcId":                  comp.VPCID,
 		"subnetIds":              comp.SubnetIDs,
@@ -225,43 +231,37 @@ func NewNetwork(ctx *pulumi.Context, name string, args *NetworkArgs, opts ...pul
 }
 
 // ZoneSubnet is the subnet of a zone: the VPC split into 16 and the part numbered by the zone's letter (a=0).
-func ZoneSubnet(vpcCIDR, zone string) (string, error) {
-	vpc, err := netip.ParsePrefix(vpcCIDR)
-	if err != nil {
-		return "", fmt.Errorf("vpc cidr %q: %w", vpcCIDR, err)
-	}
+func ZoneSubnet(vpc netip.Prefix, zone string) (netip.Prefix, error) {
 	if zone == "" {
-		return "", errors.New("empty zone name")
+		return netip.Prefix{}, errors.New("empty zone name")
 	}
 	index := int(zone[len(zone)-1] - 'a')
-	if index < 0 || index >= 1<<subnetExtraBits {
-		return "", fmt.Errorf("zone %q: its letter has no subnet slot", zone)
+	if index < 0 || index >= 1<<config.SubnetExtraBits {
+		return netip.Prefix{}, fmt.Errorf("zone %q: its letter has no subnet slot", zone)
 	}
-	bits := vpc.Bits() + subnetExtraBits
+	bits := vpc.Bits() + config.SubnetExtraBits
 	base := vpc.Addr().As4()
-	v := uint32(base[0])<<24 | uint32(base[1])<<16 | uint32(base[2])<<8 | uint32(base[3])
-	v += uint32(index) << (32 - bits)
-	addr := netip.AddrFrom4([4]byte{byte(v >> 24), byte(v >> 16), byte(v >> 8), byte(v)})
-	return netip.PrefixFrom(addr, bits).String(), nil
+	binary.BigEndian.PutUint32(base[:], binary.BigEndian.Uint32(base[:])+uint32(index)<<(32-bits))
+	return netip.PrefixFrom(netip.AddrFrom4(base), bits), nil
 }
 
 // GatewayPrivateIP is the gateway's fixed address: the tenth address of the first zone's subnet (AWS reserves the
 // first four).
-func GatewayPrivateIP(vpcCIDR, zone string) (string, error) {
-	subnet, err := ZoneSubnet(vpcCIDR, zone)
+func GatewayPrivateIP(vpc netip.Prefix, zone string) (netip.Addr, error) {
+	subnet, err := ZoneSubnet(vpc, zone)
 	if err != nil {
-		return "", err
+		return netip.Addr{}, err
 	}
-	addr := netip.MustParsePrefix(subnet).Addr()
+	addr := subnet.Addr()
 	for range 10 {
 		addr = addr.Next()
 	}
-	return addr.String(), nil
+	return addr, nil
 }
 
 // routeKey makes a CIDR usable in a resource name: 192.168.10.0/24 -> 192-168-10-0-24.
-func routeKey(cidr string) string {
-	out := []byte(cidr)
+func routeKey(cidr netip.Prefix) string {
+	out := []byte(cidr.String())
 	for i, c := range out {
 		if c == '.' || c == '/' {
 			out[i] = '-'
@@ -277,10 +277,20 @@ func allEgress() ec2.SecurityGroupEgressArray {
 	}}
 }
 
-// nameTags are the tags every dynk8s AWS resource carries.
-func nameTags(clusterName, name string) pulumi.StringMap {
-	return pulumi.StringMap{
-		"Name":           pulumi.String(name),
-		"dynk8s:cluster": pulumi.String(clusterName),
+// awsTags are tags as a resource's Tags input.
+func awsTags(tags []config.Tag) pulumi.StringMap {
+	m := pulumi.StringMap{}
+	for _, t := range tags {
+		m[t.Key] = pulumi.String(t.Value)
 	}
+	return m
+}
+
+// prefixes are network ranges as a CidrBlocks input.
+func prefixes(ps []netip.Prefix) pulumi.StringArray {
+	out := make(pulumi.StringArray, len(ps))
+	for i, p := range ps {
+		out[i] = pulumi.String(p.String())
+	}
+	return out
 }

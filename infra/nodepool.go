@@ -10,6 +10,7 @@ import (
 	"github.com/pulumi/pulumi/sdk/v3/go/pulumi"
 
 	"github.com/dynk8s/dynk8s/cloudinit"
+	"github.com/dynk8s/dynk8s/infra/config"
 )
 
 // NodePoolType is the type token of the NodePool component.
@@ -20,6 +21,8 @@ const NodePoolType = "dynk8s:infra:NodePool"
 type NodePool struct {
 	pulumi.ResourceState
 
+	// Name is the pool's name from the config.
+	Name             string
 	ImageID          pulumi.StringOutput `pulumi:"imageId"`
 	LaunchTemplateID pulumi.StringOutput `pulumi:"launchTemplateId"`
 	GroupName        pulumi.StringOutput `pulumi:"groupName"`
@@ -27,56 +30,53 @@ type NodePool struct {
 
 // NodePoolArgs are the inputs of a NodePool.
 type NodePoolArgs struct {
-	// Config is the validated stack config: cluster name, region, Fedora release, Kubernetes and fuse settings
-	// (required).
-	Config *Config
-	// Pool is the pool's entry of Config.NodePools (required).
-	Pool NodePoolConfig
+	// ClusterName names and tags the pool's resources (required).
+	ClusterName string
+	// Pool is the pool's validated config entry (required).
+	Pool config.NodePool
+	// Image is the Fedora image the pool boots (required unless Pool.AMIID is set).
+	Image FedoraImageQuery
+	// GroupTags are the Auto Scaling Group's tags, discovery and node-template tags included (required).
+	GroupTags []config.Tag
+	// Node is the node user data's input, without CACertHashes (required).
+	Node cloudinit.NodeInput
+	// CACertHashes pin the cluster CA for kubeadm's token discovery (required, at least one).
+	CACertHashes pulumi.StringArrayInput
 	// SubnetIDs are the subnets the group launches into, one per zone (required).
 	SubnetIDs pulumi.StringArrayInput
 	// SecurityGroupID is the node security group (required).
 	SecurityGroupID pulumi.StringInput
 	// InstanceProfileARN is the node instance profile (required).
 	InstanceProfileARN pulumi.StringInput
-	// CACertHashes pin the cluster CA for kubeadm's token discovery (required, at least one).
-	CACertHashes pulumi.StringArrayInput
-	// JoinTokenParameter is the name of the SSM SecureString the join script reads the token from (required).
-	JoinTokenParameter string
 }
 
 // NewNodePool declares one node pool.
 func NewNodePool(ctx *pulumi.Context, name string, args *NodePoolArgs, opts ...pulumi.ResourceOption) (*NodePool, error) {
-	if args == nil || args.Config == nil {
-		return nil, errors.New("node pool: args and args.Config are required")
+	if args == nil {
+		return nil, errors.New("node pool: args are required")
 	}
-	cfg, pool := args.Config, args.Pool
-	comp := &NodePool{}
+	pool := args.Pool
+	comp := &NodePool{Name: pool.Name}
 	if err := ctx.RegisterComponentResource(NodePoolType, name, comp, opts...); err != nil {
 		return nil, err
 	}
 	parent := pulumi.Parent(comp)
 
-	query, err := FedoraImage(cfg.Fedora.Release, pool.Arch, cfg.Region)
-	if err != nil && pool.AMIID == "" {
-		return nil, fmt.Errorf("node pool %q: image: %w", name, err)
-	}
-	image := lookupImage(ctx, query, pool.AMIID, pulumi.Parent(comp))
+	image := lookupImage(ctx, args.Image, pool.AMIID, parent)
 
 	userData := args.CACertHashes.ToStringArrayOutput().ApplyT(func(hashes []string) (string, error) {
-		raw, err := cloudinit.Node(NodeInput(cfg, pool, hashes, args.JoinTokenParameter))
+		in := args.Node
+		in.CACertHashes = hashes
+		raw, err := cloudinit.Node(in)
 		if err != nil {
 			return "", fmt.Errorf("node pool %q: user data: %w", name, err)
 		}
 		return cloudinit.Encode(raw)
 	}).(pulumi.StringOutput)
 
-	instanceTags := pulumi.StringMap{
-		"Name":           pulumi.String(cfg.ClusterName + "-" + pool.Name),
-		"dynk8s:cluster": pulumi.String(cfg.ClusterName),
-		"dynk8s:pool":    pulumi.String(pool.Name),
-	}
+	instanceTags := awsTags(config.IdentityTags(args.ClusterName, pool.Name, args.ClusterName+"-"+pool.Name))
 	ltArgs := &ec2.LaunchTemplateArgs{
-		Description:          pulumi.Sprintf("dynk8s %s node pool %s", cfg.ClusterName, pool.Name),
+		Description:          pulumi.Sprintf("dynk8s %s node pool %s", args.ClusterName, pool.Name),
 		ImageId:              image.Id(),
 		UpdateDefaultVersion: pulumi.Bool(true),
 		UserData:             userData,
@@ -119,7 +119,7 @@ func NewNodePool(ctx *pulumi.Context, name string, args *NodePoolArgs, opts ...p
 	version := lt.LatestVersion.ApplyT(strconv.Itoa).(pulumi.StringOutput)
 
 	var tags autoscaling.GroupTagArray
-	for _, t := range ASGTags(cfg, pool) {
+	for _, t := range args.GroupTags {
 		tags = append(tags, &autoscaling.GroupTagArgs{
 			Key: pulumi.String(t.Key), Value: pulumi.String(t.Value), PropagateAtLaunch: pulumi.Bool(t.PropagateAtLaunch),
 		})
@@ -175,7 +175,7 @@ func NewNodePool(ctx *pulumi.Context, name string, args *NodePoolArgs, opts ...p
 		}
 	}
 	// The Cluster Autoscaler owns the desired capacity: dynk8s never sets it, and a later `pulumi up` must not
-	// reset what the autoscaler chose (pitfall 1). The option sits on the group itself; a component's
+	// reset what the autoscaler chose. The option sits on the group itself; a component's
 	// ignoreChanges would not reach it.
 	group, err := autoscaling.NewGroup(ctx, name+"-asg", groupArgs, parent,
 		pulumi.IgnoreChanges([]string{"desiredCapacity"}))
@@ -194,23 +194,4 @@ func NewNodePool(ctx *pulumi.Context, name string, args *NodePoolArgs, opts ...p
 		return nil, fmt.Errorf("node pool %q: outputs: %w", name, err)
 	}
 	return comp, nil
-}
-
-// NodeInput is what the node renderer needs of a pool: plain values only. The e2e join test renders through it too,
-// so the script it runs gets exactly what a pool's launch template carries.
-func NodeInput(cfg *Config, pool NodePoolConfig, caHashes []string, tokenParameter string) cloudinit.NodeInput {
-	taints := make([]cloudinit.Taint, 0, len(pool.Taints))
-	for _, t := range pool.Taints {
-		taints = append(taints, cloudinit.Taint{Key: t.Key, Value: t.Value, Effect: t.Effect})
-	}
-	return cloudinit.NodeInput{
-		KubernetesVersion:  cfg.Kubernetes.Version,
-		APIServerEndpoint:  cfg.Kubernetes.APIServerEndpoint,
-		CACertHashes:       caHashes,
-		JoinTokenParameter: tokenParameter,
-		ClusterName:        cfg.ClusterName,
-		PoolName:           pool.Name,
-		Labels:             PoolNodeLabels(pool),
-		Taints:             taints,
-	}
 }

@@ -3,6 +3,8 @@ package infra
 import (
 	"encoding/json"
 	"fmt"
+
+	"github.com/dynk8s/dynk8s/infra/config"
 )
 
 // PolicyDocument is an IAM policy document. dynk8s builds every policy from these types and marshals it, so a
@@ -53,43 +55,36 @@ func ReadParameterPolicy(parameterARN string) PolicyDocument {
 	}}}
 }
 
-// AutoscalerReadActions are the read calls of the Cluster Autoscaler's AWS provider (its README's "full features"
-// policy, minus eks:DescribeNodegroup, which only matters on EKS). Describe calls support no resource-level
-// permissions, hence Resource "*".
-var AutoscalerReadActions = []string{
-	"autoscaling:DescribeAutoScalingGroups",
-	"autoscaling:DescribeAutoScalingInstances",
-	"autoscaling:DescribeLaunchConfigurations",
-	"autoscaling:DescribeScalingActivities",
-	"ec2:DescribeImages",
-	"ec2:DescribeInstanceTypes",
-	"ec2:DescribeLaunchTemplateVersions",
-	"ec2:GetInstanceTypesFromInstanceRequirements",
-}
-
-// AutoscalerWriteActions are the only calls that change anything; they are allowed only on groups tagged as this
-// cluster's.
-var AutoscalerWriteActions = []string{
-	"autoscaling:SetDesiredCapacity",
-	"autoscaling:TerminateInstanceInAutoScalingGroup",
-}
-
-// AutoscalerPolicy is the Cluster Autoscaler's policy for clusterName.
+// AutoscalerPolicy is the Cluster Autoscaler's policy for clusterName: the read calls of its AWS provider (its
+// README's "full features" policy, minus eks:DescribeNodegroup, which only matters on EKS) on everything, as Describe
+// calls support no resource-level permissions; and the only two calls that change anything, only on groups tagged
+// as this cluster's.
 func AutoscalerPolicy(clusterName string) PolicyDocument {
+	read := []string{
+		"autoscaling:DescribeAutoScalingGroups",
+		"autoscaling:DescribeAutoScalingInstances",
+		"autoscaling:DescribeLaunchConfigurations",
+		"autoscaling:DescribeScalingActivities",
+		"ec2:DescribeImages",
+		"ec2:DescribeInstanceTypes",
+		"ec2:DescribeLaunchTemplateVersions",
+		"ec2:GetInstanceTypesFromInstanceRequirements",
+	}
+	write := []string{"autoscaling:SetDesiredCapacity", "autoscaling:TerminateInstanceInAutoScalingGroup"}
 	return PolicyDocument{Version: policyVersion, Statement: []PolicyStatement{
 		{
 			Sid:      "DiscoverGroupsAndShapes",
 			Effect:   "Allow",
-			Action:   AutoscalerReadActions,
+			Action:   read,
 			Resource: []string{"*"},
 		},
 		{
 			Sid:      "ScaleOnlyThisClustersGroups",
 			Effect:   "Allow",
-			Action:   AutoscalerWriteActions,
+			Action:   write,
 			Resource: []string{"*"},
 			Condition: map[string]map[string]string{
-				"StringEquals": {"autoscaling:ResourceTag/" + CAClusterTag(clusterName): "owned"},
+				"StringEquals": {"autoscaling:ResourceTag/" + config.AutoscalerClusterTag(clusterName): "owned"},
 			},
 		},
 	}}

@@ -1,3 +1,5 @@
+// Package infra is the stack: the AWS components (network, identity, WireGuard gateway, node pools) and the wiring
+// of them with the configuration and the in-cluster component into one Pulumi program.
 package infra
 
 import (
@@ -8,7 +10,6 @@ import (
 	"encoding/pem"
 	"errors"
 	"fmt"
-	"net"
 	"net/netip"
 
 	"github.com/pulumi/pulumi-aws/sdk/v6/go/aws"
@@ -16,6 +17,10 @@ import (
 	corev1 "github.com/pulumi/pulumi-kubernetes/sdk/v4/go/kubernetes/core/v1"
 	"github.com/pulumi/pulumi/sdk/v3/go/pulumi"
 	"sigs.k8s.io/yaml"
+
+	"github.com/dynk8s/dynk8s/cloudinit"
+	"github.com/dynk8s/dynk8s/infra/addons"
+	"github.com/dynk8s/dynk8s/infra/config"
 )
 
 // Stack is everything one dynk8s stack declares, wired together.
@@ -25,35 +30,58 @@ type Stack struct {
 	Gateway  *WireGuardGateway
 	// Pools are in config order.
 	Pools  []*NodePool
-	Addons *ClusterAddons
+	Addons *addons.ClusterAddons
 
-	cfg *Config
+	cfg *config.Config
+}
+
+// LoadConfig reads the stack configuration once, applies defaults and validates it (config.Parse). On any problem
+// it returns a *config.Error listing all of them, and the caller declares nothing.
+func LoadConfig(ctx *pulumi.Context) (*config.Config, error) {
+	return config.Parse(ctx.GetConfig)
+}
+
+// Program is the whole Pulumi program, run by main.go under the engine and by the plan under the mock engine:
+// load and validate the config (a bad config declares nothing), declare the stack, export its outputs. It returns
+// the exports for callers that record them.
+func Program(ctx *pulumi.Context) ([]Export, error) {
+	cfg, err := LoadConfig(ctx)
+	if err != nil {
+		return nil, err
+	}
+	stack, err := NewStack(ctx, cfg)
+	if err != nil {
+		return nil, err
+	}
+	exports := stack.Exports()
+	for _, e := range exports {
+		ctx.Export(e.Name, e.Value)
+	}
+	return exports, nil
 }
 
 // NewStack declares the whole stack from a validated config.
-func NewStack(ctx *pulumi.Context, cfg *Config) (*Stack, error) {
+func NewStack(ctx *pulumi.Context, cfg *config.Config) (*Stack, error) {
 	s := &Stack{cfg: cfg}
 
 	zones, err := availabilityZones(ctx, cfg)
 	if err != nil {
 		return nil, err
 	}
-	wgSource := ""
-	if cfg.WireGuard.OnPremEndpoint != "" {
-		if host, _, err := net.SplitHostPort(cfg.WireGuard.OnPremEndpoint); err == nil {
-			if addr, err := netip.ParseAddr(host); err == nil {
-				wgSource = netip.PrefixFrom(addr, 32).String()
-			}
+	var wgSource netip.Prefix
+	if ep := cfg.WireGuard.OnPremEndpoint; ep != nil {
+		if addr, ok := ep.Addr(); ok && addr.Is4() {
+			wgSource = netip.PrefixFrom(addr, addr.BitLen())
 		}
 	}
 	s.Network, err = NewNetwork(ctx, "network", &NetworkArgs{
-		ClusterName:         cfg.ClusterName,
-		VPCCIDR:             cfg.Network.VPCCIDR,
-		Zones:               zones,
-		OnPremCIDRs:         cfg.WireGuard.OnPremCIDRs,
-		TunnelCIDR:          cfg.WireGuard.TunnelCIDR,
-		ListenPort:          cfg.WireGuard.ListenPort,
-		WireGuardSourceCIDR: wgSource,
+		ClusterName:     cfg.ClusterName,
+		VPCCIDR:         cfg.Network.VPCCIDR,
+		Zones:           zones,
+		OnPremCIDRs:     cfg.WireGuard.OnPremCIDRs,
+		TunnelCIDR:      cfg.WireGuard.TunnelCIDR,
+		ListenPort:      cfg.WireGuard.ListenPort,
+		WireGuardSource: wgSource,
 	})
 	if err != nil {
 		return nil, err
@@ -62,15 +90,25 @@ func NewStack(ctx *pulumi.Context, cfg *Config) (*Stack, error) {
 	s.Identity, err = NewIdentity(ctx, "identity", &IdentityArgs{
 		ClusterName:            cfg.ClusterName,
 		Region:                 cfg.Region,
-		Identity:               cfg.Identity,
+		SessionManager:         cfg.Identity.SessionManager,
+		ECRReadOnly:            cfg.Identity.ECRReadOnly,
+		AutoscalerKeyRotation:  cfg.Identity.AutoscalerKeyRotation,
 		BootstrapTokenRotation: cfg.Kubernetes.BootstrapTokenRotation,
 	})
 	if err != nil {
 		return nil, err
 	}
 
+	gatewayImage, err := FedoraImage(cfg.Fedora.Release, cfg.Derived.GatewayArch, cfg.Region)
+	if err != nil {
+		return nil, fmt.Errorf("wireguard gateway: image: %w", err)
+	}
 	s.Gateway, err = NewWireGuardGateway(ctx, "gateway", &WireGuardGatewayArgs{
-		Config:              cfg,
+		ClusterName:         cfg.ClusterName,
+		InstanceType:        cfg.Gateway.InstanceType,
+		Image:               gatewayImage,
+		WireGuard:           cfg.WireGuard,
+		VPCCIDR:             cfg.Network.VPCCIDR,
 		InterfaceID:         s.Network.GatewayInterfaceID,
 		InstanceProfileName: s.Identity.GatewayInstanceProfileName,
 	})
@@ -87,14 +125,22 @@ func NewStack(ctx *pulumi.Context, cfg *Config) (*Stack, error) {
 		return nil, err
 	}
 	for _, pool := range cfg.NodePools {
+		var image FedoraImageQuery
+		if pool.AMIID == "" {
+			if image, err = FedoraImage(cfg.Fedora.Release, pool.Arch, cfg.Region); err != nil {
+				return nil, fmt.Errorf("node pool %q: image: %w", pool.Name, err)
+			}
+		}
 		np, err := NewNodePool(ctx, "pool-"+pool.Name, &NodePoolArgs{
-			Config:             cfg,
+			ClusterName:        cfg.ClusterName,
 			Pool:               pool,
+			Image:              image,
+			GroupTags:          cfg.GroupTags(pool),
+			Node:               NodeInput(cfg, pool, nil, JoinTokenParameter(cfg.ClusterName)),
+			CACertHashes:       hashes,
 			SubnetIDs:          s.Network.SubnetIDs,
 			SecurityGroupID:    s.Network.NodeSecurityGroupID,
 			InstanceProfileARN: s.Identity.NodeInstanceProfileARN,
-			CACertHashes:       hashes,
-			JoinTokenParameter: JoinTokenParameter(cfg.ClusterName),
 		})
 		if err != nil {
 			return nil, err
@@ -102,7 +148,7 @@ func NewStack(ctx *pulumi.Context, cfg *Config) (*Stack, error) {
 		s.Pools = append(s.Pools, np)
 	}
 
-	s.Addons, err = NewClusterAddons(ctx, "addons", AddonsArgs(cfg, s.Identity.AutoscalerAccessKeyID,
+	s.Addons, err = addons.NewClusterAddons(ctx, "addons", AddonsArgs(cfg, s.Identity.AutoscalerAccessKeyID,
 		s.Identity.AutoscalerSecretAccessKey, s.Identity.BootstrapTokenID, s.Identity.BootstrapTokenSecret),
 		pulumi.Providers(k8s))
 	if err != nil {
@@ -111,14 +157,29 @@ func NewStack(ctx *pulumi.Context, cfg *Config) (*Stack, error) {
 	return s, nil
 }
 
+// NodeInput is what the node renderer needs of a pool: plain values only. The e2e join test renders through it too,
+// so the script it runs gets exactly what a pool's launch template carries.
+func NodeInput(cfg *config.Config, pool config.NodePool, caHashes []string, tokenParameter string) cloudinit.NodeInput {
+	return cloudinit.NodeInput{
+		KubernetesVersion:  cfg.Kubernetes.Version,
+		APIServerEndpoint:  cfg.Kubernetes.APIServerEndpoint.String(),
+		CACertHashes:       caHashes,
+		JoinTokenParameter: tokenParameter,
+		ClusterName:        cfg.ClusterName,
+		PoolName:           pool.Name,
+		Labels:             pool.NodeLabels(),
+		Taints:             pool.Taints,
+	}
+}
+
 // AddonsArgs are the in-cluster component's args for a config: the credentials come from Identity in the stack, and
 // from fixed values in the real-engine tests, which run the component on its own.
-func AddonsArgs(cfg *Config, awsKeyID, awsSecretKey, tokenID, tokenSecret pulumi.StringInput) *ClusterAddonsArgs {
-	return &ClusterAddonsArgs{
+func AddonsArgs(cfg *config.Config, awsKeyID, awsSecretKey, tokenID, tokenSecret pulumi.StringInput) *addons.ClusterAddonsArgs {
+	return &addons.ClusterAddonsArgs{
 		ClusterName:          cfg.ClusterName,
 		Region:               cfg.Region,
-		KubernetesVersion:    cfg.Kubernetes.Version,
 		Autoscaler:           cfg.Autoscaler,
+		AutoscalerVersion:    cfg.Derived.AutoscalerVersion,
 		Fuse:                 cfg.Fuse,
 		Cleanup:              cfg.Cleanup,
 		TerminationHandler:   cfg.TerminationHandler,
@@ -139,11 +200,11 @@ type Export struct {
 // Exports are the stack outputs, in a fixed order. The on-prem WireGuard config is secret; the rest is not.
 func (s *Stack) Exports() []Export {
 	groups := pulumi.StringMap{}
-	for i, p := range s.Pools {
-		groups[s.cfg.NodePools[i].Name] = p.GroupName
+	for _, p := range s.Pools {
+		groups[p.Name] = p.GroupName
 	}
 	return []Export{
-		{"autoscalerVersion", pulumi.String(s.cfg.Autoscaler.Version)},
+		{"autoscalerVersion", pulumi.String(s.cfg.Derived.AutoscalerVersion.String())},
 		{"gatewayPublicIp", s.Gateway.PublicIP},
 		{"gatewayPublicKey", s.Gateway.PublicKey},
 		{"joinTokenParameter", s.Identity.JoinTokenParameter},
@@ -155,27 +216,28 @@ func (s *Stack) Exports() []Export {
 
 // availabilityZones returns the configured zone names, or the first N available zones of the region. The names are
 // needed as plain values: subnets are keyed by zone name.
-func availabilityZones(ctx *pulumi.Context, cfg *Config) ([]string, error) {
-	if len(cfg.Network.AvailabilityZones) > 0 {
-		return cfg.Network.AvailabilityZones, nil
+func availabilityZones(ctx *pulumi.Context, cfg *config.Config) ([]string, error) {
+	z := cfg.Network.AvailabilityZones
+	if len(z.Names) > 0 {
+		return z.Names, nil
 	}
 	res, err := aws.GetAvailabilityZones(ctx, &aws.GetAvailabilityZonesArgs{State: pulumi.StringRef("available")})
 	if err != nil {
 		return nil, fmt.Errorf("availability zones of %s: %w", cfg.Region, err)
 	}
-	if len(res.Names) < cfg.Network.AvailabilityZoneCount {
+	if len(res.Names) < z.Count {
 		return nil, fmt.Errorf("%s:network.availabilityZones: %s has %d available zones, %d asked for",
-			Namespace, cfg.Region, len(res.Names), cfg.Network.AvailabilityZoneCount)
+			config.Namespace, cfg.Region, len(res.Names), z.Count)
 	}
-	return res.Names[:cfg.Network.AvailabilityZoneCount], nil
+	return res.Names[:z.Count], nil
 }
 
 // kubernetesProvider is the explicit provider for the on-prem cluster: the configured kubeconfig (kept secret), or
-// the ambient one when none is configured.
-func kubernetesProvider(ctx *pulumi.Context, cfg *Config) (*kubernetes.Provider, error) {
+// the ambient one when none is configured. The kubeconfig goes nowhere else.
+func kubernetesProvider(ctx *pulumi.Context, cfg *config.Config) (*kubernetes.Provider, error) {
 	args := &kubernetes.ProviderArgs{}
-	if cfg.Kubernetes.KubeconfigSet {
-		args.Kubeconfig = pulumi.ToSecret(pulumi.String(cfg.Kubernetes.Kubeconfig)).(pulumi.StringOutput)
+	if kc := cfg.Kubernetes.Kubeconfig; kc != nil {
+		args.Kubeconfig = pulumi.ToSecret(pulumi.String(*kc)).(pulumi.StringOutput)
 	}
 	p, err := kubernetes.NewProvider(ctx, "onprem", args)
 	if err != nil {
@@ -186,7 +248,7 @@ func kubernetesProvider(ctx *pulumi.Context, cfg *Config) (*kubernetes.Provider,
 
 // caCertHashes is the configured CA hash, or the hash of the CA in the cluster's kube-public/cluster-info (the
 // ConfigMap kubeadm init publishes for token discovery), read through the Kubernetes provider.
-func caCertHashes(ctx *pulumi.Context, cfg *Config, k8s *kubernetes.Provider) (pulumi.StringArrayOutput, error) {
+func caCertHashes(ctx *pulumi.Context, cfg *config.Config, k8s *kubernetes.Provider) (pulumi.StringArrayOutput, error) {
 	if cfg.Kubernetes.CACertHash != "" {
 		return pulumi.ToStringArray([]string{cfg.Kubernetes.CACertHash}).ToStringArrayOutput(), nil
 	}
@@ -194,12 +256,12 @@ func caCertHashes(ctx *pulumi.Context, cfg *Config, k8s *kubernetes.Provider) (p
 		pulumi.Provider(k8s))
 	if err != nil {
 		return pulumi.StringArrayOutput{}, fmt.Errorf("reading kube-public/cluster-info for the CA hash "+
-			"(or set %s:kubernetes.caCertHash): %w", Namespace, err)
+			"(or set %s:kubernetes.caCertHash): %w", config.Namespace, err)
 	}
 	return info.Data.ApplyT(func(data map[string]string) ([]string, error) {
 		h, err := CACertHashFromKubeconfig(data["kubeconfig"])
 		if err != nil {
-			return nil, fmt.Errorf("kube-public/cluster-info: %w (set %s:kubernetes.caCertHash)", err, Namespace)
+			return nil, fmt.Errorf("kube-public/cluster-info: %w (set %s:kubernetes.caCertHash)", err, config.Namespace)
 		}
 		return []string{h}, nil
 	}).(pulumi.StringArrayOutput), nil

@@ -15,6 +15,7 @@ import (
 
 	"github.com/dynk8s/dynk8s/cloudinit"
 	"github.com/dynk8s/dynk8s/infra"
+	"github.com/dynk8s/dynk8s/infra/config"
 	"github.com/dynk8s/dynk8s/internal/mockcloud"
 	"github.com/dynk8s/dynk8s/internal/plan"
 	"github.com/dynk8s/dynk8s/internal/realtools"
@@ -482,7 +483,7 @@ func TestBadConfigDeclaresNothing(t *testing.T) {
 	cfg, err := mockcloud.ConfigFromMap(c)
 	assert.NilError(t, err)
 	res, err := plan.RunConfig("dev", cfg)
-	var cfgErr *infra.ConfigError
+	var cfgErr *config.Error
 	assert.Assert(t, errors.As(err, &cfgErr), "got %v", err)
 	assert.Equal(t, len(res.Cloud.Resources()), 0)
 	assert.Equal(t, len(res.Cloud.Calls()), 0)

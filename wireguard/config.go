@@ -49,6 +49,10 @@ type Peer struct {
 	PersistentKeepalive int
 }
 
+// PersistentKeepalive is the keepalive, in seconds, of a peer that must keep a NAT mapping open (wg(8)
+// recommends 25 for peers behind NAT).
+const PersistentKeepalive = 25
+
 // Config is a whole wg-quick(8) file.
 type Config struct {
 	Interface Interface

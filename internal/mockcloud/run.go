@@ -132,3 +132,19 @@ func replaceSecure(v any) (any, bool) {
 	}
 	return v, false
 }
+
+// Object is the dynk8s object key of a stack's config values (ReadStackFile), created when absent, for tests to
+// change.
+func Object(values map[string]any, key string) map[string]any {
+	m, ok := values["dynk8s:"+key].(map[string]any)
+	if !ok {
+		m = map[string]any{}
+		values["dynk8s:"+key] = m
+	}
+	return m
+}
+
+// Pool is the i-th entry of a stack's dynk8s:nodePools, for tests to change.
+func Pool(values map[string]any, i int) map[string]any {
+	return values["dynk8s:nodePools"].([]any)[i].(map[string]any)
+}

@@ -1,7 +1,11 @@
 package mockcloud
 
 import (
+	"fmt"
 	"sort"
+	"strings"
+
+	"sigs.k8s.io/yaml"
 
 	"github.com/pulumi/pulumi/sdk/v3/go/common/resource"
 )
@@ -142,4 +146,27 @@ func Strings(v resource.PropertyValue) []string {
 	}
 	walk(Plain(v, true))
 	return out
+}
+
+// Manifest renders a Kubernetes resource's recorded inputs as a YAML manifest (secret values as "[secret]", with
+// their keys) and names its file <kind>-<namespace>-<name>.yaml.
+func Manifest(res Resource) (string, []byte, error) {
+	obj, _ := PlainKeyed(resource.NewObjectProperty(res.Inputs)).(map[string]any)
+	meta, _ := obj["metadata"].(map[string]any)
+	kind, _ := obj["kind"].(string)
+	name, _ := meta["name"].(string)
+	namespace, _ := meta["namespace"].(string)
+	if kind == "" || name == "" {
+		return "", nil, fmt.Errorf("kubernetes resource %s has no kind or metadata.name", res.Name)
+	}
+	parts := []string{strings.ToLower(kind)}
+	if namespace != "" {
+		parts = append(parts, namespace)
+	}
+	parts = append(parts, strings.ReplaceAll(name, ":", "-"))
+	doc, err := yaml.Marshal(obj)
+	if err != nil {
+		return "", nil, fmt.Errorf("manifest of %s: %w", res.Name, err)
+	}
+	return strings.Join(parts, "-") + ".yaml", doc, nil
 }

@@ -13,7 +13,6 @@ import (
 	"text/tabwriter"
 
 	"github.com/pulumi/pulumi/sdk/v3/go/common/resource"
-	"sigs.k8s.io/yaml"
 
 	"github.com/dynk8s/dynk8s/cloudinit"
 	"github.com/dynk8s/dynk8s/internal/mockcloud"
@@ -237,7 +236,7 @@ func ArtifactsOf(res mockcloud.Resource) []Embedded {
 	case strings.HasPrefix(res.Type, "kubernetes:") && !res.Read:
 		out = append(out, Embedded{Path: filepath.Join("manifests", manifestName(res)),
 			render: func(res mockcloud.Resource) ([]byte, error) {
-				_, doc, err := Manifest(res)
+				_, doc, err := mockcloud.Manifest(res)
 				return doc, err
 			}})
 	case strings.HasPrefix(res.Type, "aws:iam/"):
@@ -255,7 +254,7 @@ func ArtifactsOf(res mockcloud.Resource) []Embedded {
 // manifestName is Manifest's file name, or the resource name when the object has no kind or name (Manifest then
 // reports the error).
 func manifestName(res mockcloud.Resource) string {
-	name, _, err := Manifest(res)
+	name, _, err := mockcloud.Manifest(res)
 	if err != nil {
 		return res.Name + ".yaml"
 	}
@@ -274,29 +273,6 @@ func policyDocument(res mockcloud.Resource, key string) ([]byte, error) {
 	}
 	buf.WriteByte('\n')
 	return buf.Bytes(), nil
-}
-
-// Manifest renders a Kubernetes resource's recorded inputs as a YAML manifest (secret values as "[secret]", with
-// their keys) and names its file <kind>-<namespace>-<name>.yaml.
-func Manifest(res mockcloud.Resource) (string, []byte, error) {
-	obj, _ := mockcloud.PlainKeyed(resource.NewObjectProperty(res.Inputs)).(map[string]any)
-	meta, _ := obj["metadata"].(map[string]any)
-	kind, _ := obj["kind"].(string)
-	name, _ := meta["name"].(string)
-	namespace, _ := meta["namespace"].(string)
-	if kind == "" || name == "" {
-		return "", nil, fmt.Errorf("kubernetes resource %s has no kind or metadata.name", res.Name)
-	}
-	parts := []string{strings.ToLower(kind)}
-	if namespace != "" {
-		parts = append(parts, namespace)
-	}
-	parts = append(parts, strings.ReplaceAll(name, ":", "-"))
-	doc, err := yaml.Marshal(obj)
-	if err != nil {
-		return "", nil, fmt.Errorf("manifest of %s: %w", res.Name, err)
-	}
-	return strings.Join(parts, "-") + ".yaml", doc, nil
 }
 
 func decodeUserData(res mockcloud.Resource, key string) ([]byte, error) {

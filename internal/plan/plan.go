@@ -10,11 +10,12 @@ import (
 	"github.com/pulumi/pulumi/sdk/v3/go/pulumi"
 
 	"github.com/dynk8s/dynk8s/infra"
+	"github.com/dynk8s/dynk8s/infra/config"
 	"github.com/dynk8s/dynk8s/internal/mockcloud"
 )
 
 // ConfigError is a stack configuration the program refused.
-type ConfigError = infra.ConfigError
+type ConfigError = config.Error
 
 // Output is one stack output as resolved under the mock engine.
 type Output struct {
@@ -43,7 +44,7 @@ func RunConfig(stack string, cfg mockcloud.StackConfig) (*Result, error) {
 	cloud := mockcloud.New(cfg.Values["aws:region"])
 	res := &Result{Stack: stack, Cloud: cloud, Outputs: map[string]Output{}}
 	err := mockcloud.Run(func(ctx *pulumi.Context) error {
-		exports, err := Program(ctx)
+		exports, err := infra.Program(ctx)
 		if err != nil {
 			return err
 		}
@@ -60,24 +61,6 @@ func RunConfig(stack string, cfg mockcloud.StackConfig) (*Result, error) {
 	// The result is returned with the error too: what was declared before the error is part of the story (for a
 	// refused config: nothing).
 	return res, err
-}
-
-// Program is what main.go runs, minus the exports: load and validate the config, declare the stack. It returns
-// the exports for the caller to record.
-func Program(ctx *pulumi.Context) ([]infra.Export, error) {
-	cfg, err := infra.LoadConfig(ctx)
-	if err != nil {
-		return nil, err
-	}
-	stack, err := infra.NewStack(ctx, cfg)
-	if err != nil {
-		return nil, err
-	}
-	exports := stack.Exports()
-	for _, e := range exports {
-		ctx.Export(e.Name, e.Value)
-	}
-	return exports, nil
 }
 
 // Resources are the declared resources in a stable order: by name, then type.

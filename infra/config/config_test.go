@@ -1,9 +1,9 @@
-package infra_test
+package config_test
 
 import (
-	"encoding/json"
 	"errors"
 	"fmt"
+	"net/netip"
 	"strings"
 	"testing"
 	"time"
@@ -11,51 +11,40 @@ import (
 	"gotest.tools/v3/assert"
 	is "gotest.tools/v3/assert/cmp"
 
-	"github.com/dynk8s/dynk8s/infra"
+	"github.com/dynk8s/dynk8s/infra/config"
+	"github.com/dynk8s/dynk8s/internal/kube"
 	"github.com/dynk8s/dynk8s/internal/mockcloud"
 )
 
-// devConfig is Pulumi.dev.yaml's config map, a fresh deep copy each call.
+// devConfig is Pulumi.dev.yaml's config map, read afresh each call.
 func devConfig(t *testing.T) map[string]any {
 	t.Helper()
-	values, err := mockcloud.ReadStackFile("../Pulumi.dev.yaml")
+	values, err := mockcloud.ReadStackFile("../../Pulumi.dev.yaml")
 	assert.NilError(t, err)
-	raw, err := json.Marshal(values)
-	assert.NilError(t, err)
-	var out map[string]any
-	assert.NilError(t, json.Unmarshal(raw, &out))
-	return out
+	return values
 }
 
-func parse(t *testing.T, values map[string]any) (*infra.Config, error) {
+func parse(t *testing.T, values map[string]any) (*config.Config, error) {
 	t.Helper()
 	cfg, err := mockcloud.ConfigFromMap(values)
 	assert.NilError(t, err)
-	return infra.ParseConfig(func(k string) (string, bool) {
+	return config.Parse(func(k string) (string, bool) {
 		v, ok := cfg.Values[k]
 		return v, ok
 	})
 }
 
-func obj(c map[string]any, key string) map[string]any {
-	m, ok := c["dynk8s:"+key].(map[string]any)
-	if !ok {
-		m = map[string]any{}
-		c["dynk8s:"+key] = m
-	}
-	return m
-}
-
-func pool(c map[string]any, i int) map[string]any {
-	return c["dynk8s:nodePools"].([]any)[i].(map[string]any)
-}
+var (
+	obj  = mockcloud.Object
+	pool = mockcloud.Pool
+)
 
 func TestDevAndProdStacksAreValid(t *testing.T) {
 	for _, stack := range []string{"dev", "prod"} {
 		t.Run(stack, func(t *testing.T) {
-			cfg, err := mockcloud.LoadStackFile("../Pulumi." + stack + ".yaml")
+			cfg, err := mockcloud.LoadStackFile("../../Pulumi." + stack + ".yaml")
 			assert.NilError(t, err)
-			_, err = infra.ParseConfig(func(k string) (string, bool) { v, ok := cfg.Values[k]; return v, ok })
+			_, err = config.Parse(func(k string) (string, bool) { v, ok := cfg.Values[k]; return v, ok })
 			assert.NilError(t, err)
 		})
 	}
@@ -74,20 +63,22 @@ func TestDefaultsApplied(t *testing.T) {
 	}
 	cfg, err := parse(t, c)
 	assert.NilError(t, err)
-	assert.Equal(t, cfg.Network.VPCCIDR, infra.DefaultVPCCIDR)
-	assert.Equal(t, cfg.Network.AvailabilityZoneCount, 2)
-	assert.Equal(t, cfg.Kubernetes.ServiceCIDR, "10.96.0.0/12")
+	assert.Equal(t, cfg.Network.VPCCIDR, netip.MustParsePrefix("10.200.0.0/16"))
+	assert.DeepEqual(t, cfg.Network.AvailabilityZones, config.Zones{Count: 2})
+	assert.Equal(t, cfg.Kubernetes.ServiceCIDR, netip.MustParsePrefix("10.96.0.0/12"))
+	assert.Check(t, cfg.Kubernetes.Kubeconfig == nil, "no kubeconfig: the ambient one")
 	assert.Equal(t, cfg.WireGuard.ListenPort, 51820)
 	assert.Equal(t, cfg.WireGuard.MTU, 1420)
-	assert.Equal(t, cfg.WireGuard.TunnelCIDR, "10.201.0.0/30")
+	assert.Equal(t, cfg.WireGuard.TunnelCIDR, netip.MustParsePrefix("10.201.0.0/30"))
+	assert.Check(t, cfg.WireGuard.OnPremPublicKey == nil && cfg.WireGuard.OnPremEndpoint == nil)
 	assert.Equal(t, cfg.Gateway.InstanceType, "t4g.micro")
-	assert.Equal(t, cfg.Gateway.Arch, "arm64")
+	assert.Equal(t, cfg.Derived.GatewayArch, kube.ArchArm64)
 	assert.Equal(t, cfg.NodePools[0].MinSize, 0)
 	assert.Equal(t, cfg.NodePools[0].MaxSize, 3)
 	assert.Equal(t, cfg.NodePools[0].VolumeSizeGiB, 50)
-	assert.Equal(t, cfg.NodePools[0].VCPU, 2)
-	assert.Equal(t, cfg.NodePools[0].MemoryMiB, 8192)
-	assert.Equal(t, cfg.Autoscaler.Version, "1.34.5", "resolved from the Kubernetes minor")
+	assert.Equal(t, cfg.Autoscaler.Version, "", "no override")
+	assert.Equal(t, cfg.Derived.AutoscalerVersion.String(), "1.34.5", "resolved from the Kubernetes minor")
+	assert.Equal(t, cfg.Derived.Kubernetes.Minor, 34)
 	assert.Equal(t, cfg.Autoscaler.ScaleDownUnneededTime, "10m")
 	assert.Equal(t, cfg.Autoscaler.Expander, "least-waste")
 	assert.Check(t, cfg.Fuse.Enabled)
@@ -223,7 +214,7 @@ func TestBadConfig(t *testing.T) {
 			tc.mutate(c)
 			cfg, err := parse(t, c)
 			assert.Assert(t, cfg == nil, "a refused config yields no Config")
-			var cfgErr *infra.ConfigError
+			var cfgErr *config.Error
 			assert.Assert(t, errors.As(err, &cfgErr), "want a *ConfigError, got %v", err)
 			assert.Equal(t, len(cfgErr.Errors), 1, "want exactly one problem, got:\n%v", err)
 			assert.Equal(t, cfgErr.Errors[0].Path, tc.path)
@@ -240,7 +231,7 @@ func TestEveryProblemReportedAtOnce(t *testing.T) {
 	obj(c, "wireguard")["mtu"] = 100
 	c["dynk8s:clusterName"] = "Bad Name"
 	_, err := parse(t, c)
-	var cfgErr *infra.ConfigError
+	var cfgErr *config.Error
 	assert.Assert(t, errors.As(err, &cfgErr))
 	var paths []string
 	for _, e := range cfgErr.Errors {

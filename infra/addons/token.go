@@ -1,4 +1,4 @@
-package infra
+package addons
 
 import (
 	"fmt"
@@ -35,7 +35,7 @@ func bootstrapTokenSecretName(id string) (string, error) {
 // a new id and secret: the new Secret (another name) is created and the old one deleted in the same update, so a
 // rotated token stops working at once. Its groups allow nothing but joining (CSR creation and reading
 // kube-public/cluster-info).
-func (b *addonsBuilder) bootstrapToken() (pulumi.StringOutput, error) {
+func (b *builder) bootstrapToken() (pulumi.StringOutput, error) {
 	a := b.args
 	name := a.BootstrapTokenID.ToStringOutput().ApplyT(bootstrapTokenSecretName).(pulumi.StringOutput)
 	tokenSecret := a.BootstrapTokenSecret.ToStringOutput().ApplyT(func(s string) (string, error) {
@@ -53,8 +53,8 @@ func (b *addonsBuilder) bootstrapToken() (pulumi.StringOutput, error) {
 	_, err := corev1.NewSecret(b.ctx, b.childName("bootstrap-token"), &corev1.SecretArgs{
 		Metadata: &metav1.ObjectMetaArgs{
 			Name:      name,
-			Namespace: pulumi.String(addonsNamespace),
-			Labels:    addonsLabels("bootstrap-token"),
+			Namespace: pulumi.String(namespace),
+			Labels:    commonLabels("bootstrap-token"),
 		},
 		Type: pulumi.String("bootstrap.kubernetes.io/token"),
 		StringData: pulumi.StringMap{

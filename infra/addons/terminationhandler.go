@@ -1,4 +1,4 @@
-package infra
+package addons
 
 import (
 	"fmt"
@@ -8,6 +8,9 @@ import (
 	metav1 "github.com/pulumi/pulumi-kubernetes/sdk/v4/go/kubernetes/meta/v1"
 	rbacv1 "github.com/pulumi/pulumi-kubernetes/sdk/v4/go/kubernetes/rbac/v1"
 	"github.com/pulumi/pulumi/sdk/v3/go/pulumi"
+
+	"github.com/dynk8s/dynk8s/infra/config"
+	"github.com/dynk8s/dynk8s/internal/kube"
 )
 
 const (
@@ -24,11 +27,11 @@ const (
 // them, and read DaemonSets to skip their pods.
 func nthRules() rbacv1.PolicyRuleArray {
 	return rbacv1.PolicyRuleArray{
-		addonsRule([]string{""}, []string{"nodes"}, nil, "get", "list", "patch", "update"),
-		addonsRule([]string{""}, []string{"pods"}, nil, "list", "get"),
-		addonsRule([]string{""}, []string{"pods/eviction"}, nil, "create"),
-		addonsRule([]string{"extensions"}, []string{"daemonsets"}, nil, "get"),
-		addonsRule([]string{"apps"}, []string{"daemonsets"}, nil, "get"),
+		rule([]string{""}, []string{"nodes"}, nil, "get", "list", "patch", "update"),
+		rule([]string{""}, []string{"pods"}, nil, "list", "get"),
+		rule([]string{""}, []string{"pods/eviction"}, nil, "create"),
+		rule([]string{"extensions"}, []string{"daemonsets"}, nil, "get"),
+		rule([]string{"apps"}, []string{"daemonsets"}, nil, "get"),
 	}
 }
 
@@ -66,9 +69,9 @@ func nthEnv() corev1.EnvVarArray {
 
 // terminationHandler declares aws-node-termination-handler on the spot pool nodes, when enabled and some pool is a
 // spot pool.
-func (b *addonsBuilder) terminationHandler() error {
+func (b *builder) terminationHandler() error {
 	a := b.args
-	var spot []NodePoolConfig
+	var spot []config.NodePool
 	for _, p := range a.Pools {
 		if p.Spot {
 			spot = append(spot, p)
@@ -89,9 +92,9 @@ func (b *addonsBuilder) terminationHandler() error {
 	_, err = appsv1.NewDaemonSet(b.ctx, b.childName("nth"), &appsv1.DaemonSetArgs{
 		Metadata: b.workloadMeta(nthName, nthName),
 		Spec: &appsv1.DaemonSetSpecArgs{
-			Selector: addonsSelector(nthName),
+			Selector: selector(nthName),
 			Template: &corev1.PodTemplateSpecArgs{
-				Metadata: &metav1.ObjectMetaArgs{Labels: addonsLabels(nthName)},
+				Metadata: &metav1.ObjectMetaArgs{Labels: commonLabels(nthName)},
 				Spec: &corev1.PodSpecArgs{
 					ServiceAccountName: pulumi.String(nthName),
 					PriorityClassName:  pulumi.String("system-node-critical"),
@@ -101,18 +104,18 @@ func (b *addonsBuilder) terminationHandler() error {
 					DnsPolicy:   pulumi.String("ClusterFirstWithHostNet"),
 					// Spot pool nodes only: on-demand and on-prem nodes get no interruption notice.
 					NodeSelector: pulumi.StringMap{
-						LabelCapacityType:  pulumi.String(CapacitySpot),
-						"kubernetes.io/os": pulumi.String("linux"),
+						kube.LabelCapacityType: pulumi.String(kube.CapacitySpot),
+						"kubernetes.io/os":     pulumi.String("linux"),
 					},
-					Tolerations:     addonsTolerations(spot),
-					SecurityContext: addonsNonRootPod(nthUID),
+					Tolerations:     tolerations(spot),
+					SecurityContext: nonRootPod(nthUID),
 					Containers: corev1.ContainerArray{
 						&corev1.ContainerArgs{
 							Name:            pulumi.String(nthName),
 							Image:           pulumi.String(nthImage),
 							Env:             nthEnv(),
-							Resources:       addonsResources("50m", "64Mi", "100m", "128Mi"),
-							SecurityContext: addonsRestrictedContainer(nthUID),
+							Resources:       resources("50m", "64Mi", "100m", "128Mi"),
+							SecurityContext: restrictedContainer(nthUID),
 						},
 					},
 				},

@@ -1,20 +1,19 @@
-package infra
+package addons
 
 import (
 	"fmt"
-	"sort"
+	"maps"
+	"slices"
 	"strconv"
 
 	appsv1 "github.com/pulumi/pulumi-kubernetes/sdk/v4/go/kubernetes/apps/v1"
 	corev1 "github.com/pulumi/pulumi-kubernetes/sdk/v4/go/kubernetes/core/v1"
 	metav1 "github.com/pulumi/pulumi-kubernetes/sdk/v4/go/kubernetes/meta/v1"
 	"github.com/pulumi/pulumi/sdk/v3/go/pulumi"
-)
 
-// FuseResourceName is the extended resource the fuse device plugin advertises and pods request
-// (resources.limits: {github.com/fuse: 1}); the node pools advertise the same name to the autoscaler in the ASG tag
-// k8s.io/cluster-autoscaler/node-template/resources/github.com/fuse.
-const FuseResourceName = "github.com/fuse"
+	"github.com/dynk8s/dynk8s/infra/config"
+	"github.com/dynk8s/dynk8s/internal/kube"
+)
 
 // fuseComponent is the app.kubernetes.io/name of the plugin's DaemonSets.
 const fuseComponent = "fuse-device-plugin"
@@ -23,7 +22,7 @@ const fuseComponent = "fuse-device-plugin"
 // kubelet.sock to re-register after a kubelet restart.
 const fuseDevicePluginDir = "/var/lib/kubelet/device-plugins"
 
-// DefaultFuseImages are the fuse device plugin images (github.com/kuberenetes-learning-group/fuse-device-plugin,
+// The default fuse device plugin images are (github.com/kuberenetes-learning-group/fuse-device-plugin,
 // the plugin that advertises github.com/fuse) per pool arch, used for every arch that fuse.images does not name.
 //
 // The plugin's only published tag in wide use, soolaugust/fuse-device-plugin:v1.0, is amd64-only (the project's
@@ -32,43 +31,41 @@ const fuseDevicePluginDir = "/var/lib/kubelet/device-plugins"
 // (2022-05); its existence could not be checked from here, and the project is unmaintained, so operators of arm64
 // pools should mirror it (or build the plugin) and set fuse.images.arm64. Both tags run the binary at
 // /usr/bin/fuse-device-plugin with the --mounts_allowed flag.
-var DefaultFuseImages = map[string]string{
-	"x86_64": "docker.io/soolaugust/fuse-device-plugin:v1.0",
-	"arm64":  "docker.io/soolaugust/fuse-device-plugin:v1.1",
+//
+// defaultFuseImage returns them; a function rather than a map, so nothing can change the defaults at run time.
+func defaultFuseImage(arch kube.Arch) string {
+	switch arch {
+	case kube.ArchX86_64:
+		return "docker.io/soolaugust/fuse-device-plugin:v1.0"
+	case kube.ArchArm64:
+		return "docker.io/soolaugust/fuse-device-plugin:v1.1"
+	}
+	return ""
 }
 
 // fuseImage is the plugin image for a pool arch: the configured one, else the default.
-func fuseImage(cfg FuseConfig, arch string) (string, error) {
+func fuseImage(cfg config.Fuse, arch kube.Arch) (string, error) {
 	if img := cfg.Images[arch]; img != "" {
 		return img, nil
 	}
-	if img := DefaultFuseImages[arch]; img != "" {
+	if img := defaultFuseImage(arch); img != "" {
 		return img, nil
 	}
 	return "", fmt.Errorf("no fuse device plugin image for pool arch %q: set fuse.images.%s", arch, arch)
 }
 
 // fuse declares one device plugin DaemonSet per arch that some pool uses, when fuse is enabled.
-func (b *addonsBuilder) fuse() error {
+func (b *builder) fuse() error {
 	a := b.args
 	if !a.Fuse.Enabled {
 		return nil
 	}
-	byArch := map[string][]NodePoolConfig{}
+	byArch := map[kube.Arch][]config.NodePool{}
 	for _, p := range a.Pools {
 		byArch[p.Arch] = append(byArch[p.Arch], p)
 	}
-	arches := make([]string, 0, len(byArch))
-	for arch := range byArch {
-		arches = append(arches, arch)
-	}
-	sort.Strings(arches)
-
-	for _, arch := range arches {
-		kubeArch, err := addonsKubeArch(arch)
-		if err != nil {
-			return err
-		}
+	for _, arch := range slices.Sorted(maps.Keys(byArch)) {
+		kubeArch := arch.Label()
 		image, err := fuseImage(a.Fuse, arch)
 		if err != nil {
 			return err
@@ -100,25 +97,25 @@ func fusePodSelector(kubeArch string) pulumi.StringMap {
 }
 
 func fusePodLabels(kubeArch string) pulumi.StringMap {
-	labels := addonsLabels(fuseComponent)
+	labels := commonLabels(fuseComponent)
 	labels["app.kubernetes.io/instance"] = pulumi.String(fuseComponent + "-" + kubeArch)
 	return labels
 }
 
 // fusePodSpec runs the plugin on the dynk8s pool nodes of one arch.
-func fusePodSpec(image, kubeArch string, capacity int, pools []NodePoolConfig) *corev1.PodSpecArgs {
+func fusePodSpec(image, kubeArch string, capacity int, pools []config.NodePool) *corev1.PodSpecArgs {
 	return &corev1.PodSpecArgs{
 		// The resource appears only once the plugin runs, after the node is Ready; until then the autoscaler may
-		// think the node lacks it and add more (domain-facts pitfall 4). Highest node priority, tolerating the
-		// pool taints, keeps that window short.
+		// think the node lacks it and add more. Highest node priority, tolerating the pool taints, keeps that window
+		// short.
 		PriorityClassName: pulumi.String("system-node-critical"),
 		NodeSelector: pulumi.StringMap{
-			"kubernetes.io/arch": pulumi.String(kubeArch),
-			"kubernetes.io/os":   pulumi.String("linux"),
+			kube.LabelArch: pulumi.String(kubeArch),
+			kube.LabelOS:   pulumi.String("linux"),
 		},
 		// Only pool nodes: the ASGs advertise github.com/fuse to the autoscaler, the on-prem nodes are not ours.
-		Affinity:    addonsPoolAffinity(true),
-		Tolerations: addonsTolerations(pools),
+		Affinity:    poolAffinity(true),
+		Tolerations: tolerations(pools),
 		// The plugin talks to the kubelet over unix sockets only: no host network (upstream's manifest has it,
 		// without need) and no service account token.
 		AutomountServiceAccountToken: pulumi.Bool(false),
@@ -133,10 +130,10 @@ func fusePodSpec(image, kubeArch string, capacity int, pools []NodePoolConfig) *
 					pulumi.String("--mounts_allowed"),
 					pulumi.String(strconv.Itoa(capacity)),
 				},
-				Resources: addonsResources("10m", "16Mi", "50m", "64Mi"),
+				Resources: resources("10m", "16Mi", "50m", "64Mi"),
 				// Root (uid 0) is needed to create the socket in the root-owned kubelet directory; every
 				// capability is still dropped, as upstream does: the plugin only hands out /dev/fuse by path.
-				SecurityContext: addonsRestrictedContainer(0),
+				SecurityContext: restrictedContainer(0),
 				VolumeMounts: corev1.VolumeMountArray{
 					&corev1.VolumeMountArgs{
 						Name:      pulumi.String("device-plugins"),

@@ -1,24 +1,33 @@
-package infra
+// Package addons is the in-cluster half of dynk8s: the ClusterAddons component declares the Cluster Autoscaler
+// (AWS provider), the fuse device plugin, the bootstrap token Secret, the stale-node cleanup and the spot
+// interruption drain in the on-prem cluster, through the Kubernetes provider it is given. It knows nothing of the
+// AWS components: they hand it plain values and outputs.
+package addons
 
 import (
 	"errors"
 	"fmt"
-	"sort"
+	"slices"
+	"strings"
 
 	corev1 "github.com/pulumi/pulumi-kubernetes/sdk/v4/go/kubernetes/core/v1"
 	metav1 "github.com/pulumi/pulumi-kubernetes/sdk/v4/go/kubernetes/meta/v1"
 	"github.com/pulumi/pulumi/sdk/v3/go/pulumi"
+
+	"github.com/dynk8s/dynk8s/infra/config"
+	"github.com/dynk8s/dynk8s/internal/kube"
 )
 
-// ClusterAddonsType is the type token of the in-cluster component.
+// ClusterAddonsType is the type token of the in-cluster component. It is part of every child's URN, so it keeps the
+// "infra" module of the package the component was first declared in: a new token would replace every object.
 const ClusterAddonsType = "dynk8s:infra:ClusterAddons"
 
-// addonsNamespace holds every namespaced object of the component: the Cluster Autoscaler, the bootstrap token and
+// namespace holds every namespaced object of the component: the Cluster Autoscaler, the bootstrap token and
 // the system-*-critical priority classes all belong there.
-const addonsNamespace = "kube-system"
+const namespace = "kube-system"
 
-// addonsSkipAwaitAnnotation tells the Kubernetes provider not to wait for a workload to become ready.
-const addonsSkipAwaitAnnotation = "pulumi.com/skipAwait"
+// skipAwaitAnnotation tells the Kubernetes provider not to wait for a workload to become ready.
+const skipAwaitAnnotation = "pulumi.com/skipAwait"
 
 // ClusterAddons is everything dynk8s declares inside the on-prem cluster: the Cluster Autoscaler (AWS), the fuse
 // device plugin, the bootstrap token Secret the nodes join with, the stale-node cleanup and the spot interruption
@@ -40,24 +49,22 @@ type ClusterAddonsArgs struct {
 	ClusterName string
 	// Region is the AWS region of the node pools, given to the autoscaler as AWS_REGION (required).
 	Region string
-	// KubernetesVersion is the control plane's version, e.g. "1.34.4" (required): the autoscaler version must be of
-	// its minor.
-	KubernetesVersion string
-	// Autoscaler is the resolved autoscaler config (required): Version set (e.g. "1.34.5", see
-	// ResolveAutoscalerVersion), Expander and ScaleDownUnneededTime set.
-	Autoscaler AutoscalerConfig
+	// Autoscaler configures the Cluster Autoscaler (required: Expander and ScaleDownUnneededTime set; Version is
+	// ignored in favour of AutoscalerVersion).
+	Autoscaler config.Autoscaler
+	// AutoscalerVersion is the Cluster Autoscaler release to run (required), as config resolves it.
+	AutoscalerVersion kube.Version
 	// Fuse configures the fuse device plugin (optional; zero value: disabled). Enabled needs Capacity > 0. Images
-	// overrides the plugin image per pool arch (x86_64, arm64); missing arches take the defaults of
-	// DefaultFuseImages.
-	Fuse FuseConfig
+	// overrides the plugin image per pool arch; missing arches take the defaults.
+	Fuse config.Fuse
 	// Cleanup configures the stale-node cleanup (required: NotReadyAfter > 0).
-	Cleanup CleanupConfig
+	Cleanup config.Cleanup
 	// TerminationHandler configures the spot interruption drain (optional; zero value: disabled). It is deployed
 	// only when enabled and some pool is a spot pool.
-	TerminationHandler TerminationHandlerConfig
+	TerminationHandler config.TerminationHandler
 	// Pools are the node pools (optional): their names, arches, spot flags and taints decide where the DaemonSets
 	// run and what they tolerate.
-	Pools []NodePoolConfig
+	Pools []config.NodePool
 	// AWSAccessKeyID is the autoscaler IAM user's access key id (required).
 	AWSAccessKeyID pulumi.StringInput
 	// AWSSecretAccessKey is that key's secret (required); it is kept a Pulumi secret.
@@ -85,7 +92,7 @@ func NewClusterAddons(ctx *pulumi.Context, name string, args *ClusterAddonsArgs,
 	if err := ctx.RegisterComponentResource(ClusterAddonsType, name, comp, opts...); err != nil {
 		return nil, fmt.Errorf("cluster addons %q: %w", name, err)
 	}
-	b := &addonsBuilder{ctx: ctx, name: name, args: args, parent: pulumi.Parent(comp)}
+	b := &builder{ctx: ctx, name: name, args: args, parent: pulumi.Parent(comp)}
 
 	image, err := b.autoscaler()
 	if err != nil {
@@ -126,10 +133,8 @@ func (a *ClusterAddonsArgs) validate() error {
 	if a.Region == "" {
 		errs = append(errs, errors.New("missing Region"))
 	}
-	if a.Autoscaler.Version == "" {
-		errs = append(errs, errors.New("missing Autoscaler.Version (resolve it with ResolveAutoscalerVersion)"))
-	} else if _, err := ResolveAutoscalerVersion(a.KubernetesVersion, a.Autoscaler.Version, a.Fuse.Enabled); err != nil {
-		errs = append(errs, fmt.Errorf("invalid Autoscaler.Version: %w", err))
+	if a.AutoscalerVersion.IsZero() {
+		errs = append(errs, errors.New("missing AutoscalerVersion"))
 	}
 	if a.Autoscaler.Expander == "" {
 		errs = append(errs, errors.New("missing Autoscaler.Expander"))
@@ -154,23 +159,23 @@ func (a *ClusterAddonsArgs) validate() error {
 		}
 	}
 	if a.Fuse.Enabled {
-		for _, arch := range addonsPoolArches(a.Pools) {
-			if _, err := fuseImage(a.Fuse, arch); err != nil {
+		for _, p := range a.Pools {
+			if _, err := fuseImage(a.Fuse, p.Arch); err != nil {
 				errs = append(errs, err)
 			}
 		}
 	}
-	addonsSortErrors(errs)
-	return errors.Join(errs...)
+	return errors.Join(sortErrors(errs)...)
 }
 
-// addonsSortErrors orders errors by message so that the report does not depend on map iteration.
-func addonsSortErrors(errs []error) {
-	sort.Slice(errs, func(i, j int) bool { return errs[i].Error() < errs[j].Error() })
+// sortErrors orders errors by message and drops repeats, so that the report does not depend on map iteration.
+func sortErrors(errs []error) []error {
+	slices.SortFunc(errs, func(a, b error) int { return strings.Compare(a.Error(), b.Error()) })
+	return slices.CompactFunc(errs, func(a, b error) bool { return a.Error() == b.Error() })
 }
 
-// addonsBuilder carries what every part of the component needs.
-type addonsBuilder struct {
+// builder carries what every part of the component needs.
+type builder struct {
 	ctx    *pulumi.Context
 	name   string
 	args   *ClusterAddonsArgs
@@ -178,14 +183,14 @@ type addonsBuilder struct {
 }
 
 // childName is the Pulumi name of a child: the component's name plus a kebab-case suffix.
-func (b *addonsBuilder) childName(suffix string) string { return b.name + "-" + suffix }
+func (b *builder) childName(suffix string) string { return b.name + "-" + suffix }
 
 // objectMeta is the metadata of a component object: an explicit name (no auto-naming suffix, so the object is
 // stable and can be found by name), the namespace when namespaced, and the common labels.
-func (b *addonsBuilder) objectMeta(name, namespace, component string) *metav1.ObjectMetaArgs {
+func (b *builder) objectMeta(name, namespace, component string) *metav1.ObjectMetaArgs {
 	meta := &metav1.ObjectMetaArgs{
 		Name:   pulumi.String(name),
-		Labels: addonsLabels(component),
+		Labels: commonLabels(component),
 	}
 	if namespace != "" {
 		meta.Namespace = pulumi.String(namespace)
@@ -194,16 +199,16 @@ func (b *addonsBuilder) objectMeta(name, namespace, component string) *metav1.Ob
 }
 
 // workloadMeta is objectMeta plus the skipAwait annotation when the args ask for it.
-func (b *addonsBuilder) workloadMeta(name, component string) *metav1.ObjectMetaArgs {
-	meta := b.objectMeta(name, addonsNamespace, component)
+func (b *builder) workloadMeta(name, component string) *metav1.ObjectMetaArgs {
+	meta := b.objectMeta(name, namespace, component)
 	if b.args.SkipAwait {
-		meta.Annotations = pulumi.StringMap{addonsSkipAwaitAnnotation: pulumi.String("true")}
+		meta.Annotations = pulumi.StringMap{skipAwaitAnnotation: pulumi.String("true")}
 	}
 	return meta
 }
 
-// addonsLabels are the labels on every object of the component.
-func addonsLabels(component string) pulumi.StringMap {
+// commonLabels are the labels on every object of the component.
+func commonLabels(component string) pulumi.StringMap {
 	return pulumi.StringMap{
 		"app.kubernetes.io/name":       pulumi.String(component),
 		"app.kubernetes.io/part-of":    pulumi.String("dynk8s"),
@@ -211,40 +216,24 @@ func addonsLabels(component string) pulumi.StringMap {
 	}
 }
 
-// addonsSelector is the immutable selector of a workload: only the name label, so relabelling never forces a
+// selector is the immutable selector of a workload: only the name label, so relabelling never forces a
 // replacement.
-func addonsSelector(component string) *metav1.LabelSelectorArgs {
+func selector(component string) *metav1.LabelSelectorArgs {
 	return &metav1.LabelSelectorArgs{
 		MatchLabels: pulumi.StringMap{"app.kubernetes.io/name": pulumi.String(component)},
 	}
 }
 
-// addonsTolerations tolerates every taint of pools: a DaemonSet that must run on the pool nodes cannot rely on the
+// tolerations tolerates every taint of pools: a DaemonSet that must run on the pool nodes cannot rely on the
 // nodes being untainted. The result is sorted and without duplicates, so the same pools give the same spec.
-func addonsTolerations(pools []NodePoolConfig) corev1.TolerationArray {
-	seen := map[Taint]bool{}
-	var taints []Taint
+func tolerations(pools []config.NodePool) corev1.TolerationArray {
+	var all [][]kube.Taint
 	for _, p := range pools {
-		for _, t := range p.Taints {
-			if !seen[t] {
-				seen[t] = true
-				taints = append(taints, t)
-			}
-		}
+		all = append(all, p.Taints)
 	}
-	sort.Slice(taints, func(i, j int) bool {
-		a, b := taints[i], taints[j]
-		if a.Key != b.Key {
-			return a.Key < b.Key
-		}
-		if a.Value != b.Value {
-			return a.Value < b.Value
-		}
-		return a.Effect < b.Effect
-	})
 	var out corev1.TolerationArray
-	for _, t := range taints {
-		tol := &corev1.TolerationArgs{Key: pulumi.String(t.Key), Effect: pulumi.String(t.Effect)}
+	for _, t := range kube.SortedTaints(all...) {
+		tol := &corev1.TolerationArgs{Key: pulumi.String(t.Key), Effect: pulumi.String(string(t.Effect))}
 		if t.Value == "" {
 			tol.Operator = pulumi.String("Exists")
 		} else {
@@ -256,33 +245,8 @@ func addonsTolerations(pools []NodePoolConfig) corev1.TolerationArray {
 	return out
 }
 
-// addonsPoolArches returns the distinct arches of pools, sorted.
-func addonsPoolArches(pools []NodePoolConfig) []string {
-	seen := map[string]bool{}
-	var out []string
-	for _, p := range pools {
-		if !seen[p.Arch] {
-			seen[p.Arch] = true
-			out = append(out, p.Arch)
-		}
-	}
-	sort.Strings(out)
-	return out
-}
-
-// addonsKubeArch maps a pool arch (the EC2 name) to the kubernetes.io/arch label value (the Go name).
-func addonsKubeArch(arch string) (string, error) {
-	switch arch {
-	case "x86_64":
-		return "amd64", nil
-	case "arm64":
-		return "arm64", nil
-	}
-	return "", fmt.Errorf("unknown pool arch %q (want x86_64 or arm64)", arch)
-}
-
-// addonsPoolAffinity requires (exists true) or forbids (exists false) the pool label every dynk8s pool node sets.
-func addonsPoolAffinity(exists bool) *corev1.AffinityArgs {
+// poolAffinity requires (exists true) or forbids (exists false) the pool label every dynk8s pool node sets.
+func poolAffinity(exists bool) *corev1.AffinityArgs {
 	op := "DoesNotExist"
 	if exists {
 		op = "Exists"
@@ -294,7 +258,7 @@ func addonsPoolAffinity(exists bool) *corev1.AffinityArgs {
 					&corev1.NodeSelectorTermArgs{
 						MatchExpressions: corev1.NodeSelectorRequirementArray{
 							&corev1.NodeSelectorRequirementArgs{
-								Key:      pulumi.String(LabelPool),
+								Key:      pulumi.String(kube.LabelPool),
 								Operator: pulumi.String(op),
 							},
 						},
@@ -305,17 +269,17 @@ func addonsPoolAffinity(exists bool) *corev1.AffinityArgs {
 	}
 }
 
-// addonsResources is a requirements block with the same shape everywhere: cpu and memory requests and limits.
-func addonsResources(cpuRequest, memRequest, cpuLimit, memLimit string) *corev1.ResourceRequirementsArgs {
+// resources is a requirements block with the same shape everywhere: cpu and memory requests and limits.
+func resources(cpuRequest, memRequest, cpuLimit, memLimit string) *corev1.ResourceRequirementsArgs {
 	return &corev1.ResourceRequirementsArgs{
 		Requests: pulumi.StringMap{"cpu": pulumi.String(cpuRequest), "memory": pulumi.String(memRequest)},
 		Limits:   pulumi.StringMap{"cpu": pulumi.String(cpuLimit), "memory": pulumi.String(memLimit)},
 	}
 }
 
-// addonsRestrictedContainer is the container security context of the restricted Pod Security profile: no privilege
+// restrictedContainer is the container security context of the restricted Pod Security profile: no privilege
 // escalation, no capabilities, read-only root; runAsUser > 0 also makes it non-root.
-func addonsRestrictedContainer(runAsUser int) *corev1.SecurityContextArgs {
+func restrictedContainer(runAsUser int) *corev1.SecurityContextArgs {
 	sc := &corev1.SecurityContextArgs{
 		AllowPrivilegeEscalation: pulumi.Bool(false),
 		ReadOnlyRootFilesystem:   pulumi.Bool(true),
@@ -330,8 +294,8 @@ func addonsRestrictedContainer(runAsUser int) *corev1.SecurityContextArgs {
 	return sc
 }
 
-// addonsNonRootPod is the pod security context of a non-root workload.
-func addonsNonRootPod(uid int) *corev1.PodSecurityContextArgs {
+// nonRootPod is the pod security context of a non-root workload.
+func nonRootPod(uid int) *corev1.PodSecurityContextArgs {
 	return &corev1.PodSecurityContextArgs{
 		RunAsNonRoot:   pulumi.Bool(true),
 		RunAsUser:      pulumi.Int(uid),
@@ -342,9 +306,9 @@ func addonsNonRootPod(uid int) *corev1.PodSecurityContextArgs {
 }
 
 // serviceAccount declares a ServiceAccount in kube-system.
-func (b *addonsBuilder) serviceAccount(suffix, name, component string) (*corev1.ServiceAccount, error) {
+func (b *builder) serviceAccount(suffix, name, component string) (*corev1.ServiceAccount, error) {
 	sa, err := corev1.NewServiceAccount(b.ctx, b.childName(suffix), &corev1.ServiceAccountArgs{
-		Metadata: b.objectMeta(name, addonsNamespace, component),
+		Metadata: b.objectMeta(name, namespace, component),
 	}, b.parent)
 	if err != nil {
 		return nil, fmt.Errorf("service account %s: %w", name, err)

@@ -1,4 +1,4 @@
-package infra
+package addons
 
 import (
 	"crypto/sha256"
@@ -11,6 +11,8 @@ import (
 	metav1 "github.com/pulumi/pulumi-kubernetes/sdk/v4/go/kubernetes/meta/v1"
 	rbacv1 "github.com/pulumi/pulumi-kubernetes/sdk/v4/go/kubernetes/rbac/v1"
 	"github.com/pulumi/pulumi/sdk/v3/go/pulumi"
+
+	"github.com/dynk8s/dynk8s/infra/config"
 )
 
 // The names are upstream's: the autoscaler's leader-election lease and its status ConfigMap carry the same name,
@@ -29,7 +31,7 @@ const (
 )
 
 // autoscalerArgs are the autoscaler's command-line flags.
-func autoscalerArgs(clusterName string, cfg AutoscalerConfig) []string {
+func autoscalerArgs(clusterName string, cfg config.Autoscaler) []string {
 	return []string{
 		"--cloud-provider=aws",
 		// Both tag keys must be on an ASG; the second keeps clusters that share an account apart.
@@ -51,24 +53,24 @@ func autoscalerArgs(clusterName string, cfg AutoscalerConfig) []string {
 // resource.k8s.io DRA kinds on an old cluster) grants nothing, so one set serves every supported minor.
 func autoscalerClusterRules() rbacv1.PolicyRuleArray {
 	return rbacv1.PolicyRuleArray{
-		addonsRule([]string{""}, []string{"events", "endpoints"}, nil, "create", "patch"),
-		addonsRule([]string{""}, []string{"pods/eviction"}, nil, "create"),
-		addonsRule([]string{""}, []string{"pods/status"}, nil, "update"),
-		addonsRule([]string{""}, []string{"endpoints"}, []string{autoscalerName}, "get", "update"),
-		addonsRule([]string{""}, []string{"nodes"}, nil, "watch", "list", "get", "update"),
-		addonsRule([]string{""}, []string{"namespaces", "pods", "services", "replicationcontrollers",
+		rule([]string{""}, []string{"events", "endpoints"}, nil, "create", "patch"),
+		rule([]string{""}, []string{"pods/eviction"}, nil, "create"),
+		rule([]string{""}, []string{"pods/status"}, nil, "update"),
+		rule([]string{""}, []string{"endpoints"}, []string{autoscalerName}, "get", "update"),
+		rule([]string{""}, []string{"nodes"}, nil, "watch", "list", "get", "update"),
+		rule([]string{""}, []string{"namespaces", "pods", "services", "replicationcontrollers",
 			"persistentvolumeclaims", "persistentvolumes"}, nil, "watch", "list", "get"),
-		addonsRule([]string{"extensions"}, []string{"replicasets", "daemonsets"}, nil, "watch", "list", "get"),
-		addonsRule([]string{"policy"}, []string{"poddisruptionbudgets"}, nil, "watch", "list"),
-		addonsRule([]string{"apps"}, []string{"statefulsets", "replicasets", "daemonsets"}, nil,
+		rule([]string{"extensions"}, []string{"replicasets", "daemonsets"}, nil, "watch", "list", "get"),
+		rule([]string{"policy"}, []string{"poddisruptionbudgets"}, nil, "watch", "list"),
+		rule([]string{"apps"}, []string{"statefulsets", "replicasets", "daemonsets"}, nil,
 			"watch", "list", "get"),
-		addonsRule([]string{"resource.k8s.io"}, []string{"deviceclasses", "resourceslices", "resourceclaims"}, nil,
+		rule([]string{"resource.k8s.io"}, []string{"deviceclasses", "resourceslices", "resourceclaims"}, nil,
 			"watch", "list", "get"),
-		addonsRule([]string{"storage.k8s.io"}, []string{"storageclasses", "csinodes", "csidrivers",
+		rule([]string{"storage.k8s.io"}, []string{"storageclasses", "csinodes", "csidrivers",
 			"csistoragecapacities", "volumeattachments"}, nil, "watch", "list", "get"),
-		addonsRule([]string{"batch", "extensions"}, []string{"jobs"}, nil, "get", "list", "watch", "patch"),
-		addonsRule([]string{"coordination.k8s.io"}, []string{"leases"}, nil, "create"),
-		addonsRule([]string{"coordination.k8s.io"}, []string{"leases"}, []string{autoscalerName}, "get", "update"),
+		rule([]string{"batch", "extensions"}, []string{"jobs"}, nil, "get", "list", "watch", "patch"),
+		rule([]string{"coordination.k8s.io"}, []string{"leases"}, nil, "create"),
+		rule([]string{"coordination.k8s.io"}, []string{"leases"}, []string{autoscalerName}, "get", "update"),
 	}
 }
 
@@ -76,15 +78,15 @@ func autoscalerClusterRules() rbacv1.PolicyRuleArray {
 // ConfigMaps.
 func autoscalerNamespaceRules() rbacv1.PolicyRuleArray {
 	return rbacv1.PolicyRuleArray{
-		addonsRule([]string{""}, []string{"configmaps"}, nil, "create", "list", "watch"),
-		addonsRule([]string{""}, []string{"configmaps"},
+		rule([]string{""}, []string{"configmaps"}, nil, "create", "list", "watch"),
+		rule([]string{""}, []string{"configmaps"},
 			[]string{"cluster-autoscaler-status", "cluster-autoscaler-priority-expander"},
 			"delete", "get", "update", "watch"),
 	}
 }
 
-// addonsRule is one RBAC policy rule.
-func addonsRule(groups, resources, names []string, verbs ...string) *rbacv1.PolicyRuleArgs {
+// rule is one RBAC policy rule.
+func rule(groups, resources, names []string, verbs ...string) *rbacv1.PolicyRuleArgs {
 	r := &rbacv1.PolicyRuleArgs{
 		ApiGroups: pulumi.ToStringArray(groups),
 		Resources: pulumi.ToStringArray(resources),
@@ -97,9 +99,9 @@ func addonsRule(groups, resources, names []string, verbs ...string) *rbacv1.Poli
 }
 
 // autoscaler declares the Cluster Autoscaler and returns its image.
-func (b *addonsBuilder) autoscaler() (string, error) {
+func (b *builder) autoscaler() (string, error) {
 	a := b.args
-	image := autoscalerImage(a.Autoscaler.Version)
+	image := "registry.k8s.io/autoscaling/cluster-autoscaler:v" + a.AutoscalerVersion.String()
 
 	sa, err := b.serviceAccount("autoscaler-sa", autoscalerName, autoscalerName)
 	if err != nil {
@@ -118,7 +120,7 @@ func (b *addonsBuilder) autoscaler() (string, error) {
 		return "", errors.New("wrapping the secret access key as a secret did not give a string output")
 	}
 	creds, err := corev1.NewSecret(b.ctx, b.childName("autoscaler-credentials"), &corev1.SecretArgs{
-		Metadata: b.objectMeta(autoscalerCredentialsName, addonsNamespace, autoscalerName),
+		Metadata: b.objectMeta(autoscalerCredentialsName, namespace, autoscalerName),
 		Type:     pulumi.String("Opaque"),
 		StringData: pulumi.StringMap{
 			"aws_access_key_id":     a.AWSAccessKeyID,
@@ -156,10 +158,10 @@ func (b *addonsBuilder) autoscaler() (string, error) {
 		Spec: &appsv1.DeploymentSpecArgs{
 			// One replica: the autoscaler elects a leader, a second one would only wait.
 			Replicas: pulumi.Int(1),
-			Selector: addonsSelector(autoscalerName),
+			Selector: selector(autoscalerName),
 			Template: &corev1.PodTemplateSpecArgs{
 				Metadata: &metav1.ObjectMetaArgs{
-					Labels: addonsLabels(autoscalerName),
+					Labels: commonLabels(autoscalerName),
 					Annotations: pulumi.StringMap{
 						"prometheus.io/scrape":          pulumi.String("true"),
 						"prometheus.io/port":            pulumi.String(fmt.Sprint(autoscalerMetricsPort)),
@@ -169,10 +171,10 @@ func (b *addonsBuilder) autoscaler() (string, error) {
 				Spec: &corev1.PodSpecArgs{
 					PriorityClassName:  pulumi.String("system-cluster-critical"),
 					ServiceAccountName: pulumi.String(autoscalerName),
-					SecurityContext:    addonsNonRootPod(autoscalerUID),
+					SecurityContext:    nonRootPod(autoscalerUID),
 					// Never on a dynk8s pool node: the autoscaler would scale away the node it runs on, and
 					// with all pools at zero it would have nowhere to run.
-					Affinity: addonsPoolAffinity(false),
+					Affinity: poolAffinity(false),
 					Containers: corev1.ContainerArray{
 						&corev1.ContainerArgs{
 							Name:  pulumi.String(autoscalerName),
@@ -206,14 +208,14 @@ func (b *addonsBuilder) autoscaler() (string, error) {
 								PeriodSeconds:       pulumi.Int(30),
 							},
 							// Upstream's figures, requests equal to limits.
-							Resources:       addonsResources("100m", "600Mi", "100m", "600Mi"),
-							SecurityContext: addonsRestrictedContainer(autoscalerUID),
+							Resources:       resources("100m", "600Mi", "100m", "600Mi"),
+							SecurityContext: restrictedContainer(autoscalerUID),
 						},
 					},
 				},
 			},
 		},
-	}, b.parent, pulumi.DependsOn(addonsDeps(sa, crb, rb, creds)))
+	}, b.parent, pulumi.DependsOn(dependsOn(sa, crb, rb, creds)))
 	if err != nil {
 		return "", fmt.Errorf("deployment: %w", err)
 	}
@@ -223,14 +225,14 @@ func (b *addonsBuilder) autoscaler() (string, error) {
 // bindRoles declares a ClusterRole with clusterRules bound to the kube-system service account saName and, when
 // namespaceRules is not empty, a Role in kube-system with those rules bound to the same account. All objects are
 // named objectName.
-func (b *addonsBuilder) bindRoles(prefix, objectName, saName string, clusterRules,
+func (b *builder) bindRoles(prefix, objectName, saName string, clusterRules,
 	namespaceRules rbacv1.PolicyRuleArray) (crb, rb pulumi.Resource, err error) {
 	component := objectName
 	subjects := rbacv1.SubjectArray{
 		&rbacv1.SubjectArgs{
 			Kind:      pulumi.String("ServiceAccount"),
 			Name:      pulumi.String(saName),
-			Namespace: pulumi.String(addonsNamespace),
+			Namespace: pulumi.String(namespace),
 		},
 	}
 	cr, err := rbacv1.NewClusterRole(b.ctx, b.childName(prefix+"-clusterrole"), &rbacv1.ClusterRoleArgs{
@@ -258,14 +260,14 @@ func (b *addonsBuilder) bindRoles(prefix, objectName, saName string, clusterRule
 	}
 
 	r, err := rbacv1.NewRole(b.ctx, b.childName(prefix+"-role"), &rbacv1.RoleArgs{
-		Metadata: b.objectMeta(objectName, addonsNamespace, component),
+		Metadata: b.objectMeta(objectName, namespace, component),
 		Rules:    namespaceRules,
 	}, b.parent)
 	if err != nil {
 		return nil, nil, fmt.Errorf("role %s: %w", objectName, err)
 	}
 	rb, err = rbacv1.NewRoleBinding(b.ctx, b.childName(prefix+"-rolebinding"), &rbacv1.RoleBindingArgs{
-		Metadata: b.objectMeta(objectName, addonsNamespace, component),
+		Metadata: b.objectMeta(objectName, namespace, component),
 		RoleRef: &rbacv1.RoleRefArgs{
 			ApiGroup: pulumi.String("rbac.authorization.k8s.io"),
 			Kind:     pulumi.String("Role"),
@@ -279,8 +281,8 @@ func (b *addonsBuilder) bindRoles(prefix, objectName, saName string, clusterRule
 	return crb, rb, nil
 }
 
-// addonsDeps drops the nil entries of a dependency list (a binding that was not needed).
-func addonsDeps(rs ...pulumi.Resource) []pulumi.Resource {
+// dependsOn drops the nil entries of a dependency list (a binding that was not needed).
+func dependsOn(rs ...pulumi.Resource) []pulumi.Resource {
 	out := make([]pulumi.Resource, 0, len(rs))
 	for _, r := range rs {
 		if r != nil {

@@ -1,4 +1,4 @@
-package infra
+package addons
 
 import (
 	_ "embed" // the cleanup script
@@ -10,11 +10,13 @@ import (
 	metav1 "github.com/pulumi/pulumi-kubernetes/sdk/v4/go/kubernetes/meta/v1"
 	rbacv1 "github.com/pulumi/pulumi-kubernetes/sdk/v4/go/kubernetes/rbac/v1"
 	"github.com/pulumi/pulumi/sdk/v3/go/pulumi"
+
+	"github.com/dynk8s/dynk8s/internal/kube"
 )
 
 // cleanupScript deletes the Node objects of terminated pool instances; see the file for the rules.
 //
-//go:embed addons_cleanup.sh
+//go:embed scripts/cleanup.sh
 var cleanupScript string
 
 const (
@@ -38,12 +40,12 @@ const (
 // the object first). No secrets, no pods.
 func cleanupRules() rbacv1.PolicyRuleArray {
 	return rbacv1.PolicyRuleArray{
-		addonsRule([]string{""}, []string{"nodes"}, nil, "get", "list", "delete"),
+		rule([]string{""}, []string{"nodes"}, nil, "get", "list", "delete"),
 	}
 }
 
 // cleanup declares the stale-node cleanup CronJob with its script and RBAC.
-func (b *addonsBuilder) cleanup() error {
+func (b *builder) cleanup() error {
 	a := b.args
 	sa, err := b.serviceAccount("cleanup-sa", cleanupName, cleanupName)
 	if err != nil {
@@ -54,7 +56,7 @@ func (b *addonsBuilder) cleanup() error {
 		return err
 	}
 	script, err := corev1.NewConfigMap(b.ctx, b.childName("cleanup-script"), &corev1.ConfigMapArgs{
-		Metadata: b.objectMeta(cleanupName, addonsNamespace, cleanupName),
+		Metadata: b.objectMeta(cleanupName, namespace, cleanupName),
 		Data:     pulumi.StringMap{cleanupScriptKey: pulumi.String(cleanupScript)},
 	}, b.parent)
 	if err != nil {
@@ -63,7 +65,7 @@ func (b *addonsBuilder) cleanup() error {
 
 	threshold := int(a.Cleanup.NotReadyAfter.Seconds())
 	_, err = batchv1.NewCronJob(b.ctx, b.childName("cleanup"), &batchv1.CronJobArgs{
-		Metadata: b.objectMeta(cleanupName, addonsNamespace, cleanupName),
+		Metadata: b.objectMeta(cleanupName, namespace, cleanupName),
 		Spec: &batchv1.CronJobSpecArgs{
 			Schedule: pulumi.String(cleanupSchedule),
 			// Runs must not overlap: two runs would race to delete the same nodes.
@@ -73,13 +75,13 @@ func (b *addonsBuilder) cleanup() error {
 			SuccessfulJobsHistoryLimit: pulumi.Int(1),
 			FailedJobsHistoryLimit:     pulumi.Int(3),
 			JobTemplate: &batchv1.JobTemplateSpecArgs{
-				Metadata: &metav1.ObjectMetaArgs{Labels: addonsLabels(cleanupName)},
+				Metadata: &metav1.ObjectMetaArgs{Labels: commonLabels(cleanupName)},
 				Spec: &batchv1.JobSpecArgs{
 					// No retries and a deadline below the schedule's period: a failed run is simply the next one.
 					BackoffLimit:          pulumi.Int(0),
 					ActiveDeadlineSeconds: pulumi.Int(240),
 					Template: &corev1.PodTemplateSpecArgs{
-						Metadata: &metav1.ObjectMetaArgs{Labels: addonsLabels(cleanupName)},
+						Metadata: &metav1.ObjectMetaArgs{Labels: commonLabels(cleanupName)},
 						Spec:     cleanupPodSpec(threshold),
 					},
 				},
@@ -100,15 +102,15 @@ func cleanupPodSpec(thresholdSeconds int) *corev1.PodSpecArgs {
 		// Stale nodes count towards the autoscaler's unready limits, so the cleanup must run even in a full cluster.
 		PriorityClassName: pulumi.String("system-cluster-critical"),
 		// Never on a pool node: the nodes it judges are the ones that come and go.
-		Affinity:        addonsPoolAffinity(false),
-		SecurityContext: addonsNonRootPod(cleanupUID),
+		Affinity:        poolAffinity(false),
+		SecurityContext: nonRootPod(cleanupUID),
 		Containers: corev1.ContainerArray{
 			&corev1.ContainerArgs{
 				Name:    pulumi.String("cleanup"),
 				Image:   pulumi.String(cleanupImage),
 				Command: pulumi.StringArray{pulumi.String("/bin/sh"), pulumi.String(cleanupScriptDir + "/" + cleanupScriptKey)},
 				Env: corev1.EnvVarArray{
-					&corev1.EnvVarArgs{Name: pulumi.String("POOL_LABEL"), Value: pulumi.String(LabelPool)},
+					&corev1.EnvVarArgs{Name: pulumi.String("POOL_LABEL"), Value: pulumi.String(kube.LabelPool)},
 					&corev1.EnvVarArgs{
 						Name:  pulumi.String("NOT_READY_AFTER_SECONDS"),
 						Value: pulumi.String(strconv.Itoa(thresholdSeconds)),
@@ -116,8 +118,8 @@ func cleanupPodSpec(thresholdSeconds int) *corev1.PodSpecArgs {
 					// kubectl keeps its discovery cache under $HOME; the root filesystem is read-only.
 					&corev1.EnvVarArgs{Name: pulumi.String("HOME"), Value: pulumi.String("/tmp")},
 				},
-				Resources:       addonsResources("10m", "32Mi", "200m", "128Mi"),
-				SecurityContext: addonsRestrictedContainer(cleanupUID),
+				Resources:       resources("10m", "32Mi", "200m", "128Mi"),
+				SecurityContext: restrictedContainer(cleanupUID),
 				VolumeMounts: corev1.VolumeMountArray{
 					&corev1.VolumeMountArgs{
 						Name:      pulumi.String("script"),

@@ -1,15 +1,17 @@
-package infra
+package config
 
 import (
 	"fmt"
 	"sort"
 	"strings"
+
+	"github.com/dynk8s/dynk8s/internal/kube"
 )
 
 // InstanceShape is what the Cluster Autoscaler needs to know of an instance type to size a node group: it builds
 // its template node from the first type of an ASG only, so every type of a pool must have the same shape.
 type InstanceShape struct {
-	Arch      string // x86_64 or arm64
+	Arch      kube.Arch
 	VCPU      int
 	MemoryMiB int
 }
@@ -17,7 +19,7 @@ type InstanceShape struct {
 // instanceFamily describes one EC2 family: its architecture and memory per vCPU. Sizes follow the common EC2
 // pattern (large = 2 vCPU, xlarge = 4, Nxlarge = 4N). Burstable families have their own size table.
 type instanceFamily struct {
-	arch         string
+	arch         kube.Arch
 	memPerVCPU   int // MiB
 	burstable    bool
 	smallestSize string // the smallest size the family has ("medium" or "large")
@@ -27,23 +29,23 @@ type instanceFamily struct {
 // purpose 4 GiB/vCPU, compute optimized 2 GiB/vCPU, memory optimized 8 GiB/vCPU); Graviton families end in "g".
 var instanceFamilies = map[string]instanceFamily{
 	// x86_64, Intel and AMD
-	"m5": {arch: "x86_64", memPerVCPU: 4096, smallestSize: "large"}, "m5a": {arch: "x86_64", memPerVCPU: 4096, smallestSize: "large"},
-	"m6i": {arch: "x86_64", memPerVCPU: 4096, smallestSize: "large"}, "m6a": {arch: "x86_64", memPerVCPU: 4096, smallestSize: "large"},
-	"m7i": {arch: "x86_64", memPerVCPU: 4096, smallestSize: "large"}, "m7a": {arch: "x86_64", memPerVCPU: 4096, smallestSize: "medium"},
-	"c5": {arch: "x86_64", memPerVCPU: 2048, smallestSize: "large"}, "c5a": {arch: "x86_64", memPerVCPU: 2048, smallestSize: "large"},
-	"c6i": {arch: "x86_64", memPerVCPU: 2048, smallestSize: "large"}, "c6a": {arch: "x86_64", memPerVCPU: 2048, smallestSize: "large"},
-	"c7i": {arch: "x86_64", memPerVCPU: 2048, smallestSize: "large"}, "c7a": {arch: "x86_64", memPerVCPU: 2048, smallestSize: "medium"},
-	"r5": {arch: "x86_64", memPerVCPU: 8192, smallestSize: "large"}, "r6i": {arch: "x86_64", memPerVCPU: 8192, smallestSize: "large"},
-	"r6a": {arch: "x86_64", memPerVCPU: 8192, smallestSize: "large"}, "r7i": {arch: "x86_64", memPerVCPU: 8192, smallestSize: "large"},
-	"t3": {arch: "x86_64", burstable: true}, "t3a": {arch: "x86_64", burstable: true},
+	"m5": {arch: kube.ArchX86_64, memPerVCPU: 4096, smallestSize: "large"}, "m5a": {arch: kube.ArchX86_64, memPerVCPU: 4096, smallestSize: "large"},
+	"m6i": {arch: kube.ArchX86_64, memPerVCPU: 4096, smallestSize: "large"}, "m6a": {arch: kube.ArchX86_64, memPerVCPU: 4096, smallestSize: "large"},
+	"m7i": {arch: kube.ArchX86_64, memPerVCPU: 4096, smallestSize: "large"}, "m7a": {arch: kube.ArchX86_64, memPerVCPU: 4096, smallestSize: "medium"},
+	"c5": {arch: kube.ArchX86_64, memPerVCPU: 2048, smallestSize: "large"}, "c5a": {arch: kube.ArchX86_64, memPerVCPU: 2048, smallestSize: "large"},
+	"c6i": {arch: kube.ArchX86_64, memPerVCPU: 2048, smallestSize: "large"}, "c6a": {arch: kube.ArchX86_64, memPerVCPU: 2048, smallestSize: "large"},
+	"c7i": {arch: kube.ArchX86_64, memPerVCPU: 2048, smallestSize: "large"}, "c7a": {arch: kube.ArchX86_64, memPerVCPU: 2048, smallestSize: "medium"},
+	"r5": {arch: kube.ArchX86_64, memPerVCPU: 8192, smallestSize: "large"}, "r6i": {arch: kube.ArchX86_64, memPerVCPU: 8192, smallestSize: "large"},
+	"r6a": {arch: kube.ArchX86_64, memPerVCPU: 8192, smallestSize: "large"}, "r7i": {arch: kube.ArchX86_64, memPerVCPU: 8192, smallestSize: "large"},
+	"t3": {arch: kube.ArchX86_64, burstable: true}, "t3a": {arch: kube.ArchX86_64, burstable: true},
 	// arm64, Graviton
-	"m6g": {arch: "arm64", memPerVCPU: 4096, smallestSize: "medium"}, "m7g": {arch: "arm64", memPerVCPU: 4096, smallestSize: "medium"},
-	"m8g": {arch: "arm64", memPerVCPU: 4096, smallestSize: "medium"},
-	"c6g": {arch: "arm64", memPerVCPU: 2048, smallestSize: "medium"}, "c7g": {arch: "arm64", memPerVCPU: 2048, smallestSize: "medium"},
-	"c8g": {arch: "arm64", memPerVCPU: 2048, smallestSize: "medium"},
-	"r6g": {arch: "arm64", memPerVCPU: 8192, smallestSize: "medium"}, "r7g": {arch: "arm64", memPerVCPU: 8192, smallestSize: "medium"},
-	"r8g": {arch: "arm64", memPerVCPU: 8192, smallestSize: "medium"},
-	"t4g": {arch: "arm64", burstable: true},
+	"m6g": {arch: kube.ArchArm64, memPerVCPU: 4096, smallestSize: "medium"}, "m7g": {arch: kube.ArchArm64, memPerVCPU: 4096, smallestSize: "medium"},
+	"m8g": {arch: kube.ArchArm64, memPerVCPU: 4096, smallestSize: "medium"},
+	"c6g": {arch: kube.ArchArm64, memPerVCPU: 2048, smallestSize: "medium"}, "c7g": {arch: kube.ArchArm64, memPerVCPU: 2048, smallestSize: "medium"},
+	"c8g": {arch: kube.ArchArm64, memPerVCPU: 2048, smallestSize: "medium"},
+	"r6g": {arch: kube.ArchArm64, memPerVCPU: 8192, smallestSize: "medium"}, "r7g": {arch: kube.ArchArm64, memPerVCPU: 8192, smallestSize: "medium"},
+	"r8g": {arch: kube.ArchArm64, memPerVCPU: 8192, smallestSize: "medium"},
+	"t4g": {arch: kube.ArchArm64, burstable: true},
 }
 
 // burstableSizes are the T-family shapes (t3, t3a, t4g share them).

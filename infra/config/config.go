@@ -1,0 +1,181 @@
+// Package config is the stack's configuration: its types are the schema (each field's `key` tag is its config key,
+// its `default` tag the default the docs must state), Parse reads every key once, applies the defaults and validates
+// the whole config, reporting every problem with its key path. Validated values are typed (network ranges, endpoints,
+// keys, versions, architectures, taints): nothing downstream parses a string again. The package is pure: the
+// Pulumi-side loader lives in infra.
+package config
+
+import (
+	"net/netip"
+	"time"
+
+	"golang.zx2c4.com/wireguard/wgctrl/wgtypes"
+
+	"github.com/dynk8s/dynk8s/internal/kube"
+)
+
+// Namespace is the Pulumi config namespace of dynk8s keys.
+const Namespace = "dynk8s"
+
+// Config is the whole stack configuration (namespace "dynk8s" plus aws:region), with defaults applied and validated.
+// Every decision in the program is taken from it; nothing reads the Pulumi config after Parse.
+type Config struct {
+	// Region is aws:region (required).
+	Region string `key:"aws:region"`
+	// ClusterName is the Cluster Autoscaler tag segment and the prefix of AWS names (required).
+	ClusterName string `key:"clusterName"`
+
+	Kubernetes Kubernetes `key:"kubernetes"`
+	Network    Network    `key:"network"`
+	WireGuard  WireGuard  `key:"wireguard"`
+	Gateway    Gateway    `key:"gateway"`
+	Fedora     Fedora     `key:"fedora"`
+	// NodePools are the pools, at least one, in config order.
+	NodePools          []NodePool         `key:"nodePools"`
+	Autoscaler         Autoscaler         `key:"autoscaler"`
+	Fuse               Fuse               `key:"fuse"`
+	Identity           Identity           `key:"identity"`
+	Cleanup            Cleanup            `key:"cleanup"`
+	TerminationHandler TerminationHandler `key:"terminationHandler"`
+
+	// Derived are the values validation computes from the keys above.
+	Derived Derived
+}
+
+// Derived are values computed from a valid config.
+type Derived struct {
+	// Kubernetes is the supported minor's row of facts (pause image, CRI-O stream, autoscaler release).
+	Kubernetes kube.Minor
+	// AutoscalerVersion is autoscaler.version, or the known latest patch of the Kubernetes minor.
+	AutoscalerVersion kube.Version
+	// GatewayArch is the architecture of gateway.instanceType.
+	GatewayArch kube.Arch
+}
+
+// Kubernetes is dynk8s:kubernetes: the on-prem cluster the nodes join.
+type Kubernetes struct {
+	// Version is the exact Kubernetes version of the nodes (required).
+	Version kube.Version `key:"version"`
+	// APIServerEndpoint is host:port of the API server as reached through the tunnel (required).
+	APIServerEndpoint Endpoint `key:"apiServerEndpoint"`
+	// CACertHash is kubeadm's CA pin, sha256:<64 hex> (optional: read from kube-public/cluster-info when empty).
+	CACertHash string `key:"caCertHash"`
+	// PodCIDR is the cluster's pod range (required; overlap checks).
+	PodCIDR netip.Prefix `key:"podCidr"`
+	// ServiceCIDR is the cluster's service range (overlap checks); the default is kubeadm's.
+	ServiceCIDR netip.Prefix `key:"serviceCidr" default:"10.96.0.0/12"`
+	// Kubeconfig is the admin kubeconfig of the on-prem cluster (optional, secret; nil: the ambient one).
+	Kubeconfig *string `key:"kubeconfig"`
+	// BootstrapTokenRotation is an opaque value; changing it makes a new join token everywhere.
+	BootstrapTokenRotation string `key:"bootstrapTokenRotation" default:"1"`
+}
+
+// Network is dynk8s:network.
+type Network struct {
+	// VPCCIDR is the VPC's range, /16 to /24.
+	VPCCIDR netip.Prefix `key:"vpcCidr" default:"10.200.0.0/16"`
+	// AvailabilityZones are zone names, or a count of the region's zones.
+	AvailabilityZones Zones `key:"availabilityZones" default:"2"`
+}
+
+// Zones is either a list of zone names or a count of zones the stack picks from the region.
+type Zones struct {
+	Names []string
+	Count int
+}
+
+// WireGuard is dynk8s:wireguard: the site-to-site tunnel between the gateway and the on-prem peer.
+type WireGuard struct {
+	// ListenPort is the gateway's UDP port.
+	ListenPort int `key:"listenPort" default:"51820"`
+	// OnPremCIDRs are routed from the VPC through the tunnel (required, at least one).
+	OnPremCIDRs []netip.Prefix `key:"onPremCidrs"`
+	// TunnelCIDR holds the two tunnel addresses: the gateway takes the first host, on-prem the second.
+	TunnelCIDR netip.Prefix `key:"tunnelCidr" default:"10.201.0.0/30"`
+	// MTU of the tunnel on both ends: 1500 minus WireGuard's 80 bytes of IPv6+UDP overhead.
+	MTU int `key:"mtu" default:"1420"`
+	// OnPremPublicKey is the on-prem peer's public key (optional; nil: the stack generates the pair).
+	OnPremPublicKey *wgtypes.Key `key:"onPremPublicKey"`
+	// OnPremEndpoint is host:port of the on-prem peer (optional; nil: the on-prem side dials out).
+	OnPremEndpoint *Endpoint `key:"onPremEndpoint"`
+}
+
+// Gateway is dynk8s:gateway.
+type Gateway struct {
+	// InstanceType of the WireGuard gateway; its architecture picks the image.
+	InstanceType string `key:"instanceType" default:"t4g.micro"`
+}
+
+// Fedora is dynk8s:fedora.
+type Fedora struct {
+	// Release is the pinned Fedora release, e.g. 42 (required).
+	Release int `key:"release"`
+}
+
+// NodePool is one entry of dynk8s:nodePools: one launch template and one Auto Scaling Group.
+type NodePool struct {
+	// Name is a DNS label, unique among pools (required).
+	Name string `key:"name"`
+	// Arch is x86_64 or arm64 (required).
+	Arch kube.Arch `key:"arch"`
+	// InstanceTypes are the EC2 types of the pool, all of one shape (required, at least one).
+	InstanceTypes []string `key:"instanceTypes"`
+	// MinSize and MaxSize bound the group.
+	MinSize int `key:"minSize" default:"0"`
+	MaxSize int `key:"maxSize" default:"3"`
+	// Spot makes the pool a spot pool.
+	Spot bool `key:"spot" default:"false"`
+	// VolumeSizeGiB is the root volume size.
+	VolumeSizeGiB int `key:"volumeSizeGiB" default:"50"`
+	// Labels are the pool's node labels, as the kubelet sets them (optional).
+	Labels map[string]string `key:"labels"`
+	// Taints are the pool's node taints (optional).
+	Taints []kube.Taint `key:"taints"`
+	// AMIID skips the Fedora image lookup (optional).
+	AMIID string `key:"amiId"`
+	// InstanceRefresh opts the pool into group instance refresh on launch template changes.
+	InstanceRefresh bool `key:"instanceRefresh" default:"false"`
+}
+
+// Autoscaler is dynk8s:autoscaler.
+type Autoscaler struct {
+	// Version overrides the Cluster Autoscaler version (optional; Derived.AutoscalerVersion is the one to run).
+	Version string `key:"version"`
+	// ScaleDownUnneededTime is how long a node is unneeded before removal, as the autoscaler's flag takes it.
+	ScaleDownUnneededTime string `key:"scaleDownUnneededTime" default:"10m"`
+	// Expander is the autoscaler's expander, or a comma-separated chain.
+	Expander string `key:"expander" default:"least-waste"`
+}
+
+// Fuse is dynk8s:fuse.
+type Fuse struct {
+	// Enabled deploys the fuse device plugin and advertises github.com/fuse on the groups.
+	Enabled bool `key:"enabled" default:"true"`
+	// Capacity is the number of github.com/fuse devices per node: what the upstream plugin image advertises.
+	Capacity int `key:"capacity" default:"5000"`
+	// Images are the device plugin images by arch (optional; the addons hold the defaults).
+	Images map[kube.Arch]string `key:"images"`
+}
+
+// Identity is dynk8s:identity.
+type Identity struct {
+	// SessionManager attaches AmazonSSMManagedInstanceCore to the node role.
+	SessionManager bool `key:"sessionManager" default:"false"`
+	// ECRReadOnly attaches AmazonEC2ContainerRegistryReadOnly to the node role.
+	ECRReadOnly bool `key:"ecrReadOnly" default:"false"`
+	// AutoscalerKeyRotation is an opaque value; changing it creates a new autoscaler access key before deleting
+	// the old one.
+	AutoscalerKeyRotation string `key:"autoscalerKeyRotation" default:"1"`
+}
+
+// Cleanup is dynk8s:cleanup.
+type Cleanup struct {
+	// NotReadyAfter is how long a dynk8s node may stay NotReady before its Node object is deleted (at least 5m).
+	NotReadyAfter time.Duration `key:"notReadyAfter" default:"10m"`
+}
+
+// TerminationHandler is dynk8s:terminationHandler.
+type TerminationHandler struct {
+	// Enabled deploys aws-node-termination-handler on spot pools.
+	Enabled bool `key:"enabled" default:"true"`
+}

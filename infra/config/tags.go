@@ -1,0 +1,100 @@
+package config
+
+import (
+	"maps"
+	"slices"
+	"strconv"
+	"strings"
+
+	"github.com/dynk8s/dynk8s/internal/kube"
+)
+
+// Cluster Autoscaler tag keys: auto-discovery (--node-group-auto-discovery=asg:tag=...) and the node-template tags
+// it builds a group's template node from when the group is at zero (kubernetes/autoscaler
+// cluster-autoscaler/cloudprovider/aws/README.md, "Auto-Discovery Setup" and "Scaling a node group to 0").
+const (
+	autoscalerTagPrefix     = "k8s.io/cluster-autoscaler/"
+	AutoscalerEnabledTag    = autoscalerTagPrefix + "enabled"
+	nodeTemplateLabelTag    = autoscalerTagPrefix + "node-template/label/"
+	nodeTemplateTaintTag    = autoscalerTagPrefix + "node-template/taint/"
+	nodeTemplateResourceTag = autoscalerTagPrefix + "node-template/resources/"
+	// maxGroupTags is the EC2 Auto Scaling limit of tags per group.
+	maxGroupTags = 50
+)
+
+// Tag is one AWS tag; PropagateAtLaunch copies a group's tag to the instances it launches.
+type Tag struct {
+	Key               string
+	Value             string
+	PropagateAtLaunch bool
+}
+
+// AutoscalerClusterTag is the tag key that ties a group to one cluster; its value is "owned", and the Cluster
+// Autoscaler's IAM policy allows writes only on groups carrying it.
+func AutoscalerClusterTag(clusterName string) string { return autoscalerTagPrefix + clusterName }
+
+// IdentityTags are the tags that name a resource of the stack: Name, and the cluster and pool (when not "") it
+// belongs to. Every tagged resource carries them, so two stacks in one account can be told apart.
+func IdentityTags(clusterName, pool, name string) []Tag {
+	tags := []Tag{{Key: "Name", Value: name}, {Key: "dynk8s:cluster", Value: clusterName}}
+	if pool != "" {
+		tags = append(tags, Tag{Key: "dynk8s:pool", Value: pool})
+	}
+	return tags
+}
+
+// NodeLabels are the labels a pool's nodes set on themselves at join, besides the per-instance ones the join script
+// adds (zone, region, instance type): the pool's own labels plus dynk8s's pool and capacity-type labels.
+func (p NodePool) NodeLabels() map[string]string {
+	labels := maps.Clone(p.Labels)
+	if labels == nil {
+		labels = map[string]string{}
+	}
+	labels[kube.LabelPool] = p.Name
+	labels[kube.LabelCapacityType] = kube.CapacityOnDemand
+	if p.Spot {
+		labels[kube.LabelCapacityType] = kube.CapacitySpot
+	}
+	return labels
+}
+
+// templateLabels are the labels the Cluster Autoscaler's template node of the pool must carry to match real nodes:
+// the kubelet's own labels plus the static ones the join script sets. The zone is left out on purpose: a pool spans
+// several zones, and the autoscaler derives the zone of its template node from the group itself.
+func (p NodePool) templateLabels(region string) map[string]string {
+	labels := p.NodeLabels()
+	labels[kube.LabelArch] = p.Arch.Label()
+	labels[kube.LabelOS] = "linux"
+	labels[kube.LabelRegion] = region
+	if len(p.InstanceTypes) > 0 {
+		// The autoscaler sizes a group by its first instance type; the label follows the same choice.
+		labels[kube.LabelInstanceType] = p.InstanceTypes[0]
+	}
+	return labels
+}
+
+// GroupTags are all tags of a pool's Auto Scaling Group, sorted by key: the identity tags (propagated to
+// instances), the two auto-discovery tags and the node-template tags that let the autoscaler scale the group up
+// from zero for pods that need the pool's labels, tolerate its taints or request github.com/fuse.
+func (c *Config) GroupTags(p NodePool) []Tag {
+	tags := IdentityTags(c.ClusterName, p.Name, c.ClusterName+"-"+p.Name)
+	for i := range tags {
+		tags[i].PropagateAtLaunch = true
+	}
+	tags = append(tags,
+		Tag{Key: AutoscalerEnabledTag, Value: "true"},
+		Tag{Key: AutoscalerClusterTag(c.ClusterName), Value: "owned"},
+	)
+	labels := p.templateLabels(c.Region)
+	for _, k := range slices.Sorted(maps.Keys(labels)) {
+		tags = append(tags, Tag{Key: nodeTemplateLabelTag + k, Value: labels[k]})
+	}
+	for _, t := range p.Taints {
+		tags = append(tags, Tag{Key: nodeTemplateTaintTag + t.Key, Value: t.Value + ":" + string(t.Effect)})
+	}
+	if c.Fuse.Enabled {
+		tags = append(tags, Tag{Key: nodeTemplateResourceTag + kube.FuseResource, Value: strconv.Itoa(c.Fuse.Capacity)})
+	}
+	slices.SortFunc(tags, func(a, b Tag) int { return strings.Compare(a.Key, b.Key) })
+	return tags
+}

@@ -1,0 +1,334 @@
+package config
+
+import (
+	"fmt"
+	"maps"
+	"net/netip"
+	"regexp"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/dynk8s/dynk8s/internal/kube"
+	"github.com/dynk8s/dynk8s/wireguard"
+)
+
+var (
+	regionRE      = regexp.MustCompile(`^[a-z]{2}(-gov|-iso[a-z]?)?-[a-z]+-\d+$`)
+	clusterNameRE = regexp.MustCompile(`^[a-z0-9]([a-z0-9-]{0,30}[a-z0-9])?$`)
+	poolNameRE    = regexp.MustCompile(`^[a-z0-9]([a-z0-9-]{0,28}[a-z0-9])?$`)
+	amiIDRE       = regexp.MustCompile(`^ami-([0-9a-f]{8}|[0-9a-f]{17})$`)
+	imageRefRE    = regexp.MustCompile(`^[a-z0-9]+([._/:@-][A-Za-z0-9_.-]+)+$`)
+	zoneSuffixRE  = regexp.MustCompile(`^[a-z]$`)
+)
+
+// Fedora AMI naming schemes by release: fedimg names up to 39, Kiwi names from 40 on (see infra.FedoraImage).
+const (
+	OldestFedoraRelease = 28
+	NewestFedoraRelease = 45
+)
+
+// SubnetExtraBits is how much smaller than the VPC each zone's subnet is: up to 16 zones.
+const SubnetExtraBits = 4
+
+// expanders are the Cluster Autoscaler expanders dynk8s accepts.
+var expanders = []string{"least-waste", "most-pods", "random", "priority", "price"}
+
+// validate checks the semantics of a decoded config, records every problem with its key path, and fills in Derived.
+func validate(r *reader, c *Config) {
+	ns := Namespace + ":"
+	if r.required("aws:region", c.Region != "") && !regionRE.MatchString(c.Region) {
+		r.addf("aws:region", "%q is not an AWS region name (e.g. eu-central-1)", c.Region)
+	}
+	if r.required(ns+"clusterName", c.ClusterName != "") && !clusterNameRE.MatchString(c.ClusterName) {
+		r.addf(ns+"clusterName", "%q must be 1-32 lowercase letters, digits and '-', starting and ending with a "+
+			"letter or digit: it is a segment of the autoscaler's tag key and a prefix of IAM names", c.ClusterName)
+	}
+	validateKubernetes(r, c)
+	validateWireGuard(r, c)
+	validateRanges(r, c)
+	if shape, err := LookupInstanceType(c.Gateway.InstanceType); err != nil {
+		r.addf(ns+"gateway.instanceType", "%v", err)
+	} else {
+		c.Derived.GatewayArch = shape.Arch
+	}
+	if rel := c.Fedora.Release; rel == 0 {
+		r.addf(ns+"fedora.release", "is required: the Fedora release to boot, e.g. 42")
+	} else if rel < OldestFedoraRelease || rel > NewestFedoraRelease {
+		r.addf(ns+"fedora.release", "%d has no known Fedora Cloud AMI naming scheme (known: %d..%d); pin an image "+
+			"per pool with nodePools[*].amiId or pick a known release", rel, OldestFedoraRelease, NewestFedoraRelease)
+	}
+	validatePools(r, c)
+	validateAutoscaler(r, c)
+	validateFuse(r, c)
+	if c.Identity.AutoscalerKeyRotation == "" {
+		r.addf(ns+"identity.autoscalerKeyRotation", "must not be empty")
+	}
+	if c.Cleanup.NotReadyAfter < 5*time.Minute {
+		r.addf(ns+"cleanup.notReadyAfter", "must be at least 5m: a node rebooting or briefly cut off must not lose "+
+			"its Node object, got %s", c.Cleanup.NotReadyAfter)
+	}
+}
+
+// required records "is required" at path unless ok, and returns ok.
+func (r *reader) required(path string, ok bool) bool {
+	if !ok {
+		r.addf(path, "is required")
+	}
+	return ok
+}
+
+func validateKubernetes(r *reader, c *Config) {
+	kp := Namespace + ":kubernetes."
+	k := c.Kubernetes
+	if r.required(kp+"version", !k.Version.IsZero()) {
+		if m, err := kube.LookupMinor(k.Version); err != nil {
+			r.addf(kp+"version", "%v", err)
+		} else {
+			c.Derived.Kubernetes = m
+		}
+	}
+	r.required(kp+"apiServerEndpoint", k.APIServerEndpoint != Endpoint{})
+	if k.CACertHash != "" {
+		if err := kube.CheckCACertHash(k.CACertHash); err != nil {
+			r.addf(kp+"caCertHash", "%v", err)
+		}
+	}
+	if k.Kubeconfig != nil && strings.TrimSpace(*k.Kubeconfig) == "" {
+		r.addf(kp+"kubeconfig", "is set but empty; remove the key to use the ambient kubeconfig")
+	}
+	if k.BootstrapTokenRotation == "" {
+		r.addf(kp+"bootstrapTokenRotation", "must not be empty")
+	}
+	r.required(kp+"podCidr", k.PodCIDR.IsValid())
+}
+
+// validateRanges checks the VPC's size and zones, and that no two of the VPC, tunnel, on-prem, pod and service
+// ranges overlap.
+func validateRanges(r *reader, c *Config) {
+	ns := Namespace + ":"
+	if vpc := c.Network.VPCCIDR; vpc.IsValid() && (vpc.Bits() < 16 || vpc.Bits() > 24) {
+		r.addf(ns+"network.vpcCidr", "%s: the prefix must be /16 to /24 (AWS allows /16-/28; dynk8s carves one "+
+			"/%d-smaller subnet per zone)", vpc, SubnetExtraBits)
+	}
+	validateZones(r, c)
+	if tun := c.WireGuard.TunnelCIDR; tun.IsValid() && tun.Bits() > 30 {
+		r.addf(ns+"wireguard.tunnelCidr", "%s is too small: the tunnel needs two peer addresses besides the "+
+			"network and broadcast addresses (/30 or larger)", tun)
+	}
+	ranges := map[string]netip.Prefix{
+		ns + "network.vpcCidr":        c.Network.VPCCIDR,
+		ns + "kubernetes.podCidr":     c.Kubernetes.PodCIDR,
+		ns + "kubernetes.serviceCidr": c.Kubernetes.ServiceCIDR,
+		ns + "wireguard.tunnelCidr":   c.WireGuard.TunnelCIDR,
+	}
+	for i, p := range c.WireGuard.OnPremCIDRs {
+		ranges[fmt.Sprintf("%swireguard.onPremCidrs[%d]", ns, i)] = p
+	}
+	paths := slices.SortedFunc(maps.Keys(ranges), comparePaths)
+	for i, a := range paths {
+		for _, b := range paths[i+1:] {
+			if ranges[a].IsValid() && ranges[b].IsValid() && ranges[a].Overlaps(ranges[b]) {
+				r.addf(b, "%s overlaps %s (%s): the VPC, tunnel, on-prem, pod and service ranges must be disjoint",
+					ranges[b], a, ranges[a])
+			}
+		}
+	}
+}
+
+func validateZones(r *reader, c *Config) {
+	path := Namespace + ":network.availabilityZones"
+	z := c.Network.AvailabilityZones
+	if z.Names == nil {
+		if z.Count < 1 || z.Count > 6 {
+			r.addf(path, "a zone count must be 1..6, got %d", z.Count)
+		}
+		return
+	}
+	if len(z.Names) == 0 {
+		r.addf(path, "the zone list is empty")
+	}
+	for i, name := range z.Names {
+		zp := fmt.Sprintf("%s[%d]", path, i)
+		suffix, ok := strings.CutPrefix(name, c.Region)
+		if c.Region != "" && (!ok || !zoneSuffixRE.MatchString(suffix)) {
+			r.addf(zp, "%q is not a zone of %s (e.g. %sa)", name, c.Region, c.Region)
+		}
+		if j := slices.Index(z.Names, name); j < i {
+			r.addf(zp, "%q is listed twice", name)
+		}
+	}
+}
+
+func validateWireGuard(r *reader, c *Config) {
+	wp := Namespace + ":wireguard."
+	w := c.WireGuard
+	if w.ListenPort < 1 || w.ListenPort > 65535 {
+		r.addf(wp+"listenPort", "must be a UDP port 1..65535, got %d", w.ListenPort)
+	}
+	if w.MTU < wireguard.MinMTU || w.MTU > wireguard.MaxMTU {
+		r.addf(wp+"mtu", "must be %d..%d (IPv6's minimum to the EC2 jumbo MTU less WireGuard's overhead), got %d",
+			wireguard.MinMTU, wireguard.MaxMTU, w.MTU)
+	}
+	if len(w.OnPremCIDRs) == 0 {
+		r.addf(wp+"onPremCidrs", "is required: at least one on-prem range to route through the tunnel")
+	}
+	for i, p := range w.OnPremCIDRs {
+		if j := slices.Index(w.OnPremCIDRs, p); j < i && p.IsValid() {
+			r.addf(fmt.Sprintf("%sonPremCidrs[%d]", wp, i), "%s is listed twice (also onPremCidrs[%d])", p, j)
+		}
+	}
+	addr, isIP := c.Kubernetes.APIServerEndpoint.Addr()
+	if isIP && !r.failed(wp+"onPremCidrs") && !slices.ContainsFunc(w.OnPremCIDRs, func(p netip.Prefix) bool {
+		return p.Contains(addr)
+	}) {
+		r.addf(Namespace+":kubernetes.apiServerEndpoint", "%s is not inside any of %sonPremCidrs: the nodes reach "+
+			"the API server through the tunnel, which routes only those ranges", addr, wp)
+	}
+}
+
+func validatePools(r *reader, c *Config) {
+	path := Namespace + ":nodePools"
+	if len(c.NodePools) == 0 && !r.failed(path) {
+		r.addf(path, "is required: at least one node pool")
+	}
+	for i, p := range c.NodePools {
+		pp := fmt.Sprintf("%s[%d].", path, i)
+		first := slices.IndexFunc(c.NodePools, func(o NodePool) bool { return o.Name == p.Name })
+		switch {
+		case !r.required(pp+"name", p.Name != ""):
+		case !poolNameRE.MatchString(p.Name):
+			r.addf(pp+"name", "%q must be a DNS label of at most 30 characters (lowercase letters, digits, '-')",
+				p.Name)
+		case first < i:
+			r.addf(pp+"name", "%q is already the name of nodePools[%d]", p.Name, first)
+		}
+		if p.Arch == "" {
+			r.addf(pp+"arch", "is required: x86_64 or arm64")
+		}
+		validateInstanceTypes(r, pp, p)
+		if p.MinSize < 0 {
+			r.addf(pp+"minSize", "must be >= 0, got %d", p.MinSize)
+		}
+		if p.MaxSize < p.MinSize {
+			r.addf(pp+"maxSize", "must be >= minSize (%d), got %d", p.MinSize, p.MaxSize)
+		} else if p.MaxSize < 1 || p.MaxSize > 1000 {
+			r.addf(pp+"maxSize", "must be 1..1000, got %d", p.MaxSize)
+		}
+		if p.VolumeSizeGiB < 20 || p.VolumeSizeGiB > 16384 {
+			r.addf(pp+"volumeSizeGiB", "must be 20..16384 GiB (images and the kubelet need room), got %d",
+				p.VolumeSizeGiB)
+		}
+		if p.AMIID != "" && !amiIDRE.MatchString(p.AMIID) {
+			r.addf(pp+"amiId", "%q is not an AMI id (ami- and 8 or 17 hex digits)", p.AMIID)
+		}
+		validateLabelsAndTaints(r, pp, p)
+		if n := len(c.GroupTags(p)); n > maxGroupTags {
+			r.addf(pp+"labels", "the pool needs %d Auto Scaling Group tags (one per label and taint plus %d of "+
+				"dynk8s's own), over the limit of %d: drop labels or taints", n,
+				n-len(p.Labels)-len(p.Taints), maxGroupTags)
+		}
+	}
+}
+
+func validateLabelsAndTaints(r *reader, pp string, p NodePool) {
+	for _, key := range slices.Sorted(maps.Keys(p.Labels)) {
+		lp := childPath(pp+"labels", key)
+		if err := kube.CheckKey(key); err != nil {
+			r.addf(lp, "%v", err)
+		} else if slices.Contains(kube.SetOnEveryNode, key) {
+			r.addf(lp, "is set by dynk8s on every pool node; remove it from the pool")
+		} else if err := kube.CheckValue(p.Labels[key]); err != nil {
+			r.addf(lp, "value %v", err)
+		}
+	}
+	for j, t := range p.Taints {
+		tp := fmt.Sprintf("%staints[%d].", pp, j)
+		if r.required(tp+"key", t.Key != "") {
+			if err := kube.CheckKey(t.Key); err != nil {
+				r.addf(tp+"key", "%v", err)
+			}
+		}
+		if err := kube.CheckValue(t.Value); err != nil {
+			r.addf(tp+"value", "%v", err)
+		}
+		if t.Effect == "" {
+			r.addf(tp+"effect", "is required: NoSchedule, PreferNoSchedule or NoExecute")
+		}
+		if k := slices.IndexFunc(p.Taints, func(o kube.Taint) bool {
+			return o.Key == t.Key && o.Effect == t.Effect
+		}); k < j {
+			r.addf(tp+"key", "taint %s:%s is already taints[%d]", t.Key, t.Effect, k)
+		}
+	}
+}
+
+func validateInstanceTypes(r *reader, pp string, p NodePool) {
+	if len(p.InstanceTypes) == 0 {
+		r.addf(pp+"instanceTypes", "is required: at least one EC2 instance type")
+		return
+	}
+	var first InstanceShape
+	for j, it := range p.InstanceTypes {
+		ip := fmt.Sprintf("%sinstanceTypes[%d]", pp, j)
+		shape, err := LookupInstanceType(it)
+		if err != nil {
+			r.addf(ip, "%v", err)
+			continue
+		}
+		if slices.Index(p.InstanceTypes, it) < j {
+			r.addf(ip, "%s is listed twice", it)
+		}
+		if p.Arch != "" && shape.Arch != p.Arch {
+			r.addf(ip, "%s is an %s type but the pool's arch is %s", it, shape.Arch, p.Arch)
+			continue
+		}
+		if first.VCPU == 0 {
+			first = shape
+			continue
+		}
+		if shape.VCPU != first.VCPU || shape.MemoryMiB != first.MemoryMiB {
+			r.addf(ip, "%s has %d vCPU/%d MiB but %s has %d vCPU/%d MiB: the Cluster Autoscaler sizes a group by "+
+				"its first type, so every type of a pool must have the same shape (make another pool)", it,
+				shape.VCPU, shape.MemoryMiB, p.InstanceTypes[0], first.VCPU, first.MemoryMiB)
+		}
+	}
+}
+
+func validateAutoscaler(r *reader, c *Config) {
+	ap := Namespace + ":autoscaler."
+	if !c.Kubernetes.Version.IsZero() && c.Derived.Kubernetes.Minor != 0 {
+		v, err := kube.AutoscalerVersion(c.Kubernetes.Version, c.Autoscaler.Version)
+		if err != nil {
+			path := ap + "version"
+			if c.Autoscaler.Version == "" {
+				path = Namespace + ":kubernetes.version"
+			}
+			r.addf(path, "%v", err)
+		} else {
+			c.Derived.AutoscalerVersion = v
+		}
+	}
+	if d, err := time.ParseDuration(c.Autoscaler.ScaleDownUnneededTime); err != nil || d <= 0 {
+		r.addf(ap+"scaleDownUnneededTime", "must be a positive duration such as 10m, got %q",
+			c.Autoscaler.ScaleDownUnneededTime)
+	}
+	for _, e := range strings.Split(c.Autoscaler.Expander, ",") {
+		if !slices.Contains(expanders, e) {
+			r.addf(ap+"expander", "%q is not a Cluster Autoscaler expander (one or a comma-separated chain of: %s)",
+				e, strings.Join(expanders, ", "))
+		}
+	}
+}
+
+func validateFuse(r *reader, c *Config) {
+	if c.Fuse.Capacity <= 0 {
+		r.addf(Namespace+":fuse.capacity", "must be > 0 (the devices per node the plugin advertises), got %d",
+			c.Fuse.Capacity)
+	}
+	for _, arch := range slices.Sorted(maps.Keys(c.Fuse.Images)) {
+		if img := c.Fuse.Images[arch]; !imageRefRE.MatchString(img) {
+			r.addf(childPath(Namespace+":fuse.images", string(arch)), "%q is not an image reference", img)
+		}
+	}
+}

@@ -1,0 +1,54 @@
+package kube
+
+import (
+	"cmp"
+	"fmt"
+	"slices"
+)
+
+// TaintEffect is what a taint does to pods that do not tolerate it.
+type TaintEffect string
+
+// The taint effects (k8s.io/api/core/v1 TaintEffect).
+const (
+	NoSchedule       TaintEffect = "NoSchedule"
+	PreferNoSchedule TaintEffect = "PreferNoSchedule"
+	NoExecute        TaintEffect = "NoExecute"
+)
+
+// ParseTaintEffect accepts exactly the three effects.
+func ParseTaintEffect(s string) (TaintEffect, error) {
+	switch e := TaintEffect(s); e {
+	case NoSchedule, PreferNoSchedule, NoExecute:
+		return e, nil
+	}
+	return "", fmt.Errorf("%q must be NoSchedule, PreferNoSchedule or NoExecute", s)
+}
+
+// Taint is a node taint. Its JSON form is the Kubernetes one; the key tags name its config keys.
+type Taint struct {
+	Key    string      `json:"key" key:"key"`
+	Value  string      `json:"value,omitempty" key:"value"`
+	Effect TaintEffect `json:"effect" key:"effect"`
+}
+
+// String is the kubectl form, key=value:effect (key:effect without a value).
+func (t Taint) String() string {
+	if t.Value == "" {
+		return t.Key + ":" + string(t.Effect)
+	}
+	return t.Key + "=" + t.Value + ":" + string(t.Effect)
+}
+
+// SortedTaints returns the distinct taints of ts, ordered by key, value and effect: the one order every rendered
+// list of taints or tolerations uses, so the same config renders the same bytes.
+func SortedTaints(ts ...[]Taint) []Taint {
+	var out []Taint
+	for _, list := range ts {
+		out = append(out, list...)
+	}
+	slices.SortFunc(out, func(a, b Taint) int {
+		return cmp.Or(cmp.Compare(a.Key, b.Key), cmp.Compare(a.Value, b.Value), cmp.Compare(a.Effect, b.Effect))
+	})
+	return slices.Compact(out)
+}
