@@ -1,0 +1,73 @@
+package main
+
+import (
+	"os/exec"
+	"strings"
+	"testing"
+
+	"gotest.tools/v3/assert"
+)
+
+const module = "github.com/dynk8s/dynk8s"
+
+// importRules are the package boundaries: each package (the key) must not depend, directly or through another
+// package, on any import path with one of the listed prefixes. Pure packages stay testable without the engine, and
+// the in-cluster component never needs the AWS SDK.
+var importRules = map[string][]string{
+	module + "/infra/config":  {"github.com/pulumi/"},
+	module + "/internal/kube": {"github.com/pulumi/", module + "/"},
+	module + "/cloudinit":     {"github.com/pulumi/", module + "/infra"},
+	module + "/wireguard":     {"github.com/pulumi/", module + "/"},
+	module + "/infra/addons":  {"github.com/pulumi/pulumi-aws/", module + "/infra/"},
+}
+
+// exempt are allowed although a rule's prefix matches them: infra/addons takes the config types.
+var exempt = map[string][]string{
+	module + "/infra/addons": {module + "/infra/config"},
+}
+
+// TestImportRules reads every package's transitive imports with `go list -deps` and checks them against
+// importRules.
+func TestImportRules(t *testing.T) {
+	deps := packageDeps(t)
+	for pkg, forbidden := range importRules {
+		list, ok := deps[pkg]
+		if !assert.Check(t, ok, "package %s is gone: update importRules", pkg) {
+			continue
+		}
+		for _, prefix := range forbidden {
+			var bad []string
+			for _, dep := range list {
+				if strings.HasPrefix(dep, prefix) && !exemptDep(pkg, dep) {
+					bad = append(bad, dep)
+				}
+			}
+			if len(bad) > 0 {
+				t.Errorf("%s must not depend on %s*, but depends on %d such packages: %s", pkg, prefix, len(bad),
+					strings.Join(bad[:min(len(bad), 3)], ", "))
+			}
+		}
+	}
+}
+
+func exemptDep(pkg, dep string) bool {
+	for _, e := range exempt[pkg] {
+		if dep == e || strings.HasPrefix(dep, e+"/") {
+			return true
+		}
+	}
+	return false
+}
+
+// packageDeps maps each package of the module to its transitive imports (without tests).
+func packageDeps(t *testing.T) map[string][]string {
+	t.Helper()
+	out, err := exec.Command("go", "list", "-f", "{{.ImportPath}}{{range .Deps}} {{.}}{{end}}", "./...").Output()
+	assert.NilError(t, err, "go list")
+	deps := map[string][]string{}
+	for _, line := range strings.Split(strings.TrimSpace(string(out)), "\n") {
+		fields := strings.Fields(line)
+		deps[fields[0]] = fields[1:]
+	}
+	return deps
+}
