@@ -129,9 +129,9 @@ type File struct {
 	Deferred bool
 }
 
-// Files lists the files in user data rendered by Node or Gateway (not base64 or gzipped), in path order. The plan
-// tool and end-to-end tests use it to lay a node's files out under a directory of their own; the boot scripts take
-// that directory as DYNK8S_ROOT.
+// Files lists the files in user data rendered by Node or Gateway (not base64 or gzipped), in path order. The
+// real-engine tests use it to lay a node's files out under a directory of their own; the boot scripts take that
+// directory as DYNK8S_ROOT.
 func Files(userData []byte) ([]File, error) {
 	if !bytes.HasPrefix(userData, []byte(header)) {
 		return nil, fmt.Errorf("user data does not start with %q", header)

@@ -373,7 +373,7 @@ func (q canI) args(sa string) []string {
 	return a
 }
 
-// autoscalerNeeds is the upstream AWS example's RBAC (domain-facts 1.6, from
+// autoscalerNeeds is the upstream AWS example's RBAC (kubernetes/autoscaler at cluster-autoscaler-1.34.5,
 // cluster-autoscaler/cloudprovider/aws/examples/cluster-autoscaler-autodiscover.yaml), written out here rather
 // than taken from the component so that the test checks the component against upstream, not against itself. The
 // extensions group is left out: this API server does not serve it.

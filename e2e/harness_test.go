@@ -21,6 +21,8 @@ import (
 	"github.com/pulumi/pulumi/sdk/v3/go/common/tokens"
 	"github.com/pulumi/pulumi/sdk/v3/go/common/workspace"
 	"github.com/pulumi/pulumi/sdk/v3/go/pulumi"
+
+	"github.com/dynk8s/dynk8s/internal/realtools"
 )
 
 // cluster is the control plane hack/start-kube.sh started for this run.
@@ -52,19 +54,13 @@ func requireCluster(t *testing.T) cluster {
 // requireTool skips when a real tool is missing, unless DYNK8S_REQUIRE_TOOLS is set (as CI does).
 func requireTool(t *testing.T, name string) string {
 	t.Helper()
-	p, err := exec.LookPath(name)
-	if err != nil {
-		missing(t, fmt.Sprintf("%s on PATH (hack/tools.sh --print-path): %v", name, err))
-	}
-	return p
+	return realtools.Require(t, name)
 }
 
+// missing skips the test for lack of what, or fails it under DYNK8S_REQUIRE_TOOLS.
 func missing(t *testing.T, what string) {
 	t.Helper()
-	if os.Getenv("DYNK8S_REQUIRE_TOOLS") != "" {
-		t.Fatalf("DYNK8S_REQUIRE_TOOLS is set but this test needs %s", what)
-	}
-	t.Skipf("needs %s", what)
+	realtools.Missing(t, what)
 }
 
 // kubectl runs kubectl as the cluster admin and returns its stdout; the error carries stderr.

@@ -4,11 +4,9 @@ package e2e
 
 import (
 	"bytes"
-	"compress/gzip"
 	"context"
 	"crypto/sha256"
 	"crypto/x509"
-	"encoding/base64"
 	"encoding/hex"
 	"encoding/json"
 	"encoding/pem"
@@ -336,55 +334,16 @@ func (n nodeEnv) join(ctx context.Context, t *testing.T, in cloudinit.NodeInput,
 // writeUserDataFiles writes the cloud-config's write_files under root, as cloud-init would on the node.
 func writeUserDataFiles(t *testing.T, userData []byte, root string) {
 	t.Helper()
-	var doc struct {
-		WriteFiles []struct {
-			Path        string `json:"path"`
-			Content     string `json:"content"`
-			Encoding    string `json:"encoding"`
-			Permissions string `json:"permissions"`
-		} `json:"write_files"`
+	files, err := cloudinit.Files(userData)
+	if err != nil {
+		t.Fatalf("user data: %v", err)
 	}
-	if err := yaml.Unmarshal(userData, &doc); err != nil {
-		t.Fatalf("parse user data: %v", err)
-	}
-	for _, f := range doc.WriteFiles {
-		content := []byte(f.Content)
-		switch f.Encoding {
-		case "", "text/plain":
-		case "b64", "base64":
-			b, err := base64.StdEncoding.DecodeString(f.Content)
-			if err != nil {
-				t.Fatalf("%s: %v", f.Path, err)
-			}
-			content = b
-		case "gz+b64", "gzip+b64", "gz+base64", "gzip+base64":
-			b, err := base64.StdEncoding.DecodeString(f.Content)
-			if err != nil {
-				t.Fatalf("%s: %v", f.Path, err)
-			}
-			zr, err := gzip.NewReader(bytes.NewReader(b))
-			if err != nil {
-				t.Fatalf("%s: %v", f.Path, err)
-			}
-			if content, err = io.ReadAll(zr); err != nil {
-				t.Fatalf("%s: %v", f.Path, err)
-			}
-		default:
-			t.Fatalf("%s: encoding %q not handled by this test", f.Path, f.Encoding)
-		}
-		mode := os.FileMode(0o644)
-		if f.Permissions != "" {
-			m, err := strconv.ParseUint(f.Permissions, 8, 32)
-			if err != nil {
-				t.Fatalf("%s: permissions %q: %v", f.Path, f.Permissions, err)
-			}
-			mode = os.FileMode(m)
-		}
+	for _, f := range files {
 		p := filepath.Join(root, f.Path)
 		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
 			t.Fatal(err)
 		}
-		if err := os.WriteFile(p, content, mode); err != nil {
+		if err := os.WriteFile(p, []byte(f.Content), f.Permissions); err != nil {
 			t.Fatal(err)
 		}
 	}

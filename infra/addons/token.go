@@ -30,7 +30,7 @@ func bootstrapTokenSecretName(id string) (string, error) {
 // bootstrapToken declares the bootstrap token Secret the nodes join with and returns its name.
 //
 // Expiry policy: the Secret has no expiration. Nodes boot at any time, long after `pulumi up`, and a token that
-// expired would make every later scale-up fail to join (domain-facts pitfall 8). The token never leaves this Secret
+// expired would make every later scale-up fail to join. The token never leaves this Secret
 // and the SSM parameter the node role reads; it is rotated by changing kubernetes.bootstrapTokenRotation, which makes
 // a new id and secret: the new Secret (another name) is created and the old one deleted in the same update, so a
 // rotated token stops working at once. Its groups allow nothing but joining (CSR creation and reading

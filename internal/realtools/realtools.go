@@ -5,6 +5,7 @@ package realtools
 
 import (
 	"bytes"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -18,14 +19,19 @@ const RequireEnv = "DYNK8S_REQUIRE_TOOLS"
 func Require(t testing.TB, name string) string {
 	t.Helper()
 	path, err := exec.LookPath(name)
-	if err == nil {
-		return path
+	if err != nil {
+		Missing(t, fmt.Sprintf("%s on PATH (%v)", name, err))
 	}
+	return path
+}
+
+// Missing skips the test for lack of what it needs, or fails it when RequireEnv is set.
+func Missing(t testing.TB, what string) {
+	t.Helper()
 	if os.Getenv(RequireEnv) != "" {
-		t.Fatalf("%s is not installed and %s is set: %v", name, RequireEnv, err)
+		t.Fatalf("%s is set but this test lacks %s", RequireEnv, what)
 	}
-	t.Skipf("%s is not installed (set %s=1 to make this a failure)", name, RequireEnv)
-	return ""
+	t.Skipf("lacks %s (set %s=1 to make this a failure)", what, RequireEnv)
 }
 
 // WGSetconf feeds a wg-quick file through wg-quick's own strip and wg's own parser and returns wg's stderr.
