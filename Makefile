@@ -10,7 +10,11 @@ GOLANGCI_LINT := $(GOBIN)/golangci-lint
 # (nft -c on the gateway ruleset).
 DEBIAN_TOOLS := cloud-init:cloud-init shellcheck:shellcheck wg:wireguard-tools nft:nftables
 
-.PHONY: test tools fmt-check vet lint unit plan golden e2e build preview up clean
+.PHONY: help test tools fmt-check vet lint unit plan golden e2e build preview up clean
+
+## help: list the targets.
+help:
+	@sed -n 's/^## //p' $(MAKEFILE_LIST)
 
 ## test: everything CI runs: formatting, vet, lint, unit and mock-engine tests with the real validators.
 test: tools fmt-check vet lint unit
@@ -30,13 +34,17 @@ tools:
 	  $(GO) install github.com/golangci/golangci-lint/v2/cmd/golangci-lint@$(GOLANGCI_LINT_VERSION); \
 	fi
 
+## fmt-check: fail when gofmt would change a file.
 fmt-check:
 	@out=$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go')); \
 	if [ -n "$$out" ]; then echo "gofmt would change:"; echo "$$out"; exit 1; fi
 
+## vet: go vet, e2e files included.
 vet:
 	$(GO) vet ./...
+	$(GO) vet -tags e2e ./e2e/
 
+## lint: golangci-lint (.golangci.yml), e2e files included.
 lint: tools
 	$(GOLANGCI_LINT) run --build-tags e2e ./...
 
@@ -68,5 +76,6 @@ golden:
 e2e:
 	./hack/e2e.sh
 
+## clean: remove the built program.
 clean:
 	rm -rf build

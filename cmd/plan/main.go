@@ -43,12 +43,13 @@ func run(args []string, stdout, stderr io.Writer) int {
 
 	result, err := plan.Run(*stack, file)
 	if err != nil {
-		var cfgErr *plan.ConfigError
-		if errors.As(err, &cfgErr) {
-			fmt.Fprintln(stderr, cfgErr.Error())
-			return 1
+		// A refused config is already one message listing every problem with its key path.
+		if cfgErr := (*plan.ConfigError)(nil); errors.As(err, &cfgErr) {
+			err = cfgErr
+		} else {
+			err = fmt.Errorf("plan: %w", err)
 		}
-		fmt.Fprintf(stderr, "plan: %v\n", err)
+		fmt.Fprintln(stderr, err)
 		return 1
 	}
 	if *out != "" {
