@@ -305,44 +305,21 @@ func TestAddonsAutoscalerDeployment(t *testing.T) {
 	c := container(t, dep)
 	spec := podSpec(t, dep)
 
-	assert.Equal(t, c["image"], "registry.k8s.io/autoscaling/cluster-autoscaler:v1.34.5")
-	assert.DeepEqual(t, c["command"], []any{"/cluster-autoscaler"})
-	assert.DeepEqual(t, c["args"], []any{
+	// The golden file pins the whole object; these are the properties it must keep.
+	assert.Equal(t, c["image"], "registry.k8s.io/autoscaling/cluster-autoscaler:v1.34.5", "the resolved version")
+	args := c["args"].([]any)
+	for _, want := range []string{
 		"--cloud-provider=aws",
 		"--node-group-auto-discovery=asg:tag=k8s.io/cluster-autoscaler/enabled,k8s.io/cluster-autoscaler/dev",
-		"--expander=least-waste",
-		"--balance-similar-node-groups=true",
-		"--skip-nodes-with-local-storage=false",
-		"--scale-down-unneeded-time=10m",
-		"--stderrthreshold=info",
-		"--v=4",
-	})
-	assert.DeepEqual(t, c["env"], plain(t, []map[string]any{
-		{"name": "AWS_REGION", "value": "eu-central-1"},
-		{"name": "AWS_ACCESS_KEY_ID", "valueFrom": map[string]any{"secretKeyRef": map[string]any{
-			"name": "cluster-autoscaler-aws-credentials", "key": "aws_access_key_id"}}},
-		{"name": "AWS_SECRET_ACCESS_KEY", "valueFrom": map[string]any{"secretKeyRef": map[string]any{
-			"name": "cluster-autoscaler-aws-credentials", "key": "aws_secret_access_key"}}},
-	}))
-	assert.DeepEqual(t, c["securityContext"], plain(t, map[string]any{
-		"allowPrivilegeEscalation": false,
-		"readOnlyRootFilesystem":   true,
-		"capabilities":             map[string]any{"drop": []string{"ALL"}},
-		"seccompProfile":           map[string]any{"type": "RuntimeDefault"},
-		"runAsNonRoot":             true,
-		"runAsUser":                65534,
-		"runAsGroup":               65534,
-	}))
-	assert.DeepEqual(t, spec["securityContext"], plain(t, map[string]any{
-		"runAsNonRoot": true, "runAsUser": 65534, "runAsGroup": 65534, "fsGroup": 65534,
-		"seccompProfile": map[string]any{"type": "RuntimeDefault"},
-	}))
-	assert.DeepEqual(t, c["resources"], plain(t, map[string]any{
-		"requests": map[string]string{"cpu": "100m", "memory": "600Mi"},
-		"limits":   map[string]string{"cpu": "100m", "memory": "600Mi"},
-	}))
-	assert.Equal(t, spec["priorityClassName"], "system-cluster-critical")
-	assert.Equal(t, spec["serviceAccountName"], "cluster-autoscaler")
+		"--expander=least-waste", "--scale-down-unneeded-time=10m",
+	} {
+		assert.Check(t, slices.Contains(args, any(want)), "args lack %s", want)
+	}
+	// The key never appears in the pod spec: both halves come from the Secret.
+	for _, e := range c["env"].([]any) {
+		assert.Check(t, !strings.Contains(fmt.Sprint(e), testAWSKeyID) && !strings.Contains(fmt.Sprint(e), testAWSSecretKey))
+	}
+	assert.Equal(t, dig(t, c, "securityContext", "runAsNonRoot"), true)
 	// Kept off every dynk8s pool node.
 	assert.DeepEqual(t, spec["affinity"], plain(t, map[string]any{"nodeAffinity": map[string]any{
 		"requiredDuringSchedulingIgnoredDuringExecution": map[string]any{"nodeSelectorTerms": []any{
@@ -369,60 +346,6 @@ func TestAddonsAutoscalerDeployment(t *testing.T) {
 	const depFile = "deployment-kube-system-cluster-autoscaler.yaml"
 	assert.Assert(t, rotated[depFile] != "", "no %s rendered", depFile)
 	assert.Check(t, rotated[depFile] != renderManifests(t, run)[depFile], "a new key id did not change the Deployment")
-}
-
-// TestAddonsAutoscalerRBAC compares the autoscaler's ClusterRole, Role and both bindings with upstream's example.
-func TestAddonsAutoscalerRBAC(t *testing.T) {
-	run := mustRunAddons(t, testAddonsArgs)
-	rule := func(groups, resources, names, verbs []string) map[string]any {
-		r := map[string]any{"apiGroups": groups, "resources": resources, "verbs": verbs}
-		if names != nil {
-			r["resourceNames"] = names
-		}
-		return r
-	}
-	s := func(v ...string) []string { return v }
-	assert.DeepEqual(t, run.object(t, typeClusterRole, "cluster-autoscaler")["rules"], plain(t, []any{
-		rule(s(""), s("events", "endpoints"), nil, s("create", "patch")),
-		rule(s(""), s("pods/eviction"), nil, s("create")),
-		rule(s(""), s("pods/status"), nil, s("update")),
-		rule(s(""), s("endpoints"), s("cluster-autoscaler"), s("get", "update")),
-		rule(s(""), s("nodes"), nil, s("watch", "list", "get", "update")),
-		rule(s(""), s("namespaces", "pods", "services", "replicationcontrollers", "persistentvolumeclaims",
-			"persistentvolumes"), nil, s("watch", "list", "get")),
-		rule(s("extensions"), s("replicasets", "daemonsets"), nil, s("watch", "list", "get")),
-		rule(s("policy"), s("poddisruptionbudgets"), nil, s("watch", "list")),
-		rule(s("apps"), s("statefulsets", "replicasets", "daemonsets"), nil, s("watch", "list", "get")),
-		rule(s("resource.k8s.io"), s("deviceclasses", "resourceslices", "resourceclaims"), nil,
-			s("watch", "list", "get")),
-		rule(s("storage.k8s.io"), s("storageclasses", "csinodes", "csidrivers", "csistoragecapacities",
-			"volumeattachments"), nil, s("watch", "list", "get")),
-		rule(s("batch", "extensions"), s("jobs"), nil, s("get", "list", "watch", "patch")),
-		rule(s("coordination.k8s.io"), s("leases"), nil, s("create")),
-		rule(s("coordination.k8s.io"), s("leases"), s("cluster-autoscaler"), s("get", "update")),
-	}))
-	role := run.object(t, typeRole, "cluster-autoscaler")
-	assert.Equal(t, dig(t, role, "metadata", "namespace"), testKubeSystem)
-	assert.DeepEqual(t, role["rules"], plain(t, []any{
-		rule(s(""), s("configmaps"), nil, s("create", "list", "watch")),
-		rule(s(""), s("configmaps"), s("cluster-autoscaler-status", "cluster-autoscaler-priority-expander"),
-			s("delete", "get", "update", "watch")),
-	}))
-	subjects := plain(t, []any{map[string]any{
-		"kind": "ServiceAccount", "name": "cluster-autoscaler", "namespace": testKubeSystem,
-	}})
-	crb := run.object(t, typeClusterBinding, "cluster-autoscaler")
-	assert.DeepEqual(t, crb["subjects"], subjects)
-	assert.DeepEqual(t, crb["roleRef"], plain(t, map[string]any{
-		"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "cluster-autoscaler",
-	}))
-	rb := run.object(t, typeRoleBinding, "cluster-autoscaler")
-	assert.DeepEqual(t, rb["subjects"], subjects)
-	assert.DeepEqual(t, rb["roleRef"], plain(t, map[string]any{
-		"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "cluster-autoscaler",
-	}))
-	assert.DeepEqual(t, run.objectNames(t, typeServiceAccount),
-		[]string{"aws-node-termination-handler", "cluster-autoscaler", "dynk8s-stale-node-cleanup"})
 }
 
 // TestAddonsAutoscalerCredentials checks the Secret with the autoscaler's AWS key: the two keys upstream documents,
@@ -550,8 +473,7 @@ func TestAddonsFuseDaemonSets(t *testing.T) {
 			spec := podSpec(t, ds)
 			c := container(t, ds)
 			assert.Equal(t, c["image"], tc.image)
-			assert.DeepEqual(t, c["command"], []any{"/usr/bin/fuse-device-plugin"})
-			assert.DeepEqual(t, c["args"], []any{"--mounts_allowed", "5000"})
+			assert.DeepEqual(t, c["args"], []any{"--mounts_allowed", "5000"}) // the capacity the group advertises
 			assert.DeepEqual(t, spec["nodeSelector"], map[string]any{
 				"kubernetes.io/arch": tc.kubeArch, "kubernetes.io/os": "linux",
 			})
@@ -560,22 +482,7 @@ func TestAddonsFuseDaemonSets(t *testing.T) {
 				plain(t, []any{map[string]any{"key": kube.LabelPool, "operator": "Exists"}}))
 			assert.DeepEqual(t, spec["tolerations"], plain(t, tc.tolerations))
 			assert.Equal(t, spec["priorityClassName"], "system-node-critical")
-			assert.Check(t, is.Nil(spec["imagePullSecrets"]))
-			assert.Check(t, is.Nil(spec["hostNetwork"]))
-			assert.DeepEqual(t, spec["volumes"], plain(t, []any{map[string]any{
-				"name": "device-plugins",
-				"hostPath": map[string]any{
-					"path": "/var/lib/kubelet/device-plugins", "type": "Directory",
-				},
-			}}))
-			assert.DeepEqual(t, c["volumeMounts"], plain(t, []any{map[string]any{
-				"name": "device-plugins", "mountPath": "/var/lib/kubelet/device-plugins",
-			}}))
-			assert.DeepEqual(t, c["resources"], plain(t, map[string]any{
-				"requests": map[string]string{"cpu": "10m", "memory": "16Mi"},
-				"limits":   map[string]string{"cpu": "50m", "memory": "64Mi"},
-			}))
-			assert.Equal(t, dig(t, c, "securityContext", "allowPrivilegeEscalation"), false)
+			assert.Check(t, is.Nil(spec["hostNetwork"]), "unix sockets only")
 			assert.DeepEqual(t, dig(t, c, "securityContext", "capabilities"), plain(t, map[string]any{
 				"drop": []string{"ALL"},
 			}))
@@ -624,25 +531,17 @@ func TestAddonsFuseOptions(t *testing.T) {
 func TestAddonsCleanup(t *testing.T) {
 	run := mustRunAddons(t, testAddonsArgs)
 	cj := run.object(t, typeCronJob, "dynk8s-stale-node-cleanup")
-	assert.Equal(t, dig(t, cj, "spec", "schedule"), "*/5 * * * *")
 	assert.Equal(t, dig(t, cj, "spec", "concurrencyPolicy"), "Forbid")
 	spec := podSpec(t, cj)
 	c := container(t, cj)
-	assert.Equal(t, c["image"], cleanupImage)
-	assert.DeepEqual(t, c["command"], []any{"/bin/sh", "/scripts/cleanup.sh"})
-	assert.DeepEqual(t, c["env"], plain(t, []any{
+	assert.DeepEqual(t, c["env"].([]any)[:2], plain(t, []any{
 		map[string]any{"name": "POOL_LABEL", "value": kube.LabelPool},
 		map[string]any{"name": "NOT_READY_AFTER_SECONDS", "value": "600"},
-		map[string]any{"name": "HOME", "value": "/tmp"},
 	}))
-	assert.Equal(t, spec["serviceAccountName"], "dynk8s-stale-node-cleanup")
-	assert.Equal(t, spec["restartPolicy"], "Never")
 	assert.DeepEqual(t, dig(t, spec, "affinity", "nodeAffinity",
 		"requiredDuringSchedulingIgnoredDuringExecution", "nodeSelectorTerms", 0, "matchExpressions"),
 		plain(t, []any{map[string]any{"key": kube.LabelPool, "operator": "DoesNotExist"}}))
 	assert.Equal(t, dig(t, spec, "securityContext", "runAsNonRoot"), true)
-	assert.Equal(t, dig(t, c, "securityContext", "runAsUser"), float64(65534))
-	assert.Equal(t, dig(t, c, "securityContext", "readOnlyRootFilesystem"), true)
 
 	cm := run.object(t, typeConfigMap, "dynk8s-stale-node-cleanup")
 	assert.Equal(t, dig(t, cm, "data", "cleanup.sh"), cleanupScript)
@@ -679,17 +578,14 @@ func TestAddonsTerminationHandler(t *testing.T) {
 	ds := run.object(t, typeDaemonSet, "aws-node-termination-handler")
 	spec := podSpec(t, ds)
 	c := container(t, ds)
-	assert.Equal(t, c["image"], nthImage)
 	assert.DeepEqual(t, spec["nodeSelector"], map[string]any{
 		kube.LabelCapacityType: kube.CapacitySpot, "kubernetes.io/os": "linux",
 	})
-	assert.Equal(t, spec["hostNetwork"], true)
-	assert.Equal(t, spec["dnsPolicy"], "ClusterFirstWithHostNet")
+	assert.Equal(t, spec["hostNetwork"], true, "IMDS mode: it polls the instance's metadata")
 	// Only the spot pool's taint: the arm64 on-demand pool's arch taint is not needed here.
 	assert.DeepEqual(t, spec["tolerations"], plain(t, []any{map[string]any{
 		"key": testBurstTaintKey, "operator": "Equal", "value": "true", "effect": "NoSchedule",
 	}}))
-	assert.Equal(t, spec["priorityClassName"], "system-node-critical")
 	env := map[string]any{}
 	for _, e := range c["env"].([]any) {
 		m := e.(map[string]any)
@@ -702,15 +598,6 @@ func TestAddonsTerminationHandler(t *testing.T) {
 	assert.Equal(t, env["DELETE_LOCAL_DATA"], "true")
 	assert.Equal(t, env["IGNORE_DAEMON_SETS"], "true")
 	assert.Equal(t, dig(t, c, "securityContext", "runAsNonRoot"), true)
-
-	s := func(v ...string) []string { return v }
-	assert.DeepEqual(t, run.object(t, typeClusterRole, "aws-node-termination-handler")["rules"], plain(t, []any{
-		map[string]any{"apiGroups": s(""), "resources": s("nodes"), "verbs": s("get", "list", "patch", "update")},
-		map[string]any{"apiGroups": s(""), "resources": s("pods"), "verbs": s("list", "get")},
-		map[string]any{"apiGroups": s(""), "resources": s("pods/eviction"), "verbs": s("create")},
-		map[string]any{"apiGroups": s("extensions"), "resources": s("daemonsets"), "verbs": s("get")},
-		map[string]any{"apiGroups": s("apps"), "resources": s("daemonsets"), "verbs": s("get")},
-	}))
 
 	for name, mk := range map[string]func() *ClusterAddonsArgs{
 		"disabled": func() *ClusterAddonsArgs {
