@@ -129,9 +129,9 @@ func TestReadmeQuickStartCommandsExist(t *testing.T) {
 	section := readme[strings.Index(readme, "## Quick start"):]
 	section = section[:strings.Index(section[1:], "\n## ")+1]
 	assert.Check(t, commandsExist(t, section) >= 2, "the quick start lost its commands")
-	real := readme[strings.Index(readme, "## Real use"):]
-	real = real[:strings.Index(real[1:], "\n## ")+1]
-	assert.Check(t, commandsExist(t, real) >= 2, "the real-use section lost its make commands")
+	realUse := readme[strings.Index(readme, "## Real use"):]
+	realUse = realUse[:strings.Index(realUse[1:], "\n## ")+1]
+	assert.Check(t, commandsExist(t, realUse) >= 2, "the real-use section lost its make commands")
 }
 
 // TestJenkinsfileUsesMakeTargets: the pipeline runs only make targets that exist.

@@ -115,7 +115,7 @@ func (f *fakeAWS) serveSSM(w http.ResponseWriter, r *http.Request) {
 // newFakeAPIServer answers /readyz over TLS after dropping the first drops connections.
 func newFakeAPIServer(t *testing.T, drops int) *httptest.Server {
 	var mu sync.Mutex
-	srv := httptest.NewTLSServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	srv := httptest.NewTLSServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
 		mu.Lock()
 		drop := drops > 0
 		drops--

@@ -10,7 +10,7 @@ import (
 	"github.com/dynk8s/dynk8s/wireguard"
 )
 
-// GatewayInput: the WireGuard gateway instance.
+// GatewayInput is everything the WireGuard gateway instance's user data depends on; nothing secret.
 type GatewayInput struct {
 	ListenPort          int            // UDP
 	MTU                 int            // explicit tunnel MTU (never wg-quick's auto MTU)

@@ -174,7 +174,7 @@ func TestNodeValidation(t *testing.T) {
 		modify func(*NodeInput)
 		want   []string
 	}{
-		{"version unset", func(in *NodeInput) { in.KubernetesVersion = kube.Version{} }, []string{"KubernetesVersion: Kubernetes 0.0.0 is not supported"}},
+		{"version unset", func(in *NodeInput) { in.KubernetesVersion = kube.Version{} }, []string{"KubernetesVersion: version 0.0.0 is not supported"}},
 		{"minor too old for v1beta4", func(in *NodeInput) { in.KubernetesVersion = kube.Version{Major: 1, Minor: 30, Patch: 2} }, []string{"1.30.2 is not supported"}},
 		{"minor unknown", func(in *NodeInput) { in.KubernetesVersion = kube.Version{Major: 1, Minor: 38} }, []string{"1.38.0 is not supported"}},
 		{"endpoint without port", func(in *NodeInput) { in.APIServerEndpoint = "192.168.10.10" }, []string{"APIServerEndpoint"}},

@@ -120,37 +120,7 @@ func TestClusterAddonsLifecycle(t *testing.T) {
 	if len(objs) == 0 {
 		t.Fatal(errNoObjects)
 	}
-	uids := map[string]string{}
-	for _, o := range objs {
-		var live struct {
-			Metadata struct {
-				UID string `json:"uid"`
-			} `json:"metadata"`
-		}
-		if err := c.getJSON(ctx, &live, o.args()...); err != nil {
-			t.Errorf("%s: %v", o, err)
-			continue
-		}
-		if live.Metadata.UID != o.UID {
-			t.Errorf("%s: live uid %s, state uid %s", o, live.Metadata.UID, o.UID)
-		}
-		uids[o.URN] = o.UID
-	}
-	t.Logf("%d objects live: %v", len(objs), objs)
-	for _, want := range []string{
-		"ServiceAccount kube-system/" + autoscalerSA,
-		"Deployment kube-system/" + autoscalerSA,
-		"ClusterRole " + autoscalerSA,
-		"Secret kube-system/bootstrap-token-" + e2eTokenID,
-		"ServiceAccount kube-system/" + cleanupSA,
-		"CronJob kube-system/" + cleanupSA,
-		"ServiceAccount kube-system/" + nthSA,
-		"DaemonSet kube-system/" + nthSA,
-	} {
-		if !slices.ContainsFunc(objs, func(o k8sObject) bool { return o.String() == want }) {
-			t.Errorf("the stack does not manage %s", want)
-		}
-	}
+	uids := checkLive(ctx, t, c, objs)
 	checkDeclared(ctx, t, c, cfg)
 	if t.Failed() {
 		t.FailNow()
@@ -246,6 +216,44 @@ func clonePool(p config.NodePool) config.NodePool {
 	p.Taints = slices.Clone(p.Taints)
 	p.InstanceTypes = slices.Clone(p.InstanceTypes)
 	return p
+}
+
+// checkLive asserts that every object in the stack's state is live, as the very object Pulumi created (same uid),
+// and that the stack manages the objects every dynk8s cluster needs. It returns the uids by URN.
+func checkLive(ctx context.Context, t *testing.T, c cluster, objs []k8sObject) map[string]string {
+	t.Helper()
+	uids := map[string]string{}
+	for _, o := range objs {
+		var live struct {
+			Metadata struct {
+				UID string `json:"uid"`
+			} `json:"metadata"`
+		}
+		if err := c.getJSON(ctx, &live, o.args()...); err != nil {
+			t.Errorf("%s: %v", o, err)
+			continue
+		}
+		if live.Metadata.UID != o.UID {
+			t.Errorf("%s: live uid %s, state uid %s", o, live.Metadata.UID, o.UID)
+		}
+		uids[o.URN] = o.UID
+	}
+	t.Logf("%d objects live: %v", len(objs), objs)
+	for _, want := range []string{
+		"ServiceAccount kube-system/" + autoscalerSA,
+		"Deployment kube-system/" + autoscalerSA,
+		"ClusterRole " + autoscalerSA,
+		"Secret kube-system/bootstrap-token-" + e2eTokenID,
+		"ServiceAccount kube-system/" + cleanupSA,
+		"CronJob kube-system/" + cleanupSA,
+		"ServiceAccount kube-system/" + nthSA,
+		"DaemonSet kube-system/" + nthSA,
+	} {
+		if !slices.ContainsFunc(objs, func(o k8sObject) bool { return o.String() == want }) {
+			t.Errorf("the stack does not manage %s", want)
+		}
+	}
+	return uids
 }
 
 // checkDeclared reads back the objects whose content matters most and compares them with the dev config.

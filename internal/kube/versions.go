@@ -75,8 +75,8 @@ func LookupMinor(v Version) (Minor, error) {
 			return m, nil
 		}
 	}
-	return Minor{}, fmt.Errorf("Kubernetes %s is not supported (1.%d to 1.%d: kubeadm's v1beta4 JoinConfiguration "+
-		"and a known pause image and CRI-O stream)", v, Minors[0].Minor, Minors[len(Minors)-1].Minor)
+	return Minor{}, fmt.Errorf("version %s is not supported (Kubernetes 1.%d to 1.%d: kubeadm's v1beta4 "+
+		"JoinConfiguration, and a known pause image and CRI-O stream)", v, Minors[0].Minor, Minors[len(Minors)-1].Minor)
 }
 
 // AutoscalerVersion is the Cluster Autoscaler release to run against a control plane of version k8s: override when
