@@ -40,7 +40,8 @@ type Resource struct {
 	DeleteBeforeReplace     bool
 	Protect                 bool
 	Provider                string
-	DependsOn               []string
+	// DependsOn are the names of the resources this one explicitly depends on (the dependsOn option).
+	DependsOn []string
 	// Read is true for a resource read from the cloud (a Get*), not declared.
 	Read bool
 }
@@ -134,9 +135,19 @@ func (c *Cloud) NewResource(args pulumi.MockResourceArgs) (string, resource.Prop
 		r.DeleteBeforeReplace = rpc.GetDeleteBeforeReplace()
 		r.Protect = rpc.GetProtect()
 		r.Provider = rpc.GetProvider()
-		for _, d := range rpc.GetDependencies() {
-			r.DependsOn = append(r.DependsOn, urnName(d))
+		// Dependencies holds both the explicit dependsOn and those the inputs imply; only the explicit ones are kept.
+		implied := map[string]bool{}
+		for _, pd := range rpc.GetPropertyDependencies() {
+			for _, u := range pd.GetUrns() {
+				implied[u] = true
+			}
 		}
+		for _, d := range rpc.GetDependencies() {
+			if !implied[d] {
+				r.DependsOn = append(r.DependsOn, urnName(d))
+			}
+		}
+		sort.Strings(r.DependsOn)
 		// The real engine marks additional secret outputs as secret in state; so does this stand-in.
 		for _, k := range rpc.GetAdditionalSecretOutputs() {
 			if v, ok := outputs[resource.PropertyKey(k)]; ok && !v.IsSecret() {

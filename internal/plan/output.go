@@ -32,6 +32,11 @@ type JSONResource struct {
 	Protect       bool           `json:"protect"`
 	// AdditionalSecretOutputs are the outputs the engine stores as secrets.
 	AdditionalSecretOutputs []string `json:"additionalSecretOutputs,omitempty"`
+	// DeleteBeforeReplace, ReplaceOnChanges and DependsOn are the resource options of those names (dependsOn as
+	// resource names): what decides the order of a replacement or a first create.
+	DeleteBeforeReplace bool     `json:"deleteBeforeReplace,omitempty"`
+	ReplaceOnChanges    []string `json:"replaceOnChanges,omitempty"`
+	DependsOn           []string `json:"dependsOn,omitempty"`
 	// Read marks a resource the program reads from the cloud rather than declares.
 	Read bool `json:"read,omitempty"`
 }
@@ -79,6 +84,9 @@ func (r *Result) document(pointers bool) JSONDocument {
 			IgnoreChanges:           ignore,
 			Protect:                 res.Protect,
 			AdditionalSecretOutputs: res.AdditionalSecretOutputs,
+			DeleteBeforeReplace:     res.DeleteBeforeReplace,
+			ReplaceOnChanges:        res.ReplaceOnChanges,
+			DependsOn:               res.DependsOn,
 			Read:                    res.Read,
 		})
 	}
