@@ -16,6 +16,10 @@ import (
 // NodePoolType is the type token of the NodePool component.
 const NodePoolType = "dynk8s:infra:NodePool"
 
+// drainMarginSeconds is how much longer than the drain a terminating instance waits: the handler polls IMDS every
+// two seconds and cordons first.
+const drainMarginSeconds = 60
+
 // NodePool is one entry of dynk8s:nodePools: a Fedora image lookup, a launch template and an Auto Scaling Group
 // that the Cluster Autoscaler discovers by its tags and scales, from zero, between the pool's min and max.
 type NodePool struct {
@@ -133,7 +137,9 @@ func NewNodePool(ctx *pulumi.Context, name string, args *NodePoolArgs, opts ...p
 		WaitForCapacityTimeout: pulumi.String("0"),
 		// AZRebalance terminates running nodes to even out zones, without draining them (CA README gotchas).
 		SuspendedProcesses: pulumi.StringArray{pulumi.String("AZRebalance")},
-		CapacityRebalance:  pulumi.Bool(pool.Spot),
+		// No Capacity Rebalancing: it launches a replacement and then terminates the at-risk spot node itself,
+		// without notice; the two-minute interruption notice and the termination handler's drain cover spot.
+		CapacityRebalance: pulumi.Bool(false),
 	}
 	if mixed {
 		var overrides autoscaling.GroupMixedInstancesPolicyLaunchTemplateOverrideArray
@@ -165,7 +171,8 @@ func NewNodePool(ctx *pulumi.Context, name string, args *NodePoolArgs, opts ...p
 		groupArgs.LaunchTemplate = &autoscaling.GroupLaunchTemplateArgs{Id: lt.ID(), Version: version}
 	}
 	if pool.InstanceRefresh {
-		// Opt-in only: a refresh replaces nodes without draining them, killing running builds.
+		// Opt-in only: a refresh replaces every node of the pool, drained (see the lifecycle hook) but still
+		// ending the builds that ran there.
 		groupArgs.InstanceRefresh = &autoscaling.GroupInstanceRefreshArgs{
 			Strategy: pulumi.String("Rolling"),
 			Preferences: &autoscaling.GroupInstanceRefreshPreferencesArgs{
@@ -181,6 +188,20 @@ func NewNodePool(ctx *pulumi.Context, name string, args *NodePoolArgs, opts ...p
 		pulumi.IgnoreChanges([]string{"desiredCapacity"}))
 	if err != nil {
 		return nil, fmt.Errorf("node pool %q: auto scaling group: %w", name, err)
+	}
+
+	// Whatever the group terminates itself (instance refresh, health replacement, a lowered maxSize) waits in
+	// Terminating:Wait, which IMDS shows as the target lifecycle state Terminated: the termination handler drains
+	// the node on it, and the heartbeat gives the drain its time before the group goes on. A resource of its own,
+	// not the group's initialLifecycleHooks, which apply only when a group is created.
+	if _, err := autoscaling.NewLifecycleHook(ctx, name+"-drain", &autoscaling.LifecycleHookArgs{
+		AutoscalingGroupName: group.Name,
+		Name:                 pulumi.String("dynk8s-drain"),
+		LifecycleTransition:  pulumi.String("autoscaling:EC2_INSTANCE_TERMINATING"),
+		HeartbeatTimeout:     pulumi.Int(config.DrainGraceSeconds + drainMarginSeconds),
+		DefaultResult:        pulumi.String("CONTINUE"),
+	}, parent); err != nil {
+		return nil, fmt.Errorf("node pool %q: termination hook: %w", name, err)
 	}
 
 	comp.ImageID = image.Id()

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"sort"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -132,9 +133,8 @@ func TestAutoScalingGroups(t *testing.T) {
 	lt := asMap(in(x86, "launchTemplate"))
 	assert.Equal(t, lt["version"], "1")
 	assert.Check(t, in(x86, "mixedInstancesPolicy") == nil)
-	assert.Equal(t, in(x86, "capacityRebalance"), false)
 
-	// Spot: mixed instances, no on-demand, price-capacity-optimized, capacity rebalancing.
+	// Spot: mixed instances, no on-demand, price-capacity-optimized.
 	assert.Check(t, in(arm, "launchTemplate") == nil)
 	mip := asMap(in(arm, "mixedInstancesPolicy"))
 	dist := asMap(mip["instancesDistribution"])
@@ -148,7 +148,53 @@ func TestAutoScalingGroups(t *testing.T) {
 		types = append(types, asMap(o)["instanceType"])
 	}
 	assert.DeepEqual(t, types, []any{"c7g.2xlarge", "c6g.2xlarge"})
-	assert.Equal(t, in(arm, "capacityRebalance"), true)
+}
+
+// TestGroupTerminationsDrain: nothing the group itself terminates (Capacity Rebalancing, instance refresh, health
+// replacement, a lowered maxSize) goes without a drain. Capacity Rebalancing is off: it launches a replacement and
+// then terminates the at-risk node without notice. Every group holds terminating instances in Terminating:Wait for
+// longer than the termination handler's drain, which it starts when IMDS shows the target lifecycle state
+// Terminated.
+func TestGroupTerminationsDrain(t *testing.T) {
+	res := runStack(t, devConfig(t))
+	for _, g := range res.Cloud.ByType("aws:autoscaling/group:Group") {
+		assert.Check(t, in(&g, "capacityRebalance") != true, "%s: capacity rebalancing terminates without a drain", g.Name)
+		// A hook resource of its own: a group's initialLifecycleHooks apply only when the group is created.
+		hook := find(t, res, "aws:autoscaling/lifecycleHook:LifecycleHook", strings.TrimSuffix(g.Name, "-asg")+"-drain")
+		assert.Equal(t, in(hook, "autoscalingGroupName"), mockcloud.Plain(g.Outputs["name"], true))
+		assert.Equal(t, in(hook, "lifecycleTransition"), "autoscaling:EC2_INSTANCE_TERMINATING")
+		assert.Equal(t, in(hook, "defaultResult"), "CONTINUE", "a node that cannot drain is still terminated")
+		assert.Check(t, in(hook, "heartbeatTimeout").(float64) > float64(config.DrainGraceSeconds),
+			"%s: the hook must outlast the drain", g.Name)
+	}
+	ds := find(t, res, "kubernetes:apps/v1:DaemonSet", "addons-nth")
+	env := map[string]any{}
+	for _, e := range asList(dig(in(ds, "spec"), "template", "spec", "containers", 0, "env")) {
+		env[asMap(e)["name"].(string)] = asMap(e)["value"]
+	}
+	assert.Equal(t, env["ENABLE_ASG_LIFECYCLE_DRAINING"], "true", "the handler drains on the target lifecycle state")
+	assert.Equal(t, env["NODE_TERMINATION_GRACE_PERIOD"], strconv.Itoa(config.DrainGraceSeconds))
+	// Scheduled maintenance and group terminations hit on-demand nodes too: the handler runs on every pool node.
+	spec := asMap(dig(in(ds, "spec"), "template", "spec"))
+	_, spotOnly := asMap(spec["nodeSelector"])["dynk8s.io/capacity-type"]
+	assert.Check(t, !spotOnly, "the handler must not be limited to spot nodes")
+}
+
+// dig walks maps and lists of plain data.
+func dig(v any, path ...any) any {
+	for _, p := range path {
+		switch k := p.(type) {
+		case string:
+			v = asMap(v)[k]
+		case int:
+			l := asList(v)
+			if k >= len(l) {
+				return nil
+			}
+			v = l[k]
+		}
+	}
+	return v
 }
 
 func groupTags(g *mockcloud.Resource) map[string]string {

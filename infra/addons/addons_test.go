@@ -572,20 +572,22 @@ func TestAddonsCleanup(t *testing.T) {
 }
 
 // TestAddonsTerminationHandler checks the spot drain: on spot pool nodes only, in IMDS mode over the host network,
-// tolerating the spot pools' taints, with the upstream chart's RBAC; and absent without spot pools or when disabled.
+// tolerating every pool's taints, with the upstream chart's RBAC; and absent without pools or when disabled.
 func TestAddonsTerminationHandler(t *testing.T) {
 	run := mustRunAddons(t, testAddonsArgs)
 	ds := run.object(t, typeDaemonSet, "aws-node-termination-handler")
 	spec := podSpec(t, ds)
 	c := container(t, ds)
-	assert.DeepEqual(t, spec["nodeSelector"], map[string]any{
-		kube.LabelCapacityType: kube.CapacitySpot, "kubernetes.io/os": "linux",
-	})
+	// Every pool node, spot or not; never an on-prem node.
+	assert.DeepEqual(t, spec["nodeSelector"], map[string]any{"kubernetes.io/os": "linux"})
+	assert.DeepEqual(t, dig(t, spec, "affinity", "nodeAffinity",
+		"requiredDuringSchedulingIgnoredDuringExecution", "nodeSelectorTerms", 0, "matchExpressions"),
+		plain(t, []any{map[string]any{"key": kube.LabelPool, "operator": "Exists"}}))
 	assert.Equal(t, spec["hostNetwork"], true, "IMDS mode: it polls the instance's metadata")
-	// Only the spot pool's taint: the arm64 on-demand pool's arch taint is not needed here.
-	assert.DeepEqual(t, spec["tolerations"], plain(t, []any{map[string]any{
-		"key": testBurstTaintKey, "operator": "Equal", "value": "true", "effect": "NoSchedule",
-	}}))
+	assert.DeepEqual(t, spec["tolerations"], plain(t, []any{
+		map[string]any{"key": testArchTaintKey, "operator": "Exists", "effect": "NoSchedule"},
+		map[string]any{"key": testBurstTaintKey, "operator": "Equal", "value": "true", "effect": "NoSchedule"},
+	}))
 	env := map[string]any{}
 	for _, e := range c["env"].([]any) {
 		m := e.(map[string]any)
@@ -595,6 +597,7 @@ func TestAddonsTerminationHandler(t *testing.T) {
 	}
 	assert.Equal(t, env["ENABLE_SPOT_INTERRUPTION_DRAINING"], "true")
 	assert.Equal(t, env["ENABLE_SQS_TERMINATION_DRAINING"], "false")
+	assert.Equal(t, env["ENABLE_ASG_LIFECYCLE_DRAINING"], "true")
 	assert.Equal(t, env["DELETE_LOCAL_DATA"], "true")
 	assert.Equal(t, env["IGNORE_DAEMON_SETS"], "true")
 	assert.Equal(t, dig(t, c, "securityContext", "runAsNonRoot"), true)
@@ -605,9 +608,10 @@ func TestAddonsTerminationHandler(t *testing.T) {
 			a.TerminationHandler.Enabled = false
 			return a
 		},
-		"no spot pool": func() *ClusterAddonsArgs {
+		"no pool": func() *ClusterAddonsArgs {
 			a := testAddonsArgs()
-			a.Pools = a.Pools[1:]
+			a.Pools = nil
+			a.Fuse.Enabled = false
 			return a
 		},
 	} {

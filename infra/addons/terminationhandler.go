@@ -2,6 +2,7 @@ package addons
 
 import (
 	"fmt"
+	"strconv"
 
 	appsv1 "github.com/pulumi/pulumi-kubernetes/sdk/v4/go/kubernetes/apps/v1"
 	corev1 "github.com/pulumi/pulumi-kubernetes/sdk/v4/go/kubernetes/core/v1"
@@ -36,7 +37,7 @@ func nthRules() rbacv1.PolicyRuleArray {
 }
 
 // nthEnv runs the handler in IMDS mode: it polls the instance metadata of its own node for the two-minute spot
-// interruption notice and scheduled events, then cordons and drains the node.
+// interruption notice, scheduled events and the group's target lifecycle state, then cordons and drains the node.
 func nthEnv() corev1.EnvVarArray {
 	field := func(name, path string) *corev1.EnvVarArgs {
 		return &corev1.EnvVarArgs{
@@ -56,28 +57,24 @@ func nthEnv() corev1.EnvVarArray {
 		// Rebalance recommendations come early and often; acting on them would drain nodes that may run for hours.
 		value("ENABLE_REBALANCE_MONITORING", "false"),
 		value("ENABLE_SQS_TERMINATION_DRAINING", "false"),
+		// autoscaling/target-lifecycle-state Terminated: a termination the group started (the groups' lifecycle
+		// hook holds the instance for the drain).
+		value("ENABLE_ASG_LIFECYCLE_DRAINING", "true"),
 		// Build agents use emptyDir; without this the drain would stop at them.
 		value("DELETE_LOCAL_DATA", "true"),
 		value("IGNORE_DAEMON_SETS", "true"),
 		// -1: each pod's own terminationGracePeriodSeconds.
 		value("POD_TERMINATION_GRACE_PERIOD", "-1"),
 		// The whole drain must fit in the two-minute spot notice.
-		value("NODE_TERMINATION_GRACE_PERIOD", "120"),
+		value("NODE_TERMINATION_GRACE_PERIOD", strconv.Itoa(config.DrainGraceSeconds)),
 		value("JSON_LOGGING", "true"),
 	}
 }
 
-// terminationHandler declares aws-node-termination-handler on the spot pool nodes, when enabled and some pool is a
-// spot pool.
+// terminationHandler declares aws-node-termination-handler on every pool node, when enabled and there are pools.
 func (b *builder) terminationHandler() error {
 	a := b.args
-	var spot []config.NodePool
-	for _, p := range a.Pools {
-		if p.Spot {
-			spot = append(spot, p)
-		}
-	}
-	if !a.TerminationHandler.Enabled || len(spot) == 0 {
+	if !a.TerminationHandler.Enabled || len(a.Pools) == 0 {
 		return nil
 	}
 
@@ -102,12 +99,11 @@ func (b *builder) terminationHandler() error {
 					// and ordinary pods cannot reach the node role's credentials.
 					HostNetwork: pulumi.Bool(true),
 					DnsPolicy:   pulumi.String("ClusterFirstWithHostNet"),
-					// Spot pool nodes only: on-demand and on-prem nodes get no interruption notice.
-					NodeSelector: pulumi.StringMap{
-						kube.LabelCapacityType: pulumi.String(kube.CapacitySpot),
-						"kubernetes.io/os":     pulumi.String("linux"),
-					},
-					Tolerations:     tolerations(spot),
+					// Every pool node (on-demand nodes get scheduled events and group terminations too); never an
+					// on-prem node, which has no instance metadata of ours.
+					NodeSelector:    pulumi.StringMap{kube.LabelOS: pulumi.String("linux")},
+					Affinity:        poolAffinity(true),
+					Tolerations:     tolerations(a.Pools),
 					SecurityContext: nonRootPod(nthUID),
 					Containers: corev1.ContainerArray{
 						&corev1.ContainerArgs{

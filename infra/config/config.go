@@ -17,6 +17,11 @@ import (
 // Namespace is the Pulumi config namespace of dynk8s keys.
 const Namespace = "dynk8s"
 
+// DrainGraceSeconds is how long the termination handler may take to drain a node: the two minutes of a spot
+// interruption notice. The groups hold a terminating instance longer than that (infra), so a drain the group
+// started itself also completes.
+const DrainGraceSeconds = 120
+
 // Config is the whole stack configuration (namespace "dynk8s" plus aws:region), with defaults applied and validated.
 // Every decision in the program is taken from it; nothing reads the Pulumi config after Parse.
 type Config struct {
@@ -176,6 +181,7 @@ type Cleanup struct {
 
 // TerminationHandler is dynk8s:terminationHandler.
 type TerminationHandler struct {
-	// Enabled deploys aws-node-termination-handler on spot pools.
+	// Enabled deploys aws-node-termination-handler on every pool node: it drains on spot interruptions, scheduled
+	// events and terminations the group starts.
 	Enabled bool `key:"enabled" default:"true"`
 }
