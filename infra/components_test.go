@@ -6,6 +6,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/pulumi/pulumi-aws/sdk/v6/go/aws/ec2"
 	"github.com/pulumi/pulumi/sdk/v3/go/pulumi"
 	"golang.zx2c4.com/wireguard/wgctrl/wgtypes"
 	"gotest.tools/v3/assert"
@@ -110,6 +111,10 @@ func TestWireGuardGatewayComponent(t *testing.T) {
 		if err != nil {
 			return err
 		}
+		igw, err := ec2.NewInternetGateway(ctx, "igw", &ec2.InternetGatewayArgs{VpcId: pulumi.String("vpc-1")})
+		if err != nil {
+			return err
+		}
 		gw, err := infra.NewWireGuardGateway(ctx, "gw", &infra.WireGuardGatewayArgs{
 			ClusterName:  "lab",
 			InstanceType: "t3.micro",
@@ -120,6 +125,7 @@ func TestWireGuardGatewayComponent(t *testing.T) {
 			},
 			VPCCIDR:             prefix("10.50.0.0/20"),
 			InterfaceID:         pulumi.String("eni-0123"),
+			InternetGateway:     igw,
 			InstanceProfileName: pulumi.String("lab-gateway"),
 		})
 		if err != nil {

@@ -57,6 +57,8 @@ type WireGuardGatewayArgs struct {
 	VPCCIDR netip.Prefix
 	// InterfaceID is the gateway's network interface from the Network (required).
 	InterfaceID pulumi.StringInput
+	// InternetGateway is the VPC's internet gateway (required): the Elastic IP waits for it.
+	InternetGateway pulumi.Resource
 	// InstanceProfileName is the gateway's instance profile, allowed to read only the key parameter (required).
 	InstanceProfileName pulumi.StringInput
 }
@@ -70,8 +72,8 @@ func TunnelAddresses(tunnel netip.Prefix) (gateway, onPrem netip.Prefix) {
 
 // NewWireGuardGateway declares the gateway: its keys, the key's SSM parameter, the instance and its Elastic IP.
 func NewWireGuardGateway(ctx *pulumi.Context, name string, args *WireGuardGatewayArgs, opts ...pulumi.ResourceOption) (*WireGuardGateway, error) {
-	if args == nil {
-		return nil, errors.New("wireguard gateway: args are required")
+	if args == nil || args.InternetGateway == nil {
+		return nil, errors.New("wireguard gateway: args and args.InternetGateway are required")
 	}
 	wg := args.WireGuard
 	comp := &WireGuardGateway{}
@@ -137,6 +139,16 @@ func NewWireGuardGateway(ctx *pulumi.Context, name string, args *WireGuardGatewa
 	}).(pulumi.StringOutput)
 
 	image := lookupImage(ctx, args.Image, "", parent)
+	eip, err := ec2.NewEip(ctx, name+"-eip", &ec2.EipArgs{
+		Domain:           pulumi.String("vpc"),
+		NetworkInterface: args.InterfaceID,
+		Tags:             tags,
+		// An Elastic IP may need the internet gateway attached before it associates (pulumi-aws ec2.Eip docs).
+	}, parent, pulumi.DependsOn([]pulumi.Resource{args.InternetGateway}))
+	if err != nil {
+		return fail("elastic ip", err)
+	}
+
 	instance, err := ec2.NewInstance(ctx, name, &ec2.InstanceArgs{
 		Ami:          image.Id(),
 		InstanceType: pulumi.String(args.InstanceType),
@@ -163,17 +175,15 @@ func NewWireGuardGateway(ctx *pulumi.Context, name string, args *WireGuardGatewa
 		MaintenanceOptions:      &ec2.InstanceMaintenanceOptionsArgs{AutoRecovery: pulumi.String("default")},
 		Tags:                    tags,
 		VolumeTags:              tags,
-	}, parent, pulumi.DependsOn([]pulumi.Resource{param}))
+	}, parent,
+		// The interface it boots with is the only one of its address: a replacement must release it first, which
+		// costs the tunnel the minutes of a new boot (README, "On-prem side").
+		pulumi.DeleteBeforeReplace(true),
+		// An instance booted on an existing interface gets no public address of its own: it must boot with the
+		// Elastic IP, which its package install and the SSM key fetch need.
+		pulumi.DependsOn([]pulumi.Resource{param, eip}))
 	if err != nil {
 		return fail("instance", err)
-	}
-	eip, err := ec2.NewEip(ctx, name+"-eip", &ec2.EipArgs{
-		Domain:           pulumi.String("vpc"),
-		NetworkInterface: args.InterfaceID,
-		Tags:             tags,
-	}, parent)
-	if err != nil {
-		return fail("elastic ip", err)
 	}
 
 	onPremConfig := pulumix.Apply3Err(onPremPrivate, gatewayKey.Public, eip.PublicIp,

@@ -33,6 +33,10 @@ type Network struct {
 	GatewayInterfaceID pulumi.StringOutput `pulumi:"gatewayInterfaceId"`
 	// GatewayPrivateIP is the fixed private address of the gateway's interface.
 	GatewayPrivateIP pulumi.StringOutput `pulumi:"gatewayPrivateIp"`
+	// InternetGatewayID is the VPC's internet gateway: public addresses need it attached first.
+	InternetGatewayID pulumi.StringOutput `pulumi:"internetGatewayId"`
+	// InternetGateway is that gateway as a resource, for dependsOn.
+	InternetGateway pulumi.Resource
 }
 
 // NetworkArgs are the inputs of a Network. All are plain decisions from the validated config.
@@ -197,7 +201,8 @@ func NewNetwork(ctx *pulumi.Context, name string, args *NetworkArgs, opts ...pul
 		SourceDestCheck: pulumi.Bool(false),
 		Description:     pulumi.String("dynk8s WireGuard gateway"),
 		Tags:            tags("gateway-eni"),
-	}, parent)
+		// Its fixed address allows one interface at a time: a replacement must delete the old one first.
+	}, parent, pulumi.DeleteBeforeReplace(true))
 	if err != nil {
 		return nil, fmt.Errorf("network %q: gateway interface: %w", name, err)
 	}
@@ -217,6 +222,8 @@ func NewNetwork(ctx *pulumi.Context, name string, args *NetworkArgs, opts ...pul
 	comp.GatewaySecurityGroupID = gatewaySG.ID().ToStringOutput()
 	comp.GatewayInterfaceID = eni.ID().ToStringOutput()
 	comp.GatewayPrivateIP = pulumi.String(gatewayIP.String()).ToStringOutput()
+	comp.InternetGatewayID = igw.ID().ToStringOutput()
+	comp.InternetGateway = igw
 	if err := ctx.RegisterResourceOutputs(comp, pulumi.Map{
 		"vpcId":                  comp.VPCID,
 		"subnetIds":              comp.SubnetIDs,
@@ -224,6 +231,7 @@ func NewNetwork(ctx *pulumi.Context, name string, args *NetworkArgs, opts ...pul
 		"gatewaySecurityGroupId": comp.GatewaySecurityGroupID,
 		"gatewayInterfaceId":     comp.GatewayInterfaceID,
 		"gatewayPrivateIp":       comp.GatewayPrivateIP,
+		"internetGatewayId":      comp.InternetGatewayID,
 	}); err != nil {
 		return nil, fmt.Errorf("network %q: outputs: %w", name, err)
 	}

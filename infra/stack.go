@@ -110,6 +110,7 @@ func NewStack(ctx *pulumi.Context, cfg *config.Config) (*Stack, error) {
 		WireGuard:           cfg.WireGuard,
 		VPCCIDR:             cfg.Network.VPCCIDR,
 		InterfaceID:         s.Network.GatewayInterfaceID,
+		InternetGateway:     s.Network.InternetGateway,
 		InstanceProfileName: s.Identity.GatewayInstanceProfileName,
 	})
 	if err != nil {

@@ -335,6 +335,15 @@ func TestGateway(t *testing.T) {
 	eip := find(t, res, "aws:ec2/eip:Eip", "gateway-eip")
 	assert.Equal(t, in(eip, "networkInterface"), eni.ID, "the address follows the interface, not the instance")
 
+	// A replaced gateway (new image, tunnel settings) must release the interface before the new one claims it: EC2
+	// refuses to attach an interface another instance holds, and the fixed address allows one interface only.
+	assert.Check(t, inst.DeleteBeforeReplace, "the instance is replaced delete-first")
+	assert.Check(t, eni.DeleteBeforeReplace, "the interface is replaced delete-first")
+	// An Elastic IP needs the internet gateway attached first; the instance boots only with its public address,
+	// which its package install and its SSM call need.
+	assert.Check(t, is.Contains(eip.DependsOn, "network-igw"))
+	assert.Check(t, is.Contains(inst.DependsOn, "gateway-eip"))
+
 	key := find(t, res, "aws:ssm/parameter:Parameter", "gateway-key")
 	assert.Equal(t, in(key, "type"), "SecureString")
 	assert.Equal(t, in(key, "name"), "/dynk8s/homelab/wireguard-gateway-key")
