@@ -72,7 +72,7 @@ func NewNetwork(ctx *pulumi.Context, name string, args *NetworkArgs, opts ...pul
 	}
 	parent := pulumi.Parent(comp)
 	tags := func(suffix string) pulumi.StringMap {
-		return awsTags(config.IdentityTags(args.ClusterName, "", name+"-"+suffix))
+		return awsTags(config.IdentityTags(args.ClusterName, "", args.ClusterName+"-"+suffix))
 	}
 
 	vpc, err := ec2.NewVpc(ctx, name+"-vpc", &ec2.VpcArgs{
@@ -120,7 +120,10 @@ func NewNetwork(ctx *pulumi.Context, name string, args *NetworkArgs, opts ...pul
 			AvailabilityZone:    pulumi.String(zone),
 			CidrBlock:           pulumi.String(cidr.String()),
 			MapPublicIpOnLaunch: pulumi.Bool(true),
-			Tags:                tags("subnet-" + zone),
+			// Hostnames, and so Node names, are instance ids: never reused, unlike a private address, so a new
+			// instance never meets the stale Node of an old one.
+			PrivateDnsHostnameTypeOnLaunch: pulumi.String("resource-name"),
+			Tags:                           tags("subnet-" + zone),
 		}, parent)
 		if err != nil {
 			return nil, fmt.Errorf("network %q: subnet %s: %w", name, zone, err)
@@ -153,6 +156,14 @@ func NewNetwork(ctx *pulumi.Context, name string, args *NetworkArgs, opts ...pul
 				Description: pulumi.String("other dynk8s nodes"),
 				Protocol:    pulumi.String("-1"), FromPort: pulumi.Int(0), ToPort: pulumi.Int(0),
 				Self: pulumi.Bool(true),
+			},
+			// Path MTU discovery: the nodes' interfaces run at 9001, the tunnel at its MTU, and the gateway's
+			// "fragmentation needed" (ICMP type 3 code 4; EC2 reads fromPort as the type, toPort as the code)
+			// must reach the sender or large packets with DF set vanish.
+			&ec2.SecurityGroupIngressArgs{
+				Description: pulumi.String("path MTU discovery: fragmentation needed, from the gateway"),
+				Protocol:    pulumi.String("icmp"), FromPort: pulumi.Int(3), ToPort: pulumi.Int(4),
+				CidrBlocks: prefixes([]netip.Prefix{args.VPCCIDR}),
 			},
 		},
 		Egress: allEgress(),

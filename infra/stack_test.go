@@ -227,6 +227,13 @@ func TestAutoscalerTags(t *testing.T) {
 		"k8s.io/cluster-autoscaler/node-template/label/node.kubernetes.io/instance-type": "c7g.2xlarge",
 		"k8s.io/cluster-autoscaler/node-template/taint/example.com/spot":                 "true:NoSchedule",
 		"k8s.io/cluster-autoscaler/node-template/resources/github.com/fuse":              "5000",
+		// What a c7g.2xlarge with an 80 GiB root really offers pods, not its nominal 8 vCPU/16384 MiB: 7% of the
+		// memory held back by kernel and firmware and 100Mi of eviction threshold; the volume less 10 GiB of OS
+		// and images, less the 10% eviction threshold. Without ephemeral-storage a pod requesting any never
+		// scales a group up from zero.
+		"k8s.io/cluster-autoscaler/node-template/resources/cpu":               "8",
+		"k8s.io/cluster-autoscaler/node-template/resources/memory":            "15137Mi",
+		"k8s.io/cluster-autoscaler/node-template/resources/ephemeral-storage": "63Gi",
 	}
 	assert.DeepEqual(t, arm, want)
 
@@ -308,7 +315,25 @@ func TestNetwork(t *testing.T) {
 	for _, rule := range asList(in(nodeSG, "ingress")) {
 		sources = append(sources, asList(asMap(rule)["cidrBlocks"])...)
 	}
-	assert.DeepEqual(t, sources, []any{"192.168.10.0/24", "10.201.0.0/30"})
+	assert.DeepEqual(t, sources, []any{"192.168.10.0/24", "10.201.0.0/30", "10.200.0.0/16"})
+	// Path MTU discovery: the gateway's "fragmentation needed" (ICMP type 3 code 4; for an icmp rule EC2 reads
+	// fromPort as the type and toPort as the code) reaches the nodes, whose interfaces run at 9001 against the
+	// tunnel's 1420. Nothing else from the VPC is let in.
+	var pmtu []map[string]any
+	for _, rule := range asList(in(nodeSG, "ingress")) {
+		if r := asMap(rule); r["protocol"] == "icmp" {
+			pmtu = append(pmtu, r)
+		}
+	}
+	assert.Assert(t, len(pmtu) == 1)
+	assert.Equal(t, pmtu[0]["fromPort"], float64(3))
+	assert.Equal(t, pmtu[0]["toPort"], float64(4))
+	assert.DeepEqual(t, pmtu[0]["cidrBlocks"], []any{"10.200.0.0/16"})
+
+	// Node names are instance ids, never reused: a recycled private address cannot adopt a stale Node.
+	for _, sub := range res.Cloud.ByType("aws:ec2/subnet:Subnet") {
+		assert.Equal(t, in(&sub, "privateDnsHostnameTypeOnLaunch"), "resource-name", sub.Name)
+	}
 
 	// With a known on-prem endpoint, the WireGuard port is open to that address only.
 	c := devConfig(t)
@@ -594,4 +619,20 @@ func TestCACertHashFromKubeconfigErrors(t *testing.T) {
 		_, err := infra.CACertHashFromKubeconfig(kubeconfig)
 		assert.Check(t, err != nil, name)
 	}
+}
+
+// TestNamesCarryTheCluster: every Name tag starts with the cluster's name, so two stacks in one account can be told
+// apart in the console.
+func TestNamesCarryTheCluster(t *testing.T) {
+	res := runStack(t, devConfig(t))
+	named := 0
+	for _, r := range res.Cloud.Resources() {
+		name, ok := asMap(in(&r, "tags"))["Name"].(string)
+		if !ok {
+			continue
+		}
+		named++
+		assert.Check(t, strings.HasPrefix(name, "homelab-"), "%s %s is tagged Name=%s", r.Type, r.Name, name)
+	}
+	assert.Check(t, named > 10, "only %d resources carry a Name tag", named)
 }

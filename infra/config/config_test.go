@@ -198,6 +198,14 @@ func TestBadConfig(t *testing.T) {
 		{"autoscaler version malformed", func(c map[string]any) { obj(c, "autoscaler")["version"] = "latest" }, "dynk8s:autoscaler.version", "exact version"},
 		{"scale-down time not a duration", func(c map[string]any) { obj(c, "autoscaler")["scaleDownUnneededTime"] = "ten minutes" }, "dynk8s:autoscaler.scaleDownUnneededTime", "duration"},
 		{"expander unknown", func(c map[string]any) { obj(c, "autoscaler")["expander"] = "cheapest" }, "dynk8s:autoscaler.expander", "not a Cluster Autoscaler expander"},
+		{"price expander on AWS", func(c map[string]any) { obj(c, "autoscaler")["expander"] = "priority,price" }, "dynk8s:autoscaler.expander", "lacks"},
+		{"label key too long for an ASG tag", func(c map[string]any) {
+			pool(c, 0)["labels"] = map[string]any{strings.Repeat("a", 40) + ".example.com/" + strings.Repeat("b", 50): "x"}
+		}, `dynk8s:nodePools[0].labels["` + strings.Repeat("a", 40) + ".example.com/" + strings.Repeat("b", 50) + `"]`, "at most 128"},
+		{"taint key too long for an ASG tag", func(c map[string]any) {
+			pool(c, 1)["taints"].([]any)[0].(map[string]any)["key"] = strings.Repeat("t", 63) + ".example.com/" + strings.Repeat("s", 20)
+		}, "dynk8s:nodePools[1].taints[0].key", "at most 128"},
+		{"ipv6 on-prem endpoint", func(c map[string]any) { obj(c, "wireguard")["onPremEndpoint"] = "[2001:db8::1]:51820" }, "dynk8s:wireguard.onPremEndpoint", "IPv4 address only"},
 		{"fuse capacity zero", func(c map[string]any) { obj(c, "fuse")["capacity"] = 0 }, "dynk8s:fuse.capacity", "> 0"},
 		{"fuse image for unknown arch", func(c map[string]any) {
 			obj(c, "fuse")["images"] = map[string]any{"riscv64": "example.com/fuse:v1"}
@@ -220,6 +228,16 @@ func TestBadConfig(t *testing.T) {
 			assert.Check(t, is.Contains(cfgErr.Errors[0].Msg, tc.msg))
 			assert.Check(t, is.Contains(err.Error(), tc.path+": "), "the message names the key path")
 		})
+	}
+}
+
+// TestExpandersForAWS: every expander the AWS provider runs is accepted, alone and chained.
+func TestExpandersForAWS(t *testing.T) {
+	for _, e := range []string{"least-nodes", "least-waste", "most-pods", "priority", "random", "priority,least-waste"} {
+		c := devConfig(t)
+		obj(c, "autoscaler")["expander"] = e
+		_, err := parse(t, c)
+		assert.NilError(t, err, e)
 	}
 }
 

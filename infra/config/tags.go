@@ -73,9 +73,43 @@ func (p NodePool) templateLabels(region string) map[string]string {
 	return labels
 }
 
+// Estimates of what a node of a pool really reports as allocatable, below the nominal size of its type, for the
+// autoscaler's template node (it takes the nominal size as allocatable, kubernetes/autoscaler#2809; a pod sized
+// between the two would make it add node after node). kubeadm's kubelet reserves no cpu or memory and evicts below
+// 100Mi of memory and 10% of the node filesystem (the kubelet's evictionHard defaults).
+const (
+	// memoryHeldBack is the share of nominal memory the kernel and firmware keep (MemTotal on EC2 is 2-6% short).
+	memoryHeldBack  = 0.07
+	evictionMemMiB  = 100
+	evictionFsShare = 0.10
+	// diskHeldBackGiB is the root volume the OS, the boot partitions and the pulled images take.
+	diskHeldBackGiB = 10
+)
+
+// templateResources are the cpu, memory and ephemeral-storage a node of the pool offers pods, by resource name.
+func (p NodePool) templateResources() map[string]string {
+	out := map[string]string{}
+	if shape, err := LookupInstanceType(first(p.InstanceTypes)); err == nil {
+		out["cpu"] = strconv.Itoa(shape.VCPU)
+		out["memory"] = strconv.Itoa(int(float64(shape.MemoryMiB)*(1-memoryHeldBack))-evictionMemMiB) + "Mi"
+	}
+	if disk := float64(p.VolumeSizeGiB-diskHeldBackGiB) * (1 - evictionFsShare); disk >= 1 {
+		out["ephemeral-storage"] = strconv.Itoa(int(disk)) + "Gi"
+	}
+	return out
+}
+
+func first(s []string) string {
+	if len(s) == 0 {
+		return ""
+	}
+	return s[0]
+}
+
 // GroupTags are all tags of a pool's Auto Scaling Group, sorted by key: the identity tags (propagated to
 // instances), the two auto-discovery tags and the node-template tags that let the autoscaler scale the group up
-// from zero for pods that need the pool's labels, tolerate its taints or request github.com/fuse.
+// from zero for pods that need the pool's labels, tolerate its taints, or request github.com/fuse or ephemeral storage,
+// sized as a real node is (templateResources).
 func (c *Config) GroupTags(p NodePool) []Tag {
 	tags := IdentityTags(c.ClusterName, p.Name, c.ClusterName+"-"+p.Name)
 	for i := range tags {
@@ -92,8 +126,12 @@ func (c *Config) GroupTags(p NodePool) []Tag {
 	for _, t := range p.Taints {
 		tags = append(tags, Tag{Key: nodeTemplateTaintTag + t.Key, Value: t.Value + ":" + string(t.Effect)})
 	}
+	resources := p.templateResources()
 	if c.Fuse.Enabled {
-		tags = append(tags, Tag{Key: nodeTemplateResourceTag + kube.FuseResource, Value: strconv.Itoa(c.Fuse.Capacity)})
+		resources[kube.FuseResource] = strconv.Itoa(c.Fuse.Capacity)
+	}
+	for _, name := range slices.Sorted(maps.Keys(resources)) {
+		tags = append(tags, Tag{Key: nodeTemplateResourceTag + name, Value: resources[name]})
 	}
 	slices.SortFunc(tags, func(a, b Tag) int { return strings.Compare(a.Key, b.Key) })
 	return tags

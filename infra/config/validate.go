@@ -31,8 +31,10 @@ const (
 // SubnetExtraBits is how much smaller than the VPC each zone's subnet is: up to 16 zones.
 const SubnetExtraBits = 4
 
-// expanders are the Cluster Autoscaler expanders dynk8s accepts.
-var expanders = []string{"least-waste", "most-pods", "random", "priority", "price"}
+// expanders are the Cluster Autoscaler expanders that work with its AWS provider (expander/expander.go at
+// cluster-autoscaler-1.34.5). Not price: the AWS provider has no pricing, and the autoscaler exits at start with it
+// (expander/factory/expander_factory.go); not grpc, which needs flags dynk8s does not set.
+var expanders = []string{"least-nodes", "least-waste", "most-pods", "priority", "random"}
 
 // validate checks the semantics of a decoded config, records every problem with its key path, and fills in Derived.
 func validate(r *reader, c *Config) {
@@ -178,6 +180,12 @@ func validateWireGuard(r *reader, c *Config) {
 			r.addf(fmt.Sprintf("%sonPremCidrs[%d]", wp, i), "%s is listed twice (also onPremCidrs[%d])", p, j)
 		}
 	}
+	if ep := w.OnPremEndpoint; ep != nil {
+		if a, ok := ep.Addr(); ok && !a.Unmap().Is4() {
+			r.addf(wp+"onPremEndpoint", "%s is an IPv6 address, but the gateway has an IPv4 address only: give the "+
+				"on-prem peer's IPv4 address, or a name that resolves to one", ep)
+		}
+	}
 	addr, isIP := c.Kubernetes.APIServerEndpoint.Addr()
 	if isIP && !r.failed(wp+"onPremCidrs") && !slices.ContainsFunc(w.OnPremCIDRs, func(p netip.Prefix) bool {
 		return p.Contains(addr)
@@ -223,6 +231,7 @@ func validatePools(r *reader, c *Config) {
 			r.addf(pp+"amiId", "%q is not an AMI id (ami- and 8 or 17 hex digits)", p.AMIID)
 		}
 		validateLabelsAndTaints(r, pp, p)
+		validateTagLimits(r, pp, c, p)
 		if n := len(c.GroupTags(p)); n > maxGroupTags {
 			r.addf(pp+"labels", "the pool needs %d Auto Scaling Group tags (one per label and taint plus %d of "+
 				"dynk8s's own), over the limit of %d: drop labels or taints", n,
@@ -260,6 +269,36 @@ func validateLabelsAndTaints(r *reader, pp string, p NodePool) {
 		}); k < j {
 			r.addf(tp+"key", "taint %s:%s is already taints[%d]", t.Key, t.Effect, k)
 		}
+	}
+}
+
+// AWS tag limits (the Auto Scaling Tag type): a label or taint key becomes part of a node-template tag's key.
+const (
+	maxTagKey   = 128
+	maxTagValue = 256
+)
+
+// validateTagLimits checks every tag of the pool's group against AWS's limits, and reports a tag too long on the
+// label, taint or name it comes from.
+func validateTagLimits(r *reader, pp string, c *Config, p NodePool) {
+	for _, tag := range c.GroupTags(p) {
+		if len(tag.Key) <= maxTagKey && len(tag.Value) <= maxTagValue {
+			continue
+		}
+		path := pp + "name"
+		if k, ok := strings.CutPrefix(tag.Key, nodeTemplateLabelTag); ok {
+			if _, own := p.Labels[k]; own {
+				path = childPath(pp+"labels", k)
+			}
+		}
+		if k, ok := strings.CutPrefix(tag.Key, nodeTemplateTaintTag); ok {
+			if j := slices.IndexFunc(p.Taints, func(t kube.Taint) bool { return t.Key == k }); j >= 0 {
+				path = fmt.Sprintf("%staints[%d].key", pp, j)
+			}
+		}
+		r.addf(path, "makes the Auto Scaling Group tag %q (%d characters, value %d): AWS allows keys of at most %d "+
+			"and values of at most %d characters", truncate(tag.Key, 60), len(tag.Key), len(tag.Value), maxTagKey,
+			maxTagValue)
 	}
 }
 
@@ -314,9 +353,13 @@ func validateAutoscaler(r *reader, c *Config) {
 			c.Autoscaler.ScaleDownUnneededTime)
 	}
 	for _, e := range strings.Split(c.Autoscaler.Expander, ",") {
-		if !slices.Contains(expanders, e) {
-			r.addf(ap+"expander", "%q is not a Cluster Autoscaler expander (one or a comma-separated chain of: %s)",
-				e, strings.Join(expanders, ", "))
+		switch {
+		case e == "price":
+			r.addf(ap+"expander", "price needs cloud pricing, which the autoscaler's AWS provider lacks: the "+
+				"autoscaler would exit at start (use least-waste)")
+		case !slices.Contains(expanders, e):
+			r.addf(ap+"expander", "%q is not a Cluster Autoscaler expander for AWS (one or a comma-separated chain "+
+				"of: %s)", e, strings.Join(expanders, ", "))
 		}
 	}
 }
