@@ -11,6 +11,7 @@ import (
 	"errors"
 	"fmt"
 	"net/netip"
+	"slices"
 
 	"github.com/pulumi/pulumi-aws/sdk/v6/go/aws"
 	"github.com/pulumi/pulumi-kubernetes/sdk/v4/go/kubernetes"
@@ -222,7 +223,15 @@ func availabilityZones(ctx *pulumi.Context, cfg *config.Config) ([]string, error
 	if len(z.Names) > 0 {
 		return z.Names, nil
 	}
-	res, err := aws.GetAvailabilityZones(ctx, &aws.GetAvailabilityZonesArgs{State: pulumi.StringRef("available")})
+	// Availability Zones proper: an opted-in Local or Wavelength Zone sorts before them by name, lacks most
+	// instance types, and ends in a letter that would number its subnet like a real zone's.
+	res, err := aws.GetAvailabilityZones(ctx, &aws.GetAvailabilityZonesArgs{
+		State: pulumi.StringRef("available"),
+		Filters: []aws.GetAvailabilityZonesFilter{
+			{Name: "zone-type", Values: []string{"availability-zone"}},
+			{Name: "opt-in-status", Values: []string{"opt-in-not-required"}},
+		},
+	})
 	if err != nil {
 		return nil, fmt.Errorf("availability zones of %s: %w", cfg.Region, err)
 	}
@@ -230,7 +239,14 @@ func availabilityZones(ctx *pulumi.Context, cfg *config.Config) ([]string, error
 		return nil, fmt.Errorf("%s:network.availabilityZones: %s has %d available zones, %d asked for",
 			config.Namespace, cfg.Region, len(res.Names), z.Count)
 	}
-	return res.Names[:z.Count], nil
+	names := res.Names[:z.Count]
+	for i, n := range names {
+		if j := slices.IndexFunc(names, func(o string) bool { return o[len(o)-1] == n[len(n)-1] }); j < i {
+			return nil, fmt.Errorf("%s:network.availabilityZones: zones %s and %s would share a subnet slot; "+
+				"list the zones by name", config.Namespace, names[j], n)
+		}
+	}
+	return names, nil
 }
 
 // kubernetesProvider is the explicit provider for the on-prem cluster: the configured kubeconfig (kept secret), or

@@ -10,6 +10,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -191,12 +192,40 @@ func (c *Cloud) Call(args pulumi.MockCallArgs) (resource.PropertyMap, error) {
 			"name": c.Region, "id": c.Region, "endpoint": "ec2." + c.Region + ".amazonaws.com",
 		}), nil
 	case "aws:index/getAvailabilityZones:getAvailabilityZones":
-		names := []any{c.Region + "a", c.Region + "b", c.Region + "c"}
-		return resource.NewPropertyMapFromMap(map[string]any{
-			"names": names, "id": c.Region, "zoneIds": []any{"euc1-az2", "euc1-az3", "euc1-az1"},
-		}), nil
+		return c.zones(args.Args), nil
 	}
 	return nil, fmt.Errorf("mockcloud: no stand-in for invoke %s", args.Token)
+}
+
+// zones answers getAvailabilityZones as EC2 does for an account that opted into a Local Zone: it comes first by
+// name ("-" sorts before letters) unless the filters keep it out.
+func (c *Cloud) zones(args resource.PropertyMap) resource.PropertyMap {
+	type zone struct{ name, id, zoneType, optIn string }
+	all := []zone{
+		{c.Region + "-ham-1a", "euc1-ham1-az1", "local-zone", "opted-in"},
+		{c.Region + "a", "euc1-az2", "availability-zone", "opt-in-not-required"},
+		{c.Region + "b", "euc1-az3", "availability-zone", "opt-in-not-required"},
+		{c.Region + "c", "euc1-az1", "availability-zone", "opt-in-not-required"},
+	}
+	filters := map[string][]string{}
+	list, _ := Plain(args["filters"], true).([]any)
+	for _, f := range list {
+		m := f.(map[string]any)
+		for _, v := range m["values"].([]any) {
+			filters[m["name"].(string)] = append(filters[m["name"].(string)], v.(string))
+		}
+	}
+	var names, ids []any
+	for _, z := range all {
+		if vs, ok := filters["zone-type"]; ok && !slices.Contains(vs, z.zoneType) {
+			continue
+		}
+		if vs, ok := filters["opt-in-status"]; ok && !slices.Contains(vs, z.optIn) {
+			continue
+		}
+		names, ids = append(names, z.name), append(ids, z.id)
+	}
+	return resource.NewPropertyMapFromMap(map[string]any{"names": names, "id": c.Region, "zoneIds": ids})
 }
 
 // physicalID is a stable, type-flavoured id: the same resource name always gets the same id.
