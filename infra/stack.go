@@ -11,7 +11,9 @@ import (
 	"errors"
 	"fmt"
 	"net/netip"
+	"net/url"
 	"slices"
+	"strconv"
 
 	"github.com/pulumi/pulumi-aws/sdk/v6/go/aws"
 	"github.com/pulumi/pulumi-kubernetes/sdk/v4/go/kubernetes"
@@ -264,24 +266,78 @@ func kubernetesProvider(ctx *pulumi.Context, cfg *config.Config) (*kubernetes.Pr
 }
 
 // caCertHashes is the configured CA hash, or the hash of the CA in the cluster's kube-public/cluster-info (the
-// ConfigMap kubeadm init publishes for token discovery), read through the Kubernetes provider.
+// ConfigMap kubeadm init publishes for token discovery), read through the Kubernetes provider. Reading it also
+// checks the server it names: kubeadm's discovery returns that server, and the joined kubelet talks to it, not to
+// apiServerEndpoint, so it must be the same address, or a name the operator states resolves from the VPC.
 func caCertHashes(ctx *pulumi.Context, cfg *config.Config, k8s *kubernetes.Provider) (pulumi.StringArrayOutput, error) {
-	if cfg.Kubernetes.CACertHash != "" {
-		return pulumi.ToStringArray([]string{cfg.Kubernetes.CACertHash}).ToStringArrayOutput(), nil
-	}
 	info, err := corev1.GetConfigMap(ctx, "cluster-info", pulumi.ID("kube-public/cluster-info"), nil,
 		pulumi.Provider(k8s))
 	if err != nil {
-		return pulumi.StringArrayOutput{}, fmt.Errorf("reading kube-public/cluster-info for the CA hash "+
-			"(or set %s:kubernetes.caCertHash): %w", config.Namespace, err)
+		return pulumi.StringArrayOutput{}, fmt.Errorf("reading kube-public/cluster-info: %w", err)
 	}
 	return info.Data.ApplyT(func(data map[string]string) ([]string, error) {
+		if err := checkClusterInfoServer(cfg, data["kubeconfig"]); err != nil {
+			return nil, fmt.Errorf("kube-public/cluster-info: %w", err)
+		}
+		if h := cfg.Kubernetes.CACertHash; h != "" {
+			return []string{h}, nil
+		}
 		h, err := CACertHashFromKubeconfig(data["kubeconfig"])
 		if err != nil {
 			return nil, fmt.Errorf("kube-public/cluster-info: %w (set %s:kubernetes.caCertHash)", err, config.Namespace)
 		}
 		return []string{h}, nil
 	}).(pulumi.StringArrayOutput), nil
+}
+
+// checkClusterInfoServer compares the server a cluster-info kubeconfig names with the configured endpoint.
+func checkClusterInfoServer(cfg *config.Config, kubeconfig string) error {
+	server, err := kubeconfigServer(kubeconfig)
+	if err != nil {
+		return err
+	}
+	u, err := url.Parse(server)
+	if err != nil || u.Host == "" {
+		return fmt.Errorf("the server %q is not a URL", server)
+	}
+	port := u.Port()
+	if port == "" {
+		port = "443"
+	}
+	want := cfg.Kubernetes.APIServerEndpoint
+	if _, err := netip.ParseAddr(u.Hostname()); err != nil {
+		if cfg.Kubernetes.ServerNameResolvesInVpc {
+			return nil
+		}
+		return fmt.Errorf("cluster-info names the API server %s by name: joining nodes talk to it after "+
+			"discovery, and the VPC resolves only AWS names; make the name resolve from the VPC to an address "+
+			"inside wireguard.onPremCidrs and set %s:kubernetes.serverNameResolvesInVpc, or have kubeadm publish "+
+			"the address (controlPlaneEndpoint)", server, config.Namespace)
+	}
+	if u.Hostname() != want.Host || port != strconv.Itoa(int(want.Port)) {
+		return fmt.Errorf("cluster-info names the API server %s, but %s:kubernetes.apiServerEndpoint is %s: kubeadm "+
+			"join discovers through the one and then talks to the other; make them the same", server,
+			config.Namespace, want)
+	}
+	return nil
+}
+
+// kubeconfigServer is the server of the first cluster of a kubeconfig.
+func kubeconfigServer(kubeconfig string) (string, error) {
+	var kc struct {
+		Clusters []struct {
+			Cluster struct {
+				Server string `json:"server"`
+			} `json:"cluster"`
+		} `json:"clusters"`
+	}
+	if err := yaml.Unmarshal([]byte(kubeconfig), &kc); err != nil {
+		return "", fmt.Errorf("parse kubeconfig: %w", err)
+	}
+	if len(kc.Clusters) == 0 || kc.Clusters[0].Cluster.Server == "" {
+		return "", errors.New("kubeconfig names no server")
+	}
+	return kc.Clusters[0].Cluster.Server, nil
 }
 
 // CACertHashFromKubeconfig computes kubeadm's discovery hash ("sha256:" + hex SHA-256 of the CA certificate's

@@ -604,8 +604,30 @@ func TestCAHashFromClusterInfo(t *testing.T) {
 		assert.Check(t, is.Contains(string(raw), "- "+want), "%s pins the cluster's CA", lt.Name)
 	}
 
-	// With the hash configured, nothing is read from the cluster.
-	assert.Check(t, runStack(t, devConfig(t)).Cloud.Find("kubernetes:core/v1:ConfigMap", "cluster-info") == nil)
+}
+
+// TestClusterInfoServer: kubeadm's token discovery returns the server that kube-public/cluster-info names, and the
+// joined kubelet talks to that one, not to apiServerEndpoint. A server the VPC cannot reach is caught at preview.
+func TestClusterInfoServer(t *testing.T) {
+	run := func(server string, mutate func(map[string]any)) error {
+		c := devConfig(t)
+		if mutate != nil {
+			mutate(c)
+		}
+		cfg, err := mockcloud.ConfigFromMap(c)
+		assert.NilError(t, err)
+		cfg.ClusterServer = server
+		_, err = plan.RunConfig("dev", cfg)
+		return err
+	}
+	assert.NilError(t, run("https://192.168.10.10:6443", nil), "the server the stack is configured with")
+	assert.ErrorContains(t, run("https://192.168.10.11:6443", nil),
+		"cluster-info names the API server https://192.168.10.11:6443, but dynk8s:kubernetes.apiServerEndpoint is 192.168.10.10:6443")
+	assert.ErrorContains(t, run("https://192.168.10.10:443", nil), "apiServerEndpoint is 192.168.10.10:6443")
+	assert.ErrorContains(t, run("https://k8s.lab.example:6443", nil), "dynk8s:kubernetes.serverNameResolvesInVpc")
+	assert.NilError(t, run("https://k8s.lab.example:6443", func(c map[string]any) {
+		obj(c, "kubernetes")["serverNameResolvesInVpc"] = true
+	}), "the operator states the name resolves from the VPC")
 }
 
 func TestCACertHashFromKubeconfigErrors(t *testing.T) {

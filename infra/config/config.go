@@ -71,6 +71,9 @@ type Kubernetes struct {
 	ServiceCIDR netip.Prefix `key:"serviceCidr" default:"10.96.0.0/12"`
 	// Kubeconfig is the admin kubeconfig of the on-prem cluster (optional, secret; nil: the ambient one).
 	Kubeconfig *string `key:"kubeconfig"`
+	// ServerNameResolvesInVpc states that the API server name kube-public/cluster-info gives (when it is a name)
+	// resolves from the VPC to an address the tunnel reaches; without it, such a name fails the preview.
+	ServerNameResolvesInVpc bool `key:"serverNameResolvesInVpc" default:"false"`
 	// BootstrapTokenRotation is an opaque value; changing it makes a new join token everywhere.
 	BootstrapTokenRotation string `key:"bootstrapTokenRotation" default:"1"`
 }

@@ -57,6 +57,9 @@ type Call struct {
 type Cloud struct {
 	// Region is the region the stand-ins answer for (ARNs, zones). Default "eu-central-1".
 	Region string
+	// ClusterServer is the API server URL the on-prem cluster's kube-public/cluster-info names. Default
+	// https://192.168.10.10:6443.
+	ClusterServer string
 
 	mu        sync.Mutex
 	resources []Resource

@@ -23,6 +23,9 @@ const SecretPlaceholder = "[secret]"
 type StackConfig struct {
 	Values     map[string]string
 	SecretKeys []string
+	// ClusterServer overrides the API server the stand-in cluster-info names (Cloud.ClusterServer); by default
+	// the plan takes the configured kubernetes.apiServerEndpoint.
+	ClusterServer string
 }
 
 // Run runs program under the mock engine for stack with cfg and returns the recorded cloud. A program error is

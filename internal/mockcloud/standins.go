@@ -137,7 +137,7 @@ func (c *Cloud) computed(typ, name, id string, in, out resource.PropertyMap) err
 		set("arn", arn("autoscaling", "autoScalingGroup:"+shortHash(name)+":autoScalingGroupName/"+nameOr()))
 	case "kubernetes:core/v1:ConfigMap":
 		if id == "kube-public/cluster-info" {
-			return clusterInfo(out)
+			return clusterInfo(out, c.ClusterServer)
 		}
 	}
 	return nil
@@ -322,7 +322,10 @@ func ClusterCA() (certPEM []byte, caCertHash string) {
 }
 
 // clusterInfo fills kube-public/cluster-info as kubeadm init leaves it: a kubeconfig with the CA and no user.
-func clusterInfo(out resource.PropertyMap) error {
+func clusterInfo(out resource.PropertyMap, server string) error {
+	if server == "" {
+		server = "https://192.168.10.10:6443"
+	}
 	ca, _ := ClusterCA()
 	kubeconfig, err := yaml.Marshal(map[string]any{
 		"apiVersion": "v1",
@@ -331,7 +334,7 @@ func clusterInfo(out resource.PropertyMap) error {
 			"name": "",
 			"cluster": map[string]any{
 				"certificate-authority-data": base64.StdEncoding.EncodeToString(ca),
-				"server":                     "https://192.168.10.10:6443",
+				"server":                     server,
 			},
 		}},
 	})

@@ -4,6 +4,7 @@
 package plan
 
 import (
+	"encoding/json"
 	"fmt"
 	"sort"
 
@@ -42,6 +43,16 @@ func Run(stack, file string) (*Result, error) {
 // RunConfig runs the program for stack with cfg. On error the result still holds what was declared.
 func RunConfig(stack string, cfg mockcloud.StackConfig) (*Result, error) {
 	cloud := mockcloud.New(cfg.Values["aws:region"])
+	// The stand-in cluster names the API server the stack is configured with, as a correctly set up one does.
+	var k8s struct {
+		APIServerEndpoint string `json:"apiServerEndpoint"`
+	}
+	if json.Unmarshal([]byte(cfg.Values[config.Namespace+":kubernetes"]), &k8s) == nil && k8s.APIServerEndpoint != "" {
+		cloud.ClusterServer = "https://" + k8s.APIServerEndpoint
+	}
+	if cfg.ClusterServer != "" {
+		cloud.ClusterServer = cfg.ClusterServer
+	}
 	res := &Result{Stack: stack, Cloud: cloud, Outputs: map[string]Output{}}
 	err := mockcloud.Run(func(ctx *pulumi.Context) error {
 		exports, err := infra.Program(ctx)
