@@ -178,8 +178,8 @@ type Identity struct {
 
 // Cleanup is dynk8s:cleanup.
 type Cleanup struct {
-	// NotReadyAfter is how long a dynk8s node may stay NotReady before its Node object is deleted (at least 5m).
-	NotReadyAfter time.Duration `key:"notReadyAfter" default:"10m"`
+	// NotReadyAfter is how long a dynk8s node may stay NotReady before its Node object is deleted (at least 5m; the default outlasts a tunnel outage of less than half an hour).
+	NotReadyAfter time.Duration `key:"notReadyAfter" default:"30m"`
 }
 
 // TerminationHandler is dynk8s:terminationHandler.

@@ -83,7 +83,7 @@ func TestDefaultsApplied(t *testing.T) {
 	assert.Equal(t, cfg.Autoscaler.Expander, "least-waste")
 	assert.Check(t, cfg.Fuse.Enabled)
 	assert.Equal(t, cfg.Fuse.Capacity, 5000)
-	assert.Equal(t, cfg.Cleanup.NotReadyAfter, 10*time.Minute)
+	assert.Equal(t, cfg.Cleanup.NotReadyAfter, 30*time.Minute)
 	assert.Check(t, cfg.TerminationHandler.Enabled)
 	assert.Check(t, !cfg.Identity.SessionManager && !cfg.Identity.ECRReadOnly)
 }
