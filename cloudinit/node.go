@@ -7,6 +7,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"time"
 
 	"sigs.k8s.io/yaml"
 
@@ -32,9 +33,12 @@ const (
 	joinTemplatePath = "/etc/dynk8s/kubeadm-join.yaml.tmpl"
 	joinUnitName     = "dynk8s-join.service"
 	criSocket        = "unix:///var/run/crio/crio.sock"
-	// joinUnitTimeout backs up join.sh's own 12 min deadline and stays under the Cluster Autoscaler's 15 min.
-	joinUnitTimeout = "14min"
 )
+
+// JoinTimeout is how long a node's boot may take to join: the join unit's hard timeout, which backs up join.sh's own
+// 12-minute deadline. The autoscaler's max-node-provision-time must exceed it, or the autoscaler gives up on nodes
+// that would still join.
+const JoinTimeout = 14 * time.Minute
 
 // Placeholders in the JoinConfiguration template, for what only the instance knows at boot; join.sh checks each
 // value against a strict pattern before it substitutes it.
@@ -196,7 +200,7 @@ func joinUnit(in NodeInput) unitFile {
 			{"StandardOutput", "journal+console"},
 			{"StandardError", "journal+console"},
 			{"SyslogIdentifier", "dynk8s-join"},
-			{"TimeoutStartSec", joinUnitTimeout},
+			{"TimeoutStartSec", strconv.Itoa(int(JoinTimeout.Minutes())) + "min"},
 		}},
 		{Name: "Install", Entries: []unitEntry{
 			{"WantedBy", "multi-user.target"},

@@ -142,6 +142,10 @@ func (a *ClusterAddonsArgs) validate() error {
 	if a.Autoscaler.ScaleDownUnneededTime == "" {
 		errs = append(errs, errors.New("missing Autoscaler.ScaleDownUnneededTime"))
 	}
+	if a.Autoscaler.MaxNodeProvisionTime <= 0 {
+		errs = append(errs, fmt.Errorf("invalid Autoscaler.MaxNodeProvisionTime %s: must be > 0",
+			a.Autoscaler.MaxNodeProvisionTime))
+	}
 	if a.Fuse.Enabled && a.Fuse.Capacity <= 0 {
 		errs = append(errs, fmt.Errorf("invalid Fuse.Capacity %d: must be > 0 when fuse is enabled", a.Fuse.Capacity))
 	}

@@ -54,7 +54,10 @@ func testAddonsArgs() *ClusterAddonsArgs {
 	return &ClusterAddonsArgs{
 		ClusterName:       "dev",
 		Region:            "eu-central-1",
-		Autoscaler:        config.Autoscaler{ScaleDownUnneededTime: "10m", Expander: "least-waste"},
+		Autoscaler: config.Autoscaler{
+			ScaleDownUnneededTime: "10m", Expander: "least-waste", MaxNodeProvisionTime: 15 * time.Minute,
+			ScaleDownDelayAfterAdd: 10 * time.Minute,
+		},
 		AutoscalerVersion: kube.Version{Major: 1, Minor: 34, Patch: 5},
 		Fuse:              config.Fuse{Enabled: true, Capacity: 5000},
 		Cleanup:           config.Cleanup{NotReadyAfter: 10 * time.Minute},
@@ -659,7 +662,8 @@ func TestAddonsArgsValidation(t *testing.T) {
 		_, err := runAddons(t, func() *ClusterAddonsArgs { return &ClusterAddonsArgs{} })
 		for _, want := range []string{
 			"missing ClusterName", "missing Region", "missing AutoscalerVersion", "missing Autoscaler.Expander",
-			"missing Autoscaler.ScaleDownUnneededTime", "invalid Cleanup.NotReadyAfter 0s", "missing AWSAccessKeyID",
+			"missing Autoscaler.ScaleDownUnneededTime", "invalid Autoscaler.MaxNodeProvisionTime 0s",
+			"invalid Cleanup.NotReadyAfter 0s", "missing AWSAccessKeyID",
 			"missing AWSSecretAccessKey", "missing BootstrapTokenID", "missing BootstrapTokenSecret",
 		} {
 			assert.ErrorContains(t, err, want)

@@ -5,6 +5,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"strconv"
 
 	appsv1 "github.com/pulumi/pulumi-kubernetes/sdk/v4/go/kubernetes/apps/v1"
 	corev1 "github.com/pulumi/pulumi-kubernetes/sdk/v4/go/kubernetes/core/v1"
@@ -42,6 +43,12 @@ func autoscalerArgs(clusterName string, cfg config.Autoscaler) []string {
 		// Build agents use emptyDir; with the default (true) such a node would never be scaled down.
 		"--skip-nodes-with-local-storage=false",
 		"--scale-down-unneeded-time=" + cfg.ScaleDownUnneededTime,
+		"--scale-down-delay-after-add=" + cfg.ScaleDownDelayAfterAdd.String(),
+		// Above the nodes' join timeout, so a slow boot is waited for and a failed one reclaimed.
+		"--max-node-provision-time=" + cfg.MaxNodeProvisionTime.String(),
+		"--max-nodes-total=" + strconv.Itoa(cfg.MaxNodesTotal),
+		"--new-pod-scale-up-delay=" + cfg.NewPodScaleUpDelay.String(),
+		"--skip-nodes-with-system-pods=" + strconv.FormatBool(cfg.SkipNodesWithSystemPods),
 		"--stderrthreshold=info",
 		"--v=4",
 	}

@@ -143,6 +143,8 @@ type NodePool struct {
 	AMIID string `key:"amiId"`
 	// InstanceRefresh opts the pool into group instance refresh on launch template changes.
 	InstanceRefresh bool `key:"instanceRefresh" default:"false"`
+	// Autoscaling are the autoscaler's options for this pool (optional).
+	Autoscaling PoolAutoscaling `key:"autoscaling"`
 }
 
 // Autoscaler is dynk8s:autoscaler.
@@ -153,6 +155,28 @@ type Autoscaler struct {
 	ScaleDownUnneededTime string `key:"scaleDownUnneededTime" default:"10m"`
 	// Expander is the autoscaler's expander, or a comma-separated chain.
 	Expander string `key:"expander" default:"least-waste"`
+	// MaxNodeProvisionTime is how long the autoscaler waits for a launched node to register before it gives up on
+	// it; it must exceed the join's own timeout.
+	MaxNodeProvisionTime time.Duration `key:"maxNodeProvisionTime" default:"15m"`
+	// ScaleDownDelayAfterAdd is how long after a scale-up no node is removed.
+	ScaleDownDelayAfterAdd time.Duration `key:"scaleDownDelayAfterAdd" default:"10m"`
+	// MaxNodesTotal caps the nodes of the whole cluster, on-prem ones included (0: no cap).
+	MaxNodesTotal int `key:"maxNodesTotal" default:"0"`
+	// NewPodScaleUpDelay is how old a pending pod must be before it counts for a scale-up.
+	NewPodScaleUpDelay time.Duration `key:"newPodScaleUpDelay" default:"0s"`
+	// SkipNodesWithSystemPods keeps nodes that run kube-system pods (other than DaemonSets) from scaling down. Off
+	// here: a CoreDNS replica that landed on a pool node must not keep it billing.
+	SkipNodesWithSystemPods bool `key:"skipNodesWithSystemPods" default:"false"`
+}
+
+// PoolAutoscaling is dynk8s:nodePools[i].autoscaling: the autoscaler's per-group options, which it reads from the
+// group's node-template autoscaling-options tags (cloudprovider/aws/aws_manager.go at cluster-autoscaler-1.34.5).
+type PoolAutoscaling struct {
+	// ScaleDownUnneededTime overrides autoscaler.scaleDownUnneededTime for the pool (optional).
+	ScaleDownUnneededTime *time.Duration `key:"scaleDownUnneededTime"`
+	// ScaleDownUtilizationThreshold is the utilization under which a node of the pool counts as unneeded
+	// (optional; the autoscaler's default is 0.5).
+	ScaleDownUtilizationThreshold *float64 `key:"scaleDownUtilizationThreshold"`
 }
 
 // Fuse is dynk8s:fuse.

@@ -81,6 +81,9 @@ func TestDefaultsApplied(t *testing.T) {
 	assert.Equal(t, cfg.Derived.Kubernetes.Minor, 34)
 	assert.Equal(t, cfg.Autoscaler.ScaleDownUnneededTime, "10m")
 	assert.Equal(t, cfg.Autoscaler.Expander, "least-waste")
+	assert.Equal(t, cfg.Autoscaler.MaxNodeProvisionTime, 15*time.Minute)
+	assert.Check(t, !cfg.Autoscaler.SkipNodesWithSystemPods)
+	assert.Check(t, cfg.NodePools[0].Autoscaling.ScaleDownUnneededTime == nil, "no per-pool option unless given")
 	assert.Check(t, cfg.Fuse.Enabled)
 	assert.Equal(t, cfg.Fuse.Capacity, 5000)
 	assert.Equal(t, cfg.Cleanup.NotReadyAfter, 30*time.Minute)
@@ -210,6 +213,15 @@ func TestBadConfig(t *testing.T) {
 		{"fuse image for unknown arch", func(c map[string]any) {
 			obj(c, "fuse")["images"] = map[string]any{"riscv64": "example.com/fuse:v1"}
 		}, "dynk8s:fuse.images.riscv64", "unknown arch"},
+		{"provision time under the join timeout", func(c map[string]any) { obj(c, "autoscaler")["maxNodeProvisionTime"] = "10m" }, "dynk8s:autoscaler.maxNodeProvisionTime", "join timeout"},
+		{"max nodes negative", func(c map[string]any) { obj(c, "autoscaler")["maxNodesTotal"] = -1 }, "dynk8s:autoscaler.maxNodesTotal", "0 (no cap)"},
+		{"system pods flag not a boolean", func(c map[string]any) { obj(c, "autoscaler")["skipNodesWithSystemPods"] = "sometimes" }, "dynk8s:autoscaler.skipNodesWithSystemPods", "true or false"},
+		{"pool utilization above one", func(c map[string]any) {
+			pool(c, 0)["autoscaling"] = map[string]any{"scaleDownUtilizationThreshold": 1.5}
+		}, "dynk8s:nodePools[0].autoscaling.scaleDownUtilizationThreshold", "(0, 1]"},
+		{"pool unneeded time not a duration", func(c map[string]any) {
+			pool(c, 0)["autoscaling"] = map[string]any{"scaleDownUnneededTime": "soon"}
+		}, "dynk8s:nodePools[0].autoscaling.scaleDownUnneededTime", "duration"},
 		{"cleanup under five minutes", func(c map[string]any) { obj(c, "cleanup")["notReadyAfter"] = "2m" }, "dynk8s:cleanup.notReadyAfter", "at least 5m"},
 		{"cleanup not a duration", func(c map[string]any) { obj(c, "cleanup")["notReadyAfter"] = "soon" }, "dynk8s:cleanup.notReadyAfter", "duration"},
 		{"identity flag not a boolean", func(c map[string]any) { obj(c, "identity")["sessionManager"] = "yes please" }, "dynk8s:identity.sessionManager", "true or false"},
@@ -228,6 +240,24 @@ func TestBadConfig(t *testing.T) {
 			assert.Check(t, is.Contains(cfgErr.Errors[0].Msg, tc.msg))
 			assert.Check(t, is.Contains(err.Error(), tc.path+": "), "the message names the key path")
 		})
+	}
+}
+
+// TestPoolAutoscalingOptionsBecomeTags: the autoscaler reads per-group options from the group's tags.
+func TestPoolAutoscalingOptionsBecomeTags(t *testing.T) {
+	c := devConfig(t)
+	pool(c, 1)["autoscaling"] = map[string]any{"scaleDownUnneededTime": "3m", "scaleDownUtilizationThreshold": 0.25}
+	cfg, err := parse(t, c)
+	assert.NilError(t, err)
+	tags := map[string]string{}
+	for _, tag := range cfg.GroupTags(cfg.NodePools[1]) {
+		tags[tag.Key] = tag.Value
+	}
+	const prefix = "k8s.io/cluster-autoscaler/node-template/autoscaling-options/"
+	assert.Equal(t, tags[prefix+"scaledownunneededtime"], "3m0s")
+	assert.Equal(t, tags[prefix+"scaledownutilizationthreshold"], "0.25")
+	for _, tag := range cfg.GroupTags(cfg.NodePools[0]) {
+		assert.Check(t, !strings.HasPrefix(tag.Key, prefix), "pool 0 sets no option: %s", tag.Key)
 	}
 }
 

@@ -183,6 +183,21 @@ func (r *reader) value(path string, v any, dst reflect.Value) {
 			return
 		}
 		dst.SetInt(int64(n))
+	case reflect.Float64:
+		f, ok := v.(float64)
+		if !ok {
+			if str, isText := v.(string); isText {
+				var err error
+				if f, err = strconv.ParseFloat(strings.TrimSpace(str), 64); err == nil {
+					ok = true
+				}
+			}
+		}
+		if !ok {
+			r.addf(path, "must be a number, got %s", describe(v))
+			return
+		}
+		dst.SetFloat(f)
 	case reflect.Bool:
 		b, err := toBool(v)
 		if err != nil {

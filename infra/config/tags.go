@@ -18,6 +18,7 @@ const (
 	nodeTemplateLabelTag    = autoscalerTagPrefix + "node-template/label/"
 	nodeTemplateTaintTag    = autoscalerTagPrefix + "node-template/taint/"
 	nodeTemplateResourceTag = autoscalerTagPrefix + "node-template/resources/"
+	nodeTemplateOptionTag   = autoscalerTagPrefix + "node-template/autoscaling-options/"
 	// maxGroupTags is the EC2 Auto Scaling limit of tags per group.
 	maxGroupTags = 50
 )
@@ -132,6 +133,13 @@ func (c *Config) GroupTags(p NodePool) []Tag {
 	}
 	for _, name := range slices.Sorted(maps.Keys(resources)) {
 		tags = append(tags, Tag{Key: nodeTemplateResourceTag + name, Value: resources[name]})
+	}
+	if d := p.Autoscaling.ScaleDownUnneededTime; d != nil {
+		tags = append(tags, Tag{Key: nodeTemplateOptionTag + "scaledownunneededtime", Value: d.String()})
+	}
+	if u := p.Autoscaling.ScaleDownUtilizationThreshold; u != nil {
+		tags = append(tags, Tag{Key: nodeTemplateOptionTag + "scaledownutilizationthreshold",
+			Value: strconv.FormatFloat(*u, 'f', -1, 64)})
 	}
 	slices.SortFunc(tags, func(a, b Tag) int { return strings.Compare(a.Key, b.Key) })
 	return tags

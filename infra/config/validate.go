@@ -9,6 +9,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/dynk8s/dynk8s/cloudinit"
 	"github.com/dynk8s/dynk8s/internal/kube"
 	"github.com/dynk8s/dynk8s/wireguard"
 )
@@ -231,6 +232,12 @@ func validatePools(r *reader, c *Config) {
 			r.addf(pp+"amiId", "%q is not an AMI id (ami- and 8 or 17 hex digits)", p.AMIID)
 		}
 		validateLabelsAndTaints(r, pp, p)
+		if d := p.Autoscaling.ScaleDownUnneededTime; d != nil && *d <= 0 {
+			r.addf(pp+"autoscaling.scaleDownUnneededTime", "must be a positive duration, got %s", *d)
+		}
+		if u := p.Autoscaling.ScaleDownUtilizationThreshold; u != nil && (*u <= 0 || *u > 1) {
+			r.addf(pp+"autoscaling.scaleDownUtilizationThreshold", "must be in (0, 1], got %v", *u)
+		}
 		validateTagLimits(r, pp, c, p)
 		if n := len(c.GroupTags(p)); n > maxGroupTags {
 			r.addf(pp+"labels", "the pool needs %d Auto Scaling Group tags (one per label and taint plus %d of "+
@@ -347,6 +354,20 @@ func validateAutoscaler(r *reader, c *Config) {
 		} else {
 			c.Derived.AutoscalerVersion = v
 		}
+	}
+	a := c.Autoscaler
+	if a.MaxNodeProvisionTime <= cloudinit.JoinTimeout {
+		r.addf(ap+"maxNodeProvisionTime", "must be longer than a node's join timeout (%s): the autoscaler would "+
+			"give up on nodes that still join, got %s", cloudinit.JoinTimeout, a.MaxNodeProvisionTime)
+	}
+	if a.ScaleDownDelayAfterAdd < 0 {
+		r.addf(ap+"scaleDownDelayAfterAdd", "must not be negative, got %s", a.ScaleDownDelayAfterAdd)
+	}
+	if a.NewPodScaleUpDelay < 0 {
+		r.addf(ap+"newPodScaleUpDelay", "must not be negative, got %s", a.NewPodScaleUpDelay)
+	}
+	if a.MaxNodesTotal < 0 {
+		r.addf(ap+"maxNodesTotal", "must be 0 (no cap) or more, got %d", a.MaxNodesTotal)
 	}
 	if d, err := time.ParseDuration(c.Autoscaler.ScaleDownUnneededTime); err != nil || d <= 0 {
 		r.addf(ap+"scaleDownUnneededTime", "must be a positive duration such as 10m, got %q",
