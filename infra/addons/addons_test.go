@@ -52,8 +52,8 @@ const (
 func testAddonsArgs() *ClusterAddonsArgs {
 	burst := kube.Taint{Key: testBurstTaintKey, Value: "true", Effect: kube.NoSchedule}
 	return &ClusterAddonsArgs{
-		ClusterName:       "dev",
-		Region:            "eu-central-1",
+		ClusterName: "dev",
+		Region:      "eu-central-1",
 		Autoscaler: config.Autoscaler{
 			ScaleDownUnneededTime: "10m", Expander: "least-waste", MaxNodeProvisionTime: 15 * time.Minute,
 			ScaleDownDelayAfterAdd: 10 * time.Minute,
