@@ -320,7 +320,7 @@ func (in NodeInput) validate() (kube.Minor, error) {
 	}
 	for i, t := range in.Taints {
 		field := fmt.Sprintf("Taints[%d]", i)
-		e.add(field+".Key", kube.CheckKey(t.Key))
+		e.add(field+".Key", kube.CheckTaintKey(t.Key))
 		e.add(field+".Value", labelValue(t.Value))
 		if _, err := kube.ParseTaintEffect(string(t.Effect)); err != nil {
 			e.add(field+".Effect", err)

@@ -24,6 +24,7 @@ import (
 	"github.com/dynk8s/dynk8s/cloudinit"
 	"github.com/dynk8s/dynk8s/infra/addons"
 	"github.com/dynk8s/dynk8s/infra/config"
+	"github.com/dynk8s/dynk8s/internal/kube"
 )
 
 // Stack is everything one dynk8s stack declares, wired together.
@@ -162,8 +163,14 @@ func NewStack(ctx *pulumi.Context, cfg *config.Config) (*Stack, error) {
 }
 
 // NodeInput is what the node renderer needs of a pool: plain values only. The e2e join test renders through it too,
-// so the script it runs gets exactly what a pool's launch template carries.
+// so the script it runs gets exactly what a pool's launch template carries. With fuse on, nodes register with the
+// fuse startup taint: until the plugin advertises the resource, the autoscaler counts the node as still starting
+// instead of adding another for the pods that wait for it.
 func NodeInput(cfg *config.Config, pool config.NodePool, caHashes []string, tokenParameter string) cloudinit.NodeInput {
+	taints := pool.Taints
+	if cfg.Fuse.Enabled {
+		taints = append(slices.Clone(taints), kube.FuseStartupTaint)
+	}
 	return cloudinit.NodeInput{
 		KubernetesVersion:  cfg.Kubernetes.Version,
 		APIServerEndpoint:  cfg.Kubernetes.APIServerEndpoint.String(),
@@ -172,7 +179,7 @@ func NodeInput(cfg *config.Config, pool config.NodePool, caHashes []string, toke
 		ClusterName:        cfg.ClusterName,
 		PoolName:           pool.Name,
 		Labels:             pool.NodeLabels(),
-		Taints:             pool.Taints,
+		Taints:             taints,
 	}
 }
 

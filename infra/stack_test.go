@@ -244,6 +244,17 @@ func TestAutoscalerTags(t *testing.T) {
 		assert.Check(t, !strings.Contains(k, "/taint/"), "the x86 pool has no taints: %s", k)
 	}
 
+	// The nodes register with the fuse startup taint, which the template node must not carry: the autoscaler would
+	// otherwise think no pod can land on the group.
+	for k := range arm {
+		assert.Check(t, !strings.Contains(k, "startup-taint"), k)
+	}
+	for _, lt := range res.Cloud.ByType("aws:ec2/launchTemplate:LaunchTemplate") {
+		raw, err := cloudinit.Decode(in(&lt, "userData").(string))
+		assert.NilError(t, err)
+		assert.Check(t, is.Contains(string(raw), "key: startup-taint.cluster-autoscaler.kubernetes.io/fuse"), lt.Name)
+	}
+
 	// Without fuse, no resource tag.
 	c := devConfig(t)
 	obj(c, "fuse")["enabled"] = false

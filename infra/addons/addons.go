@@ -228,10 +228,11 @@ func selector(component string) *metav1.LabelSelectorArgs {
 	}
 }
 
-// tolerations tolerates every taint of pools: a DaemonSet that must run on the pool nodes cannot rely on the
-// nodes being untainted. The result is sorted and without duplicates, so the same pools give the same spec.
+// tolerations tolerates every taint of pools, and the fuse startup taint: a DaemonSet that must run on the pool
+// nodes cannot rely on the nodes being untainted. The result is sorted and without duplicates, so the same pools
+// give the same spec.
 func tolerations(pools []config.NodePool) corev1.TolerationArray {
-	var all [][]kube.Taint
+	all := [][]kube.Taint{{kube.FuseStartupTaint}}
 	for _, p := range pools {
 		all = append(all, p.Taints)
 	}

@@ -196,13 +196,27 @@ func podSpec(t *testing.T, obj map[string]any) map[string]any {
 	return m
 }
 
+// container is the workload's main container: its only one, or the one named after its app.kubernetes.io/name
+// label when there are more.
 func container(t *testing.T, obj map[string]any) map[string]any {
 	t.Helper()
 	cs, ok := podSpec(t, obj)["containers"].([]any)
-	assert.Assert(t, ok && len(cs) == 1, "want exactly one container")
-	c, ok := cs[0].(map[string]any)
-	assert.Assert(t, ok)
-	return c
+	assert.Assert(t, ok && len(cs) > 0, "no containers")
+	if len(cs) == 1 {
+		return cs[0].(map[string]any)
+	}
+	return containerNamed(t, obj, dig(t, obj, "metadata", "labels", "app.kubernetes.io/name").(string))
+}
+
+func containerNamed(t *testing.T, obj map[string]any, name string) map[string]any {
+	t.Helper()
+	for _, c := range podSpec(t, obj)["containers"].([]any) {
+		if m := c.(map[string]any); m["name"] == name {
+			return m
+		}
+	}
+	t.Fatalf("no container named %s", name)
+	return nil
 }
 
 // renderManifests renders every Kubernetes object of a run as the plan does (mockcloud.Manifest: secrets as
@@ -464,12 +478,13 @@ func TestAddonsFuseDaemonSets(t *testing.T) {
 
 	burst := map[string]any{"key": testBurstTaintKey, "operator": "Equal", "value": "true", "effect": "NoSchedule"}
 	arch := map[string]any{"key": testArchTaintKey, "operator": "Exists", "effect": "NoSchedule"}
+	startup := map[string]any{"key": kube.FuseStartupTaint.Key, "operator": "Equal", "value": "pending", "effect": "NoSchedule"}
 	for _, tc := range []struct {
 		kubeArch, image string
 		tolerations     []any
 	}{
-		{"amd64", "docker.io/soolaugust/fuse-device-plugin:v1.0", []any{burst}},
-		{"arm64", "docker.io/soolaugust/fuse-device-plugin:v1.1", []any{arch, burst}},
+		{"amd64", "docker.io/soolaugust/fuse-device-plugin:v1.0", []any{burst, startup}},
+		{"arm64", "docker.io/soolaugust/fuse-device-plugin:v1.1", []any{arch, burst, startup}},
 	} {
 		t.Run(tc.kubeArch, func(t *testing.T) {
 			ds := run.object(t, typeDaemonSet, "fuse-device-plugin-"+tc.kubeArch)
@@ -489,6 +504,15 @@ func TestAddonsFuseDaemonSets(t *testing.T) {
 			assert.DeepEqual(t, dig(t, c, "securityContext", "capabilities"), plain(t, map[string]any{
 				"drop": []string{"ALL"},
 			}))
+			// The API token reaches the untaint container only; the plugin talks to the kubelet's socket.
+			assert.Equal(t, spec["automountServiceAccountToken"], false)
+			assert.Equal(t, spec["serviceAccountName"], "fuse-device-plugin")
+			for _, m := range c["volumeMounts"].([]any) {
+				assert.Check(t, m.(map[string]any)["name"] != "api-access", "the plugin container has the token")
+			}
+			untaint := containerNamed(t, ds, "untaint")
+			assert.DeepEqual(t, dig(t, untaint, "command"), []any{"/bin/sh", "-c", untaintScript})
+			assert.Equal(t, dig(t, untaint, "volumeMounts", 0, "mountPath"), "/var/run/secrets/kubernetes.io/serviceaccount")
 			// The two DaemonSets must not select each other's pods.
 			assert.Equal(t, dig(t, ds, "spec", "selector", "matchLabels", "app.kubernetes.io/instance"),
 				"fuse-device-plugin-"+tc.kubeArch)
@@ -590,6 +614,7 @@ func TestAddonsTerminationHandler(t *testing.T) {
 	assert.DeepEqual(t, spec["tolerations"], plain(t, []any{
 		map[string]any{"key": testArchTaintKey, "operator": "Exists", "effect": "NoSchedule"},
 		map[string]any{"key": testBurstTaintKey, "operator": "Equal", "value": "true", "effect": "NoSchedule"},
+		map[string]any{"key": kube.FuseStartupTaint.Key, "operator": "Equal", "value": "pending", "effect": "NoSchedule"},
 	}))
 	env := map[string]any{}
 	for _, e := range c["env"].([]any) {
@@ -812,4 +837,69 @@ func TestCleanupScriptDecisions(t *testing.T) {
 			assert.Check(t, is.Len(deleted, 0), "threshold %q", threshold)
 		}
 	})
+}
+
+// TestFuseRBACNodesOnly: the untaint container may read and patch nodes, nothing else.
+func TestFuseRBACNodesOnly(t *testing.T) {
+	run := mustRunAddons(t, testAddonsArgs)
+	assert.DeepEqual(t, run.object(t, typeClusterRole, "fuse-device-plugin")["rules"], plain(t, []any{map[string]any{
+		"apiGroups": []string{""}, "resources": []string{"nodes"}, "verbs": []string{"get", "patch"},
+	}}))
+}
+
+// TestUntaintScript runs the embedded script against a stub kubectl: it keeps the taint while the node advertises
+// no fuse devices, removes it once it does, and idles (here: the stub sleep returns) once the taint is gone.
+func TestUntaintScript(t *testing.T) {
+	realtools.Require(t, "shellcheck")
+	cmd := exec.Command("shellcheck", "--shell=sh", "--severity=style", "-")
+	cmd.Stdin = strings.NewReader(untaintScript)
+	out, err := cmd.CombinedOutput()
+	assert.NilError(t, err, "shellcheck:\n%s", out)
+
+	dir := t.TempDir()
+	log := filepath.Join(dir, "kubectl.log")
+	// The node advertises nothing on the first two looks, then 5000 devices; the taint goes when removed.
+	kubectl := fmt.Sprintf(`#!/bin/sh
+printf '%%s\n' "$*" >> %[1]q
+n=$(grep -c allocatable %[1]q)
+case "$*" in
+*spec.taints*) [ -e %[2]q ] || echo %[3]s ;;
+*allocatable*) [ "$n" -ge 3 ] && echo 5000 ;;
+"taint node ip-1 %[3]s-") touch %[2]q ;;
+*) exit 3 ;;
+esac
+exit 0
+`, log, filepath.Join(dir, "removed"), kube.FuseStartupTaint.Key)
+	assert.NilError(t, os.WriteFile(filepath.Join(dir, "kubectl"), []byte(kubectl), 0o755))
+	assert.NilError(t, os.WriteFile(filepath.Join(dir, "sleep"), []byte("#!/bin/sh\nexit 0\n"), 0o755))
+	run := exec.Command("/bin/sh", "-c", untaintScript)
+	run.Env = []string{"PATH=" + dir + string(os.PathListSeparator) + os.Getenv("PATH"), "NODE_NAME=ip-1",
+		"TAINT_KEY=" + kube.FuseStartupTaint.Key, "RESOURCE=" + kube.FuseResource, "POLL_SECONDS=0"}
+	output, err := run.CombinedOutput()
+	assert.NilError(t, err, "%s", output)
+	calls, err := os.ReadFile(log)
+	assert.NilError(t, err)
+	var taints []string
+	for _, line := range strings.Split(strings.TrimSpace(string(calls)), "\n") {
+		if strings.HasPrefix(line, "taint ") {
+			taints = append(taints, line)
+		}
+	}
+	assert.DeepEqual(t, taints, []string{"taint node ip-1 " + kube.FuseStartupTaint.Key + "-"})
+	assert.Check(t, is.Contains(string(calls), `get node ip-1 --output jsonpath={.status.allocatable.github\.com/fuse}`))
+	assert.Check(t, is.Contains(string(output), "offers 5000 github.com/fuse"))
+
+	// A plugin that never advertises: the taint still goes, after the give-up time, with a warning.
+	assert.NilError(t, os.Remove(filepath.Join(dir, "removed")))
+	assert.NilError(t, os.WriteFile(log, []byte("allocatable\nallocatable\nallocatable\n"), 0o644))
+	kubectl = strings.Replace(kubectl, `*allocatable*) [ "$n" -ge 3 ] && echo 5000 ;;`, `*allocatable*) ;;`, 1)
+	assert.NilError(t, os.WriteFile(filepath.Join(dir, "kubectl"), []byte(kubectl), 0o755))
+	run = exec.Command("/bin/sh", "-c", untaintScript)
+	run.Env = append(run.Env, "PATH="+dir+string(os.PathListSeparator)+os.Getenv("PATH"), "NODE_NAME=ip-1",
+		"TAINT_KEY="+kube.FuseStartupTaint.Key, "RESOURCE="+kube.FuseResource, "POLL_SECONDS=0", "GIVE_UP_SECONDS=0")
+	output, err = run.CombinedOutput()
+	assert.NilError(t, err, "%s", output)
+	assert.Check(t, is.Contains(string(output), "WARNING: node ip-1 advertises no github.com/fuse"))
+	_, err = os.Stat(filepath.Join(dir, "removed"))
+	assert.NilError(t, err, "the taint was not removed")
 }

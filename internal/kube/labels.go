@@ -61,16 +61,12 @@ var (
 // it must be a qualified name (an optional DNS-subdomain prefix and '/', then a name of at most 63 characters), and
 // in the kubernetes.io and k8s.io namespaces only IsKubeletLabel's keys pass NodeRestriction.
 func CheckKey(key string) error {
-	prefix, name, hasPrefix := strings.Cut(key, "/")
-	if !hasPrefix {
-		name, prefix = prefix, ""
+	if err := checkQualifiedName(key); err != nil {
+		return err
 	}
-	if len(name) > 63 || !labelNameRE.MatchString(name) {
-		return fmt.Errorf("%q is not a valid key: the name part must be at most 63 characters of letters, "+
-			"digits, '-', '_', '.'", key)
-	}
-	if hasPrefix && (len(prefix) > 253 || !dnsSubdomRE.MatchString(prefix)) {
-		return fmt.Errorf("%q is not a valid key: the prefix must be a DNS subdomain", key)
+	prefix, _, _ := strings.Cut(key, "/")
+	if !strings.Contains(key, "/") {
+		prefix = ""
 	}
 	if !inNamespace(prefix, "kubernetes.io") && !inNamespace(prefix, "k8s.io") {
 		return nil
@@ -90,6 +86,23 @@ func CheckKey(key string) error {
 	return fmt.Errorf("%q is in the kubernetes.io/k8s.io namespace, which NodeRestriction forbids the kubelet to "+
 		"set (allowed: kubelet.kubernetes.io/*, node.kubernetes.io/* and the well-known "+
 		"topology/arch/os/instance-type keys); use your own prefix", key)
+}
+
+// checkQualifiedName checks a Kubernetes qualified name: an optional DNS-subdomain prefix and '/', then a name of at
+// most 63 characters.
+func checkQualifiedName(key string) error {
+	prefix, name, hasPrefix := strings.Cut(key, "/")
+	if !hasPrefix {
+		name, prefix = prefix, ""
+	}
+	if len(name) > 63 || !labelNameRE.MatchString(name) {
+		return fmt.Errorf("%q is not a valid key: the name part must be at most 63 characters of letters, "+
+			"digits, '-', '_', '.'", key)
+	}
+	if hasPrefix && (len(prefix) > 253 || !dnsSubdomRE.MatchString(prefix)) {
+		return fmt.Errorf("%q is not a valid key: the prefix must be a DNS subdomain", key)
+	}
+	return nil
 }
 
 // inNamespace reports whether a label prefix is domain or a subdomain of it.

@@ -52,3 +52,18 @@ func SortedTaints(ts ...[]Taint) []Taint {
 	})
 	return slices.Compact(out)
 }
+
+// AutoscalerStartupTaintPrefix marks a taint the Cluster Autoscaler treats as "this node is still starting": a node
+// that carries one counts as unready (a scale-up on its way, not a node that lacks what pending pods need), and the
+// taint is left off template nodes (utils/taints/taints.go in kubernetes/autoscaler at cluster-autoscaler-1.34.5).
+const AutoscalerStartupTaintPrefix = "startup-taint.cluster-autoscaler.kubernetes.io/"
+
+// FuseStartupTaint is the taint dynk8s nodes register with while the fuse device plugin has not yet advertised
+// FuseResource; the plugin's pod removes it once the node offers the resource.
+var FuseStartupTaint = Taint{Key: AutoscalerStartupTaintPrefix + "fuse", Value: "pending", Effect: NoSchedule}
+
+// CheckTaintKey says why key cannot be a taint key, or returns nil: a qualified name. Unlike labels, a kubelet may
+// register its Node with any taint (NodeRestriction only stops it changing them later).
+func CheckTaintKey(key string) error {
+	return checkQualifiedName(key)
+}
