@@ -117,6 +117,7 @@ func TestWireGuardGatewayComponent(t *testing.T) {
 		}
 		gw, err := infra.NewWireGuardGateway(ctx, "gw", &infra.WireGuardGatewayArgs{
 			ClusterName:  "lab",
+			Region:       "us-west-2",
 			InstanceType: "t3.micro",
 			Image:        image,
 			WireGuard: config.WireGuard{

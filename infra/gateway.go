@@ -8,6 +8,8 @@ import (
 	"slices"
 	"strconv"
 
+	"github.com/pulumi/pulumi-aws/sdk/v6/go/aws"
+	"github.com/pulumi/pulumi-aws/sdk/v6/go/aws/cloudwatch"
 	"github.com/pulumi/pulumi-aws/sdk/v6/go/aws/ec2"
 	"github.com/pulumi/pulumi-aws/sdk/v6/go/aws/ssm"
 	"github.com/pulumi/pulumi-random/sdk/v4/go/random"
@@ -47,6 +49,8 @@ type WireGuardGateway struct {
 type WireGuardGatewayArgs struct {
 	// ClusterName names and tags the gateway's resources and its key parameter (required).
 	ClusterName string
+	// Region is the gateway's region, for its alarm's reboot action (required).
+	Region string
 	// InstanceType is the gateway's EC2 type (required).
 	InstanceType string
 	// Image is the Fedora image it boots (required).
@@ -184,6 +188,25 @@ func NewWireGuardGateway(ctx *pulumi.Context, name string, args *WireGuardGatewa
 		pulumi.DependsOn([]pulumi.Resource{param, eip}))
 	if err != nil {
 		return fail("instance", err)
+	}
+
+	// EC2 automatic recovery acts on a failed host (the system status check); a hung guest fails the instance
+	// status check instead, and only a reboot brings it back (EC2 alarm actions, "Reboot").
+	partition := aws.GetPartitionOutput(ctx, aws.GetPartitionOutputArgs{}, parent).Partition()
+	if _, err := cloudwatch.NewMetricAlarm(ctx, name+"-status", &cloudwatch.MetricAlarmArgs{
+		AlarmDescription:   pulumi.String("dynk8s WireGuard gateway: reboot when the instance status check fails"),
+		Namespace:          pulumi.String("AWS/EC2"),
+		MetricName:         pulumi.String("StatusCheckFailed_Instance"),
+		Dimensions:         pulumi.StringMap{"InstanceId": instance.ID()},
+		Statistic:          pulumi.String("Maximum"),
+		Period:             pulumi.Int(60),
+		EvaluationPeriods:  pulumi.Int(3),
+		ComparisonOperator: pulumi.String("GreaterThanOrEqualToThreshold"),
+		Threshold:          pulumi.Float64(1),
+		AlarmActions:       pulumi.Array{pulumi.Sprintf("arn:%s:automate:%s:ec2:reboot", partition, args.Region)},
+		Tags:               tags,
+	}, parent); err != nil {
+		return fail("status alarm", err)
 	}
 
 	onPremConfig := pulumix.Apply3Err(onPremPrivate, gatewayKey.Public, eip.PublicIp,

@@ -109,6 +109,7 @@ func NewStack(ctx *pulumi.Context, cfg *config.Config) (*Stack, error) {
 	}
 	s.Gateway, err = NewWireGuardGateway(ctx, "gateway", &WireGuardGatewayArgs{
 		ClusterName:         cfg.ClusterName,
+		Region:              cfg.Region,
 		InstanceType:        cfg.Gateway.InstanceType,
 		Image:               gatewayImage,
 		WireGuard:           cfg.WireGuard,

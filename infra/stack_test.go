@@ -380,6 +380,13 @@ func TestGateway(t *testing.T) {
 	assert.Check(t, is.Contains(eip.DependsOn, "network-igw"))
 	assert.Check(t, is.Contains(inst.DependsOn, "gateway-eip"))
 
+	// Automatic recovery covers failed hosts only; a hung guest (the instance status check) is rebooted by an alarm.
+	alarm := find(t, res, "aws:cloudwatch/metricAlarm:MetricAlarm", "gateway-status")
+	assert.Equal(t, in(alarm, "metricName"), "StatusCheckFailed_Instance")
+	assert.Equal(t, in(alarm, "namespace"), "AWS/EC2")
+	assert.DeepEqual(t, in(alarm, "dimensions"), map[string]any{"InstanceId": inst.ID})
+	assert.DeepEqual(t, in(alarm, "alarmActions"), []any{"arn:aws:automate:eu-central-1:ec2:reboot"})
+
 	key := find(t, res, "aws:ssm/parameter:Parameter", "gateway-key")
 	assert.Equal(t, in(key, "type"), "SecureString")
 	assert.Equal(t, in(key, "name"), "/dynk8s/homelab/wireguard-gateway-key")
