@@ -14,11 +14,13 @@ import (
 	"net/url"
 	"slices"
 	"strconv"
+	"strings"
 
 	"github.com/pulumi/pulumi-aws/sdk/v6/go/aws"
 	"github.com/pulumi/pulumi-kubernetes/sdk/v4/go/kubernetes"
 	corev1 "github.com/pulumi/pulumi-kubernetes/sdk/v4/go/kubernetes/core/v1"
 	"github.com/pulumi/pulumi/sdk/v3/go/pulumi"
+	"github.com/pulumi/pulumi/sdk/v3/go/pulumix"
 	"sigs.k8s.io/yaml"
 
 	"github.com/dynk8s/dynk8s/cloudinit"
@@ -283,7 +285,15 @@ func caCertHashes(ctx *pulumi.Context, cfg *config.Config, k8s *kubernetes.Provi
 	if err != nil {
 		return pulumi.StringArrayOutput{}, fmt.Errorf("reading kube-public/cluster-info: %w", err)
 	}
-	return info.Data.ApplyT(func(data map[string]string) ([]string, error) {
+	kubeadmConfig, err := corev1.GetConfigMap(ctx, "kubeadm-config", pulumi.ID("kube-system/kubeadm-config"), nil,
+		pulumi.Provider(k8s))
+	if err != nil {
+		return pulumi.StringArrayOutput{}, fmt.Errorf("reading kube-system/kubeadm-config: %w", err)
+	}
+	return pulumix.Apply2Err(info.Data, kubeadmConfig.Data, func(data, kc map[string]string) ([]string, error) {
+		if err := checkVersionSkew(cfg, kc["ClusterConfiguration"]); err != nil {
+			return nil, fmt.Errorf("kube-system/kubeadm-config: %w", err)
+		}
 		if err := checkClusterInfoServer(cfg, data["kubeconfig"]); err != nil {
 			return nil, fmt.Errorf("kube-public/cluster-info: %w", err)
 		}
@@ -295,7 +305,29 @@ func caCertHashes(ctx *pulumi.Context, cfg *config.Config, k8s *kubernetes.Provi
 			return nil, fmt.Errorf("kube-public/cluster-info: %w (set %s:kubernetes.caCertHash)", err, config.Namespace)
 		}
 		return []string{h}, nil
-	}).(pulumi.StringArrayOutput), nil
+	}).Untyped().(pulumi.StringArrayOutput), nil
+}
+
+// checkVersionSkew refuses nodes of a newer minor than the control plane, whose version kubeadm keeps in its
+// ClusterConfiguration: the kubelet may be older than the API server, never newer (kubernetes.io version skew
+// policy), and kubeadm refuses to join a cluster of an older minor.
+func checkVersionSkew(cfg *config.Config, clusterConfiguration string) error {
+	var cc struct {
+		KubernetesVersion string `json:"kubernetesVersion"`
+	}
+	if err := yaml.Unmarshal([]byte(clusterConfiguration), &cc); err != nil {
+		return fmt.Errorf("ClusterConfiguration: %w", err)
+	}
+	cp, err := kube.ParseVersion(strings.TrimPrefix(cc.KubernetesVersion, "v"))
+	if err != nil {
+		return fmt.Errorf("ClusterConfiguration.kubernetesVersion: %w", err)
+	}
+	if node := cfg.Kubernetes.Version; node.Major != cp.Major || node.Minor > cp.Minor {
+		return fmt.Errorf("%s:kubernetes.version %s is newer than the control plane's %s: nodes may be older than "+
+			"the API server by minors, never newer; upgrade the control plane first", config.Namespace, node,
+			cc.KubernetesVersion)
+	}
+	return nil
 }
 
 // checkClusterInfoServer compares the server a cluster-info kubeconfig names with the configured endpoint.

@@ -676,3 +676,21 @@ func TestNamesCarryTheCluster(t *testing.T) {
 	}
 	assert.Check(t, named > 10, "only %d resources carry a Name tag", named)
 }
+
+// TestVersionSkew: nodes may be older than the control plane, never newer (the Kubernetes version skew policy); the
+// control plane's version comes from kube-system/kubeadm-config at preview.
+func TestVersionSkew(t *testing.T) {
+	run := func(version string) error {
+		cfg, err := mockcloud.ConfigFromMap(devConfig(t))
+		assert.NilError(t, err)
+		cfg.ClusterVersion = version
+		_, err = plan.RunConfig("dev", cfg)
+		return err
+	}
+	assert.NilError(t, run("v1.34.4"), "same version")
+	assert.NilError(t, run("v1.35.0"), "nodes one minor older")
+	assert.NilError(t, run("v1.34.2"), "a newer patch of the same minor")
+	assert.ErrorContains(t, run("v1.33.6"),
+		"dynk8s:kubernetes.version 1.34.4 is newer than the control plane's v1.33.6")
+	assert.ErrorContains(t, run("1.34"), "kubernetesVersion")
+}

@@ -60,6 +60,9 @@ type Cloud struct {
 	// ClusterServer is the API server URL the on-prem cluster's kube-public/cluster-info names. Default
 	// https://192.168.10.10:6443.
 	ClusterServer string
+	// ClusterVersion is the control plane's version in kube-system/kubeadm-config, e.g. "v1.34.4". Default
+	// v1.34.4.
+	ClusterVersion string
 
 	mu        sync.Mutex
 	resources []Resource

@@ -26,6 +26,9 @@ type StackConfig struct {
 	// ClusterServer overrides the API server the stand-in cluster-info names (Cloud.ClusterServer); by default
 	// the plan takes the configured kubernetes.apiServerEndpoint.
 	ClusterServer string
+	// ClusterVersion overrides the control plane version the stand-in kubeadm-config names (Cloud.ClusterVersion);
+	// by default the plan takes the configured kubernetes.version.
+	ClusterVersion string
 }
 
 // Run runs program under the mock engine for stack with cfg and returns the recorded cloud. A program error is

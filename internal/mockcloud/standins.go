@@ -136,8 +136,11 @@ func (c *Cloud) computed(typ, name, id string, in, out resource.PropertyMap) err
 		set("name", nameOr())
 		set("arn", arn("autoscaling", "autoScalingGroup:"+shortHash(name)+":autoScalingGroupName/"+nameOr()))
 	case "kubernetes:core/v1:ConfigMap":
-		if id == "kube-public/cluster-info" {
+		switch id {
+		case "kube-public/cluster-info":
 			return clusterInfo(out, c.ClusterServer)
+		case "kube-system/kubeadm-config":
+			return kubeadmConfig(out, c.ClusterVersion)
 		}
 	}
 	return nil
@@ -342,5 +345,20 @@ func clusterInfo(out resource.PropertyMap, server string) error {
 		return fmt.Errorf("mockcloud: cluster-info: %w", err)
 	}
 	out["data"] = resource.NewPropertyValue(map[string]any{"kubeconfig": string(kubeconfig)})
+	return nil
+}
+
+// kubeadmConfig answers the ConfigMap kubeadm init writes: the ClusterConfiguration with the control plane's version.
+func kubeadmConfig(out resource.PropertyMap, version string) error {
+	if version == "" {
+		version = "v1.34.4"
+	}
+	cc, err := yaml.Marshal(map[string]any{
+		"apiVersion": "kubeadm.k8s.io/v1beta4", "kind": "ClusterConfiguration", "kubernetesVersion": version,
+	})
+	if err != nil {
+		return fmt.Errorf("mockcloud: kubeadm-config: %w", err)
+	}
+	out["data"] = resource.NewPropertyValue(map[string]any{"ClusterConfiguration": string(cc)})
 	return nil
 }

@@ -46,12 +46,21 @@ func RunConfig(stack string, cfg mockcloud.StackConfig) (*Result, error) {
 	// The stand-in cluster names the API server the stack is configured with, as a correctly set up one does.
 	var k8s struct {
 		APIServerEndpoint string `json:"apiServerEndpoint"`
+		Version           string `json:"version"`
 	}
-	if json.Unmarshal([]byte(cfg.Values[config.Namespace+":kubernetes"]), &k8s) == nil && k8s.APIServerEndpoint != "" {
-		cloud.ClusterServer = "https://" + k8s.APIServerEndpoint
+	if json.Unmarshal([]byte(cfg.Values[config.Namespace+":kubernetes"]), &k8s) == nil {
+		if k8s.APIServerEndpoint != "" {
+			cloud.ClusterServer = "https://" + k8s.APIServerEndpoint
+		}
+		if k8s.Version != "" {
+			cloud.ClusterVersion = "v" + k8s.Version
+		}
 	}
 	if cfg.ClusterServer != "" {
 		cloud.ClusterServer = cfg.ClusterServer
+	}
+	if cfg.ClusterVersion != "" {
+		cloud.ClusterVersion = cfg.ClusterVersion
 	}
 	res := &Result{Stack: stack, Cloud: cloud, Outputs: map[string]Output{}}
 	err := mockcloud.Run(func(ctx *pulumi.Context) error {
