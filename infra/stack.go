@@ -332,10 +332,11 @@ func checkVersionSkew(cfg *config.Config, clusterConfiguration string) error {
 
 // checkClusterInfoServer compares the server a cluster-info kubeconfig names with the configured endpoint.
 func checkClusterInfoServer(cfg *config.Config, kubeconfig string) error {
-	server, err := kubeconfigServer(kubeconfig)
+	cluster, err := firstCluster(kubeconfig)
 	if err != nil {
 		return err
 	}
+	server := cluster.Server
 	u, err := url.Parse(server)
 	if err != nil || u.Host == "" {
 		return fmt.Errorf("the server %q is not a URL", server)
@@ -362,41 +363,38 @@ func checkClusterInfoServer(cfg *config.Config, kubeconfig string) error {
 	return nil
 }
 
-// kubeconfigServer is the server of the first cluster of a kubeconfig.
-func kubeconfigServer(kubeconfig string) (string, error) {
+// kubeconfigCluster is the first cluster of a kubeconfig, as kubeadm's discovery reads cluster-info's.
+type kubeconfigCluster struct {
+	Server string `json:"server"`
+	CAData string `json:"certificate-authority-data"`
+}
+
+func firstCluster(kubeconfig string) (kubeconfigCluster, error) {
 	var kc struct {
 		Clusters []struct {
-			Cluster struct {
-				Server string `json:"server"`
-			} `json:"cluster"`
+			Cluster kubeconfigCluster `json:"cluster"`
 		} `json:"clusters"`
 	}
 	if err := yaml.Unmarshal([]byte(kubeconfig), &kc); err != nil {
-		return "", fmt.Errorf("parse kubeconfig: %w", err)
+		return kubeconfigCluster{}, fmt.Errorf("parse kubeconfig: %w", err)
 	}
-	if len(kc.Clusters) == 0 || kc.Clusters[0].Cluster.Server == "" {
-		return "", errors.New("kubeconfig names no server")
+	if len(kc.Clusters) == 0 {
+		return kubeconfigCluster{}, errors.New("kubeconfig has no cluster")
 	}
-	return kc.Clusters[0].Cluster.Server, nil
+	return kc.Clusters[0].Cluster, nil
 }
 
 // CACertHashFromKubeconfig computes kubeadm's discovery hash ("sha256:" + hex SHA-256 of the CA certificate's
 // DER SubjectPublicKeyInfo) of the first cluster's CA in a kubeconfig, as kubeadm's pubkeypin does.
 func CACertHashFromKubeconfig(kubeconfig string) (string, error) {
-	var kc struct {
-		Clusters []struct {
-			Cluster struct {
-				CAData string `json:"certificate-authority-data"`
-			} `json:"cluster"`
-		} `json:"clusters"`
+	cluster, err := firstCluster(kubeconfig)
+	if err != nil {
+		return "", err
 	}
-	if err := yaml.Unmarshal([]byte(kubeconfig), &kc); err != nil {
-		return "", fmt.Errorf("parse kubeconfig: %w", err)
-	}
-	if len(kc.Clusters) == 0 || kc.Clusters[0].Cluster.CAData == "" {
+	if cluster.CAData == "" {
 		return "", errors.New("kubeconfig has no certificate-authority-data")
 	}
-	pemBytes, err := base64.StdEncoding.DecodeString(kc.Clusters[0].Cluster.CAData)
+	pemBytes, err := base64.StdEncoding.DecodeString(cluster.CAData)
 	if err != nil {
 		return "", fmt.Errorf("certificate-authority-data: %w", err)
 	}

@@ -712,13 +712,15 @@ func TestAddonsArgsValidation(t *testing.T) {
 	})
 }
 
-// TestCleanupScriptShellcheck runs shellcheck on the script as embedded.
-func TestCleanupScriptShellcheck(t *testing.T) {
+// TestScriptsShellcheck runs shellcheck on the scripts as embedded.
+func TestScriptsShellcheck(t *testing.T) {
 	realtools.Require(t, "shellcheck")
-	cmd := exec.Command("shellcheck", "--shell=sh", "--severity=style", "-")
-	cmd.Stdin = strings.NewReader(cleanupScript)
-	out, err := cmd.CombinedOutput()
-	assert.NilError(t, err, "shellcheck:\n%s", out)
+	for name, script := range map[string]string{"cleanup.sh": cleanupScript, "untaint.sh": untaintScript} {
+		cmd := exec.Command("shellcheck", "--shell=sh", "--severity=style", "-")
+		cmd.Stdin = strings.NewReader(script)
+		out, err := cmd.CombinedOutput()
+		assert.NilError(t, err, "shellcheck %s:\n%s", name, out)
+	}
 }
 
 // cleanupStubs writes stand-ins for kubectl and date into a directory for the script's PATH: kubectl get answers
@@ -850,12 +852,6 @@ func TestFuseRBACNodesOnly(t *testing.T) {
 // TestUntaintScript runs the embedded script against a stub kubectl: it keeps the taint while the node advertises
 // no fuse devices, removes it once it does, and idles (here: the stub sleep returns) once the taint is gone.
 func TestUntaintScript(t *testing.T) {
-	realtools.Require(t, "shellcheck")
-	cmd := exec.Command("shellcheck", "--shell=sh", "--severity=style", "-")
-	cmd.Stdin = strings.NewReader(untaintScript)
-	out, err := cmd.CombinedOutput()
-	assert.NilError(t, err, "shellcheck:\n%s", out)
-
 	dir := t.TempDir()
 	log := filepath.Join(dir, "kubectl.log")
 	// The node advertises nothing on the first two looks, then 5000 devices; the taint goes when removed.
