@@ -155,6 +155,8 @@ func TestBadConfig(t *testing.T) {
 			pool(c, 1)["instanceTypes"] = []any{"c7g.2xlarge", "c7g.4xlarge"}
 		}, "dynk8s:nodePools[1].instanceTypes[1]", "same shape"},
 		{"unknown instance size", func(c map[string]any) { pool(c, 0)["instanceTypes"] = []any{"c7i.mega"} }, "dynk8s:nodePools[0].instanceTypes[0]", "unknown size"},
+		{"c5 has no 16xlarge", func(c map[string]any) { pool(c, 0)["instanceTypes"] = []any{"c5.16xlarge"} }, "dynk8s:nodePools[0].instanceTypes[0]", "unknown size"},
+		{"graviton 7g stops at 16xlarge", func(c map[string]any) { pool(c, 1)["instanceTypes"] = []any{"c7g.24xlarge"} }, "dynk8s:nodePools[1].instanceTypes[0]", "unknown size"},
 		{"min above max", func(c map[string]any) { pool(c, 0)["minSize"] = 5; pool(c, 0)["maxSize"] = 2 }, "dynk8s:nodePools[0].maxSize", "must be >= minSize (5)"},
 		{"negative max", func(c map[string]any) { pool(c, 1)["maxSize"] = -1 }, "dynk8s:nodePools[1].maxSize", "must be >= minSize (0)"},
 		{"negative min", func(c map[string]any) { pool(c, 0)["minSize"] = -1 }, "dynk8s:nodePools[0].minSize", ">= 0"},

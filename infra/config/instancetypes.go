@@ -23,6 +23,14 @@ type instanceFamily struct {
 	memPerVCPU   int // MiB
 	burstable    bool
 	smallestSize string // the smallest size the family has ("medium" or "large")
+	largest      int    // the vCPUs of the largest size, when it is below the table's 24xlarge
+}
+
+// familySizes are the families whose sizes break the common pattern: c5 has 9xlarge and 18xlarge instead of
+// 8xlarge and 16xlarge.
+var familySizes = map[string]map[string]int{
+	"c5": {"large": 2, "xlarge": 4, "2xlarge": 8, "4xlarge": 16, "9xlarge": 36, "12xlarge": 48, "18xlarge": 72,
+		"24xlarge": 96},
 }
 
 // instanceFamilies are the families dynk8s knows the shapes of. Source: the EC2 instance type pages (general
@@ -39,11 +47,11 @@ var instanceFamilies = map[string]instanceFamily{
 	"r6a": {arch: kube.ArchX86_64, memPerVCPU: 8192, smallestSize: "large"}, "r7i": {arch: kube.ArchX86_64, memPerVCPU: 8192, smallestSize: "large"},
 	"t3": {arch: kube.ArchX86_64, burstable: true}, "t3a": {arch: kube.ArchX86_64, burstable: true},
 	// arm64, Graviton
-	"m6g": {arch: kube.ArchArm64, memPerVCPU: 4096, smallestSize: "medium"}, "m7g": {arch: kube.ArchArm64, memPerVCPU: 4096, smallestSize: "medium"},
+	"m6g": {arch: kube.ArchArm64, largest: 64, memPerVCPU: 4096, smallestSize: "medium"}, "m7g": {arch: kube.ArchArm64, largest: 64, memPerVCPU: 4096, smallestSize: "medium"},
 	"m8g": {arch: kube.ArchArm64, memPerVCPU: 4096, smallestSize: "medium"},
-	"c6g": {arch: kube.ArchArm64, memPerVCPU: 2048, smallestSize: "medium"}, "c7g": {arch: kube.ArchArm64, memPerVCPU: 2048, smallestSize: "medium"},
+	"c6g": {arch: kube.ArchArm64, largest: 64, memPerVCPU: 2048, smallestSize: "medium"}, "c7g": {arch: kube.ArchArm64, largest: 64, memPerVCPU: 2048, smallestSize: "medium"},
 	"c8g": {arch: kube.ArchArm64, memPerVCPU: 2048, smallestSize: "medium"},
-	"r6g": {arch: kube.ArchArm64, memPerVCPU: 8192, smallestSize: "medium"}, "r7g": {arch: kube.ArchArm64, memPerVCPU: 8192, smallestSize: "medium"},
+	"r6g": {arch: kube.ArchArm64, largest: 64, memPerVCPU: 8192, smallestSize: "medium"}, "r7g": {arch: kube.ArchArm64, largest: 64, memPerVCPU: 8192, smallestSize: "medium"},
 	"r8g": {arch: kube.ArchArm64, memPerVCPU: 8192, smallestSize: "medium"},
 	"t4g": {arch: kube.ArchArm64, burstable: true},
 }
@@ -80,7 +88,10 @@ func LookupInstanceType(name string) (InstanceShape, error) {
 		return s, nil
 	}
 	v, ok := vcpusBySize[size]
-	if !ok || (size == "medium" && f.smallestSize != "medium") {
+	if sizes, own := familySizes[family]; own {
+		v, ok = sizes[size]
+	}
+	if !ok || (size == "medium" && f.smallestSize != "medium") || (f.largest != 0 && v > f.largest) {
 		return InstanceShape{}, fmt.Errorf("unknown size %q of family %s", size, family)
 	}
 	return InstanceShape{Arch: f.arch, VCPU: v, MemoryMiB: v * f.memPerVCPU}, nil
