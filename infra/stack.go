@@ -3,25 +3,13 @@
 package infra
 
 import (
-	"crypto/sha256"
-	"crypto/x509"
-	"encoding/base64"
-	"encoding/hex"
-	"encoding/pem"
-	"errors"
 	"fmt"
 	"net/netip"
-	"net/url"
 	"slices"
-	"strconv"
-	"strings"
 
 	"github.com/pulumi/pulumi-aws/sdk/v6/go/aws"
 	"github.com/pulumi/pulumi-kubernetes/sdk/v4/go/kubernetes"
-	corev1 "github.com/pulumi/pulumi-kubernetes/sdk/v4/go/kubernetes/core/v1"
 	"github.com/pulumi/pulumi/sdk/v3/go/pulumi"
-	"github.com/pulumi/pulumi/sdk/v3/go/pulumix"
-	"sigs.k8s.io/yaml"
 
 	"github.com/dynk8s/dynk8s/cloudinit"
 	"github.com/dynk8s/dynk8s/infra/addons"
@@ -273,139 +261,4 @@ func kubernetesProvider(ctx *pulumi.Context, cfg *config.Config) (*kubernetes.Pr
 		return nil, fmt.Errorf("kubernetes provider: %w", err)
 	}
 	return p, nil
-}
-
-// caCertHashes is the configured CA hash, or the hash of the CA in the cluster's kube-public/cluster-info (the
-// ConfigMap kubeadm init publishes for token discovery), read through the Kubernetes provider. Reading it also
-// checks the server it names: kubeadm's discovery returns that server, and the joined kubelet talks to it, not to
-// apiServerEndpoint, so it must be the same address, or a name the operator states resolves from the VPC.
-func caCertHashes(ctx *pulumi.Context, cfg *config.Config, k8s *kubernetes.Provider) (pulumi.StringArrayOutput, error) {
-	info, err := corev1.GetConfigMap(ctx, "cluster-info", pulumi.ID("kube-public/cluster-info"), nil,
-		pulumi.Provider(k8s))
-	if err != nil {
-		return pulumi.StringArrayOutput{}, fmt.Errorf("reading kube-public/cluster-info: %w", err)
-	}
-	kubeadmConfig, err := corev1.GetConfigMap(ctx, "kubeadm-config", pulumi.ID("kube-system/kubeadm-config"), nil,
-		pulumi.Provider(k8s))
-	if err != nil {
-		return pulumi.StringArrayOutput{}, fmt.Errorf("reading kube-system/kubeadm-config: %w", err)
-	}
-	return pulumix.Apply2Err(info.Data, kubeadmConfig.Data, func(data, kc map[string]string) ([]string, error) {
-		if err := checkVersionSkew(cfg, kc["ClusterConfiguration"]); err != nil {
-			return nil, fmt.Errorf("kube-system/kubeadm-config: %w", err)
-		}
-		if err := checkClusterInfoServer(cfg, data["kubeconfig"]); err != nil {
-			return nil, fmt.Errorf("kube-public/cluster-info: %w", err)
-		}
-		if h := cfg.Kubernetes.CACertHash; h != "" {
-			return []string{h}, nil
-		}
-		h, err := CACertHashFromKubeconfig(data["kubeconfig"])
-		if err != nil {
-			return nil, fmt.Errorf("kube-public/cluster-info: %w (set %s:kubernetes.caCertHash)", err, config.Namespace)
-		}
-		return []string{h}, nil
-	}).Untyped().(pulumi.StringArrayOutput), nil
-}
-
-// checkVersionSkew refuses nodes of a newer minor than the control plane, whose version kubeadm keeps in its
-// ClusterConfiguration: the kubelet may be older than the API server, never newer (kubernetes.io version skew
-// policy), and kubeadm refuses to join a cluster of an older minor.
-func checkVersionSkew(cfg *config.Config, clusterConfiguration string) error {
-	var cc struct {
-		KubernetesVersion string `json:"kubernetesVersion"`
-	}
-	if err := yaml.Unmarshal([]byte(clusterConfiguration), &cc); err != nil {
-		return fmt.Errorf("ClusterConfiguration: %w", err)
-	}
-	cp, err := kube.ParseVersion(strings.TrimPrefix(cc.KubernetesVersion, "v"))
-	if err != nil {
-		return fmt.Errorf("ClusterConfiguration.kubernetesVersion: %w", err)
-	}
-	if node := cfg.Kubernetes.Version; node.Major != cp.Major || node.Minor > cp.Minor {
-		return fmt.Errorf("%s:kubernetes.version %s is newer than the control plane's %s: nodes may be older than "+
-			"the API server by minors, never newer; upgrade the control plane first", config.Namespace, node,
-			cc.KubernetesVersion)
-	}
-	return nil
-}
-
-// checkClusterInfoServer compares the server a cluster-info kubeconfig names with the configured endpoint.
-func checkClusterInfoServer(cfg *config.Config, kubeconfig string) error {
-	cluster, err := firstCluster(kubeconfig)
-	if err != nil {
-		return err
-	}
-	server := cluster.Server
-	u, err := url.Parse(server)
-	if err != nil || u.Host == "" {
-		return fmt.Errorf("the server %q is not a URL", server)
-	}
-	port := u.Port()
-	if port == "" {
-		port = "443"
-	}
-	want := cfg.Kubernetes.APIServerEndpoint
-	if _, err := netip.ParseAddr(u.Hostname()); err != nil {
-		if cfg.Kubernetes.ServerNameResolvesInVpc {
-			return nil
-		}
-		return fmt.Errorf("cluster-info names the API server %s by name: joining nodes talk to it after "+
-			"discovery, and the VPC resolves only AWS names; make the name resolve from the VPC to an address "+
-			"inside wireguard.onPremCidrs and set %s:kubernetes.serverNameResolvesInVpc, or have kubeadm publish "+
-			"the address (controlPlaneEndpoint)", server, config.Namespace)
-	}
-	if u.Hostname() != want.Host || port != strconv.Itoa(int(want.Port)) {
-		return fmt.Errorf("cluster-info names the API server %s, but %s:kubernetes.apiServerEndpoint is %s: kubeadm "+
-			"join discovers through the one and then talks to the other; make them the same", server,
-			config.Namespace, want)
-	}
-	return nil
-}
-
-// kubeconfigCluster is the first cluster of a kubeconfig, as kubeadm's discovery reads cluster-info's.
-type kubeconfigCluster struct {
-	Server string `json:"server"`
-	CAData string `json:"certificate-authority-data"`
-}
-
-func firstCluster(kubeconfig string) (kubeconfigCluster, error) {
-	var kc struct {
-		Clusters []struct {
-			Cluster kubeconfigCluster `json:"cluster"`
-		} `json:"clusters"`
-	}
-	if err := yaml.Unmarshal([]byte(kubeconfig), &kc); err != nil {
-		return kubeconfigCluster{}, fmt.Errorf("parse kubeconfig: %w", err)
-	}
-	if len(kc.Clusters) == 0 {
-		return kubeconfigCluster{}, errors.New("kubeconfig has no cluster")
-	}
-	return kc.Clusters[0].Cluster, nil
-}
-
-// CACertHashFromKubeconfig computes kubeadm's discovery hash ("sha256:" + hex SHA-256 of the CA certificate's
-// DER SubjectPublicKeyInfo) of the first cluster's CA in a kubeconfig, as kubeadm's pubkeypin does.
-func CACertHashFromKubeconfig(kubeconfig string) (string, error) {
-	cluster, err := firstCluster(kubeconfig)
-	if err != nil {
-		return "", err
-	}
-	if cluster.CAData == "" {
-		return "", errors.New("kubeconfig has no certificate-authority-data")
-	}
-	pemBytes, err := base64.StdEncoding.DecodeString(cluster.CAData)
-	if err != nil {
-		return "", fmt.Errorf("certificate-authority-data: %w", err)
-	}
-	block, _ := pem.Decode(pemBytes)
-	if block == nil || block.Type != "CERTIFICATE" {
-		return "", errors.New("certificate-authority-data holds no PEM certificate")
-	}
-	cert, err := x509.ParseCertificate(block.Bytes)
-	if err != nil {
-		return "", fmt.Errorf("CA certificate: %w", err)
-	}
-	sum := sha256.Sum256(cert.RawSubjectPublicKeyInfo)
-	return "sha256:" + hex.EncodeToString(sum[:]), nil
 }
