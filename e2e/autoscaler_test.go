@@ -708,8 +708,15 @@ func TestAutoscalerScalesTheStacksGroups(t *testing.T) {
 
 	t.Run("larger than the pool's allocatable raises nothing", func(t *testing.T) {
 		p := fitsPod("e2e-too-large", g, false)
-		// More CPUs than any EC2 instance type has: the template node's CPU count is its instance type's.
-		p.requests["cpu"] = "1000"
+		// One CPU more than the pool's instance type has (as moto's EC2 describes it; the autoscaler reads the same
+		// DescribeInstanceTypes): the autoscaler's template node has the instance type's CPUs as allocatable.
+		typ := g.labels["node.kubernetes.io/instance-type"]
+		var cpus map[string]int
+		a.python(ctx, t, nil, &cpus, "vcpus", a.admin.Key, a.admin.Secret, typ)
+		if cpus[typ] == 0 {
+			t.Fatalf("moto knows no vCPU count for %q: %v", typ, cpus)
+		}
+		p.requests["cpu"] = strconv.Itoa(cpus[typ] + 1)
 		createPendingPod(ctx, t, c, p)
 		msg := waitEvent(ctx, t, c, "default", p.name, "NotTriggerScaleUp", start, 30*time.Second)
 		if !strings.Contains(msg, "Insufficient cpu") {
@@ -760,6 +767,11 @@ func TestAutoscalerScalesTheStacksGroups(t *testing.T) {
 		msg := waitEvent(ctx, t, c, "default", p.name, "TriggeredScaleUp", start, 30*time.Second)
 		if !strings.Contains(msg, spot+" 0->1") {
 			t.Errorf("TriggeredScaleUp says %q, want %s 0->1", msg, spot)
+		}
+		for name := range s.groups {
+			if name != spot && strings.Contains(msg, name) {
+				t.Errorf("TriggeredScaleUp names %s too: %q", name, msg)
+			}
 		}
 		// moto starts the instance at once; the stand-in node below is registered for it.
 		groups := a.groups(ctx, t)
@@ -818,7 +830,8 @@ func TestAutoscalerScalesTheStacksGroups(t *testing.T) {
 }
 
 // registerStandInNode creates the Node the instance's kubelet would register: the pool's labels and taints, the
-// provider ID the join script sets, Ready, and the capacity of the autoscaler's template. It is deleted when the test
+// provider ID the join script sets, Ready, and a capacity of the pool's shape (c7g.2xlarge: 8 CPUs, 16 GiB; the
+// scale-down only weighs it against the pods on the node, of which there are none). It is deleted when the test
 // ends. Returns its name.
 func registerStandInNode(ctx context.Context, t *testing.T, c cluster, g declaredGroup, zone, instanceID string) string {
 	t.Helper()

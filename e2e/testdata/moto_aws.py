@@ -7,6 +7,7 @@ run, so a new launch-template or group input is never dropped silently.
     moto_aws.py setup ENDPOINT REGION < plan.json    -> JSON: admin key, users' keys, launch template ids
     moto_aws.py groups ENDPOINT REGION KEY SECRET    -> JSON: every group's desired capacity and instances
     moto_aws.py instances ENDPOINT REGION KEY SECRET -> JSON: instance id -> state
+    moto_aws.py vcpus ENDPOINT REGION KEY SECRET TYPE... -> JSON: instance type -> default vCPUs
 
 moto must run with INITIAL_NO_AUTH_ACTION_COUNT=3: setup spends those three unauthenticated calls on an admin user
 and its key, and makes everything else as that admin.
@@ -177,6 +178,14 @@ def instances(endpoint, region, key, secret):
     json.dump(out, sys.stdout)
 
 
+def vcpus(endpoint, region, key, secret, *types):
+    ec2 = boto3.client("ec2", region_name=region, endpoint_url=endpoint, aws_access_key_id=key,
+                       aws_secret_access_key=secret)
+    out = {t["InstanceType"]: t["VCpuInfo"]["DefaultVCpus"]
+           for t in ec2.describe_instance_types(InstanceTypes=list(types))["InstanceTypes"]}
+    json.dump(out, sys.stdout)
+
+
 if __name__ == "__main__":
     cmd, args = sys.argv[1], sys.argv[2:]
-    {"setup": setup, "groups": groups, "instances": instances}[cmd](*args)
+    {"setup": setup, "groups": groups, "instances": instances, "vcpus": vcpus}[cmd](*args)
