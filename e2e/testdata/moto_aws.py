@@ -133,6 +133,8 @@ def setup(endpoint, region):
         ids[sg["id"]] = ec2.create_security_group(GroupName=sg["name"], Description=sg["name"],
                                                   VpcId=ids[sg["vpcId"]])["GroupId"]
     for prof in plan["instanceProfiles"]:
+        # Without the declared path: the launch template names the profile by the ARN the mock engine answered,
+        # which has none (the real stack passes the profile's own ARN output, path included).
         iam.create_instance_profile(InstanceProfileName=prof)
     for lt in plan["launchTemplates"]:
         data = launch_template_data(lt["name"], substitute(lt["inputs"], ids))
