@@ -302,14 +302,24 @@ func startAWS(ctx context.Context, t *testing.T, s stackAutoscaling, users []rep
 	cmd.Env = append(os.Environ(), "INITIAL_NO_AUTH_ACTION_COUNT=3")
 	cmd.Stdout, cmd.Stderr = a.logs, a.logs
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-	stopOnCleanup(t, "moto_server", cmd, a.logs)
+	done := stopOnCleanup(t, "moto_server", cmd, a.logs)
 	deadline := time.Now().Add(30 * time.Second)
 	for {
-		// /moto-api/ is no AWS action: it does not spend a free call.
+		// Ready when this process says it listens (a port taken by someone else between freePort and the bind makes
+		// it exit, while the other listener could answer) and the port answers. /moto-api/ is no AWS action: it
+		// does not spend a free call.
+		listening := strings.Contains(a.logs.String(), "Running on "+a.url)
 		resp, err := http.Get(a.url + "/moto-api/")
 		if err == nil {
 			_ = resp.Body.Close()
-			break
+			if listening {
+				break
+			}
+		}
+		select {
+		case <-done:
+			t.Fatalf("moto_server exited:\n%s", a.logs.String())
+		default:
 		}
 		if time.Now().After(deadline) || ctx.Err() != nil {
 			t.Fatalf("moto_server not answering after 30 s: %v\n%s", err, a.logs.String())
