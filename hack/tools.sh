@@ -279,7 +279,7 @@ autoscaler_src() {
 		return
 	fi
 	log "cloning $AUTOSCALER_REPO at $AUTOSCALER_TAG"
-	git clone -q --depth 1 -b "$AUTOSCALER_TAG" "$AUTOSCALER_REPO" "$WORK/autoscaler" >&2
+	git clone -q --depth 1 -b "$AUTOSCALER_TAG" "$AUTOSCALER_REPO" "$WORK/autoscaler" >&2 || return 1
 	printf '%s\n' "$WORK/autoscaler/cluster-autoscaler"
 }
 
