@@ -887,7 +887,12 @@ func heartbeat(ctx context.Context, t *testing.T, c cluster, node string) {
 	t.Helper()
 	ctx, cancel := context.WithCancel(ctx)
 	done := make(chan struct{})
-	t.Cleanup(func() { cancel(); <-done })
+	t.Cleanup(func() {
+		cancel()
+		<-done
+		_, _ = c.kubectl(context.Background(), "-n", "kube-node-lease", "delete", "lease.v1.coordination.k8s.io",
+			node, "--ignore-not-found")
+	})
 	renew := func() error {
 		lease := map[string]any{
 			"apiVersion": "coordination.k8s.io/v1",
