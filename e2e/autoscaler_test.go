@@ -278,10 +278,8 @@ type groupState struct {
 	Desired   int               `json:"desired"`
 	Tags      map[string]string `json:"tags"`
 	Instances []struct {
-		ID    string `json:"id"`
-		Zone  string `json:"zone"`
-		State string `json:"state"`
-		Type  string `json:"type"`
+		ID   string `json:"id"`
+		Zone string `json:"zone"`
 	} `json:"instances"`
 }
 
@@ -687,9 +685,28 @@ func TestAutoscalerScalesTheStacksGroups(t *testing.T) {
 	spot, g := s.spotGroup(t)
 
 	a := startAWS(ctx, t, s, []replayUser{{Name: s.userName, Policy: s.policy}})
-	for name, d := range a.desired(ctx, t) {
-		if d != 0 {
-			t.Fatalf("group %s starts at %d, want 0 (min size 0, the autoscaler owns the desired capacity)", name, d)
+	inMoto := a.groups(ctx, t)
+	for _, decl := range s.replay.Groups {
+		name, _ := decl["name"].(string)
+		got, ok := inMoto[name]
+		if !ok {
+			t.Fatalf("group %s not in moto", name)
+		}
+		if got.Desired != 0 {
+			t.Fatalf("group %s starts at %d, want 0 (min size 0, the autoscaler owns the desired capacity)", name,
+				got.Desired)
+		}
+		// The replay is faithful where the autoscaler looks: every declared tag, and no other.
+		want := map[string]string{}
+		inputs, _ := decl["inputs"].(map[string]any)
+		tags, _ := inputs["tags"].([]any)
+		for _, e := range tags {
+			tag, _ := e.(map[string]any)
+			k, _ := tag["key"].(string)
+			want[k], _ = tag["value"].(string)
+		}
+		if !maps.Equal(got.Tags, want) {
+			t.Fatalf("group %s in moto has tags %v, declared %v", name, got.Tags, want)
 		}
 	}
 	ca := startAutoscaler(ctx, t, c, s, a, a.users[s.userName])

@@ -5,7 +5,7 @@ as JSON; this script only translates Pulumi input names to AWS API parameters. A
 run, so a new launch-template or group input is never dropped silently.
 
     moto_aws.py setup ENDPOINT REGION < plan.json    -> JSON: admin key, users' keys, launch template ids
-    moto_aws.py groups ENDPOINT REGION KEY SECRET    -> JSON: every group's desired capacity and instances
+    moto_aws.py groups ENDPOINT REGION KEY SECRET    -> JSON: every group's desired capacity, tags, instances
     moto_aws.py instances ENDPOINT REGION KEY SECRET -> JSON: instance id -> state
     moto_aws.py vcpus ENDPOINT REGION KEY SECRET TYPE... -> JSON: instance type -> default vCPUs
 
@@ -164,8 +164,7 @@ def groups(endpoint, region, key, secret):
         out[g["AutoScalingGroupName"]] = {
             "desired": g["DesiredCapacity"],
             "tags": {t["Key"]: t["Value"] for t in g.get("Tags", [])},
-            "instances": [{"id": i["InstanceId"], "zone": i["AvailabilityZone"], "state": i["LifecycleState"],
-                           "type": i.get("InstanceType", "")} for i in g.get("Instances", [])],
+            "instances": [{"id": i["InstanceId"], "zone": i["AvailabilityZone"]} for i in g.get("Instances", [])],
         }
     json.dump(out, sys.stdout)
 
