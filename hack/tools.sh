@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Builds the real tools that the e2e tests run (Pulumi CLI, its Go language host, the Kubernetes provider plugin,
-# kube-apiserver, kube-controller-manager, kubectl, kubeadm) from the Go module proxy, once per version, and caches them under
+# kube-apiserver, kube-controller-manager, kubectl, kubeadm from the Go module proxy; the Cluster Autoscaler from its
+# source, see build_autoscaler) once per version, and caches them under
 # ${XDG_CACHE_HOME:-$HOME/.cache}/dynk8s/tools/<tool>-<version>/bin. Nothing is published as a binary we can
 # download here, and none of these can be `go install`ed (replace directives), so each is built through a small
 # generated wrapper module in a temp dir, never inside this repository's module.
@@ -23,6 +24,13 @@ readonly KUBE_VERSION=v1.34.4
 # Staging modules (k8s.io/api, client-go, ...) are versioned v0.<minor>.<patch> alongside k8s.io/kubernetes.
 readonly KUBE_STAGING_VERSION=v0.34.4
 readonly KUBE_TOOLS=(kube-apiserver kube-controller-manager kubectl kubeadm)
+# The patch the stack deploys for Kubernetes 1.34 (internal/kube's table); the e2e tests run this very build.
+readonly AUTOSCALER_VERSION=1.34.5
+readonly AUTOSCALER_TAG=cluster-autoscaler-$AUTOSCALER_VERSION
+readonly AUTOSCALER_REPO=https://github.com/kubernetes/autoscaler
+
+REPO_ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+readonly REPO_ROOT
 
 readonly CACHE_DIR="${DYNK8S_TOOLS_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/dynk8s/tools}"
 
@@ -42,6 +50,7 @@ all_bins() {
 	tool_dir pulumi-resource-kubernetes "$K8S_PROVIDER_VERSION"
 	local t
 	for t in "${KUBE_TOOLS[@]}"; do tool_dir "$t" "$KUBE_VERSION"; done
+	tool_dir cluster-autoscaler "$AUTOSCALER_VERSION"
 }
 
 print_path() {
@@ -255,6 +264,54 @@ kube_ldflags() {
 	printf '%s\n' "$ld"
 }
 
+# autoscaler_src: the autoscaler's module directory. The module proxy refuses k8s.io/autoscaler/cluster-autoscaler
+# (every version), so the source is a directory: $DYNK8S_AUTOSCALER_SRC, else the pruned copy of the tag that the
+# project's CI checkout has beside the repository, else a shallow clone of the upstream tag (its cluster-autoscaler
+# directory). Prints the directory; a clone goes under $WORK.
+autoscaler_src() {
+	if [[ -n ${DYNK8S_AUTOSCALER_SRC:-} ]]; then
+		printf '%s\n' "$DYNK8S_AUTOSCALER_SRC"
+		return
+	fi
+	local shared="$REPO_ROOT/../shared/third_party/cluster-autoscaler-$AUTOSCALER_VERSION"
+	if [[ -f $shared/go.mod ]]; then
+		printf '%s\n' "$shared"
+		return
+	fi
+	log "cloning $AUTOSCALER_REPO at $AUTOSCALER_TAG"
+	git clone -q --depth 1 -b "$AUTOSCALER_TAG" "$AUTOSCALER_REPO" "$WORK/autoscaler" >&2 || return 1
+	printf '%s\n' "$WORK/autoscaler/cluster-autoscaler"
+}
+
+# build_autoscaler: the Cluster Autoscaler with only the AWS provider (-tags aws), as the stack runs it. It is a
+# module with its own replace directives (k8s.io/kubernetes and the staging modules), so it is built inside a copy of
+# its own module directory, never inside this repository's module. About 7 min and 1.7 GB peak RSS cold.
+build_autoscaler() {
+	if have cluster-autoscaler "$AUTOSCALER_VERSION"; then
+		log "cluster-autoscaler $AUTOSCALER_VERSION cached"
+		return
+	fi
+	local start=$SECONDS src w
+	src=$(autoscaler_src)
+	[[ -f $src/go.mod ]] || {
+		echo "tools.sh: no cluster-autoscaler module at $src (set DYNK8S_AUTOSCALER_SRC)" >&2
+		return 1
+	}
+	w=$(mktemp -d "$WORK/autoscaler-build.XXXX")
+	log "building cluster-autoscaler $AUTOSCALER_VERSION from $src in $w"
+	# A copy: the source may be read-only, and -mod=mod may rewrite go.mod/go.sum.
+	cp -R "$src/." "$w/src"
+	chmod -R u+w "$w/src"
+	(
+		cd "$w/src"
+		run_timed "cluster-autoscaler: go mod download" go mod download
+		run_timed "cluster-autoscaler: go build" go build -tags aws -trimpath -ldflags "-s -w" \
+			-o "$w/cluster-autoscaler" .
+	)
+	install_bin cluster-autoscaler "$AUTOSCALER_VERSION" "$w/cluster-autoscaler"
+	log "cluster-autoscaler $AUTOSCALER_VERSION built in $((SECONDS - start)) s"
+}
+
 ensure_etcd() {
 	if command -v etcd >/dev/null 2>&1; then
 		log "etcd $(etcd --version 2>/dev/null | head -n1 | awk '{print $NF}') present"
@@ -280,6 +337,7 @@ main() {
 		have pulumi-resource-kubernetes "$K8S_PROVIDER_VERSION" || ok=1
 		local t
 		for t in "${KUBE_TOOLS[@]}"; do have "$t" "$KUBE_VERSION" || ok=1; done
+		have cluster-autoscaler "$AUTOSCALER_VERSION" || ok=1
 		command -v etcd >/dev/null 2>&1 || ok=1
 		return "$ok"
 		;;
@@ -307,6 +365,7 @@ main() {
 	build_pulumi
 	build_language_go
 	build_k8s_provider
+	build_autoscaler
 	log "all tools ready in $((SECONDS - start)) s; PATH entries: $(print_path)"
 }
 

@@ -1,0 +1,192 @@
+"""Replays what the dynk8s stack declares into moto_server, and reads the Auto Scaling groups back.
+
+The Go test (e2e/autoscaler_test.go) runs the program under the mock engine and passes the declared resources' inputs
+as JSON; this script only translates Pulumi input names to AWS API parameters. An input it does not know fails the
+run, so a new launch-template or group input is never dropped silently.
+
+    moto_aws.py setup ENDPOINT REGION < plan.json    -> JSON: admin key, users' keys, launch template ids
+    moto_aws.py groups ENDPOINT REGION KEY SECRET    -> JSON: every group's desired capacity, tags, instances
+    moto_aws.py instances ENDPOINT REGION KEY SECRET -> JSON: instance id -> state
+    moto_aws.py vcpus ENDPOINT REGION KEY SECRET TYPE... -> JSON: instance type -> default vCPUs
+
+moto must run with INITIAL_NO_AUTH_ACTION_COUNT=3: setup spends those three unauthenticated calls on an admin user
+and its key, and makes everything else as that admin.
+"""
+
+import base64
+import json
+import sys
+
+import boto3
+
+# Inputs with no counterpart in the AWS API call, or none that moto or the autoscaler reads.
+LT_IGNORED = {
+    "description": "shown in the console only",
+    "tags": "tags of the template itself, not of what it launches",
+    "updateDefaultVersion": "Terraform-side: new versions become the default; the group pins its version anyway",
+}
+GROUP_IGNORED = {
+    "waitForCapacityTimeout": "Terraform-side wait, no API parameter",
+}
+
+
+def camel_to_pascal(key):
+    return key[:1].upper() + key[1:]
+
+
+def api_struct(value):
+    """Pulumi's camelCase object keys to the API's PascalCase; "true"/"false" strings to booleans."""
+    if isinstance(value, dict):
+        return {camel_to_pascal(k): api_struct(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [api_struct(v) for v in value]
+    if value in ("true", "false"):
+        return value == "true"
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    return value
+
+
+def substitute(value, ids):
+    """Replaces the mock engine's ids (subnets, security groups, launch templates) with moto's."""
+    if isinstance(value, dict):
+        return {k: substitute(v, ids) for k, v in value.items()}
+    if isinstance(value, list):
+        return [substitute(v, ids) for v in value]
+    if isinstance(value, str):
+        return ids.get(value, value)
+    return value
+
+
+def launch_template_data(name, inputs):
+    data = {}
+    for key, value in inputs.items():
+        if key in LT_IGNORED:
+            continue
+        if key == "vpcSecurityGroupIds":
+            data["SecurityGroupIds"] = value
+        elif key == "tagSpecifications":
+            data["TagSpecifications"] = [
+                {"ResourceType": spec["resourceType"],
+                 "Tags": [{"Key": k, "Value": v} for k, v in sorted(spec["tags"].items())]}
+                for spec in value
+            ]
+        elif key == "userData":
+            # Already base64, as the API takes it; check it is.
+            base64.b64decode(value, validate=True)
+            data["UserData"] = value
+        elif key in ("blockDeviceMappings", "metadataOptions", "iamInstanceProfile", "imageId", "instanceType"):
+            data[camel_to_pascal(key)] = api_struct(value)
+        else:
+            sys.exit(f"launch template {name}: input {key!r} is not replayed; teach moto_aws.py about it")
+    return data
+
+
+def group_params(name, inputs):
+    params = {"AutoScalingGroupName": name}
+    suspended = []
+    for key, value in inputs.items():
+        if key in GROUP_IGNORED:
+            continue
+        if key == "launchTemplate":
+            params["LaunchTemplate"] = {"LaunchTemplateId": value["id"], "Version": value["version"]}
+        elif key == "mixedInstancesPolicy":
+            params["MixedInstancesPolicy"] = api_struct(value)
+        elif key in ("minSize", "maxSize", "desiredCapacity"):
+            params[camel_to_pascal(key)] = int(value)
+        elif key == "capacityRebalance":
+            params["CapacityRebalance"] = bool(value)
+        elif key == "vpcZoneIdentifiers":
+            params["VPCZoneIdentifier"] = ",".join(value)
+        elif key == "tags":
+            params["Tags"] = [
+                {"ResourceId": name, "ResourceType": "auto-scaling-group", "Key": t["key"], "Value": t["value"],
+                 "PropagateAtLaunch": bool(t.get("propagateAtLaunch", False))}
+                for t in value
+            ]
+        elif key == "suspendedProcesses":
+            suspended = value
+        else:
+            sys.exit(f"group {name}: input {key!r} is not replayed; teach moto_aws.py about it")
+    # The stack never sets the desired capacity (the autoscaler owns it); the API then starts at MinSize.
+    return params, suspended
+
+
+def setup(endpoint, region):
+    plan = json.load(sys.stdin)
+    kw = dict(region_name=region, endpoint_url=endpoint)
+    boot = boto3.client("iam", aws_access_key_id="bootstrap", aws_secret_access_key="bootstrap", **kw)
+    boot.create_user(UserName="e2e-admin")  # unauthenticated call 1 of 3
+    boot.put_user_policy(UserName="e2e-admin", PolicyName="all", PolicyDocument=json.dumps(  # call 2
+        {"Version": "2012-10-17", "Statement": [{"Effect": "Allow", "Action": "*", "Resource": "*"}]}))
+    key = boot.create_access_key(UserName="e2e-admin")["AccessKey"]  # call 3; from here on, signed
+    admin = dict(aws_access_key_id=key["AccessKeyId"], aws_secret_access_key=key["SecretAccessKey"], **kw)
+    ec2, asg, iam = (boto3.client(s, **admin) for s in ("ec2", "autoscaling", "iam"))
+
+    ids = {}
+    for vpc in plan["vpcs"]:
+        ids[vpc["id"]] = ec2.create_vpc(CidrBlock=vpc["cidrBlock"])["Vpc"]["VpcId"]
+    for sn in plan["subnets"]:
+        ids[sn["id"]] = ec2.create_subnet(VpcId=ids[sn["vpcId"]], CidrBlock=sn["cidrBlock"],
+                                          AvailabilityZone=sn["availabilityZone"])["Subnet"]["SubnetId"]
+    for sg in plan["securityGroups"]:
+        ids[sg["id"]] = ec2.create_security_group(GroupName=sg["name"], Description=sg["name"],
+                                                  VpcId=ids[sg["vpcId"]])["GroupId"]
+    for prof in plan["instanceProfiles"]:
+        # Without the declared path: the launch template names the profile by the ARN the mock engine answered,
+        # which has none (the real stack passes the profile's own ARN output, path included).
+        iam.create_instance_profile(InstanceProfileName=prof)
+    for lt in plan["launchTemplates"]:
+        data = launch_template_data(lt["name"], substitute(lt["inputs"], ids))
+        ids[lt["id"]] = ec2.create_launch_template(LaunchTemplateName=lt["name"],
+                                                   LaunchTemplateData=data)["LaunchTemplate"]["LaunchTemplateId"]
+    for g in plan["groups"]:
+        params, suspended = group_params(g["name"], substitute(g["inputs"], ids))
+        asg.create_auto_scaling_group(**params)
+        if suspended:
+            asg.suspend_processes(AutoScalingGroupName=g["name"], ScalingProcesses=suspended)
+
+    users = {}
+    for u in plan["users"]:
+        iam.create_user(UserName=u["name"])
+        iam.put_user_policy(UserName=u["name"], PolicyName="policy", PolicyDocument=u["policy"])
+        k = iam.create_access_key(UserName=u["name"])["AccessKey"]
+        users[u["name"]] = {"key": k["AccessKeyId"], "secret": k["SecretAccessKey"]}
+    json.dump({"admin": {"key": key["AccessKeyId"], "secret": key["SecretAccessKey"]}, "users": users,
+               "ids": ids}, sys.stdout)
+
+
+def groups(endpoint, region, key, secret):
+    asg = boto3.client("autoscaling", region_name=region, endpoint_url=endpoint, aws_access_key_id=key,
+                       aws_secret_access_key=secret)
+    out = {}
+    for g in asg.get_paginator("describe_auto_scaling_groups").paginate().build_full_result()["AutoScalingGroups"]:
+        out[g["AutoScalingGroupName"]] = {
+            "desired": g["DesiredCapacity"],
+            "tags": {t["Key"]: t["Value"] for t in g.get("Tags", [])},
+            "instances": [{"id": i["InstanceId"], "zone": i["AvailabilityZone"]} for i in g.get("Instances", [])],
+        }
+    json.dump(out, sys.stdout)
+
+
+def instances(endpoint, region, key, secret):
+    ec2 = boto3.client("ec2", region_name=region, endpoint_url=endpoint, aws_access_key_id=key,
+                       aws_secret_access_key=secret)
+    out = {}
+    for r in ec2.describe_instances()["Reservations"]:
+        for i in r["Instances"]:
+            out[i["InstanceId"]] = i["State"]["Name"]
+    json.dump(out, sys.stdout)
+
+
+def vcpus(endpoint, region, key, secret, *types):
+    ec2 = boto3.client("ec2", region_name=region, endpoint_url=endpoint, aws_access_key_id=key,
+                       aws_secret_access_key=secret)
+    out = {t["InstanceType"]: t["VCpuInfo"]["DefaultVCpus"]
+           for t in ec2.describe_instance_types(InstanceTypes=list(types))["InstanceTypes"]}
+    json.dump(out, sys.stdout)
+
+
+if __name__ == "__main__":
+    cmd, args = sys.argv[1], sys.argv[2:]
+    {"setup": setup, "groups": groups, "instances": instances, "vcpus": vcpus}[cmd](*args)
