@@ -8,7 +8,6 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
-	"hash"
 	"io"
 	"net"
 	"os"
@@ -111,7 +110,7 @@ func runNetHelper(args []string) error {
 }
 
 func digest(r io.Reader) (string, int64, error) {
-	var h hash.Hash = sha256.New()
+	h := sha256.New()
 	n, err := io.Copy(h, r)
 	return hex.EncodeToString(h.Sum(nil)), n, err
 }
