@@ -48,9 +48,14 @@ import (
 // wireguard.onPremEndpoint points at it. A documentation address (RFC 5737), assigned inside the test's namespace.
 const onPremInternetIP = "203.0.113.10"
 
-// The interface the on-prem side's wg-quick file is installed as: any name but the gateway's, because
-// wireguard-go's control sockets (/var/run/wireguard/<name>.sock) are shared by all network namespaces.
+// The interface the on-prem side's wg-quick file is installed as (a name of the operator's choosing).
 const onPremIface = "dynk8s-onprem"
+
+// privateWireGuardRun gives the commands after it a private, empty /run/wireguard: wireguard-go's control sockets
+// (/var/run/wireguard/<iface>.sock) live in the file system, not in the network namespace, so without it two
+// tunnels named alike (the gateway's wg0 and another test run's, or this machine's own) would be one to `wg`.
+// The directory itself is created if missing, as wg-quick would.
+const privateWireGuardRun = `mkdir -p /run/wireguard && mount -t tmpfs -o mode=0700 dynk8s-e2e-wg /run/wireguard`
 
 // vpcMTU is what EC2 gives current instance types inside a VPC (jumbo frames), so a node's own MSS is 8961.
 const vpcMTU = 9001
@@ -334,7 +339,7 @@ func testTunnel(t *testing.T, dialOut bool) {
 	if os.Geteuid() != 0 {
 		missing(t, "root (network namespaces, mounts)")
 	}
-	for _, tool := range []string{"ip", "nft", "wg", "wg-quick", "ping", "unshare", "curl", "python3"} {
+	for _, tool := range []string{"ip", "nft", "wg", "wg-quick", "ping", "unshare", "nsenter", "curl", "python3"} {
 		requireTool(t, tool)
 	}
 	wgGo := requireTool(t, "wireguard-go")
@@ -356,12 +361,6 @@ func testTunnel(t *testing.T, dialOut bool) {
 	gwConf := []byte(userDataFile(t, p.gatewayUserData, confs[0]))
 	if dialOut != (wgValue(gwConf, "Peer", "Endpoint") != "") {
 		t.Fatalf("dial-out=%v but the gateway's peer has Endpoint %q", dialOut, wgValue(gwConf, "Peer", "Endpoint"))
-	}
-	for _, iface := range []string{tn.gwIface, onPremIface} {
-		if _, err := os.Stat("/var/run/wireguard/" + iface + ".sock"); err == nil {
-			t.Fatalf("a WireGuard interface %s already runs on this machine (its control socket is shared by all "+
-				"network namespaces); stop it first", iface)
-		}
 	}
 
 	tn.lanIP = nthAddr(p.onPremCIDRs[0].Masked().Addr(), 10)
@@ -395,17 +394,12 @@ func testTunnel(t *testing.T, dialOut bool) {
 }
 
 // makeNamespaces creates the three namespaces and registers their teardown: every process left in them (the
-// wireguard-go daemons wg-quick started, helpers) is stopped by pid, then the namespaces and control sockets go.
+// wireguard-go daemons wg-quick started, helpers) is stopped by pid, then the namespaces go; the private mount
+// namespaces (and the control sockets in them) go with their last process.
 func (tn *tunnel) makeNamespaces(ctx context.Context, t *testing.T) {
 	t.Helper()
 	suffix := strconv.Itoa(os.Getpid())
 	tn.onprem, tn.gw, tn.node = netns("dynk8s-onprem-"+suffix), netns("dynk8s-gw-"+suffix), netns("dynk8s-node-"+suffix)
-	// Cleanups run last first: the control sockets go after the daemons that own them.
-	t.Cleanup(func() {
-		for _, iface := range []string{tn.gwIface, onPremIface} {
-			_ = os.Remove("/var/run/wireguard/" + iface + ".sock")
-		}
-	})
 	for _, n := range []netns{tn.onprem, tn.gw, tn.node} {
 		if out, err := exec.CommandContext(ctx, "ip", "netns", "add", string(n)).CombinedOutput(); err != nil {
 			t.Fatalf("ip netns add %s: %v: %s", n, err, out)
@@ -528,6 +522,7 @@ func (tn *tunnel) bootGateway(ctx context.Context, t *testing.T, moto string) {
 work=$1 root=$2 ns=$3 iface=$4
 shift 4
 mount -t overlay dynk8s-e2e-etc -o "lowerdir=/etc,upperdir=$root/etc,workdir=$work" /etc
+` + privateWireGuardRun + `
 "$root/usr/local/libexec/dynk8s/wg-key.sh"
 exec ip netns exec "$ns" bash -euo pipefail -c 'iface=$1; shift; for f in "$@"; do sysctl -p "$f"; done; wg-quick up "$iface"' boot "$iface" "$@"
 `
@@ -568,7 +563,10 @@ func (tn *tunnel) upOnPrem(ctx context.Context, t *testing.T, dialOut bool) {
 	if err := os.WriteFile(tn.opConf, tn.plan.onPremConf, 0o600); err != nil {
 		t.Fatal(err)
 	}
-	cmd := tn.onprem.cmd(ctx, "wg-quick", "up", tn.opConf)
+	cmd := exec.CommandContext(ctx, "unshare", "--mount", "--propagation", "private", "--", "bash", "-euo",
+		"pipefail", "-c", privateWireGuardRun+` && exec ip netns exec "$1" wg-quick up "$2"`, "onprem-up",
+		string(tn.onprem), tn.opConf)
+	cmd.WaitDelay = 5 * time.Second
 	cmd.Env = append(os.Environ(), "WG_QUICK_USERSPACE_IMPLEMENTATION="+tn.wireguardGo)
 	out, err := cmd.CombinedOutput()
 	if err != nil {
@@ -586,24 +584,56 @@ func (tn *tunnel) waitHandshake(ctx context.Context, t *testing.T) {
 	t.Helper()
 	deadline := time.Now().Add(20 * time.Second)
 	for {
-		out, err := tn.onprem.run(ctx, "wg", "show", onPremIface, "latest-handshakes")
+		out, err := tn.wg(ctx, tn.onprem, "show", onPremIface, "latest-handshakes")
 		if f := strings.Fields(out); err == nil && len(f) == 2 && f[1] != "0" {
 			return
 		}
 		if time.Now().After(deadline) {
-			gw, _ := tn.gw.run(ctx, "wg", "show", tn.gwIface)
-			op, _ := tn.onprem.run(ctx, "wg", "show", onPremIface)
+			gw, _ := tn.wg(ctx, tn.gw, "show", tn.gwIface)
+			op, _ := tn.wg(ctx, tn.onprem, "show", onPremIface)
 			t.Fatalf("no WireGuard handshake after 20 s (%v)\ngateway:\n%s\non-prem:\n%s", err, gw, op)
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
 }
 
+// wg runs wg as the tunnel's own side sees it: in the network and mount namespaces of the wireguard-go daemon that
+// runs in n, where its control socket is.
+func (tn *tunnel) wg(ctx context.Context, n netns, args ...string) (string, error) {
+	out, err := exec.CommandContext(ctx, "ip", "netns", "pids", string(n)).Output()
+	if err != nil {
+		return "", fmt.Errorf("ip netns pids %s: %w", n, err)
+	}
+	for _, pid := range strings.Fields(string(out)) {
+		comm, err := os.ReadFile("/proc/" + pid + "/comm")
+		if err != nil || strings.TrimSpace(string(comm)) != "wireguard-go" {
+			continue
+		}
+		cmd := exec.CommandContext(ctx, "nsenter", append([]string{"-t", pid, "-m", "-n", "wg"}, args...)...)
+		cmd.WaitDelay = 5 * time.Second
+		b, err := cmd.CombinedOutput()
+		if err != nil {
+			return string(b), fmt.Errorf("wg %s in %s: %w: %s", strings.Join(args, " "), n, err, b)
+		}
+		return string(b), nil
+	}
+	return "", fmt.Errorf("no wireguard-go runs in %s", n)
+}
+
+func (tn *tunnel) mustWG(ctx context.Context, t *testing.T, n netns, args ...string) string {
+	t.Helper()
+	out, err := tn.wg(ctx, n, args...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
 // checkKeys: each side runs with the private half of the public key the other side's config names.
 func (tn *tunnel) checkKeys(ctx context.Context, t *testing.T, gwConf []byte) {
 	t.Helper()
-	gwPub := strings.TrimSpace(tn.gw.must(ctx, t, "wg", "show", tn.gwIface, "public-key"))
-	opPub := strings.TrimSpace(tn.onprem.must(ctx, t, "wg", "show", onPremIface, "public-key"))
+	gwPub := strings.TrimSpace(tn.mustWG(ctx, t, tn.gw, "show", tn.gwIface, "public-key"))
+	opPub := strings.TrimSpace(tn.mustWG(ctx, t, tn.onprem, "show", onPremIface, "public-key"))
 	if want := wgValue(tn.plan.onPremConf, "Peer", "PublicKey"); gwPub != want {
 		t.Errorf("the gateway runs with public key %s (from SSM), the on-prem config expects %s", gwPub, want)
 	}
@@ -615,7 +645,7 @@ func (tn *tunnel) checkKeys(ctx context.Context, t *testing.T, gwConf []byte) {
 // transfer is the gateway's WireGuard byte counters (received, sent) for its one peer.
 func (tn *tunnel) transfer(ctx context.Context, t *testing.T) (rx, tx int64) {
 	t.Helper()
-	f := strings.Fields(tn.gw.must(ctx, t, "wg", "show", tn.gwIface, "transfer"))
+	f := strings.Fields(tn.mustWG(ctx, t, tn.gw, "show", tn.gwIface, "transfer"))
 	if len(f) != 3 {
 		t.Fatalf("wg show transfer: %q", f)
 	}
