@@ -1,6 +1,8 @@
 // Package e2e holds the real-engine tests (build tag e2e): the in-cluster component run through the real Pulumi
 // engine and the real Kubernetes provider onto a real kube-apiserver, the node join script's discovery checked by
-// the real kubeadm, and the real Cluster Autoscaler scaling the stack's Auto Scaling groups, replayed into moto.
+// the real kubeadm, the real Cluster Autoscaler scaling the stack's Auto Scaling groups, replayed into moto, and the
+// rendered WireGuard tunnel carrying traffic between network namespaces (TestTunnel*: root, wg-quick, wireguard-go
+// and nft; no control plane).
 //
 // They need the tools that hack/tools.sh builds and the throwaway control plane that hack/start-kube.sh starts:
 //

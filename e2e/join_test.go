@@ -8,18 +8,14 @@ import (
 	"crypto/sha256"
 	"crypto/x509"
 	"encoding/hex"
-	"encoding/json"
 	"encoding/pem"
 	"io"
-	"net"
-	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
@@ -399,91 +395,5 @@ func checkJoinConfiguration(t *testing.T, doc []byte, token, endpoint, caHash, r
 		if !slices.Contains(strings.Split(args["node-labels"], ","), want) {
 			t.Errorf("node-labels %q lack %q", args["node-labels"], want)
 		}
-	}
-}
-
-// motoSSM is a moto_server on a free loopback port, stopped with the test.
-type motoSSM struct {
-	url string
-}
-
-func startMoto(ctx context.Context, t *testing.T, bin string) *motoSSM {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	port := l.Addr().(*net.TCPAddr).Port
-	if err := l.Close(); err != nil {
-		t.Fatal(err)
-	}
-	var logs bytes.Buffer
-	cmd := exec.Command(bin, "-H", "127.0.0.1", "-p", strconv.Itoa(port))
-	cmd.Stdout, cmd.Stderr = &logs, &logs
-	// Dies with the test process even if the test is killed before its cleanup runs.
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-	if err := cmd.Start(); err != nil {
-		t.Fatalf("start moto_server: %v", err)
-	}
-	done := make(chan struct{})
-	go func() { _ = cmd.Wait(); close(done) }()
-	t.Cleanup(func() {
-		_ = cmd.Process.Signal(syscall.SIGTERM)
-		select {
-		case <-done:
-		case <-time.After(5 * time.Second):
-			_ = cmd.Process.Kill()
-			<-done
-		}
-		if t.Failed() {
-			t.Logf("moto_server output:\n%s", logs.String())
-		}
-	})
-	m := &motoSSM{url: "http://127.0.0.1:" + strconv.Itoa(port)}
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		resp, err := http.Get(m.url + "/moto-api/")
-		if err == nil {
-			_ = resp.Body.Close()
-			return m
-		}
-		select {
-		case <-done:
-			t.Fatalf("moto_server exited:\n%s", logs.String())
-		case <-ctx.Done():
-			t.Fatal(ctx.Err())
-		default:
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("moto_server not answering after 30 s: %v", err)
-		}
-		time.Sleep(200 * time.Millisecond)
-	}
-}
-
-// putSecureString stores a SecureString the way the stack's IAM component does. moto does not check signatures,
-// so the Authorization header only carries the region (in its credential scope), which moto keys its state by.
-func (m *motoSSM) putSecureString(t *testing.T, region, name, value string) {
-	t.Helper()
-	body, err := json.Marshal(map[string]any{"Name": name, "Value": value, "Type": "SecureString", "Overwrite": true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	req, err := http.NewRequest(http.MethodPost, m.url+"/", bytes.NewReader(body))
-	if err != nil {
-		t.Fatal(err)
-	}
-	req.Header.Set("Content-Type", "application/x-amz-json-1.1")
-	req.Header.Set("X-Amz-Target", "AmazonSSM.PutParameter")
-	req.Header.Set("Authorization", "AWS4-HMAC-SHA256 Credential=AKIAE2ETEST/20260101/"+region+
-		"/ssm/aws4_request, SignedHeaders=host, Signature=0")
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatalf("SSM PutParameter: %v", err)
-	}
-	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		b, _ := io.ReadAll(resp.Body)
-		t.Fatalf("SSM PutParameter: HTTP %d: %s", resp.StatusCode, b)
 	}
 }

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Builds the real tools that the e2e tests run (Pulumi CLI, its Go language host, the Kubernetes provider plugin,
-# kube-apiserver, kube-controller-manager, kubectl, kubeadm from the Go module proxy; the Cluster Autoscaler from its
-# source, see build_autoscaler) once per version, and caches them under
+# kube-apiserver, kube-controller-manager, kubectl, kubeadm, wireguard-go) from the Go module proxy and the Cluster
+# Autoscaler from its source (see build_autoscaler), once per version, installs the Debian packages they use
+# (etcd-server; for the tunnel tests wireguard-tools, nftables, iproute2, iputils-ping), and caches them under
 # ${XDG_CACHE_HOME:-$HOME/.cache}/dynk8s/tools/<tool>-<version>/bin. Nothing is published as a binary we can
 # download here, and none of these can be `go install`ed (replace directives), so each is built through a small
 # generated wrapper module in a temp dir, never inside this repository's module.
@@ -14,7 +15,7 @@ set -euo pipefail
 
 readonly PULUMI_VERSION=v3.274.1
 # The current Go language host is its own module, which the proxy does not serve; up to v3.65 it was a package of
-# sdk/v3, and that host runs programs (here: the prebuilt dynk8s binary) for CLI v3.274.1 (real-tools.md).
+# sdk/v3, and that host runs programs (here: the prebuilt dynk8s binary) for CLI v3.274.1 (a newer host cannot be built from the proxy).
 readonly LANGUAGE_GO_VERSION=v3.65.0
 # The provider module has no release tags and the proxy serves exactly this master pseudo-version; it is labelled
 # 4.32.0 because that is the plugin version a program on pulumi-kubernetes sdk/v4 v4.32.0 asks for.
@@ -31,6 +32,16 @@ readonly AUTOSCALER_REPO=https://github.com/kubernetes/autoscaler
 
 REPO_ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 readonly REPO_ROOT
+
+# The userspace WireGuard the tunnel tests run (the kernel here has no WireGuard module). Its module is the main
+# package; the proxy serves no tagged version, and this pseudo-version is the 0.0.20250522 release
+# (`wireguard-go --version`).
+readonly WIREGUARD_GO_VERSION=v0.0.20250522
+readonly WIREGUARD_GO_MODULE_VERSION=v0.0.0-20250521234502-f333402bd9cb
+# Debian packages the e2e tests run, as command:package: etcd for the control plane; for the tunnel tests wg-quick
+# and wg, nft, ip, ping, unshare and nsenter (mount namespaces) and curl (the gateway's key script).
+readonly DEBIAN_TOOLS=(etcd:etcd-server wg:wireguard-tools wg-quick:wireguard-tools nft:nftables ip:iproute2
+	ping:iputils-ping unshare:util-linux nsenter:util-linux curl:curl)
 
 readonly CACHE_DIR="${DYNK8S_TOOLS_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/dynk8s/tools}"
 
@@ -51,6 +62,7 @@ all_bins() {
 	local t
 	for t in "${KUBE_TOOLS[@]}"; do tool_dir "$t" "$KUBE_VERSION"; done
 	tool_dir cluster-autoscaler "$AUTOSCALER_VERSION"
+	tool_dir wireguard-go "$WIREGUARD_GO_VERSION"
 }
 
 print_path() {
@@ -312,15 +324,49 @@ build_autoscaler() {
 	log "cluster-autoscaler $AUTOSCALER_VERSION built in $((SECONDS - start)) s"
 }
 
-ensure_etcd() {
-	if command -v etcd >/dev/null 2>&1; then
-		log "etcd $(etcd --version 2>/dev/null | head -n1 | awk '{print $NF}') present"
+build_wireguard_go() {
+	if have wireguard-go "$WIREGUARD_GO_VERSION"; then
+		log "wireguard-go $WIREGUARD_GO_VERSION cached"
 		return
 	fi
-	log "installing etcd-server from Debian"
-	if ! DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends etcd-server >/dev/null; then
-		apt-get update >/dev/null
-		DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends etcd-server >/dev/null
+	local start=$SECONDS w
+	w=$(mktemp -d "$WORK/wggo.XXXX")
+	log "building wireguard-go $WIREGUARD_GO_VERSION ($WIREGUARD_GO_MODULE_VERSION) in $w"
+	(
+		cd "$w"
+		go mod init wrap/wireguard-go >/dev/null 2>&1
+		go mod edit -require="golang.zx2c4.com/wireguard@$WIREGUARD_GO_MODULE_VERSION"
+		run_timed "wireguard-go: go build" go build -trimpath -o "$w/wireguard-go" -ldflags "-s -w" \
+			golang.zx2c4.com/wireguard
+	)
+	install_bin wireguard-go "$WIREGUARD_GO_VERSION" "$w/wireguard-go"
+	log "wireguard-go $WIREGUARD_GO_VERSION built in $((SECONDS - start)) s"
+}
+
+# missing_debian: the packages of DEBIAN_TOOLS whose command is not on PATH, once each.
+missing_debian() {
+	local t pkgs=()
+	for t in "${DEBIAN_TOOLS[@]}"; do
+		command -v "${t%%:*}" >/dev/null 2>&1 && continue
+		[[ " ${pkgs[*]} " == *" ${t##*:} "* ]] || pkgs+=("${t##*:}")
+	done
+	if ((${#pkgs[@]})); then printf '%s\n' "${pkgs[@]}"; fi
+}
+
+ensure_debian() {
+	local pkgs
+	mapfile -t pkgs < <(missing_debian)
+	if ((${#pkgs[@]} == 0)); then
+		log "Debian tools present: ${DEBIAN_TOOLS[*]%%:*}"
+		return
+	fi
+	log "installing from Debian: ${pkgs[*]}"
+	local sudo=()
+	(($(id -u) == 0)) || sudo=(sudo)
+	# A fresh machine's package lists may be missing or stale: update once if the first try fails.
+	if ! DEBIAN_FRONTEND=noninteractive "${sudo[@]}" apt-get install -y --no-install-recommends "${pkgs[@]}" >/dev/null; then
+		"${sudo[@]}" apt-get update >/dev/null
+		DEBIAN_FRONTEND=noninteractive "${sudo[@]}" apt-get install -y --no-install-recommends "${pkgs[@]}" >/dev/null
 	fi
 }
 
@@ -338,7 +384,8 @@ main() {
 		local t
 		for t in "${KUBE_TOOLS[@]}"; do have "$t" "$KUBE_VERSION" || ok=1; done
 		have cluster-autoscaler "$AUTOSCALER_VERSION" || ok=1
-		command -v etcd >/dev/null 2>&1 || ok=1
+		have wireguard-go "$WIREGUARD_GO_VERSION" || ok=1
+		[[ -z $(missing_debian) ]] || ok=1
 		return "$ok"
 		;;
 	"") ;;
@@ -359,8 +406,9 @@ main() {
 	local start=$SECONDS
 	WORK=$(mktemp -d "${TMPDIR:-/tmp}/dynk8s-tools.XXXXXX")
 	trap 'rm -rf "$WORK"' EXIT
-	ensure_etcd
+	ensure_debian
 	# One build after another: the machine has two cores shared with everyone else's compiles.
+	build_wireguard_go
 	build_kube
 	build_pulumi
 	build_language_go

@@ -1,0 +1,141 @@
+//go:build e2e
+
+package e2e
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"os/exec"
+	"regexp"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// motoSSM is a moto_server of this test on a loopback port that it bound itself, stopped with the test.
+type motoSSM struct {
+	url  string
+	done chan struct{} // closed when the process has exited
+	logs *syncBuffer
+}
+
+// motoListening is werkzeug's start-up line, which names the port it actually bound.
+var motoListening = regexp.MustCompile(`Running on http://127\.0\.0\.1:([0-9]+)`)
+
+// motoClient bounds every request to moto.
+var motoClient = &http.Client{Timeout: 10 * time.Second}
+
+// startMoto starts moto_server on port 0 and reads the port it bound from its output. The port is then moto's own
+// from the bind on. (Picking a free port here, closing it and passing it to moto left it unowned for as long as moto
+// takes to start, 2 s warm and 9 s on a fresh machine whose Python has no bytecode cache yet; a process that bound it
+// meanwhile made this moto exit with "Address already in use" while the readiness probe took that process's answer
+// for moto's, and once that process stopped, the next request was refused.)
+func startMoto(ctx context.Context, t *testing.T, bin string) *motoSSM {
+	t.Helper()
+	m := &motoSSM{done: make(chan struct{}), logs: &syncBuffer{}}
+	cmd := exec.Command(bin, "-H", "127.0.0.1", "-p", "0")
+	cmd.Stdout, cmd.Stderr = m.logs, m.logs
+	cmd.SysProcAttr = &syscall.SysProcAttr{
+		// Dies with the test process even if the test is killed before its cleanup runs. The signal follows the
+		// thread that started it; Go ends a thread only when a goroutine exits locked to it (runtime.LockOSThread),
+		// which these tests never do.
+		Pdeathsig: syscall.SIGKILL,
+		// Its own process group: a signal meant for the test run's group (a script's `kill 0`, a terminal's ^C)
+		// does not stop it in the middle of a test; the cleanup below does.
+		Setpgid: true,
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatalf("start moto_server: %v", err)
+	}
+	go func() { _ = cmd.Wait(); close(m.done) }()
+	t.Cleanup(func() {
+		_ = cmd.Process.Signal(syscall.SIGTERM)
+		select {
+		case <-m.done:
+		case <-time.After(5 * time.Second):
+			_ = cmd.Process.Kill()
+			<-m.done
+		}
+		if t.Failed() {
+			t.Logf("moto_server output:\n%s", m.logs.String())
+		}
+	})
+
+	deadline := time.Now().Add(60 * time.Second)
+	wait := func(what string) {
+		t.Helper()
+		select {
+		case <-m.done:
+			t.Fatalf("moto_server exited before %s:\n%s", what, m.logs.String())
+		case <-ctx.Done():
+			t.Fatalf("moto_server: %s: %v", what, ctx.Err())
+		case <-time.After(100 * time.Millisecond):
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("moto_server: no %s after 60 s:\n%s", what, m.logs.String())
+		}
+	}
+	for {
+		if sub := motoListening.FindStringSubmatch(m.logs.String()); sub != nil {
+			m.url = "http://127.0.0.1:" + sub[1]
+			break
+		}
+		wait("start-up line")
+	}
+	for {
+		resp, err := motoClient.Get(m.url + "/moto-api/")
+		if err == nil {
+			_ = resp.Body.Close()
+			if err := m.alive(); err != nil {
+				t.Fatal(err)
+			}
+			if resp.StatusCode == http.StatusOK {
+				return m
+			}
+		}
+		wait("answer on " + m.url)
+	}
+}
+
+// alive reports an exited moto_server with its output: a refused request then says why.
+func (m *motoSSM) alive() error {
+	select {
+	case <-m.done:
+		return fmt.Errorf("moto_server has exited:\n%s", m.logs.String())
+	default:
+		return nil
+	}
+}
+
+// putSecureString stores a SecureString the way the stack's IAM component does. moto does not check signatures,
+// so the Authorization header only carries the region (in its credential scope), which moto keys its state by.
+func (m *motoSSM) putSecureString(t *testing.T, region, name, value string) {
+	t.Helper()
+	body, err := json.Marshal(map[string]any{"Name": name, "Value": value, "Type": "SecureString", "Overwrite": true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	req, err := http.NewRequest(http.MethodPost, m.url+"/", bytes.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Content-Type", "application/x-amz-json-1.1")
+	req.Header.Set("X-Amz-Target", "AmazonSSM.PutParameter")
+	req.Header.Set("Authorization", "AWS4-HMAC-SHA256 Credential=AKIAE2ETEST/20260101/"+region+
+		"/ssm/aws4_request, SignedHeaders=host, Signature=0")
+	resp, err := motoClient.Do(req)
+	if err != nil {
+		t.Fatalf("SSM PutParameter: %v", errors.Join(err, m.alive()))
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("SSM PutParameter: HTTP %d: %s", resp.StatusCode, strings.TrimSpace(string(b)))
+	}
+}

@@ -1,0 +1,923 @@
+//go:build e2e
+
+package e2e
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/netip"
+	"os"
+	"os/exec"
+	"path"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"sigs.k8s.io/yaml"
+
+	"github.com/dynk8s/dynk8s/infra/config"
+	"github.com/dynk8s/dynk8s/internal/fakeimds"
+	"github.com/dynk8s/dynk8s/internal/mockcloud"
+	"github.com/dynk8s/dynk8s/internal/plan"
+)
+
+// The tunnel tests bring up what the dev stack renders for the WireGuard gateway and the on-prem peer in three
+// network namespaces of their own, with the real wg-quick, wireguard-go (this kernel has no WireGuard) and nftables:
+//
+//	onprem  --(fake internet, point-to-point)--  gw  --(fake VPC link, MTU 9001)--  vpcnode
+//
+// onprem is the on-prem peer and also owns the on-prem LAN address (the first onPremCidr's .10) on a veth pair, as
+// a router's LAN port would; gw boots like the gateway instance: the user data's files written under a temp root
+// that is overlaid on /etc in a private mount namespace, the key fetched from moto's SSM by the real wg-key.sh
+// (ExecStartPre of wg-quick@wg0), the rendered sysctl applied, then `wg-quick up wg0`, whose PostUp loads the
+// rendered nftables MSS clamp. vpcnode has an address in a declared subnet and exactly the VPC routes the stack
+// declares towards the gateway's network interface. Every address exists only inside these namespaces.
+//
+// Simplifications, each an AWS behaviour the namespaces do not have: the Elastic IP is assigned to gw's internet
+// link (AWS translates it 1:1 to the interface's private address), the internet and VPC links are two interfaces
+// (the instance has one), and the VPC's local route is an on-link /16. IPv6 is not exercised.
+
+// onPremInternetIP is the on-prem peer's address on the fake internet; in dial-out mode the stack's
+// wireguard.onPremEndpoint points at it. A documentation address (RFC 5737), assigned inside the test's namespace.
+const onPremInternetIP = "203.0.113.10"
+
+// The interface the on-prem side's wg-quick file is installed as (a name of the operator's choosing).
+const onPremIface = "dynk8s-onprem"
+
+// privateWireGuardRun gives the commands after it a private, empty /run/wireguard: wireguard-go's control sockets
+// (/var/run/wireguard/<iface>.sock) live in the file system, not in the network namespace, so without it two
+// tunnels named alike (the gateway's wg0 and another test run's, or this machine's own) would be one to `wg`.
+// The directory itself is created if missing, as wg-quick would.
+const privateWireGuardRun = `mkdir -p /run/wireguard && mount -t tmpfs -o mode=0700 dynk8s-e2e-wg /run/wireguard`
+
+// vpcMTU is what EC2 gives current instance types inside a VPC (jumbo frames), so a node's own MSS is 8961.
+const vpcMTU = 9001
+
+// lanHostMSS is what a host on an ordinary 1500-byte on-prem LAN advertises.
+const lanHostMSS = 1460
+
+func TestTunnelDialIn(t *testing.T) {
+	testTunnel(t, false)
+}
+
+func TestTunnelDialOut(t *testing.T) {
+	testTunnel(t, true)
+}
+
+// tunnelPlan is what the stack renders and declares for the tunnel, read from a mock-engine run of the program.
+type tunnelPlan struct {
+	gatewayUserData []byte
+	onPremConf      []byte
+	// keyParameter and keyValue are the gateway key's SSM parameter as declared (the value is the mock engine's
+	// random key, the private half of the public key in the on-prem config).
+	keyParameter, keyValue string
+	region                 string
+	mtu                    int
+	onPremCIDRs            []netip.Prefix
+	vpcCIDR                netip.Prefix
+	// gatewayIP is the gateway interface's private address; vpcRoutes the route table's destinations that point
+	// at that interface.
+	gatewayIP netip.Addr
+	vpcRoutes []netip.Prefix
+	// nodeSubnet is a declared subnet for the VPC node (another zone's than the gateway's when there is one).
+	nodeSubnet netip.Prefix
+}
+
+// renderTunnel runs the program on the dev stack (dial-out: with wireguard.onPremEndpoint at the on-prem peer's
+// fake internet address) under the mock engine.
+func renderTunnel(t *testing.T, dialOut bool) tunnelPlan {
+	t.Helper()
+	values, err := mockcloud.ReadStackFile(filepath.Join("..", "Pulumi.dev.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if dialOut {
+		wg, ok := values["dynk8s:wireguard"].(map[string]any)
+		if !ok {
+			t.Fatalf("Pulumi.dev.yaml has no dynk8s:wireguard object")
+		}
+		wg["onPremEndpoint"] = onPremInternetIP + ":51820"
+	}
+	sc, err := mockcloud.ConfigFromMap(values)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg, err := config.Parse(func(key string) (string, bool) { v, ok := sc.Values[key]; return v, ok })
+	if err != nil {
+		t.Fatalf("stack config: %v", err)
+	}
+	res, err := plan.RunConfig("dev", sc)
+	if err != nil {
+		t.Fatalf("run the program under the mock engine: %v", err)
+	}
+	files, err := res.Artifacts()
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := tunnelPlan{
+		gatewayUserData: files["userdata/gateway.yaml"],
+		onPremConf:      files[plan.OnPremConfigFile],
+		region:          cfg.Region,
+		mtu:             cfg.WireGuard.MTU,
+		onPremCIDRs:     cfg.WireGuard.OnPremCIDRs,
+		vpcCIDR:         cfg.Network.VPCCIDR,
+	}
+	if len(p.gatewayUserData) == 0 || len(p.onPremConf) == 0 {
+		t.Fatalf("the plan rendered no gateway user data or no on-prem WireGuard config (artifacts: %d)", len(files))
+	}
+
+	gw := res.Cloud.Find("aws:ec2/instance:Instance", "gateway")
+	if gw == nil {
+		t.Fatal("the plan declares no gateway instance")
+	}
+	var eniID string
+	if nics, ok := mockcloud.Plain(gw.Inputs["networkInterfaces"], false).([]any); ok && len(nics) > 0 {
+		if nic, ok := nics[0].(map[string]any); ok {
+			eniID, _ = nic["networkInterfaceId"].(string)
+		}
+	}
+	for _, eni := range res.Cloud.ByType("aws:ec2/networkInterface:NetworkInterface") {
+		if eni.ID != eniID {
+			continue
+		}
+		if ips := mockcloud.Strings(eni.Inputs["privateIps"]); len(ips) > 0 {
+			p.gatewayIP, err = netip.ParseAddr(ips[0])
+			if err != nil {
+				t.Fatalf("gateway interface address: %v", err)
+			}
+		}
+	}
+	if !p.gatewayIP.IsValid() {
+		t.Fatalf("no private address declared for the gateway's interface %q", eniID)
+	}
+	for _, r := range res.Cloud.ByType("aws:ec2/route:Route") {
+		if nic, _ := mockcloud.Plain(r.Inputs["networkInterfaceId"], false).(string); nic != eniID {
+			continue
+		}
+		dest, _ := mockcloud.Plain(r.Inputs["destinationCidrBlock"], false).(string)
+		pfx, err := netip.ParsePrefix(dest)
+		if err != nil {
+			t.Fatalf("route %s: %v", r.Name, err)
+		}
+		p.vpcRoutes = append(p.vpcRoutes, pfx)
+	}
+	for _, s := range res.Cloud.ByType("aws:ec2/subnet:Subnet") {
+		cidr, _ := mockcloud.Plain(s.Inputs["cidrBlock"], false).(string)
+		pfx, err := netip.ParsePrefix(cidr)
+		if err != nil {
+			t.Fatalf("subnet %s: %v", s.Name, err)
+		}
+		if !p.nodeSubnet.IsValid() || p.nodeSubnet.Contains(p.gatewayIP) {
+			p.nodeSubnet = pfx
+		}
+	}
+	if !p.nodeSubnet.IsValid() {
+		t.Fatal("the plan declares no subnet")
+	}
+
+	// The gateway key's parameter is the one its user data names.
+	for _, line := range strings.Split(userDataFile(t, p.gatewayUserData, "/etc/dynk8s/wg-key.env"), "\n") {
+		if v, ok := strings.CutPrefix(line, "DYNK8S_KEY_PARAMETER="); ok {
+			p.keyParameter = v
+		}
+	}
+	for _, r := range res.Cloud.ByType("aws:ssm/parameter:Parameter") {
+		if name, _ := mockcloud.Plain(r.Inputs["name"], false).(string); name == p.keyParameter {
+			p.keyValue, _ = mockcloud.Plain(r.Inputs["value"], true).(string)
+		}
+	}
+	if p.keyParameter == "" || p.keyValue == "" {
+		t.Fatalf("no SSM parameter declared for the gateway key %q", p.keyParameter)
+	}
+	return p
+}
+
+// userDataFile is the content of one write_files entry of a cloud-config.
+func userDataFile(t *testing.T, userData []byte, name string) string {
+	t.Helper()
+	var doc struct {
+		WriteFiles []struct {
+			Path    string `json:"path"`
+			Content string `json:"content"`
+		} `json:"write_files"`
+	}
+	if err := yaml.Unmarshal(userData, &doc); err != nil {
+		t.Fatalf("parse user data: %v", err)
+	}
+	for _, f := range doc.WriteFiles {
+		if f.Path == name {
+			return f.Content
+		}
+	}
+	t.Fatalf("the gateway user data writes no %s", name)
+	return ""
+}
+
+// userDataPaths lists the write_files paths that match a glob.
+func userDataPaths(t *testing.T, userData []byte, glob string) []string {
+	t.Helper()
+	var doc struct {
+		WriteFiles []struct {
+			Path string `json:"path"`
+		} `json:"write_files"`
+	}
+	if err := yaml.Unmarshal(userData, &doc); err != nil {
+		t.Fatalf("parse user data: %v", err)
+	}
+	var out []string
+	for _, f := range doc.WriteFiles {
+		if ok, _ := path.Match(glob, f.Path); ok {
+			out = append(out, f.Path)
+		}
+	}
+	return out
+}
+
+// wgValue is the first "Key = value" of a section of a wg-quick file.
+func wgValue(conf []byte, section, key string) string {
+	in := false
+	for _, line := range strings.Split(string(conf), "\n") {
+		line = strings.TrimSpace(line)
+		if strings.HasPrefix(line, "[") {
+			in = line == "["+section+"]"
+			continue
+		}
+		k, v, ok := strings.Cut(line, "=")
+		if in && ok && strings.TrimSpace(k) == key {
+			return strings.TrimSpace(v)
+		}
+	}
+	return ""
+}
+
+// netns is a network namespace the test made.
+type netns string
+
+func (n netns) cmd(ctx context.Context, args ...string) *exec.Cmd {
+	cmd := exec.CommandContext(ctx, "ip", append([]string{"netns", "exec", string(n)}, args...)...)
+	cmd.WaitDelay = 5 * time.Second
+	return cmd
+}
+
+// run runs a command in the namespace and returns its combined output.
+func (n netns) run(ctx context.Context, args ...string) (string, error) {
+	out, err := n.cmd(ctx, args...).CombinedOutput()
+	if err != nil {
+		return string(out), fmt.Errorf("in %s: %s: %w: %s", n, strings.Join(args, " "), err, strings.TrimSpace(string(out)))
+	}
+	return string(out), nil
+}
+
+func (n netns) must(ctx context.Context, t *testing.T, args ...string) string {
+	t.Helper()
+	out, err := n.run(ctx, args...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+// nft loads a ruleset into the namespace.
+func (n netns) nft(ctx context.Context, t *testing.T, ruleset string) {
+	t.Helper()
+	cmd := n.cmd(ctx, "nft", "-f", "-")
+	cmd.Stdin = strings.NewReader(ruleset)
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("in %s: nft -f: %v: %s\n%s", n, err, out, ruleset)
+	}
+}
+
+// counters reads the named counters (rule comments) of an nftables table in the namespace.
+func (n netns) counters(ctx context.Context, t *testing.T, table string) map[string]int {
+	t.Helper()
+	out := n.must(ctx, t, "nft", "-j", "list", "table", "inet", table)
+	var doc struct {
+		Nftables []struct {
+			Rule *struct {
+				Comment string           `json:"comment"`
+				Expr    []map[string]any `json:"expr"`
+			} `json:"rule"`
+		} `json:"nftables"`
+	}
+	if err := json.Unmarshal([]byte(out), &doc); err != nil {
+		t.Fatalf("nft -j list table inet %s: %v", table, err)
+	}
+	got := map[string]int{}
+	for _, item := range doc.Nftables {
+		if item.Rule == nil || item.Rule.Comment == "" {
+			continue
+		}
+		for _, e := range item.Rule.Expr {
+			if c, ok := e["counter"].(map[string]any); ok {
+				packets, _ := c["packets"].(float64)
+				got[item.Rule.Comment] = int(packets)
+			}
+		}
+	}
+	return got
+}
+
+// tunnel is the brought-up topology of one test.
+type tunnel struct {
+	plan                 tunnelPlan
+	onprem, gw, node     netns
+	gwIface              string
+	lanIP, outsideIP     netip.Addr
+	nodeIP               netip.Addr
+	gwRoot, opConf       string
+	wireguardGo, testBin string
+}
+
+func testTunnel(t *testing.T, dialOut bool) {
+	if os.Geteuid() != 0 {
+		missing(t, "root (network namespaces, mounts)")
+	}
+	for _, tool := range []string{"ip", "nft", "wg", "wg-quick", "ping", "unshare", "nsenter", "curl", "python3"} {
+		requireTool(t, tool)
+	}
+	wgGo := requireTool(t, "wireguard-go")
+	moto := requireTool(t, "moto_server")
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	testBin, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	p := renderTunnel(t, dialOut)
+	tn := &tunnel{plan: p, wireguardGo: wgGo, testBin: testBin}
+	confs := userDataPaths(t, p.gatewayUserData, "/etc/wireguard/*.conf")
+	if len(confs) != 1 {
+		t.Fatalf("the gateway user data writes %d wg-quick files, want 1: %v", len(confs), confs)
+	}
+	tn.gwIface = strings.TrimSuffix(path.Base(confs[0]), ".conf")
+	gwConf := []byte(userDataFile(t, p.gatewayUserData, confs[0]))
+	if dialOut != (wgValue(gwConf, "Peer", "Endpoint") != "") {
+		t.Fatalf("dial-out=%v but the gateway's peer has Endpoint %q", dialOut, wgValue(gwConf, "Peer", "Endpoint"))
+	}
+
+	tn.lanIP = nthAddr(p.onPremCIDRs[0].Masked().Addr(), 10)
+	tn.outsideIP = outsideAddr(t, p.onPremCIDRs, p.vpcCIDR)
+	tn.nodeIP = nthAddr(p.nodeSubnet.Masked().Addr(), 23)
+	gwPublic, _, err := splitHostPort(wgValue(p.onPremConf, "Peer", "Endpoint"))
+	if err != nil {
+		t.Fatalf("on-prem config's peer Endpoint: %v", err)
+	}
+
+	tn.makeNamespaces(ctx, t)
+	tn.wire(ctx, t, gwPublic)
+
+	// Before the tunnel exists nothing on-prem is reachable from the node: what passes below passes through it.
+	t.Run("no path without the tunnel", func(t *testing.T) {
+		if out, err := tn.node.run(ctx, "ping", "-c", "1", "-W", "1", tn.lanIP.String()); err == nil {
+			t.Fatalf("the node reached %s with no tunnel up:\n%s", tn.lanIP, out)
+		}
+	})
+
+	tn.bootGateway(ctx, t, moto)
+	tn.upOnPrem(ctx, t, dialOut)
+	tn.waitHandshake(ctx, t)
+	tn.checkKeys(ctx, t, gwConf)
+
+	t.Run("ping both ways", func(t *testing.T) { tn.testPing(ctx, t) })
+	t.Run("TCP transfer both ways", func(t *testing.T) { tn.testTransfer(ctx, t) })
+	t.Run("SYNs are MSS-clamped both ways", func(t *testing.T) { tn.testMSS(ctx, t) })
+	t.Run("DF above the tunnel MTU gets fragmentation needed", func(t *testing.T) { tn.testDF(ctx, t) })
+	t.Run("traffic outside onPremCidrs is not tunnelled", func(t *testing.T) { tn.testNotRouted(ctx, t) })
+}
+
+// makeNamespaces creates the three namespaces and registers their teardown: every process left in them (the
+// wireguard-go daemons wg-quick started, helpers) is stopped by pid, then the namespaces go; the private mount
+// namespaces (and the control sockets in them) go with their last process.
+func (tn *tunnel) makeNamespaces(ctx context.Context, t *testing.T) {
+	t.Helper()
+	suffix := strconv.Itoa(os.Getpid())
+	tn.onprem, tn.gw, tn.node = netns("dynk8s-onprem-"+suffix), netns("dynk8s-gw-"+suffix), netns("dynk8s-node-"+suffix)
+	for _, n := range []netns{tn.onprem, tn.gw, tn.node} {
+		if out, err := exec.CommandContext(ctx, "ip", "netns", "add", string(n)).CombinedOutput(); err != nil {
+			t.Fatalf("ip netns add %s: %v: %s", n, err, out)
+		}
+		t.Cleanup(func() { removeNamespace(t, n) })
+	}
+}
+
+// removeNamespace stops the processes in a namespace (TERM, then KILL after 5 s) and deletes it.
+func removeNamespace(t *testing.T, n netns) {
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	pids := func() []int {
+		out, _ := exec.CommandContext(ctx, "ip", "netns", "pids", string(n)).Output()
+		var ps []int
+		for _, f := range strings.Fields(string(out)) {
+			if pid, err := strconv.Atoi(f); err == nil {
+				ps = append(ps, pid)
+			}
+		}
+		return ps
+	}
+	for _, sig := range []syscall.Signal{syscall.SIGTERM, syscall.SIGKILL} {
+		ps := pids()
+		if len(ps) == 0 {
+			break
+		}
+		for _, pid := range ps {
+			_ = syscall.Kill(pid, sig)
+		}
+		for i := 0; i < 50 && len(pids()) > 0; i++ {
+			time.Sleep(100 * time.Millisecond)
+		}
+	}
+	if ps := pids(); len(ps) > 0 {
+		t.Errorf("processes %v still run in namespace %s", ps, n)
+	}
+	if out, err := exec.CommandContext(ctx, "ip", "netns", "del", string(n)).CombinedOutput(); err != nil {
+		t.Errorf("ip netns del %s: %v: %s", n, err, out)
+	}
+}
+
+// wire makes the links, addresses and the declared VPC routes.
+func (tn *tunnel) wire(ctx context.Context, t *testing.T, gwPublic string) {
+	t.Helper()
+	p := tn.plan
+	host := func(args ...string) {
+		t.Helper()
+		if out, err := exec.CommandContext(ctx, "ip", args...).CombinedOutput(); err != nil {
+			t.Fatalf("ip %s: %v: %s", strings.Join(args, " "), err, out)
+		}
+	}
+	host("link", "add", "inet0", "netns", string(tn.onprem), "type", "veth", "peer", "name", "inet0", "netns", string(tn.gw))
+	host("link", "add", "vpc0", "netns", string(tn.gw), "type", "veth", "peer", "name", "vpc0", "netns", string(tn.node))
+	vpcBits := strconv.Itoa(p.vpcCIDR.Bits())
+	for _, c := range []struct {
+		n    netns
+		args []string
+	}{
+		{tn.onprem, []string{"ip", "link", "set", "lo", "up"}},
+		{tn.gw, []string{"ip", "link", "set", "lo", "up"}},
+		{tn.node, []string{"ip", "link", "set", "lo", "up"}},
+		// The fake internet: the on-prem peer's public address and the gateway's Elastic IP, point to point.
+		{tn.onprem, []string{"ip", "addr", "add", onPremInternetIP + "/32", "peer", gwPublic + "/32", "dev", "inet0"}},
+		{tn.gw, []string{"ip", "addr", "add", gwPublic + "/32", "peer", onPremInternetIP + "/32", "dev", "inet0"}},
+		{tn.onprem, []string{"ip", "link", "set", "inet0", "up"}},
+		{tn.gw, []string{"ip", "link", "set", "inet0", "up"}},
+		// The VPC: the gateway's interface address and the node's, both on the VPC's local route.
+		{tn.gw, []string{"ip", "link", "set", "vpc0", "mtu", strconv.Itoa(vpcMTU), "up"}},
+		{tn.node, []string{"ip", "link", "set", "vpc0", "mtu", strconv.Itoa(vpcMTU), "up"}},
+		{tn.gw, []string{"ip", "addr", "add", p.gatewayIP.String() + "/" + vpcBits, "dev", "vpc0"}},
+		{tn.node, []string{"ip", "addr", "add", tn.nodeIP.String() + "/" + vpcBits, "dev", "vpc0"}},
+		// The on-prem LAN (no dummy driver here: a veth pair stands in for the LAN port), with one address inside
+		// onPremCidrs and one outside, for the negative control.
+		{tn.onprem, []string{"ip", "link", "add", "lan0", "type", "veth", "peer", "name", "lan1"}},
+		{tn.onprem, []string{"ip", "addr", "add", tn.lanIP.String() + "/" + strconv.Itoa(p.onPremCIDRs[0].Bits()), "dev", "lan0"}},
+		{tn.onprem, []string{"ip", "addr", "add", tn.outsideIP.String() + "/24", "dev", "lan0"}},
+		{tn.onprem, []string{"ip", "link", "set", "lan1", "up"}},
+		{tn.onprem, []string{"ip", "link", "set", "lan0", "up"}},
+	} {
+		c.n.must(ctx, t, c.args...)
+	}
+	if len(p.vpcRoutes) == 0 {
+		t.Fatal("the stack declares no VPC route to the gateway")
+	}
+	for _, r := range p.vpcRoutes {
+		tn.node.must(ctx, t, "ip", "route", "add", r.String(), "via", p.gatewayIP.String())
+	}
+	// Counts what arrives on-prem from the tunnel, by destination: the proof that a packet crossed, or did not.
+	tn.onprem.nft(ctx, t, fmt.Sprintf(`table inet dynk8s_probe {
+	chain input {
+		type filter hook input priority filter; policy accept;
+		iifname %q ip daddr %s icmp type echo-request counter comment "echo-lan"
+		ip daddr %s counter comment "to-outside"
+	}
+}
+`, onPremIface, tn.lanIP, tn.outsideIP))
+}
+
+// bootGateway does what the gateway's first boot does with its user data.
+func (tn *tunnel) bootGateway(ctx context.Context, t *testing.T, moto string) {
+	t.Helper()
+	p := tn.plan
+	dir := t.TempDir()
+	tn.gwRoot = filepath.Join(dir, "root")
+	writeUserDataFiles(t, p.gatewayUserData, tn.gwRoot)
+
+	ssm := startMoto(ctx, t, moto)
+	ssm.putSecureString(t, p.region, p.keyParameter, p.keyValue)
+	imds := fakeimds.New(t, fakeimds.Instance{
+		ID: "i-0fedcba9876543210", Zone: p.region + "a", Region: p.region, PrivateIP: p.gatewayIP.String(),
+		Type: "t4g.micro", Role: "dynk8s-homelab-gateway", AccessKeyID: "ASIAE2EFAKEGATEWAY01",
+		SecretAccessKey: "e2e/fake/gateway/secret/key/000000000", SessionToken: "e2e-fake-gateway-session",
+	})
+
+	// The private mount namespace sees the written files at their real paths (/etc overlaid with the temp root's
+	// etc), as the instance does; nothing outside the namespace changes. wg-key.sh runs in this machine's network
+	// namespace, where moto and the fake IMDS listen; wg-quick in the gateway's.
+	const boot = `set -euo pipefail
+work=$1 root=$2 ns=$3 iface=$4
+shift 4
+mount -t overlay dynk8s-e2e-etc -o "lowerdir=/etc,upperdir=$root/etc,workdir=$work" /etc
+` + privateWireGuardRun + `
+"$root/usr/local/libexec/dynk8s/wg-key.sh"
+exec ip netns exec "$ns" bash -euo pipefail -c 'iface=$1; shift; for f in "$@"; do sysctl -p "$f"; done; wg-quick up "$iface"' boot "$iface" "$@"
+`
+	work := filepath.Join(dir, "overlay-work")
+	if err := os.Mkdir(work, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	args := []string{"--mount", "--propagation", "private", "--", "bash", "-c", boot, "gateway-boot",
+		work, tn.gwRoot, string(tn.gw), tn.gwIface}
+	args = append(args, userDataPaths(t, p.gatewayUserData, "/etc/sysctl.d/*.conf")...)
+	cmd := exec.CommandContext(ctx, "unshare", args...)
+	cmd.WaitDelay = 5 * time.Second
+	cmd.Env = append(os.Environ(),
+		"DYNK8S_IMDS_ENDPOINT="+imds.URL,
+		"DYNK8S_SSM_ENDPOINT="+ssm.url,
+		// The unit runs under systemd, whose journal takes stderr; without it lib.sh would also call logger and
+		// write to this machine's log.
+		"JOURNAL_STREAM=0:0",
+		"WG_QUICK_USERSPACE_IMPLEMENTATION="+tn.wireguardGo,
+	)
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("gateway boot (wg-key.sh, sysctl, wg-quick up %s): %v\n%s", tn.gwIface, err, out)
+	}
+	for _, want := range []string{"wrote the key from SSM to /etc/wireguard/" + tn.gwIface + ".key",
+		"net.ipv4.ip_forward = 1"} {
+		if !strings.Contains(string(out), want) {
+			t.Errorf("gateway boot output lacks %q:\n%s", want, out)
+		}
+	}
+	t.Logf("gateway boot:\n%s", out)
+}
+
+// upOnPrem installs the rendered on-prem config as the operator would and brings it up with wg-quick.
+func (tn *tunnel) upOnPrem(ctx context.Context, t *testing.T, dialOut bool) {
+	t.Helper()
+	tn.opConf = filepath.Join(t.TempDir(), onPremIface+".conf")
+	if err := os.WriteFile(tn.opConf, tn.plan.onPremConf, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.CommandContext(ctx, "unshare", "--mount", "--propagation", "private", "--", "bash", "-euo",
+		"pipefail", "-c", privateWireGuardRun+` && exec ip netns exec "$1" wg-quick up "$2"`, "onprem-up",
+		string(tn.onprem), tn.opConf)
+	cmd.WaitDelay = 5 * time.Second
+	cmd.Env = append(os.Environ(), "WG_QUICK_USERSPACE_IMPLEMENTATION="+tn.wireguardGo)
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("on-prem wg-quick up: %v\n%s", err, out)
+	}
+	if dialOut != (wgValue(tn.plan.onPremConf, "Interface", "ListenPort") != "") {
+		t.Errorf("dial-out=%v but the on-prem config's ListenPort is %q", dialOut,
+			wgValue(tn.plan.onPremConf, "Interface", "ListenPort"))
+	}
+}
+
+// waitHandshake waits for the first handshake. An initiation that reaches a side not yet configured is dropped and
+// retried after WireGuard's REKEY_TIMEOUT (5 s), so allow for a few of those.
+func (tn *tunnel) waitHandshake(ctx context.Context, t *testing.T) {
+	t.Helper()
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		out, err := tn.wg(ctx, tn.onprem, "show", onPremIface, "latest-handshakes")
+		if f := strings.Fields(out); err == nil && len(f) == 2 && f[1] != "0" {
+			return
+		}
+		if time.Now().After(deadline) {
+			gw, _ := tn.wg(ctx, tn.gw, "show", tn.gwIface)
+			op, _ := tn.wg(ctx, tn.onprem, "show", onPremIface)
+			t.Fatalf("no WireGuard handshake after 20 s (%v)\ngateway:\n%s\non-prem:\n%s", err, gw, op)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// wg runs wg as the tunnel's own side sees it: in the network and mount namespaces of the wireguard-go daemon that
+// runs in n, where its control socket is.
+func (tn *tunnel) wg(ctx context.Context, n netns, args ...string) (string, error) {
+	out, err := exec.CommandContext(ctx, "ip", "netns", "pids", string(n)).Output()
+	if err != nil {
+		return "", fmt.Errorf("ip netns pids %s: %w", n, err)
+	}
+	for _, pid := range strings.Fields(string(out)) {
+		comm, err := os.ReadFile("/proc/" + pid + "/comm")
+		if err != nil || strings.TrimSpace(string(comm)) != "wireguard-go" {
+			continue
+		}
+		cmd := exec.CommandContext(ctx, "nsenter", append([]string{"-t", pid, "-m", "-n", "wg"}, args...)...)
+		cmd.WaitDelay = 5 * time.Second
+		b, err := cmd.CombinedOutput()
+		if err != nil {
+			return string(b), fmt.Errorf("wg %s in %s: %w: %s", strings.Join(args, " "), n, err, b)
+		}
+		return string(b), nil
+	}
+	return "", fmt.Errorf("no wireguard-go runs in %s", n)
+}
+
+func (tn *tunnel) mustWG(ctx context.Context, t *testing.T, n netns, args ...string) string {
+	t.Helper()
+	out, err := tn.wg(ctx, n, args...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+// checkKeys: each side runs with the private half of the public key the other side's config names.
+func (tn *tunnel) checkKeys(ctx context.Context, t *testing.T, gwConf []byte) {
+	t.Helper()
+	gwPub := strings.TrimSpace(tn.mustWG(ctx, t, tn.gw, "show", tn.gwIface, "public-key"))
+	opPub := strings.TrimSpace(tn.mustWG(ctx, t, tn.onprem, "show", onPremIface, "public-key"))
+	if want := wgValue(tn.plan.onPremConf, "Peer", "PublicKey"); gwPub != want {
+		t.Errorf("the gateway runs with public key %s (from SSM), the on-prem config expects %s", gwPub, want)
+	}
+	if want := wgValue(gwConf, "Peer", "PublicKey"); opPub != want {
+		t.Errorf("the on-prem peer runs with public key %s, the gateway config expects %s", opPub, want)
+	}
+}
+
+// transfer is the gateway's WireGuard byte counters (received, sent) for its one peer.
+func (tn *tunnel) transfer(ctx context.Context, t *testing.T) (rx, tx int64) {
+	t.Helper()
+	f := strings.Fields(tn.mustWG(ctx, t, tn.gw, "show", tn.gwIface, "transfer"))
+	if len(f) != 3 {
+		t.Fatalf("wg show transfer: %q", f)
+	}
+	rx, _ = strconv.ParseInt(f[1], 10, 64)
+	tx, _ = strconv.ParseInt(f[2], 10, 64)
+	return rx, tx
+}
+
+func (tn *tunnel) testPing(ctx context.Context, t *testing.T) {
+	rx0, tx0 := tn.transfer(ctx, t)
+	before := tn.onprem.counters(ctx, t, "dynk8s_probe")["echo-lan"]
+	if out, err := tn.node.run(ctx, "ping", "-c", "3", "-i", "0.2", "-W", "2", tn.lanIP.String()); err != nil {
+		t.Errorf("VPC node -> on-prem %s: %v\n%s", tn.lanIP, err, out)
+	}
+	if out, err := tn.onprem.run(ctx, "ping", "-c", "3", "-i", "0.2", "-W", "2", "-I", tn.lanIP.String(),
+		tn.nodeIP.String()); err != nil {
+		t.Errorf("on-prem %s -> VPC node %s: %v\n%s", tn.lanIP, tn.nodeIP, err, out)
+	}
+	if got := tn.onprem.counters(ctx, t, "dynk8s_probe")["echo-lan"] - before; got < 3 {
+		t.Errorf("%d echo requests for %s arrived on-prem through %s, want 3", got, tn.lanIP, onPremIface)
+	}
+	rx1, tx1 := tn.transfer(ctx, t)
+	if rx1-rx0 < 3*84 || tx1-tx0 < 3*84 {
+		t.Errorf("the gateway's tunnel counters moved by rx %d, tx %d bytes: the pings did not cross it",
+			rx1-rx0, tx1-tx0)
+	}
+}
+
+// serve starts the TCP helper as a server in n and waits until it listens.
+func (tn *tunnel) serve(ctx context.Context, t *testing.T, n netns, addr string) (result func() string) {
+	t.Helper()
+	cmd := n.cmd(ctx, tn.testBin, "serve", addr)
+	cmd.Env = append(os.Environ(), netHelperEnv+"=1")
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	lines := bufio.NewScanner(stdout)
+	if !lines.Scan() || lines.Text() != "listening" {
+		_ = cmd.Process.Kill()
+		_ = cmd.Wait()
+		t.Fatalf("helper server in %s did not start: %s", n, stderr.String())
+	}
+	done := false
+	t.Cleanup(func() {
+		if !done {
+			_ = cmd.Process.Kill()
+			_ = cmd.Wait()
+		}
+	})
+	return func() string {
+		t.Helper()
+		var answer string
+		if lines.Scan() {
+			answer = lines.Text()
+		}
+		err := cmd.Wait()
+		done = true
+		if err != nil {
+			t.Errorf("helper server in %s: %v: %s", n, err, stderr.String())
+		}
+		return answer
+	}
+}
+
+// send runs the TCP helper as a client in n: it sends size random bytes and returns "<sha256> <bytes>" of what it
+// sent and the server's answer.
+func (tn *tunnel) send(ctx context.Context, t *testing.T, n netns, addr string, size int) (sent, answer string) {
+	t.Helper()
+	cmd := n.cmd(ctx, tn.testBin, "send", addr, strconv.Itoa(size))
+	cmd.Env = append(os.Environ(), netHelperEnv+"=1")
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	if err != nil {
+		t.Errorf("helper client in %s -> %s: %v: %s", n, addr, err, stderr.String())
+		return "", ""
+	}
+	lines := strings.Split(strings.TrimSpace(string(out)), "\n")
+	if len(lines) != 2 {
+		t.Errorf("helper client in %s: output %q", n, out)
+		return "", ""
+	}
+	return lines[0], lines[1]
+}
+
+func (tn *tunnel) testTransfer(ctx context.Context, t *testing.T) {
+	const size = 4 << 20
+	for _, c := range []struct {
+		name     string
+		from, to netns
+		server   netip.Addr
+	}{
+		{"VPC node -> on-prem", tn.node, tn.onprem, tn.lanIP},
+		{"on-prem -> VPC node", tn.onprem, tn.node, tn.nodeIP},
+	} {
+		addr := netip.AddrPortFrom(c.server, 7000).String()
+		result := tn.serve(ctx, t, c.to, addr)
+		sent, answer := tn.send(ctx, t, c.from, addr, size)
+		received := result()
+		want := " " + strconv.Itoa(size)
+		if sent == "" || !strings.HasSuffix(sent, want) || sent != answer || received != sent {
+			t.Errorf("%s: sent %q, server read %q (answered %q): want %d bytes arriving intact", c.name, sent,
+				received, answer, size)
+		}
+	}
+}
+
+// testMSS: a SYN that crosses the gateway carries at most the tunnel's MSS (MTU - 40 for IPv4), whichever side
+// sent it. Towards on-prem the node's own MSS is the VPC's 8961; towards the VPC the on-prem side is made to
+// advertise what a host on a 1500-byte LAN behind the peer would (1460), since the peer's own SYNs already fit its
+// tunnel MTU.
+// Negative control: with the gateway's clamp table deleted the same SYNs arrive unclamped.
+func (tn *tunnel) testMSS(ctx context.Context, t *testing.T) {
+	clamped := tn.plan.mtu - 40
+	// nftables can only lower an MSS, so the LAN host's larger one comes from a route metric on the on-prem side.
+	lanHostRoute := []string{tn.nodeIP.String() + "/32", "dev", onPremIface}
+	tn.onprem.must(ctx, t, append(append([]string{"ip", "route", "add"}, lanHostRoute...), "advmss",
+		strconv.Itoa(lanHostMSS))...)
+	defer tn.onprem.must(ctx, t, append([]string{"ip", "route", "del"}, lanHostRoute...)...)
+	cases := []struct {
+		name      string
+		from, to  netns
+		server    netip.Addr
+		port      int
+		unclamped int
+	}{
+		{"VPC node -> on-prem", tn.node, tn.onprem, tn.lanIP, 7001, vpcMTU - 40},
+		{"on-prem -> VPC node", tn.onprem, tn.node, tn.nodeIP, 7002, lanHostMSS},
+	}
+	probe := func(withClamp bool) {
+		t.Helper()
+		for _, c := range cases {
+			c.to.must(ctx, t, "sh", "-c", "nft delete table inet dynk8s_mss 2>/dev/null; true")
+			c.to.nft(ctx, t, fmt.Sprintf(`table inet dynk8s_mss {
+	chain input {
+		type filter hook input priority filter; policy accept;
+		tcp dport %d tcp flags syn / syn,ack,rst counter comment "syn"
+		tcp dport %d tcp flags syn / syn,ack,rst tcp option maxseg size %d counter comment "clamped"
+		tcp dport %d tcp flags syn / syn,ack,rst tcp option maxseg size %d counter comment "unclamped"
+	}
+}
+`, c.port, c.port, clamped, c.port, c.unclamped))
+			// A route cache entry from an earlier too-big packet would lower the sender's own MSS by itself.
+			c.from.must(ctx, t, "ip", "route", "flush", "cache")
+			addr := netip.AddrPortFrom(c.server, uint16(c.port)).String()
+			result := tn.serve(ctx, t, c.to, addr)
+			tn.send(ctx, t, c.from, addr, 0)
+			result()
+			got := c.to.counters(ctx, t, "dynk8s_mss")
+			if withClamp && (got["syn"] != 1 || got["clamped"] != 1) {
+				t.Errorf("%s: %d SYN arrived, %d with MSS %d: want the one SYN clamped to %d (counters %v)",
+					c.name, got["syn"], got["clamped"], clamped, clamped, got)
+			}
+			if !withClamp && (got["syn"] != 1 || got["unclamped"] != 1) {
+				t.Errorf("negative control, %s: with the gateway's clamp removed %d SYN arrived, %d with the "+
+					"sender's own MSS %d (counters %v): the probe cannot tell a clamp from none", c.name, got["syn"],
+					got["unclamped"], c.unclamped, got)
+			}
+		}
+	}
+	probe(true)
+
+	// The clamp is the rendered table (wg0-mss.nft); the file's first lines make reloading it idempotent.
+	table := tn.clampTable(t)
+	tn.gw.must(ctx, t, "nft", "delete", "table", "inet", table)
+	probe(false)
+	tn.gw.must(ctx, t, "nft", "-f", filepath.Join(tn.gwRoot, "etc/dynk8s/wg0-mss.nft"))
+}
+
+// clampTable is the name of the table the rendered ruleset declares.
+func (tn *tunnel) clampTable(t *testing.T) string {
+	t.Helper()
+	rules, err := os.ReadFile(filepath.Join(tn.gwRoot, "etc/dynk8s/wg0-mss.nft"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, line := range strings.Split(string(rules), "\n") {
+		f := strings.Fields(line)
+		if len(f) == 4 && f[0] == "table" && f[1] == "inet" && f[3] == "{" {
+			return f[2]
+		}
+	}
+	t.Fatalf("no table in the rendered ruleset:\n%s", rules)
+	return ""
+}
+
+// testDF: a don't-fragment packet of exactly the tunnel MTU passes (the control that the limit is the MTU and not
+// something smaller); one byte more gets ICMP fragmentation-needed from the gateway, naming the MTU.
+func (tn *tunnel) testDF(ctx context.Context, t *testing.T) {
+	tn.node.must(ctx, t, "ip", "route", "flush", "cache")
+	fits := strconv.Itoa(tn.plan.mtu - 28) // 20 bytes IPv4 + 8 bytes ICMP header
+	if out, err := tn.node.run(ctx, "ping", "-c", "1", "-M", "do", "-s", fits, "-W", "2", tn.lanIP.String()); err != nil {
+		t.Errorf("a DF packet of exactly the tunnel MTU (%d) did not pass: %v\n%s", tn.plan.mtu, err, out)
+	}
+	tooBig := strconv.Itoa(tn.plan.mtu - 27)
+	out, err := tn.node.run(ctx, "ping", "-c", "1", "-M", "do", "-s", tooBig, "-W", "2", tn.lanIP.String())
+	if err == nil {
+		t.Fatalf("a DF packet one byte above the tunnel MTU passed:\n%s", out)
+	}
+	for _, want := range []string{"From " + tn.plan.gatewayIP.String(), "Frag needed",
+		fmt.Sprintf("mtu = %d", tn.plan.mtu)} {
+		if !strings.Contains(out, want) {
+			t.Errorf("the node's ping of a DF packet above the MTU lacks %q (fragmentation needed from the "+
+				"gateway):\n%s", want, out)
+		}
+	}
+}
+
+// testNotRouted: an address just outside onPremCidrs, present on the on-prem LAN, is not reachable through the
+// gateway: the VPC declares no route for it, and even a packet handed to the gateway for it is not tunnelled.
+// The positive control is the ping test: the same probe counts echo requests for the LAN address.
+func (tn *tunnel) testNotRouted(ctx context.Context, t *testing.T) {
+	outside := tn.outsideIP.String()
+	if out, err := tn.node.run(ctx, "ip", "route", "get", outside); err == nil {
+		t.Errorf("the VPC node has a route to %s, outside onPremCidrs %v:\n%s", outside, tn.plan.onPremCIDRs, out)
+	}
+	if out := tn.gw.must(ctx, t, "ip", "route", "get", tn.lanIP.String()); !strings.Contains(out, "dev "+tn.gwIface) {
+		t.Errorf("control: the gateway does not route the on-prem address %s into %s:\n%s", tn.lanIP, tn.gwIface, out)
+	}
+	if out, err := tn.gw.run(ctx, "ip", "route", "get", outside); err == nil && strings.Contains(out, "dev "+tn.gwIface) {
+		t.Errorf("the gateway routes %s, outside onPremCidrs, into %s:\n%s", outside, tn.gwIface, out)
+	}
+	// Hand the gateway a packet for the outside address anyway, as a misdeclared route would.
+	tn.node.must(ctx, t, "ip", "route", "add", outside+"/32", "via", tn.plan.gatewayIP.String())
+	if out, err := tn.node.run(ctx, "ping", "-c", "2", "-i", "0.2", "-W", "1", outside); err == nil {
+		t.Errorf("the VPC node reached %s, outside onPremCidrs, through the gateway:\n%s", outside, out)
+	}
+	if got := tn.onprem.counters(ctx, t, "dynk8s_probe")["to-outside"]; got != 0 {
+		t.Errorf("%d packets for %s (outside onPremCidrs) arrived on-prem", got, outside)
+	}
+	// And the on-prem peer routes only the VPC and the gateway's tunnel address into the tunnel.
+	beyond := outsideAddr(t, []netip.Prefix{tn.plan.vpcCIDR}, tn.plan.vpcCIDR).String()
+	if out, _ := tn.onprem.run(ctx, "ip", "route", "get", beyond); strings.Contains(out, "dev "+onPremIface) {
+		t.Errorf("the on-prem peer routes %s, outside the VPC, into the tunnel:\n%s", beyond, out)
+	}
+}
+
+// nthAddr is a + n.
+func nthAddr(a netip.Addr, n int) netip.Addr {
+	for range n {
+		a = a.Next()
+	}
+	return a
+}
+
+// outsideAddr is the .10 of the /24 right after the first prefix, checked to be in none of them.
+func outsideAddr(t *testing.T, prefixes []netip.Prefix, also netip.Prefix) netip.Addr {
+	t.Helper()
+	p := prefixes[0].Masked()
+	last := p.Addr()
+	for last.Next().IsValid() && p.Contains(last.Next()) {
+		last = last.Next()
+	}
+	a := nthAddr(last, 11)
+	for _, q := range append(prefixes, also) {
+		if q.Contains(a) {
+			t.Fatalf("no address outside %v found next to them (%s)", prefixes, a)
+		}
+	}
+	return a
+}
+
+func splitHostPort(s string) (string, int, error) {
+	ap, err := netip.ParseAddrPort(s)
+	if err != nil {
+		return "", 0, errors.New("want ip:port, got " + strconv.Quote(s))
+	}
+	return ap.Addr().String(), int(ap.Port()), nil
+}
