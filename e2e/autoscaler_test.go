@@ -8,8 +8,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"maps"
-	"net"
-	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -292,38 +290,11 @@ func startAWS(ctx context.Context, t *testing.T, s stackAutoscaling, users []rep
 	if out, err := exec.Command("pyenv", "which", "moto_server").Output(); err == nil {
 		bin = strings.TrimSpace(string(out))
 	}
-	port := freePort(t)
-	a := &awsEnv{url: "http://127.0.0.1:" + strconv.Itoa(port), region: s.region, logs: &syncBuffer{}}
-	cmd := exec.Command(bin, "-H", "127.0.0.1", "-p", strconv.Itoa(port))
 	// The first three AWS calls are free (moto_aws.py setup spends them on an admin user and its key); every call
-	// after them must be signed by a known key and allowed by that user's policies.
-	cmd.Env = append(os.Environ(), "INITIAL_NO_AUTH_ACTION_COUNT=3")
-	cmd.Stdout, cmd.Stderr = a.logs, a.logs
-	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-	done := stopOnCleanup(t, "moto_server", cmd, a.logs)
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		// Ready when this process says it listens (a port taken by someone else between freePort and the bind makes
-		// it exit, while the other listener could answer) and the port answers. /moto-api/ is no AWS action: it
-		// does not spend a free call.
-		listening := strings.Contains(a.logs.String(), "Running on "+a.url)
-		resp, err := http.Get(a.url + "/moto-api/")
-		if err == nil {
-			_ = resp.Body.Close()
-			if listening {
-				break
-			}
-		}
-		select {
-		case <-done:
-			t.Fatalf("moto_server exited:\n%s", a.logs.String())
-		default:
-		}
-		if time.Now().After(deadline) || ctx.Err() != nil {
-			t.Fatalf("moto_server not answering after 30 s: %v\n%s", err, a.logs.String())
-		}
-		time.Sleep(200 * time.Millisecond)
-	}
+	// after them must be signed by a known key and allowed by that user's policies. Readiness asks /moto-api/,
+	// which is no AWS action and spends no free call.
+	m := startMoto(ctx, t, bin, "INITIAL_NO_AUTH_ACTION_COUNT=3")
+	a := &awsEnv{url: m.url, region: s.region, logs: m.logs}
 
 	a.script = filepath.Join("testdata", "moto_aws.py")
 	p := s.replay
@@ -437,8 +408,9 @@ func startAutoscaler(ctx context.Context, t *testing.T, c cluster, s stackAutosc
 		// One autoscaler per test and nothing to fail over to: leader election would only make a second test wait
 		// for the first one's lease to expire.
 		"--leader-elect=false",
-		// Metrics on a free loopback port instead of :8085 on every interface.
-		"--address=127.0.0.1:"+strconv.Itoa(freePort(t)),
+		// Metrics on a loopback port the kernel picks instead of :8085 on every interface (nothing here reads them;
+		// a port picked ahead and released could be taken before the autoscaler binds it).
+		"--address=127.0.0.1:0",
 		// Shortened loop (default 10 s) and scale-down delay after a scale-up (default 10 min), so that the tests
 		// take seconds instead of minutes; what the loop decides is unchanged.
 		"--scan-interval=2s",
@@ -519,16 +491,6 @@ func tail(s string, n int) string {
 		lines = lines[len(lines)-n:]
 	}
 	return strings.Join(lines, "\n")
-}
-
-func freePort(t *testing.T) int {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port
 }
 
 // podSpec is what a test pod asks for.

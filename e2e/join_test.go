@@ -3,13 +3,11 @@
 package e2e
 
 import (
-	"bytes"
 	"context"
 	"crypto/sha256"
 	"crypto/x509"
 	"encoding/hex"
 	"encoding/pem"
-	"io"
 	"os"
 	"os/exec"
 	"path/filepath"

@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"os"
 	"os/exec"
 	"regexp"
 	"strings"
@@ -36,10 +37,15 @@ var motoClient = &http.Client{Timeout: 10 * time.Second}
 // takes to start, 2 s warm and 9 s on a fresh machine whose Python has no bytecode cache yet; a process that bound it
 // meanwhile made this moto exit with "Address already in use" while the readiness probe took that process's answer
 // for moto's, and once that process stopped, the next request was refused.)
-func startMoto(ctx context.Context, t *testing.T, bin string) *motoSSM {
+//
+// env is added to moto's environment (moto's own settings, such as INITIAL_NO_AUTH_ACTION_COUNT).
+func startMoto(ctx context.Context, t *testing.T, bin string, env ...string) *motoSSM {
 	t.Helper()
 	m := &motoSSM{done: make(chan struct{}), logs: &syncBuffer{}}
 	cmd := exec.Command(bin, "-H", "127.0.0.1", "-p", "0")
+	if len(env) > 0 {
+		cmd.Env = append(os.Environ(), env...)
+	}
 	cmd.Stdout, cmd.Stderr = m.logs, m.logs
 	cmd.SysProcAttr = &syscall.SysProcAttr{
 		// Dies with the test process even if the test is killed before its cleanup runs. The signal follows the
