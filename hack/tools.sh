@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Builds the real tools that the e2e tests run (Pulumi CLI, its Go language host, the Kubernetes provider plugin,
-# kube-apiserver, kube-controller-manager, kubectl, kubeadm) from the Go module proxy, once per version, and caches them under
-# ${XDG_CACHE_HOME:-$HOME/.cache}/dynk8s/tools/<tool>-<version>/bin. Nothing is published as a binary we can
+# kube-apiserver, kube-controller-manager, kubectl, kubeadm, kubelet) from the Go module proxy, once per version, and
+# caches them under ${XDG_CACHE_HOME:-$HOME/.cache}/dynk8s/tools/<tool>-<version>/bin. Nothing is published as a binary we can
 # download here, and none of these can be `go install`ed (replace directives), so each is built through a small
 # generated wrapper module in a temp dir, never inside this repository's module.
 #
@@ -22,7 +22,7 @@ readonly K8S_PROVIDER_MODULE_VERSION=v4.0.0-20260115033456-f47bc2d6f199
 readonly KUBE_VERSION=v1.34.4
 # Staging modules (k8s.io/api, client-go, ...) are versioned v0.<minor>.<patch> alongside k8s.io/kubernetes.
 readonly KUBE_STAGING_VERSION=v0.34.4
-readonly KUBE_TOOLS=(kube-apiserver kube-controller-manager kubectl kubeadm)
+readonly KUBE_TOOLS=(kube-apiserver kube-controller-manager kubectl kubeadm kubelet)
 
 readonly CACHE_DIR="${DYNK8S_TOOLS_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/dynk8s/tools}"
 
@@ -191,6 +191,7 @@ kube_main() {
 	kube-controller-manager) echo cmd/kube-controller-manager/controller-manager.go ;;
 	kubectl) echo cmd/kubectl/kubectl.go ;;
 	kubeadm) echo cmd/kubeadm/kubeadm.go ;;
+	kubelet) echo cmd/kubelet/kubelet.go ;;
 	*) return 1 ;;
 	esac
 }
@@ -255,16 +256,38 @@ kube_ldflags() {
 	printf '%s\n' "$ld"
 }
 
+# apt_install PKG...: Debian packages the e2e tests run; an old or missing package list gets one update.
+apt_install() {
+	if ! DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends "$@" >/dev/null; then
+		apt-get update >/dev/null
+		DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends "$@" >/dev/null
+	fi
+}
+
 ensure_etcd() {
 	if command -v etcd >/dev/null 2>&1; then
 		log "etcd $(etcd --version 2>/dev/null | head -n1 | awk '{print $NF}') present"
 		return
 	fi
 	log "installing etcd-server from Debian"
-	if ! DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends etcd-server >/dev/null; then
-		apt-get update >/dev/null
-		DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends etcd-server >/dev/null
+	apt_install etcd-server
+}
+
+# The kubelet join test's node runtime. CRI-O (what the nodes run) is not in Debian; containerd is, and the kubelet
+# speaks CRI to either. Debian's CNI plugins live in /usr/lib/cni.
+readonly CNI_BIN_DIR=/usr/lib/cni
+have_node_runtime() {
+	command -v containerd >/dev/null 2>&1 && command -v ctr >/dev/null 2>&1 && command -v runc >/dev/null 2>&1 &&
+		[[ -x $CNI_BIN_DIR/bridge && -x $CNI_BIN_DIR/host-local && -x $CNI_BIN_DIR/loopback ]]
+}
+
+ensure_node_runtime() {
+	if have_node_runtime; then
+		log "containerd $(containerd --version 2>/dev/null | awk '{print $3}'), runc and CNI plugins present"
+		return
 	fi
+	log "installing containerd, runc, containernetworking-plugins from Debian"
+	apt_install containerd runc containernetworking-plugins
 }
 
 main() {
@@ -281,6 +304,7 @@ main() {
 		local t
 		for t in "${KUBE_TOOLS[@]}"; do have "$t" "$KUBE_VERSION" || ok=1; done
 		command -v etcd >/dev/null 2>&1 || ok=1
+		have_node_runtime || ok=1
 		return "$ok"
 		;;
 	"") ;;
@@ -302,6 +326,7 @@ main() {
 	WORK=$(mktemp -d "${TMPDIR:-/tmp}/dynk8s-tools.XXXXXX")
 	trap 'rm -rf "$WORK"' EXIT
 	ensure_etcd
+	ensure_node_runtime
 	# One build after another: the machine has two cores shared with everyone else's compiles.
 	build_kube
 	build_pulumi
