@@ -150,6 +150,7 @@ func TestJoinDiscovery(t *testing.T) {
 // token, which discovery needs.
 func kubeadmInit(ctx context.Context, t *testing.T, c cluster, token string) {
 	t.Helper()
+	id, _, _ := strings.Cut(token, ".")
 	type bootstrapToken struct {
 		Token  string   `json:"token"`
 		TTL    string   `json:"ttl"`
@@ -185,7 +186,7 @@ func kubeadmInit(ctx context.Context, t *testing.T, c cluster, token string) {
 	}
 	t.Cleanup(func() {
 		// Only the token: cluster-info and the RBAC are what any kubeadm cluster has.
-		_, _ = c.kubectl(context.Background(), "-n", "kube-system", "delete", "secret", "bootstrap-token-"+joinTokenID)
+		_, _ = c.kubectl(context.Background(), "-n", "kube-system", "delete", "secret", "bootstrap-token-"+id)
 	})
 
 	deadline := time.Now().Add(30 * time.Second)
@@ -194,12 +195,12 @@ func kubeadmInit(ctx context.Context, t *testing.T, c cluster, token string) {
 			Data map[string]string `json:"data"`
 		}
 		err := c.getJSON(ctx, &cm, "configmap.v1.", "cluster-info", "-n", "kube-public")
-		if err == nil && cm.Data["jws-kubeconfig-"+joinTokenID] != "" {
+		if err == nil && cm.Data["jws-kubeconfig-"+id] != "" {
 			return
 		}
 		if time.Now().After(deadline) {
 			t.Fatalf("cluster-info not signed for token %s after 30 s (is the bootstrapsigner controller on?): %v",
-				joinTokenID, err)
+				id, err)
 		}
 		time.Sleep(300 * time.Millisecond)
 	}
@@ -443,6 +444,11 @@ func checkJoinConfiguration(t *testing.T, doc []byte, token, endpoint, caHash, r
 	}
 }
 
+// motoClient opens a connection per request. moto_server is werkzeug's development server, which may close an
+// idle kept-alive connection as the client reuses it; Go does not retry a POST on a reused connection, so the test
+// would see "connection reset by peer" (seen once in TestKubeletJoin's first PutParameter after the readiness GET).
+var motoClient = &http.Client{Transport: &http.Transport{DisableKeepAlives: true}, Timeout: 30 * time.Second}
+
 // motoSSM is a moto_server on a free loopback port, stopped with the test.
 type motoSSM struct {
 	url string
@@ -483,7 +489,7 @@ func startMoto(ctx context.Context, t *testing.T, bin string) *motoSSM {
 	m := &motoSSM{url: "http://127.0.0.1:" + strconv.Itoa(port)}
 	deadline := time.Now().Add(30 * time.Second)
 	for {
-		resp, err := http.Get(m.url + "/moto-api/")
+		resp, err := motoClient.Get(m.url + "/moto-api/")
 		if err == nil {
 			_ = resp.Body.Close()
 			return m
@@ -518,7 +524,7 @@ func (m *motoSSM) putSecureString(t *testing.T, region, name, value string) {
 	req.Header.Set("X-Amz-Target", "AmazonSSM.PutParameter")
 	req.Header.Set("Authorization", "AWS4-HMAC-SHA256 Credential=AKIAE2ETEST/20260101/"+region+
 		"/ssm/aws4_request, SignedHeaders=host, Signature=0")
-	resp, err := http.DefaultClient.Do(req)
+	resp, err := motoClient.Do(req)
 	if err != nil {
 		t.Fatalf("SSM PutParameter: %v", err)
 	}
