@@ -546,9 +546,15 @@ func forwardIntoNetns(t *testing.T, pid int, addr string) {
 	}
 	ch := make(chan result, 1)
 	go func() {
-		// The thread enters the node's namespace and is never unlocked: it ends with this goroutine, so no other
-		// goroutine ever runs in the node's namespace. The listening socket stays in the namespace it was made in.
+		// Only this goroutine's thread enters the node's namespace, and it returns to the test's namespace before
+		// the thread is unlocked. Should the return fail, the thread stays locked and ends with the goroutine.
 		runtime.LockOSThread()
+		own, err := os.Open(fmt.Sprintf("/proc/self/task/%d/ns/net", unix.Gettid()))
+		if err != nil {
+			ch <- result{err: err}
+			return
+		}
+		defer own.Close()
 		f, err := os.Open(fmt.Sprintf("/proc/%d/ns/net", pid))
 		if err != nil {
 			ch <- result{err: err}
@@ -560,6 +566,9 @@ func forwardIntoNetns(t *testing.T, pid int, addr string) {
 			return
 		}
 		l, err := net.Listen("tcp", addr)
+		if err := unix.Setns(int(own.Fd()), unix.CLONE_NEWNET); err == nil {
+			runtime.UnlockOSThread()
+		}
 		ch <- result{l, err}
 	}()
 	r := <-ch
