@@ -444,11 +444,6 @@ func checkJoinConfiguration(t *testing.T, doc []byte, token, endpoint, caHash, r
 	}
 }
 
-// motoClient opens a connection per request. moto_server is werkzeug's development server, which may close an
-// idle kept-alive connection as the client reuses it; Go does not retry a POST on a reused connection, so the test
-// would see "connection reset by peer" (seen once in TestKubeletJoin's first PutParameter after the readiness GET).
-var motoClient = &http.Client{Transport: &http.Transport{DisableKeepAlives: true}, Timeout: 30 * time.Second}
-
 // motoSSM is a moto_server on a free loopback port, stopped with the test.
 type motoSSM struct {
 	url string
@@ -489,7 +484,7 @@ func startMoto(ctx context.Context, t *testing.T, bin string) *motoSSM {
 	m := &motoSSM{url: "http://127.0.0.1:" + strconv.Itoa(port)}
 	deadline := time.Now().Add(30 * time.Second)
 	for {
-		resp, err := motoClient.Get(m.url + "/moto-api/")
+		resp, err := http.Get(m.url + "/moto-api/")
 		if err == nil {
 			_ = resp.Body.Close()
 			return m
@@ -524,7 +519,7 @@ func (m *motoSSM) putSecureString(t *testing.T, region, name, value string) {
 	req.Header.Set("X-Amz-Target", "AmazonSSM.PutParameter")
 	req.Header.Set("Authorization", "AWS4-HMAC-SHA256 Credential=AKIAE2ETEST/20260101/"+region+
 		"/ssm/aws4_request, SignedHeaders=host, Signature=0")
-	resp, err := motoClient.Do(req)
+	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
 		t.Fatalf("SSM PutParameter: %v", err)
 	}
