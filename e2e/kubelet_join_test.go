@@ -136,6 +136,11 @@ func TestKubeletJoin(t *testing.T) {
 				t.Errorf("join output lacks %q:\n%s", want, run.output)
 			}
 		}
+		for _, l := range strings.Split(run.output, "\n") {
+			if strings.Contains(l, "WARNING") {
+				t.Logf("kubeadm: %s", strings.TrimSpace(l))
+			}
+		}
 		node := waitNodeReady(ctx, t, c, nodeName, 60*time.Second, n)
 		t.Logf("node %s Ready %.1f s after join.sh started", nodeName, time.Since(start).Seconds())
 

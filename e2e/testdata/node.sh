@@ -22,10 +22,14 @@ ip link set eth1 up
 # What the join unit's sysctl step sets on a node (kubeadm's preflight checks it); this namespace's own value.
 sysctl -qw net.ipv4.ip_forward=1
 hostname "$NODE_HOSTNAME"
+# The instance's own name resolves locally, as EC2's resolver would answer it; kubeadm's preflight looks it up, and
+# this namespace has no route to any name server.
+printf '127.0.0.1 localhost\n%s %s\n' "$NODE_IP" "$NODE_HOSTNAME" >"$d/hosts"
 
 mount --bind "$NODE_ETC_KUBERNETES" /etc/kubernetes
 mount --bind "$d/var-lib-kubelet" /var/lib/kubelet
 mount --bind "$d/run-crio" /run/crio
+mount --bind "$d/hosts" /etc/hosts
 # The kubelet writes /var/log/pods and /var/log/containers whatever its config says.
 mount -t tmpfs tmpfs /var/log
 
