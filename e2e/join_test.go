@@ -142,6 +142,7 @@ func TestJoinDiscovery(t *testing.T) {
 // token, which discovery needs.
 func kubeadmInit(ctx context.Context, t *testing.T, c cluster, token string) {
 	t.Helper()
+	id, _, _ := strings.Cut(token, ".")
 	type bootstrapToken struct {
 		Token  string   `json:"token"`
 		TTL    string   `json:"ttl"`
@@ -177,7 +178,7 @@ func kubeadmInit(ctx context.Context, t *testing.T, c cluster, token string) {
 	}
 	t.Cleanup(func() {
 		// Only the token: cluster-info and the RBAC are what any kubeadm cluster has.
-		_, _ = c.kubectl(context.Background(), "-n", "kube-system", "delete", "secret", "bootstrap-token-"+joinTokenID)
+		_, _ = c.kubectl(context.Background(), "-n", "kube-system", "delete", "secret", "bootstrap-token-"+id)
 	})
 
 	deadline := time.Now().Add(30 * time.Second)
@@ -186,12 +187,12 @@ func kubeadmInit(ctx context.Context, t *testing.T, c cluster, token string) {
 			Data map[string]string `json:"data"`
 		}
 		err := c.getJSON(ctx, &cm, "configmap.v1.", "cluster-info", "-n", "kube-public")
-		if err == nil && cm.Data["jws-kubeconfig-"+joinTokenID] != "" {
+		if err == nil && cm.Data["jws-kubeconfig-"+id] != "" {
 			return
 		}
 		if time.Now().After(deadline) {
 			t.Fatalf("cluster-info not signed for token %s after 30 s (is the bootstrapsigner controller on?): %v",
-				joinTokenID, err)
+				id, err)
 		}
 		time.Sleep(300 * time.Millisecond)
 	}

@@ -14,6 +14,9 @@
 #
 # There is no kubelet or scheduler: pods stay Pending. The controller manager runs so that namespaces finish
 # deleting, service accounts appear, and bootstrap tokens get signed into cluster-info and cleaned up on expiry.
+# Authorization, admission and certificate signing are set as kubeadm sets them, so that a test can join a real
+# kubelet: Node and RBAC authorization, NodeRestriction, bootstrap-token authentication, and the controller manager
+# signing (and, with the RBAC kubeadm creates, approving) kubelet client certificates with the cluster CA.
 set -euo pipefail
 
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
@@ -162,7 +165,8 @@ kube-apiserver \
 	--token-auth-file "$pki/tokens.csv" \
 	--enable-bootstrap-token-auth \
 	--anonymous-auth=true \
-	--authorization-mode RBAC \
+	--authorization-mode Node,RBAC \
+	--enable-admission-plugins NodeRestriction \
 	--service-account-issuer https://kubernetes.default.svc.cluster.local \
 	--service-account-key-file "$pki/sa.pub" --service-account-signing-key-file "$pki/sa.key" \
 	--service-cluster-ip-range 10.96.0.0/12 \
@@ -186,6 +190,7 @@ kube-controller-manager \
 	--use-service-account-credentials=false \
 	--service-account-private-key-file "$pki/sa.key" \
 	--root-ca-file "$pki/ca.crt" \
+	--cluster-signing-cert-file "$pki/ca.crt" --cluster-signing-key-file "$pki/ca.key" \
 	--profiling=false \
 	>"$run/logs/kube-controller-manager.log" 2>&1 &
 pids+=($!)

@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # Builds the real tools that the e2e tests run (Pulumi CLI, its Go language host, the Kubernetes provider plugin,
-# kube-apiserver, kube-controller-manager, kubectl, kubeadm, wireguard-go) from the Go module proxy and the Cluster
+# kube-apiserver, kube-controller-manager, kubectl, kubeadm, kubelet, wireguard-go) from the Go module proxy and the
+# Cluster
 # Autoscaler from its source (see build_autoscaler), once per version, installs the Debian packages they use
-# (etcd-server; for the tunnel tests wireguard-tools, nftables, iproute2, iputils-ping), and caches them under
+# (etcd-server; for the tunnel tests wireguard-tools, nftables, iproute2, iputils-ping; for the kubelet join test
+# containerd, runc and the CNI plugins), and caches them under
 # ${XDG_CACHE_HOME:-$HOME/.cache}/dynk8s/tools/<tool>-<version>/bin. Nothing is published as a binary we can
 # download here, and none of these can be `go install`ed (replace directives), so each is built through a small
 # generated wrapper module in a temp dir, never inside this repository's module.
@@ -15,7 +17,8 @@ set -euo pipefail
 
 readonly PULUMI_VERSION=v3.274.1
 # The current Go language host is its own module, which the proxy does not serve; up to v3.65 it was a package of
-# sdk/v3, and that host runs programs (here: the prebuilt dynk8s binary) for CLI v3.274.1 (a newer host cannot be built from the proxy).
+# sdk/v3, and that host runs programs (here: the prebuilt dynk8s binary) for CLI v3.274.1 (a newer host is
+# not served by the module proxy).
 readonly LANGUAGE_GO_VERSION=v3.65.0
 # The provider module has no release tags and the proxy serves exactly this master pseudo-version; it is labelled
 # 4.32.0 because that is the plugin version a program on pulumi-kubernetes sdk/v4 v4.32.0 asks for.
@@ -24,7 +27,7 @@ readonly K8S_PROVIDER_MODULE_VERSION=v4.0.0-20260115033456-f47bc2d6f199
 readonly KUBE_VERSION=v1.34.4
 # Staging modules (k8s.io/api, client-go, ...) are versioned v0.<minor>.<patch> alongside k8s.io/kubernetes.
 readonly KUBE_STAGING_VERSION=v0.34.4
-readonly KUBE_TOOLS=(kube-apiserver kube-controller-manager kubectl kubeadm)
+readonly KUBE_TOOLS=(kube-apiserver kube-controller-manager kubectl kubeadm kubelet)
 # The patch the stack deploys for Kubernetes 1.34 (internal/kube's table); the e2e tests run this very build.
 readonly AUTOSCALER_VERSION=1.34.5
 readonly AUTOSCALER_TAG=cluster-autoscaler-$AUTOSCALER_VERSION
@@ -212,6 +215,7 @@ kube_main() {
 	kube-controller-manager) echo cmd/kube-controller-manager/controller-manager.go ;;
 	kubectl) echo cmd/kubectl/kubectl.go ;;
 	kubeadm) echo cmd/kubeadm/kubeadm.go ;;
+	kubelet) echo cmd/kubelet/kubelet.go ;;
 	*) return 1 ;;
 	esac
 }
@@ -353,6 +357,16 @@ missing_debian() {
 	if ((${#pkgs[@]})); then printf '%s\n' "${pkgs[@]}"; fi
 }
 
+# apt_install PKG...: an old or missing package list gets one update.
+apt_install() {
+	local sudo=()
+	(($(id -u) == 0)) || sudo=(sudo)
+	if ! DEBIAN_FRONTEND=noninteractive "${sudo[@]}" apt-get install -y --no-install-recommends "$@" >/dev/null; then
+		"${sudo[@]}" apt-get update >/dev/null
+		DEBIAN_FRONTEND=noninteractive "${sudo[@]}" apt-get install -y --no-install-recommends "$@" >/dev/null
+	fi
+}
+
 ensure_debian() {
 	local pkgs
 	mapfile -t pkgs < <(missing_debian)
@@ -361,13 +375,24 @@ ensure_debian() {
 		return
 	fi
 	log "installing from Debian: ${pkgs[*]}"
-	local sudo=()
-	(($(id -u) == 0)) || sudo=(sudo)
-	# A fresh machine's package lists may be missing or stale: update once if the first try fails.
-	if ! DEBIAN_FRONTEND=noninteractive "${sudo[@]}" apt-get install -y --no-install-recommends "${pkgs[@]}" >/dev/null; then
-		"${sudo[@]}" apt-get update >/dev/null
-		DEBIAN_FRONTEND=noninteractive "${sudo[@]}" apt-get install -y --no-install-recommends "${pkgs[@]}" >/dev/null
+	apt_install "${pkgs[@]}"
+}
+
+# The kubelet join test's node runtime. CRI-O (what the nodes run) is not in Debian; containerd is, and the kubelet
+# speaks CRI to either. Debian's CNI plugins live in /usr/lib/cni.
+readonly CNI_BIN_DIR=/usr/lib/cni
+have_node_runtime() {
+	command -v containerd >/dev/null 2>&1 && command -v ctr >/dev/null 2>&1 && command -v runc >/dev/null 2>&1 &&
+		[[ -x $CNI_BIN_DIR/bridge && -x $CNI_BIN_DIR/host-local && -x $CNI_BIN_DIR/loopback ]]
+}
+
+ensure_node_runtime() {
+	if have_node_runtime; then
+		log "containerd $(containerd --version 2>/dev/null | awk '{print $3}'), runc and CNI plugins present"
+		return
 	fi
+	log "installing containerd, runc, containernetworking-plugins from Debian"
+	apt_install containerd runc containernetworking-plugins
 }
 
 main() {
@@ -386,6 +411,7 @@ main() {
 		have cluster-autoscaler "$AUTOSCALER_VERSION" || ok=1
 		have wireguard-go "$WIREGUARD_GO_VERSION" || ok=1
 		[[ -z $(missing_debian) ]] || ok=1
+		have_node_runtime || ok=1
 		return "$ok"
 		;;
 	"") ;;
@@ -407,6 +433,7 @@ main() {
 	WORK=$(mktemp -d "${TMPDIR:-/tmp}/dynk8s-tools.XXXXXX")
 	trap 'rm -rf "$WORK"' EXIT
 	ensure_debian
+	ensure_node_runtime
 	# One build after another: the machine has two cores shared with everyone else's compiles.
 	build_wireguard_go
 	build_kube
