@@ -364,7 +364,7 @@ func bootNode(ctx context.Context, t *testing.T, userData []byte, realKubeadm st
 		}
 		if t.Failed() {
 			t.Logf("node.sh output:\n%s\ncontainerd log (tail):\n%s\nkubelet log (tail):\n%s", logs.String(),
-				tail(filepath.Join(dir, "containerd.log"), 30), n.kubeletLog())
+				tailFile(filepath.Join(dir, "containerd.log"), 30), n.kubeletLog())
 		}
 	})
 	deadline := time.Now().Add(20 * time.Second)
@@ -445,16 +445,16 @@ func (n *node) calls(t *testing.T) string {
 }
 
 func (n *node) kubeletLog() string {
-	return tail(filepath.Join(n.dir, "kubelet.log"), 40)
+	return tailFile(filepath.Join(n.dir, "kubelet.log"), 40)
 }
 
-func tail(path string, lines int) string {
+// tailFile is the last lines of a file, or why it cannot be read.
+func tailFile(path string, lines int) string {
 	b, err := os.ReadFile(path)
 	if err != nil {
 		return err.Error()
 	}
-	l := strings.Split(strings.TrimRight(string(b), "\n"), "\n")
-	return strings.Join(l[max(0, len(l)-lines):], "\n")
+	return tail(string(b), lines)
 }
 
 // writeContainerdConfig configures containerd as the node's runtime: its socket where CRI-O's is (the path the
