@@ -493,6 +493,42 @@ func tail(s string, n int) string {
 	return strings.Join(lines, "\n")
 }
 
+// nominalMemoryRaisesNothing: a node reports less memory than its type's nominal size; the group's resources/memory
+// tag says so, and the autoscaler must not add a node for a pod that fits the nominal size but not the real node (it
+// would add node after node for it). The request is 512Mi under the nominal 16 GiB of the dev pools' types.
+func nominalMemoryRaisesNothing(ctx context.Context, t *testing.T, c cluster, a *awsEnv, g declaredGroup, spot string,
+	start time.Time) {
+	t.Helper()
+	// A node reports less memory than its type's nominal size; the group's resources/memory tag says so, and
+	// the autoscaler must not add a node for a pod that fits the nominal size but not the real node (it would
+	// add node after node for it). The request is 512Mi under the nominal 16 GiB of the dev pools' types.
+	mem, ok := g.resources["memory"]
+	if !ok {
+		t.Fatalf("group %s declares no %sresources/memory tag", spot, nodeTemplatePrefix)
+	}
+	p := fitsPod("e2e-nominal-memory", g, false)
+	p.requests["memory"] = "15872Mi"
+	createPendingPod(ctx, t, c, p)
+	msg := waitEvent(ctx, t, c, "default", p.name, "NotTriggerScaleUp", start, 30*time.Second)
+	if !strings.Contains(msg, "Insufficient memory") {
+		t.Errorf("NotTriggerScaleUp says %q, want insufficient memory (the group declares %s)", msg, mem)
+	}
+	if d := a.desired(ctx, t); !allZero(d) {
+		t.Errorf("desired capacities %v after a pod larger than a real node", d)
+	}
+	deletePod(ctx, t, c, p.name)
+}
+
+// allZero reports whether every group's desired capacity is 0.
+func allZero(d map[string]int) bool {
+	for _, n := range d {
+		if n != 0 {
+			return false
+		}
+	}
+	return true
+}
+
 // podSpec is what a test pod asks for.
 type podSpec struct {
 	name     string
@@ -672,14 +708,6 @@ func TestAutoscalerScalesTheStacksGroups(t *testing.T) {
 		}
 	}
 	ca := startAutoscaler(ctx, t, c, s, a, a.users[s.userName])
-	allZero := func(d map[string]int) bool {
-		for _, n := range d {
-			if n != 0 {
-				return false
-			}
-		}
-		return true
-	}
 
 	t.Run("untolerated taint raises nothing", func(t *testing.T) {
 		p := fitsPod("e2e-no-toleration", g, false)
@@ -718,24 +746,7 @@ func TestAutoscalerScalesTheStacksGroups(t *testing.T) {
 	})
 
 	t.Run("between the real node's memory and the nominal raises nothing", func(t *testing.T) {
-		// A node reports less memory than its type's nominal size; the group's resources/memory tag says so, and
-		// the autoscaler must not add a node for a pod that fits the nominal size but not the real node (it would
-		// add node after node for it). The request is 512Mi under the nominal 16 GiB of the dev pools' types.
-		mem, ok := g.resources["memory"]
-		if !ok {
-			t.Fatalf("group %s declares no %sresources/memory tag", spot, nodeTemplatePrefix)
-		}
-		p := fitsPod("e2e-nominal-memory", g, false)
-		p.requests["memory"] = "15872Mi"
-		createPendingPod(ctx, t, c, p)
-		msg := waitEvent(ctx, t, c, "default", p.name, "NotTriggerScaleUp", start, 30*time.Second)
-		if !strings.Contains(msg, "Insufficient memory") {
-			t.Errorf("NotTriggerScaleUp says %q, want insufficient memory (the group declares %s)", msg, mem)
-		}
-		if d := a.desired(ctx, t); !allZero(d) {
-			t.Errorf("desired capacities %v after a pod larger than a real node", d)
-		}
-		deletePod(ctx, t, c, p.name)
+		nominalMemoryRaisesNothing(ctx, t, c, a, g, spot, start)
 	})
 
 	// A build agent asks for ephemeral storage: without the group's node-template/resources/ephemeral-storage tag

@@ -144,49 +144,7 @@ func TestKubeletJoin(t *testing.T) {
 		node := waitNodeReady(ctx, t, c, nodeName, 60*time.Second, n)
 		t.Logf("node %s Ready %.1f s after join.sh started", nodeName, time.Since(start).Seconds())
 
-		if want := "aws:///" + zone + "/" + fakeInstanceID; node.Spec.ProviderID != want {
-			t.Errorf("providerID %q, want %q", node.Spec.ProviderID, want)
-		}
-		var internal []string
-		for _, a := range node.Status.Addresses {
-			if a.Type == "InternalIP" {
-				internal = append(internal, a.Address)
-			}
-		}
-		if !slices.Equal(internal, []string{fakeNodeIP}) {
-			t.Errorf("InternalIP %v, want [%s]", internal, fakeNodeIP)
-		}
-		// The pool's labels as the config states them, plus the per-instance ones from IMDS.
-		want := pool.NodeLabels()
-		want[kube.LabelRegion] = cfg.Region
-		want["topology.kubernetes.io/zone"] = zone
-		want[kube.LabelInstanceType] = fakeInstanceType
-		for _, k := range slices.Sorted(maps.Keys(want)) {
-			if got, ok := node.Metadata.Labels[k]; !ok || got != want[k] {
-				t.Errorf("label %s=%q, want %q (labels %v)", k, got, want[k], node.Metadata.Labels)
-			}
-		}
-		// Every pool taint and, with fuse on, the fuse startup taint (a kubelet may register with it under
-		// NodeRestriction; no plugin runs here to lift it), and nothing else but the node lifecycle controller's
-		// own (node.kubernetes.io/...).
-		wantTaints := slices.Clone(pool.Taints)
-		if cfg.Fuse.Enabled {
-			wantTaints = append(wantTaints, kube.FuseStartupTaint)
-		}
-		var extra []string
-		for _, tt := range node.Spec.Taints {
-			if !slices.Contains(wantTaints, tt) && !strings.HasPrefix(tt.Key, "node.kubernetes.io/") {
-				extra = append(extra, tt.String())
-			}
-		}
-		for _, tt := range wantTaints {
-			if !slices.Contains(node.Spec.Taints, tt) {
-				t.Errorf("taint %s missing (taints %v)", tt, node.Spec.Taints)
-			}
-		}
-		if len(extra) > 0 {
-			t.Errorf("taints the pool does not declare: %v", extra)
-		}
+		checkJoinedNode(t, node, cfg, pool, zone)
 		checkKubeletClientCert(t, n.hostPath(t, "/var/lib/kubelet/pki/kubelet-client-current.pem"), c.CAFile,
 			"system:node:"+nodeName)
 	})
@@ -230,6 +188,55 @@ func TestKubeletJoin(t *testing.T) {
 				after.ready())
 		}
 	})
+}
+
+// checkJoinedNode asserts what the node registered with: the provider ID and node IP from IMDS, the pool's labels
+// and taints.
+func checkJoinedNode(t *testing.T, node kubeNode, cfg *config.Config, pool config.NodePool, zone string) {
+	t.Helper()
+	if want := "aws:///" + zone + "/" + fakeInstanceID; node.Spec.ProviderID != want {
+		t.Errorf("providerID %q, want %q", node.Spec.ProviderID, want)
+	}
+	var internal []string
+	for _, a := range node.Status.Addresses {
+		if a.Type == "InternalIP" {
+			internal = append(internal, a.Address)
+		}
+	}
+	if !slices.Equal(internal, []string{fakeNodeIP}) {
+		t.Errorf("InternalIP %v, want [%s]", internal, fakeNodeIP)
+	}
+	// The pool's labels as the config states them, plus the per-instance ones from IMDS.
+	want := pool.NodeLabels()
+	want[kube.LabelRegion] = cfg.Region
+	want["topology.kubernetes.io/zone"] = zone
+	want[kube.LabelInstanceType] = fakeInstanceType
+	for _, k := range slices.Sorted(maps.Keys(want)) {
+		if got, ok := node.Metadata.Labels[k]; !ok || got != want[k] {
+			t.Errorf("label %s=%q, want %q (labels %v)", k, got, want[k], node.Metadata.Labels)
+		}
+	}
+	// Every pool taint and, with fuse on, the fuse startup taint (a kubelet may register with it under
+	// NodeRestriction; no plugin runs here to lift it), and nothing else but the node lifecycle controller's
+	// own (node.kubernetes.io/...).
+	wantTaints := slices.Clone(pool.Taints)
+	if cfg.Fuse.Enabled {
+		wantTaints = append(wantTaints, kube.FuseStartupTaint)
+	}
+	var extra []string
+	for _, tt := range node.Spec.Taints {
+		if !slices.Contains(wantTaints, tt) && !strings.HasPrefix(tt.Key, "node.kubernetes.io/") {
+			extra = append(extra, tt.String())
+		}
+	}
+	for _, tt := range wantTaints {
+		if !slices.Contains(node.Spec.Taints, tt) {
+			t.Errorf("taint %s missing (taints %v)", tt, node.Spec.Taints)
+		}
+	}
+	if len(extra) > 0 {
+		t.Errorf("taints the pool does not declare: %v", extra)
+	}
 }
 
 // firstTaintedPool is the stack's first pool with taints and labels of its own, so that both are proven.

@@ -90,6 +90,62 @@ type tunnelPlan struct {
 	nodeSubnet netip.Prefix
 }
 
+// declaredNetwork is the gateway interface's fixed address, the routes the VPC sends to it, and the subnet a node
+// shares with it, as the plan declares them.
+func declaredNetwork(t *testing.T, res *plan.Result) (gatewayIP netip.Addr, routes []netip.Prefix, subnet netip.Prefix) {
+	t.Helper()
+	var err error
+	gw := res.Cloud.Find("aws:ec2/instance:Instance", "gateway")
+	if gw == nil {
+		t.Fatal("the plan declares no gateway instance")
+	}
+	var eniID string
+	if nics, ok := mockcloud.Plain(gw.Inputs["networkInterfaces"], false).([]any); ok && len(nics) > 0 {
+		if nic, ok := nics[0].(map[string]any); ok {
+			eniID, _ = nic["networkInterfaceId"].(string)
+		}
+	}
+	for _, eni := range res.Cloud.ByType("aws:ec2/networkInterface:NetworkInterface") {
+		if eni.ID != eniID {
+			continue
+		}
+		if ips := mockcloud.Strings(eni.Inputs["privateIps"]); len(ips) > 0 {
+			gatewayIP, err = netip.ParseAddr(ips[0])
+			if err != nil {
+				t.Fatalf("gateway interface address: %v", err)
+			}
+		}
+	}
+	if !gatewayIP.IsValid() {
+		t.Fatalf("no private address declared for the gateway's interface %q", eniID)
+	}
+	for _, r := range res.Cloud.ByType("aws:ec2/route:Route") {
+		if nic, _ := mockcloud.Plain(r.Inputs["networkInterfaceId"], false).(string); nic != eniID {
+			continue
+		}
+		dest, _ := mockcloud.Plain(r.Inputs["destinationCidrBlock"], false).(string)
+		pfx, err := netip.ParsePrefix(dest)
+		if err != nil {
+			t.Fatalf("route %s: %v", r.Name, err)
+		}
+		routes = append(routes, pfx)
+	}
+	for _, s := range res.Cloud.ByType("aws:ec2/subnet:Subnet") {
+		cidr, _ := mockcloud.Plain(s.Inputs["cidrBlock"], false).(string)
+		pfx, err := netip.ParsePrefix(cidr)
+		if err != nil {
+			t.Fatalf("subnet %s: %v", s.Name, err)
+		}
+		if !subnet.IsValid() || subnet.Contains(gatewayIP) {
+			subnet = pfx
+		}
+	}
+	if !subnet.IsValid() {
+		t.Fatal("the plan declares no subnet")
+	}
+	return gatewayIP, routes, subnet
+}
+
 // renderTunnel runs the program on the dev stack (dial-out: with wireguard.onPremEndpoint at the on-prem peer's
 // fake internet address) under the mock engine.
 func renderTunnel(t *testing.T, dialOut bool) tunnelPlan {
@@ -133,54 +189,7 @@ func renderTunnel(t *testing.T, dialOut bool) tunnelPlan {
 		t.Fatalf("the plan rendered no gateway user data or no on-prem WireGuard config (artifacts: %d)", len(files))
 	}
 
-	gw := res.Cloud.Find("aws:ec2/instance:Instance", "gateway")
-	if gw == nil {
-		t.Fatal("the plan declares no gateway instance")
-	}
-	var eniID string
-	if nics, ok := mockcloud.Plain(gw.Inputs["networkInterfaces"], false).([]any); ok && len(nics) > 0 {
-		if nic, ok := nics[0].(map[string]any); ok {
-			eniID, _ = nic["networkInterfaceId"].(string)
-		}
-	}
-	for _, eni := range res.Cloud.ByType("aws:ec2/networkInterface:NetworkInterface") {
-		if eni.ID != eniID {
-			continue
-		}
-		if ips := mockcloud.Strings(eni.Inputs["privateIps"]); len(ips) > 0 {
-			p.gatewayIP, err = netip.ParseAddr(ips[0])
-			if err != nil {
-				t.Fatalf("gateway interface address: %v", err)
-			}
-		}
-	}
-	if !p.gatewayIP.IsValid() {
-		t.Fatalf("no private address declared for the gateway's interface %q", eniID)
-	}
-	for _, r := range res.Cloud.ByType("aws:ec2/route:Route") {
-		if nic, _ := mockcloud.Plain(r.Inputs["networkInterfaceId"], false).(string); nic != eniID {
-			continue
-		}
-		dest, _ := mockcloud.Plain(r.Inputs["destinationCidrBlock"], false).(string)
-		pfx, err := netip.ParsePrefix(dest)
-		if err != nil {
-			t.Fatalf("route %s: %v", r.Name, err)
-		}
-		p.vpcRoutes = append(p.vpcRoutes, pfx)
-	}
-	for _, s := range res.Cloud.ByType("aws:ec2/subnet:Subnet") {
-		cidr, _ := mockcloud.Plain(s.Inputs["cidrBlock"], false).(string)
-		pfx, err := netip.ParsePrefix(cidr)
-		if err != nil {
-			t.Fatalf("subnet %s: %v", s.Name, err)
-		}
-		if !p.nodeSubnet.IsValid() || p.nodeSubnet.Contains(p.gatewayIP) {
-			p.nodeSubnet = pfx
-		}
-	}
-	if !p.nodeSubnet.IsValid() {
-		t.Fatal("the plan declares no subnet")
-	}
+	p.gatewayIP, p.vpcRoutes, p.nodeSubnet = declaredNetwork(t, res)
 
 	// The gateway key's parameter is the one its user data names.
 	for _, line := range strings.Split(userDataFile(t, p.gatewayUserData, "/etc/dynk8s/wg-key.env"), "\n") {
