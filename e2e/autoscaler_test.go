@@ -502,19 +502,25 @@ func nominalMemoryRaisesNothing(ctx context.Context, t *testing.T, c cluster, a 
 	// A node reports less memory than its type's nominal size; the group's resources/memory tag says so, and
 	// the autoscaler must not add a node for a pod that fits the nominal size but not the real node (it would
 	// add node after node for it). The request is 512Mi under the nominal 16 GiB of the dev pools' types.
-	mem, ok := g.resources["memory"]
-	if !ok {
+	if _, ok := g.resources["memory"]; !ok {
 		t.Fatalf("group %s declares no %sresources/memory tag", spot, nodeTemplatePrefix)
 	}
 	p := fitsPod("e2e-nominal-memory", g, false)
 	p.requests["memory"] = "15872Mi"
+	expectNoScaleUp(ctx, t, c, a, p, start, "Insufficient memory")
+}
+
+// expectNoScaleUp creates the pending pod p and expects the autoscaler to refuse it: a NotTriggerScaleUp event
+// that says why, and no group raised.
+func expectNoScaleUp(ctx context.Context, t *testing.T, c cluster, a *awsEnv, p podSpec, start time.Time, why string) {
+	t.Helper()
 	createPendingPod(ctx, t, c, p)
 	msg := waitEvent(ctx, t, c, "default", p.name, "NotTriggerScaleUp", start, 30*time.Second)
-	if !strings.Contains(msg, "Insufficient memory") {
-		t.Errorf("NotTriggerScaleUp says %q, want insufficient memory (the group declares %s)", msg, mem)
+	if !strings.Contains(msg, why) {
+		t.Errorf("NotTriggerScaleUp says %q, want %q", msg, why)
 	}
 	if d := a.desired(ctx, t); !allZero(d) {
-		t.Errorf("desired capacities %v after a pod larger than a real node", d)
+		t.Errorf("desired capacities %v after pod %s, which no group can run", d, p.name)
 	}
 	deletePod(ctx, t, c, p.name)
 }
@@ -712,15 +718,7 @@ func TestAutoscalerScalesTheStacksGroups(t *testing.T) {
 	t.Run("untolerated taint raises nothing", func(t *testing.T) {
 		p := fitsPod("e2e-no-toleration", g, false)
 		p.tolerate = nil
-		createPendingPod(ctx, t, c, p)
-		msg := waitEvent(ctx, t, c, "default", p.name, "NotTriggerScaleUp", start, 30*time.Second)
-		if !strings.Contains(msg, "untolerated taint") {
-			t.Errorf("NotTriggerScaleUp says %q, want the untolerated taint", msg)
-		}
-		if d := a.desired(ctx, t); !allZero(d) {
-			t.Errorf("desired capacities %v after a pod no group can run", d)
-		}
-		deletePod(ctx, t, c, p.name)
+		expectNoScaleUp(ctx, t, c, a, p, start, "untolerated taint")
 	})
 
 	t.Run("larger than the pool's allocatable raises nothing", func(t *testing.T) {
@@ -734,15 +732,7 @@ func TestAutoscalerScalesTheStacksGroups(t *testing.T) {
 			t.Fatalf("moto knows no vCPU count for %q: %v", typ, cpus)
 		}
 		p.requests["cpu"] = strconv.Itoa(cpus[typ] + 1)
-		createPendingPod(ctx, t, c, p)
-		msg := waitEvent(ctx, t, c, "default", p.name, "NotTriggerScaleUp", start, 30*time.Second)
-		if !strings.Contains(msg, "Insufficient cpu") {
-			t.Errorf("NotTriggerScaleUp says %q, want insufficient cpu", msg)
-		}
-		if d := a.desired(ctx, t); !allZero(d) {
-			t.Errorf("desired capacities %v after a pod too large for every group", d)
-		}
-		deletePod(ctx, t, c, p.name)
+		expectNoScaleUp(ctx, t, c, a, p, start, "Insufficient cpu")
 	})
 
 	t.Run("between the real node's memory and the nominal raises nothing", func(t *testing.T) {
