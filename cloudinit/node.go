@@ -146,6 +146,9 @@ func Node(in NodeInput) ([]byte, error) {
 			// Fedora Cloud swaps to zram, and the kubelet refuses to start with swap on. A zram-generator.conf with no
 			// [zram*] section creates no device from the next boot on; the unit turns this boot's swap off.
 			{Path: "/etc/systemd/zram-generator.conf", Content: "", Permissions: "0644"},
+			// NetworkManager (Fedora Cloud's network stack) must leave the CNI's interfaces alone, or it can take
+			// their routes or links down (Calico's and Cilium's docs ask for the same).
+			{Path: "/etc/NetworkManager/conf.d/90-dynk8s-cni.conf", Content: networkManagerCNI(), Permissions: "0644"},
 			{Path: libexecDir + "/join.sh", Content: forUserData(joinSh), Permissions: "0755"},
 			{Path: libexecDir + "/lib.sh", Content: forUserData(libSh), Permissions: "0644"},
 		},
@@ -162,6 +165,23 @@ func Node(in NodeInput) ([]byte, error) {
 		return nil, fmt.Errorf("node pool %q: %w", in.PoolName, err)
 	}
 	return out, nil
+}
+
+// cniInterfaces are the interfaces the common CNIs create: Calico, Flannel, the bridge plugin, Cilium.
+var cniInterfaces = []string{
+	"cali*", "tunl*", "vxlan.calico", "vxlan-v6.calico", "wireguard.cali", "flannel*", "cni0", "veth*", "cilium*",
+	"lxc*",
+}
+
+// networkManagerCNI is a NetworkManager drop-in that marks the CNI interfaces unmanaged.
+func networkManagerCNI() string {
+	var b strings.Builder
+	b.WriteString("[keyfile]\nunmanaged-devices=")
+	for _, iface := range cniInterfaces {
+		b.WriteString("interface-name:" + iface + ";")
+	}
+	b.WriteString("\n")
+	return b.String()
 }
 
 // nodePackages pins kubelet and kubeadm to the exact version, and cri-tools and CRI-O to its minor: their patch
@@ -193,8 +213,10 @@ func joinUnit(in NodeInput) unitFile {
 		{Name: "Service", Entries: []unitEntry{
 			{"Type", "oneshot"},
 			// The files cloud-init wrote appeared after systemd loaded modules and sysctls at this first boot.
-			{"ExecStartPre", "/usr/sbin/modprobe -a " + strings.Join(kernelModules, " ")},
-			{"ExecStartPre", "/usr/sbin/sysctl -q --system"},
+			// Tolerant ("-", -e): a kernel without br_netfilter or an unknown key must not kill the unit before
+			// join.sh logs anything; kubeadm join itself checks only ip_forward, which needs no module.
+			{"ExecStartPre", "-/usr/sbin/modprobe -a " + strings.Join(kernelModules, " ")},
+			{"ExecStartPre", "/usr/sbin/sysctl -q -e --system"},
 			{"ExecStartPre", "/usr/sbin/swapoff -a"},
 			{"ExecStart", libexecDir + "/join.sh"},
 			{"StandardOutput", "journal+console"},

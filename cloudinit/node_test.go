@@ -155,6 +155,24 @@ func TestNodeWithoutTaintsSaysSoExplicitly(t *testing.T) {
 	assert.Check(t, is.Contains(tmpl, "  taints: []\n"))
 }
 
+// TestNodeBootToleratesTheImage: a kernel without br_netfilter (Fedora Cloud ships a minimal module set) or an
+// unknown sysctl key must not kill the join unit before join.sh can log anything; and NetworkManager leaves the CNI's
+// interfaces alone, or it can take their routes and links down.
+func TestNodeBootToleratesTheImage(t *testing.T) {
+	t.Parallel()
+	ud, err := Node(generalPool())
+	assert.NilError(t, err)
+	cc := parseCloudConfig(t, ud)
+	unit := fileByPath(t, cc, "/etc/systemd/system/"+joinUnitName).Content
+	assert.Check(t, is.Contains(unit, "ExecStartPre=-/usr/sbin/modprobe -a overlay br_netfilter\n"))
+	assert.Check(t, is.Contains(unit, "ExecStartPre=/usr/sbin/sysctl -q -e --system\n"))
+	nm := fileByPath(t, cc, "/etc/NetworkManager/conf.d/90-dynk8s-cni.conf").Content
+	assert.Check(t, strings.HasPrefix(nm, "[keyfile]\nunmanaged-devices="))
+	for _, iface := range []string{"cali*", "tunl*", "vxlan.calico", "flannel*", "cni0", "veth*", "cilium*", "lxc*"} {
+		assert.Check(t, is.Contains(nm, "interface-name:"+iface+";"), iface)
+	}
+}
+
 func TestNodePauseImageFollowsKubeadm(t *testing.T) {
 	t.Parallel()
 	for _, m := range kube.Minors {
