@@ -62,6 +62,10 @@ func NewStack(ctx *pulumi.Context, cfg *config.Config) (*Stack, error) {
 	if err != nil {
 		return nil, err
 	}
+	types, err := instanceTypes(ctx, cfg, zones)
+	if err != nil {
+		return nil, err
+	}
 	var wgSource netip.Prefix
 	if ep := cfg.WireGuard.OnPremEndpoint; ep != nil {
 		if addr, ok := ep.Addr(); ok && addr.Is4() {
@@ -93,7 +97,7 @@ func NewStack(ctx *pulumi.Context, cfg *config.Config) (*Stack, error) {
 		return nil, err
 	}
 
-	gatewayImage, err := FedoraImage(cfg.Fedora.Release, cfg.Derived.GatewayArch, cfg.Region)
+	gatewayImage, err := FedoraImage(cfg.Fedora.Release, types[cfg.Gateway.InstanceType].Arch, cfg.Region)
 	if err != nil {
 		return nil, fmt.Errorf("wireguard gateway: image: %w", err)
 	}
@@ -131,7 +135,7 @@ func NewStack(ctx *pulumi.Context, cfg *config.Config) (*Stack, error) {
 			ClusterName:        cfg.ClusterName,
 			Pool:               pool,
 			Image:              image,
-			GroupTags:          cfg.GroupTags(pool),
+			GroupTags:          cfg.GroupTags(pool, types[pool.InstanceTypes[0]]),
 			Node:               NodeInput(cfg, pool, nil, JoinTokenParameter(cfg.ClusterName)),
 			CACertHashes:       hashes,
 			SubnetIDs:          s.Network.SubnetIDs,

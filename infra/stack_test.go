@@ -694,3 +694,57 @@ func TestVersionSkew(t *testing.T) {
 		"dynk8s:kubernetes.version 1.34.4 is newer than the control plane's v1.33.6")
 	assert.ErrorContains(t, run("1.34"), "kubernetesVersion")
 }
+
+// TestInstanceTypesAskEC2: instance types are looked up in EC2 at preview (the mock catalog offline). A type EC2
+// does not have, one of the wrong architecture, or one no zone of the stack offers fails with its key path before
+// anything is declared; the autoscaler's template is sized from EC2's answer.
+func TestInstanceTypesAskEC2(t *testing.T) {
+	for name, tc := range map[string]struct {
+		mutate     func(map[string]any)
+		path, want string
+	}{
+		"c5 has no 16xlarge": {func(c map[string]any) { pool(c, 0)["instanceTypes"] = []any{"c5.16xlarge"} },
+			"dynk8s:nodePools[0].instanceTypes[0]", "InvalidInstanceType"},
+		"graviton 7g stops at 16xlarge": {func(c map[string]any) { pool(c, 1)["instanceTypes"] = []any{"c7g.24xlarge"} },
+			"dynk8s:nodePools[1].instanceTypes[0]", "InvalidInstanceType"},
+		"graviton type in an x86 pool": {func(c map[string]any) { pool(c, 0)["instanceTypes"] = []any{"c7g.2xlarge"} },
+			"dynk8s:nodePools[0].instanceTypes[0]", "is an arm64 type but the pool's arch is x86_64"},
+		"mixed shapes": {func(c map[string]any) { pool(c, 1)["instanceTypes"] = []any{"c7g.2xlarge", "c7g.4xlarge"} },
+			"dynk8s:nodePools[1].instanceTypes[1]", "same shape"},
+		"not offered in the chosen zone": {func(c map[string]any) {
+			obj(c, "network")["availabilityZones"] = []any{"eu-central-1c"}
+			pool(c, 1)["instanceTypes"] = []any{"c8g.2xlarge"}
+		}, "dynk8s:nodePools[1].instanceTypes[0]", "not offered in any of the stack's zones (eu-central-1c)"},
+		"gateway type unknown": {func(c map[string]any) { obj(c, "gateway")["instanceType"] = "t9.huge" },
+			"dynk8s:gateway.instanceType", "InvalidInstanceType"},
+		"gateway on a Mac": {func(c map[string]any) { obj(c, "gateway")["instanceType"] = "mac2.metal" },
+			"dynk8s:gateway.instanceType", "neither an x86_64 nor an arm64 type"},
+	} {
+		t.Run(name, func(t *testing.T) {
+			c := devConfig(t)
+			tc.mutate(c)
+			cfg, err := mockcloud.ConfigFromMap(c)
+			assert.NilError(t, err)
+			res, err := plan.RunConfig("dev", cfg)
+			var cfgErr *config.Error
+			assert.Assert(t, errors.As(err, &cfgErr), "got %v", err)
+			assert.Equal(t, cfgErr.Errors[0].Path, tc.path)
+			assert.Check(t, is.Contains(cfgErr.Errors[0].Msg, tc.want))
+			assert.Equal(t, len(res.Cloud.Resources()), 0, "nothing declared")
+		})
+	}
+
+	// A type offered in only some zones still works there; EC2's shape sizes the template node.
+	c := devConfig(t)
+	pool(c, 1)["instanceTypes"] = []any{"c8g.4xlarge"}
+	res := runStack(t, c)
+	tags := groupTags(find(t, res, "aws:autoscaling/group:Group", "pool-builders-arm-asg"))
+	assert.Equal(t, tags["k8s.io/cluster-autoscaler/node-template/resources/cpu"], "16")
+	var looked []string
+	for _, call := range res.Cloud.Calls() {
+		if call.Token == "aws:ec2/getInstanceType:getInstanceType" {
+			looked = append(looked, call.Args["instanceType"].StringValue())
+		}
+	}
+	assert.DeepEqual(t, looked, []string{"t4g.micro", "c7i.2xlarge", "c8g.4xlarge"})
+}

@@ -53,8 +53,6 @@ type Derived struct {
 	Kubernetes kube.Minor
 	// AutoscalerVersion is autoscaler.version, or the known latest patch of the Kubernetes minor.
 	AutoscalerVersion kube.Version
-	// GatewayArch is the architecture of gateway.instanceType.
-	GatewayArch kube.Arch
 }
 
 // Kubernetes is dynk8s:kubernetes: the on-prem cluster the nodes join.

@@ -2,106 +2,138 @@ package config
 
 import (
 	"fmt"
-	"sort"
+	"regexp"
+	"slices"
 	"strings"
 
 	"github.com/dynk8s/dynk8s/internal/kube"
 )
 
-// InstanceShape is what the Cluster Autoscaler needs to know of an instance type to size a node group: it builds
-// its template node from the first type of an ASG only, so every type of a pool must have the same shape.
-type InstanceShape struct {
-	Arch      kube.Arch
-	VCPU      int
-	MemoryMiB int
+// InstanceType is what EC2 says of one instance type in the stack's region: its shape and capabilities
+// (ec2:DescribeInstanceTypes, the ec2.GetInstanceType data source) and the stack's zones that offer it
+// (ec2:DescribeInstanceTypeOfferings). dynk8s keeps no table of its own: the API is the source of truth, and the
+// offline plan answers from the mock cloud's catalog.
+type InstanceType struct {
+	Name string
+	// Arch is the architecture a Fedora image exists for: x86_64 or arm64, "" for any other (i386-only, Mac).
+	Arch         kube.Arch
+	VCPU         int
+	MemoryMiB    int
+	Spot         bool // "spot" is among its supported usage classes
+	AutoRecovery bool // simplified automatic recovery is supported
+	// Zones are the stack's zones where it is offered, in the stack's zone order.
+	Zones []string
 }
 
-// instanceFamily describes one EC2 family: its architecture and memory per vCPU. Sizes follow the common EC2
-// pattern (large = 2 vCPU, xlarge = 4, Nxlarge = 4N). Burstable families have their own size table.
-type instanceFamily struct {
-	arch         kube.Arch
-	memPerVCPU   int // MiB
-	burstable    bool
-	smallestSize string // the smallest size the family has ("medium" or "large")
-	largest      int    // the vCPUs of the largest size, when it is below the table's 24xlarge
-}
-
-// familySizes are the families whose sizes break the common pattern: c5 has 9xlarge and 18xlarge instead of
-// 8xlarge and 16xlarge.
-var familySizes = map[string]map[string]int{
-	"c5": {"large": 2, "xlarge": 4, "2xlarge": 8, "4xlarge": 16, "9xlarge": 36, "12xlarge": 48, "18xlarge": 72,
-		"24xlarge": 96},
-}
-
-// instanceFamilies are the families dynk8s knows the shapes of. Source: the EC2 instance type pages (general
-// purpose 4 GiB/vCPU, compute optimized 2 GiB/vCPU, memory optimized 8 GiB/vCPU); Graviton families end in "g".
-var instanceFamilies = map[string]instanceFamily{
-	// x86_64, Intel and AMD
-	"m5": {arch: kube.ArchX86_64, memPerVCPU: 4096, smallestSize: "large"}, "m5a": {arch: kube.ArchX86_64, memPerVCPU: 4096, smallestSize: "large"},
-	"m6i": {arch: kube.ArchX86_64, memPerVCPU: 4096, smallestSize: "large"}, "m6a": {arch: kube.ArchX86_64, memPerVCPU: 4096, smallestSize: "large"},
-	"m7i": {arch: kube.ArchX86_64, memPerVCPU: 4096, smallestSize: "large"}, "m7a": {arch: kube.ArchX86_64, memPerVCPU: 4096, smallestSize: "medium"},
-	"c5": {arch: kube.ArchX86_64, memPerVCPU: 2048, smallestSize: "large"}, "c5a": {arch: kube.ArchX86_64, memPerVCPU: 2048, smallestSize: "large"},
-	"c6i": {arch: kube.ArchX86_64, memPerVCPU: 2048, smallestSize: "large"}, "c6a": {arch: kube.ArchX86_64, memPerVCPU: 2048, smallestSize: "large"},
-	"c7i": {arch: kube.ArchX86_64, memPerVCPU: 2048, smallestSize: "large"}, "c7a": {arch: kube.ArchX86_64, memPerVCPU: 2048, smallestSize: "medium"},
-	"r5": {arch: kube.ArchX86_64, memPerVCPU: 8192, smallestSize: "large"}, "r6i": {arch: kube.ArchX86_64, memPerVCPU: 8192, smallestSize: "large"},
-	"r6a": {arch: kube.ArchX86_64, memPerVCPU: 8192, smallestSize: "large"}, "r7i": {arch: kube.ArchX86_64, memPerVCPU: 8192, smallestSize: "large"},
-	"t3": {arch: kube.ArchX86_64, burstable: true}, "t3a": {arch: kube.ArchX86_64, burstable: true},
-	// arm64, Graviton
-	"m6g": {arch: kube.ArchArm64, largest: 64, memPerVCPU: 4096, smallestSize: "medium"}, "m7g": {arch: kube.ArchArm64, largest: 64, memPerVCPU: 4096, smallestSize: "medium"},
-	"m8g": {arch: kube.ArchArm64, memPerVCPU: 4096, smallestSize: "medium"},
-	"c6g": {arch: kube.ArchArm64, largest: 64, memPerVCPU: 2048, smallestSize: "medium"}, "c7g": {arch: kube.ArchArm64, largest: 64, memPerVCPU: 2048, smallestSize: "medium"},
-	"c8g": {arch: kube.ArchArm64, memPerVCPU: 2048, smallestSize: "medium"},
-	"r6g": {arch: kube.ArchArm64, largest: 64, memPerVCPU: 8192, smallestSize: "medium"}, "r7g": {arch: kube.ArchArm64, largest: 64, memPerVCPU: 8192, smallestSize: "medium"},
-	"r8g": {arch: kube.ArchArm64, memPerVCPU: 8192, smallestSize: "medium"},
-	"t4g": {arch: kube.ArchArm64, burstable: true},
-}
-
-// burstableSizes are the T-family shapes (t3, t3a, t4g share them).
-var burstableSizes = map[string]InstanceShape{
-	"nano": {VCPU: 2, MemoryMiB: 512}, "micro": {VCPU: 2, MemoryMiB: 1024}, "small": {VCPU: 2, MemoryMiB: 2048},
-	"medium": {VCPU: 2, MemoryMiB: 4096}, "large": {VCPU: 2, MemoryMiB: 8192}, "xlarge": {VCPU: 4, MemoryMiB: 16384},
-	"2xlarge": {VCPU: 8, MemoryMiB: 32768},
-}
-
-// vcpusBySize are the vCPU counts of the non-burstable sizes dynk8s accepts.
-var vcpusBySize = map[string]int{
-	"medium": 1, "large": 2, "xlarge": 4, "2xlarge": 8, "4xlarge": 16, "8xlarge": 32, "12xlarge": 48,
-	"16xlarge": 64, "24xlarge": 96,
-}
-
-// LookupInstanceType returns the shape of an EC2 instance type such as "c7g.2xlarge".
-func LookupInstanceType(name string) (InstanceShape, error) {
-	family, size, ok := strings.Cut(name, ".")
-	if !ok {
-		return InstanceShape{}, fmt.Errorf("%q is not an instance type (want family.size, e.g. c7g.2xlarge)", name)
-	}
-	f, ok := instanceFamilies[family]
-	if !ok {
-		return InstanceShape{}, fmt.Errorf("unknown instance family %q (known: %s)", family, knownFamilies())
-	}
-	if f.burstable {
-		s, ok := burstableSizes[size]
-		if !ok {
-			return InstanceShape{}, fmt.Errorf("unknown size %q of burstable family %s", size, family)
+// Arch of an instance type from its supported architectures ("x86_64", "arm64", "i386", "x86_64_mac", ...).
+func ArchOf(supported []string) kube.Arch {
+	for _, a := range []kube.Arch{kube.ArchX86_64, kube.ArchArm64} {
+		if slices.Contains(supported, string(a)) {
+			return a
 		}
-		s.Arch = f.arch
-		return s, nil
 	}
-	v, ok := vcpusBySize[size]
-	if sizes, own := familySizes[family]; own {
-		v, ok = sizes[size]
-	}
-	if !ok || (size == "medium" && f.smallestSize != "medium") || (f.largest != 0 && v > f.largest) {
-		return InstanceShape{}, fmt.Errorf("unknown size %q of family %s", size, family)
-	}
-	return InstanceShape{Arch: f.arch, VCPU: v, MemoryMiB: v * f.memPerVCPU}, nil
+	return ""
 }
 
-func knownFamilies() string {
-	names := make([]string, 0, len(instanceFamilies))
-	for n := range instanceFamilies {
-		names = append(names, n)
+// instanceTypeRE is the form of an EC2 instance type name: family (letters, digits, "-" as in "u-6tb1"), a dot,
+// size. Whether the type exists is for EC2 to say, at preview.
+var instanceTypeRE = regexp.MustCompile(`^[a-z][a-z0-9-]*\.[a-z0-9]+$`)
+
+func checkInstanceTypeName(r *reader, path, name string) {
+	if !instanceTypeRE.MatchString(name) {
+		r.addf(path, "%q is not an EC2 instance type name (family.size, e.g. c7g.2xlarge)", name)
 	}
-	sort.Strings(names)
-	return strings.Join(names, ", ")
+}
+
+// InstanceTypeNames are the distinct instance types the config names: the gateway's, then every pool's, in config
+// order. The caller looks each up in EC2 and hands the answers to CheckInstanceTypes.
+func (c *Config) InstanceTypeNames() []string {
+	names := []string{c.Gateway.InstanceType}
+	for _, p := range c.NodePools {
+		for _, t := range p.InstanceTypes {
+			if !slices.Contains(names, t) {
+				names = append(names, t)
+			}
+		}
+	}
+	return names
+}
+
+// CheckInstanceTypes checks the config's instance types against what EC2 said of them. types has an entry for every
+// name in InstanceTypeNames that EC2 knows; lookupErrs has the error of every name it refused. zones are the stack's
+// zones, the gateway's first. Problems come back as an *Error with key paths; warnings are for the operator to read
+// (a type not offered in every zone of its pool still works, in fewer zones).
+func (c *Config) CheckInstanceTypes(types map[string]InstanceType, lookupErrs map[string]error, zones []string) (
+	warnings []string, err error) {
+	r := &reader{}
+	ns := Namespace + ":"
+	known := func(path, name string) (InstanceType, bool) {
+		if e, failed := lookupErrs[name]; failed {
+			r.addf(path, "EC2 has no instance type %q in %s: %v", name, c.Region, e)
+			return InstanceType{}, false
+		}
+		t, ok := types[name]
+		if !ok {
+			r.addf(path, "instance type %q was not looked up", name)
+		}
+		return t, ok
+	}
+
+	gp := ns + "gateway.instanceType"
+	if g, ok := known(gp, c.Gateway.InstanceType); ok {
+		switch {
+		case g.Arch == "":
+			r.addf(gp, "%s is neither an x86_64 nor an arm64 type: there is no Fedora Cloud image for it", g.Name)
+		case len(zones) > 0 && !slices.Contains(g.Zones, zones[0]):
+			r.addf(gp, "%s is not offered in %s, the zone of the gateway", g.Name, zones[0])
+		case !g.AutoRecovery:
+			warnings = append(warnings, fmt.Sprintf("%s: %s does not support automatic recovery: a host failure "+
+				"leaves the gateway down until its status-check alarm reboots it or you act", gp, g.Name))
+		}
+	}
+
+	for i, p := range c.NodePools {
+		var first InstanceType
+		for j, name := range p.InstanceTypes {
+			ip := fmt.Sprintf("%snodePools[%d].instanceTypes[%d]", ns, i, j)
+			t, ok := known(ip, name)
+			if !ok {
+				continue
+			}
+			switch {
+			case t.Arch != p.Arch:
+				r.addf(ip, "%s is an %s type but the pool's arch is %s", name, describeArch(t.Arch), p.Arch)
+				continue
+			case p.Spot && !t.Spot:
+				r.addf(ip, "%s cannot run as Spot capacity (EC2 lists only %q usage) but the pool is spot", name,
+					"on-demand")
+			case len(t.Zones) == 0:
+				r.addf(ip, "%s is not offered in any of the stack's zones (%s)", name, strings.Join(zones, ", "))
+			case len(t.Zones) < len(zones):
+				warnings = append(warnings, fmt.Sprintf("%s: %s is offered only in %s of the stack's zones %s; the "+
+					"group launches it there only", ip, name, strings.Join(t.Zones, ", "), strings.Join(zones, ", ")))
+			}
+			if first.Name == "" {
+				first = t
+				continue
+			}
+			if t.VCPU != first.VCPU || t.MemoryMiB != first.MemoryMiB {
+				r.addf(ip, "%s has %d vCPU/%d MiB but %s has %d vCPU/%d MiB: the Cluster Autoscaler sizes a group by "+
+					"its first type, so every type of a pool must have the same shape (make another pool)", name,
+					t.VCPU, t.MemoryMiB, first.Name, first.VCPU, first.MemoryMiB)
+			}
+		}
+	}
+	if len(r.errs) > 0 {
+		slices.SortStableFunc(r.errs, func(a, b FieldError) int { return comparePaths(a.Path, b.Path) })
+		return warnings, &Error{Errors: r.errs}
+	}
+	return warnings, nil
+}
+
+func describeArch(a kube.Arch) string {
+	if a == "" {
+		return "other-architecture"
+	}
+	return string(a)
 }

@@ -87,10 +87,15 @@ const (
 	diskHeldBackGiB = 10
 )
 
-// templateResources are the cpu, memory and ephemeral-storage a node of the pool offers pods, by resource name.
-func (p NodePool) templateResources() map[string]string {
+// tagCountShape stands in for a pool's first instance type where validation counts and measures the group's tags
+// before EC2 has been asked: the cpu and memory tags exist for every real type, and their values are short.
+var tagCountShape = InstanceType{VCPU: 1, MemoryMiB: 1024}
+
+// templateResources are the cpu, memory and ephemeral-storage a node of the pool offers pods, by resource name;
+// shape is what EC2 says of the pool's first instance type (no cpu or memory when unknown).
+func (p NodePool) templateResources(shape InstanceType) map[string]string {
 	out := map[string]string{}
-	if shape, err := LookupInstanceType(first(p.InstanceTypes)); err == nil {
+	if shape.VCPU > 0 {
 		out["cpu"] = strconv.Itoa(shape.VCPU)
 		out["memory"] = strconv.Itoa(int(float64(shape.MemoryMiB)*(1-memoryHeldBack))-evictionMemMiB) + "Mi"
 	}
@@ -100,18 +105,12 @@ func (p NodePool) templateResources() map[string]string {
 	return out
 }
 
-func first(s []string) string {
-	if len(s) == 0 {
-		return ""
-	}
-	return s[0]
-}
-
 // GroupTags are all tags of a pool's Auto Scaling Group, sorted by key: the identity tags (propagated to
 // instances), the two auto-discovery tags and the node-template tags that let the autoscaler scale the group up
 // from zero for pods that need the pool's labels, tolerate its taints, or request github.com/fuse or ephemeral storage,
-// sized as a real node is (templateResources).
-func (c *Config) GroupTags(p NodePool) []Tag {
+// sized as a real node is (templateResources). shape is what EC2 says of the pool's first instance type, which the
+// autoscaler sizes the group by.
+func (c *Config) GroupTags(p NodePool, shape InstanceType) []Tag {
 	tags := IdentityTags(c.ClusterName, p.Name, c.ClusterName+"-"+p.Name)
 	for i := range tags {
 		tags[i].PropagateAtLaunch = true
@@ -127,7 +126,7 @@ func (c *Config) GroupTags(p NodePool) []Tag {
 	for _, t := range p.Taints {
 		tags = append(tags, Tag{Key: nodeTemplateTaintTag + t.Key, Value: t.Value + ":" + string(t.Effect)})
 	}
-	resources := p.templateResources()
+	resources := p.templateResources(shape)
 	if c.Fuse.Enabled {
 		resources[kube.FuseResource] = strconv.Itoa(c.Fuse.Capacity)
 	}

@@ -50,11 +50,7 @@ func validate(r *reader, c *Config) {
 	validateKubernetes(r, c)
 	validateWireGuard(r, c)
 	validateRanges(r, c)
-	if shape, err := LookupInstanceType(c.Gateway.InstanceType); err != nil {
-		r.addf(ns+"gateway.instanceType", "%v", err)
-	} else {
-		c.Derived.GatewayArch = shape.Arch
-	}
+	checkInstanceTypeName(r, ns+"gateway.instanceType", c.Gateway.InstanceType)
 	if rel := c.Fedora.Release; rel == 0 {
 		r.addf(ns+"fedora.release", "is required: the Fedora release to boot, e.g. 42")
 	} else if rel < OldestFedoraRelease || rel > NewestFedoraRelease {
@@ -239,7 +235,7 @@ func validatePools(r *reader, c *Config) {
 			r.addf(pp+"autoscaling.scaleDownUtilizationThreshold", "must be in (0, 1], got %v", *u)
 		}
 		validateTagLimits(r, pp, c, p)
-		if n := len(c.GroupTags(p)); n > maxGroupTags {
+		if n := len(c.GroupTags(p, tagCountShape)); n > maxGroupTags {
 			r.addf(pp+"labels", "the pool needs %d Auto Scaling Group tags (one per label and taint plus %d of "+
 				"dynk8s's own), over the limit of %d: drop labels or taints", n,
 				n-len(p.Labels)-len(p.Taints), maxGroupTags)
@@ -288,7 +284,7 @@ const (
 // validateTagLimits checks every tag of the pool's group against AWS's limits, and reports a tag too long on the
 // label, taint or name it comes from.
 func validateTagLimits(r *reader, pp string, c *Config, p NodePool) {
-	for _, tag := range c.GroupTags(p) {
+	for _, tag := range c.GroupTags(p, tagCountShape) {
 		if len(tag.Key) <= maxTagKey && len(tag.Value) <= maxTagValue {
 			continue
 		}
@@ -309,34 +305,18 @@ func validateTagLimits(r *reader, pp string, c *Config, p NodePool) {
 	}
 }
 
+// validateInstanceTypes checks the form of a pool's instance types; whether they exist, their architecture, shape
+// and zones are EC2's to say (CheckInstanceTypes, at preview).
 func validateInstanceTypes(r *reader, pp string, p NodePool) {
 	if len(p.InstanceTypes) == 0 {
 		r.addf(pp+"instanceTypes", "is required: at least one EC2 instance type")
 		return
 	}
-	var first InstanceShape
 	for j, it := range p.InstanceTypes {
 		ip := fmt.Sprintf("%sinstanceTypes[%d]", pp, j)
-		shape, err := LookupInstanceType(it)
-		if err != nil {
-			r.addf(ip, "%v", err)
-			continue
-		}
+		checkInstanceTypeName(r, ip, it)
 		if slices.Index(p.InstanceTypes, it) < j {
 			r.addf(ip, "%s is listed twice", it)
-		}
-		if p.Arch != "" && shape.Arch != p.Arch {
-			r.addf(ip, "%s is an %s type but the pool's arch is %s", it, shape.Arch, p.Arch)
-			continue
-		}
-		if first.VCPU == 0 {
-			first = shape
-			continue
-		}
-		if shape.VCPU != first.VCPU || shape.MemoryMiB != first.MemoryMiB {
-			r.addf(ip, "%s has %d vCPU/%d MiB but %s has %d vCPU/%d MiB: the Cluster Autoscaler sizes a group by "+
-				"its first type, so every type of a pool must have the same shape (make another pool)", it,
-				shape.VCPU, shape.MemoryMiB, p.InstanceTypes[0], first.VCPU, first.MemoryMiB)
 		}
 	}
 }

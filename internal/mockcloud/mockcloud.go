@@ -199,6 +199,10 @@ func (c *Cloud) Call(args pulumi.MockCallArgs) (resource.PropertyMap, error) {
 		}), nil
 	case "aws:index/getAvailabilityZones:getAvailabilityZones":
 		return c.zones(args.Args), nil
+	case "aws:ec2/getInstanceType:getInstanceType":
+		return c.getInstanceType(args.Args)
+	case "aws:ec2/getInstanceTypeOfferings:getInstanceTypeOfferings":
+		return c.getInstanceTypeOfferings(args.Args)
 	}
 	return nil, fmt.Errorf("mockcloud: no stand-in for invoke %s", args.Token)
 }
@@ -213,14 +217,7 @@ func (c *Cloud) zones(args resource.PropertyMap) resource.PropertyMap {
 		{c.Region + "b", "euc1-az3", "availability-zone", "opt-in-not-required"},
 		{c.Region + "c", "euc1-az1", "availability-zone", "opt-in-not-required"},
 	}
-	filters := map[string][]string{}
-	list, _ := Plain(args["filters"], true).([]any)
-	for _, f := range list {
-		m := f.(map[string]any)
-		for _, v := range m["values"].([]any) {
-			filters[m["name"].(string)] = append(filters[m["name"].(string)], v.(string))
-		}
-	}
+	filters := filterValues(args)
 	var names, ids []any
 	for _, z := range all {
 		if vs, ok := filters["zone-type"]; ok && !slices.Contains(vs, z.zoneType) {
