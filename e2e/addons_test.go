@@ -25,10 +25,12 @@ import (
 
 // Fixed values in place of what the full stack takes from pulumi-random and IAM, whose providers cannot run here.
 const (
-	e2eTokenID      = "e2etok"
-	e2eTokenSecret  = "0123456789abcdef"
-	e2eAWSKeyID     = "AKIAE2ETESTKEY000001"
-	e2eAWSSecretKey = "e2e/secret+access+key+not+real+000000"
+	e2eTokenID          = "e2etok"
+	e2eTokenSecret      = "0123456789abcdef"
+	e2eAWSKeyID         = "AKIAE2ETESTKEY000001"
+	e2eAWSSecretKey     = "e2e/secret+access+key+not+real+000000"
+	e2eCleanupKeyID     = "AKIAE2ECLEANUPKEY001"
+	e2eCleanupSecretKey = "e2e/cleanup+access+key+not+real+00000"
 
 	autoscalerSA = "cluster-autoscaler"
 	cleanupSA    = "dynk8s-stale-node-cleanup"
@@ -69,8 +71,11 @@ func addonsProgram(c cluster, cfg *config.Config, pools *[]config.NodePool) pulu
 		}
 		withPools := *cfg
 		withPools.NodePools = *pools
-		args := infra.AddonsArgs(&withPools, pulumi.String(e2eAWSKeyID), pulumi.String(e2eAWSSecretKey),
-			pulumi.String(e2eTokenID), pulumi.String(e2eTokenSecret))
+		args := infra.AddonsArgs(&withPools, infra.Credentials{
+			AutoscalerKeyID: pulumi.String(e2eAWSKeyID), AutoscalerSecret: pulumi.String(e2eAWSSecretKey),
+			CleanupKeyID: pulumi.String(e2eCleanupKeyID), CleanupSecret: pulumi.String(e2eCleanupSecretKey),
+			TokenID: pulumi.String(e2eTokenID), TokenSecret: pulumi.String(e2eTokenSecret),
+		})
 		// No kubelet runs here, so no workload ever becomes ready; the provider must not wait for it.
 		args.SkipAwait = true
 		_, err = addons.NewClusterAddons(ctx, "addons", args, pulumi.Providers(p))

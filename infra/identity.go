@@ -31,8 +31,9 @@ func GatewayKeyParameter(clusterName string) string {
 	return "/dynk8s/" + clusterName + "/wireguard-gateway-key"
 }
 
-// Identity holds who may do what: the node and gateway roles (each may read exactly one SSM parameter), the
-// Cluster Autoscaler's IAM user (it runs on-prem, outside AWS, so it needs a key) and the join token.
+// Identity holds who may do what: the node and gateway roles (each may read exactly one SSM parameter), the IAM
+// users of the Cluster Autoscaler and of the stale-node cleanup (they run on-prem, outside AWS, so they need keys)
+// and the join token.
 type Identity struct {
 	pulumi.ResourceState
 
@@ -41,6 +42,9 @@ type Identity struct {
 	AutoscalerAccessKeyID      pulumi.StringOutput `pulumi:"autoscalerAccessKeyId"`
 	// AutoscalerSecretAccessKey is secret.
 	AutoscalerSecretAccessKey pulumi.StringOutput `pulumi:"autoscalerSecretAccessKey"`
+	CleanupAccessKeyID        pulumi.StringOutput `pulumi:"cleanupAccessKeyId"`
+	// CleanupSecretAccessKey is secret.
+	CleanupSecretAccessKey pulumi.StringOutput `pulumi:"cleanupSecretAccessKey"`
 	// BootstrapTokenID is the public half of the join token.
 	BootstrapTokenID pulumi.StringOutput `pulumi:"bootstrapTokenId"`
 	// BootstrapTokenSecret is secret.
@@ -57,8 +61,8 @@ type IdentityArgs struct {
 	Region string
 	// SessionManager and ECRReadOnly attach the managed policies of those names to the node role (optional).
 	SessionManager, ECRReadOnly bool
-	// AutoscalerKeyRotation: a new value makes a new autoscaler access key, created before the old one is deleted
-	// (required).
+	// AutoscalerKeyRotation: a new value makes new access keys for the on-prem users (the autoscaler's and the
+	// cleanup's), each created before the old one is deleted (required).
 	AutoscalerKeyRotation string
 	// BootstrapTokenRotation: a new value makes a new join token (required).
 	BootstrapTokenRotation string
@@ -149,39 +153,25 @@ func NewIdentity(ctx *pulumi.Context, name string, args *IdentityArgs, opts ...p
 		return fail("gateway role", err)
 	}
 
-	// The Cluster Autoscaler runs on-prem, so it cannot assume a role from instance metadata: it gets a user.
-	autoscalerPolicy, err := AutoscalerPolicy(args.ClusterName).JSON()
-	if err != nil {
-		return fail("autoscaler policy", err)
-	}
-	user, err := iam.NewUser(ctx, name+"-autoscaler", &iam.UserArgs{
-		Name: pulumi.String(args.ClusterName + "-cluster-autoscaler"),
-		Path: pulumi.String("/dynk8s/"),
-		Tags: tags("cluster-autoscaler"),
-	}, parent)
+	// The Cluster Autoscaler and the stale-node cleanup run on-prem, so they cannot assume a role from instance
+	// metadata: each gets a user of its own with only its own policy.
+	autoscalerKey, err := onPremUser(ctx, name+"-autoscaler", args.ClusterName+"-cluster-autoscaler",
+		"cluster-autoscaler", AutoscalerPolicy(args.ClusterName), args.AutoscalerKeyRotation, tags, parent)
 	if err != nil {
 		return fail("autoscaler user", err)
 	}
-	if _, err := iam.NewUserPolicy(ctx, name+"-autoscaler", &iam.UserPolicyArgs{
-		User:   user.Name,
-		Name:   pulumi.String("cluster-autoscaler"),
-		Policy: pulumi.String(autoscalerPolicy),
-	}, parent); err != nil {
-		return fail("autoscaler user policy", err)
-	}
-	// The rotation value is part of the key's name: a new value declares a new key, which Pulumi creates (and the
-	// cluster's Secret switches to) before it deletes the old one.
-	key, err := iam.NewAccessKey(ctx, name+"-autoscaler-key-"+args.AutoscalerKeyRotation, &iam.AccessKeyArgs{
-		User: user.Name,
-	}, parent, pulumi.AdditionalSecretOutputs([]string{"secret"}))
+	cleanupKey, err := onPremUser(ctx, name+"-cleanup", args.ClusterName+"-node-cleanup", "node-cleanup",
+		CleanupPolicy(), args.AutoscalerKeyRotation, tags, parent)
 	if err != nil {
-		return fail("autoscaler access key", err)
+		return fail("node cleanup user", err)
 	}
 
 	comp.NodeInstanceProfileARN = nodeProfile.Profile.Arn
 	comp.GatewayInstanceProfileName = gatewayProfile.Profile.Name
-	comp.AutoscalerAccessKeyID = key.ID().ToStringOutput()
-	comp.AutoscalerSecretAccessKey = pulumi.ToSecret(key.Secret).(pulumi.StringOutput)
+	comp.AutoscalerAccessKeyID = autoscalerKey.ID().ToStringOutput()
+	comp.AutoscalerSecretAccessKey = pulumi.ToSecret(autoscalerKey.Secret).(pulumi.StringOutput)
+	comp.CleanupAccessKeyID = cleanupKey.ID().ToStringOutput()
+	comp.CleanupSecretAccessKey = pulumi.ToSecret(cleanupKey.Secret).(pulumi.StringOutput)
 	comp.BootstrapTokenID = tokenID.Result
 	comp.BootstrapTokenSecret = secret
 	comp.JoinTokenParameter = pulumi.String(tokenParameter).ToStringOutput()
@@ -190,6 +180,8 @@ func NewIdentity(ctx *pulumi.Context, name string, args *IdentityArgs, opts ...p
 		"gatewayInstanceProfileName": comp.GatewayInstanceProfileName,
 		"autoscalerAccessKeyId":      comp.AutoscalerAccessKeyID,
 		"autoscalerSecretAccessKey":  comp.AutoscalerSecretAccessKey,
+		"cleanupAccessKeyId":         comp.CleanupAccessKeyID,
+		"cleanupSecretAccessKey":     comp.CleanupSecretAccessKey,
 		"bootstrapTokenId":           comp.BootstrapTokenID,
 		"bootstrapTokenSecret":       comp.BootstrapTokenSecret,
 		"joinTokenParameter":         comp.JoinTokenParameter,
@@ -236,4 +228,37 @@ func instanceRole(ctx *pulumi.Context, name, iamName string, service pulumi.Stri
 		return nil, err
 	}
 	return &roleProfile{Role: role.Name, Profile: profile}, nil
+}
+
+// onPremUser declares an IAM user for a workload that runs on-prem, with one inline policy and one access key. The
+// rotation value is part of the key's name: a new value declares a new key, which Pulumi creates (and the cluster's
+// Secret switches to) before it deletes the old one.
+func onPremUser(ctx *pulumi.Context, name, iamName, policyName string, policy PolicyDocument, rotation string,
+	tags func(string) pulumi.StringMap, opts ...pulumi.ResourceOption) (*iam.AccessKey, error) {
+	doc, err := policy.JSON()
+	if err != nil {
+		return nil, err
+	}
+	user, err := iam.NewUser(ctx, name, &iam.UserArgs{
+		Name: pulumi.String(iamName),
+		Path: pulumi.String("/dynk8s/"),
+		Tags: tags(policyName),
+	}, opts...)
+	if err != nil {
+		return nil, err
+	}
+	if _, err := iam.NewUserPolicy(ctx, name, &iam.UserPolicyArgs{
+		User:   user.Name,
+		Name:   pulumi.String(policyName),
+		Policy: pulumi.String(doc),
+	}, opts...); err != nil {
+		return nil, fmt.Errorf("policy: %w", err)
+	}
+	key, err := iam.NewAccessKey(ctx, name+"-key-"+rotation, &iam.AccessKeyArgs{
+		User: user.Name,
+	}, append(opts, pulumi.AdditionalSecretOutputs([]string{"secret"}))...)
+	if err != nil {
+		return nil, fmt.Errorf("access key: %w", err)
+	}
+	return key, nil
 }

@@ -89,3 +89,15 @@ func AutoscalerPolicy(clusterName string) PolicyDocument {
 		},
 	}}
 }
+
+// CleanupPolicy is the stale-node cleanup's policy: it only asks EC2 whether an instance still exists before it
+// deletes that instance's Node. ec2:DescribeInstances supports no resource-level permissions or conditions (Service
+// Authorization Reference, "Actions defined by Amazon EC2"), so it is allowed on "*"; it reads, it changes nothing.
+func CleanupPolicy() PolicyDocument {
+	return PolicyDocument{Version: policyVersion, Statement: []PolicyStatement{{
+		Sid:      "AskWhetherInstancesAreGone",
+		Effect:   "Allow",
+		Action:   []string{"ec2:DescribeInstances"},
+		Resource: []string{"*"},
+	}}}
+}

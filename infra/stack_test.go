@@ -479,6 +479,13 @@ func TestIdentityPolicies(t *testing.T) {
 		"StringEquals": {"autoscaling:ResourceTag/k8s.io/cluster-autoscaler/homelab": "owned"},
 	})
 
+	// The stale-node cleanup's own user may only ask whether instances exist.
+	cleanup := policy(t, find(t, res, "aws:iam/userPolicy:UserPolicy", "identity-cleanup"), "policy")
+	assert.Equal(t, len(cleanup.Statement), 1)
+	assert.DeepEqual(t, cleanup.Statement[0].Action, []string{"ec2:DescribeInstances"})
+	assert.Equal(t, in(find(t, res, "aws:iam/userPolicy:UserPolicy", "identity-cleanup"), "user"), "homelab-node-cleanup")
+	assert.Equal(t, len(res.Cloud.ByType("aws:iam/user:User")), 2, "the autoscaler's and the cleanup's users")
+
 	// Opt-in managed policies, by partition-aware ARN.
 	c := devConfig(t)
 	obj(c, "identity")["sessionManager"] = true
@@ -516,6 +523,10 @@ func TestJoinTokenAndKeyRotation(t *testing.T) {
 	rotated := runStack(t, c)
 	assert.Check(t, rotated.Cloud.Find("aws:iam/accessKey:AccessKey", "identity-autoscaler-key-2") != nil)
 	assert.Check(t, rotated.Cloud.Find("aws:iam/accessKey:AccessKey", "identity-autoscaler-key-1") == nil)
+	assert.Check(t, rotated.Cloud.Find("aws:iam/accessKey:AccessKey", "identity-cleanup-key-2") != nil,
+		"the rotation value rotates every on-prem key")
+	assert.Check(t, is.Contains(find(t, res, "aws:iam/accessKey:AccessKey", "identity-cleanup-key-1").AdditionalSecretOutputs,
+		"secret"))
 }
 
 // TestNoSecretInTheClear scans every input of every resource, as the plan's JSON shows them, for the secret values

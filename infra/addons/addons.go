@@ -69,6 +69,11 @@ type ClusterAddonsArgs struct {
 	AWSAccessKeyID pulumi.StringInput
 	// AWSSecretAccessKey is that key's secret (required); it is kept a Pulumi secret.
 	AWSSecretAccessKey pulumi.StringInput
+	// CleanupAWSAccessKeyID is the stale-node cleanup IAM user's access key id (required): the cleanup asks EC2
+	// whether an instance is gone before it deletes its Node.
+	CleanupAWSAccessKeyID pulumi.StringInput
+	// CleanupAWSSecretAccessKey is that key's secret (required); it is kept a Pulumi secret.
+	CleanupAWSSecretAccessKey pulumi.StringInput
 	// BootstrapTokenID is the join token's public id, [a-z0-9]{6} (required).
 	BootstrapTokenID pulumi.StringInput
 	// BootstrapTokenSecret is the join token's secret part, [a-z0-9]{16} (required); it is kept a Pulumi secret.
@@ -153,10 +158,12 @@ func (a *ClusterAddonsArgs) validate() error {
 		errs = append(errs, fmt.Errorf("invalid Cleanup.NotReadyAfter %s: must be > 0", a.Cleanup.NotReadyAfter))
 	}
 	for field, in := range map[string]pulumi.StringInput{
-		"AWSAccessKeyID":       a.AWSAccessKeyID,
-		"AWSSecretAccessKey":   a.AWSSecretAccessKey,
-		"BootstrapTokenID":     a.BootstrapTokenID,
-		"BootstrapTokenSecret": a.BootstrapTokenSecret,
+		"AWSAccessKeyID":            a.AWSAccessKeyID,
+		"AWSSecretAccessKey":        a.AWSSecretAccessKey,
+		"CleanupAWSAccessKeyID":     a.CleanupAWSAccessKeyID,
+		"CleanupAWSSecretAccessKey": a.CleanupAWSSecretAccessKey,
+		"BootstrapTokenID":          a.BootstrapTokenID,
+		"BootstrapTokenSecret":      a.BootstrapTokenSecret,
 	} {
 		if in == nil {
 			errs = append(errs, fmt.Errorf("missing %s", field))

@@ -27,24 +27,26 @@ import (
 
 // Values of the test fixture that must never show up outside a secret.
 const (
-	testAWSKeyID       = "AKIAMOCKADDONSKEY001"
-	testAWSSecretKey   = "mock/AWS+secret+access+key+0123456789"
-	testTokenID        = "abcdef"
-	testTokenSecret    = "0123456789abcdef"
-	testComponentName  = "addons"
-	testBurstTaintKey  = "dynk8s.io/burst"
-	testArchTaintKey   = "dynk8s.io/arch"
-	testKubeSystem     = "kube-system"
-	typeDeployment     = "kubernetes:apps/v1:Deployment"
-	typeDaemonSet      = "kubernetes:apps/v1:DaemonSet"
-	typeSecret         = "kubernetes:core/v1:Secret"
-	typeConfigMap      = "kubernetes:core/v1:ConfigMap"
-	typeServiceAccount = "kubernetes:core/v1:ServiceAccount"
-	typeCronJob        = "kubernetes:batch/v1:CronJob"
-	typeClusterRole    = "kubernetes:rbac.authorization.k8s.io/v1:ClusterRole"
-	typeClusterBinding = "kubernetes:rbac.authorization.k8s.io/v1:ClusterRoleBinding"
-	typeRole           = "kubernetes:rbac.authorization.k8s.io/v1:Role"
-	typeRoleBinding    = "kubernetes:rbac.authorization.k8s.io/v1:RoleBinding"
+	testAWSKeyID         = "AKIAMOCKADDONSKEY001"
+	testAWSSecretKey     = "mock/AWS+secret+access+key+0123456789"
+	testCleanupKeyID     = "AKIAMOCKCLEANUPKEY01"
+	testCleanupSecretKey = "mock/cleanup+secret+access+key+012345"
+	testTokenID          = "abcdef"
+	testTokenSecret      = "0123456789abcdef"
+	testComponentName    = "addons"
+	testBurstTaintKey    = "dynk8s.io/burst"
+	testArchTaintKey     = "dynk8s.io/arch"
+	testKubeSystem       = "kube-system"
+	typeDeployment       = "kubernetes:apps/v1:Deployment"
+	typeDaemonSet        = "kubernetes:apps/v1:DaemonSet"
+	typeSecret           = "kubernetes:core/v1:Secret"
+	typeConfigMap        = "kubernetes:core/v1:ConfigMap"
+	typeServiceAccount   = "kubernetes:core/v1:ServiceAccount"
+	typeCronJob          = "kubernetes:batch/v1:CronJob"
+	typeClusterRole      = "kubernetes:rbac.authorization.k8s.io/v1:ClusterRole"
+	typeClusterBinding   = "kubernetes:rbac.authorization.k8s.io/v1:ClusterRoleBinding"
+	typeRole             = "kubernetes:rbac.authorization.k8s.io/v1:Role"
+	typeRoleBinding      = "kubernetes:rbac.authorization.k8s.io/v1:RoleBinding"
 )
 
 // testAddonsArgs is a dev-like stack: an x86_64 spot pool and an arm64 on-demand pool, both tainted, fuse and the
@@ -74,10 +76,12 @@ func testAddonsArgs() *ClusterAddonsArgs {
 				Taints: []kube.Taint{burst, {Key: testArchTaintKey, Effect: kube.NoSchedule}},
 			},
 		},
-		AWSAccessKeyID:       pulumi.String(testAWSKeyID),
-		AWSSecretAccessKey:   pulumi.String(testAWSSecretKey),
-		BootstrapTokenID:     pulumi.String(testTokenID),
-		BootstrapTokenSecret: pulumi.String(testTokenSecret),
+		AWSAccessKeyID:            pulumi.String(testAWSKeyID),
+		AWSSecretAccessKey:        pulumi.String(testAWSSecretKey),
+		CleanupAWSAccessKeyID:     pulumi.String(testCleanupKeyID),
+		CleanupAWSSecretAccessKey: pulumi.String(testCleanupSecretKey),
+		BootstrapTokenID:          pulumi.String(testTokenID),
+		BootstrapTokenSecret:      pulumi.String(testTokenSecret),
 	}
 }
 
@@ -689,7 +693,8 @@ func TestAddonsArgsValidation(t *testing.T) {
 			"missing ClusterName", "missing Region", "missing AutoscalerVersion", "missing Autoscaler.Expander",
 			"missing Autoscaler.ScaleDownUnneededTime", "invalid Autoscaler.MaxNodeProvisionTime 0s",
 			"invalid Cleanup.NotReadyAfter 0s", "missing AWSAccessKeyID",
-			"missing AWSSecretAccessKey", "missing BootstrapTokenID", "missing BootstrapTokenSecret",
+			"missing AWSSecretAccessKey", "missing CleanupAWSAccessKeyID", "missing CleanupAWSSecretAccessKey",
+			"missing BootstrapTokenID", "missing BootstrapTokenSecret",
 		} {
 			assert.ErrorContains(t, err, want)
 		}
@@ -723,11 +728,34 @@ func TestScriptsShellcheck(t *testing.T) {
 	}
 }
 
-// cleanupStubs writes stand-ins for kubectl and date into a directory for the script's PATH: kubectl get answers
-// nodes (lines as the jsonpath prints them) and kubectl delete records its node; date prints now.
-func cleanupStubs(t *testing.T, nodes string, now time.Time, getStatus int, failDelete string) (dir, log string) {
+// cleanupStubs writes stand-ins for kubectl, date and the AWS CLI into a directory for the script's PATH: kubectl
+// get answers nodes (lines as the jsonpath prints them) and kubectl delete records its node; date prints now; aws
+// ec2 describe-instances answers the state in states (default terminated), where "NotFound" and "unreachable" give
+// the CLI's errors for an unknown instance and for no connection. (e2e/cleanup_test.go runs the script against the
+// real CLI and moto.)
+func cleanupStubs(t *testing.T, nodes string, now time.Time, getStatus int, failDelete string,
+	states map[string]string) (dir, log string) {
 	t.Helper()
 	dir = t.TempDir()
+	var cases strings.Builder
+	for id, state := range states {
+		fmt.Fprintf(&cases, "%s) state=%s ;;\n", id, state)
+	}
+	aws := fmt.Sprintf(`#!/bin/sh
+printf 'aws %%s\n' "$*" >> %q
+[ "$1 $2" = "ec2 describe-instances" ] && [ "$3" = --instance-ids ] || exit 9
+[ "$5 $6 $7 $8" = "--query Reservations[].Instances[].State.Name --output text" ] || exit 9
+state=terminated
+case $4 in
+%s
+esac
+case $state in
+NotFound) echo "An error occurred (InvalidInstanceID.NotFound) when calling the DescribeInstances operation: The instance ID '$4' does not exist" >&2; exit 254 ;;
+unreachable) echo "Could not connect to the endpoint URL: \"https://ec2.eu-central-1.amazonaws.com/\"" >&2; exit 255 ;;
+esac
+echo "$state"
+`, filepath.Join(dir, "kubectl.log"), cases.String())
+	assert.NilError(t, os.WriteFile(filepath.Join(dir, "aws"), []byte(aws), 0o755))
 	log = filepath.Join(dir, "kubectl.log")
 	assert.NilError(t, os.WriteFile(filepath.Join(dir, "nodes.txt"), []byte(nodes), 0o644))
 	kubectl := fmt.Sprintf(`#!/bin/sh
@@ -748,9 +776,9 @@ exit 3
 // runCleanupScript runs the embedded script with the stubs and returns the nodes it deleted, its output and its
 // exit status.
 func runCleanupScript(t *testing.T, nodes string, now time.Time, threshold string, getStatus int,
-	failDelete string) (deleted []string, output string, status int) {
+	failDelete string, states map[string]string) (deleted []string, output string, status int) {
 	t.Helper()
-	dir, log := cleanupStubs(t, nodes, now, getStatus, failDelete)
+	dir, log := cleanupStubs(t, nodes, now, getStatus, failDelete, states)
 	cmd := exec.Command("/bin/sh", filepath.Join(dir, "cleanup.sh"))
 	cmd.Env = []string{
 		"PATH=" + dir + string(os.PathListSeparator) + os.Getenv("PATH"),
@@ -767,7 +795,9 @@ func runCleanupScript(t *testing.T, nodes string, now time.Time, threshold strin
 	calls, readErr := os.ReadFile(log)
 	if readErr == nil {
 		for _, line := range strings.Split(strings.TrimSpace(string(calls)), "\n") {
-			if f := strings.Fields(line); len(f) >= 3 && f[0] == "delete" {
+			if f := strings.Fields(line); len(f) > 0 && f[0] == "aws" {
+				continue
+			} else if len(f) >= 3 && f[0] == "delete" {
 				assert.Equal(t, f[1], "node")
 				deleted = append(deleted, f[2])
 			} else if len(f) > 0 && f[0] == "get" {
@@ -799,7 +829,7 @@ func TestCleanupScriptDecisions(t *testing.T) {
 	}, "\n") + "\n"
 	assert.Equal(t, ago(900*time.Second), "2024-02-29T23:50:00Z")
 
-	deleted, out, status := runCleanupScript(t, nodes, now, "600", 0, "")
+	deleted, out, status := runCleanupScript(t, nodes, now, "600", 0, "", nil)
 	assert.Equal(t, status, 0, out)
 	assert.DeepEqual(t, deleted, []string{"gone-unknown", "gone-false"})
 	assert.Check(t, is.Contains(out, "keep at-threshold: Ready=Unknown for 600s"))
@@ -807,14 +837,14 @@ func TestCleanupScriptDecisions(t *testing.T) {
 	assert.Check(t, is.Contains(out, "skip joining: no Ready condition yet"))
 
 	t.Run("no pool nodes", func(t *testing.T) {
-		deleted, out, status := runCleanupScript(t, "", now, "600", 0, "")
+		deleted, out, status := runCleanupScript(t, "", now, "600", 0, "", nil)
 		assert.Equal(t, status, 0, out)
 		assert.Check(t, is.Len(deleted, 0))
 	})
 	t.Run("unreadable timestamp", func(t *testing.T) {
 		deleted, out, status := runCleanupScript(t,
 			"odd|aws:///eu-central-1a/i-1|Unknown|yesterday\n"+
-				"gone|aws:///eu-central-1a/i-2|Unknown|"+ago(time.Hour)+"\n", now, "600", 0, "")
+				"gone|aws:///eu-central-1a/i-2|Unknown|"+ago(time.Hour)+"\n", now, "600", 0, "", nil)
 		assert.Equal(t, status, 1, out)
 		assert.DeepEqual(t, deleted, []string{"gone"})
 		assert.Check(t, is.Contains(out, "cannot read the Ready condition's lastTransitionTime 'yesterday'"))
@@ -822,19 +852,42 @@ func TestCleanupScriptDecisions(t *testing.T) {
 	t.Run("a failed delete", func(t *testing.T) {
 		deleted, out, status := runCleanupScript(t,
 			"a|aws:///z/i-1|Unknown|"+ago(time.Hour)+"\nb|aws:///z/i-2|Unknown|"+ago(time.Hour)+"\n",
-			now, "600", 0, "a")
+			now, "600", 0, "a", nil)
 		assert.Equal(t, status, 1, out)
 		assert.DeepEqual(t, deleted, []string{"a", "b"})
 	})
 	t.Run("list fails", func(t *testing.T) {
 		deleted, out, status := runCleanupScript(t,
-			"a|aws:///z/i-1|Unknown|"+ago(time.Hour)+"\n", now, "600", 1, "")
+			"a|aws:///z/i-1|Unknown|"+ago(time.Hour)+"\n", now, "600", 1, "", nil)
 		assert.Check(t, status != 0, out)
 		assert.Check(t, is.Len(deleted, 0))
 	})
+	// Past the threshold, EC2 decides: only an instance that is gone loses its Node. A tunnel outage makes live
+	// nodes NotReady too, and a kubelet never re-registers a deleted Node.
+	t.Run("EC2 decides", func(t *testing.T) {
+		var lines []string
+		states := map[string]string{}
+		for i, state := range []string{"terminated", "shutting-down", "NotFound", "running", "pending", "stopping",
+			"stopped", "unreachable"} {
+			id := fmt.Sprintf("i-0%d", i)
+			states[id] = state
+			lines = append(lines, state+"|aws:///eu-central-1a/"+id+"|Unknown|"+ago(time.Hour))
+		}
+		lines = append(lines, "odd-provider|aws:///eu-central-1a/node7|Unknown|"+ago(time.Hour))
+		deleted, out, status := runCleanupScript(t, strings.Join(lines, "\n")+"\n", now, "600", 0, "", states)
+		assert.DeepEqual(t, deleted, []string{"terminated", "shutting-down", "NotFound"})
+		assert.Equal(t, status, 1, "EC2 could not be asked about one node, one names no instance: %s", out)
+		for _, live := range []string{"running", "pending", "stopping", "stopped"} {
+			assert.Check(t, is.Contains(out, "keep "+live+": Ready=Unknown for 3600s, but instance i-0"), live)
+		}
+		assert.Check(t, is.Contains(out, "Could not connect to the endpoint URL"))
+		assert.Check(t, is.Contains(out, "node unreachable: cannot ask EC2 about i-07; keeping it"))
+		assert.Check(t, is.Contains(out, "node odd-provider: providerID 'aws:///eu-central-1a/node7' names no instance"))
+		assert.Check(t, is.Contains(out, "delete NotFound: Ready=Unknown for 3600s, more than 600s, instance i-02 gone"))
+	})
 	t.Run("bad threshold", func(t *testing.T) {
 		for _, threshold := range []string{"", "ten", "0", "-5"} {
-			deleted, out, status := runCleanupScript(t, nodes, now, threshold, 0, "")
+			deleted, out, status := runCleanupScript(t, nodes, now, threshold, 0, "", nil)
 			assert.Check(t, status != 0, "threshold %q: %s", threshold, out)
 			assert.Check(t, is.Len(deleted, 0), "threshold %q", threshold)
 		}

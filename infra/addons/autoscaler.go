@@ -1,9 +1,6 @@
 package addons
 
 import (
-	"crypto/sha256"
-	"encoding/hex"
-	"errors"
 	"fmt"
 	"strconv"
 
@@ -120,44 +117,10 @@ func (b *builder) autoscaler() (string, error) {
 		return "", err
 	}
 
-	// The key id is not secret by itself but is kept secret along with the key; the secret access key is wrapped
-	// here so that it stays secret even when the caller passes a plain value.
-	secretKey, ok := pulumi.ToSecret(a.AWSSecretAccessKey.ToStringOutput()).(pulumi.StringOutput)
-	if !ok {
-		return "", errors.New("wrapping the secret access key as a secret did not give a string output")
-	}
-	creds, err := corev1.NewSecret(b.ctx, b.childName("autoscaler-credentials"), &corev1.SecretArgs{
-		Metadata: b.objectMeta(autoscalerCredentialsName, namespace, autoscalerName),
-		Type:     pulumi.String("Opaque"),
-		StringData: pulumi.StringMap{
-			"aws_access_key_id":     a.AWSAccessKeyID,
-			"aws_secret_access_key": secretKey,
-		},
-	}, b.parent)
+	creds, err := b.awsCredentials("autoscaler-credentials", autoscalerCredentialsName, autoscalerName,
+		a.AWSAccessKeyID, a.AWSSecretAccessKey)
 	if err != nil {
-		return "", fmt.Errorf("credentials secret: %w", err)
-	}
-
-	// A digest of the key id is no secret, so it may be a plain annotation; unwrapping keeps the pod template
-	// readable in diffs.
-	keyChecksum, ok := pulumi.Unsecret(a.AWSAccessKeyID.ToStringOutput().ApplyT(func(id string) string {
-		sum := sha256.Sum256([]byte(id))
-		return hex.EncodeToString(sum[:])[:16]
-	})).(pulumi.StringOutput)
-	if !ok {
-		return "", errors.New("the access key checksum is not a string output")
-	}
-
-	secretEnv := func(name, key string) *corev1.EnvVarArgs {
-		return &corev1.EnvVarArgs{
-			Name: pulumi.String(name),
-			ValueFrom: &corev1.EnvVarSourceArgs{
-				SecretKeyRef: &corev1.SecretKeySelectorArgs{
-					Name: pulumi.String(autoscalerCredentialsName),
-					Key:  pulumi.String(key),
-				},
-			},
-		}
+		return "", err
 	}
 
 	_, err = appsv1.NewDeployment(b.ctx, b.childName("autoscaler"), &appsv1.DeploymentArgs{
@@ -172,7 +135,7 @@ func (b *builder) autoscaler() (string, error) {
 					Annotations: pulumi.StringMap{
 						"prometheus.io/scrape":          pulumi.String("true"),
 						"prometheus.io/port":            pulumi.String(fmt.Sprint(autoscalerMetricsPort)),
-						autoscalerKeyChecksumAnnotation: keyChecksum,
+						autoscalerKeyChecksumAnnotation: creds.checksum,
 					},
 				},
 				Spec: &corev1.PodSpecArgs{
@@ -194,8 +157,8 @@ func (b *builder) autoscaler() (string, error) {
 							Args:    pulumi.ToStringArray(autoscalerArgs(a.ClusterName, a.Autoscaler)),
 							Env: corev1.EnvVarArray{
 								&corev1.EnvVarArgs{Name: pulumi.String("AWS_REGION"), Value: pulumi.String(a.Region)},
-								secretEnv("AWS_ACCESS_KEY_ID", "aws_access_key_id"),
-								secretEnv("AWS_SECRET_ACCESS_KEY", "aws_secret_access_key"),
+								creds.env("AWS_ACCESS_KEY_ID", awsKeyIDKey),
+								creds.env("AWS_SECRET_ACCESS_KEY", awsSecretKeyKey),
 							},
 							Ports: corev1.ContainerPortArray{
 								&corev1.ContainerPortArgs{
@@ -222,7 +185,7 @@ func (b *builder) autoscaler() (string, error) {
 				},
 			},
 		},
-	}, b.parent, pulumi.DependsOn(dependsOn(sa, crb, rb, creds)))
+	}, b.parent, pulumi.DependsOn(dependsOn(sa, crb, rb, creds.secret)))
 	if err != nil {
 		return "", fmt.Errorf("deployment: %w", err)
 	}

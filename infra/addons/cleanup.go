@@ -21,16 +21,18 @@ var cleanupScript string
 
 const (
 	cleanupName      = "dynk8s-stale-node-cleanup"
+	cleanupCredsName = "dynk8s-stale-node-cleanup-aws-credentials"
 	cleanupScriptKey = "cleanup.sh"
 	cleanupScriptDir = "/scripts"
 	// cleanupSchedule runs the job every five minutes, half the default threshold, so a stale node goes at most
 	// about five minutes after it qualifies.
 	cleanupSchedule = "*/5 * * * *"
-	// cleanupImage needs kubectl and a POSIX shell. registry.k8s.io/kubectl is distroless (no shell), and the
-	// Bitnami images left the free catalog in 2025; alpine/k8s (github.com/alpine-docker/k8s) is built for
-	// linux/amd64 and linux/arm64 with kubectl, sh and coreutils (this tag replaced the distroless kubectl image for
-	// the same reason in devantler-tech/platform PR #2380, 2026-07). The job only lists and deletes Nodes (core/v1),
-	// which every kubectl of the last years does against any supported API server.
+	// cleanupImage needs kubectl, the AWS CLI and a POSIX shell. registry.k8s.io/kubectl is distroless (no shell),
+	// and the Bitnami images left the free catalog in 2025; alpine/k8s (github.com/alpine-docker/k8s, its
+	// Dockerfile) is built for linux/amd64 and linux/arm64 with kubectl, the AWS CLI v1, sh and coreutils (this tag
+	// replaced the distroless kubectl image for the same reason in devantler-tech/platform PR #2380, 2026-07). The
+	// job only lists and deletes Nodes (core/v1), which every kubectl of the last years does against any supported
+	// API server, and calls ec2:DescribeInstances.
 	cleanupImage = "docker.io/alpine/k8s:1.36.2"
 	// cleanupUID is an unprivileged user; the image's default is root.
 	cleanupUID = 65534
@@ -52,6 +54,11 @@ func (b *builder) cleanup() error {
 		return err
 	}
 	crb, _, err := b.bindRoles("cleanup", cleanupName, cleanupName, cleanupRules(), nil)
+	if err != nil {
+		return err
+	}
+	creds, err := b.awsCredentials("cleanup-credentials", cleanupCredsName, cleanupName, a.CleanupAWSAccessKeyID,
+		a.CleanupAWSSecretAccessKey)
 	if err != nil {
 		return err
 	}
@@ -82,20 +89,20 @@ func (b *builder) cleanup() error {
 					ActiveDeadlineSeconds: pulumi.Int(240),
 					Template: &corev1.PodTemplateSpecArgs{
 						Metadata: &metav1.ObjectMetaArgs{Labels: commonLabels(cleanupName)},
-						Spec:     cleanupPodSpec(threshold),
+						Spec:     cleanupPodSpec(threshold, a.Region, creds),
 					},
 				},
 			},
 		},
-	}, b.parent, pulumi.DependsOn([]pulumi.Resource{sa, crb, script}))
+	}, b.parent, pulumi.DependsOn([]pulumi.Resource{sa, crb, script, creds.secret}))
 	if err != nil {
 		return fmt.Errorf("cron job: %w", err)
 	}
 	return nil
 }
 
-// cleanupPodSpec runs the script on an on-prem node with the cleanup service account.
-func cleanupPodSpec(thresholdSeconds int) *corev1.PodSpecArgs {
+// cleanupPodSpec runs the script on an on-prem node with the cleanup service account and its own AWS key.
+func cleanupPodSpec(thresholdSeconds int, region string, creds *awsCredentials) *corev1.PodSpecArgs {
 	return &corev1.PodSpecArgs{
 		RestartPolicy:      pulumi.String("Never"),
 		ServiceAccountName: pulumi.String(cleanupName),
@@ -115,6 +122,9 @@ func cleanupPodSpec(thresholdSeconds int) *corev1.PodSpecArgs {
 						Name:  pulumi.String("NOT_READY_AFTER_SECONDS"),
 						Value: pulumi.String(strconv.Itoa(thresholdSeconds)),
 					},
+					creds.env("AWS_ACCESS_KEY_ID", awsKeyIDKey),
+					creds.env("AWS_SECRET_ACCESS_KEY", awsSecretKeyKey),
+					&corev1.EnvVarArgs{Name: pulumi.String("AWS_DEFAULT_REGION"), Value: pulumi.String(region)},
 					// kubectl keeps its discovery cache under $HOME; the root filesystem is read-only.
 					&corev1.EnvVarArgs{Name: pulumi.String("HOME"), Value: pulumi.String("/tmp")},
 				},

@@ -1,6 +1,6 @@
 #!/bin/sh
 # Stale-node cleanup for dynk8s pool nodes, run every few minutes by the CronJob dynk8s-stale-node-cleanup in
-# kube-system (infra/addons_cleanup.go puts this file into a ConfigMap).
+# kube-system (infra/addons/cleanup.go puts this file into a ConfigMap).
 #
 # The Cluster Autoscaler terminates instances but never deletes their Node objects, and an on-prem cluster has no
 # cloud controller manager to do it, so the Node of every terminated instance stays NotReady for good. Such nodes
@@ -10,13 +10,18 @@
 #   - it carries the label POOL_LABEL, which every dynk8s pool node sets, and its providerID is an AWS one
 #     (aws:///<zone>/<instance-id>), so an on-prem node is never touched even if someone labels it;
 #   - its Ready condition is False or Unknown;
-#   - that condition last changed more than NOT_READY_AFTER_SECONDS ago.
-# A kubelet does not re-create its Node once it has registered (kubernetes/kubernetes#71398). A node whose kubelet is
-# alive but has been NotReady that long is broken anyway; with its Node gone the autoscaler sees the instance as
-# unregistered and terminates it after --max-node-provision-time.
+#   - that condition last changed more than NOT_READY_AFTER_SECONDS ago;
+#   - and EC2 says the instance is gone: ec2:DescribeInstances answers terminated or shutting-down, or no longer
+#     knows the instance id (InvalidInstanceID.NotFound, about an hour after termination).
+# The Node of an instance that still exists (pending, running, stopping, stopped) is never deleted, however long it
+# has been NotReady: a tunnel outage makes every node NotReady, and a kubelet does not re-create its Node once it has
+# registered (kubernetes/kubernetes#71398), so deleting it would strand a live instance. When EC2 cannot be asked the
+# node is kept and the run fails.
 #
-# Environment: POOL_LABEL (label key), NOT_READY_AFTER_SECONDS (positive integer). kubectl uses the pod's service
-# account. The exit status is 1 when a node could not be judged or deleted, so that the Job shows the failure.
+# Environment: POOL_LABEL (label key), NOT_READY_AFTER_SECONDS (positive integer); the AWS CLI reads
+# AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY and AWS_DEFAULT_REGION (an IAM user allowed ec2:DescribeInstances and
+# nothing else); EC2_ENDPOINT_URL, when set, points it at a stand-in (tests). kubectl uses the pod's service account.
+# The exit status is 1 when a node could not be judged or deleted, so that the Job shows the failure.
 set -eu
 
 : "${POOL_LABEL:?POOL_LABEL must name the pool label key}"
@@ -60,6 +65,23 @@ epoch_seconds() {
 	echo $((((era * 146097 + doe - 719468) * 86400) + h * 3600 + mi * 60 + s))
 }
 
+# instance_state prints the EC2 state of instance $1 (pending, running, ..., terminated), or "gone" when EC2 no
+# longer knows it; it fails, with the CLI's message on stderr, when EC2 cannot be asked.
+instance_state() {
+	errors=${TMPDIR:-/tmp}/describe-instances.err
+	if out=$(aws ${EC2_ENDPOINT_URL:+--endpoint-url "$EC2_ENDPOINT_URL"} ec2 describe-instances \
+		--instance-ids "$1" --query 'Reservations[].Instances[].State.Name' --output text 2>"$errors"); then
+		echo "${out:-gone}"
+		return 0
+	fi
+	if grep -q 'InvalidInstanceID.NotFound' "$errors"; then
+		echo gone
+		return 0
+	fi
+	cat "$errors" >&2
+	return 1
+}
+
 now=$(date -u +%s)
 # One line per pool node: name|providerID|Ready status|Ready lastTransitionTime. "|" rather than blanks, because
 # read merges adjacent blanks and an empty providerID would shift the fields.
@@ -94,7 +116,28 @@ while IFS='|' read -r name provider status since; do
 		echo "keep $name: Ready=$status for ${age}s, not more than ${NOT_READY_AFTER_SECONDS}s"
 		continue
 	fi
-	echo "delete $name: Ready=$status for ${age}s, more than ${NOT_READY_AFTER_SECONDS}s"
+	instance=${provider##*/}
+	case $instance in
+	i-[0-9a-f]*) ;;
+	*)
+		echo "node $name: providerID '$provider' names no instance" >&2
+		failed=1
+		continue
+		;;
+	esac
+	if ! state=$(instance_state "$instance"); then
+		echo "node $name: cannot ask EC2 about $instance; keeping it" >&2
+		failed=1
+		continue
+	fi
+	case $state in
+	terminated | shutting-down | gone) ;;
+	*)
+		echo "keep $name: Ready=$status for ${age}s, but instance $instance is $state"
+		continue
+		;;
+	esac
+	echo "delete $name: Ready=$status for ${age}s, more than ${NOT_READY_AFTER_SECONDS}s, instance $instance $state"
 	if ! kubectl delete node "$name" --wait=false; then
 		echo "node $name: delete failed" >&2
 		failed=1
