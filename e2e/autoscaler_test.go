@@ -63,6 +63,10 @@ type stackAutoscaling struct {
 	replay replayPlan
 	// userName and policy are the autoscaler's IAM user and its user policy document.
 	userName, policy string
+	// cleanupUser and cleanupPolicy are the stale-node cleanup's IAM user and its user policy document; cleanup is
+	// its CronJob as rendered, and cleanupScript the script its ConfigMap holds.
+	cleanupUser, cleanupPolicy, cleanupScript string
+	cleanup                                   map[string]any
 	// command, args and env are the autoscaler container's, as rendered (env: the plain values only).
 	command, args []string
 	env           map[string]string
@@ -123,8 +127,21 @@ func loadStackAutoscaling(t *testing.T) stackAutoscaling {
 			s.replay.Groups = append(s.replay.Groups, map[string]any{"name": r.ID, "inputs": in})
 			s.groups[r.ID] = groupTemplate(t, r.ID, in)
 		case userPolicyType:
-			if str(in, "name") == autoscalerName {
+			switch str(in, "name") {
+			case autoscalerName:
 				s.userName, s.policy = str(in, "user"), str(in, "policy")
+			case "node-cleanup":
+				s.cleanupUser, s.cleanupPolicy = str(in, "user"), str(in, "policy")
+			}
+		case "kubernetes:batch/v1:CronJob", "kubernetes:core/v1:ConfigMap":
+			meta, _ := in["metadata"].(map[string]any)
+			if str(meta, "name") != cleanupSA {
+				break
+			}
+			if data, ok := in["data"].(map[string]any); ok {
+				s.cleanupScript = str(data, "cleanup.sh")
+			} else {
+				s.cleanup = in
 			}
 		case deploymentType:
 			meta, _ := in["metadata"].(map[string]any)

@@ -43,8 +43,9 @@ readonly WIREGUARD_GO_VERSION=v0.0.20250522
 readonly WIREGUARD_GO_MODULE_VERSION=v0.0.0-20250521234502-f333402bd9cb
 # Debian packages the e2e tests run, as command:package: etcd for the control plane; for the tunnel tests wg-quick
 # and wg, nft, ip, ping, unshare and nsenter (mount namespaces) and curl (the gateway's key script).
+# The AWS CLI runs the stale-node cleanup script against moto (the cleanup image ships one too).
 readonly DEBIAN_TOOLS=(etcd:etcd-server wg:wireguard-tools wg-quick:wireguard-tools nft:nftables ip:iproute2
-	ping:iputils-ping unshare:util-linux nsenter:util-linux curl:curl)
+	ping:iputils-ping unshare:util-linux nsenter:util-linux curl:curl aws:awscli)
 
 readonly CACHE_DIR="${DYNK8S_TOOLS_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/dynk8s/tools}"
 

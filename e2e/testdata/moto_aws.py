@@ -187,6 +187,18 @@ def vcpus(endpoint, region, key, secret, *types):
     json.dump(out, sys.stdout)
 
 
+def fleet(endpoint, region, key, secret, template):
+    """Launches three instances from a replayed launch template and leaves one terminated, one stopped and one
+    running, for the stale-node cleanup test."""
+    ec2 = boto3.client("ec2", region_name=region, endpoint_url=endpoint, aws_access_key_id=key,
+                       aws_secret_access_key=secret)
+    ids = [i["InstanceId"] for i in ec2.run_instances(LaunchTemplate={"LaunchTemplateName": template}, MinCount=3,
+                                                       MaxCount=3)["Instances"]]
+    ec2.terminate_instances(InstanceIds=[ids[0]])
+    ec2.stop_instances(InstanceIds=[ids[1]])
+    json.dump({"terminated": ids[0], "stopped": ids[1], "running": ids[2]}, sys.stdout)
+
+
 if __name__ == "__main__":
     cmd, args = sys.argv[1], sys.argv[2:]
-    {"setup": setup, "groups": groups, "instances": instances, "vcpus": vcpus}[cmd](*args)
+    {"setup": setup, "groups": groups, "instances": instances, "vcpus": vcpus, "fleet": fleet}[cmd](*args)
