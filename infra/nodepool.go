@@ -109,6 +109,9 @@ func NewNodePool(ctx *pulumi.Context, name string, args *NodePoolArgs, opts ...p
 			&ec2.LaunchTemplateTagSpecificationArgs{ResourceType: pulumi.String("volume"), Tags: instanceTags},
 		},
 		Tags: instanceTags,
+		// The cluster and pool lead the name, so that two stacks in one account can be told apart in the console
+		// and in `aws autoscaling` output; Pulumi appends a unique suffix, so a replacement can be created first.
+		NamePrefix: pulumi.String(args.ClusterName + "-" + pool.Name + "-"),
 	}
 	mixed := pool.Spot || len(pool.InstanceTypes) > 1
 	if !mixed {
@@ -129,6 +132,7 @@ func NewNodePool(ctx *pulumi.Context, name string, args *NodePoolArgs, opts ...p
 		})
 	}
 	groupArgs := &autoscaling.GroupArgs{
+		NamePrefix:         pulumi.String(args.ClusterName + "-" + pool.Name + "-"),
 		MinSize:            pulumi.Int(pool.MinSize),
 		MaxSize:            pulumi.Int(pool.MaxSize),
 		VpcZoneIdentifiers: args.SubnetIDs,

@@ -686,6 +686,16 @@ func TestNamesCarryTheCluster(t *testing.T) {
 		assert.Check(t, strings.HasPrefix(name, "homelab-"), "%s %s is tagged Name=%s", r.Type, r.Name, name)
 	}
 	assert.Check(t, named > 10, "only %d resources carry a Name tag", named)
+
+	// Groups and launch templates are named by the provider from a prefix: cluster, then pool.
+	for _, typ := range []string{"aws:autoscaling/group:Group", "aws:ec2/launchTemplate:LaunchTemplate"} {
+		var prefixes []string
+		for _, r := range res.Cloud.ByType(typ) {
+			prefixes = append(prefixes, in(&r, "namePrefix").(string))
+		}
+		sort.Strings(prefixes)
+		assert.DeepEqual(t, prefixes, []string{"homelab-builders-arm-", "homelab-builders-x86-"})
+	}
 }
 
 // TestVersionSkew: nodes may be older than the control plane, never newer (the Kubernetes version skew policy); the

@@ -24,9 +24,11 @@ LT_IGNORED = {
     "description": "shown in the console only",
     "tags": "tags of the template itself, not of what it launches",
     "updateDefaultVersion": "Terraform-side: new versions become the default; the group pins its version anyway",
+    "namePrefix": "the provider makes the name from it; the replay keeps the mock engine's name",
 }
 GROUP_IGNORED = {
     "waitForCapacityTimeout": "Terraform-side wait, no API parameter",
+    "namePrefix": "the provider makes the name from it; the replay keeps the mock engine's name",
 }
 
 
