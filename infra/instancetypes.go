@@ -32,6 +32,7 @@ func instanceTypes(ctx *pulumi.Context, cfg *config.Config, zones []string) (map
 			MemoryMiB:    res.MemorySize,
 			Spot:         slices.Contains(res.SupportedUsagesClasses, "spot"),
 			AutoRecovery: res.AutoRecoverySupported,
+			Hibernation:  res.HibernationSupported,
 		}
 	}
 	if len(types) > 0 {

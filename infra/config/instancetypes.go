@@ -21,6 +21,7 @@ type InstanceType struct {
 	MemoryMiB    int
 	Spot         bool // "spot" is among its supported usage classes
 	AutoRecovery bool // simplified automatic recovery is supported
+	Hibernation  bool // on-demand instances of it can hibernate
 	// Zones are the stack's zones where it is offered, in the stack's zone order.
 	Zones []string
 }

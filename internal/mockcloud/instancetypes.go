@@ -26,6 +26,8 @@ type family struct {
 	sizes map[string]int
 	// zones limits the zone letters the family is offered in (a newer family not yet everywhere); nil: all.
 	zones string
+	// noHibernation: the family cannot hibernate (the stand-in's newest families and Macs).
+	noHibernation bool
 }
 
 var families = map[string]family{
@@ -45,11 +47,12 @@ var families = map[string]family{
 	"r6g": {arch: "arm64", memPerVCPU: 8192, smallest: "medium", largest: 64},
 	"r7g": {arch: "arm64", memPerVCPU: 8192, smallest: "medium", largest: 64},
 	// The newest Graviton family, offered in two of the three zones of the stand-in region.
-	"c8g": {arch: "arm64", memPerVCPU: 2048, smallest: "medium", zones: "ab"},
-	"m8g": {arch: "arm64", memPerVCPU: 4096, smallest: "medium", zones: "ab"},
+	"c8g": {arch: "arm64", memPerVCPU: 2048, smallest: "medium", zones: "ab", noHibernation: true},
+	"m8g": {arch: "arm64", memPerVCPU: 4096, smallest: "medium", zones: "ab", noHibernation: true},
 	"t4g": {arch: "arm64", burstable: true},
 	// A Mac family: neither x86_64 nor arm64 as Linux knows them.
-	"mac2": {arch: "arm64_mac", memPerVCPU: 1365, smallest: "metal", sizes: map[string]int{"metal": 12}},
+	"mac2": {arch: "arm64_mac", memPerVCPU: 1365, smallest: "metal", sizes: map[string]int{"metal": 12},
+		noHibernation: true},
 }
 
 // burstableSizes are the T-family shapes (t3, t3a, t4g share them): vCPUs and MiB.
@@ -124,6 +127,7 @@ func (c *Cloud) getInstanceType(args resource.PropertyMap) (resource.PropertyMap
 		"supportedArchitectures": arch,
 		"supportedUsagesClasses": usage,
 		"autoRecoverySupported":  t.fam.arch != "arm64_mac",
+		"hibernationSupported":   !t.fam.noHibernation,
 		"currentGeneration":      true,
 	}), nil
 }
