@@ -26,7 +26,8 @@ type InstanceType struct {
 	Zones []string
 }
 
-// ArchOf is the architecture of an instance type from its supported architectures ("x86_64", "arm64", "i386", "x86_64_mac", ...).
+// ArchOf is the architecture of an instance type from its supported architectures ("x86_64", "arm64", "i386",
+// "x86_64_mac", ...).
 func ArchOf(supported []string) kube.Arch {
 	for _, a := range []kube.Arch{kube.ArchX86_64, kube.ArchArm64} {
 		if slices.Contains(supported, string(a)) {
