@@ -14,6 +14,8 @@ type InstanceShape struct {
 	Arch      kube.Arch
 	VCPU      int
 	MemoryMiB int
+	// Hibernates: the type can hibernate a Fedora instance (see instanceFamily.hibernation).
+	Hibernates bool
 }
 
 // instanceFamily describes one EC2 family: its architecture and memory per vCPU. Sizes follow the common EC2
@@ -24,6 +26,11 @@ type instanceFamily struct {
 	burstable    bool
 	smallestSize string // the smallest size the family has ("medium" or "large")
 	largest      int    // the vCPUs of the largest size, when it is below the table's 24xlarge
+	// hibernation: the family is on AWS's list of hibernation instance families for a Fedora image. AWS supports
+	// hibernating Fedora (34 or later, with additional configuration) on Nitro Intel and AMD types only; its
+	// Graviton list names Amazon Linux and Ubuntu images alone (EC2 User Guide, "Prerequisites for EC2 instance
+	// hibernation", https://docs.aws.amazon.com/AWSEC2/latest/UserGuide/hibernating-prerequisites.html).
+	hibernation bool
 }
 
 // familySizes are the families whose sizes break the common pattern: c5 has 9xlarge and 18xlarge instead of
@@ -37,15 +44,15 @@ var familySizes = map[string]map[string]int{
 // purpose 4 GiB/vCPU, compute optimized 2 GiB/vCPU, memory optimized 8 GiB/vCPU); Graviton families end in "g".
 var instanceFamilies = map[string]instanceFamily{
 	// x86_64, Intel and AMD
-	"m5": {arch: kube.ArchX86_64, memPerVCPU: 4096, smallestSize: "large"}, "m5a": {arch: kube.ArchX86_64, memPerVCPU: 4096, smallestSize: "large"},
-	"m6i": {arch: kube.ArchX86_64, memPerVCPU: 4096, smallestSize: "large"}, "m6a": {arch: kube.ArchX86_64, memPerVCPU: 4096, smallestSize: "large"},
-	"m7i": {arch: kube.ArchX86_64, memPerVCPU: 4096, smallestSize: "large"}, "m7a": {arch: kube.ArchX86_64, memPerVCPU: 4096, smallestSize: "medium"},
-	"c5": {arch: kube.ArchX86_64, memPerVCPU: 2048, smallestSize: "large"}, "c5a": {arch: kube.ArchX86_64, memPerVCPU: 2048, smallestSize: "large"},
-	"c6i": {arch: kube.ArchX86_64, memPerVCPU: 2048, smallestSize: "large"}, "c6a": {arch: kube.ArchX86_64, memPerVCPU: 2048, smallestSize: "large"},
-	"c7i": {arch: kube.ArchX86_64, memPerVCPU: 2048, smallestSize: "large"}, "c7a": {arch: kube.ArchX86_64, memPerVCPU: 2048, smallestSize: "medium"},
-	"r5": {arch: kube.ArchX86_64, memPerVCPU: 8192, smallestSize: "large"}, "r6i": {arch: kube.ArchX86_64, memPerVCPU: 8192, smallestSize: "large"},
-	"r6a": {arch: kube.ArchX86_64, memPerVCPU: 8192, smallestSize: "large"}, "r7i": {arch: kube.ArchX86_64, memPerVCPU: 8192, smallestSize: "large"},
-	"t3": {arch: kube.ArchX86_64, burstable: true}, "t3a": {arch: kube.ArchX86_64, burstable: true},
+	"m5": {arch: kube.ArchX86_64, hibernation: true, memPerVCPU: 4096, smallestSize: "large"}, "m5a": {arch: kube.ArchX86_64, hibernation: true, memPerVCPU: 4096, smallestSize: "large"},
+	"m6i": {arch: kube.ArchX86_64, hibernation: true, memPerVCPU: 4096, smallestSize: "large"}, "m6a": {arch: kube.ArchX86_64, hibernation: true, memPerVCPU: 4096, smallestSize: "large"},
+	"m7i": {arch: kube.ArchX86_64, hibernation: true, memPerVCPU: 4096, smallestSize: "large"}, "m7a": {arch: kube.ArchX86_64, hibernation: true, memPerVCPU: 4096, smallestSize: "medium"},
+	"c5": {arch: kube.ArchX86_64, hibernation: true, memPerVCPU: 2048, smallestSize: "large"}, "c5a": {arch: kube.ArchX86_64, hibernation: true, memPerVCPU: 2048, smallestSize: "large"},
+	"c6i": {arch: kube.ArchX86_64, hibernation: true, memPerVCPU: 2048, smallestSize: "large"}, "c6a": {arch: kube.ArchX86_64, hibernation: true, memPerVCPU: 2048, smallestSize: "large"},
+	"c7i": {arch: kube.ArchX86_64, hibernation: true, memPerVCPU: 2048, smallestSize: "large"}, "c7a": {arch: kube.ArchX86_64, hibernation: true, memPerVCPU: 2048, smallestSize: "medium"},
+	"r5": {arch: kube.ArchX86_64, hibernation: true, memPerVCPU: 8192, smallestSize: "large"}, "r6i": {arch: kube.ArchX86_64, hibernation: true, memPerVCPU: 8192, smallestSize: "large"},
+	"r6a": {arch: kube.ArchX86_64, hibernation: true, memPerVCPU: 8192, smallestSize: "large"}, "r7i": {arch: kube.ArchX86_64, hibernation: true, memPerVCPU: 8192, smallestSize: "large"},
+	"t3": {arch: kube.ArchX86_64, hibernation: true, burstable: true}, "t3a": {arch: kube.ArchX86_64, hibernation: true, burstable: true},
 	// arm64, Graviton
 	"m6g": {arch: kube.ArchArm64, largest: 64, memPerVCPU: 4096, smallestSize: "medium"}, "m7g": {arch: kube.ArchArm64, largest: 64, memPerVCPU: 4096, smallestSize: "medium"},
 	"m8g": {arch: kube.ArchArm64, memPerVCPU: 4096, smallestSize: "medium"},
@@ -84,7 +91,7 @@ func LookupInstanceType(name string) (InstanceShape, error) {
 		if !ok {
 			return InstanceShape{}, fmt.Errorf("unknown size %q of burstable family %s", size, family)
 		}
-		s.Arch = f.arch
+		s.Arch, s.Hibernates = f.arch, f.hibernation
 		return s, nil
 	}
 	v, ok := vcpusBySize[size]
@@ -94,7 +101,7 @@ func LookupInstanceType(name string) (InstanceShape, error) {
 	if !ok || (size == "medium" && f.smallestSize != "medium") || (f.largest != 0 && v > f.largest) {
 		return InstanceShape{}, fmt.Errorf("unknown size %q of family %s", size, family)
 	}
-	return InstanceShape{Arch: f.arch, VCPU: v, MemoryMiB: v * f.memPerVCPU}, nil
+	return InstanceShape{Arch: f.arch, VCPU: v, MemoryMiB: v * f.memPerVCPU, Hibernates: f.hibernation}, nil
 }
 
 func knownFamilies() string {

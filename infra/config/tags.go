@@ -90,11 +90,16 @@ const (
 // templateResources are the cpu, memory and ephemeral-storage a node of the pool offers pods, by resource name.
 func (p NodePool) templateResources() map[string]string {
 	out := map[string]string{}
+	heldBack := diskHeldBackGiB
 	if shape, err := LookupInstanceType(first(p.InstanceTypes)); err == nil {
 		out["cpu"] = strconv.Itoa(shape.VCPU)
 		out["memory"] = strconv.Itoa(int(float64(shape.MemoryMiB)*(1-memoryHeldBack))-evictionMemMiB) + "Mi"
+		if p.WarmPool != nil && p.WarmPool.State == WarmHibernated {
+			// Hibernation writes the RAM to the root volume: that much of it is not the pods'.
+			heldBack += ceilGiB(shape.MemoryMiB)
+		}
 	}
-	if disk := float64(p.VolumeSizeGiB-diskHeldBackGiB) * (1 - evictionFsShare); disk >= 1 {
+	if disk := float64(p.VolumeSizeGiB-heldBack) * (1 - evictionFsShare); disk >= 1 {
 		out["ephemeral-storage"] = strconv.Itoa(int(disk)) + "Gi"
 	}
 	return out
