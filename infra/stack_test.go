@@ -694,3 +694,21 @@ func TestVersionSkew(t *testing.T) {
 		"dynk8s:kubernetes.version 1.34.4 is newer than the control plane's v1.33.6")
 	assert.ErrorContains(t, run("1.34"), "kubernetesVersion")
 }
+
+// TestWarmPoolInTheStack: nodePools[i].warmPool reaches that pool's group and hook, and only that pool's; the
+// example stacks keep every pool cold.
+func TestWarmPoolInTheStack(t *testing.T) {
+	for _, g := range runStack(t, devConfig(t)).Cloud.ByType("aws:autoscaling/group:Group") {
+		assert.Check(t, in(&g, "warmPool") == nil, "%s: warm pools are opt-in", g.Name)
+	}
+	c := devConfig(t)
+	pool(c, 0)["warmPool"] = map[string]any{"size": 2, "state": "Running"}
+	res := runStack(t, c)
+	x86 := find(t, res, "aws:autoscaling/group:Group", "pool-builders-x86-asg")
+	assert.Equal(t, dig(in(x86, "warmPool"), "poolState"), "Running")
+	assert.Equal(t, dig(in(x86, "warmPool"), "minSize"), float64(2))
+	hook := find(t, res, "aws:autoscaling/lifecycleHook:LifecycleHook", "pool-builders-x86-launch")
+	assert.Equal(t, in(hook, "autoscalingGroupName"), mockcloud.Plain(x86.Outputs["name"], true))
+	assert.Check(t, res.Cloud.Find("aws:autoscaling/lifecycleHook:LifecycleHook", "pool-builders-arm-launch") == nil)
+	assert.Check(t, in(find(t, res, "aws:autoscaling/group:Group", "pool-builders-arm-asg"), "warmPool") == nil)
+}
