@@ -112,8 +112,8 @@ func Run(ctx context.Context, client kubernetes.Interface, o Options, out io.Wri
 	t := NewTracker(o.Pool, pod.Name, o.Fuse, existing, o.Now())
 	fmt.Fprintf(out, "timeline: pod %s/%s for pool %s (%d node(s) there already; limit %s)\n", o.Namespace,
 		pod.Name, o.Pool, len(existing), o.Limit)
-	print := printer(out)
-	print(t.Steps())
+	emit := printer(out)
+	emit(t.Steps())
 	defer func() {
 		// Whatever ended the run, ctx included: the pod goes.
 		del, cancel := context.WithTimeout(context.WithoutCancel(ctx), 30*time.Second)
@@ -175,7 +175,7 @@ func Run(ctx context.Context, client kubernetes.Interface, o Options, out io.Wri
 				return t, fmt.Errorf("watch: %v", apiStatus(ev.Object))
 			}
 			steps, err := t.observe(ev, o.Now())
-			print(steps)
+			emit(steps)
 			if err != nil {
 				return t, err
 			}
