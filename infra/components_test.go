@@ -194,3 +194,72 @@ func TestNodePoolComponent(t *testing.T) {
 	overrides := asList(asMap(asMap(in(group, "mixedInstancesPolicy"))["launchTemplate"])["overrides"])
 	assert.Equal(t, len(overrides), 2)
 }
+
+// TestNodePoolWarmPool: a pool with a warm pool declares it on its group at an absolute size, never reusing scaled-in
+// nodes, with the launch hook its boot completes; hibernation is configured in the launch template only for the
+// Hibernated state; a pool without one has neither.
+func TestNodePoolWarmPool(t *testing.T) {
+	declare := func(pool config.NodePool) func(ctx *pulumi.Context) error {
+		return func(ctx *pulumi.Context) error {
+			_, err := infra.NewNodePool(ctx, "pool-"+pool.Name, &infra.NodePoolArgs{
+				ClusterName: "lab",
+				Pool:        pool,
+				GroupTags:   []config.Tag{{Key: "k8s.io/cluster-autoscaler/lab", Value: "owned"}},
+				Node: cloudinit.NodeInput{
+					KubernetesVersion: kube.Version{Major: 1, Minor: 34, Patch: 4}, APIServerEndpoint: "10.0.0.1:6443",
+					JoinTokenParameter: "/dynk8s/lab/join-token", ClusterName: "lab", PoolName: pool.Name,
+					Labels: pool.NodeLabels(),
+				},
+				CACertHashes:       pulumi.ToStringArray([]string{"sha256:" + strings.Repeat("ab", 32)}),
+				SubnetIDs:          pulumi.ToStringArray([]string{"subnet-1"}),
+				SecurityGroupID:    pulumi.String("sg-1"),
+				InstanceProfileARN: pulumi.String("arn:aws:iam::1:instance-profile/lab-node"),
+			})
+			return err
+		}
+	}
+	warm := config.NodePool{
+		Name: "warm", Arch: kube.ArchX86_64, InstanceTypes: []string{"m7i.xlarge"}, MaxSize: 5, VolumeSizeGiB: 60,
+		AMIID: "ami-0123456789abcdef0", WarmPool: &config.WarmPool{Size: 2, State: config.WarmHibernated},
+	}
+	assert.Equal(t, infra.LaunchHook(warm), infra.LaunchHookName)
+	cloud := runComponent(t, declare(warm))
+	group := mustFind(t, cloud, "aws:autoscaling/group:Group", "pool-warm-asg")
+	assert.DeepEqual(t, in(group, "warmPool"), map[string]any{
+		"poolState": "Hibernated", "minSize": float64(2), "maxGroupPreparedCapacity": float64(2),
+		"instanceReusePolicy": map[string]any{"reuseOnScaleIn": false},
+	})
+	assert.Equal(t, in(group, "forceDeleteWarmPool"), true)
+	assert.DeepEqual(t, in(mustFind(t, cloud, "aws:ec2/launchTemplate:LaunchTemplate", "pool-warm-lt"), "hibernationOptions"),
+		map[string]any{"configured": true})
+	hook := mustFind(t, cloud, "aws:autoscaling/lifecycleHook:LifecycleHook", "pool-warm-launch")
+	assert.Equal(t, hook.Parent, "pool-warm")
+	assert.Equal(t, in(hook, "autoscalingGroupName"), mockcloud.Plain(group.Outputs["name"], true))
+	assert.Equal(t, in(hook, "name"), infra.LaunchHookName)
+	assert.Equal(t, in(hook, "lifecycleTransition"), "autoscaling:EC2_INSTANCE_LAUNCHING")
+	assert.Equal(t, in(hook, "defaultResult"), "ABANDON", "an instance whose boot never completes is replaced")
+	heartbeat := in(hook, "heartbeatTimeout").(float64)
+	assert.Check(t, heartbeat > cloudinit.JoinTimeout.Seconds() && heartbeat <= 7200,
+		"the hook outlasts the boot's own deadline, within AWS's 7200 s: %v", heartbeat)
+
+	stopped := warm
+	stopped.Name, stopped.WarmPool = "stopped", &config.WarmPool{Size: 1, State: config.WarmStopped}
+	cloud = runComponent(t, declare(stopped))
+	assert.Equal(t, asMap(in(mustFind(t, cloud, "aws:autoscaling/group:Group", "pool-stopped-asg"), "warmPool"))["poolState"], "Stopped")
+	assert.Check(t, in(mustFind(t, cloud, "aws:ec2/launchTemplate:LaunchTemplate", "pool-stopped-lt"), "hibernationOptions") == nil,
+		"hibernation only for the Hibernated state")
+
+	cold := warm
+	cold.Name, cold.WarmPool = "cold", nil
+	assert.Equal(t, infra.LaunchHook(cold), "")
+	cloud = runComponent(t, declare(cold))
+	assert.Check(t, in(mustFind(t, cloud, "aws:autoscaling/group:Group", "pool-cold-asg"), "warmPool") == nil)
+	assert.Check(t, cloud.Find("aws:autoscaling/lifecycleHook:LifecycleHook", "pool-cold-launch") == nil,
+		"no launch hook: nothing would complete it")
+	mustFind(t, cloud, "aws:autoscaling/lifecycleHook:LifecycleHook", "pool-cold-drain")
+
+	mixed := warm
+	mixed.InstanceTypes = []string{"m7i.xlarge", "m6i.xlarge"}
+	err := mockcloud.Run(declare(mixed), "test", mockcloud.StackConfig{}, mockcloud.New("us-west-2"))
+	assert.ErrorContains(t, err, "a warm pool needs an on-demand pool of one instance type")
+}

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"time"
 
 	"github.com/pulumi/pulumi-aws/sdk/v6/go/aws/autoscaling"
 	"github.com/pulumi/pulumi-aws/sdk/v6/go/aws/ec2"
@@ -19,6 +20,27 @@ const NodePoolType = "dynk8s:infra:NodePool"
 // drainMarginSeconds is how much longer than the drain a terminating instance waits: the handler polls IMDS every
 // two seconds and cordons first.
 const drainMarginSeconds = 60
+
+// LaunchHookName is the launch lifecycle hook of a pool with a warm pool. A launching instance waits in
+// Warmed:Pending:Wait (entering the warm pool) and again in Pending:Wait (entering service, from the warm pool or
+// launched directly when the pool is empty) until its boot completes the action for this hook (join.env
+// DYNK8S_LAUNCH_HOOK, set from LaunchHook), or the heartbeat ends and the default result, ABANDON, terminates it.
+// Without the hook the group would stop a warm instance as soon as it launched, in the middle of its preparation
+// (EC2 Auto Scaling User Guide, "Use lifecycle hooks with a warm pool in Auto Scaling group").
+const LaunchHookName = "dynk8s-launch"
+
+// launchHookHeartbeatSeconds is how long a launching instance may hold its hook: the boot's own deadline
+// (cloudinit.JoinTimeout) and a margin, so the hook never abandons an instance whose boot is still within it.
+const launchHookHeartbeatSeconds = int(cloudinit.JoinTimeout/time.Second) + drainMarginSeconds
+
+// LaunchHook is the launch lifecycle hook a pool's boot must complete: LaunchHookName with a warm pool, "" without
+// one (then the group has no launch hook and nothing waits for the boot).
+func LaunchHook(pool config.NodePool) string {
+	if pool.WarmPool == nil {
+		return ""
+	}
+	return LaunchHookName
+}
 
 // NodePool is one entry of dynk8s:nodePools: a Fedora image lookup, a launch template and an Auto Scaling Group
 // that the Cluster Autoscaler discovers by its tags and scales, from zero, between the pool's min and max.
@@ -60,6 +82,10 @@ func NewNodePool(ctx *pulumi.Context, name string, args *NodePoolArgs, opts ...p
 		return nil, errors.New("node pool: args are required")
 	}
 	pool := args.Pool
+	mixed := pool.Spot || len(pool.InstanceTypes) > 1
+	if pool.WarmPool != nil && mixed {
+		return nil, fmt.Errorf("node pool %q: a warm pool needs an on-demand pool of one instance type", name)
+	}
 	comp := &NodePool{Name: pool.Name}
 	if err := ctx.RegisterComponentResource(NodePoolType, name, comp, opts...); err != nil {
 		return nil, err
@@ -113,7 +139,10 @@ func NewNodePool(ctx *pulumi.Context, name string, args *NodePoolArgs, opts ...p
 		// and in `aws autoscaling` output; Pulumi appends a unique suffix, so a replacement can be created first.
 		NamePrefix: pulumi.String(args.ClusterName + "-" + pool.Name + "-"),
 	}
-	mixed := pool.Spot || len(pool.InstanceTypes) > 1
+	if pool.WarmPool != nil && pool.WarmPool.State == config.WarmHibernated {
+		// A warm pool hibernates only instances launched with hibernation configured.
+		ltArgs.HibernationOptions = &ec2.LaunchTemplateHibernationOptionsArgs{Configured: pulumi.Bool(true)}
+	}
 	if !mixed {
 		ltArgs.InstanceType = pulumi.String(pool.InstanceTypes[0])
 	}
@@ -144,6 +173,21 @@ func NewNodePool(ctx *pulumi.Context, name string, args *NodePoolArgs, opts ...p
 		// No Capacity Rebalancing: it launches a replacement and then terminates the at-risk spot node itself,
 		// without notice; the two-minute interruption notice and the termination handler's drain cover spot.
 		CapacityRebalance: pulumi.Bool(false),
+		// Warm instances never joined the cluster: removing the warm pool (or the group) need not wait for them.
+		ForceDeleteWarmPool: pulumi.Bool(true),
+	}
+	if w := pool.WarmPool; w != nil {
+		// MinSize and MaxGroupPreparedCapacity both at Size: the warm pool then has that absolute size (PutWarmPool
+		// API reference) and refills after every scale-up, rather than shrinking as the group grows. The
+		// Cluster Autoscaler neither counts nor sees warm instances: it reads the group's Instances from
+		// DescribeAutoScalingGroups, which lists no warm pool instance (see README, "Scale-up: cold or warm").
+		groupArgs.WarmPool = &autoscaling.GroupWarmPoolArgs{
+			PoolState:                pulumi.String(w.State),
+			MinSize:                  pulumi.Int(w.Size),
+			MaxGroupPreparedCapacity: pulumi.Int(w.Size),
+			// A scaled-in node is terminated, never returned to the pool (config: reuseOnScaleIn is refused).
+			InstanceReusePolicy: &autoscaling.GroupWarmPoolInstanceReusePolicyArgs{ReuseOnScaleIn: pulumi.Bool(false)},
+		}
 	}
 	if mixed {
 		var overrides autoscaling.GroupMixedInstancesPolicyLaunchTemplateOverrideArray
@@ -206,6 +250,21 @@ func NewNodePool(ctx *pulumi.Context, name string, args *NodePoolArgs, opts ...p
 		DefaultResult:        pulumi.String("CONTINUE"),
 	}, parent); err != nil {
 		return nil, fmt.Errorf("node pool %q: termination hook: %w", name, err)
+	}
+
+	// The launch hook, a resource of its own for the reason above. An instance the warm pool launches in the
+	// seconds before the hook exists (its first fill, right after the group gets the warm pool) is stopped without
+	// waiting; its boot prepares again on its next start, which is then slower, not wrong.
+	if hook := LaunchHook(pool); hook != "" {
+		if _, err := autoscaling.NewLifecycleHook(ctx, name+"-launch", &autoscaling.LifecycleHookArgs{
+			AutoscalingGroupName: group.Name,
+			Name:                 pulumi.String(hook),
+			LifecycleTransition:  pulumi.String("autoscaling:EC2_INSTANCE_LAUNCHING"),
+			HeartbeatTimeout:     pulumi.Int(launchHookHeartbeatSeconds),
+			DefaultResult:        pulumi.String("ABANDON"),
+		}, parent); err != nil {
+			return nil, fmt.Errorf("node pool %q: launch hook: %w", name, err)
+		}
 	}
 
 	comp.ImageID = image.Id()

@@ -740,6 +740,27 @@ func TestInstanceTypesAskEC2(t *testing.T) {
 			"dynk8s:gateway.instanceType", "InvalidInstanceType"},
 		"gateway on a Mac": {func(c map[string]any) { obj(c, "gateway")["instanceType"] = "mac2.metal" },
 			"dynk8s:gateway.instanceType", "neither an x86_64 nor an arm64 type"},
+		// The hibernation prerequisites that depend on the type: a hibernated warm pool.
+		"hibernated on graviton": {func(c map[string]any) {
+			p := pool(c, 1)
+			p["spot"], p["instanceTypes"], p["amiId"] = false, []any{"c7g.2xlarge"}, "ami-0123456789abcdef0"
+			p["warmPool"] = map[string]any{"state": "Hibernated"}
+		}, "dynk8s:nodePools[1].warmPool.state", "c7g.2xlarge cannot hibernate"},
+		"hibernated on a type EC2 does not hibernate": {func(c map[string]any) {
+			p := pool(c, 1)
+			p["spot"], p["instanceTypes"], p["amiId"] = false, []any{"c8g.2xlarge"}, "ami-0123456789abcdef0"
+			p["warmPool"] = map[string]any{"state": "Hibernated"}
+		}, "dynk8s:nodePools[1].warmPool.state", "c8g.2xlarge cannot hibernate"},
+		"hibernated with too much RAM": {func(c map[string]any) {
+			p := pool(c, 0)
+			p["instanceTypes"], p["amiId"], p["volumeSizeGiB"] = []any{"r7i.8xlarge"}, "ami-0123456789abcdef0", 400
+			p["warmPool"] = map[string]any{"state": "Hibernated"}
+		}, "dynk8s:nodePools[0].warmPool.state", "262144 MiB of RAM"},
+		"hibernated on a volume without room for the RAM": {func(c map[string]any) {
+			p := pool(c, 0)
+			p["amiId"], p["volumeSizeGiB"] = "ami-0123456789abcdef0", 25
+			p["warmPool"] = map[string]any{"state": "Hibernated"}
+		}, "dynk8s:nodePools[0].warmPool.state", "must hold the RAM of c7i.2xlarge (16 GiB)"},
 	} {
 		t.Run(name, func(t *testing.T) {
 			c := devConfig(t)
@@ -768,4 +789,22 @@ func TestInstanceTypesAskEC2(t *testing.T) {
 		}
 	}
 	assert.DeepEqual(t, looked, []string{"t4g.micro", "c7i.2xlarge", "c8g.4xlarge"})
+}
+
+// TestWarmPoolInTheStack: nodePools[i].warmPool reaches that pool's group and hook, and only that pool's; the
+// example stacks keep every pool cold.
+func TestWarmPoolInTheStack(t *testing.T) {
+	for _, g := range runStack(t, devConfig(t)).Cloud.ByType("aws:autoscaling/group:Group") {
+		assert.Check(t, in(&g, "warmPool") == nil, "%s: warm pools are opt-in", g.Name)
+	}
+	c := devConfig(t)
+	pool(c, 0)["warmPool"] = map[string]any{"size": 2, "state": "Running"}
+	res := runStack(t, c)
+	x86 := find(t, res, "aws:autoscaling/group:Group", "pool-builders-x86-asg")
+	assert.Equal(t, dig(in(x86, "warmPool"), "poolState"), "Running")
+	assert.Equal(t, dig(in(x86, "warmPool"), "minSize"), float64(2))
+	hook := find(t, res, "aws:autoscaling/lifecycleHook:LifecycleHook", "pool-builders-x86-launch")
+	assert.Equal(t, in(hook, "autoscalingGroupName"), mockcloud.Plain(x86.Outputs["name"], true))
+	assert.Check(t, res.Cloud.Find("aws:autoscaling/lifecycleHook:LifecycleHook", "pool-builders-arm-launch") == nil)
+	assert.Check(t, in(find(t, res, "aws:autoscaling/group:Group", "pool-builders-arm-asg"), "warmPool") == nil)
 }

@@ -29,6 +29,7 @@ LT_IGNORED = {
 GROUP_IGNORED = {
     "waitForCapacityTimeout": "Terraform-side wait, no API parameter",
     "namePrefix": "the provider makes the name from it; the replay keeps the mock engine's name",
+    "forceDeleteWarmPool": "Terraform-side: how a warm pool is deleted, no API parameter",
 }
 
 
@@ -77,7 +78,8 @@ def launch_template_data(name, inputs):
             # Already base64, as the API takes it; check it is.
             base64.b64decode(value, validate=True)
             data["UserData"] = value
-        elif key in ("blockDeviceMappings", "metadataOptions", "iamInstanceProfile", "imageId", "instanceType"):
+        elif key in ("blockDeviceMappings", "metadataOptions", "iamInstanceProfile", "imageId", "instanceType",
+                     "hibernationOptions"):
             data[camel_to_pascal(key)] = api_struct(value)
         else:
             sys.exit(f"launch template {name}: input {key!r} is not replayed; teach moto_aws.py about it")
@@ -86,7 +88,7 @@ def launch_template_data(name, inputs):
 
 def group_params(name, inputs):
     params = {"AutoScalingGroupName": name}
-    suspended = []
+    suspended, warm = [], None
     for key, value in inputs.items():
         if key in GROUP_IGNORED:
             continue
@@ -108,10 +110,14 @@ def group_params(name, inputs):
             ]
         elif key == "suspendedProcesses":
             suspended = value
+        elif key == "warmPool":
+            # Its own call (PutWarmPool) once the group exists; moto 5.2.1 keeps the configuration but launches no
+            # warm instance (moto/autoscaling/models.py, describe_warm_pool).
+            warm = {"AutoScalingGroupName": name, **api_struct(value)}
         else:
             sys.exit(f"group {name}: input {key!r} is not replayed; teach moto_aws.py about it")
     # The stack never sets the desired capacity (the autoscaler owns it); the API then starts at MinSize.
-    return params, suspended
+    return params, suspended, warm
 
 
 def setup(endpoint, region):
@@ -143,10 +149,12 @@ def setup(endpoint, region):
         ids[lt["id"]] = ec2.create_launch_template(LaunchTemplateName=lt["name"],
                                                    LaunchTemplateData=data)["LaunchTemplate"]["LaunchTemplateId"]
     for g in plan["groups"]:
-        params, suspended = group_params(g["name"], substitute(g["inputs"], ids))
+        params, suspended, warm = group_params(g["name"], substitute(g["inputs"], ids))
         asg.create_auto_scaling_group(**params)
         if suspended:
             asg.suspend_processes(AutoScalingGroupName=g["name"], ScalingProcesses=suspended)
+        if warm:
+            asg.put_warm_pool(**warm)
 
     users = {}
     for u in plan["users"]:

@@ -143,6 +143,38 @@ type NodePool struct {
 	InstanceRefresh bool `key:"instanceRefresh" default:"false"`
 	// Autoscaling are the autoscaler's options for this pool (optional).
 	Autoscaling PoolAutoscaling `key:"autoscaling"`
+	// WarmPool keeps prepared, stopped instances beside the group (optional; nil: every scale-up boots cold).
+	WarmPool *WarmPool `key:"warmPool"`
+}
+
+// Warm pool states: what a prepared instance waits in (the group's warm pool PoolState).
+const (
+	WarmStopped    = "Stopped"
+	WarmHibernated = "Hibernated"
+	WarmRunning    = "Running"
+)
+
+// WarmPool is dynk8s:nodePools[i].warmPool: the group's warm pool. Its instances boot, prepare (everything that does
+// not need the cluster) and wait in State; a scale-up takes one from there and it only joins.
+type WarmPool struct {
+	// Size is how many prepared instances wait, whatever the group runs: the warm pool's minimum size and its
+	// maximum prepared capacity both (only then is the warm pool's size absolute, per the PutWarmPool API).
+	Size int `key:"size" default:"1"`
+	// State is what they wait in: Stopped (volumes billed), Hibernated (volumes billed, memory kept) or Running
+	// (billed as a running instance).
+	State string `key:"state" default:"Stopped"`
+	// ReuseOnScaleIn would return a scaled-in node to the warm pool instead of terminating it: refused, see
+	// validateWarmPool.
+	ReuseOnScaleIn bool `key:"reuseOnScaleIn" default:"false"`
+}
+
+// WarmInstances is how many warm instances the pool keeps when it runs no node (0 without a warm pool): each bills
+// its root volume, and in the Running state the instance too.
+func (p NodePool) WarmInstances() int {
+	if p.WarmPool == nil {
+		return 0
+	}
+	return p.WarmPool.Size
 }
 
 // Autoscaler is dynk8s:autoscaler.

@@ -219,6 +219,22 @@ func TestBadConfig(t *testing.T) {
 		{"pool unneeded time not a duration", func(c map[string]any) {
 			pool(c, 0)["autoscaling"] = map[string]any{"scaleDownUnneededTime": "soon"}
 		}, "dynk8s:nodePools[0].autoscaling.scaleDownUnneededTime", "duration"},
+		{"warm pool on a spot pool", func(c map[string]any) { pool(c, 1)["warmPool"] = map[string]any{} }, "dynk8s:nodePools[1].warmPool", "on-demand pool of one instance type"},
+		{"warm pool on a pool of two types", func(c map[string]any) {
+			pool(c, 0)["instanceTypes"] = []any{"c7i.2xlarge", "c6i.2xlarge"}
+			pool(c, 0)["warmPool"] = map[string]any{}
+		}, "dynk8s:nodePools[0].warmPool", "mixed instances policy"},
+		{"warm pool of zero", func(c map[string]any) { pool(c, 0)["warmPool"] = map[string]any{"size": 0} }, "dynk8s:nodePools[0].warmPool.size", "1..maxSize (4)"},
+		{"warm pool above maxSize", func(c map[string]any) { pool(c, 0)["warmPool"] = map[string]any{"size": 5} }, "dynk8s:nodePools[0].warmPool.size", "1..maxSize (4)"},
+		{"warm pool state unknown", func(c map[string]any) { pool(c, 0)["warmPool"] = map[string]any{"state": "stopped"} }, "dynk8s:nodePools[0].warmPool.state", "Stopped, Hibernated or Running"},
+		{"warm pool reuse on scale-in", func(c map[string]any) {
+			pool(c, 0)["warmPool"] = map[string]any{"reuseOnScaleIn": true}
+		}, "dynk8s:nodePools[0].warmPool.reuseOnScaleIn", "cordoned, tainted Node"},
+		{"warm pool key misspelt", func(c map[string]any) { pool(c, 0)["warmPool"] = map[string]any{"sise": 1} }, "dynk8s:nodePools[0].warmPool.sise", "unknown key"},
+		{"warm pool not a map", func(c map[string]any) { pool(c, 0)["warmPool"] = 2 }, "dynk8s:nodePools[0].warmPool", "must be a map"},
+		{"hibernated on the stock image", func(c map[string]any) {
+			pool(c, 0)["warmPool"] = map[string]any{"state": "Hibernated"}
+		}, "dynk8s:nodePools[0].warmPool.state", "set amiId"},
 		{"cleanup under five minutes", func(c map[string]any) { obj(c, "cleanup")["notReadyAfter"] = "2m" }, "dynk8s:cleanup.notReadyAfter", "at least 5m"},
 		{"cleanup not a duration", func(c map[string]any) { obj(c, "cleanup")["notReadyAfter"] = "soon" }, "dynk8s:cleanup.notReadyAfter", "duration"},
 		{"identity flag not a boolean", func(c map[string]any) { obj(c, "identity")["sessionManager"] = "yes please" }, "dynk8s:identity.sessionManager", "true or false"},
@@ -238,6 +254,36 @@ func TestBadConfig(t *testing.T) {
 			assert.Check(t, is.Contains(err.Error(), tc.path+": "), "the message names the key path")
 		})
 	}
+}
+
+// TestWarmPool: an empty warmPool takes its defaults, the pools without one keep none, and a hibernated pool's
+// template node leaves the RAM's room on the root volume out of its ephemeral storage.
+func TestWarmPool(t *testing.T) {
+	c := devConfig(t)
+	pool(c, 0)["warmPool"] = map[string]any{}
+	cfg, err := parse(t, c)
+	assert.NilError(t, err)
+	assert.DeepEqual(t, cfg.NodePools[0].WarmPool, &config.WarmPool{Size: 1, State: config.WarmStopped})
+	assert.Equal(t, cfg.NodePools[0].WarmInstances(), 1)
+	assert.Check(t, cfg.NodePools[1].WarmPool == nil)
+	assert.Equal(t, cfg.NodePools[1].WarmInstances(), 0)
+
+	storage := func(cfg *config.Config) string {
+		// A c7i.2xlarge, as EC2 describes it.
+		for _, tag := range cfg.GroupTags(cfg.NodePools[0], config.InstanceType{VCPU: 8, MemoryMiB: 16384}) {
+			if tag.Key == "k8s.io/cluster-autoscaler/node-template/resources/ephemeral-storage" {
+				return tag.Value
+			}
+		}
+		return ""
+	}
+	assert.Equal(t, storage(cfg), "63Gi", "(80 GiB - 10 GiB of OS) less the 10% eviction threshold")
+	pool(c, 0)["warmPool"] = map[string]any{"size": 4, "state": "Hibernated"}
+	pool(c, 0)["amiId"] = "ami-0123456789abcdef0"
+	cfg, err = parse(t, c)
+	assert.NilError(t, err)
+	assert.Equal(t, cfg.NodePools[0].WarmInstances(), 4)
+	assert.Equal(t, storage(cfg), "48Gi", "a c7i.2xlarge's 16 GiB of RAM held back too")
 }
 
 // TestPoolAutoscalingOptionsBecomeTags: the autoscaler reads per-group options from the group's tags.

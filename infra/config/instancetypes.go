@@ -115,6 +115,11 @@ func (c *Config) CheckInstanceTypes(types map[string]InstanceType, lookupErrs ma
 				warnings = append(warnings, fmt.Sprintf("%s: %s is offered only in %s of the stack's zones %s; the "+
 					"group launches it there only", ip, name, strings.Join(t.Zones, ", "), strings.Join(zones, ", ")))
 			}
+			if p.WarmPool != nil && p.WarmPool.State == WarmHibernated && p.AMIID != "" {
+				if msg := hibernationPrerequisites(p, t); msg != "" {
+					r.addf(fmt.Sprintf("%snodePools[%d].warmPool.state", ns, i), "%s", msg)
+				}
+			}
 			if first.Name == "" {
 				first = t
 				continue

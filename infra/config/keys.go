@@ -34,6 +34,9 @@ func appendKeys(out []Key, path string, f reflect.StructField) []Key {
 	def, hasDef := f.Tag.Lookup("default")
 	out = append(out, Key{Path: path, Default: def, HasDefault: hasDef})
 	t := f.Type
+	if t.Kind() == reflect.Pointer {
+		t = t.Elem() // an optional value: its keys are those of what it points to
+	}
 	if t.Kind() == reflect.Slice && t.Elem().Kind() == reflect.Struct {
 		path, t = path+"[i]", t.Elem()
 	}

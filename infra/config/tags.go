@@ -95,11 +95,16 @@ var tagCountShape = InstanceType{VCPU: 1, MemoryMiB: 1024}
 // shape is what EC2 says of the pool's first instance type (no cpu or memory when unknown).
 func (p NodePool) templateResources(shape InstanceType) map[string]string {
 	out := map[string]string{}
+	heldBack := diskHeldBackGiB
 	if shape.VCPU > 0 {
 		out["cpu"] = strconv.Itoa(shape.VCPU)
 		out["memory"] = strconv.Itoa(int(float64(shape.MemoryMiB)*(1-memoryHeldBack))-evictionMemMiB) + "Mi"
+		if p.WarmPool != nil && p.WarmPool.State == WarmHibernated {
+			// Hibernation writes the RAM to the root volume: that much of it is not the pods'.
+			heldBack += ceilGiB(shape.MemoryMiB)
+		}
 	}
-	if disk := float64(p.VolumeSizeGiB-diskHeldBackGiB) * (1 - evictionFsShare); disk >= 1 {
+	if disk := float64(p.VolumeSizeGiB-heldBack) * (1 - evictionFsShare); disk >= 1 {
 		out["ephemeral-storage"] = strconv.Itoa(int(disk)) + "Gi"
 	}
 	return out

@@ -234,6 +234,7 @@ func validatePools(r *reader, c *Config) {
 		if u := p.Autoscaling.ScaleDownUtilizationThreshold; u != nil && (*u <= 0 || *u > 1) {
 			r.addf(pp+"autoscaling.scaleDownUtilizationThreshold", "must be in (0, 1], got %v", *u)
 		}
+		validateWarmPool(r, pp, p)
 		validateTagLimits(r, pp, c, p)
 		if n := len(c.GroupTags(p, tagCountShape)); n > maxGroupTags {
 			r.addf(pp+"labels", "the pool needs %d Auto Scaling Group tags (one per label and taint plus %d of "+
@@ -242,6 +243,84 @@ func validatePools(r *reader, c *Config) {
 		}
 	}
 }
+
+// maxHibernationMemoryMiB is the most RAM EC2 hibernates a Linux instance with (EC2 User Guide, "Prerequisites for
+// EC2 instance hibernation": instance RAM size).
+const maxHibernationMemoryMiB = 150 * 1024
+
+// validateWarmPool checks a pool's warm pool against what AWS accepts and what a node that joins from it needs.
+func validateWarmPool(r *reader, pp string, p NodePool) {
+	w := p.WarmPool
+	if w == nil {
+		return
+	}
+	wp := pp + "warmPool."
+	if p.Spot || len(p.InstanceTypes) > 1 {
+		// PutWarmPool "cannot be called on an Auto Scaling group that has a mixed instances policy or a launch
+		// template or launch configuration that requests Spot Instances" (EC2 Auto Scaling API reference); a pool
+		// with spot or with several types is such a group here.
+		r.addf(pp+"warmPool", "needs an on-demand pool of one instance type: AWS refuses a warm pool on a group "+
+			"that requests spot instances or has a mixed instances policy (spot: %t, %d instance types)",
+			p.Spot, len(p.InstanceTypes))
+	}
+	if w.Size < 1 || w.Size > p.MaxSize {
+		r.addf(wp+"size", "must be 1..maxSize (%d): the warm instances wait to become the group's nodes, got %d",
+			p.MaxSize, w.Size)
+	}
+	switch w.State {
+	case WarmStopped, WarmRunning:
+	case WarmHibernated:
+		validateHibernation(r, wp+"state", p)
+	default:
+		r.addf(wp+"state", "must be %s, %s or %s, got %q", WarmStopped, WarmHibernated, WarmRunning, w.State)
+	}
+	if w.ReuseOnScaleIn {
+		// A node the autoscaler scales in has been drained, cordoned and tainted ToBeDeletedByClusterAutoscaler; its
+		// kubelet keeps /etc/kubernetes/kubelet.conf and its Node object stays. Returned to the warm pool and started
+		// again, it would come back as that cordoned Node (or, past cleanup.notReadyAfter, as a kubelet whose Node
+		// the cleanup job deleted), and the boot, which does nothing on a node that has joined, would not repair it.
+		r.addf(wp+"reuseOnScaleIn", "is not supported: a scaled-in node keeps its kubelet credentials and its "+
+			"cordoned, tainted Node object, and nothing resets them before it would serve again; scaled-in "+
+			"nodes are terminated and the warm pool refills with fresh instances")
+	}
+}
+
+// validateHibernation checks the hibernation prerequisites the config can see: an Intel or AMD type of a family
+// that hibernates Fedora, RAM within the limit, a root volume (always encrypted here, as hibernation requires) with
+// room for the RAM, and an image prepared for hibernation: AWS requires additional configuration on Fedora, which
+// the stock Fedora Cloud image lacks, so the pool must name its own image.
+func validateHibernation(r *reader, path string, p NodePool) {
+	if p.AMIID == "" {
+		r.addf(path, "Hibernated needs an image configured for hibernation (AWS requires additional configuration "+
+			"on Fedora: a swap area for the RAM and the resume setup, which the stock Fedora Cloud image lacks): "+
+			"set amiId to such an image, or use Stopped")
+		return
+	}
+	// The type's part (EC2's hibernationSupported, RAM, the volume's room for it) is checked with what EC2 says of
+	// the type, at preview: hibernationPrerequisites.
+}
+
+// hibernationPrerequisites are the prerequisites of a hibernated warm pool that depend on the instance type:
+// EC2 lists the type as hibernating, AWS hibernates Fedora on Nitro Intel and AMD types only (its Graviton list
+// names Amazon Linux and Ubuntu images alone: EC2 User Guide, "Prerequisites for EC2 instance hibernation",
+// https://docs.aws.amazon.com/AWSEC2/latest/UserGuide/hibernating-prerequisites.html), RAM within the limit, and a
+// root volume (always encrypted here, as hibernation requires) with room for the RAM.
+func hibernationPrerequisites(p NodePool, t InstanceType) string {
+	switch {
+	case !t.Hibernation || t.Arch != kube.ArchX86_64:
+		return fmt.Sprintf("Hibernated: %s cannot hibernate a Fedora instance (AWS supports it on Nitro Intel and "+
+			"AMD types only); use Stopped", t.Name)
+	case t.MemoryMiB > maxHibernationMemoryMiB:
+		return fmt.Sprintf("Hibernated: %s has %d MiB of RAM, above the %d MiB EC2 hibernates; use Stopped", t.Name,
+			t.MemoryMiB, maxHibernationMemoryMiB)
+	case p.VolumeSizeGiB < ceilGiB(t.MemoryMiB)+diskHeldBackGiB:
+		return fmt.Sprintf("Hibernated: the root volume (volumeSizeGiB %d) must hold the RAM of %s (%d GiB) besides "+
+			"the %d GiB of OS and images", p.VolumeSizeGiB, t.Name, ceilGiB(t.MemoryMiB), diskHeldBackGiB)
+	}
+	return ""
+}
+
+func ceilGiB(mib int) int { return (mib + 1023) / 1024 }
 
 func validateLabelsAndTaints(r *reader, pp string, p NodePool) {
 	for _, key := range slices.Sorted(maps.Keys(p.Labels)) {
