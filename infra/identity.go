@@ -8,7 +8,6 @@ import (
 	"github.com/pulumi/pulumi-aws/sdk/v6/go/aws"
 	"github.com/pulumi/pulumi-aws/sdk/v6/go/aws/iam"
 	"github.com/pulumi/pulumi-aws/sdk/v6/go/aws/ssm"
-	"github.com/pulumi/pulumi-random/sdk/v4/go/random"
 	"github.com/pulumi/pulumi/sdk/v3/go/pulumi"
 
 	"github.com/dynk8s/dynk8s/infra/config"
@@ -26,13 +25,18 @@ const (
 // JoinTokenParameter is the SSM SecureString that holds "<token-id>.<token-secret>" for the nodes of a cluster.
 func JoinTokenParameter(clusterName string) string { return "/dynk8s/" + clusterName + "/join-token" }
 
+// JoinTokenPlaceholder is the join token parameter's value until the in-cluster rotator first writes a token: not a
+// token, so a node that reads it retries (join.sh) instead of joining with something the cluster never issued.
+const JoinTokenPlaceholder = "none: the dynk8s join token rotator has not written a token yet"
+
 // GatewayKeyParameter is the SSM SecureString that holds the WireGuard gateway's private key.
 func GatewayKeyParameter(clusterName string) string {
 	return "/dynk8s/" + clusterName + "/wireguard-gateway-key"
 }
 
-// Identity holds who may do what: the node and gateway roles (each may read exactly one SSM parameter), the
-// Cluster Autoscaler's IAM user (it runs on-prem, outside AWS, so it needs a key) and the join token.
+// Identity holds who may do what: the node and gateway roles (each may read exactly one SSM parameter), the IAM users
+// of the Cluster Autoscaler and of the join token rotator (both run on-prem, outside AWS, so they need keys), and the
+// join token parameter, which only the rotator writes.
 type Identity struct {
 	pulumi.ResourceState
 
@@ -41,10 +45,9 @@ type Identity struct {
 	AutoscalerAccessKeyID      pulumi.StringOutput `pulumi:"autoscalerAccessKeyId"`
 	// AutoscalerSecretAccessKey is secret.
 	AutoscalerSecretAccessKey pulumi.StringOutput `pulumi:"autoscalerSecretAccessKey"`
-	// BootstrapTokenID is the public half of the join token.
-	BootstrapTokenID pulumi.StringOutput `pulumi:"bootstrapTokenId"`
-	// BootstrapTokenSecret is secret.
-	BootstrapTokenSecret pulumi.StringOutput `pulumi:"bootstrapTokenSecret"`
+	TokenRotatorAccessKeyID   pulumi.StringOutput `pulumi:"tokenRotatorAccessKeyId"`
+	// TokenRotatorSecretAccessKey is secret.
+	TokenRotatorSecretAccessKey pulumi.StringOutput `pulumi:"tokenRotatorSecretAccessKey"`
 	// JoinTokenParameter is the SSM parameter name the nodes read the token from.
 	JoinTokenParameter pulumi.StringOutput `pulumi:"joinTokenParameter"`
 }
@@ -60,11 +63,13 @@ type IdentityArgs struct {
 	// AutoscalerKeyRotation: a new value makes a new autoscaler access key, created before the old one is deleted
 	// (required).
 	AutoscalerKeyRotation string
-	// BootstrapTokenRotation: a new value makes a new join token (required).
+	// BootstrapTokenRotation: a new value makes a new access key for the join token rotator, created before the old
+	// one is deleted (required). The in-cluster half issues a new token for the same value.
 	BootstrapTokenRotation string
 }
 
-// NewIdentity declares the roles, the autoscaler's user and key, and the join token with its SSM parameter.
+// NewIdentity declares the roles, the users and keys of the autoscaler and the token rotator, and the join token's
+// SSM parameter.
 func NewIdentity(ctx *pulumi.Context, name string, args *IdentityArgs, opts ...pulumi.ResourceOption) (*Identity, error) {
 	if args == nil {
 		return nil, errors.New("identity: args are required")
@@ -93,32 +98,17 @@ func NewIdentity(ctx *pulumi.Context, name string, args *IdentityArgs, opts ...p
 		return pulumi.Sprintf("arn:%s:iam::aws:policy/%s", partition.Partition(), policy)
 	}
 
-	// The join token. Both halves come from pulumi-random; changing the rotation value replaces both, and with
-	// them the SSM parameter's value and the in-cluster token Secret, in one `pulumi up`.
-	keepers := pulumi.StringMap{"rotation": pulumi.String(args.BootstrapTokenRotation)}
-	tokenID, err := random.NewRandomString(ctx, name+"-token-id", &random.RandomStringArgs{
-		Length: pulumi.Int(6), Lower: pulumi.Bool(true), Numeric: pulumi.Bool(true),
-		Upper: pulumi.Bool(false), Special: pulumi.Bool(false), Keepers: keepers,
-	}, parent)
-	if err != nil {
-		return fail("token id", err)
-	}
-	tokenSecret, err := random.NewRandomString(ctx, name+"-token-secret", &random.RandomStringArgs{
-		Length: pulumi.Int(16), Lower: pulumi.Bool(true), Numeric: pulumi.Bool(true),
-		Upper: pulumi.Bool(false), Special: pulumi.Bool(false), Keepers: keepers,
-	}, parent, pulumi.AdditionalSecretOutputs([]string{"result"}))
-	if err != nil {
-		return fail("token secret", err)
-	}
-	secret := pulumi.ToSecret(tokenSecret.Result).(pulumi.StringOutput)
+	// The join token's parameter. Pulumi declares it, with a placeholder, and never writes it again: the rotator in
+	// the cluster overwrites it with a fresh token every rotation period, so the value Pulumi last saw is stale by
+	// design and must not count as a change (a second `pulumi up` after rotations shows no diff).
 	tokenParameter := JoinTokenParameter(args.ClusterName)
 	if _, err := ssm.NewParameter(ctx, name+"-join-token", &ssm.ParameterArgs{
 		Name:        pulumi.String(tokenParameter),
 		Type:        pulumi.String("SecureString"),
-		Value:       pulumi.Sprintf("%s.%s", tokenID.Result, secret),
-		Description: pulumi.String("dynk8s kubeadm bootstrap token (<id>.<secret>) read by joining nodes"),
+		Value:       pulumi.String(JoinTokenPlaceholder),
+		Description: pulumi.String("dynk8s kubeadm bootstrap token (<id>.<secret>) read by joining nodes; written by the token rotator in the cluster"),
 		Tags:        tags("join-token"),
-	}, parent); err != nil {
+	}, parent, pulumi.IgnoreChanges([]string{"value"})); err != nil {
 		return fail("join token parameter", err)
 	}
 
@@ -178,21 +168,49 @@ func NewIdentity(ctx *pulumi.Context, name string, args *IdentityArgs, opts ...p
 		return fail("autoscaler access key", err)
 	}
 
+	// The token rotator runs on-prem too. It may overwrite the one parameter and do nothing else in AWS.
+	rotatorPolicy := parameterARN(tokenParameter).ApplyT(func(arn string) (string, error) {
+		return PutParameterPolicy(arn).JSON()
+	}).(pulumi.StringOutput)
+	rotator, err := iam.NewUser(ctx, name+"-token-rotator", &iam.UserArgs{
+		Name: pulumi.String(args.ClusterName + "-join-token-rotator"),
+		Path: pulumi.String("/dynk8s/"),
+		Tags: tags("join-token-rotator"),
+	}, parent)
+	if err != nil {
+		return fail("token rotator user", err)
+	}
+	if _, err := iam.NewUserPolicy(ctx, name+"-token-rotator", &iam.UserPolicyArgs{
+		User:   rotator.Name,
+		Name:   pulumi.String("write-join-token"),
+		Policy: rotatorPolicy,
+	}, parent); err != nil {
+		return fail("token rotator user policy", err)
+	}
+	// As the autoscaler's key, but rotated with the token: an emergency rotation also retires the key that could
+	// write the parameter.
+	rotatorKey, err := iam.NewAccessKey(ctx, name+"-token-rotator-key-"+args.BootstrapTokenRotation, &iam.AccessKeyArgs{
+		User: rotator.Name,
+	}, parent, pulumi.AdditionalSecretOutputs([]string{"secret"}))
+	if err != nil {
+		return fail("token rotator access key", err)
+	}
+
 	comp.NodeInstanceProfileARN = nodeProfile.Profile.Arn
 	comp.GatewayInstanceProfileName = gatewayProfile.Profile.Name
 	comp.AutoscalerAccessKeyID = key.ID().ToStringOutput()
 	comp.AutoscalerSecretAccessKey = pulumi.ToSecret(key.Secret).(pulumi.StringOutput)
-	comp.BootstrapTokenID = tokenID.Result
-	comp.BootstrapTokenSecret = secret
+	comp.TokenRotatorAccessKeyID = rotatorKey.ID().ToStringOutput()
+	comp.TokenRotatorSecretAccessKey = pulumi.ToSecret(rotatorKey.Secret).(pulumi.StringOutput)
 	comp.JoinTokenParameter = pulumi.String(tokenParameter).ToStringOutput()
 	if err := ctx.RegisterResourceOutputs(comp, pulumi.Map{
-		"nodeInstanceProfileArn":     comp.NodeInstanceProfileARN,
-		"gatewayInstanceProfileName": comp.GatewayInstanceProfileName,
-		"autoscalerAccessKeyId":      comp.AutoscalerAccessKeyID,
-		"autoscalerSecretAccessKey":  comp.AutoscalerSecretAccessKey,
-		"bootstrapTokenId":           comp.BootstrapTokenID,
-		"bootstrapTokenSecret":       comp.BootstrapTokenSecret,
-		"joinTokenParameter":         comp.JoinTokenParameter,
+		"nodeInstanceProfileArn":      comp.NodeInstanceProfileARN,
+		"gatewayInstanceProfileName":  comp.GatewayInstanceProfileName,
+		"autoscalerAccessKeyId":       comp.AutoscalerAccessKeyID,
+		"autoscalerSecretAccessKey":   comp.AutoscalerSecretAccessKey,
+		"tokenRotatorAccessKeyId":     comp.TokenRotatorAccessKeyID,
+		"tokenRotatorSecretAccessKey": comp.TokenRotatorSecretAccessKey,
+		"joinTokenParameter":          comp.JoinTokenParameter,
 	}); err != nil {
 		return fail("outputs", err)
 	}

@@ -149,7 +149,7 @@ func NewStack(ctx *pulumi.Context, cfg *config.Config) (*Stack, error) {
 	}
 
 	s.Addons, err = addons.NewClusterAddons(ctx, "addons", AddonsArgs(cfg, s.Identity.AutoscalerAccessKeyID,
-		s.Identity.AutoscalerSecretAccessKey, s.Identity.BootstrapTokenID, s.Identity.BootstrapTokenSecret),
+		s.Identity.AutoscalerSecretAccessKey, s.Identity.TokenRotatorAccessKeyID, s.Identity.TokenRotatorSecretAccessKey),
 		pulumi.Providers(k8s))
 	if err != nil {
 		return nil, err
@@ -178,22 +178,26 @@ func NodeInput(cfg *config.Config, pool config.NodePool, caHashes []string, toke
 	}
 }
 
-// AddonsArgs are the in-cluster component's args for a config: the credentials come from Identity in the stack, and
+// AddonsArgs are the in-cluster component's args for a config: the AWS credentials of the autoscaler and of the
+// token rotator come from Identity in the stack, and
 // from fixed values in the real-engine tests, which run the component on its own.
-func AddonsArgs(cfg *config.Config, awsKeyID, awsSecretKey, tokenID, tokenSecret pulumi.StringInput) *addons.ClusterAddonsArgs {
+func AddonsArgs(cfg *config.Config, awsKeyID, awsSecretKey, rotatorKeyID, rotatorSecretKey pulumi.StringInput) *addons.ClusterAddonsArgs {
 	return &addons.ClusterAddonsArgs{
-		ClusterName:          cfg.ClusterName,
-		Region:               cfg.Region,
-		Autoscaler:           cfg.Autoscaler,
-		AutoscalerVersion:    cfg.Derived.AutoscalerVersion,
-		Fuse:                 cfg.Fuse,
-		Cleanup:              cfg.Cleanup,
-		TerminationHandler:   cfg.TerminationHandler,
-		Pools:                cfg.NodePools,
-		AWSAccessKeyID:       awsKeyID,
-		AWSSecretAccessKey:   awsSecretKey,
-		BootstrapTokenID:     tokenID,
-		BootstrapTokenSecret: tokenSecret,
+		ClusterName:                 cfg.ClusterName,
+		Region:                      cfg.Region,
+		Autoscaler:                  cfg.Autoscaler,
+		AutoscalerVersion:           cfg.Derived.AutoscalerVersion,
+		Fuse:                        cfg.Fuse,
+		Cleanup:                     cfg.Cleanup,
+		TerminationHandler:          cfg.TerminationHandler,
+		Pools:                       cfg.NodePools,
+		AWSAccessKeyID:              awsKeyID,
+		AWSSecretAccessKey:          awsSecretKey,
+		JoinTokenParameter:          JoinTokenParameter(cfg.ClusterName),
+		BootstrapTokenTTL:           cfg.Kubernetes.BootstrapTokenTTL,
+		BootstrapTokenRotation:      cfg.Kubernetes.BootstrapTokenRotation,
+		TokenRotatorAccessKeyID:     rotatorKeyID,
+		TokenRotatorSecretAccessKey: rotatorSecretKey,
 	}
 }
 
