@@ -64,11 +64,11 @@ func TokenRotationSchedule(ttl time.Duration) (string, error) {
 	}
 }
 
-// tokenRotatorJobName is the name of the Job that issues a token when the stack is installed or rotated. It carries a
+// TokenRotatorJobName is the name of the Job that issues a token when the stack is installed or rotated. It carries a
 // hash of what the run depends on (the rotation value, the TTL, the parameter, the region), so that a new rotation
 // value, or a change to the run, declares a new Job, which runs once more, while the same config declares the same
 // finished Job and a second `pulumi up` has nothing to do.
-func tokenRotatorJobName(a *ClusterAddonsArgs) string {
+func TokenRotatorJobName(a *ClusterAddonsArgs) string {
 	sum := sha256.Sum256([]byte(fmt.Sprintf("%q %d %q %q", a.BootstrapTokenRotation, a.BootstrapTokenTTL,
 		a.JoinTokenParameter, a.Region)))
 	return TokenRotatorName + "-" + hex.EncodeToString(sum[:])[:10]
@@ -155,7 +155,7 @@ func (b *builder) tokenRotator() (string, error) {
 		return "", fmt.Errorf("cron job: %w", err)
 	}
 
-	jobName := tokenRotatorJobName(a)
+	jobName := TokenRotatorJobName(a)
 	_, err = batchv1.NewJob(b.ctx, b.childName("token-rotator-now"), &batchv1.JobArgs{
 		Metadata: b.workloadMeta(jobName, TokenRotatorName),
 		Spec:     b.tokenRotatorJobSpec(),

@@ -61,7 +61,7 @@ func TestAddonsTokenRotator(t *testing.T) {
 	assert.Equal(t, dig(t, cronJob, "spec", "schedule"), "*/40 * * * *", "a third of the 2h TTL")
 	assert.Equal(t, dig(t, cronJob, "spec", "timeZone"), "Etc/UTC")
 	assert.Equal(t, dig(t, cronJob, "spec", "concurrencyPolicy"), "Forbid")
-	assert.Equal(t, run.rotatorJobName, tokenRotatorJobName(testAddonsArgs()))
+	assert.Equal(t, run.rotatorJobName, TokenRotatorJobName(testAddonsArgs()))
 	job := run.object(t, typeJob, run.rotatorJobName)
 	cronPod := dig(t, cronJob, "spec", "jobTemplate", "spec", "template", "spec")
 	assert.DeepEqual(t, dig(t, job, "spec", "template", "spec"), cronPod)
@@ -99,10 +99,10 @@ func TestAddonsTokenRotator(t *testing.T) {
 // TestTokenRotatorJobName: the same config names the same Job (a second `pulumi up` leaves the finished Job alone);
 // a new rotation value or TTL names a new one, which runs.
 func TestTokenRotatorJobName(t *testing.T) {
-	base := tokenRotatorJobName(testAddonsArgs())
+	base := TokenRotatorJobName(testAddonsArgs())
 	assert.Check(t, regexp.MustCompile(`^`+TokenRotatorName+`-[0-9a-f]{10}$`).MatchString(base), base)
 	assert.Check(t, len(base) <= 63, "%s is not a valid label value for the Job's pods", base)
-	assert.Equal(t, tokenRotatorJobName(testAddonsArgs()), base)
+	assert.Equal(t, TokenRotatorJobName(testAddonsArgs()), base)
 	for what, mutate := range map[string]func(*ClusterAddonsArgs){
 		"rotation":  func(a *ClusterAddonsArgs) { a.BootstrapTokenRotation = "2" },
 		"ttl":       func(a *ClusterAddonsArgs) { a.BootstrapTokenTTL = 3 * time.Hour },
@@ -110,7 +110,7 @@ func TestTokenRotatorJobName(t *testing.T) {
 	} {
 		a := testAddonsArgs()
 		mutate(a)
-		assert.Check(t, tokenRotatorJobName(a) != base, "a new %s keeps the Job name", what)
+		assert.Check(t, TokenRotatorJobName(a) != base, "a new %s keeps the Job name", what)
 	}
 	rotated := mustRunAddons(t, func() *ClusterAddonsArgs {
 		a := testAddonsArgs()
