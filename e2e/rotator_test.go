@@ -137,11 +137,23 @@ func TestTokenRotator(t *testing.T) {
 
 	// 4. A token past its expiration (a rotator stopped for longer than the TTL, shortened here) is refused.
 	expiring := r.run(ctx, t, c, []string{"TOKEN_TTL_SECONDS=4"})
+	if got := ssm.getParameter(t, cfg.Region, param); got != expiring.token {
+		t.Fatalf("SSM does not hold the expiring token")
+	}
+	checkExpiredToken(ctx, t, c, expiring, second, func() joinRun { return node.join(ctx, t, input, 10) })
+
+	// 5. Rotate now: a new rotation value renames the install Job, which replaces it (a new Job issues a token at
+	// once) and nothing else.
+	cfg.Kubernetes.BootstrapTokenRotation = "e2e-rotate-now"
+	checkRotateNow(ctx, t, s, cfg)
+}
+
+// checkExpiredToken waits for the token cleaner to delete the expiring token, then checks that the API server
+// refuses it, that cluster-info is no longer signed with it (while still with the valid one), and that join fails.
+func checkExpiredToken(ctx context.Context, t *testing.T, c cluster, expiring, valid issued, join func() joinRun) {
+	t.Helper()
 	waitGone(ctx, t, c, expiring.name, 90*time.Second)
 	checkWhoAmI(ctx, t, c, expiring.token, false)
-	if got := ssm.getParameter(t, cfg.Region, param); got != expiring.token {
-		t.Fatalf("SSM does not hold the expired token")
-	}
 	// Token discovery needs cluster-info signed with the token; the bootstrapsigner drops an expired token's
 	// signature, and kubeadm waits for one in vain (in --dry-run it does not print why, only the real join does).
 	var cm struct {
@@ -153,20 +165,22 @@ func TestTokenRotator(t *testing.T) {
 	if _, ok := cm.Data["jws-kubeconfig-"+expiring.id]; ok {
 		t.Errorf("cluster-info is still signed with the expired token %s", expiring.id)
 	}
-	if _, ok := cm.Data["jws-kubeconfig-"+second.id]; !ok {
-		t.Errorf("cluster-info is not signed with the valid token %s: the check above proves nothing", second.id)
+	if _, ok := cm.Data["jws-kubeconfig-"+valid.id]; !ok {
+		t.Errorf("cluster-info is not signed with the valid token %s: the check above proves nothing", valid.id)
 	}
-	run = node.join(ctx, t, input, 10)
+	run := join()
 	if run.err == nil || strings.Contains(run.output, "This node has joined the cluster") {
 		t.Fatalf("join.sh joined with an expired token:\n%s", run.output)
 	}
 	if !strings.Contains(run.output, "FAILED: kubeadm join: gave up") {
 		t.Errorf("join output lacks the reason:\n%s", run.output)
 	}
+}
 
-	// 5. Rotate now: a new rotation value renames the install Job, which replaces it (a new Job issues a token at
-	// once) and nothing else.
-	cfg.Kubernetes.BootstrapTokenRotation = "e2e-rotate-now"
+// checkRotateNow runs up with cfg's new rotation value: only the install Job may change, replaced by one of the name
+// the component gives the new value.
+func checkRotateNow(ctx context.Context, t *testing.T, s *pulumiStack, cfg *config.Config) {
+	t.Helper()
 	rot, err := s.Up(ctx, optup.ProgressStreams(s.log), optup.ErrorProgressStreams(s.log))
 	if err != nil {
 		t.Fatalf("up with a new rotation value: %v", err)
@@ -180,24 +194,15 @@ func TestTokenRotator(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	jobs := 0
+	var jobs []string
 	for _, o := range objs {
 		if o.Kind == "Job" {
-			jobs++
-			if want := rotatorJobName(t, cfg); o.Name != want {
-				t.Errorf("the install Job is %s, want %s", o.Name, want)
-			}
+			jobs = append(jobs, o.Name)
 		}
 	}
-	if jobs != 1 {
-		t.Errorf("%d install Jobs after the rotation", jobs)
+	if want := addons.TokenRotatorJobName(infra.AddonsArgs(cfg, nil, nil, nil, nil)); !slices.Equal(jobs, []string{want}) {
+		t.Errorf("install Jobs after the rotation %v, want [%s]", jobs, want)
 	}
-}
-
-// rotatorJobName is the install Job's name the component gives for cfg.
-func rotatorJobName(t *testing.T, cfg *config.Config) string {
-	t.Helper()
-	return addons.TokenRotatorJobName(infra.AddonsArgs(cfg, nil, nil, nil, nil))
 }
 
 // rotator is the script and the environment the cluster gives the rotator's pod, set up to run on this machine.
