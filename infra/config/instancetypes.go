@@ -25,7 +25,7 @@ type InstanceType struct {
 	Zones []string
 }
 
-// Arch of an instance type from its supported architectures ("x86_64", "arm64", "i386", "x86_64_mac", ...).
+// ArchOf is the arch of an instance type from its supported architectures ("x86_64", "arm64", "i386", "x86_64_mac", ...).
 func ArchOf(supported []string) kube.Arch {
 	for _, a := range []kube.Arch{kube.ArchX86_64, kube.ArchArm64} {
 		if slices.Contains(supported, string(a)) {
