@@ -44,7 +44,9 @@ type fakeAWS struct {
 	ssmFailures int
 	ssmError    string
 	// params are the SecureStrings GetParameter can return.
-	params      map[string]string
+	params map[string]string
+	// queued values of a parameter are served one per GetParameter, before params; "" answers ParameterNotFound.
+	queued      map[string][]string
 	ssmRequests int
 	problems    []string
 }
@@ -104,6 +106,9 @@ func (f *fakeAWS) serveSSM(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	v, ok := f.params[req.Name]
+	if q := f.queued[req.Name]; len(q) > 0 {
+		v, ok, f.queued[req.Name] = q[0], q[0] != "", q[1:]
+	}
 	if !ok {
 		w.WriteHeader(http.StatusBadRequest)
 		_, _ = io.WriteString(w, `{"__type":"ParameterNotFound"}`)

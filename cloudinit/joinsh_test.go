@@ -82,7 +82,8 @@ func TestJoinRetriesThenJoins(t *testing.T) {
 	assert.Check(t, is.Contains(calls, "systemctl enable --now crio.service\n"))
 	assert.Check(t, is.Contains(calls, "systemctl enable kubelet.service\n"))
 	joinCmd := "kubeadm join --config " + filepath.Join(run.root, "run/dynk8s/kubeadm-join.yaml") + "\n"
-	assert.Check(t, is.Contains(calls, joinCmd+"kubeadm reset --force\n"+joinCmd), "a failed join is reset before the next")
+	assert.Check(t, is.Contains(calls, joinCmd+"kubeadm reset --force\n"), "a failed join is reset before the next")
+	assert.Check(t, is.Equal(strings.Count(calls, joinCmd), 2))
 
 	bt := jc.Discovery.BootstrapToken
 	assert.Check(t, is.Equal(bt.Token, testToken))
@@ -193,17 +194,54 @@ func TestJoinGivesUpWhenAPIServerIsUnreachable(t *testing.T) {
 	assert.Check(t, is.Contains(failed[0], "curl: (7)"))
 }
 
-// A parameter that does not hold a bootstrap token fails at once, without echoing its value.
+// A parameter that does not hold a bootstrap token is not joined with: the script retries, and at its deadline gives
+// up with that reason, never echoing the value.
 func TestJoinRefusesMalformedToken(t *testing.T) {
 	t.Parallel()
 	ud, aws := joinFixture(t, 0)
 	aws.params[testTokenParameter] = "Not-A-Token-but-a-secret"
-	run := runScript(t, ud, joinScript, aws, nil, nil)
+	run := runScript(t, ud, joinScript, aws, map[string]string{"DYNK8S_DEADLINE_SECONDS": "2"}, nil)
 	assert.Check(t, run.exitCode != 0)
 	failed := failedLines(run.stderr)
 	assert.Assert(t, is.Len(failed, 1), run.stderr)
-	assert.Check(t, is.Contains(failed[0], "does not hold a bootstrap token"))
+	assert.Check(t, is.Contains(failed[0], "read the join token from SSM parameter "+testTokenParameter+": gave up after"))
+	assert.Check(t, is.Contains(failed[0], "it holds no bootstrap token"))
 	assert.Check(t, !strings.Contains(run.stderr, "Not-A-Token-but-a-secret"))
+	assert.Check(t, !strings.Contains(run.file("calls"), "kubeadm join"), "kubeadm ran without a token")
+}
+
+// A fresh install: the node boots before the stack has created the parameter, then finds the placeholder the stack
+// declares it with, and only then the first token the cluster's rotator writes. It waits, says why at each attempt,
+// and joins with that token.
+func TestJoinWaitsForTheFirstToken(t *testing.T) {
+	t.Parallel()
+	ud, aws := joinFixture(t, 0)
+	aws.queued = map[string][]string{testTokenParameter: {"", "", "none: the dynk8s join token rotator has not written a token yet"}}
+	run := runScript(t, ud, joinScript, aws, nil, nil)
+	assert.Equal(t, run.exitCode, 0)
+	step := "read the join token from SSM parameter " + testTokenParameter
+	assert.Check(t, is.Contains(run.stderr, step+": attempt 1 failed: SSM GetParameter "+testTokenParameter+
+		": HTTP 400 ParameterNotFound (not created yet)"))
+	assert.Check(t, is.Contains(run.stderr, step+": attempt 3 failed: it holds no bootstrap token"))
+	assert.Check(t, is.Contains(run.stderr, step+": succeeded on attempt 4\n"))
+	assert.Check(t, !strings.Contains(run.stderr, "rotator has not written a token yet"), "the value is in the log")
+	assert.Equal(t, parseJoinConfig(t, run.file("join-config.yaml")).Discovery.BootstrapToken.Token, testToken)
+}
+
+// A join that fails (here: kubeadm refuses, as it does a token that expired since it was read) is retried with the
+// token SSM holds by then, not with the one the failed attempt used.
+func TestJoinRereadsTheTokenAfterAFailedJoin(t *testing.T) {
+	t.Parallel()
+	ud, aws := joinFixture(t, 0)
+	const old = "oldtok.0123456789abcdef"
+	aws.queued = map[string][]string{testTokenParameter: {old}}
+	run := runScript(t, ud, joinScript, aws, map[string]string{"STUB_KUBEADM_FAILURES": "1"}, nil)
+	assert.Equal(t, run.exitCode, 0)
+	assert.Check(t, is.Contains(run.stderr, "kubeadm join: succeeded on attempt 2"))
+	assert.Equal(t, parseJoinConfig(t, run.file("join-config.yaml")).Discovery.BootstrapToken.Token, testToken)
+	aws.mu.Lock()
+	defer aws.mu.Unlock()
+	assert.Equal(t, aws.ssmRequests, 2, "one read before each join attempt")
 }
 
 // A node that already joined: the script does nothing and touches nothing.

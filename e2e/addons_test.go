@@ -23,18 +23,19 @@ import (
 	"github.com/dynk8s/dynk8s/internal/mockcloud"
 )
 
-// Fixed values in place of what the full stack takes from pulumi-random and IAM, whose providers cannot run here.
+// Fixed values in place of the access keys the full stack takes from IAM, whose provider cannot run here.
 const (
-	e2eTokenID          = "e2etok"
-	e2eTokenSecret      = "0123456789abcdef"
 	e2eAWSKeyID         = "AKIAE2ETESTKEY000001"
 	e2eAWSSecretKey     = "e2e/secret+access+key+not+real+000000"
 	e2eCleanupKeyID     = "AKIAE2ECLEANUPKEY001"
 	e2eCleanupSecretKey = "e2e/cleanup+access+key+not+real+00000"
+	e2eRotatorKeyID     = "AKIAE2EROTATORKEY001"
+	e2eRotatorSecretKey = "e2e/rotator+key+not+real+0000000000"
 
 	autoscalerSA = "cluster-autoscaler"
 	cleanupSA    = "dynk8s-stale-node-cleanup"
 	nthSA        = "aws-node-termination-handler"
+	rotatorSA    = addons.TokenRotatorName
 )
 
 // devConfig is the dev stack's validated config, read from the repository's own Pulumi.dev.yaml so this test runs
@@ -74,7 +75,7 @@ func addonsProgram(c cluster, cfg *config.Config, pools *[]config.NodePool) pulu
 		args := infra.AddonsArgs(&withPools, infra.Credentials{
 			AutoscalerKeyID: pulumi.String(e2eAWSKeyID), AutoscalerSecret: pulumi.String(e2eAWSSecretKey),
 			CleanupKeyID: pulumi.String(e2eCleanupKeyID), CleanupSecret: pulumi.String(e2eCleanupSecretKey),
-			TokenID: pulumi.String(e2eTokenID), TokenSecret: pulumi.String(e2eTokenSecret),
+			RotatorKeyID: pulumi.String(e2eRotatorKeyID), RotatorSecret: pulumi.String(e2eRotatorSecretKey),
 		})
 		// No kubelet runs here, so no workload ever becomes ready; the provider must not wait for it.
 		args.SkipAwait = true
@@ -84,7 +85,8 @@ func addonsProgram(c cluster, cfg *config.Config, pools *[]config.NodePool) pulu
 }
 
 // TestClusterAddonsLifecycle runs the component through up, a no-op up, an in-place update and destroy, checking
-// the live objects, their RBAC and the bootstrap token against the real API server at each step. The steps share
+// the live objects and their RBAC against the real API server at each step (the join token rotator's runs are
+// TestTokenRotator's). The steps share
 // one stack and depend on each other, so the first failure ends the test.
 func TestClusterAddonsLifecycle(t *testing.T) {
 	c := requireCluster(t)
@@ -134,13 +136,7 @@ func TestClusterAddonsLifecycle(t *testing.T) {
 	// 2. RBAC suffices, and no more.
 	checkRBAC(ctx, t, c)
 
-	// 3. The bootstrap token authenticates as a kubeadm node join token.
-	checkBootstrapToken(ctx, t, c)
-	if t.Failed() {
-		t.FailNow()
-	}
-
-	// 4a. A second up with the same config changes nothing.
+	// 3a. A second up with the same config changes nothing.
 	start = time.Now()
 	again, err := s.Up(ctx, optup.ExpectNoChanges(), optup.ProgressStreams(s.log), optup.ErrorProgressStreams(s.log))
 	if err != nil {
@@ -151,7 +147,7 @@ func TestClusterAddonsLifecycle(t *testing.T) {
 	}
 	t.Logf("second up: %s, no changes", time.Since(start).Round(time.Millisecond))
 
-	// 4b. A changed pool taint updates the objects that tolerate it in place.
+	// 3b. A changed pool taint updates the objects that tolerate it in place.
 	oldTaint := pools[spotPool].Taints[0]
 	newTaint := oldTaint
 	newTaint.Value = oldTaint.Value + "-e2e"
@@ -181,7 +177,7 @@ func TestClusterAddonsLifecycle(t *testing.T) {
 	}
 	checkTolerations(ctx, t, c, objs, oldTaint, newTaint)
 
-	// 5. destroy leaves none of the stack's objects behind.
+	// 4. destroy leaves none of the stack's objects behind.
 	start = time.Now()
 	if _, err := s.Destroy(ctx, optdestroy.ProgressStreams(s.log)); err != nil {
 		t.Fatalf("destroy: %v", err)
@@ -248,7 +244,9 @@ func checkLive(ctx context.Context, t *testing.T, c cluster, objs []k8sObject) m
 		"ServiceAccount kube-system/" + autoscalerSA,
 		"Deployment kube-system/" + autoscalerSA,
 		"ClusterRole " + autoscalerSA,
-		"Secret kube-system/bootstrap-token-" + e2eTokenID,
+		"ServiceAccount kube-system/" + rotatorSA,
+		"CronJob kube-system/" + rotatorSA,
+		"Secret kube-system/" + addons.TokenRotatorCredentialsName,
 		"ServiceAccount kube-system/" + cleanupSA,
 		"CronJob kube-system/" + cleanupSA,
 		"ServiceAccount kube-system/" + nthSA,
@@ -339,27 +337,6 @@ func checkDeclared(ctx context.Context, t *testing.T, c cluster, cfg *config.Con
 		} else if len(sec.Data) == 0 {
 			t.Errorf("%s: secret %s is empty", k, name)
 		}
-	}
-
-	var tok struct {
-		Type string            `json:"type"`
-		Data map[string]string `json:"data"`
-	}
-	if err := c.getJSON(ctx, &tok, "secret.v1.", "bootstrap-token-"+e2eTokenID, "-n", "kube-system"); err != nil {
-		t.Errorf("bootstrap token secret: %v", err)
-		return
-	}
-	if tok.Type != "bootstrap.kubernetes.io/token" {
-		t.Errorf("bootstrap token secret type %q", tok.Type)
-	}
-	for _, k := range []string{"token-id", "token-secret", "usage-bootstrap-authentication",
-		"usage-bootstrap-signing", "auth-extra-groups"} {
-		if tok.Data[k] == "" {
-			t.Errorf("bootstrap token secret lacks %s", k)
-		}
-	}
-	if _, ok := tok.Data["expiration"]; ok {
-		t.Errorf("bootstrap token secret has an expiration; the design says it must not expire")
 	}
 }
 
@@ -469,6 +446,22 @@ func checkRBAC(ctx context.Context, t *testing.T, c cluster) {
 		all = append(all, expect{nthSA, q, true})
 	}
 	all = append(all, expect{nthSA, canI{verb: "get", resource: "secrets", ns: "kube-system"}, false})
+	// The token rotator creates Secrets in kube-system (RBAC cannot narrow that to a type or a name) and can read,
+	// change or delete none, nor create one anywhere else.
+	all = append(all, expect{rotatorSA, canI{verb: "create", resource: "secrets", ns: "kube-system"}, true})
+	for _, q := range []canI{
+		{verb: "get", resource: "secrets", ns: "kube-system"},
+		{verb: "get", resource: "secrets", name: "bootstrap-token-abcdef", ns: "kube-system"},
+		{verb: "list", resource: "secrets", ns: "kube-system"},
+		{verb: "watch", resource: "secrets", ns: "kube-system"},
+		{verb: "update", resource: "secrets", ns: "kube-system"},
+		{verb: "delete", resource: "secrets", ns: "kube-system"},
+		{verb: "create", resource: "secrets", ns: "default"},
+		{verb: "get", resource: "configmaps", ns: "kube-system"},
+		{verb: "create", resource: "pods", ns: "kube-system"},
+	} {
+		all = append(all, expect{rotatorSA, q, false})
+	}
 
 	for _, e := range all {
 		out, err := c.kubectl(ctx, e.q.args(e.sa)...)
@@ -484,41 +477,6 @@ func checkRBAC(ctx context.Context, t *testing.T, c cluster) {
 		}
 	}
 	t.Logf("%d RBAC questions checked", len(all))
-}
-
-func checkBootstrapToken(ctx context.Context, t *testing.T, c cluster) {
-	t.Helper()
-	var who struct {
-		Status struct {
-			UserInfo struct {
-				Username string   `json:"username"`
-				Groups   []string `json:"groups"`
-			} `json:"userInfo"`
-		} `json:"status"`
-	}
-	out, err := c.kubectl(ctx, "auth", "whoami", "--token", e2eTokenID+"."+e2eTokenSecret, "-o", "json")
-	if err != nil {
-		t.Errorf("whoami with the bootstrap token: %v", err)
-		return
-	}
-	if err := jsonUnmarshal(out, &who); err != nil {
-		t.Error(err)
-		return
-	}
-	u := who.Status.UserInfo
-	if u.Username != "system:bootstrap:"+e2eTokenID {
-		t.Errorf("bootstrap token authenticates as %q, want system:bootstrap:%s", u.Username, e2eTokenID)
-	}
-	for _, g := range []string{"system:bootstrappers", "system:bootstrappers:kubeadm:default-node-token"} {
-		if !slices.Contains(u.Groups, g) {
-			t.Errorf("bootstrap token groups %v lack %s", u.Groups, g)
-		}
-	}
-	// A wrong secret for the same id must not authenticate, or the check above proves nothing.
-	_, err = c.kubectl(ctx, "auth", "whoami", "--token", e2eTokenID+".ffffffffffffffff", "-o", "json")
-	if err == nil || !strings.Contains(err.Error(), "Unauthorized") {
-		t.Errorf("a wrong token secret: got %v, want Unauthorized", err)
-	}
 }
 
 // checkTolerations asserts that every DaemonSet of the stack that tolerated the old taint now tolerates the new one

@@ -246,10 +246,3 @@ func isNotFound(err error) bool {
 }
 
 var errNoObjects = errors.New("the stack manages no Kubernetes objects")
-
-func jsonUnmarshal(s string, v any) error {
-	if err := json.Unmarshal([]byte(s), v); err != nil {
-		return fmt.Errorf("decode %q: %w", s, err)
-	}
-	return nil
-}

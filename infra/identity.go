@@ -8,7 +8,6 @@ import (
 	"github.com/pulumi/pulumi-aws/sdk/v6/go/aws"
 	"github.com/pulumi/pulumi-aws/sdk/v6/go/aws/iam"
 	"github.com/pulumi/pulumi-aws/sdk/v6/go/aws/ssm"
-	"github.com/pulumi/pulumi-random/sdk/v4/go/random"
 	"github.com/pulumi/pulumi/sdk/v3/go/pulumi"
 
 	"github.com/dynk8s/dynk8s/infra/config"
@@ -26,14 +25,18 @@ const (
 // JoinTokenParameter is the SSM SecureString that holds "<token-id>.<token-secret>" for the nodes of a cluster.
 func JoinTokenParameter(clusterName string) string { return "/dynk8s/" + clusterName + "/join-token" }
 
+// JoinTokenPlaceholder is the join token parameter's value until the in-cluster rotator first writes a token: not a
+// token, so a node that reads it retries (join.sh) instead of joining with something the cluster never issued.
+const JoinTokenPlaceholder = "none: the dynk8s join token rotator has not written a token yet"
+
 // GatewayKeyParameter is the SSM SecureString that holds the WireGuard gateway's private key.
 func GatewayKeyParameter(clusterName string) string {
 	return "/dynk8s/" + clusterName + "/wireguard-gateway-key"
 }
 
 // Identity holds who may do what: the node and gateway roles (each may read exactly one SSM parameter), the IAM
-// users of the Cluster Autoscaler and of the stale-node cleanup (they run on-prem, outside AWS, so they need keys)
-// and the join token.
+// users of the workloads that run on-prem, outside AWS, and so need keys (the Cluster Autoscaler, the stale-node
+// cleanup, the join token rotator), and the join token parameter, which only the rotator writes.
 type Identity struct {
 	pulumi.ResourceState
 
@@ -44,11 +47,10 @@ type Identity struct {
 	AutoscalerSecretAccessKey pulumi.StringOutput `pulumi:"autoscalerSecretAccessKey"`
 	CleanupAccessKeyID        pulumi.StringOutput `pulumi:"cleanupAccessKeyId"`
 	// CleanupSecretAccessKey is secret.
-	CleanupSecretAccessKey pulumi.StringOutput `pulumi:"cleanupSecretAccessKey"`
-	// BootstrapTokenID is the public half of the join token.
-	BootstrapTokenID pulumi.StringOutput `pulumi:"bootstrapTokenId"`
-	// BootstrapTokenSecret is secret.
-	BootstrapTokenSecret pulumi.StringOutput `pulumi:"bootstrapTokenSecret"`
+	CleanupSecretAccessKey  pulumi.StringOutput `pulumi:"cleanupSecretAccessKey"`
+	TokenRotatorAccessKeyID pulumi.StringOutput `pulumi:"tokenRotatorAccessKeyId"`
+	// TokenRotatorSecretAccessKey is secret.
+	TokenRotatorSecretAccessKey pulumi.StringOutput `pulumi:"tokenRotatorSecretAccessKey"`
 	// JoinTokenParameter is the SSM parameter name the nodes read the token from.
 	JoinTokenParameter pulumi.StringOutput `pulumi:"joinTokenParameter"`
 }
@@ -64,11 +66,13 @@ type IdentityArgs struct {
 	// AutoscalerKeyRotation: a new value makes new access keys for the on-prem users (the autoscaler's and the
 	// cleanup's), each created before the old one is deleted (required).
 	AutoscalerKeyRotation string
-	// BootstrapTokenRotation: a new value makes a new join token (required).
+	// BootstrapTokenRotation: a new value makes a new access key for the join token rotator, created before the old
+	// one is deleted (required). The in-cluster half issues a new token for the same value.
 	BootstrapTokenRotation string
 }
 
-// NewIdentity declares the roles, the autoscaler's user and key, and the join token with its SSM parameter.
+// NewIdentity declares the roles, the users and keys of the autoscaler and the token rotator, and the join token's
+// SSM parameter.
 func NewIdentity(ctx *pulumi.Context, name string, args *IdentityArgs, opts ...pulumi.ResourceOption) (*Identity, error) {
 	if args == nil {
 		return nil, errors.New("identity: args are required")
@@ -97,32 +101,17 @@ func NewIdentity(ctx *pulumi.Context, name string, args *IdentityArgs, opts ...p
 		return pulumi.Sprintf("arn:%s:iam::aws:policy/%s", partition.Partition(), policy)
 	}
 
-	// The join token. Both halves come from pulumi-random; changing the rotation value replaces both, and with
-	// them the SSM parameter's value and the in-cluster token Secret, in one `pulumi up`.
-	keepers := pulumi.StringMap{"rotation": pulumi.String(args.BootstrapTokenRotation)}
-	tokenID, err := random.NewRandomString(ctx, name+"-token-id", &random.RandomStringArgs{
-		Length: pulumi.Int(6), Lower: pulumi.Bool(true), Numeric: pulumi.Bool(true),
-		Upper: pulumi.Bool(false), Special: pulumi.Bool(false), Keepers: keepers,
-	}, parent)
-	if err != nil {
-		return fail("token id", err)
-	}
-	tokenSecret, err := random.NewRandomString(ctx, name+"-token-secret", &random.RandomStringArgs{
-		Length: pulumi.Int(16), Lower: pulumi.Bool(true), Numeric: pulumi.Bool(true),
-		Upper: pulumi.Bool(false), Special: pulumi.Bool(false), Keepers: keepers,
-	}, parent, pulumi.AdditionalSecretOutputs([]string{"result"}))
-	if err != nil {
-		return fail("token secret", err)
-	}
-	secret := pulumi.ToSecret(tokenSecret.Result).(pulumi.StringOutput)
+	// The join token's parameter. Pulumi declares it, with a placeholder, and never writes it again: the rotator in
+	// the cluster overwrites it with a fresh token every rotation period, so the value Pulumi last saw is stale by
+	// design and must not count as a change (a second `pulumi up` after rotations shows no diff).
 	tokenParameter := JoinTokenParameter(args.ClusterName)
 	if _, err := ssm.NewParameter(ctx, name+"-join-token", &ssm.ParameterArgs{
 		Name:        pulumi.String(tokenParameter),
 		Type:        pulumi.String("SecureString"),
-		Value:       pulumi.Sprintf("%s.%s", tokenID.Result, secret),
-		Description: pulumi.String("dynk8s kubeadm bootstrap token (<id>.<secret>) read by joining nodes"),
+		Value:       pulumi.String(JoinTokenPlaceholder),
+		Description: pulumi.String("dynk8s kubeadm bootstrap token (<id>.<secret>) read by joining nodes; written by the token rotator in the cluster"),
 		Tags:        tags("join-token"),
-	}, parent); err != nil {
+	}, parent, pulumi.IgnoreChanges([]string{"value"})); err != nil {
 		return fail("join token parameter", err)
 	}
 
@@ -155,15 +144,35 @@ func NewIdentity(ctx *pulumi.Context, name string, args *IdentityArgs, opts ...p
 
 	// The Cluster Autoscaler and the stale-node cleanup run on-prem, so they cannot assume a role from instance
 	// metadata: each gets a user of its own with only its own policy.
+	autoscalerPolicy, err := AutoscalerPolicy(args.ClusterName).JSON()
+	if err != nil {
+		return fail("autoscaler policy", err)
+	}
 	autoscalerKey, err := onPremUser(ctx, name+"-autoscaler", args.ClusterName+"-cluster-autoscaler",
-		"cluster-autoscaler", AutoscalerPolicy(args.ClusterName), args.AutoscalerKeyRotation, tags, parent)
+		"cluster-autoscaler", "cluster-autoscaler", pulumi.String(autoscalerPolicy), args.AutoscalerKeyRotation,
+		tags, parent)
 	if err != nil {
 		return fail("autoscaler user", err)
 	}
+	cleanupPolicy, err := CleanupPolicy().JSON()
+	if err != nil {
+		return fail("node cleanup policy", err)
+	}
 	cleanupKey, err := onPremUser(ctx, name+"-cleanup", args.ClusterName+"-node-cleanup", "node-cleanup",
-		CleanupPolicy(), args.AutoscalerKeyRotation, tags, parent)
+		"node-cleanup", pulumi.String(cleanupPolicy), args.AutoscalerKeyRotation, tags, parent)
 	if err != nil {
 		return fail("node cleanup user", err)
+	}
+
+	// The token rotator runs on-prem too. It may overwrite the one parameter and do nothing else in AWS. Its key is
+	// rotated with the token: an emergency rotation also retires the key that could write the parameter.
+	rotatorPolicy := parameterARN(tokenParameter).ApplyT(func(arn string) (string, error) {
+		return PutParameterPolicy(arn).JSON()
+	}).(pulumi.StringOutput)
+	rotatorKey, err := onPremUser(ctx, name+"-token-rotator", args.ClusterName+"-join-token-rotator",
+		"join-token-rotator", "write-join-token", rotatorPolicy, args.BootstrapTokenRotation, tags, parent)
+	if err != nil {
+		return fail("token rotator user", err)
 	}
 
 	comp.NodeInstanceProfileARN = nodeProfile.Profile.Arn
@@ -172,19 +181,19 @@ func NewIdentity(ctx *pulumi.Context, name string, args *IdentityArgs, opts ...p
 	comp.AutoscalerSecretAccessKey = pulumi.ToSecret(autoscalerKey.Secret).(pulumi.StringOutput)
 	comp.CleanupAccessKeyID = cleanupKey.ID().ToStringOutput()
 	comp.CleanupSecretAccessKey = pulumi.ToSecret(cleanupKey.Secret).(pulumi.StringOutput)
-	comp.BootstrapTokenID = tokenID.Result
-	comp.BootstrapTokenSecret = secret
+	comp.TokenRotatorAccessKeyID = rotatorKey.ID().ToStringOutput()
+	comp.TokenRotatorSecretAccessKey = pulumi.ToSecret(rotatorKey.Secret).(pulumi.StringOutput)
 	comp.JoinTokenParameter = pulumi.String(tokenParameter).ToStringOutput()
 	if err := ctx.RegisterResourceOutputs(comp, pulumi.Map{
-		"nodeInstanceProfileArn":     comp.NodeInstanceProfileARN,
-		"gatewayInstanceProfileName": comp.GatewayInstanceProfileName,
-		"autoscalerAccessKeyId":      comp.AutoscalerAccessKeyID,
-		"autoscalerSecretAccessKey":  comp.AutoscalerSecretAccessKey,
-		"cleanupAccessKeyId":         comp.CleanupAccessKeyID,
-		"cleanupSecretAccessKey":     comp.CleanupSecretAccessKey,
-		"bootstrapTokenId":           comp.BootstrapTokenID,
-		"bootstrapTokenSecret":       comp.BootstrapTokenSecret,
-		"joinTokenParameter":         comp.JoinTokenParameter,
+		"nodeInstanceProfileArn":      comp.NodeInstanceProfileARN,
+		"gatewayInstanceProfileName":  comp.GatewayInstanceProfileName,
+		"autoscalerAccessKeyId":       comp.AutoscalerAccessKeyID,
+		"autoscalerSecretAccessKey":   comp.AutoscalerSecretAccessKey,
+		"cleanupAccessKeyId":          comp.CleanupAccessKeyID,
+		"cleanupSecretAccessKey":      comp.CleanupSecretAccessKey,
+		"tokenRotatorAccessKeyId":     comp.TokenRotatorAccessKeyID,
+		"tokenRotatorSecretAccessKey": comp.TokenRotatorSecretAccessKey,
+		"joinTokenParameter":          comp.JoinTokenParameter,
 	}); err != nil {
 		return fail("outputs", err)
 	}
@@ -230,19 +239,15 @@ func instanceRole(ctx *pulumi.Context, name, iamName string, service pulumi.Stri
 	return &roleProfile{Role: role.Name, Profile: profile}, nil
 }
 
-// onPremUser declares an IAM user for a workload that runs on-prem, with one inline policy and one access key. The
-// rotation value is part of the key's name: a new value declares a new key, which Pulumi creates (and the cluster's
-// Secret switches to) before it deletes the old one.
-func onPremUser(ctx *pulumi.Context, name, iamName, policyName string, policy PolicyDocument, rotation string,
-	tags func(string) pulumi.StringMap, opts ...pulumi.ResourceOption) (*iam.AccessKey, error) {
-	doc, err := policy.JSON()
-	if err != nil {
-		return nil, err
-	}
+// onPremUser declares an IAM user for a workload that runs on-prem (tagged as the stack's tagName), with one inline
+// policy (its JSON) and one access key. The rotation value is part of the key's name: a new value declares a new
+// key, which Pulumi creates (and the cluster's Secret switches to) before it deletes the old one.
+func onPremUser(ctx *pulumi.Context, name, iamName, tagName, policyName string, policy pulumi.StringInput,
+	rotation string, tags func(string) pulumi.StringMap, opts ...pulumi.ResourceOption) (*iam.AccessKey, error) {
 	user, err := iam.NewUser(ctx, name, &iam.UserArgs{
 		Name: pulumi.String(iamName),
 		Path: pulumi.String("/dynk8s/"),
-		Tags: tags(policyName),
+		Tags: tags(tagName),
 	}, opts...)
 	if err != nil {
 		return nil, err
@@ -250,7 +255,7 @@ func onPremUser(ctx *pulumi.Context, name, iamName, policyName string, policy Po
 	if _, err := iam.NewUserPolicy(ctx, name, &iam.UserPolicyArgs{
 		User:   user.Name,
 		Name:   pulumi.String(policyName),
-		Policy: pulumi.String(doc),
+		Policy: policy,
 	}, opts...); err != nil {
 		return nil, fmt.Errorf("policy: %w", err)
 	}

@@ -55,6 +55,17 @@ func ReadParameterPolicy(parameterARN string) PolicyDocument {
 	}}}
 }
 
+// PutParameterPolicy allows overwriting exactly one parameter, and nothing else: not reading it back, not deleting
+// it, not tagging it. It is the join token rotator's whole AWS permission.
+func PutParameterPolicy(parameterARN string) PolicyDocument {
+	return PolicyDocument{Version: policyVersion, Statement: []PolicyStatement{{
+		Sid:      "WriteOneParameter",
+		Effect:   "Allow",
+		Action:   []string{"ssm:PutParameter"},
+		Resource: []string{parameterARN},
+	}}}
+}
+
 // AutoscalerPolicy is the Cluster Autoscaler's policy for clusterName: the read calls of its AWS provider (its
 // README's "full features" policy, minus eks:DescribeNodegroup, which only matters on EKS) on everything, as Describe
 // calls support no resource-level permissions; and the only two calls that change anything, only on groups tagged

@@ -151,7 +151,7 @@ func NewStack(ctx *pulumi.Context, cfg *config.Config) (*Stack, error) {
 	s.Addons, err = addons.NewClusterAddons(ctx, "addons", AddonsArgs(cfg, Credentials{
 		AutoscalerKeyID: s.Identity.AutoscalerAccessKeyID, AutoscalerSecret: s.Identity.AutoscalerSecretAccessKey,
 		CleanupKeyID: s.Identity.CleanupAccessKeyID, CleanupSecret: s.Identity.CleanupSecretAccessKey,
-		TokenID: s.Identity.BootstrapTokenID, TokenSecret: s.Identity.BootstrapTokenSecret,
+		RotatorKeyID: s.Identity.TokenRotatorAccessKeyID, RotatorSecret: s.Identity.TokenRotatorSecretAccessKey,
 	}), pulumi.Providers(k8s))
 	if err != nil {
 		return nil, err
@@ -180,31 +180,35 @@ func NodeInput(cfg *config.Config, pool config.NodePool, caHashes []string, toke
 	}
 }
 
-// Credentials are the secrets the in-cluster component hands on: the on-prem IAM users' keys and the join token.
+// Credentials are the keys of the on-prem IAM users the in-cluster component hands on: the autoscaler's, the
+// stale-node cleanup's and the join token rotator's.
 type Credentials struct {
 	AutoscalerKeyID, AutoscalerSecret pulumi.StringInput
 	CleanupKeyID, CleanupSecret       pulumi.StringInput
-	TokenID, TokenSecret              pulumi.StringInput
+	RotatorKeyID, RotatorSecret       pulumi.StringInput
 }
 
 // AddonsArgs are the in-cluster component's args for a config: the credentials come from Identity in the stack, and
 // from fixed values in the real-engine tests, which run the component on its own.
 func AddonsArgs(cfg *config.Config, creds Credentials) *addons.ClusterAddonsArgs {
 	return &addons.ClusterAddonsArgs{
-		ClusterName:               cfg.ClusterName,
-		Region:                    cfg.Region,
-		Autoscaler:                cfg.Autoscaler,
-		AutoscalerVersion:         cfg.Derived.AutoscalerVersion,
-		Fuse:                      cfg.Fuse,
-		Cleanup:                   cfg.Cleanup,
-		TerminationHandler:        cfg.TerminationHandler,
-		Pools:                     cfg.NodePools,
-		AWSAccessKeyID:            creds.AutoscalerKeyID,
-		AWSSecretAccessKey:        creds.AutoscalerSecret,
-		CleanupAWSAccessKeyID:     creds.CleanupKeyID,
-		CleanupAWSSecretAccessKey: creds.CleanupSecret,
-		BootstrapTokenID:          creds.TokenID,
-		BootstrapTokenSecret:      creds.TokenSecret,
+		ClusterName:                 cfg.ClusterName,
+		Region:                      cfg.Region,
+		Autoscaler:                  cfg.Autoscaler,
+		AutoscalerVersion:           cfg.Derived.AutoscalerVersion,
+		Fuse:                        cfg.Fuse,
+		Cleanup:                     cfg.Cleanup,
+		TerminationHandler:          cfg.TerminationHandler,
+		Pools:                       cfg.NodePools,
+		AWSAccessKeyID:              creds.AutoscalerKeyID,
+		AWSSecretAccessKey:          creds.AutoscalerSecret,
+		CleanupAWSAccessKeyID:       creds.CleanupKeyID,
+		CleanupAWSSecretAccessKey:   creds.CleanupSecret,
+		JoinTokenParameter:          JoinTokenParameter(cfg.ClusterName),
+		BootstrapTokenTTL:           cfg.Kubernetes.BootstrapTokenTTL,
+		BootstrapTokenRotation:      cfg.Kubernetes.BootstrapTokenRotation,
+		TokenRotatorAccessKeyID:     creds.RotatorKeyID,
+		TokenRotatorSecretAccessKey: creds.RotatorSecret,
 	}
 }
 

@@ -5,6 +5,7 @@ import (
 	"encoding/base64"
 	"encoding/json"
 	"errors"
+	"regexp"
 	"sort"
 	"strconv"
 	"strings"
@@ -484,7 +485,7 @@ func TestIdentityPolicies(t *testing.T) {
 	assert.Equal(t, len(cleanup.Statement), 1)
 	assert.DeepEqual(t, cleanup.Statement[0].Action, []string{"ec2:DescribeInstances"})
 	assert.Equal(t, in(find(t, res, "aws:iam/userPolicy:UserPolicy", "identity-cleanup"), "user"), "homelab-node-cleanup")
-	assert.Equal(t, len(res.Cloud.ByType("aws:iam/user:User")), 2, "the autoscaler's and the cleanup's users")
+	assert.Equal(t, len(res.Cloud.ByType("aws:iam/user:User")), 3, "the autoscaler's, the cleanup's and the token rotator's users")
 
 	// Opt-in managed policies, by partition-aware ARN.
 	c := devConfig(t)
@@ -501,26 +502,57 @@ func TestIdentityPolicies(t *testing.T) {
 	})
 }
 
+// TestJoinTokenAndKeyRotation: Pulumi declares the join token's parameter with a placeholder and ignores its value
+// from then on (the rotator in the cluster owns it, so rotations never show as a diff); no token is drawn in Pulumi at
+// all. The rotator's IAM user may put that one parameter and nothing else, with a key that rotates with the token.
 func TestJoinTokenAndKeyRotation(t *testing.T) {
 	res := runStack(t, devConfig(t))
+	const arn = "arn:aws:ssm:eu-central-1:123456789012:parameter/dynk8s/homelab/join-token"
 	param := find(t, res, "aws:ssm/parameter:Parameter", "identity-join-token")
+	assert.Equal(t, in(param, "name"), "/dynk8s/homelab/join-token")
 	assert.Equal(t, in(param, "type"), "SecureString")
-	assert.Check(t, param.Inputs["value"].IsSecret())
-	id := mockcloud.RandomString("identity-token-id", 6, "abcdefghijklmnopqrstuvwxyz0123456789")
-	secret := mockcloud.RandomString("identity-token-secret", 16, "abcdefghijklmnopqrstuvwxyz0123456789")
-	assert.Equal(t, in(param, "value"), id+"."+secret)
-	for _, name := range []string{"identity-token-id", "identity-token-secret"} {
-		r := find(t, res, "random:index/randomString:RandomString", name)
-		assert.DeepEqual(t, in(r, "keepers"), map[string]any{"rotation": "1"})
-	}
-	assert.DeepEqual(t, find(t, res, "random:index/randomString:RandomString", "identity-token-secret").AdditionalSecretOutputs,
-		[]string{"result"})
+	assert.Equal(t, in(param, "value"), infra.JoinTokenPlaceholder)
+	assert.DeepEqual(t, param.IgnoreChanges, []string{"value"})
+	assert.Check(t, !regexp.MustCompile(`[a-z0-9]{6}\.[a-z0-9]{16}`).MatchString(infra.JoinTokenPlaceholder),
+		"the placeholder looks like a token")
+	assert.Equal(t, len(res.Cloud.ByType("random:index/randomString:RandomString")), 0, "a token drawn in Pulumi")
+	assert.Equal(t, len(res.Cloud.ByType("kubernetes:core/v1:Secret")), 3, "the three AWS credentials, no token")
 
-	key := find(t, res, "aws:iam/accessKey:AccessKey", "identity-autoscaler-key-1")
+	user := find(t, res, "aws:iam/user:User", "identity-token-rotator")
+	assert.Equal(t, in(user, "name"), "homelab-join-token-rotator")
+	doc := policy(t, find(t, res, "aws:iam/userPolicy:UserPolicy", "identity-token-rotator"), "policy")
+	assert.Equal(t, len(doc.Statement), 1)
+	assert.Equal(t, doc.Statement[0].Effect, "Allow")
+	assert.DeepEqual(t, doc.Statement[0].Action, []string{"ssm:PutParameter"})
+	assert.DeepEqual(t, doc.Statement[0].Resource, []string{arn})
+	assert.Check(t, doc.Statement[0].Condition == nil)
+	// The nodes read the very parameter the rotator writes.
+	read := policy(t, find(t, res, "aws:iam/rolePolicy:RolePolicy", "identity-node-read-parameter"), "policy")
+	assert.DeepEqual(t, read.Statement[0].Resource, []string{arn})
+
+	key := find(t, res, "aws:iam/accessKey:AccessKey", "identity-token-rotator-key-1")
 	assert.Check(t, is.Contains(key.AdditionalSecretOutputs, "secret"))
+	assert.Equal(t, in(key, "user"), "homelab-join-token-rotator")
+	jobs := res.Cloud.ByType("kubernetes:batch/v1:Job")
+	assert.Equal(t, len(jobs), 1)
+	job := asMap(in(&jobs[0], "metadata"))["name"]
+
 	c := devConfig(t)
-	obj(c, "identity")["autoscalerKeyRotation"] = "2"
+	obj(c, "kubernetes")["bootstrapTokenRotation"] = "2"
 	rotated := runStack(t, c)
+	assert.Check(t, rotated.Cloud.Find("aws:iam/accessKey:AccessKey", "identity-token-rotator-key-2") != nil)
+	assert.Check(t, rotated.Cloud.Find("aws:iam/accessKey:AccessKey", "identity-token-rotator-key-1") == nil)
+	rotatedJobs := rotated.Cloud.ByType("kubernetes:batch/v1:Job")
+	assert.Equal(t, len(rotatedJobs), 1)
+	assert.Check(t, asMap(in(&rotatedJobs[0], "metadata"))["name"] != job, "rotate now: a new Job runs")
+	assert.DeepEqual(t, in(rotated.Cloud.Find("aws:ssm/parameter:Parameter", "identity-join-token"), "value"),
+		infra.JoinTokenPlaceholder)
+
+	key = find(t, res, "aws:iam/accessKey:AccessKey", "identity-autoscaler-key-1")
+	assert.Check(t, is.Contains(key.AdditionalSecretOutputs, "secret"))
+	c = devConfig(t)
+	obj(c, "identity")["autoscalerKeyRotation"] = "2"
+	rotated = runStack(t, c)
 	assert.Check(t, rotated.Cloud.Find("aws:iam/accessKey:AccessKey", "identity-autoscaler-key-2") != nil)
 	assert.Check(t, rotated.Cloud.Find("aws:iam/accessKey:AccessKey", "identity-autoscaler-key-1") == nil)
 	assert.Check(t, rotated.Cloud.Find("aws:iam/accessKey:AccessKey", "identity-cleanup-key-2") != nil,
@@ -533,14 +565,14 @@ func TestJoinTokenAndKeyRotation(t *testing.T) {
 // the mock engine handed out, and checks each secret is carried as a secret where it is used.
 func TestNoSecretInTheClear(t *testing.T) {
 	res := runStack(t, devConfig(t))
-	tokenSecret := mockcloud.RandomString("identity-token-secret", 16, "abcdefghijklmnopqrstuvwxyz0123456789")
+	rotatorKeySecret := base64.StdEncoding.EncodeToString(mockcloud.RandomBytes("identity-token-rotator-key-1/secret", 30))
 	gatewayKey, err := wireguard.PrivateKeyFromBytes(base64.StdEncoding.EncodeToString(mockcloud.RandomBytes("gateway-key", 32)))
 	assert.NilError(t, err)
 	onPremKey, err := wireguard.PrivateKeyFromBytes(base64.StdEncoding.EncodeToString(mockcloud.RandomBytes("gateway-onprem-key", 32)))
 	assert.NilError(t, err)
 	accessKeySecret := base64.StdEncoding.EncodeToString(mockcloud.RandomBytes("identity-autoscaler-key-1/secret", 30))
 	secrets := map[string]string{
-		"token secret": tokenSecret, "gateway private key": gatewayKey, "on-prem private key": onPremKey,
+		"token rotator key secret": rotatorKeySecret, "gateway private key": gatewayKey, "on-prem private key": onPremKey,
 		"autoscaler key secret": accessKeySecret,
 	}
 

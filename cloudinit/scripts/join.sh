@@ -62,8 +62,19 @@ install_packages() {
   return 1
 }
 
+# The token rotator in the cluster writes the parameter; until its first run (a fresh install) the parameter is
+# missing or holds a placeholder, and a token it wrote may have expired if it stopped running: each is a reason to
+# retry, never to join with what is there.
 token() {
-  ssm_parameter TOKEN "$DYNK8S_JOIN_TOKEN_PARAMETER" "$REGION"
+  TOKEN=
+  if ! ssm_parameter TOKEN "$DYNK8S_JOIN_TOKEN_PARAMETER" "$REGION"; then
+    [[ $LAST_ERROR != *ParameterNotFound* ]] || LAST_ERROR+=" (not created yet)"
+    return 1
+  fi
+  [[ $TOKEN =~ ^[a-z0-9]{6}\.[a-z0-9]{16}$ ]] && return 0
+  TOKEN=
+  LAST_ERROR="it holds no bootstrap token ([a-z0-9]{6}.[a-z0-9]{16}) yet: the cluster's token rotator has not written one"
+  return 1
 }
 
 # -k: this only proves that the tunnel and the API server answer (any HTTP status); kubeadm then pins the CA by hash.
@@ -82,8 +93,14 @@ render() {
   printf '%s\n' "$t" >"$join_config"
 }
 
+JOIN_ATTEMPTS=0
 join() {
   local rc=0
+  if ((JOIN_ATTEMPTS++ > 0)); then
+    # The token may have expired or been rotated since the last attempt read it: use what SSM holds now.
+    token || return 1
+    render
+  fi
   set_timeout 0
   timeout -k 10 "$TMO" kubeadm join --config "$join_config" || rc=$?
   ((rc == 0)) && return 0
@@ -109,8 +126,6 @@ systemctl enable --now crio.service || fail "crio.service did not start (journal
 systemctl enable kubelet.service || fail "could not enable kubelet.service"
 
 retry "read the join token from SSM parameter $DYNK8S_JOIN_TOKEN_PARAMETER" token
-[[ $TOKEN =~ ^[a-z0-9]{6}\.[a-z0-9]{16}$ ]] ||
-  fail "SSM parameter $DYNK8S_JOIN_TOKEN_PARAMETER does not hold a bootstrap token ([a-z0-9]{6}.[a-z0-9]{16})"
 
 retry "reach the API server at $DYNK8S_API_SERVER_ENDPOINT" api_server
 render

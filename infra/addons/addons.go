@@ -1,5 +1,5 @@
 // Package addons is the in-cluster half of dynk8s: the ClusterAddons component declares the Cluster Autoscaler
-// (AWS provider), the fuse device plugin, the bootstrap token Secret, the stale-node cleanup and the spot
+// (AWS provider), the fuse device plugin, the join token rotator, the stale-node cleanup and the spot
 // interruption drain in the on-prem cluster, through the Kubernetes provider it is given. It knows nothing of the
 // AWS components: they hand it plain values and outputs.
 package addons
@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"time"
 
 	corev1 "github.com/pulumi/pulumi-kubernetes/sdk/v4/go/kubernetes/core/v1"
 	metav1 "github.com/pulumi/pulumi-kubernetes/sdk/v4/go/kubernetes/meta/v1"
@@ -30,7 +31,7 @@ const namespace = "kube-system"
 const skipAwaitAnnotation = "pulumi.com/skipAwait"
 
 // ClusterAddons is everything dynk8s declares inside the on-prem cluster: the Cluster Autoscaler (AWS), the fuse
-// device plugin, the bootstrap token Secret the nodes join with, the stale-node cleanup and the spot interruption
+// device plugin, the rotator of the tokens the nodes join with, the stale-node cleanup and the spot interruption
 // drain. It takes plain values and the outputs of other components only, so that it also runs on its own against
 // any API server (the real-engine tests do that).
 type ClusterAddons struct {
@@ -38,8 +39,8 @@ type ClusterAddons struct {
 
 	// AutoscalerImage is the Cluster Autoscaler image the Deployment runs.
 	AutoscalerImage pulumi.StringOutput `pulumi:"autoscalerImage"`
-	// BootstrapTokenSecretName is the name of the bootstrap token Secret in kube-system (bootstrap-token-<id>).
-	BootstrapTokenSecretName pulumi.StringOutput `pulumi:"bootstrapTokenSecretName"`
+	// TokenRotatorJobName is the name of the Job in kube-system that issued the current config's first join token.
+	TokenRotatorJobName pulumi.StringOutput `pulumi:"tokenRotatorJobName"`
 }
 
 // ClusterAddonsArgs are the inputs of NewClusterAddons. The Kubernetes provider is not an argument: pass it with
@@ -74,10 +75,18 @@ type ClusterAddonsArgs struct {
 	CleanupAWSAccessKeyID pulumi.StringInput
 	// CleanupAWSSecretAccessKey is that key's secret (required); it is kept a Pulumi secret.
 	CleanupAWSSecretAccessKey pulumi.StringInput
-	// BootstrapTokenID is the join token's public id, [a-z0-9]{6} (required).
-	BootstrapTokenID pulumi.StringInput
-	// BootstrapTokenSecret is the join token's secret part, [a-z0-9]{16} (required); it is kept a Pulumi secret.
-	BootstrapTokenSecret pulumi.StringInput
+	// JoinTokenParameter is the name of the SSM SecureString the nodes read their join token from (required); the
+	// token rotator overwrites it.
+	JoinTokenParameter string
+	// BootstrapTokenTTL is the lifetime of each join token (required, at least config.MinBootstrapTokenTTL); the
+	// rotator issues a new one every config.BootstrapTokenRotationPeriod of it.
+	BootstrapTokenTTL time.Duration
+	// BootstrapTokenRotation is the operator's rotation value (required): a new value issues a token at once.
+	BootstrapTokenRotation string
+	// TokenRotatorAccessKeyID is the token rotator IAM user's access key id (required).
+	TokenRotatorAccessKeyID pulumi.StringInput
+	// TokenRotatorSecretAccessKey is that key's secret (required); it is kept a Pulumi secret.
+	TokenRotatorSecretAccessKey pulumi.StringInput
 	// SkipAwait annotates the workloads pulumi.com/skipAwait "true" (optional, default false): only for tests
 	// against an API server without kubelets, where nothing ever becomes ready.
 	SkipAwait bool
@@ -106,9 +115,9 @@ func NewClusterAddons(ctx *pulumi.Context, name string, args *ClusterAddonsArgs,
 	if err := b.fuse(); err != nil {
 		return nil, fmt.Errorf("cluster addons %q: fuse device plugin: %w", name, err)
 	}
-	tokenName, err := b.bootstrapToken()
+	jobName, err := b.tokenRotator()
 	if err != nil {
-		return nil, fmt.Errorf("cluster addons %q: bootstrap token: %w", name, err)
+		return nil, fmt.Errorf("cluster addons %q: join token rotator: %w", name, err)
 	}
 	if err := b.cleanup(); err != nil {
 		return nil, fmt.Errorf("cluster addons %q: stale-node cleanup: %w", name, err)
@@ -118,10 +127,10 @@ func NewClusterAddons(ctx *pulumi.Context, name string, args *ClusterAddonsArgs,
 	}
 
 	comp.AutoscalerImage = pulumi.String(image).ToStringOutput()
-	comp.BootstrapTokenSecretName = tokenName
+	comp.TokenRotatorJobName = pulumi.String(jobName).ToStringOutput()
 	if err := ctx.RegisterResourceOutputs(comp, pulumi.Map{
-		"autoscalerImage":          comp.AutoscalerImage,
-		"bootstrapTokenSecretName": comp.BootstrapTokenSecretName,
+		"autoscalerImage":     comp.AutoscalerImage,
+		"tokenRotatorJobName": comp.TokenRotatorJobName,
 	}); err != nil {
 		return nil, fmt.Errorf("cluster addons %q: register outputs: %w", name, err)
 	}
@@ -157,13 +166,23 @@ func (a *ClusterAddonsArgs) validate() error {
 	if a.Cleanup.NotReadyAfter <= 0 {
 		errs = append(errs, fmt.Errorf("invalid Cleanup.NotReadyAfter %s: must be > 0", a.Cleanup.NotReadyAfter))
 	}
+	if a.JoinTokenParameter == "" {
+		errs = append(errs, errors.New("missing JoinTokenParameter"))
+	}
+	if a.BootstrapTokenTTL < config.MinBootstrapTokenTTL || a.BootstrapTokenTTL > config.MaxBootstrapTokenTTL {
+		errs = append(errs, fmt.Errorf("invalid BootstrapTokenTTL %s: must be %s..%s", a.BootstrapTokenTTL,
+			config.MinBootstrapTokenTTL, config.MaxBootstrapTokenTTL))
+	}
+	if a.BootstrapTokenRotation == "" {
+		errs = append(errs, errors.New("missing BootstrapTokenRotation"))
+	}
 	for field, in := range map[string]pulumi.StringInput{
-		"AWSAccessKeyID":            a.AWSAccessKeyID,
-		"AWSSecretAccessKey":        a.AWSSecretAccessKey,
-		"CleanupAWSAccessKeyID":     a.CleanupAWSAccessKeyID,
-		"CleanupAWSSecretAccessKey": a.CleanupAWSSecretAccessKey,
-		"BootstrapTokenID":          a.BootstrapTokenID,
-		"BootstrapTokenSecret":      a.BootstrapTokenSecret,
+		"AWSAccessKeyID":              a.AWSAccessKeyID,
+		"AWSSecretAccessKey":          a.AWSSecretAccessKey,
+		"CleanupAWSAccessKeyID":       a.CleanupAWSAccessKeyID,
+		"CleanupAWSSecretAccessKey":   a.CleanupAWSSecretAccessKey,
+		"TokenRotatorAccessKeyID":     a.TokenRotatorAccessKeyID,
+		"TokenRotatorSecretAccessKey": a.TokenRotatorSecretAccessKey,
 	} {
 		if in == nil {
 			errs = append(errs, fmt.Errorf("missing %s", field))

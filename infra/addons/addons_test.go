@@ -31,8 +31,9 @@ const (
 	testAWSSecretKey     = "mock/AWS+secret+access+key+0123456789"
 	testCleanupKeyID     = "AKIAMOCKCLEANUPKEY01"
 	testCleanupSecretKey = "mock/cleanup+secret+access+key+012345"
-	testTokenID          = "abcdef"
-	testTokenSecret      = "0123456789abcdef"
+	testRotatorKeyID     = "AKIAMOCKROTATORKEY01"
+	testRotatorSecret    = "mock/rotator+secret+key+9876543210"
+	testTokenParameter   = "/dynk8s/dev/join-token"
 	testComponentName    = "addons"
 	testBurstTaintKey    = "dynk8s.io/burst"
 	testArchTaintKey     = "dynk8s.io/arch"
@@ -43,6 +44,7 @@ const (
 	typeConfigMap        = "kubernetes:core/v1:ConfigMap"
 	typeServiceAccount   = "kubernetes:core/v1:ServiceAccount"
 	typeCronJob          = "kubernetes:batch/v1:CronJob"
+	typeJob              = "kubernetes:batch/v1:Job"
 	typeClusterRole      = "kubernetes:rbac.authorization.k8s.io/v1:ClusterRole"
 	typeClusterBinding   = "kubernetes:rbac.authorization.k8s.io/v1:ClusterRoleBinding"
 	typeRole             = "kubernetes:rbac.authorization.k8s.io/v1:Role"
@@ -76,21 +78,23 @@ func testAddonsArgs() *ClusterAddonsArgs {
 				Taints: []kube.Taint{burst, {Key: testArchTaintKey, Effect: kube.NoSchedule}},
 			},
 		},
-		AWSAccessKeyID:            pulumi.String(testAWSKeyID),
-		AWSSecretAccessKey:        pulumi.String(testAWSSecretKey),
-		CleanupAWSAccessKeyID:     pulumi.String(testCleanupKeyID),
-		CleanupAWSSecretAccessKey: pulumi.String(testCleanupSecretKey),
-		BootstrapTokenID:          pulumi.String(testTokenID),
-		BootstrapTokenSecret:      pulumi.String(testTokenSecret),
+		AWSAccessKeyID:              pulumi.String(testAWSKeyID),
+		AWSSecretAccessKey:          pulumi.String(testAWSSecretKey),
+		CleanupAWSAccessKeyID:       pulumi.String(testCleanupKeyID),
+		CleanupAWSSecretAccessKey:   pulumi.String(testCleanupSecretKey),
+		JoinTokenParameter:          testTokenParameter,
+		BootstrapTokenTTL:           2 * time.Hour,
+		BootstrapTokenRotation:      "1",
+		TokenRotatorAccessKeyID:     pulumi.String(testRotatorKeyID),
+		TokenRotatorSecretAccessKey: pulumi.String(testRotatorSecret),
 	}
 }
 
 // mockRun is what one mock run of the component recorded.
 type mockRun struct {
-	cloud            *mockcloud.Cloud
-	autoscalerImage  string
-	tokenSecretName  string
-	tokenNameIsPlain bool
+	cloud           *mockcloud.Cloud
+	autoscalerImage string
+	rotatorJobName  string
 }
 
 // runAddons declares the component under the mock engine. args is built inside the program so that any outputs
@@ -107,13 +111,12 @@ func runAddons(t *testing.T, mkArgs func() *ClusterAddonsArgs) (*mockRun, error)
 		if err != nil {
 			return err
 		}
-		name, secret, err := mockcloud.Await(comp.BootstrapTokenSecretName)
+		job, _, err := mockcloud.Await(comp.TokenRotatorJobName)
 		if err != nil {
 			return err
 		}
 		run.autoscalerImage, _ = image.(string)
-		run.tokenSecretName, _ = name.(string)
-		run.tokenNameIsPlain = !secret
+		run.rotatorJobName, _ = job.(string)
 		return nil
 	}, "test", mockcloud.StackConfig{}, run.cloud)
 	return run, err
@@ -400,7 +403,7 @@ func TestAddonsSecretsStaySecret(t *testing.T) {
 				a := testAddonsArgs()
 				if name == "secret inputs" {
 					a.AWSSecretAccessKey = pulumi.ToSecret(pulumi.String(testAWSSecretKey)).(pulumi.StringOutput)
-					a.BootstrapTokenSecret = pulumi.ToSecret(pulumi.String(testTokenSecret)).(pulumi.StringOutput)
+					a.TokenRotatorSecretAccessKey = pulumi.ToSecret(pulumi.String(testRotatorSecret)).(pulumi.StringOutput)
 				}
 				return a
 			})
@@ -408,7 +411,7 @@ func TestAddonsSecretsStaySecret(t *testing.T) {
 				for k, v := range res.Inputs {
 					redacted, err := yaml.Marshal(mockcloud.Plain(v, false))
 					assert.NilError(t, err)
-					for _, secret := range []string{testAWSSecretKey, testTokenSecret, testAWSKeyID} {
+					for _, secret := range []string{testAWSSecretKey, testAWSKeyID, testRotatorSecret, testRotatorKeyID} {
 						assert.Check(t, !strings.Contains(string(redacted), secret),
 							"%s %s: %s shows a secret value", res.Type, res.Name, k)
 					}
@@ -418,248 +421,10 @@ func TestAddonsSecretsStaySecret(t *testing.T) {
 	}
 }
 
-// TestAddonsBootstrapToken checks the token Secret field by field: the name the authenticator looks up, the type,
-// the usages, kubeadm's group, no expiration, and secrecy of the recorded stringData.
-func TestAddonsBootstrapToken(t *testing.T) {
-	run := mustRunAddons(t, testAddonsArgs)
-	assert.Equal(t, run.tokenSecretName, "bootstrap-token-abcdef")
-	assert.Check(t, run.tokenNameIsPlain, "the token Secret's name (a public id) came out secret")
-	obj := run.object(t, typeSecret, "bootstrap-token-abcdef")
-	assert.Equal(t, dig(t, obj, "metadata", "namespace"), testKubeSystem)
-	assert.Equal(t, obj["type"], "bootstrap.kubernetes.io/token")
-	assert.DeepEqual(t, obj["stringData"], map[string]any{
-		"token-id":                       testTokenID,
-		"token-secret":                   testTokenSecret,
-		"usage-bootstrap-authentication": "true",
-		"usage-bootstrap-signing":        "true",
-		"auth-extra-groups":              "system:bootstrappers:kubeadm:default-node-token",
-		"description": "dynk8s node join token of cluster dev; rotated by the " +
-			"dynk8s:kubernetes.bootstrapTokenRotation config, no expiry",
-	})
-	assert.Check(t, is.Nil(obj["data"]))
-	var res mockcloud.Resource
-	for _, r := range run.cloud.ByType(typeSecret) {
-		if r.Name == testComponentName+"-bootstrap-token" {
-			res = r
-		}
-	}
-	assert.Check(t, res.Inputs["stringData"].IsSecret(), "stringData is not a secret input")
-
-	// A rotation (new id) renames the Secret, which replaces it: the old token stops working.
-	rotated := mustRunAddons(t, func() *ClusterAddonsArgs {
-		a := testAddonsArgs()
-		a.BootstrapTokenID = pulumi.String("zyx987")
-		return a
-	})
-	assert.Equal(t, rotated.tokenSecretName, "bootstrap-token-zyx987")
-}
-
-func TestAddonsBootstrapTokenRejectsMalformedValues(t *testing.T) {
-	_, err := runAddons(t, func() *ClusterAddonsArgs {
-		a := testAddonsArgs()
-		a.BootstrapTokenID = pulumi.String("ABCDEF")
-		return a
-	})
-	assert.ErrorContains(t, err, `token id "ABCDEF" does not match [a-z0-9]{6}`)
-
-	const badSecret = "not-a-token-secret"
-	_, err = runAddons(t, func() *ClusterAddonsArgs {
-		a := testAddonsArgs()
-		a.BootstrapTokenSecret = pulumi.String(badSecret)
-		return a
-	})
-	assert.ErrorContains(t, err, "the token secret (18 characters) does not match [a-z0-9]{16}")
-	assert.Check(t, !strings.Contains(err.Error(), badSecret), "the error shows the secret")
-}
-
-// TestAddonsFuseDaemonSets checks one plugin DaemonSet per pool arch: the image per arch, the advertised capacity,
-// the arch selector, the pool affinity, the tolerations of that arch's pools, the kubelet socket directory, the
-// priority, resources and no pull secrets.
-func TestAddonsFuseDaemonSets(t *testing.T) {
-	run := mustRunAddons(t, testAddonsArgs)
-	assert.DeepEqual(t, run.objectNames(t, typeDaemonSet),
-		[]string{"aws-node-termination-handler", "fuse-device-plugin-amd64", "fuse-device-plugin-arm64"})
-
-	burst := map[string]any{"key": testBurstTaintKey, "operator": "Equal", "value": "true", "effect": "NoSchedule"}
-	arch := map[string]any{"key": testArchTaintKey, "operator": "Exists", "effect": "NoSchedule"}
-	startup := map[string]any{"key": kube.FuseStartupTaint.Key, "operator": "Equal", "value": "pending", "effect": "NoSchedule"}
-	for _, tc := range []struct {
-		kubeArch, image string
-		tolerations     []any
-	}{
-		{"amd64", "docker.io/soolaugust/fuse-device-plugin:v1.0", []any{burst, startup}},
-		{"arm64", "docker.io/soolaugust/fuse-device-plugin:v1.1", []any{arch, burst, startup}},
-	} {
-		t.Run(tc.kubeArch, func(t *testing.T) {
-			ds := run.object(t, typeDaemonSet, "fuse-device-plugin-"+tc.kubeArch)
-			spec := podSpec(t, ds)
-			c := container(t, ds)
-			assert.Equal(t, c["image"], tc.image)
-			assert.DeepEqual(t, c["args"], []any{"--mounts_allowed", "5000"}) // the capacity the group advertises
-			assert.DeepEqual(t, spec["nodeSelector"], map[string]any{
-				"kubernetes.io/arch": tc.kubeArch, "kubernetes.io/os": "linux",
-			})
-			assert.DeepEqual(t, dig(t, spec, "affinity", "nodeAffinity",
-				"requiredDuringSchedulingIgnoredDuringExecution", "nodeSelectorTerms", 0, "matchExpressions"),
-				plain(t, []any{map[string]any{"key": kube.LabelPool, "operator": "Exists"}}))
-			assert.DeepEqual(t, spec["tolerations"], plain(t, tc.tolerations))
-			assert.Equal(t, spec["priorityClassName"], "system-node-critical")
-			assert.Check(t, is.Nil(spec["hostNetwork"]), "unix sockets only")
-			assert.DeepEqual(t, dig(t, c, "securityContext", "capabilities"), plain(t, map[string]any{
-				"drop": []string{"ALL"},
-			}))
-			// The API token reaches the untaint container only; the plugin talks to the kubelet's socket.
-			assert.Equal(t, spec["automountServiceAccountToken"], false)
-			assert.Equal(t, spec["serviceAccountName"], "fuse-device-plugin")
-			for _, m := range c["volumeMounts"].([]any) {
-				assert.Check(t, m.(map[string]any)["name"] != "api-access", "the plugin container has the token")
-			}
-			untaint := containerNamed(t, ds, "untaint")
-			assert.DeepEqual(t, dig(t, untaint, "command"), []any{"/bin/sh", "-c", untaintScript})
-			assert.Equal(t, dig(t, untaint, "volumeMounts", 0, "mountPath"), "/var/run/secrets/kubernetes.io/serviceaccount")
-			// The two DaemonSets must not select each other's pods.
-			assert.Equal(t, dig(t, ds, "spec", "selector", "matchLabels", "app.kubernetes.io/instance"),
-				"fuse-device-plugin-"+tc.kubeArch)
-		})
-	}
-}
-
-func TestAddonsFuseOptions(t *testing.T) {
-	t.Run("configured image and capacity", func(t *testing.T) {
-		run := mustRunAddons(t, func() *ClusterAddonsArgs {
-			a := testAddonsArgs()
-			a.Fuse.Capacity = 17
-			a.Fuse.Images = map[kube.Arch]string{kube.ArchArm64: "registry.example.org/mirror/fuse-device-plugin:v1.1"}
-			return a
-		})
-		arm := container(t, run.object(t, typeDaemonSet, "fuse-device-plugin-arm64"))
-		assert.Equal(t, arm["image"], "registry.example.org/mirror/fuse-device-plugin:v1.1")
-		assert.DeepEqual(t, arm["args"], []any{"--mounts_allowed", "17"})
-		amd := container(t, run.object(t, typeDaemonSet, "fuse-device-plugin-amd64"))
-		assert.Equal(t, amd["image"], defaultFuseImage(kube.ArchX86_64))
-	})
-	t.Run("one arch only", func(t *testing.T) {
-		run := mustRunAddons(t, func() *ClusterAddonsArgs {
-			a := testAddonsArgs()
-			a.Pools = a.Pools[:1]
-			return a
-		})
-		assert.DeepEqual(t, run.objectNames(t, typeDaemonSet),
-			[]string{"aws-node-termination-handler", "fuse-device-plugin-amd64"})
-	})
-	t.Run("disabled", func(t *testing.T) {
-		run := mustRunAddons(t, func() *ClusterAddonsArgs {
-			a := testAddonsArgs()
-			a.Fuse = config.Fuse{}
-			return a
-		})
-		assert.DeepEqual(t, run.objectNames(t, typeDaemonSet), []string{"aws-node-termination-handler"})
-	})
-}
-
-// TestAddonsCleanup checks the CronJob (schedule, no overlap, the threshold, placement, non-root), its script and
-// its RBAC, which reaches nodes only.
-func TestAddonsCleanup(t *testing.T) {
-	run := mustRunAddons(t, testAddonsArgs)
-	cj := run.object(t, typeCronJob, "dynk8s-stale-node-cleanup")
-	assert.Equal(t, dig(t, cj, "spec", "concurrencyPolicy"), "Forbid")
-	spec := podSpec(t, cj)
-	c := container(t, cj)
-	assert.DeepEqual(t, c["env"].([]any)[:2], plain(t, []any{
-		map[string]any{"name": "POOL_LABEL", "value": kube.LabelPool},
-		map[string]any{"name": "NOT_READY_AFTER_SECONDS", "value": "600"},
-	}))
-	assert.DeepEqual(t, dig(t, spec, "affinity", "nodeAffinity",
-		"requiredDuringSchedulingIgnoredDuringExecution", "nodeSelectorTerms", 0, "matchExpressions"),
-		plain(t, []any{map[string]any{"key": kube.LabelPool, "operator": "DoesNotExist"}}))
-	assert.Equal(t, dig(t, spec, "securityContext", "runAsNonRoot"), true)
-
-	cm := run.object(t, typeConfigMap, "dynk8s-stale-node-cleanup")
-	assert.Equal(t, dig(t, cm, "data", "cleanup.sh"), cleanupScript)
-	assert.Assert(t, strings.HasPrefix(cleanupScript, "#!/bin/sh\n"))
-
-	cr := run.object(t, typeClusterRole, "dynk8s-stale-node-cleanup")
-	assert.DeepEqual(t, cr["rules"], plain(t, []any{map[string]any{
-		"apiGroups": []string{""}, "resources": []string{"nodes"}, "verbs": []string{"get", "list", "delete"},
-	}}))
-	crb := run.object(t, typeClusterBinding, "dynk8s-stale-node-cleanup")
-	assert.DeepEqual(t, crb["subjects"], plain(t, []any{map[string]any{
-		"kind": "ServiceAccount", "name": "dynk8s-stale-node-cleanup", "namespace": testKubeSystem,
-	}}))
-	// Nothing binds the cleanup account to anything else.
-	for _, typ := range []string{typeRole, typeRoleBinding} {
-		for _, name := range run.objectNames(t, typ) {
-			assert.Check(t, name != "dynk8s-stale-node-cleanup", "%s %s", typ, name)
-		}
-	}
-
-	other := mustRunAddons(t, func() *ClusterAddonsArgs {
-		a := testAddonsArgs()
-		a.Cleanup.NotReadyAfter = 25 * time.Minute
-		return a
-	})
-	assert.Equal(t, dig(t, container(t, other.object(t, typeCronJob, "dynk8s-stale-node-cleanup")), "env", 1, "value"),
-		"1500")
-}
-
-// TestAddonsTerminationHandler checks the spot drain: on spot pool nodes only, in IMDS mode over the host network,
-// tolerating every pool's taints, with the upstream chart's RBAC; and absent without pools or when disabled.
-func TestAddonsTerminationHandler(t *testing.T) {
-	run := mustRunAddons(t, testAddonsArgs)
-	ds := run.object(t, typeDaemonSet, "aws-node-termination-handler")
-	spec := podSpec(t, ds)
-	c := container(t, ds)
-	// Every pool node, spot or not; never an on-prem node.
-	assert.DeepEqual(t, spec["nodeSelector"], map[string]any{"kubernetes.io/os": "linux"})
-	assert.DeepEqual(t, dig(t, spec, "affinity", "nodeAffinity",
-		"requiredDuringSchedulingIgnoredDuringExecution", "nodeSelectorTerms", 0, "matchExpressions"),
-		plain(t, []any{map[string]any{"key": kube.LabelPool, "operator": "Exists"}}))
-	assert.Equal(t, spec["hostNetwork"], true, "IMDS mode: it polls the instance's metadata")
-	assert.DeepEqual(t, spec["tolerations"], plain(t, []any{
-		map[string]any{"key": testArchTaintKey, "operator": "Exists", "effect": "NoSchedule"},
-		map[string]any{"key": testBurstTaintKey, "operator": "Equal", "value": "true", "effect": "NoSchedule"},
-		map[string]any{"key": kube.FuseStartupTaint.Key, "operator": "Equal", "value": "pending", "effect": "NoSchedule"},
-	}))
-	env := map[string]any{}
-	for _, e := range c["env"].([]any) {
-		m := e.(map[string]any)
-		if v, ok := m["value"]; ok {
-			env[m["name"].(string)] = v
-		}
-	}
-	assert.Equal(t, env["ENABLE_SPOT_INTERRUPTION_DRAINING"], "true")
-	assert.Equal(t, env["ENABLE_SQS_TERMINATION_DRAINING"], "false")
-	assert.Equal(t, env["ENABLE_ASG_LIFECYCLE_DRAINING"], "true")
-	assert.Equal(t, env["DELETE_LOCAL_DATA"], "true")
-	assert.Equal(t, env["IGNORE_DAEMON_SETS"], "true")
-	assert.Equal(t, dig(t, c, "securityContext", "runAsNonRoot"), true)
-
-	for name, mk := range map[string]func() *ClusterAddonsArgs{
-		"disabled": func() *ClusterAddonsArgs {
-			a := testAddonsArgs()
-			a.TerminationHandler.Enabled = false
-			return a
-		},
-		"no pool": func() *ClusterAddonsArgs {
-			a := testAddonsArgs()
-			a.Pools = nil
-			a.Fuse.Enabled = false
-			return a
-		},
-	} {
-		t.Run(name, func(t *testing.T) {
-			run := mustRunAddons(t, mk)
-			for _, typ := range []string{typeDaemonSet, typeClusterRole, typeClusterBinding, typeServiceAccount} {
-				assert.Check(t, !slices.Contains(run.objectNames(t, typ), "aws-node-termination-handler"), typ)
-			}
-		})
-	}
-}
-
 // TestAddonsSkipAwait checks that the skipAwait annotation is on every workload when asked for, and on nothing
 // otherwise: production objects must let the provider wait for readiness.
 func TestAddonsSkipAwait(t *testing.T) {
-	workloads := map[string]bool{typeDeployment: true, typeDaemonSet: true}
+	workloads := map[string]bool{typeDeployment: true, typeDaemonSet: true, typeJob: true}
 	for _, skip := range []bool{false, true} {
 		t.Run(fmt.Sprint(skip), func(t *testing.T) {
 			run := mustRunAddons(t, func() *ClusterAddonsArgs {
@@ -694,7 +459,8 @@ func TestAddonsArgsValidation(t *testing.T) {
 			"missing Autoscaler.ScaleDownUnneededTime", "invalid Autoscaler.MaxNodeProvisionTime 0s",
 			"invalid Cleanup.NotReadyAfter 0s", "missing AWSAccessKeyID",
 			"missing AWSSecretAccessKey", "missing CleanupAWSAccessKeyID", "missing CleanupAWSSecretAccessKey",
-			"missing BootstrapTokenID", "missing BootstrapTokenSecret",
+			"missing TokenRotatorAccessKeyID", "missing TokenRotatorSecretAccessKey",
+			"missing JoinTokenParameter", "missing BootstrapTokenRotation", "invalid BootstrapTokenTTL 0s",
 		} {
 			assert.ErrorContains(t, err, want)
 		}
@@ -720,8 +486,13 @@ func TestAddonsArgsValidation(t *testing.T) {
 // TestScriptsShellcheck runs shellcheck on the scripts as embedded.
 func TestScriptsShellcheck(t *testing.T) {
 	realtools.Require(t, "shellcheck")
-	for name, script := range map[string]string{"cleanup.sh": cleanupScript, "untaint.sh": untaintScript} {
-		cmd := exec.Command("shellcheck", "--shell=sh", "--severity=style", "-")
+	for name, script := range map[string]string{"cleanup.sh": cleanupScript, "untaint.sh": untaintScript,
+		"rotate-token.sh": rotateTokenScript} {
+		shell := "sh"
+		if strings.HasPrefix(script, "#!/usr/bin/env bash\n") {
+			shell = "bash"
+		}
+		cmd := exec.Command("shellcheck", "--shell="+shell, "--severity=style", "-")
 		cmd.Stdin = strings.NewReader(script)
 		out, err := cmd.CombinedOutput()
 		assert.NilError(t, err, "shellcheck %s:\n%s", name, out)

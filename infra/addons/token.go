@@ -1,76 +1,228 @@
 package addons
 
 import (
+	"crypto/sha256"
+	_ "embed" // the rotator script
+	"encoding/hex"
 	"fmt"
-	"regexp"
+	"strconv"
+	"time"
 
+	batchv1 "github.com/pulumi/pulumi-kubernetes/sdk/v4/go/kubernetes/batch/v1"
 	corev1 "github.com/pulumi/pulumi-kubernetes/sdk/v4/go/kubernetes/core/v1"
 	metav1 "github.com/pulumi/pulumi-kubernetes/sdk/v4/go/kubernetes/meta/v1"
+	rbacv1 "github.com/pulumi/pulumi-kubernetes/sdk/v4/go/kubernetes/rbac/v1"
 	"github.com/pulumi/pulumi/sdk/v3/go/pulumi"
+
+	"github.com/dynk8s/dynk8s/infra/config"
 )
 
-// bootstrapTokenGroup is kubeadm's group for node join tokens: kubeadm init binds it to CSR creation and to the
-// auto-approval of node client certificates (kubeadm:node-autoapprove-bootstrap), so a token in this group lets
-// kubeadm join finish without manual approval.
-const bootstrapTokenGroup = "system:bootstrappers:kubeadm:default-node-token"
+// rotateTokenScript issues a join token and writes it to SSM; see the file.
+//
+//go:embed scripts/rotate-token.sh
+var rotateTokenScript string
 
-var (
-	bootstrapTokenIDPattern     = regexp.MustCompile(`^[a-z0-9]{6}$`)
-	bootstrapTokenSecretPattern = regexp.MustCompile(`^[a-z0-9]{16}$`)
+const (
+	// TokenRotatorName names the rotator's ServiceAccount, Role, CronJob and the rest; its Jobs add a suffix.
+	TokenRotatorName = "dynk8s-join-token-rotator"
+	// TokenRotatorCredentialsName is the Secret with the rotator's AWS access key.
+	TokenRotatorCredentialsName = TokenRotatorName + "-aws-credentials"
+	tokenRotatorScriptKey       = "rotate-token.sh"
+	tokenRotatorScriptDir       = "/scripts"
+	// tokenRotatorRunTimeout bounds one run: a kubectl create and one SSM call, each a few seconds at most.
+	tokenRotatorRunTimeout = 5 * time.Minute
 )
 
-// bootstrapTokenSecretName is the name the API server's bootstrap token authenticator looks up for a token id.
-func bootstrapTokenSecretName(id string) (string, error) {
-	if !bootstrapTokenIDPattern.MatchString(id) {
-		return "", fmt.Errorf("token id %q does not match [a-z0-9]{6}", id)
+// tokenRotatorRules allow what the script does in the API: create a Secret in kube-system. RBAC cannot narrow
+// create to a name or a type (the name of an object being created is not known to the authorizer: see "Referring to
+// resources" in https://kubernetes.io/docs/reference/access-authn-authz/rbac/), so this is the narrowest rule there
+// is. Nothing else: no get or list, so the rotator reads no Secret, not even the tokens it made; and no delete,
+// because expired tokens are deleted by the controller manager's token cleaner.
+func tokenRotatorRules() rbacv1.PolicyRuleArray {
+	return rbacv1.PolicyRuleArray{
+		rule([]string{""}, []string{"secrets"}, nil, "create"),
 	}
-	return "bootstrap-token-" + id, nil
 }
 
-// bootstrapToken declares the bootstrap token Secret the nodes join with and returns its name.
-//
-// Expiry policy: the Secret has no expiration. Nodes boot at any time, long after `pulumi up`, and a token that
-// expired would make every later scale-up fail to join. The token never leaves this Secret
-// and the SSM parameter the node role reads; it is rotated by changing kubernetes.bootstrapTokenRotation, which makes
-// a new id and secret: the new Secret (another name) is created and the old one deleted in the same update, so a
-// rotated token stops working at once. Its groups allow nothing but joining (CSR creation and reading
-// kube-public/cluster-info).
-func (b *builder) bootstrapToken() (pulumi.StringOutput, error) {
-	a := b.args
-	name := a.BootstrapTokenID.ToStringOutput().ApplyT(bootstrapTokenSecretName).(pulumi.StringOutput)
-	tokenSecret := a.BootstrapTokenSecret.ToStringOutput().ApplyT(func(s string) (string, error) {
-		if !bootstrapTokenSecretPattern.MatchString(s) {
-			// The value itself is secret: do not print it.
-			return "", fmt.Errorf("the token secret (%d characters) does not match [a-z0-9]{16}", len(s))
-		}
-		return s, nil
-	}).(pulumi.StringOutput)
-	tokenSecret, ok := pulumi.ToSecret(tokenSecret).(pulumi.StringOutput)
-	if !ok {
-		return pulumi.StringOutput{}, fmt.Errorf("wrapping the token secret as a secret did not give a string output")
+// TokenRotationSchedule is the rotator CronJob's schedule for a token TTL: every config.BootstrapTokenRotationPeriod
+// (a third of the TTL in whole minutes), as a step in the minute field below an hour and in the hour field from one
+// hour on. A step that does not divide the hour (or the day) restarts at the top of it, so the gap between two runs
+// is never longer than the period, only sometimes shorter. In UTC (the CronJob's timeZone), so that daylight saving
+// time cannot stretch a gap.
+func TokenRotationSchedule(ttl time.Duration) (string, error) {
+	period := config.BootstrapTokenRotationPeriod(ttl)
+	switch minutes := int(period.Minutes()); {
+	case minutes < 1:
+		return "", fmt.Errorf("token TTL %s: a rotation period of %s is under a minute", ttl, period)
+	case minutes < 60:
+		return fmt.Sprintf("*/%d * * * *", minutes), nil
+	case minutes < 24*60:
+		return fmt.Sprintf("0 */%d * * *", minutes/60), nil
+	default:
+		return "", fmt.Errorf("token TTL %s: a rotation period of %s is a day or more", ttl, period)
 	}
+}
 
-	_, err := corev1.NewSecret(b.ctx, b.childName("bootstrap-token"), &corev1.SecretArgs{
-		Metadata: &metav1.ObjectMetaArgs{
-			Name:      name,
-			Namespace: pulumi.String(namespace),
-			Labels:    commonLabels("bootstrap-token"),
-		},
-		Type: pulumi.String("bootstrap.kubernetes.io/token"),
-		StringData: pulumi.StringMap{
-			"description": pulumi.String("dynk8s node join token of cluster " + a.ClusterName +
-				"; rotated by the dynk8s:kubernetes.bootstrapTokenRotation config, no expiry"),
-			"token-id":                       a.BootstrapTokenID,
-			"token-secret":                   tokenSecret,
-			"usage-bootstrap-authentication": pulumi.String("true"),
-			// Signing lets the bootstrapsigner sign kube-public/cluster-info with this token, which kubeadm's
-			// token discovery verifies before it trusts the API server.
-			"usage-bootstrap-signing": pulumi.String("true"),
-			"auth-extra-groups":       pulumi.String(bootstrapTokenGroup),
-		},
+// TokenRotatorJobName is the name of the Job that issues a token when the stack is installed or rotated. It carries a
+// hash of what the run depends on (the rotation value, the TTL, the parameter, the region), so that a new rotation
+// value, or a change to the run, declares a new Job, which runs once more, while the same config declares the same
+// finished Job and a second `pulumi up` has nothing to do.
+func TokenRotatorJobName(a *ClusterAddonsArgs) string {
+	sum := sha256.Sum256([]byte(fmt.Sprintf("%q %d %q %q", a.BootstrapTokenRotation, a.BootstrapTokenTTL,
+		a.JoinTokenParameter, a.Region)))
+	return TokenRotatorName + "-" + hex.EncodeToString(sum[:])[:10]
+}
+
+// tokenRotator declares the join token rotator: its ServiceAccount and Role, its AWS credentials, its script, the
+// CronJob that issues a token every rotation period, and the Job that issues one now. It returns the Job's name.
+func (b *builder) tokenRotator() (string, error) {
+	a := b.args
+	schedule, err := TokenRotationSchedule(a.BootstrapTokenTTL)
+	if err != nil {
+		return "", err
+	}
+	sa, err := b.serviceAccount("token-rotator-sa", TokenRotatorName, TokenRotatorName)
+	if err != nil {
+		return "", err
+	}
+	role, err := rbacv1.NewRole(b.ctx, b.childName("token-rotator-role"), &rbacv1.RoleArgs{
+		Metadata: b.objectMeta(TokenRotatorName, namespace, TokenRotatorName),
+		Rules:    tokenRotatorRules(),
 	}, b.parent)
 	if err != nil {
-		return pulumi.StringOutput{}, fmt.Errorf("secret: %w", err)
+		return "", fmt.Errorf("role: %w", err)
 	}
-	return name, nil
+	binding, err := rbacv1.NewRoleBinding(b.ctx, b.childName("token-rotator-rolebinding"), &rbacv1.RoleBindingArgs{
+		Metadata: b.objectMeta(TokenRotatorName, namespace, TokenRotatorName),
+		RoleRef: &rbacv1.RoleRefArgs{
+			ApiGroup: pulumi.String("rbac.authorization.k8s.io"),
+			Kind:     pulumi.String("Role"),
+			Name:     pulumi.String(TokenRotatorName),
+		},
+		Subjects: rbacv1.SubjectArray{&rbacv1.SubjectArgs{
+			Kind:      pulumi.String("ServiceAccount"),
+			Name:      pulumi.String(TokenRotatorName),
+			Namespace: pulumi.String(namespace),
+		}},
+	}, b.parent, pulumi.DependsOn([]pulumi.Resource{role}))
+	if err != nil {
+		return "", fmt.Errorf("role binding: %w", err)
+	}
+
+	creds, err := b.awsCredentials("token-rotator-credentials", TokenRotatorCredentialsName, TokenRotatorName,
+		a.TokenRotatorAccessKeyID, a.TokenRotatorSecretAccessKey)
+	if err != nil {
+		return "", err
+	}
+	script, err := corev1.NewConfigMap(b.ctx, b.childName("token-rotator-script"), &corev1.ConfigMapArgs{
+		Metadata: b.objectMeta(TokenRotatorName, namespace, TokenRotatorName),
+		Data:     pulumi.StringMap{tokenRotatorScriptKey: pulumi.String(rotateTokenScript)},
+	}, b.parent)
+	if err != nil {
+		return "", fmt.Errorf("script config map: %w", err)
+	}
+	deps := pulumi.DependsOn([]pulumi.Resource{sa, binding, creds.secret, script})
+
+	_, err = batchv1.NewCronJob(b.ctx, b.childName("token-rotator"), &batchv1.CronJobArgs{
+		Metadata: b.objectMeta(TokenRotatorName, namespace, TokenRotatorName),
+		Spec: &batchv1.CronJobSpecArgs{
+			Schedule: pulumi.String(schedule),
+			TimeZone: pulumi.String("Etc/UTC"),
+			// Two runs at once would only issue two tokens; one at a time keeps the log readable.
+			ConcurrencyPolicy: pulumi.String("Forbid"),
+			// A run the controller missed (it was down) still happens if it is less than half a period late.
+			StartingDeadlineSeconds:    pulumi.Int(int(config.BootstrapTokenRotationPeriod(a.BootstrapTokenTTL).Seconds()) / 2),
+			SuccessfulJobsHistoryLimit: pulumi.Int(1),
+			FailedJobsHistoryLimit:     pulumi.Int(3),
+			JobTemplate: &batchv1.JobTemplateSpecArgs{
+				Metadata: &metav1.ObjectMetaArgs{Labels: commonLabels(TokenRotatorName)},
+				Spec:     b.tokenRotatorJobSpec(creds),
+			},
+		},
+	}, b.parent, deps)
+	if err != nil {
+		return "", fmt.Errorf("cron job: %w", err)
+	}
+
+	jobName := TokenRotatorJobName(a)
+	_, err = batchv1.NewJob(b.ctx, b.childName("token-rotator-now"), &batchv1.JobArgs{
+		Metadata: b.workloadMeta(jobName, TokenRotatorName),
+		Spec:     b.tokenRotatorJobSpec(creds),
+	}, b.parent, deps)
+	if err != nil {
+		return "", fmt.Errorf("job: %w", err)
+	}
+	return jobName, nil
+}
+
+// tokenRotatorJobSpec is one run of the rotator, for the CronJob and the install Job alike: a few retries (the API
+// server or SSM may be briefly unreachable), all within a deadline far below the rotation period.
+func (b *builder) tokenRotatorJobSpec(creds *awsCredentials) *batchv1.JobSpecArgs {
+	return &batchv1.JobSpecArgs{
+		BackoffLimit:          pulumi.Int(3),
+		ActiveDeadlineSeconds: pulumi.Int(int(tokenRotatorRunTimeout.Seconds())),
+		Template: &corev1.PodTemplateSpecArgs{
+			Metadata: &metav1.ObjectMetaArgs{Labels: commonLabels(TokenRotatorName)},
+			Spec:     b.tokenRotatorPodSpec(creds),
+		},
+	}
+}
+
+// tokenRotatorPodSpec runs the script on an on-prem node with the rotator's service account and AWS key.
+func (b *builder) tokenRotatorPodSpec(creds *awsCredentials) *corev1.PodSpecArgs {
+	a := b.args
+	env := corev1.EnvVarArray{
+		&corev1.EnvVarArgs{Name: pulumi.String("SSM_PARAMETER"), Value: pulumi.String(a.JoinTokenParameter)},
+		&corev1.EnvVarArgs{Name: pulumi.String("AWS_REGION"), Value: pulumi.String(a.Region)},
+		&corev1.EnvVarArgs{
+			Name:  pulumi.String("TOKEN_TTL_SECONDS"),
+			Value: pulumi.String(strconv.Itoa(int(a.BootstrapTokenTTL.Seconds()))),
+		},
+		// kubectl keeps its discovery cache under $HOME; the root filesystem is read-only.
+		&corev1.EnvVarArgs{Name: pulumi.String("HOME"), Value: pulumi.String("/tmp")},
+	}
+	env = append(env, creds.env("AWS_ACCESS_KEY_ID", awsKeyIDKey),
+		creds.env("AWS_SECRET_ACCESS_KEY", awsSecretKeyKey))
+	return &corev1.PodSpecArgs{
+		RestartPolicy:      pulumi.String("Never"),
+		ServiceAccountName: pulumi.String(TokenRotatorName),
+		// A missed rotation leaves nodes an older token: it must run even in a full cluster.
+		PriorityClassName: pulumi.String("system-cluster-critical"),
+		// Never on a pool node: a node that can join holds no business issuing the tokens to join with.
+		Affinity:        poolAffinity(false),
+		SecurityContext: nonRootPod(cleanupUID),
+		Containers: corev1.ContainerArray{
+			&corev1.ContainerArgs{
+				Name: pulumi.String("rotate"),
+				// The image has what the script needs besides kubectl: bash, curl with --aws-sigv4, jq.
+				Image: pulumi.String(cleanupImage),
+				Command: pulumi.StringArray{pulumi.String("/bin/bash"),
+					pulumi.String(tokenRotatorScriptDir + "/" + tokenRotatorScriptKey)},
+				Env:             env,
+				Resources:       resources("10m", "32Mi", "200m", "128Mi"),
+				SecurityContext: restrictedContainer(cleanupUID),
+				VolumeMounts: corev1.VolumeMountArray{
+					&corev1.VolumeMountArgs{
+						Name:      pulumi.String("script"),
+						MountPath: pulumi.String(tokenRotatorScriptDir),
+						ReadOnly:  pulumi.Bool(true),
+					},
+					&corev1.VolumeMountArgs{Name: pulumi.String("tmp"), MountPath: pulumi.String("/tmp")},
+				},
+			},
+		},
+		Volumes: corev1.VolumeArray{
+			&corev1.VolumeArgs{
+				Name: pulumi.String("script"),
+				ConfigMap: &corev1.ConfigMapVolumeSourceArgs{
+					Name:        pulumi.String(TokenRotatorName),
+					DefaultMode: pulumi.Int(0o555),
+				},
+			},
+			&corev1.VolumeArgs{
+				Name:     pulumi.String("tmp"),
+				EmptyDir: &corev1.EmptyDirVolumeSourceArgs{SizeLimit: pulumi.String("16Mi")},
+			},
+		},
+	}
 }

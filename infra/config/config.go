@@ -72,7 +72,11 @@ type Kubernetes struct {
 	// ServerNameResolvesInVpc states that the API server name kube-public/cluster-info gives (when it is a name)
 	// resolves from the VPC to an address the tunnel reaches; without it, such a name fails the preview.
 	ServerNameResolvesInVpc bool `key:"serverNameResolvesInVpc" default:"false"`
-	// BootstrapTokenRotation is an opaque value; changing it makes a new join token everywhere.
+	// BootstrapTokenTTL is how long each join token the in-cluster rotator issues stays valid; the rotator issues
+	// a new one every BootstrapTokenRotationPeriod.
+	BootstrapTokenTTL time.Duration `key:"bootstrapTokenTTL" default:"2h"`
+	// BootstrapTokenRotation is an opaque value; changing it makes the rotator issue a new join token at once (an
+	// emergency "rotate now") and gives it a new AWS access key.
 	BootstrapTokenRotation string `key:"bootstrapTokenRotation" default:"1"`
 }
 

@@ -11,6 +11,7 @@ import (
 	"gotest.tools/v3/assert"
 	is "gotest.tools/v3/assert/cmp"
 
+	"github.com/dynk8s/dynk8s/cloudinit"
 	"github.com/dynk8s/dynk8s/infra/config"
 	"github.com/dynk8s/dynk8s/internal/mockcloud"
 )
@@ -85,6 +86,8 @@ func TestDefaultsApplied(t *testing.T) {
 	assert.Check(t, cfg.Fuse.Enabled)
 	assert.Equal(t, cfg.Fuse.Capacity, 5000)
 	assert.Equal(t, cfg.Cleanup.NotReadyAfter, 30*time.Minute)
+	assert.Equal(t, cfg.Kubernetes.BootstrapTokenTTL, 2*time.Hour)
+	assert.Equal(t, cfg.Kubernetes.BootstrapTokenRotation, "1")
 	assert.Check(t, cfg.TerminationHandler.Enabled)
 	assert.Check(t, !cfg.Identity.SessionManager && !cfg.Identity.ECRReadOnly)
 }
@@ -238,6 +241,10 @@ func TestBadConfig(t *testing.T) {
 		{"cleanup under five minutes", func(c map[string]any) { obj(c, "cleanup")["notReadyAfter"] = "2m" }, "dynk8s:cleanup.notReadyAfter", "at least 5m"},
 		{"cleanup not a duration", func(c map[string]any) { obj(c, "cleanup")["notReadyAfter"] = "soon" }, "dynk8s:cleanup.notReadyAfter", "duration"},
 		{"identity flag not a boolean", func(c map[string]any) { obj(c, "identity")["sessionManager"] = "yes please" }, "dynk8s:identity.sessionManager", "true or false"},
+		{"token ttl under the floor", func(c map[string]any) { obj(c, "kubernetes")["bootstrapTokenTTL"] = "29m" }, "dynk8s:kubernetes.bootstrapTokenTTL", "must be 30m..24h, got 29m"},
+		{"token ttl above kubeadm's default", func(c map[string]any) { obj(c, "kubernetes")["bootstrapTokenTTL"] = "25h" }, "dynk8s:kubernetes.bootstrapTokenTTL", "must be 30m..24h, got 25h"},
+		{"token ttl not a duration", func(c map[string]any) { obj(c, "kubernetes")["bootstrapTokenTTL"] = "two hours" }, "dynk8s:kubernetes.bootstrapTokenTTL", "duration"},
+		{"token ttl a bare number", func(c map[string]any) { obj(c, "kubernetes")["bootstrapTokenTTL"] = 7200 }, "dynk8s:kubernetes.bootstrapTokenTTL", "duration"},
 		{"kubeconfig empty", func(c map[string]any) { obj(c, "kubernetes")["kubeconfig"] = " " }, "dynk8s:kubernetes.kubeconfig", "empty"},
 	}
 	for _, tc := range cases {
@@ -284,6 +291,29 @@ func TestWarmPool(t *testing.T) {
 	assert.NilError(t, err)
 	assert.Equal(t, cfg.NodePools[0].WarmInstances(), 4)
 	assert.Equal(t, storage(cfg), "48Gi", "a c7i.2xlarge's 16 GiB of RAM held back too")
+}
+
+// TestBootstrapTokenTTLBounds: both bounds are accepted, and the rotation period is a third of the TTL in whole
+// minutes.
+func TestBootstrapTokenTTLBounds(t *testing.T) {
+	for ttl, period := range map[string]time.Duration{"30m": 10 * time.Minute, "24h": 8 * time.Hour,
+		"2h": 40 * time.Minute, "100m": 33 * time.Minute} {
+		c := devConfig(t)
+		obj(c, "kubernetes")["bootstrapTokenTTL"] = ttl
+		cfg, err := parse(t, c)
+		assert.NilError(t, err, ttl)
+		assert.Equal(t, config.BootstrapTokenRotationPeriod(cfg.Kubernetes.BootstrapTokenTTL), period, ttl)
+	}
+}
+
+// TestBootstrapTokenTTLFloorOutlivesAJoin: SSM holds a token at most one rotation period old, so with the smallest
+// TTL allowed a node that reads it just before the next rotation still has more than its whole join deadline. Raise
+// the floor if the join timeout grows.
+func TestBootstrapTokenTTLFloorOutlivesAJoin(t *testing.T) {
+	ttl := config.MinBootstrapTokenTTL
+	left := ttl - config.BootstrapTokenRotationPeriod(ttl)
+	assert.Check(t, left > cloudinit.JoinTimeout, "a %s token read one period (%s) after it was issued has %s left, "+
+		"not more than the join timeout %s", ttl, config.BootstrapTokenRotationPeriod(ttl), left, cloudinit.JoinTimeout)
 }
 
 // TestPoolAutoscalingOptionsBecomeTags: the autoscaler reads per-group options from the group's tags.

@@ -99,7 +99,42 @@ func validateKubernetes(r *reader, c *Config) {
 	if k.BootstrapTokenRotation == "" {
 		r.addf(kp+"bootstrapTokenRotation", "must not be empty")
 	}
+	validateTokenTTL(r, kp+"bootstrapTokenTTL", k.BootstrapTokenTTL)
 	r.required(kp+"podCidr", k.PodCIDR.IsValid())
+}
+
+// Bounds of kubernetes.bootstrapTokenTTL. The floor keeps the rotation period (a third of the TTL) at ten minutes or
+// more; the ceiling is kubeadm's own default token TTL (24h), beyond which a short-lived token is no longer short.
+const (
+	MinBootstrapTokenTTL = 30 * time.Minute
+	MaxBootstrapTokenTTL = 24 * time.Hour
+)
+
+// BootstrapTokenRotationPeriod is how often the in-cluster rotator issues a new join token for a TTL: a third of it,
+// so the token in SSM always has at least two thirds of its life left, in whole minutes.
+func BootstrapTokenRotationPeriod(ttl time.Duration) time.Duration {
+	return (ttl / 3).Truncate(time.Minute)
+}
+
+// validateTokenTTL checks the join token TTL against its bounds. The floor also keeps the oldest token SSM can hold
+// (one rotation period old) valid for longer than a node may take to join with it; a test pins that.
+func validateTokenTTL(r *reader, path string, ttl time.Duration) {
+	if ttl < MinBootstrapTokenTTL || ttl > MaxBootstrapTokenTTL {
+		r.addf(path, "must be %s..%s, got %s", shortDuration(MinBootstrapTokenTTL),
+			shortDuration(MaxBootstrapTokenTTL), shortDuration(ttl))
+	}
+}
+
+// shortDuration is time.Duration's String without its zero minutes and seconds: 30m, 24h, 2h30m.
+func shortDuration(d time.Duration) string {
+	s := d.String()
+	if strings.HasSuffix(s, "m0s") {
+		s = strings.TrimSuffix(s, "0s")
+	}
+	if strings.HasSuffix(s, "h0m") {
+		s = strings.TrimSuffix(s, "0m")
+	}
+	return s
 }
 
 // validateRanges checks the VPC's size and zones, and that no two of the VPC, tunnel, on-prem, pod and service

@@ -1,0 +1,485 @@
+//go:build e2e
+
+package e2e
+
+import (
+	"bytes"
+	"context"
+	"encoding/base64"
+	"encoding/json"
+	"errors"
+	"io"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/pulumi/pulumi/sdk/v3/go/auto/optdestroy"
+	"github.com/pulumi/pulumi/sdk/v3/go/auto/optup"
+	"sigs.k8s.io/yaml"
+
+	"github.com/dynk8s/dynk8s/infra"
+	"github.com/dynk8s/dynk8s/infra/addons"
+	"github.com/dynk8s/dynk8s/infra/config"
+	"github.com/dynk8s/dynk8s/internal/fakeimds"
+)
+
+// rotatorIssued selects the token Secrets the rotator makes (the script labels them so).
+const rotatorIssued = "app.kubernetes.io/managed-by=dynk8s-join-token-rotator"
+
+// TestTokenRotator deploys the component with the real engine, then runs the rotator's script exactly as the
+// cluster would (the script from the live ConfigMap, the environment of the live CronJob, the AWS key from the live
+// Secret, and the rotator's own ServiceAccount token, so its RBAC is the one under test), with moto_server as SSM:
+//   - each run creates a bootstrap token Secret that expires a TTL later and overwrites the SSM parameter with it,
+//     and a second run makes the next one without touching the first;
+//   - the token SSM holds authenticates as a kubeadm join token, and the node's join script joins with it
+//     (kubeadm join --dry-run: token discovery through the signed cluster-info, CA pinned);
+//   - a token past its expiration is refused by the API server, deleted by the controller manager's token cleaner,
+//     no longer signs cluster-info, and the join script does not join with it;
+//   - `pulumi up` after those rotations changes nothing, and a new rotation value replaces only the install Job.
+func TestTokenRotator(t *testing.T) {
+	c := requireCluster(t)
+	realKubeadm := requireTool(t, "kubeadm")
+	moto := requireTool(t, "moto_server")
+	for _, tool := range []string{"bash", "curl", "jq", "python3"} {
+		requireTool(t, tool)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
+	defer cancel()
+	keepEtcKubernetesClean(t)
+
+	cfg := devConfig(t)
+	// cluster-info and kubeadm's bootstrap RBAC, as `kubeadm init` leaves them, with a token of this test's own that
+	// nothing below uses.
+	kubeadmInit(ctx, t, c, "e2ert0.0123456789abcdef")
+	ssm := startMoto(ctx, t, moto)
+	param := infra.JoinTokenParameter(cfg.ClusterName)
+	// What the stack's Identity declares before the rotator's first run.
+	ssm.putSecureString(t, cfg.Region, param, infra.JoinTokenPlaceholder)
+
+	pools := slices.Clone(cfg.NodePools)
+	s := newStack(ctx, t, c, addonsProgram(c, cfg, &pools))
+	t.Cleanup(func() {
+		dctx, dcancel := context.WithTimeout(context.Background(), 3*time.Minute)
+		defer dcancel()
+		if _, err := s.Destroy(dctx, optdestroy.ProgressStreams(s.log)); err != nil {
+			t.Logf("cleanup destroy: %v", err)
+		}
+		// The issued tokens outlive the stack until they expire; the other tests want a clean kube-system.
+		if _, err := c.kubectl(dctx, "-n", "kube-system", "delete", "secret", "-l", rotatorIssued); err != nil {
+			t.Logf("cleanup of issued tokens: %v", err)
+		}
+	})
+	if _, err := s.Up(ctx, optup.ProgressStreams(s.log), optup.ErrorProgressStreams(s.log)); err != nil {
+		t.Fatalf("up: %v", err)
+	}
+	r := liveRotator(ctx, t, c, ssm.url)
+	if r.env["TOKEN_TTL_SECONDS"] != "7200" || r.env["SSM_PARAMETER"] != param || r.env["AWS_REGION"] != cfg.Region {
+		t.Fatalf("the CronJob runs the script with %v", r.env)
+	}
+
+	// 1. The first run issues a token and hands it to SSM; the second issues the next.
+	first := r.run(ctx, t, c, nil)
+	checkIssued(ctx, t, c, first, cfg.Kubernetes.BootstrapTokenTTL)
+	if got := ssm.getParameter(t, cfg.Region, param); got != first.token {
+		t.Fatalf("SSM holds %q after the first run, want the token of %s", redact(got), first.name)
+	}
+	second := r.run(ctx, t, c, nil)
+	checkIssued(ctx, t, c, second, cfg.Kubernetes.BootstrapTokenTTL)
+	if second.token == first.token {
+		t.Fatal("the second run issued the same token")
+	}
+	if got := ssm.getParameter(t, cfg.Region, param); got != second.token {
+		t.Fatalf("SSM holds %q after the second run, want the token of %s", redact(got), second.name)
+	}
+	if _, err := c.kubectl(ctx, "-n", "kube-system", "get", "secret", first.name); err != nil {
+		t.Errorf("the second run touched the first token, which must age out by itself: %v", err)
+	}
+	checkWhoAmI(ctx, t, c, second.token, true)
+	if t.Failed() {
+		t.FailNow()
+	}
+
+	// 2. A node joins with what SSM holds.
+	imds := fakeimds.New(t, fakeimds.Instance{
+		ID: fakeInstanceID, Zone: cfg.Region + fakeZoneSuffix, Region: cfg.Region, PrivateIP: fakeNodeIP,
+		Type: fakeInstanceType, Role: fakeRole, AccessKeyID: "ASIAE2EFAKEROLEKEY01",
+		SecretAccessKey: "e2e/fake/role/secret/key/000000000000", SessionToken: "e2e-fake-session-token",
+	})
+	endpoint, err := config.ParseEndpoint(strings.TrimPrefix(c.Server, "https://"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	nodeCfg := *cfg
+	nodeCfg.Kubernetes.APIServerEndpoint = endpoint
+	input := infra.NodeInput(&nodeCfg, cfg.NodePools[0], []string{clusterInfoCAHash(ctx, t, c)}, param)
+	node := nodeEnv{realKubeadm: realKubeadm, imds: imds.URL, ssm: ssm.url}
+	run := node.join(ctx, t, input, 90)
+	if run.err != nil || !strings.Contains(run.output, "This node has joined the cluster") {
+		t.Fatalf("join.sh with the rotated token: %v\n%s", run.err, run.output)
+	}
+	checkJoinConfiguration(t, run.joinConfig, second.token, endpoint.String(), clusterInfoCAHash(ctx, t, c),
+		cfg.Region)
+
+	// 3. Pulumi does not own the tokens: after rotations, up changes nothing.
+	again, err := s.Up(ctx, optup.ExpectNoChanges(), optup.ProgressStreams(s.log), optup.ErrorProgressStreams(s.log))
+	if err != nil {
+		t.Fatalf("up after rotations: %v", err)
+	}
+	if ch := changes(*again.Summary.ResourceChanges); len(ch) != 0 {
+		t.Fatalf("up after rotations changed %v", ch)
+	}
+
+	// 4. A token past its expiration (a rotator stopped for longer than the TTL, shortened here) is refused.
+	expiring := r.run(ctx, t, c, []string{"TOKEN_TTL_SECONDS=4"})
+	if got := ssm.getParameter(t, cfg.Region, param); got != expiring.token {
+		t.Fatalf("SSM does not hold the expiring token")
+	}
+	checkExpiredToken(ctx, t, c, expiring, second, func() joinRun { return node.join(ctx, t, input, 10) })
+
+	// 5. Rotate now: a new rotation value renames the install Job, which replaces it (a new Job issues a token at
+	// once) and nothing else.
+	cfg.Kubernetes.BootstrapTokenRotation = "e2e-rotate-now"
+	checkRotateNow(ctx, t, s, cfg)
+}
+
+// checkExpiredToken waits for the token cleaner to delete the expiring token, then checks that the API server
+// refuses it, that cluster-info is no longer signed with it (while still with the valid one), and that join fails.
+func checkExpiredToken(ctx context.Context, t *testing.T, c cluster, expiring, valid issued, join func() joinRun) {
+	t.Helper()
+	waitGone(ctx, t, c, expiring.name, 90*time.Second)
+	checkWhoAmI(ctx, t, c, expiring.token, false)
+	// Token discovery needs cluster-info signed with the token; the bootstrapsigner drops an expired token's
+	// signature, and kubeadm waits for one in vain (in --dry-run it does not print why, only the real join does).
+	var cm struct {
+		Data map[string]string `json:"data"`
+	}
+	if err := c.getJSON(ctx, &cm, "configmap.v1.", "cluster-info", "-n", "kube-public"); err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := cm.Data["jws-kubeconfig-"+expiring.id]; ok {
+		t.Errorf("cluster-info is still signed with the expired token %s", expiring.id)
+	}
+	if _, ok := cm.Data["jws-kubeconfig-"+valid.id]; !ok {
+		t.Errorf("cluster-info is not signed with the valid token %s: the check above proves nothing", valid.id)
+	}
+	run := join()
+	if run.err == nil || strings.Contains(run.output, "This node has joined the cluster") {
+		t.Fatalf("join.sh joined with an expired token:\n%s", run.output)
+	}
+	if !strings.Contains(run.output, "FAILED: kubeadm join: gave up") {
+		t.Errorf("join output lacks the reason:\n%s", run.output)
+	}
+}
+
+// checkRotateNow runs up with cfg's new rotation value: only the install Job may change, replaced by one of the name
+// the component gives the new value.
+func checkRotateNow(ctx context.Context, t *testing.T, s *pulumiStack, cfg *config.Config) {
+	t.Helper()
+	rot, err := s.Up(ctx, optup.ProgressStreams(s.log), optup.ErrorProgressStreams(s.log))
+	if err != nil {
+		t.Fatalf("up with a new rotation value: %v", err)
+	}
+	ch := changes(*rot.Summary.ResourceChanges)
+	t.Logf("rotate now: %v", ch)
+	if ch["replace"] != 1 || len(ch) != 1 {
+		t.Errorf("a new rotation value: %v, want the install Job replaced and nothing else", ch)
+	}
+	objs, err := s.objects(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var jobs []string
+	for _, o := range objs {
+		if o.Kind == "Job" {
+			jobs = append(jobs, o.Name)
+		}
+	}
+	if want := addons.TokenRotatorJobName(infra.AddonsArgs(cfg, infra.Credentials{})); !slices.Equal(jobs, []string{want}) {
+		t.Errorf("install Jobs after the rotation %v, want [%s]", jobs, want)
+	}
+}
+
+// rotator is the script and the environment the cluster gives the rotator's pod, set up to run on this machine.
+type rotator struct {
+	script string
+	env    map[string]string
+	dir    string
+}
+
+// liveRotator reads what the component deployed: the script from its ConfigMap, the plain environment of the
+// CronJob's container, the AWS key from the Secret it references; and mints a token of the rotator's ServiceAccount
+// for a kubeconfig, so that the script acts with exactly the rotator's RBAC.
+func liveRotator(ctx context.Context, t *testing.T, c cluster, ssmURL string) *rotator {
+	t.Helper()
+	var cm struct {
+		Data map[string]string `json:"data"`
+	}
+	if err := c.getJSON(ctx, &cm, "configmap.v1.", addons.TokenRotatorName, "-n", "kube-system"); err != nil {
+		t.Fatal(err)
+	}
+	var cj struct {
+		Spec struct {
+			JobTemplate struct {
+				Spec struct {
+					Template struct {
+						Spec struct {
+							Containers []struct {
+								Command []string `json:"command"`
+								Env     []struct {
+									Name      string `json:"name"`
+									Value     string `json:"value"`
+									ValueFrom *struct {
+										SecretKeyRef struct{ Name, Key string } `json:"secretKeyRef"`
+									} `json:"valueFrom"`
+								} `json:"env"`
+							} `json:"containers"`
+						} `json:"spec"`
+					} `json:"template"`
+				} `json:"spec"`
+			} `json:"jobTemplate"`
+		} `json:"spec"`
+	}
+	if err := c.getJSON(ctx, &cj, "cronjob.v1.batch", addons.TokenRotatorName, "-n", "kube-system"); err != nil {
+		t.Fatal(err)
+	}
+	ctrs := cj.Spec.JobTemplate.Spec.Template.Spec.Containers
+	if len(ctrs) != 1 || len(ctrs[0].Command) != 2 {
+		t.Fatalf("rotator containers: %+v", ctrs)
+	}
+	script := cm.Data[filepath.Base(ctrs[0].Command[1])]
+	if !strings.HasPrefix(script, "#!/usr/bin/env bash\n") {
+		t.Fatalf("the ConfigMap holds no script named %s", ctrs[0].Command[1])
+	}
+	r := &rotator{script: script, env: map[string]string{}, dir: t.TempDir()}
+	for _, e := range ctrs[0].Env {
+		if e.ValueFrom == nil {
+			r.env[e.Name] = e.Value
+			continue
+		}
+		var sec struct {
+			Data map[string]string `json:"data"`
+		}
+		if err := c.getJSON(ctx, &sec, "secret.v1.", e.ValueFrom.SecretKeyRef.Name, "-n", "kube-system"); err != nil {
+			t.Fatal(err)
+		}
+		v, err := base64.StdEncoding.DecodeString(sec.Data[e.ValueFrom.SecretKeyRef.Key])
+		if err != nil || len(v) == 0 {
+			t.Fatalf("%s from %s/%s: %v", e.Name, e.ValueFrom.SecretKeyRef.Name, e.ValueFrom.SecretKeyRef.Key, err)
+		}
+		r.env[e.Name] = string(v)
+	}
+	r.env["HOME"] = r.dir
+	r.env["SSM_ENDPOINT"] = ssmURL
+
+	token, err := c.kubectl(ctx, "-n", "kube-system", "create", "token", addons.TokenRotatorName, "--duration", "20m")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ca, err := os.ReadFile(c.CAFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	kubeconfig, err := yaml.Marshal(map[string]any{
+		"apiVersion": "v1", "kind": "Config", "current-context": "rotator",
+		"clusters": []any{map[string]any{"name": "e2e", "cluster": map[string]any{
+			"server": c.Server, "certificate-authority-data": base64.StdEncoding.EncodeToString(ca)}}},
+		"users": []any{map[string]any{"name": "rotator", "user": map[string]any{
+			"token": strings.TrimSpace(token)}}},
+		"contexts": []any{map[string]any{"name": "rotator", "context": map[string]any{
+			"cluster": "e2e", "user": "rotator"}}},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.env["KUBECONFIG"] = filepath.Join(r.dir, "kubeconfig")
+	if err := os.WriteFile(r.env["KUBECONFIG"], kubeconfig, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return r
+}
+
+// issued is one token a rotator run made.
+type issued struct {
+	name, id, token string
+	start, end      time.Time
+}
+
+var createdLine = regexp.MustCompile(`created Secret kube-system/(bootstrap-token-([a-z0-9]{6})),`)
+
+// run runs the script with the live environment plus extra, and reads back the token it issued (as the admin: the
+// rotator itself cannot read it).
+func (r *rotator) run(ctx context.Context, t *testing.T, c cluster, extra []string) issued {
+	t.Helper()
+	cmd := exec.CommandContext(ctx, "bash", "-c", r.script)
+	cmd.Env = []string{"PATH=" + os.Getenv("PATH")}
+	for k, v := range r.env {
+		cmd.Env = append(cmd.Env, k+"="+v)
+	}
+	cmd.Env = append(cmd.Env, extra...)
+	start := time.Now()
+	out, err := cmd.CombinedOutput()
+	t.Logf("rotate-token.sh:\n%s", out)
+	if err != nil {
+		t.Fatalf("rotate-token.sh: %v", err)
+	}
+	m := createdLine.FindStringSubmatch(string(out))
+	if m == nil {
+		t.Fatalf("no token named in the output")
+	}
+	var sec struct {
+		Data map[string]string `json:"data"`
+	}
+	if err := c.getJSON(ctx, &sec, "secret.v1.", m[1], "-n", "kube-system"); err != nil {
+		t.Fatal(err)
+	}
+	secret, err := base64.StdEncoding.DecodeString(sec.Data["token-secret"])
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range []string{string(secret), r.env["AWS_SECRET_ACCESS_KEY"]} {
+		if strings.Contains(string(out), s) {
+			t.Errorf("a secret is in the rotator's log")
+		}
+	}
+	return issued{name: m[1], id: m[2], token: m[2] + "." + string(secret), start: start, end: time.Now()}
+}
+
+// checkIssued reads the token Secret back: what the authenticator and kubeadm's discovery need, and an expiration one
+// TTL after the run.
+func checkIssued(ctx context.Context, t *testing.T, c cluster, tok issued, ttl time.Duration) {
+	t.Helper()
+	var sec struct {
+		Type string            `json:"type"`
+		Data map[string]string `json:"data"`
+	}
+	if err := c.getJSON(ctx, &sec, "secret.v1.", tok.name, "-n", "kube-system"); err != nil {
+		t.Fatal(err)
+	}
+	data := map[string]string{}
+	for k, v := range sec.Data {
+		b, err := base64.StdEncoding.DecodeString(v)
+		if err != nil {
+			t.Fatal(err)
+		}
+		data[k] = string(b)
+	}
+	if sec.Type != "bootstrap.kubernetes.io/token" || data["token-id"] != tok.id ||
+		data["usage-bootstrap-authentication"] != "true" || data["usage-bootstrap-signing"] != "true" ||
+		data["auth-extra-groups"] != "system:bootstrappers:kubeadm:default-node-token" {
+		t.Errorf("%s: type %s, data %v", tok.name, sec.Type, redactedKeys(data))
+	}
+	exp, err := time.Parse(time.RFC3339, data["expiration"])
+	if err != nil {
+		t.Fatalf("%s: expiration %q: %v", tok.name, data["expiration"], err)
+	}
+	if exp.Before(tok.start.Add(ttl).Truncate(time.Second)) || exp.After(tok.end.Add(ttl)) {
+		t.Errorf("%s expires %s, want %s after the run (%s..%s)", tok.name, exp, ttl, tok.start, tok.end)
+	}
+}
+
+// checkWhoAmI asks the API server who a token is: a kubeadm node join token, or (valid false) nobody.
+func checkWhoAmI(ctx context.Context, t *testing.T, c cluster, token string, valid bool) {
+	t.Helper()
+	out, err := c.kubectl(ctx, "auth", "whoami", "--token", token, "-o", "json")
+	if !valid {
+		if err == nil || !strings.Contains(err.Error(), "Unauthorized") {
+			t.Errorf("an expired token: got %v %s, want Unauthorized", err, out)
+		}
+		return
+	}
+	if err != nil {
+		t.Errorf("whoami with the issued token: %v", err)
+		return
+	}
+	var who struct {
+		Status struct {
+			UserInfo struct {
+				Username string   `json:"username"`
+				Groups   []string `json:"groups"`
+			} `json:"userInfo"`
+		} `json:"status"`
+	}
+	if err := json.Unmarshal([]byte(out), &who); err != nil {
+		t.Fatal(err)
+	}
+	id, _, _ := strings.Cut(token, ".")
+	u := who.Status.UserInfo
+	if u.Username != "system:bootstrap:"+id || !slices.Contains(u.Groups, "system:bootstrappers:kubeadm:default-node-token") {
+		t.Errorf("the issued token authenticates as %s %v", u.Username, u.Groups)
+	}
+}
+
+// waitGone waits for the token cleaner to delete an expired token's Secret.
+func waitGone(ctx context.Context, t *testing.T, c cluster, name string, limit time.Duration) {
+	t.Helper()
+	deadline := time.Now().Add(limit)
+	for {
+		_, err := c.kubectl(ctx, "-n", "kube-system", "get", "secret", name)
+		if isNotFound(err) {
+			return
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s still exists %s after it expired: is the tokencleaner controller on?", name, limit)
+		}
+		time.Sleep(500 * time.Millisecond)
+	}
+}
+
+// getParameter reads a SecureString back from moto, decrypted.
+func (m *motoSSM) getParameter(t *testing.T, region, name string) string {
+	t.Helper()
+	body, err := json.Marshal(map[string]any{"Name": name, "WithDecryption": true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	req, err := http.NewRequest(http.MethodPost, m.url+"/", bytes.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Content-Type", "application/x-amz-json-1.1")
+	req.Header.Set("X-Amz-Target", "AmazonSSM.GetParameter")
+	req.Header.Set("Authorization", "AWS4-HMAC-SHA256 Credential=AKIAE2ETEST/20260101/"+region+
+		"/ssm/aws4_request, SignedHeaders=host, Signature=0")
+	resp, err := motoClient.Do(req)
+	if err != nil {
+		t.Fatalf("SSM GetParameter: %v", errors.Join(err, m.alive()))
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	var out struct {
+		Parameter struct{ Value, Type string }
+	}
+	if resp.StatusCode != http.StatusOK || json.Unmarshal(b, &out) != nil || out.Parameter.Type != "SecureString" {
+		t.Fatalf("SSM GetParameter %s: HTTP %d: %s", name, resp.StatusCode, b)
+	}
+	return out.Parameter.Value
+}
+
+// redact shows a token's public id only.
+func redact(token string) string {
+	id, _, ok := strings.Cut(token, ".")
+	if !ok {
+		return token
+	}
+	return id + ".<secret>"
+}
+
+func redactedKeys(data map[string]string) map[string]string {
+	out := map[string]string{}
+	for k, v := range data {
+		if k == "token-secret" {
+			v = "<secret>"
+		}
+		out[k] = v
+	}
+	return out
+}

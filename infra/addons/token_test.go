@@ -1,0 +1,314 @@
+package addons
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/robfig/cron/v3"
+	"gotest.tools/v3/assert"
+	is "gotest.tools/v3/assert/cmp"
+
+	"github.com/dynk8s/dynk8s/infra/config"
+	"github.com/dynk8s/dynk8s/internal/realtools"
+)
+
+// TestAddonsTokenRotator checks the rotator's objects: a Role that may create Secrets in kube-system and nothing
+// else (and no cluster-wide role at all), the AWS key in a Secret the pods reference, the script, and the CronJob and
+// install Job running the same pod with the parameter, region and TTL of the config.
+func TestAddonsTokenRotator(t *testing.T) {
+	run := mustRunAddons(t, testAddonsArgs)
+
+	assert.DeepEqual(t, run.object(t, typeRole, TokenRotatorName)["rules"], plain(t, []any{map[string]any{
+		"apiGroups": []string{""}, "resources": []string{"secrets"}, "verbs": []string{"create"},
+	}}))
+	for _, cr := range run.cloud.ByType(typeClusterRole) {
+		assert.Check(t, !strings.Contains(cr.Name, "token-rotator"), "a cluster role for the rotator: %s", cr.Name)
+	}
+	binding := run.object(t, typeRoleBinding, TokenRotatorName)
+	assert.DeepEqual(t, binding["roleRef"], map[string]any{
+		"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": TokenRotatorName,
+	})
+	assert.DeepEqual(t, binding["subjects"], []any{map[string]any{
+		"kind": "ServiceAccount", "name": TokenRotatorName, "namespace": testKubeSystem,
+	}})
+	run.object(t, typeServiceAccount, TokenRotatorName)
+
+	creds := run.object(t, typeSecret, TokenRotatorCredentialsName)
+	assert.DeepEqual(t, creds["stringData"], map[string]any{
+		"aws_access_key_id": testRotatorKeyID, "aws_secret_access_key": testRotatorSecret,
+	})
+	for _, r := range run.cloud.ByType(typeSecret) {
+		if r.Name == testComponentName+"-token-rotator-credentials" {
+			assert.Check(t, r.Inputs["stringData"].IsSecret(), "stringData is not a secret input")
+		}
+	}
+	assert.Equal(t, dig(t, run.object(t, typeConfigMap, TokenRotatorName), "data", tokenRotatorScriptKey),
+		rotateTokenScript)
+
+	cronJob := run.object(t, typeCronJob, TokenRotatorName)
+	assert.Equal(t, dig(t, cronJob, "spec", "schedule"), "*/40 * * * *", "a third of the 2h TTL")
+	assert.Equal(t, dig(t, cronJob, "spec", "timeZone"), "Etc/UTC")
+	assert.Equal(t, dig(t, cronJob, "spec", "concurrencyPolicy"), "Forbid")
+	assert.Equal(t, run.rotatorJobName, TokenRotatorJobName(testAddonsArgs()))
+	job := run.object(t, typeJob, run.rotatorJobName)
+	cronPod := dig(t, cronJob, "spec", "jobTemplate", "spec", "template", "spec")
+	assert.DeepEqual(t, dig(t, job, "spec", "template", "spec"), cronPod)
+	assert.DeepEqual(t, dig(t, job, "spec", "backoffLimit"), dig(t, cronJob, "spec", "jobTemplate", "spec",
+		"backoffLimit"))
+
+	pod := cronPod.(map[string]any)
+	assert.Equal(t, pod["serviceAccountName"], TokenRotatorName)
+	assert.Equal(t, pod["restartPolicy"], "Never")
+	c := containerNamed(t, map[string]any{"spec": map[string]any{"template": map[string]any{"spec": pod}}}, "rotate")
+	assert.DeepEqual(t, c["command"], []any{"/bin/bash", "/scripts/" + tokenRotatorScriptKey})
+	env := map[string]string{}
+	for _, e := range c["env"].([]any) {
+		e := e.(map[string]any)
+		if v, ok := e["value"].(string); ok {
+			env[e["name"].(string)] = v
+			continue
+		}
+		ref := dig(t, e, "valueFrom", "secretKeyRef").(map[string]any)
+		env[e["name"].(string)] = "secret:" + ref["name"].(string) + "/" + ref["key"].(string)
+	}
+	assert.DeepEqual(t, env, map[string]string{
+		"SSM_PARAMETER":         testTokenParameter,
+		"AWS_REGION":            "eu-central-1",
+		"TOKEN_TTL_SECONDS":     "7200",
+		"HOME":                  "/tmp",
+		"AWS_ACCESS_KEY_ID":     "secret:" + TokenRotatorCredentialsName + "/aws_access_key_id",
+		"AWS_SECRET_ACCESS_KEY": "secret:" + TokenRotatorCredentialsName + "/aws_secret_access_key",
+	})
+	assert.Equal(t, dig(t, c, "securityContext", "readOnlyRootFilesystem"), true)
+	assert.Equal(t, dig(t, pod, "affinity", "nodeAffinity", "requiredDuringSchedulingIgnoredDuringExecution",
+		"nodeSelectorTerms", 0, "matchExpressions", 0, "operator"), "DoesNotExist", "never on a pool node")
+}
+
+// TestTokenRotatorJobName: the same config names the same Job (a second `pulumi up` leaves the finished Job alone);
+// a new rotation value or TTL names a new one, which runs.
+func TestTokenRotatorJobName(t *testing.T) {
+	base := TokenRotatorJobName(testAddonsArgs())
+	assert.Check(t, regexp.MustCompile(`^`+TokenRotatorName+`-[0-9a-f]{10}$`).MatchString(base), base)
+	assert.Check(t, len(base) <= 63, "%s is not a valid label value for the Job's pods", base)
+	assert.Equal(t, TokenRotatorJobName(testAddonsArgs()), base)
+	for what, mutate := range map[string]func(*ClusterAddonsArgs){
+		"rotation":  func(a *ClusterAddonsArgs) { a.BootstrapTokenRotation = "2" },
+		"ttl":       func(a *ClusterAddonsArgs) { a.BootstrapTokenTTL = 3 * time.Hour },
+		"parameter": func(a *ClusterAddonsArgs) { a.JoinTokenParameter = "/dynk8s/other/join-token" },
+	} {
+		a := testAddonsArgs()
+		mutate(a)
+		assert.Check(t, TokenRotatorJobName(a) != base, "a new %s keeps the Job name", what)
+	}
+	rotated := mustRunAddons(t, func() *ClusterAddonsArgs {
+		a := testAddonsArgs()
+		a.BootstrapTokenRotation = "2026-12-01"
+		return a
+	})
+	assert.Check(t, rotated.rotatorJobName != base)
+	assert.DeepEqual(t, rotated.objectNames(t, typeJob), []string{rotated.rotatorJobName})
+}
+
+// TestTokenRotationSchedule parses every schedule a valid TTL gives (each minute from 30m to 24h) with the cron
+// library the CronJob controller uses, and walks two days of its runs: no gap between two runs may exceed the
+// rotation period, which is at most a third of the TTL.
+func TestTokenRotationSchedule(t *testing.T) {
+	parser := cron.NewParser(cron.Minute | cron.Hour | cron.Dom | cron.Month | cron.Dow)
+	start := time.Date(2026, 3, 1, 0, 0, 0, 0, time.UTC)
+	for ttl := config.MinBootstrapTokenTTL; ttl <= config.MaxBootstrapTokenTTL; ttl += time.Minute {
+		period := config.BootstrapTokenRotationPeriod(ttl)
+		assert.Assert(t, period <= ttl/3 && period >= 10*time.Minute, "ttl %s: period %s", ttl, period)
+		spec, err := TokenRotationSchedule(ttl)
+		assert.NilError(t, err, "ttl %s", ttl)
+		sched, err := parser.Parse(spec)
+		assert.NilError(t, err, "ttl %s: %q", ttl, spec)
+		prev, longest := sched.Next(start), time.Duration(0)
+		for at := sched.Next(prev); at.Before(start.Add(48 * time.Hour)); at = sched.Next(at) {
+			longest = max(longest, at.Sub(prev))
+			prev = at
+		}
+		assert.Assert(t, longest > 0 && longest <= period, "ttl %s: %q leaves %s between runs, period %s", ttl,
+			spec, longest, period)
+	}
+	for _, ttl := range []time.Duration{2 * time.Minute, 100 * time.Hour} {
+		_, err := TokenRotationSchedule(ttl)
+		assert.Check(t, err != nil, "ttl %s", ttl)
+	}
+}
+
+// fakeSSM answers PutParameter as SSM does, recording what it was sent.
+type fakeSSM struct {
+	mu       sync.Mutex
+	status   int
+	requests []ssmPut
+	problems []string
+}
+
+type ssmPut struct {
+	Name      string
+	Value     string
+	Type      string
+	Overwrite bool
+}
+
+func (f *fakeSSM) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	auth := r.Header.Get("Authorization")
+	switch {
+	case r.Method != http.MethodPost || r.Header.Get("X-Amz-Target") != "AmazonSSM.PutParameter":
+		f.problems = append(f.problems, fmt.Sprintf("%s with target %q", r.Method, r.Header.Get("X-Amz-Target")))
+	case r.Header.Get("Content-Type") != "application/x-amz-json-1.1":
+		f.problems = append(f.problems, "content type "+r.Header.Get("Content-Type"))
+	case !strings.HasPrefix(auth, "AWS4-HMAC-SHA256 Credential="+testRotatorKeyID+"/") ||
+		!strings.Contains(auth, "/eu-central-1/ssm/aws4_request"):
+		f.problems = append(f.problems, "not SigV4-signed for eu-central-1/ssm with the rotator's key: "+auth)
+	}
+	var put ssmPut
+	body, _ := io.ReadAll(r.Body)
+	if err := json.Unmarshal(body, &put); err != nil {
+		f.problems = append(f.problems, fmt.Sprintf("body %q: %v", body, err))
+	}
+	f.requests = append(f.requests, put)
+	if f.status != 0 {
+		w.WriteHeader(f.status)
+		_, _ = io.WriteString(w, `{"__type":"AccessDeniedException","message":"not allowed (fake)"}`)
+		return
+	}
+	_, _ = fmt.Fprintf(w, `{"Tier":"Standard","Version":%d}`, len(f.requests))
+}
+
+type rotateRun struct {
+	output   string
+	status   int
+	argv     string // every kubectl and curl command line
+	manifest map[string]any
+}
+
+// runRotateScript runs the embedded script with the real curl and jq, a stub kubectl that keeps what it is given
+// on stdin, and SSM at ssm.
+func runRotateScript(t *testing.T, ssm *httptest.Server, kubectlFails bool) rotateRun {
+	t.Helper()
+	realCurl := realtools.Require(t, "curl")
+	realtools.Require(t, "jq")
+	realtools.Require(t, "bash")
+	dir := t.TempDir()
+	write := func(name, body string) {
+		assert.NilError(t, os.WriteFile(filepath.Join(dir, name), []byte("#!/usr/bin/env bash\n"+body+"\n"), 0o755))
+	}
+	failure := "0"
+	if kubectlFails {
+		failure = "1"
+	}
+	write("kubectl", `echo "kubectl $*" >>"$STUB_DIR/argv"
+cat >"$STUB_DIR/manifest.json"
+if [[ `+failure+` == 1 ]]; then echo 'Error from server (Forbidden): secrets is forbidden (stub)' >&2; exit 1; fi
+echo secret/stub`)
+	write("curl", `echo "curl $*" >>"$STUB_DIR/argv"
+exec "$STUB_REAL_CURL" "$@"`)
+	cmd := exec.Command("bash", "-c", rotateTokenScript)
+	cmd.Env = []string{
+		"PATH=" + dir + string(os.PathListSeparator) + os.Getenv("PATH"),
+		"STUB_DIR=" + dir, "STUB_REAL_CURL=" + realCurl,
+		"SSM_PARAMETER=" + testTokenParameter, "AWS_REGION=eu-central-1", "TOKEN_TTL_SECONDS=7200",
+		"AWS_ACCESS_KEY_ID=" + testRotatorKeyID, "AWS_SECRET_ACCESS_KEY=" + testRotatorSecret,
+		"SSM_ENDPOINT=" + ssm.URL,
+	}
+	out, err := cmd.CombinedOutput()
+	run := rotateRun{output: string(out)}
+	var exit *exec.ExitError
+	if errors.As(err, &exit) {
+		run.status = exit.ExitCode()
+	} else {
+		assert.NilError(t, err)
+	}
+	argv, _ := os.ReadFile(filepath.Join(dir, "argv"))
+	run.argv = string(argv)
+	if doc, err := os.ReadFile(filepath.Join(dir, "manifest.json")); err == nil {
+		assert.NilError(t, json.Unmarshal(doc, &run.manifest), "kubectl was given %s", doc)
+	}
+	t.Logf("rotate-token.sh exited %d:\n%s", run.status, run.output)
+	return run
+}
+
+// TestRotateTokenScript runs the real script against a stub kubectl and a fake SSM: it creates a bootstrap token
+// Secret as kubeadm's token discovery and the authenticator need it, expiring a TTL from now, and only then writes
+// "<id>.<secret>" of that very token to the parameter, SigV4-signed; two runs make two different tokens; no secret is
+// ever on a command line or in the log.
+func TestRotateTokenScript(t *testing.T) {
+	ssm := &fakeSSM{}
+	srv := httptest.NewServer(ssm)
+	t.Cleanup(srv.Close)
+
+	var tokens []string
+	for range 2 {
+		before := time.Now().UTC().Truncate(time.Second)
+		run := runRotateScript(t, srv, false)
+		assert.Equal(t, run.status, 0)
+		m := run.manifest
+		sd := dig(t, m, "stringData").(map[string]any)
+		id, secret := sd["token-id"].(string), sd["token-secret"].(string)
+		assert.Check(t, regexp.MustCompile(`^[a-z0-9]{6}$`).MatchString(id), id)
+		assert.Check(t, regexp.MustCompile(`^[a-z0-9]{16}$`).MatchString(secret))
+		assert.Equal(t, dig(t, m, "metadata", "name"), "bootstrap-token-"+id)
+		assert.Equal(t, dig(t, m, "metadata", "namespace"), testKubeSystem)
+		assert.Equal(t, m["type"], "bootstrap.kubernetes.io/token")
+		assert.Equal(t, sd["usage-bootstrap-authentication"], "true")
+		assert.Equal(t, sd["usage-bootstrap-signing"], "true")
+		assert.Equal(t, sd["auth-extra-groups"], "system:bootstrappers:kubeadm:default-node-token")
+		exp, err := time.Parse(time.RFC3339, sd["expiration"].(string))
+		assert.NilError(t, err)
+		assert.Check(t, !exp.Before(before.Add(2*time.Hour)) && !exp.After(time.Now().Add(2*time.Hour)),
+			"expiration %s is not the TTL from now", exp)
+		assert.Check(t, is.Contains(run.argv, "kubectl create --filename - --output name\n"))
+
+		ssm.mu.Lock()
+		last := ssm.requests[len(ssm.requests)-1]
+		ssm.mu.Unlock()
+		assert.DeepEqual(t, last, ssmPut{Name: testTokenParameter, Value: id + "." + secret, Type: "SecureString",
+			Overwrite: true})
+		assert.Check(t, is.Contains(run.output, "wrote token "+id+" to SSM parameter "+testTokenParameter))
+		for _, s := range []string{secret, testRotatorSecret} {
+			assert.Check(t, !strings.Contains(run.argv, s), "a secret is on a command line:\n%s", run.argv)
+			assert.Check(t, !strings.Contains(run.output, s), "a secret is in the log")
+		}
+		tokens = append(tokens, id+"."+secret)
+	}
+	assert.Check(t, tokens[0] != tokens[1], "two runs issued the same token")
+	ssm.mu.Lock()
+	defer ssm.mu.Unlock()
+	assert.Check(t, is.Len(ssm.problems, 0), "%v", ssm.problems)
+}
+
+// TestRotateTokenScriptFailures: a Secret the API server refuses means no SSM write at all (a token in SSM the
+// cluster does not know would fail every join); an SSM error fails the run with SSM's reason.
+func TestRotateTokenScriptFailures(t *testing.T) {
+	ssm := &fakeSSM{}
+	srv := httptest.NewServer(ssm)
+	t.Cleanup(srv.Close)
+
+	run := runRotateScript(t, srv, true)
+	assert.Equal(t, run.status, 1)
+	assert.Check(t, is.Contains(run.output, "FAILED: could not create Secret kube-system/bootstrap-token-"))
+	assert.Check(t, !strings.Contains(run.argv, "curl "), "SSM was called after the Secret failed")
+
+	ssm.status = http.StatusBadRequest
+	run = runRotateScript(t, srv, false)
+	assert.Equal(t, run.status, 1)
+	assert.Check(t, is.Contains(run.output, "FAILED: SSM PutParameter "+testTokenParameter+": curl exit 0, HTTP 400"))
+	assert.Check(t, is.Contains(run.output, "AccessDeniedException"))
+	assert.Check(t, is.Contains(run.output, "stays unused until it expires"))
+	assert.Check(t, !strings.Contains(run.output, dig(t, run.manifest, "stringData", "token-secret").(string)))
+}
