@@ -38,6 +38,10 @@ type Identity struct {
 
 	NodeInstanceProfileARN     pulumi.StringOutput `pulumi:"nodeInstanceProfileArn"`
 	GatewayInstanceProfileName pulumi.StringOutput `pulumi:"gatewayInstanceProfileName"`
+	// NodeRoleName and GatewayRoleName are the two instance roles, for the policies the gateway adds (its idle
+	// stop, and the nodes' permission to start it).
+	NodeRoleName    pulumi.StringOutput `pulumi:"nodeRoleName"`
+	GatewayRoleName pulumi.StringOutput `pulumi:"gatewayRoleName"`
 	AutoscalerAccessKeyID      pulumi.StringOutput `pulumi:"autoscalerAccessKeyId"`
 	// AutoscalerSecretAccessKey is secret.
 	AutoscalerSecretAccessKey pulumi.StringOutput `pulumi:"autoscalerSecretAccessKey"`
@@ -180,6 +184,8 @@ func NewIdentity(ctx *pulumi.Context, name string, args *IdentityArgs, opts ...p
 
 	comp.NodeInstanceProfileARN = nodeProfile.Profile.Arn
 	comp.GatewayInstanceProfileName = gatewayProfile.Profile.Name
+	comp.NodeRoleName = nodeProfile.Role
+	comp.GatewayRoleName = gatewayProfile.Role
 	comp.AutoscalerAccessKeyID = key.ID().ToStringOutput()
 	comp.AutoscalerSecretAccessKey = pulumi.ToSecret(key.Secret).(pulumi.StringOutput)
 	comp.BootstrapTokenID = tokenID.Result
@@ -188,6 +194,8 @@ func NewIdentity(ctx *pulumi.Context, name string, args *IdentityArgs, opts ...p
 	if err := ctx.RegisterResourceOutputs(comp, pulumi.Map{
 		"nodeInstanceProfileArn":     comp.NodeInstanceProfileARN,
 		"gatewayInstanceProfileName": comp.GatewayInstanceProfileName,
+		"nodeRoleName":               comp.NodeRoleName,
+		"gatewayRoleName":            comp.GatewayRoleName,
 		"autoscalerAccessKeyId":      comp.AutoscalerAccessKeyID,
 		"autoscalerSecretAccessKey":  comp.AutoscalerSecretAccessKey,
 		"bootstrapTokenId":           comp.BootstrapTokenID,

@@ -89,3 +89,33 @@ func AutoscalerPolicy(clusterName string) PolicyDocument {
 		},
 	}}
 }
+
+// GatewayIdleCheckPolicy lets the WireGuard gateway list the instances of its region, to see whether a pool instance
+// is pending or running before it stops itself. DescribeInstances supports no resource-level permissions and no
+// resource tag conditions (AWS Service Authorization Reference, Amazon EC2: DescribeInstances lists no resource type),
+// so the statement is on "*" and the script's filter on the stack's tags is the caller's choice, not enforced by IAM;
+// the region is. It reveals instance metadata only (no user data, which is another call).
+func GatewayIdleCheckPolicy(region string) PolicyDocument {
+	return PolicyDocument{Version: policyVersion, Statement: []PolicyStatement{{
+		Sid:       "ListInstancesOfThisRegion",
+		Effect:    "Allow",
+		Action:    []string{"ec2:DescribeInstances"},
+		Resource:  []string{"*"},
+		Condition: map[string]map[string]string{"StringEquals": {"aws:RequestedRegion": region}},
+	}}}
+}
+
+// WakeGatewayPolicy lets the pool nodes start the WireGuard gateway: StartInstances on that one instance, and only
+// while it carries the gateway's cluster and Name tags (a replaced gateway's ARN is a new one; the policy follows).
+func WakeGatewayPolicy(instanceARN, clusterName, gatewayName string) PolicyDocument {
+	return PolicyDocument{Version: policyVersion, Statement: []PolicyStatement{{
+		Sid:      "StartTheWireGuardGateway",
+		Effect:   "Allow",
+		Action:   []string{"ec2:StartInstances"},
+		Resource: []string{instanceARN},
+		Condition: map[string]map[string]string{"StringEquals": {
+			"aws:ResourceTag/dynk8s:cluster": clusterName,
+			"aws:ResourceTag/Name":           gatewayName,
+		}},
+	}}}
+}
