@@ -40,9 +40,9 @@ type Identity struct {
 	GatewayInstanceProfileName pulumi.StringOutput `pulumi:"gatewayInstanceProfileName"`
 	// NodeRoleName and GatewayRoleName are the two instance roles, for the policies the gateway adds (its idle
 	// stop, and the nodes' permission to start it).
-	NodeRoleName    pulumi.StringOutput `pulumi:"nodeRoleName"`
-	GatewayRoleName pulumi.StringOutput `pulumi:"gatewayRoleName"`
-	AutoscalerAccessKeyID      pulumi.StringOutput `pulumi:"autoscalerAccessKeyId"`
+	NodeRoleName          pulumi.StringOutput `pulumi:"nodeRoleName"`
+	GatewayRoleName       pulumi.StringOutput `pulumi:"gatewayRoleName"`
+	AutoscalerAccessKeyID pulumi.StringOutput `pulumi:"autoscalerAccessKeyId"`
 	// AutoscalerSecretAccessKey is secret.
 	AutoscalerSecretAccessKey pulumi.StringOutput `pulumi:"autoscalerSecretAccessKey"`
 	// BootstrapTokenID is the public half of the join token.
