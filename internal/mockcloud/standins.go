@@ -301,8 +301,7 @@ func (c *Cloud) fedoraAMI(args resource.PropertyMap) (resource.PropertyMap, erro
 		"ownerId":            im.Owner,
 		"state":              "available",
 		"creationDate":       im.Created,
-		// Fedora Cloud's images are built with a 5 GiB disk (the Cloud edition's kiwi description), and their
-		// snapshots have that size.
+		// A plausible root snapshot size; the real one is the image's own (describe-images, BlockDeviceMappings).
 		"blockDeviceMappings": rootMapping("/dev/sda1", im.ID(), FedoraSnapshotGiB),
 	}), nil
 }
