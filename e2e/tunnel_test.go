@@ -400,6 +400,7 @@ func testTunnel(t *testing.T, dialOut bool) {
 	t.Run("SYNs are MSS-clamped both ways", func(t *testing.T) { tn.testMSS(ctx, t) })
 	t.Run("DF above the tunnel MTU gets fragmentation needed", func(t *testing.T) { tn.testDF(ctx, t) })
 	t.Run("traffic outside onPremCidrs is not tunnelled", func(t *testing.T) { tn.testNotRouted(ctx, t) })
+	t.Run("the gateway counts forwarded packets, not keepalives", func(t *testing.T) { tn.testForwardCounters(ctx, t) })
 }
 
 // makeNamespaces creates the three namespaces and registers their teardown: every process left in them (the
@@ -649,6 +650,56 @@ func (tn *tunnel) checkKeys(ctx context.Context, t *testing.T, gwConf []byte) {
 	if want := wgValue(gwConf, "Peer", "PublicKey"); opPub != want {
 		t.Errorf("the on-prem peer runs with public key %s, the gateway config expects %s", opPub, want)
 	}
+}
+
+// forwarded is the packet total of the named counters in the gateway's rendered nftables table: what its idle check
+// reads (gateway-idle.sh).
+func (tn *tunnel) forwarded(ctx context.Context, t *testing.T) int {
+	t.Helper()
+	out := tn.gw.must(ctx, t, "nft", "-j", "list", "counters", "table", "inet", "dynk8s_wg0_mss")
+	var doc struct {
+		Nftables []struct {
+			Counter *struct {
+				Name    string `json:"name"`
+				Packets int    `json:"packets"`
+			} `json:"counter"`
+		} `json:"nftables"`
+	}
+	if err := json.Unmarshal([]byte(out), &doc); err != nil {
+		t.Fatalf("nft -j list counters: %v", err)
+	}
+	total, names := 0, 0
+	for _, item := range doc.Nftables {
+		if item.Counter != nil {
+			total += item.Counter.Packets
+			names++
+		}
+	}
+	if names != 2 {
+		t.Fatalf("the gateway's table has %d named counters, want 2 (in and out): %s", names, out)
+	}
+	return total
+}
+
+// testForwardCounters: the gateway's forward counters count the traffic between the VPC and on-prem (which just
+// flowed), and stand still on an idle tunnel, where WireGuard's own transfer counters keep moving with the 25 s
+// keepalives. This is why the idle check reads the former.
+func (tn *tunnel) testForwardCounters(ctx context.Context, t *testing.T) {
+	before := tn.forwarded(ctx, t)
+	if before == 0 {
+		t.Fatal("after pings and TCP both ways the gateway counted no forwarded packet")
+	}
+	rx0, tx0 := tn.transfer(ctx, t)
+	time.Sleep(27 * time.Second)
+	rx1, tx1 := tn.transfer(ctx, t)
+	if after := tn.forwarded(ctx, t); after != before {
+		t.Errorf("nothing crossed the idle tunnel, yet the forward counters went from %d to %d", before, after)
+	}
+	if rx1 == rx0 && tx1 == tx0 {
+		t.Errorf("no keepalive moved WireGuard's transfer counters in 27 s (rx %d, tx %d): the comparison shows nothing", rx1, tx1)
+	}
+	t.Logf("idle 27 s: forward counters stayed at %d packets; WireGuard transfer rx %d -> %d, tx %d -> %d",
+		before, rx0, rx1, tx0, tx1)
 }
 
 // transfer is the gateway's WireGuard byte counters (received, sent) for its one peer.
