@@ -88,6 +88,7 @@ func TestFilesListsWhatCloudInitWrites(t *testing.T) {
 		"/etc/NetworkManager/conf.d/90-dynk8s-cni.conf", "/etc/crio/crio.conf.d/90-dynk8s.conf", "/etc/dynk8s/join.env", "/etc/dynk8s/kubeadm-join.yaml.tmpl",
 		"/etc/modules-load.d/dynk8s.conf", "/etc/sysctl.d/90-dynk8s.conf", "/etc/systemd/system/dynk8s-join.service",
 		"/etc/systemd/zram-generator.conf", "/usr/local/libexec/dynk8s/join.sh", "/usr/local/libexec/dynk8s/lib.sh",
+		"/usr/local/libexec/dynk8s/wake-gateway.sh",
 	})
 	assert.Check(t, is.Equal(files[8].Permissions, os.FileMode(0o755)))
 

@@ -5,11 +5,14 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"net/http"
 	"net/http/httptest"
+	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -32,12 +35,14 @@ const (
 	fakeAccessKey    = "AKIAFAKEACCESSKEY01"
 	fakeSecretKey    = "fakeSecret/Key+0123456789abcdefghijklmn"
 	fakeSession      = "FwoGZXIvYXdzEFAKE/session+token=="
+	testClusterName  = "homelab"
 )
 
 type fakeAWS struct {
 	t    *testing.T
 	imds *fakeimds.Server
 	ssm  *httptest.Server
+	ec2  *fakeEC2
 
 	mu sync.Mutex
 	// ssmFailures is how many GetParameter calls get 400 before one succeeds; negative: all of them.
@@ -58,8 +63,11 @@ func newFakeAWS(t *testing.T, params map[string]string) *fakeAWS {
 		Role: fakeRole, AccessKeyID: fakeAccessKey, SecretAccessKey: fakeSecretKey, SessionToken: fakeSession,
 	})
 	f.ssm = httptest.NewServer(http.HandlerFunc(f.serveSSM))
+	f.ec2 = &fakeEC2{aws: f, gatewayState: "running"}
+	f.ec2.server = httptest.NewServer(http.HandlerFunc(f.ec2.serve))
 	t.Cleanup(func() {
 		f.ssm.Close()
+		f.ec2.server.Close()
 		f.mu.Lock()
 		defer f.mu.Unlock()
 		for _, p := range f.problems {
@@ -150,6 +158,9 @@ if [[ $1 == join ]]; then
   mkdir -p "$DYNK8S_ROOT/etc/kubernetes" && touch "$DYNK8S_ROOT/etc/kubernetes/kubelet.conf"
 fi`,
 	"systemctl": `echo "systemctl $*" >>"$STUB_DIR/calls"`,
+	// nft lists the counters the test wrote to $STUB_DIR/nft.json, or fails as with no such table.
+	"nft": `echo "nft $*" >>"$STUB_DIR/calls"
+if [[ -r $STUB_DIR/nft.json ]]; then cat "$STUB_DIR/nft.json"; else echo "Error: No such file or directory" >&2; exit 1; fi`,
 	"dnf": `echo "dnf $*" >>"$STUB_DIR/calls"
 if [[ -n ${STUB_DNF_NEEDS_REPO:-} && " $* " != *" --repo=$STUB_DNF_NEEDS_REPO "* ]]; then
   echo "Error: nothing provides conntrack needed by kubelet (stub)" >&2; exit 1
@@ -213,6 +224,7 @@ func newScriptEnv(t *testing.T, userData []byte, aws *fakeAWS, env map[string]st
 		"DYNK8S_ROOT":               e.root,
 		"DYNK8S_IMDS_ENDPOINT":      aws.imds.URL,
 		"DYNK8S_SSM_ENDPOINT":       aws.ssm.URL,
+		"DYNK8S_EC2_ENDPOINT":       aws.ec2.server.URL,
 		"DYNK8S_DEADLINE_SECONDS":   "30",
 		"DYNK8S_BACKOFF_INITIAL_MS": "50",
 		"DYNK8S_BACKOFF_MAX_MS":     "200",
@@ -236,10 +248,10 @@ func newScriptEnv(t *testing.T, userData []byte, aws *fakeAWS, env map[string]st
 	return e
 }
 
-func (e *scriptEnv) run(t *testing.T, script string) scriptRun {
+func (e *scriptEnv) run(t *testing.T, script string, args ...string) scriptRun {
 	t.Helper()
 	var out strings.Builder
-	cmd := exec.Command(filepath.Join(e.root, script))
+	cmd := exec.Command(filepath.Join(e.root, script), args...)
 	cmd.Env = e.environ
 	cmd.Stdout = &out
 	cmd.Stderr = &out
@@ -254,4 +266,149 @@ func (e *scriptEnv) run(t *testing.T, script string) scriptRun {
 	}
 	t.Logf("%s exited %d after %s:\n%s", script, run.exitCode, run.elapsed.Round(time.Millisecond), run.stderr)
 	return run
+}
+
+// fakeEC2 answers the two EC2 Query API actions the scripts call, as EC2 does (API version 2016-11-15, XML answers):
+// DescribeInstances over a list of instances, applying the filters the idle check must send, and StartInstances of
+// the one gateway, through its states.
+type fakeEC2 struct {
+	aws    *fakeAWS
+	server *httptest.Server
+
+	// instances are what DescribeInstances searches (guarded by aws.mu, as is everything below).
+	instances []fakeInstance
+	// gatewayID is the only instance StartInstances knows; gatewayState its state. While stoppingCalls is above
+	// zero, a start is refused with IncorrectInstanceState (the instance is still stopping); then it has stopped.
+	gatewayID     string
+	gatewayState  string
+	stoppingCalls int
+	// failures answers that many calls with failCode (HTTP failStatus) first; negative: every call.
+	failures   int
+	failCode   string
+	failStatus int
+	// actions are the actions called, in order.
+	actions []string
+}
+
+type fakeInstance struct {
+	ID, State string
+	Tags      map[string]string
+}
+
+func (e *fakeEC2) serve(w http.ResponseWriter, r *http.Request) {
+	f := e.aws
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	auth := r.Header.Get("Authorization")
+	switch {
+	case r.Method != http.MethodPost || !strings.HasPrefix(r.Header.Get("Content-Type"), "application/x-www-form-urlencoded"):
+		f.problem("EC2: %s with content type %q", r.Method, r.Header.Get("Content-Type"))
+	case !strings.HasPrefix(auth, "AWS4-HMAC-SHA256 Credential="+fakeAccessKey+"/") ||
+		!strings.Contains(auth, "/"+fakeRegion+"/ec2/aws4_request"):
+		f.problem("EC2: not SigV4-signed for %s/ec2 with the role's key: %q", fakeRegion, auth)
+	case !strings.Contains(auth, "x-amz-security-token") || r.Header.Get("X-Amz-Security-Token") != fakeSession:
+		f.problem("EC2: the session token is missing or not signed: %q", auth)
+	}
+	if err := r.ParseForm(); err != nil {
+		f.problem("EC2: form: %v", err)
+	}
+	action := r.PostForm.Get("Action")
+	e.actions = append(e.actions, action)
+	if v := r.PostForm.Get("Version"); v != "2016-11-15" {
+		f.problem("EC2 %s: API version %q", action, v)
+	}
+	if e.failures != 0 {
+		e.failures--
+		e.fail(w, e.failStatus, e.failCode, "fake EC2 says no")
+		return
+	}
+	switch action {
+	case "DescribeInstances":
+		e.describe(w, r.PostForm)
+	case "StartInstances":
+		e.start(w, r.PostForm)
+	default:
+		f.problem("EC2: unexpected action %q", action)
+		e.fail(w, http.StatusBadRequest, "InvalidAction", "no such action")
+	}
+}
+
+func (e *fakeEC2) fail(w http.ResponseWriter, status int, code, msg string) {
+	w.Header().Set("Content-Type", "text/xml;charset=UTF-8")
+	w.WriteHeader(status)
+	_, _ = fmt.Fprintf(w, `<?xml version="1.0" encoding="UTF-8"?>
+<Response><Errors><Error><Code>%s</Code><Message>%s</Message></Error></Errors><RequestID>fake</RequestID></Response>`, code, msg)
+}
+
+const ec2NS = `xmlns="http://ec2.amazonaws.com/doc/2016-11-15/"`
+
+// describe applies the filters as EC2 does, after checking that they are exactly those of the idle check: the
+// stack's pool instances (the cluster tag and the pool tag key) that are pending or running.
+func (e *fakeEC2) describe(w http.ResponseWriter, form url.Values) {
+	filters := map[string][]string{}
+	for i := 1; form.Get(fmt.Sprintf("Filter.%d.Name", i)) != ""; i++ {
+		name := form.Get(fmt.Sprintf("Filter.%d.Name", i))
+		for j := 1; form.Get(fmt.Sprintf("Filter.%d.Value.%d", i, j)) != ""; j++ {
+			filters[name] = append(filters[name], form.Get(fmt.Sprintf("Filter.%d.Value.%d", i, j)))
+		}
+	}
+	want := map[string][]string{
+		"tag:dynk8s:cluster":  {testClusterName},
+		"tag-key":             {"dynk8s:pool"},
+		"instance-state-name": {"pending", "running"},
+	}
+	if fmt.Sprint(filters) != fmt.Sprint(want) {
+		e.aws.problem("EC2 DescribeInstances: filters %v, want %v", filters, want)
+	}
+	var b strings.Builder
+	fmt.Fprintf(&b, `<DescribeInstancesResponse %s><requestId>fake</requestId><reservationSet>`, ec2NS)
+	for _, in := range e.instances {
+		match := in.Tags["dynk8s:cluster"] == testClusterName && slices.Contains(filters["instance-state-name"], in.State)
+		if _, pool := in.Tags["dynk8s:pool"]; !match || !pool {
+			continue
+		}
+		fmt.Fprintf(&b, `<item><reservationId>r-%s</reservationId><instancesSet><item><instanceId>%s</instanceId>`+
+			`<instanceState><code>16</code><name>%s</name></instanceState><tagSet>`, in.ID[2:], in.ID, in.State)
+		for _, k := range slices.Sorted(maps.Keys(in.Tags)) {
+			fmt.Fprintf(&b, `<item><key>%s</key><value>%s</value></item>`, k, in.Tags[k])
+		}
+		b.WriteString(`</tagSet></item></instancesSet></item>`)
+	}
+	b.WriteString(`</reservationSet></DescribeInstancesResponse>`)
+	_, _ = io.WriteString(w, b.String())
+}
+
+// start is StartInstances of the gateway: idempotent on a running instance, refused while it is stopping.
+func (e *fakeEC2) start(w http.ResponseWriter, form url.Values) {
+	id := form.Get("InstanceId.1")
+	if id != e.gatewayID || form.Get("InstanceId.2") != "" {
+		e.fail(w, http.StatusBadRequest, "InvalidInstanceID.NotFound", fmt.Sprintf("The instance ID '%s' does not exist", id))
+		return
+	}
+	if e.gatewayState == "stopping" {
+		if e.stoppingCalls > 0 {
+			e.stoppingCalls--
+			e.fail(w, http.StatusBadRequest, "IncorrectInstanceState",
+				fmt.Sprintf("The instance '%s' is not in a state from which it can be started.", id))
+			return
+		}
+		e.gatewayState = "stopped"
+	}
+	previous := e.gatewayState
+	current := "running"
+	if previous == "stopped" {
+		current = "pending"
+	}
+	e.gatewayState = "running"
+	_, _ = fmt.Fprintf(w, `<StartInstancesResponse %s><requestId>fake</requestId><instancesSet><item>`+
+		`<instanceId>%s</instanceId><currentState><code>0</code><name>%s</name></currentState>`+
+		`<previousState><code>80</code><name>%s</name></previousState></item></instancesSet></StartInstancesResponse>`,
+		ec2NS, id, current, previous)
+}
+
+// ec2Actions returns the actions called so far.
+func (f *fakeAWS) ec2Actions() []string {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return slices.Clone(f.ec2.actions)
 }

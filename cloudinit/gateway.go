@@ -4,8 +4,10 @@ import (
 	"errors"
 	"fmt"
 	"net/netip"
+	"strconv"
 	"strings"
 	"text/template"
+	"time"
 
 	"github.com/dynk8s/dynk8s/wireguard"
 )
@@ -19,6 +21,12 @@ type GatewayInput struct {
 	PeerAllowedIPs      []netip.Prefix // on-prem CIDRs + on-prem tunnel /32
 	PeerEndpoint        string         // optional "host:port"
 	PrivateKeyParameter string         // SSM SecureString name holding the gateway's private key
+	// IdleStop is how long the gateway stays up with no pool instance pending or running and no packet forwarded
+	// through the tunnel before it powers off (its instance stops); 0 keeps it running and renders no idle check.
+	IdleStop time.Duration
+	// ClusterName is the dynk8s:cluster tag value of the pool instances the idle check looks for (required with
+	// IdleStop).
+	ClusterName string
 }
 
 const (
@@ -30,17 +38,35 @@ const (
 	wgMSSPath    = "/etc/dynk8s/wg0-mss.nft"
 	wgMSSTable   = "dynk8s_wg0_mss"
 	wgUnit       = "wg-quick@wg0.service"
+	// The idle check: a script run once a minute by a timer, configured by an env file.
+	idleEnvPath   = "/etc/dynk8s/gateway-idle.env"
+	idleUnitName  = "dynk8s-gateway-idle.service"
+	idleTimerName = "dynk8s-gateway-idle.timer"
+)
+
+// Counters of the packets the gateway forwards into and out of the tunnel, in the MSS table: what the idle check
+// reads to tell a quiet tunnel from a busy one (WireGuard's own keepalives and handshakes are never forwarded).
+const (
+	forwardedIn  = "forwarded_in"
+	forwardedOut = "forwarded_out"
 )
 
 // mssRuleset clamps the MSS of TCP connections forwarded through the tunnel. Leaving through wg0, SYNs are clamped to
 // the route's (path) MTU; coming in from wg0, the on-prem side advertises an MSS for its own 1500-byte link, so
 // SYNs are lowered to what fits the tunnel (MTU less 40 bytes of IPv4+TCP header, 60 for IPv6). Only larger values
-// are lowered. The leading "table"/"delete table" pair makes a reload replace the rules instead of adding copies.
+// are lowered. Two named counters count the packets forwarded each way (for the idle check). The leading
+// "table"/"delete table" pair makes a reload replace the rules instead of adding copies.
 var mssRuleset = template.Must(template.New("mss").Parse(`table inet {{.Table}}
 delete table inet {{.Table}}
 table inet {{.Table}} {
+  counter {{.In}} {
+  }
+  counter {{.Out}} {
+  }
   chain forward {
     type filter hook forward priority mangle; policy accept;
+    iifname "{{.Interface}}" counter name "{{.In}}"
+    oifname "{{.Interface}}" counter name "{{.Out}}"
     oifname "{{.Interface}}" tcp flags syn / syn,rst tcp option maxseg size set rt mtu
     iifname "{{.Interface}}" meta nfproto ipv4 tcp flags syn / syn,rst tcp option maxseg size > {{.MSS4}} tcp option maxseg size set {{.MSS4}}
     iifname "{{.Interface}}" meta nfproto ipv6 tcp flags syn / syn,rst tcp option maxseg size > {{.MSS6}} tcp option maxseg size set {{.MSS6}}
@@ -83,9 +109,9 @@ func Gateway(in GatewayInput) ([]byte, error) {
 
 	var nft strings.Builder
 	if err := mssRuleset.Execute(&nft, struct {
-		Table, Interface string
-		MSS4, MSS6       int
-	}{wgMSSTable, wgInterface, in.MTU - 40, in.MTU - 60}); err != nil {
+		Table, Interface, In, Out string
+		MSS4, MSS6                int
+	}{wgMSSTable, wgInterface, forwardedIn, forwardedOut, in.MTU - 40, in.MTU - 60}); err != nil {
 		return nil, fmt.Errorf("gateway user data: MSS ruleset: %w", err)
 	}
 	env, err := envFile("wg-key.sh", map[string]string{"DYNK8S_KEY_PARAMETER": in.PrivateKeyParameter})
@@ -128,11 +154,70 @@ func Gateway(in GatewayInput) ([]byte, error) {
 			{"systemctl", "enable", "--now", wgUnit},
 		},
 	}
+	if in.IdleStop > 0 {
+		if err := idleCheck(in, &cc); err != nil {
+			return nil, fmt.Errorf("gateway user data: %w", err)
+		}
+	}
 	out, err := cc.marshal()
 	if err != nil {
 		return nil, fmt.Errorf("gateway user data: %w", err)
 	}
 	return out, nil
+}
+
+// idleCheck adds the idle check to the gateway's cloud-config: gateway-idle.sh, its config, and a timer that runs it
+// once a minute from a minute after boot. The timer is enabled, so it runs after every start of the instance.
+func idleCheck(in GatewayInput, cc *cloudConfig) error {
+	env, err := envFile("gateway-idle.sh", map[string]string{
+		"DYNK8S_CLUSTER_NAME":      in.ClusterName,
+		"DYNK8S_IDLE_STOP_SECONDS": strconv.Itoa(int(in.IdleStop / time.Second)),
+		"DYNK8S_NFT_TABLE":         wgMSSTable,
+	})
+	if err != nil {
+		return err
+	}
+	service, err := unitFile{
+		{Name: "Unit", Entries: []unitEntry{
+			{"Description", "dynk8s: stop this WireGuard gateway when the node pools and the tunnel are idle"},
+			{"Wants", "network-online.target"},
+			{"After", "network-online.target " + wgUnit},
+		}},
+		{Name: "Service", Entries: []unitEntry{
+			{"Type", "oneshot"},
+			{"ExecStart", libexecDir + "/gateway-idle.sh"},
+			{"SyslogIdentifier", "dynk8s-gateway-idle"},
+			// The script's own deadline is 45 s; the timer's next run is a minute away.
+			{"TimeoutStartSec", "55s"},
+		}},
+	}.marshal()
+	if err != nil {
+		return fmt.Errorf("idle check unit: %w", err)
+	}
+	timer, err := unitFile{
+		{Name: "Unit", Entries: []unitEntry{
+			{"Description", "dynk8s: check once a minute whether this WireGuard gateway is idle"},
+		}},
+		{Name: "Timer", Entries: []unitEntry{
+			{"OnBootSec", "1min"},
+			{"OnUnitActiveSec", "1min"},
+			{"AccuracySec", "10s"},
+		}},
+		{Name: "Install", Entries: []unitEntry{
+			{"WantedBy", "timers.target"},
+		}},
+	}.marshal()
+	if err != nil {
+		return fmt.Errorf("idle check timer: %w", err)
+	}
+	cc.WriteFiles = append(cc.WriteFiles,
+		writeFile{Path: idleEnvPath, Content: env, Permissions: "0644"},
+		writeFile{Path: "/etc/systemd/system/" + idleUnitName, Content: service, Permissions: "0644"},
+		writeFile{Path: "/etc/systemd/system/" + idleTimerName, Content: timer, Permissions: "0644"},
+		writeFile{Path: libexecDir + "/gateway-idle.sh", Content: forUserData(gatewayIdleSh), Permissions: "0755"},
+	)
+	cc.RunCmd = append(cc.RunCmd, []string{"systemctl", "enable", "--now", idleTimerName})
+	return nil
 }
 
 func (in GatewayInput) validate() error {
@@ -154,6 +239,14 @@ func (in GatewayInput) validate() error {
 	}
 	// The key, the ranges and the endpoint are checked by wireguard.Config.Marshal.
 	e.add("PrivateKeyParameter", validateSSMName(in.PrivateKeyParameter))
+	switch {
+	case in.IdleStop < 0:
+		e.add("IdleStop", fmt.Errorf("%s is negative", in.IdleStop))
+	case in.IdleStop > 0 && in.IdleStop%time.Second != 0:
+		e.add("IdleStop", fmt.Errorf("%s is not a whole number of seconds", in.IdleStop))
+	case in.IdleStop > 0:
+		e.add("ClusterName", validateDNSLabel(in.ClusterName))
+	}
 	return e.join("gateway user data")
 }
 

@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"gotest.tools/v3/assert"
 	is "gotest.tools/v3/assert/cmp"
@@ -40,7 +41,9 @@ func renderedGatewayUserData(t *testing.T) map[string][]byte {
 	out := map[string][]byte{}
 	withEndpoint := testGateway()
 	withEndpoint.PeerEndpoint = testGatewayEndpoint
-	for name, in := range map[string]GatewayInput{"gateway": testGateway(), "gateway-endpoint": withEndpoint} {
+	idle := withEndpoint
+	idle.IdleStop, idle.ClusterName = 15*time.Minute, testClusterName
+	for name, in := range map[string]GatewayInput{"gateway": testGateway(), "gateway-endpoint": withEndpoint, "gateway-idle": idle} {
 		ud, err := Gateway(in)
 		assert.NilError(t, err)
 		out[name] = ud
@@ -98,6 +101,36 @@ func TestGatewayRoundTrip(t *testing.T) {
 	assert.Check(t, !strings.Contains(plain, "Endpoint") && !strings.Contains(plain, "PersistentKeepalive"))
 }
 
+// With IdleStop the gateway runs the idle check once a minute, from boot on (the timer is enabled), told the cluster
+// to look for, the window and the counters' table; without it, none of that is rendered.
+func TestGatewayIdleCheckRendered(t *testing.T) {
+	t.Parallel()
+	cc := parseCloudConfig(t, renderedGatewayUserData(t)["gateway-idle"])
+	assert.DeepEqual(t, parseEnv(t, fileByPath(t, cc, idleEnvPath).Content), map[string]string{
+		"DYNK8S_CLUSTER_NAME": testClusterName, "DYNK8S_IDLE_STOP_SECONDS": "900", "DYNK8S_NFT_TABLE": wgMSSTable,
+	})
+	timer := fileByPath(t, cc, "/etc/systemd/system/"+idleTimerName).Content
+	for _, want := range []string{"OnBootSec=1min\n", "OnUnitActiveSec=1min\n", "WantedBy=timers.target\n"} {
+		assert.Check(t, is.Contains(timer, want))
+	}
+	service := fileByPath(t, cc, "/etc/systemd/system/"+idleUnitName).Content
+	assert.Check(t, is.Contains(service, "ExecStart="+idleScript+"\n"))
+	assert.Check(t, is.Contains(service, "Type=oneshot\n"))
+	assert.Check(t, is.Equal(fileByPath(t, cc, idleScript).Permissions, "0755"))
+	assert.Check(t, is.DeepEqual(cc.RunCmd[len(cc.RunCmd)-1], []string{"systemctl", "enable", "--now", idleTimerName}))
+	nft := fileByPath(t, cc, wgMSSPath).Content
+	assert.Check(t, is.Contains(nft, `iifname "wg0" counter name "forwarded_in"`))
+	assert.Check(t, is.Contains(nft, `oifname "wg0" counter name "forwarded_out"`))
+
+	plain := parseCloudConfig(t, renderedGatewayUserData(t)["gateway-endpoint"])
+	for _, f := range plain.WriteFiles {
+		assert.Check(t, !strings.Contains(f.Path, "idle"), "an always-on gateway got %s", f.Path)
+	}
+	for _, c := range plain.RunCmd {
+		assert.Check(t, !strings.Contains(strings.Join(c, " "), "idle"), "an always-on gateway runs %v", c)
+	}
+}
+
 // The real wg(8) parser reads the rendered wg0.conf: with no WireGuard in this kernel, a valid file gets as far as
 // "Protocol not supported", a bad one stops at "Configuration parsing error".
 func TestGatewayWgConfParsesWithWg(t *testing.T) {
@@ -141,6 +174,9 @@ func TestGatewayValidation(t *testing.T) {
 		{"endpoint without port", func(in *GatewayInput) { in.PeerEndpoint = "203.0.113.10" }, "Peers[0].Endpoint"},
 		{"parameter missing", func(in *GatewayInput) { in.PrivateKeyParameter = "" }, "PrivateKeyParameter"},
 		{"private key instead of parameter", func(in *GatewayInput) { in.PrivateKeyParameter = testGatewayPrivate }, "looks like a WireGuard key"},
+		{"idle stop negative", func(in *GatewayInput) { in.IdleStop = -time.Minute }, "IdleStop: -1m0s is negative"},
+		{"idle stop fractional", func(in *GatewayInput) { in.IdleStop = 1500 * time.Millisecond }, "not a whole number of seconds"},
+		{"idle stop without cluster", func(in *GatewayInput) { in.IdleStop = time.Hour }, "ClusterName"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			in := testGateway()

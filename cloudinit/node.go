@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -20,6 +21,7 @@ type NodeInput struct {
 	APIServerEndpoint  string            // "host:port" reached through the WireGuard gateway
 	CACertHashes       []string          // "sha256:<64 lowercase hex>", at least one
 	JoinTokenParameter string            // SSM SecureString name holding "<id>.<secret>", e.g. "/dynk8s/homelab/join-token"
+	GatewayInstanceID  string            // the WireGuard gateway the node starts at boot; "" when it never sleeps
 	ClusterName        string            // DNS label; appears in logs and the join unit's description
 	PoolName           string            // DNS label; must equal Labels[kube.LabelPool]
 	Labels             map[string]string // node labels to self-set (NodeRestriction-safe), incl. kube.LabelPool
@@ -95,6 +97,9 @@ var (
 	cniPluginDirs = []string{"/opt/cni/bin", "/usr/libexec/cni"}
 )
 
+// instanceIDRE is an EC2 instance id, as wake-gateway.sh checks it too.
+var instanceIDRE = regexp.MustCompile(`^i-[0-9a-f]{8}([0-9a-f]{9})?$`)
+
 // Node validates in and renders the node pool's cloud-config ("#cloud-config\n...").
 func Node(in NodeInput) ([]byte, error) {
 	minor, err := in.validate()
@@ -108,6 +113,7 @@ func Node(in NodeInput) ([]byte, error) {
 	env, err := envFile("join.sh", map[string]string{
 		"DYNK8S_API_SERVER_ENDPOINT":  in.APIServerEndpoint,
 		"DYNK8S_CLUSTER_NAME":         in.ClusterName,
+		"DYNK8S_GATEWAY_INSTANCE_ID":  in.GatewayInstanceID,
 		"DYNK8S_JOIN_TOKEN_PARAMETER": in.JoinTokenParameter,
 		"DYNK8S_PACKAGES":             strings.Join(nodePackages(in.KubernetesVersion, minor), ","),
 		"DYNK8S_POOL_NAME":            in.PoolName,
@@ -151,6 +157,7 @@ func Node(in NodeInput) ([]byte, error) {
 			{Path: "/etc/NetworkManager/conf.d/90-dynk8s-cni.conf", Content: networkManagerCNI(), Permissions: "0644"},
 			{Path: libexecDir + "/join.sh", Content: forUserData(joinSh), Permissions: "0755"},
 			{Path: libexecDir + "/lib.sh", Content: forUserData(libSh), Permissions: "0644"},
+			{Path: libexecDir + "/wake-gateway.sh", Content: forUserData(wakeGatewaySh), Permissions: "0755"},
 		},
 		// The unit, not runcmd, runs the join: its output lands in the journal under its own name and on the
 		// console, its Condition makes a reboot of a joined node a no-op, and systemd enforces a hard timeout.
@@ -326,6 +333,9 @@ func (in NodeInput) validate() (kube.Minor, error) {
 		}
 	}
 	e.add("JoinTokenParameter", validateSSMName(in.JoinTokenParameter))
+	if in.GatewayInstanceID != "" && !instanceIDRE.MatchString(in.GatewayInstanceID) {
+		e.add("GatewayInstanceID", fmt.Errorf("%q is not an EC2 instance id", in.GatewayInstanceID))
+	}
 	e.add("ClusterName", validateDNSLabel(in.ClusterName))
 	e.add("PoolName", validateDNSLabel(in.PoolName))
 	for _, k := range slices.Sorted(maps.Keys(in.Labels)) {

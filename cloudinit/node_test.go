@@ -205,6 +205,7 @@ func TestNodeValidation(t *testing.T) {
 		{"parameter reserved", func(in *NodeInput) { in.JoinTokenParameter = "/aws/reference/x" }, []string{"reserves names starting with aws"}},
 		{"parameter is a token", func(in *NodeInput) { in.JoinTokenParameter = "abcdef.0123456789abcdef" }, []string{"looks like a bootstrap token"}},
 		{"cluster name", func(in *NodeInput) { in.ClusterName = "Home_Lab" }, []string{"ClusterName"}},
+		{"gateway id not an instance id", func(in *NodeInput) { in.GatewayInstanceID = "gateway" }, []string{"GatewayInstanceID: \"gateway\" is not an EC2 instance id"}},
 		{"pool name", func(in *NodeInput) { in.PoolName = "" }, []string{"PoolName"}},
 		{"pool label missing", func(in *NodeInput) { delete(in.Labels, kube.LabelPool) }, []string{"dynk8s.io/pool must be the pool name"}},
 		{"pool label mismatch", func(in *NodeInput) { in.Labels[kube.LabelPool] = "other" }, []string{"dynk8s.io/pool must be the pool name \"general\""}},
@@ -276,9 +277,31 @@ func TestNodeRendersNoSecret(t *testing.T) {
 }
 
 // The EC2 limit is 16 KiB gzipped; dynk8s aims at about 4 KiB per pool. The size is logged for the record.
+// The gateway to wake goes to join.sh in join.env (it is not secret), empty when the gateway never sleeps; the
+// wake-up script is there either way.
+func TestNodeNamesTheGatewayToWake(t *testing.T) {
+	t.Parallel()
+	for id, want := range map[string]string{"": "", "i-0feedfacecafe0001": "i-0feedfacecafe0001"} {
+		in := generalPool()
+		in.GatewayInstanceID = id
+		ud, err := Node(in)
+		assert.NilError(t, err)
+		cc := parseCloudConfig(t, ud)
+		env := parseEnv(t, fileByPath(t, cc, joinEnvPath).Content)
+		v, ok := env["DYNK8S_GATEWAY_INSTANCE_ID"]
+		assert.Check(t, ok && v == want, "DYNK8S_GATEWAY_INSTANCE_ID=%q (set: %v)", v, ok)
+		assert.Check(t, is.Equal(fileByPath(t, cc, libexecDir+"/wake-gateway.sh").Permissions, "0755"))
+	}
+	// join.sh starts it in the background, before it installs anything.
+	wake := strings.Index(joinSh, `wake-gateway.sh" "$DYNK8S_GATEWAY_INSTANCE_ID" &`)
+	assert.Check(t, wake > 0 && wake < strings.Index(joinSh, "retry \"install"), "the wake-up starts before the package install")
+}
+
 func TestNodeUserDataSize(t *testing.T) {
 	t.Parallel()
-	for name, in := range map[string]NodeInput{"general": generalPool(), "spot-arm64": spotPool()} {
+	withGateway := generalPool()
+	withGateway.GatewayInstanceID = "i-0feedfacecafe0001"
+	for name, in := range map[string]NodeInput{"general": generalPool(), "spot-arm64": spotPool(), "with-gateway": withGateway} {
 		ud, err := Node(in)
 		assert.NilError(t, err)
 		enc, err := Encode(ud)

@@ -10,4 +10,8 @@ var (
 	joinSh string
 	//go:embed scripts/wg-key.sh
 	wgKeySh string
+	//go:embed scripts/gateway-idle.sh
+	gatewayIdleSh string
+	//go:embed scripts/wake-gateway.sh
+	wakeGatewaySh string
 )

@@ -88,39 +88,29 @@ type tunnelPlan struct {
 	vpcRoutes []netip.Prefix
 	// nodeSubnet is a declared subnet for the VPC node (another zone's than the gateway's when there is one).
 	nodeSubnet netip.Prefix
+	// gatewayStartIP is the public address the stand-in EC2 gave the gateway at launch: in dial-out mode the only
+	// one it has (no Elastic IP), and one the on-prem config does not know.
+	gatewayStartIP string
 }
 
-// declaredNetwork is the gateway interface's fixed address, the routes the VPC sends to it, and the subnet a node
-// shares with it, as the plan declares them.
-func declaredNetwork(t *testing.T, res *plan.Result) (gatewayIP netip.Addr, routes []netip.Prefix, subnet netip.Prefix) {
+// declaredNetwork is the gateway's fixed private address, the routes the VPC sends to the gateway's own interface,
+// the subnet a node shares with it, and the public address EC2 gave the instance at its (stand-in) start, as the
+// plan declares them.
+func declaredNetwork(t *testing.T, res *plan.Result) (gatewayIP netip.Addr, routes []netip.Prefix, subnet netip.Prefix, public string) {
 	t.Helper()
 	var err error
 	gw := res.Cloud.Find("aws:ec2/instance:Instance", "gateway")
 	if gw == nil {
 		t.Fatal("the plan declares no gateway instance")
 	}
-	var eniID string
-	if nics, ok := mockcloud.Plain(gw.Inputs["networkInterfaces"], false).([]any); ok && len(nics) > 0 {
-		if nic, ok := nics[0].(map[string]any); ok {
-			eniID, _ = nic["networkInterfaceId"].(string)
-		}
+	ip, _ := mockcloud.Plain(gw.Inputs["privateIp"], false).(string)
+	if gatewayIP, err = netip.ParseAddr(ip); err != nil {
+		t.Fatalf("the gateway instance's private address %q: %v", ip, err)
 	}
-	for _, eni := range res.Cloud.ByType("aws:ec2/networkInterface:NetworkInterface") {
-		if eni.ID != eniID {
-			continue
-		}
-		if ips := mockcloud.Strings(eni.Inputs["privateIps"]); len(ips) > 0 {
-			gatewayIP, err = netip.ParseAddr(ips[0])
-			if err != nil {
-				t.Fatalf("gateway interface address: %v", err)
-			}
-		}
-	}
-	if !gatewayIP.IsValid() {
-		t.Fatalf("no private address declared for the gateway's interface %q", eniID)
-	}
+	eniID, _ := mockcloud.Plain(gw.Outputs["primaryNetworkInterfaceId"], false).(string)
+	public, _ = mockcloud.Plain(gw.Outputs["publicIp"], false).(string)
 	for _, r := range res.Cloud.ByType("aws:ec2/route:Route") {
-		if nic, _ := mockcloud.Plain(r.Inputs["networkInterfaceId"], false).(string); nic != eniID {
+		if nic, _ := mockcloud.Plain(r.Inputs["networkInterfaceId"], false).(string); nic != eniID || nic == "" {
 			continue
 		}
 		dest, _ := mockcloud.Plain(r.Inputs["destinationCidrBlock"], false).(string)
@@ -143,7 +133,7 @@ func declaredNetwork(t *testing.T, res *plan.Result) (gatewayIP netip.Addr, rout
 	if !subnet.IsValid() {
 		t.Fatal("the plan declares no subnet")
 	}
-	return gatewayIP, routes, subnet
+	return gatewayIP, routes, subnet, public
 }
 
 // renderTunnel runs the program on the dev stack (dial-out: with wireguard.onPremEndpoint at the on-prem peer's
@@ -189,7 +179,7 @@ func renderTunnel(t *testing.T, dialOut bool) tunnelPlan {
 		t.Fatalf("the plan rendered no gateway user data or no on-prem WireGuard config (artifacts: %d)", len(files))
 	}
 
-	p.gatewayIP, p.vpcRoutes, p.nodeSubnet = declaredNetwork(t, res)
+	p.gatewayIP, p.vpcRoutes, p.nodeSubnet, p.gatewayStartIP = declaredNetwork(t, res)
 
 	// The gateway key's parameter is the one its user data names.
 	for _, line := range strings.Split(userDataFile(t, p.gatewayUserData, "/etc/dynk8s/wg-key.env"), "\n") {
@@ -375,9 +365,19 @@ func testTunnel(t *testing.T, dialOut bool) {
 	tn.lanIP = nthAddr(p.onPremCIDRs[0].Masked().Addr(), 10)
 	tn.outsideIP = outsideAddr(t, p.onPremCIDRs, p.vpcCIDR)
 	tn.nodeIP = nthAddr(p.nodeSubnet.Masked().Addr(), 23)
-	gwPublic, _, err := splitHostPort(wgValue(p.onPremConf, "Peer", "Endpoint"))
-	if err != nil {
-		t.Fatalf("on-prem config's peer Endpoint: %v", err)
+	// Dialling in, on-prem dials the Elastic IP its config names. Dialling out, the config names no address: the
+	// gateway's is whatever EC2 assigned at its last start, and WireGuard's roaming takes on-prem to it.
+	var gwPublic string
+	if dialOut {
+		if ep := wgValue(p.onPremConf, "Peer", "Endpoint"); ep != "" {
+			t.Fatalf("dialling out, the on-prem config names the gateway's address %s, which changes with every start", ep)
+		}
+		gwPublic = p.gatewayStartIP
+	} else {
+		gwPublic, _, err = splitHostPort(wgValue(p.onPremConf, "Peer", "Endpoint"))
+		if err != nil {
+			t.Fatalf("on-prem config's peer Endpoint: %v", err)
+		}
 	}
 
 	tn.makeNamespaces(ctx, t)
@@ -400,6 +400,7 @@ func testTunnel(t *testing.T, dialOut bool) {
 	t.Run("SYNs are MSS-clamped both ways", func(t *testing.T) { tn.testMSS(ctx, t) })
 	t.Run("DF above the tunnel MTU gets fragmentation needed", func(t *testing.T) { tn.testDF(ctx, t) })
 	t.Run("traffic outside onPremCidrs is not tunnelled", func(t *testing.T) { tn.testNotRouted(ctx, t) })
+	t.Run("the gateway counts forwarded packets, not keepalives", func(t *testing.T) { tn.testForwardCounters(ctx, t) })
 }
 
 // makeNamespaces creates the three namespaces and registers their teardown: every process left in them (the
@@ -649,6 +650,56 @@ func (tn *tunnel) checkKeys(ctx context.Context, t *testing.T, gwConf []byte) {
 	if want := wgValue(gwConf, "Peer", "PublicKey"); opPub != want {
 		t.Errorf("the on-prem peer runs with public key %s, the gateway config expects %s", opPub, want)
 	}
+}
+
+// forwarded is the packet total of the named counters in the gateway's rendered nftables table: what its idle check
+// reads (gateway-idle.sh).
+func (tn *tunnel) forwarded(ctx context.Context, t *testing.T) int {
+	t.Helper()
+	out := tn.gw.must(ctx, t, "nft", "-j", "list", "counters", "table", "inet", "dynk8s_wg0_mss")
+	var doc struct {
+		Nftables []struct {
+			Counter *struct {
+				Name    string `json:"name"`
+				Packets int    `json:"packets"`
+			} `json:"counter"`
+		} `json:"nftables"`
+	}
+	if err := json.Unmarshal([]byte(out), &doc); err != nil {
+		t.Fatalf("nft -j list counters: %v", err)
+	}
+	total, names := 0, 0
+	for _, item := range doc.Nftables {
+		if item.Counter != nil {
+			total += item.Counter.Packets
+			names++
+		}
+	}
+	if names != 2 {
+		t.Fatalf("the gateway's table has %d named counters, want 2 (in and out): %s", names, out)
+	}
+	return total
+}
+
+// testForwardCounters: the gateway's forward counters count the traffic between the VPC and on-prem (which just
+// flowed), and stand still on an idle tunnel, where WireGuard's own transfer counters keep moving with the 25 s
+// keepalives. This is why the idle check reads the former.
+func (tn *tunnel) testForwardCounters(ctx context.Context, t *testing.T) {
+	before := tn.forwarded(ctx, t)
+	if before == 0 {
+		t.Fatal("after pings and TCP both ways the gateway counted no forwarded packet")
+	}
+	rx0, tx0 := tn.transfer(ctx, t)
+	time.Sleep(27 * time.Second)
+	rx1, tx1 := tn.transfer(ctx, t)
+	if after := tn.forwarded(ctx, t); after != before {
+		t.Errorf("nothing crossed the idle tunnel, yet the forward counters went from %d to %d", before, after)
+	}
+	if rx1 == rx0 && tx1 == tx0 {
+		t.Errorf("no keepalive moved WireGuard's transfer counters in 27 s (rx %d, tx %d): the comparison shows nothing", rx1, tx1)
+	}
+	t.Logf("idle 27 s: forward counters stayed at %d packets; WireGuard transfer rx %d -> %d, tx %d -> %d",
+		before, rx0, rx1, tx0, tx1)
 }
 
 // transfer is the gateway's WireGuard byte counters (received, sent) for its one peer.

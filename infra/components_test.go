@@ -5,6 +5,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/pulumi/pulumi-aws/sdk/v6/go/aws/ec2"
 	"github.com/pulumi/pulumi/sdk/v3/go/pulumi"
@@ -55,17 +56,12 @@ func TestNetworkComponent(t *testing.T) {
 	// Subnets are numbered by the zone's letter, whatever the order of the list: /20 split in 16 gives /24s.
 	assert.Equal(t, in(mustFind(t, cloud, "aws:ec2/subnet:Subnet", "net-subnet-us-west-2a"), "cidrBlock"), "10.50.0.0/24")
 	assert.Equal(t, in(mustFind(t, cloud, "aws:ec2/subnet:Subnet", "net-subnet-us-west-2c"), "cidrBlock"), "10.50.2.0/24")
-	// The gateway's fixed address is in the first listed zone's subnet.
-	eni := mustFind(t, cloud, "aws:ec2/networkInterface:NetworkInterface", "net-gateway-eni")
-	assert.DeepEqual(t, in(eni, "privateIps"), []any{"10.50.2.10"})
-	var routed []string
-	for _, r := range cloud.ByType("aws:ec2/route:Route") {
-		if in(&r, "networkInterfaceId") == eni.ID {
-			routed = append(routed, in(&r, "destinationCidrBlock").(string))
-		}
-	}
-	slices.Sort(routed)
-	assert.DeepEqual(t, routed, []string{"10.51.0.0/30", "172.20.0.0/16", "192.168.1.0/24"})
+	// The gateway runs in the first listed zone's subnet; the network declares no route to it (the gateway does).
+	assert.Equal(t, len(cloud.ByType("aws:ec2/route:Route")), 1, "the default route only")
+	assert.Equal(t, len(cloud.ByType("aws:ec2/networkInterface:NetworkInterface")), 0)
+	ip, err := infra.GatewayPrivateIP(prefix("10.50.0.0/20"), "us-west-2c")
+	assert.NilError(t, err)
+	assert.Equal(t, ip.String(), "10.50.2.10")
 	gw := mustFind(t, cloud, "aws:ec2/securityGroup:SecurityGroup", "net-gateway-sg")
 	wg := asMap(asList(in(gw, "ingress"))[0])
 	assert.DeepEqual(t, wg["cidrBlocks"], []any{"203.0.113.9/32"})
@@ -73,7 +69,7 @@ func TestNetworkComponent(t *testing.T) {
 	vpc := mustFind(t, cloud, "aws:ec2/vpc:Vpc", "net-vpc")
 	assert.Equal(t, asMap(in(vpc, "tags"))["dynk8s:cluster"], "lab")
 
-	err := mockcloud.Run(func(ctx *pulumi.Context) error {
+	err = mockcloud.Run(func(ctx *pulumi.Context) error {
 		_, err := infra.NewNetwork(ctx, "net", &infra.NetworkArgs{ClusterName: "lab", VPCCIDR: prefix("10.50.0.0/20")})
 		return err
 	}, "test", mockcloud.StackConfig{}, mockcloud.New("us-west-2"))
@@ -104,39 +100,52 @@ func TestIdentityComponent(t *testing.T) {
 		map[string]string{"autoscaling:ResourceTag/k8s.io/cluster-autoscaler/lab": "owned"})
 }
 
-func TestWireGuardGatewayComponent(t *testing.T) {
+// gatewayArgs are a gateway's args outside any example stack: a dialling-out gateway that sleeps after 20 minutes.
+func gatewayArgs(t *testing.T, igw pulumi.Resource) *infra.WireGuardGatewayArgs {
+	t.Helper()
 	ownKey, err := wgtypes.ParseKey("xTIBA5rboUvnH4htodjb6e697QjLERt1NAB4mZqp8Dg=")
 	assert.NilError(t, err)
 	endpoint, err := config.ParseEndpoint("vpn.example.org:41820")
 	assert.NilError(t, err)
-	var conf pulumi.StringOutput
+	image, err := infra.FedoraImage(42, kube.ArchX86_64, "us-west-2")
+	assert.NilError(t, err)
+	return &infra.WireGuardGatewayArgs{
+		ClusterName:  "lab",
+		Region:       "us-west-2",
+		InstanceType: "t3.micro",
+		Image:        image,
+		WireGuard: config.WireGuard{
+			ListenPort: 4500, OnPremCIDRs: []netip.Prefix{prefix("192.168.1.0/24")},
+			TunnelCIDR: prefix("10.51.0.0/29"), MTU: 1380, OnPremPublicKey: &ownKey, OnPremEndpoint: &endpoint,
+		},
+		VPCCIDR:             prefix("10.50.0.0/20"),
+		IdleStop:            20 * time.Minute,
+		SubnetID:            pulumi.String("subnet-1"),
+		SecurityGroupID:     pulumi.String("sg-1"),
+		PrivateIP:           "10.50.2.10",
+		RouteTableID:        pulumi.String("rtb-1"),
+		RoutedCIDRs:         []netip.Prefix{prefix("192.168.1.0/24"), prefix("10.51.0.0/29")},
+		Internet:            []pulumi.Resource{igw},
+		InstanceProfileName: pulumi.String("lab-gateway"),
+		GatewayRoleName:     pulumi.String("lab-gateway"),
+		NodeRoleName:        pulumi.String("lab-node"),
+	}
+}
+
+func TestWireGuardGatewayComponent(t *testing.T) {
+	var conf, publicIP pulumi.StringOutput
+	var args *infra.WireGuardGatewayArgs
 	cloud := runComponent(t, func(ctx *pulumi.Context) error {
-		image, err := infra.FedoraImage(42, kube.ArchX86_64, "us-west-2")
-		if err != nil {
-			return err
-		}
 		igw, err := ec2.NewInternetGateway(ctx, "igw", &ec2.InternetGatewayArgs{VpcId: pulumi.String("vpc-1")})
 		if err != nil {
 			return err
 		}
-		gw, err := infra.NewWireGuardGateway(ctx, "gw", &infra.WireGuardGatewayArgs{
-			ClusterName:  "lab",
-			Region:       "us-west-2",
-			InstanceType: "t3.micro",
-			Image:        image,
-			WireGuard: config.WireGuard{
-				ListenPort: 4500, OnPremCIDRs: []netip.Prefix{prefix("192.168.1.0/24")},
-				TunnelCIDR: prefix("10.51.0.0/29"), MTU: 1380, OnPremPublicKey: &ownKey, OnPremEndpoint: &endpoint,
-			},
-			VPCCIDR:             prefix("10.50.0.0/20"),
-			InterfaceID:         pulumi.String("eni-0123"),
-			InternetGateway:     igw,
-			InstanceProfileName: pulumi.String("lab-gateway"),
-		})
+		args = gatewayArgs(t, igw)
+		gw, err := infra.NewWireGuardGateway(ctx, "gw", args)
 		if err != nil {
 			return err
 		}
-		conf = gw.OnPremConfig
+		conf, publicIP = gw.OnPremConfig, gw.PublicIP
 		return nil
 	})
 	assert.Equal(t, len(cloud.ByType("random:index/randomBytes:RandomBytes")), 1, "no on-prem key pair with the operator's own")
@@ -144,17 +153,100 @@ func TestWireGuardGatewayComponent(t *testing.T) {
 	assert.Equal(t, in(inst, "instanceType"), "t3.micro")
 	raw, err := cloudinit.Decode(in(inst, "userDataBase64").(string))
 	assert.NilError(t, err)
-	for _, want := range []string{"Endpoint = vpn.example.org:41820", "PublicKey = " + ownKey.String(),
-		"AllowedIPs = 192.168.1.0/24, 10.51.0.2/32", "MTU = 1380", "Address = 10.51.0.1/29"} {
+	for _, want := range []string{"Endpoint = vpn.example.org:41820", "PublicKey = " + args.WireGuard.OnPremPublicKey.String(),
+		"AllowedIPs = 192.168.1.0/24, 10.51.0.2/32", "MTU = 1380", "Address = 10.51.0.1/29",
+		"DYNK8S_IDLE_STOP_SECONDS=1200", "DYNK8S_CLUSTER_NAME=lab"} {
 		assert.Check(t, is.Contains(string(raw), want))
 	}
+	assert.Check(t, is.Equal(asMap(in(inst, "tags"))[infra.IdleStopTag], "20m0s"))
+	// The smallest root volume the image allows (its snapshot's size), encrypted gp3.
+	root := asMap(in(inst, "rootBlockDevice"))
+	assert.Check(t, is.Equal(root["volumeSize"], float64(mockcloud.FedoraSnapshotGiB)))
+	assert.Check(t, is.Equal(root["volumeType"], "gp3"))
+	assert.Check(t, is.Equal(root["encrypted"], true))
+	// `systemctl poweroff` stops it; it forwards; it has its own interface at the fixed address.
+	assert.Check(t, is.Equal(in(inst, "instanceInitiatedShutdownBehavior"), "stop"))
+	assert.Check(t, is.Equal(in(inst, "sourceDestCheck"), false))
+	assert.Check(t, is.Equal(in(inst, "privateIp"), "10.50.2.10"))
+	assert.Check(t, is.Equal(in(inst, "subnetId"), "subnet-1"))
+
+	// Dialling out: no Elastic IP, and no address in the on-prem config; the on-prem peer listens.
+	assert.Equal(t, len(cloud.ByType("aws:ec2/eip:Eip")), 0)
+	ip, _, err := mockcloud.Await(publicIP)
+	assert.NilError(t, err)
+	assert.Equal(t, ip, "")
 	text, secret, err := mockcloud.Await(conf)
 	assert.NilError(t, err)
 	assert.Check(t, secret)
 	for _, want := range []string{"ListenPort = 41820", "AllowedIPs = 10.50.0.0/20, 10.51.0.1/32",
-		"PostUp = wg set %i private-key /etc/wireguard/dynk8s.key", ":4500"} {
+		"PostUp = wg set %i private-key /etc/wireguard/dynk8s.key"} {
 		assert.Check(t, is.Contains(text.(string), want))
 	}
+	for _, unwanted := range []string{"Endpoint", "PersistentKeepalive"} {
+		assert.Check(t, !strings.Contains(text.(string), unwanted), "dialling out, the on-prem config has %s:\n%s", unwanted, text)
+	}
+
+	// The routes point at the instance's own interface.
+	eni := inst.Outputs["primaryNetworkInterfaceId"].StringValue()
+	var routed []string
+	for _, r := range cloud.ByType("aws:ec2/route:Route") {
+		assert.Check(t, is.Equal(in(&r, "networkInterfaceId"), eni), r.Name)
+		assert.Check(t, is.Equal(in(&r, "routeTableId"), "rtb-1"), r.Name)
+		routed = append(routed, in(&r, "destinationCidrBlock").(string))
+	}
+	slices.Sort(routed)
+	assert.DeepEqual(t, routed, []string{"10.51.0.0/29", "192.168.1.0/24"})
+
+	// The nodes may start this instance and no other; the gateway may list instances, nothing else.
+	wake := mustFind(t, cloud, "aws:iam/rolePolicy:RolePolicy", "gw-wake")
+	assert.Equal(t, in(wake, "role"), "lab-node")
+	doc := policy(t, wake, "policy")
+	assert.Equal(t, len(doc.Statement), 1)
+	assert.DeepEqual(t, doc.Statement[0].Action, []string{"ec2:StartInstances"})
+	assert.DeepEqual(t, doc.Statement[0].Resource, []string{"arn:aws:ec2:us-west-2:" + mockcloud.Account + ":instance/" + inst.ID})
+	assert.DeepEqual(t, doc.Statement[0].Condition, map[string]map[string]string{"StringEquals": {
+		"aws:ResourceTag/dynk8s:cluster": "lab", "aws:ResourceTag/Name": "lab-wireguard-gateway"}})
+	check := mustFind(t, cloud, "aws:iam/rolePolicy:RolePolicy", "gw-idle-check")
+	assert.Equal(t, in(check, "role"), "lab-gateway")
+	doc = policy(t, check, "policy")
+	assert.Equal(t, len(doc.Statement), 1)
+	assert.DeepEqual(t, doc.Statement[0].Action, []string{"ec2:DescribeInstances"})
+	assert.DeepEqual(t, doc.Statement[0].Condition, map[string]map[string]string{"StringEquals": {"aws:RequestedRegion": "us-west-2"}})
+}
+
+// An always-on gateway (idleStop 0) gets no idle check and gives nobody the right to start it; an on-prem peer that
+// dials in gets the Elastic IP on the gateway's own interface.
+func TestWireGuardGatewayAlwaysOnDialIn(t *testing.T) {
+	var conf pulumi.StringOutput
+	cloud := runComponent(t, func(ctx *pulumi.Context) error {
+		igw, err := ec2.NewInternetGateway(ctx, "igw", &ec2.InternetGatewayArgs{VpcId: pulumi.String("vpc-1")})
+		if err != nil {
+			return err
+		}
+		args := gatewayArgs(t, igw)
+		args.IdleStop, args.WireGuard.OnPremEndpoint = 0, nil
+		args.NodeRoleName, args.GatewayRoleName = nil, nil
+		gw, err := infra.NewWireGuardGateway(ctx, "gw", args)
+		if err != nil {
+			return err
+		}
+		conf = gw.OnPremConfig
+		return nil
+	})
+	assert.Equal(t, len(cloud.ByType("aws:iam/rolePolicy:RolePolicy")), 0)
+	inst := mustFind(t, cloud, "aws:ec2/instance:Instance", "gw")
+	raw, err := cloudinit.Decode(in(inst, "userDataBase64").(string))
+	assert.NilError(t, err)
+	assert.Check(t, !strings.Contains(string(raw), "gateway-idle"), "an always-on gateway runs the idle check")
+	assert.Check(t, is.Equal(asMap(in(inst, "tags"))[infra.IdleStopTag], "0s"))
+	eip := mustFind(t, cloud, "aws:ec2/eip:Eip", "gw-eip")
+	assert.Equal(t, in(eip, "networkInterface"), inst.Outputs["primaryNetworkInterfaceId"].StringValue())
+	assert.Check(t, is.Contains(eip.DependsOn, "igw"))
+	text, _, err := mockcloud.Await(conf)
+	assert.NilError(t, err)
+	addr := eip.Outputs["publicIp"].StringValue()
+	assert.Check(t, is.Contains(text.(string), "Endpoint = "+addr+":4500"))
+	assert.Check(t, is.Contains(text.(string), "PersistentKeepalive = 25"))
 }
 
 func TestNodePoolComponent(t *testing.T) {

@@ -7,10 +7,12 @@ import (
 	"net/netip"
 	"slices"
 	"strconv"
+	"time"
 
 	"github.com/pulumi/pulumi-aws/sdk/v6/go/aws"
 	"github.com/pulumi/pulumi-aws/sdk/v6/go/aws/cloudwatch"
 	"github.com/pulumi/pulumi-aws/sdk/v6/go/aws/ec2"
+	"github.com/pulumi/pulumi-aws/sdk/v6/go/aws/iam"
 	"github.com/pulumi/pulumi-aws/sdk/v6/go/aws/ssm"
 	"github.com/pulumi/pulumi-random/sdk/v4/go/random"
 	"github.com/pulumi/pulumi/sdk/v3/go/pulumi"
@@ -26,17 +28,31 @@ const WireGuardGatewayType = "dynk8s:infra:WireGuardGateway"
 
 // Constants of the tunnel.
 const (
-	gatewayVolumeGiB = 10
 	// onPremKeyFile is where the on-prem host keeps its own private key when it brings its own key pair.
 	onPremKeyFile = "/etc/wireguard/dynk8s.key"
 )
 
 // WireGuardGateway is the EC2 instance that carries the site-to-site tunnel between the VPC and the on-prem
-// network. Its keys, interface and Elastic IP outlive the instance: a replaced, rebooted or auto-recovered gateway
-// comes back with the same address and the same identity, and the on-prem peer reconnects by itself.
+// network, and the VPC routes to it. Its keys (and, when on-prem dials in, its Elastic IP) outlive the instance: a
+// replaced, rebooted, stopped or auto-recovered gateway comes back with the same identity and private address, and
+// the tunnel comes back by itself.
+//
+// With gateway.idleStop the gateway stops itself when the pools are empty and the tunnel quiet, and the first node
+// that boots starts it again (cloudinit: gateway-idle.sh, wake-gateway.sh). The instance then has no public address
+// that bills while it is stopped: when the gateway dials out, its address is the one EC2 assigns at each start (its
+// subnet maps one on launch), and WireGuard's roaming takes the on-prem peer to it. Only a dialling-in on-prem peer
+// needs the fixed address of an Elastic IP, which bills while the gateway is stopped.
+//
+// The routes point at the instance's own primary network interface: it keeps its ID and address through every stop
+// and start, and a replacement instance's new interface updates the routes in place. (An interface created before
+// the instance cannot get an address EC2 assigns at launch, which dialling out without an Elastic IP needs: the
+// public IPv4 "can only be assigned to a new network interface, not an existing one", EC2 API reference,
+// InstanceNetworkInterfaceSpecification.AssociatePublicIpAddress.)
 type WireGuardGateway struct {
 	pulumi.ResourceState
 
+	// PublicIP is the Elastic IP the on-prem peer dials; empty when the gateway dials out (its address changes with
+	// every start).
 	PublicIP pulumi.StringOutput `pulumi:"publicIp"`
 	// PublicKey is the gateway's WireGuard public key (not secret).
 	PublicKey  pulumi.StringOutput `pulumi:"publicKey"`
@@ -59,12 +75,25 @@ type WireGuardGatewayArgs struct {
 	WireGuard config.WireGuard
 	// VPCCIDR is the range the on-prem peer routes to the gateway (required).
 	VPCCIDR netip.Prefix
-	// InterfaceID is the gateway's network interface from the Network (required).
-	InterfaceID pulumi.StringInput
-	// InternetGateway is the VPC's internet gateway (required): the Elastic IP waits for it.
-	InternetGateway pulumi.Resource
-	// InstanceProfileName is the gateway's instance profile, allowed to read only the key parameter (required).
+	// IdleStop is how long the pools may be empty and the tunnel quiet before the gateway stops itself; 0 keeps it
+	// running (optional).
+	IdleStop time.Duration
+	// SubnetID, SecurityGroupID and PrivateIP place the instance's own interface (required).
+	SubnetID        pulumi.StringInput
+	SecurityGroupID pulumi.StringInput
+	PrivateIP       string
+	// RouteTableID is the VPC's route table; RoutedCIDRs the ranges it sends to the gateway (required).
+	RouteTableID pulumi.StringInput
+	RoutedCIDRs  []netip.Prefix
+	// Internet are what the instance needs to reach the internet at boot, and the Elastic IP to associate (required).
+	Internet []pulumi.Resource
+	// InstanceProfileName is the gateway's instance profile (required); GatewayRoleName its role, which may read
+	// only the key parameter, and with IdleStop also list instances (required with IdleStop).
 	InstanceProfileName pulumi.StringInput
+	GatewayRoleName     pulumi.StringInput
+	// NodeRoleName is the pool nodes' role, which with IdleStop may start this instance and no other (required
+	// with IdleStop).
+	NodeRoleName pulumi.StringInput
 }
 
 // TunnelAddresses are the gateway's and the on-prem peer's tunnel addresses: the first two hosts of the tunnel's
@@ -76,8 +105,11 @@ func TunnelAddresses(tunnel netip.Prefix) (gateway, onPrem netip.Prefix) {
 
 // NewWireGuardGateway declares the gateway: its keys, the key's SSM parameter, the instance and its Elastic IP.
 func NewWireGuardGateway(ctx *pulumi.Context, name string, args *WireGuardGatewayArgs, opts ...pulumi.ResourceOption) (*WireGuardGateway, error) {
-	if args == nil || args.InternetGateway == nil {
-		return nil, errors.New("wireguard gateway: args and args.InternetGateway are required")
+	if args == nil || len(args.Internet) == 0 || len(args.RoutedCIDRs) == 0 {
+		return nil, errors.New("wireguard gateway: args, args.Internet and args.RoutedCIDRs are required")
+	}
+	if args.IdleStop > 0 && (args.GatewayRoleName == nil || args.NodeRoleName == nil) {
+		return nil, errors.New("wireguard gateway: an idle stop needs args.GatewayRoleName and args.NodeRoleName")
 	}
 	wg := args.WireGuard
 	comp := &WireGuardGateway{}
@@ -89,7 +121,8 @@ func NewWireGuardGateway(ctx *pulumi.Context, name string, args *WireGuardGatewa
 		return nil, fmt.Errorf("wireguard gateway %q: %s: %w", name, what, err)
 	}
 	gatewayAddr, onPremAddr := TunnelAddresses(wg.TunnelCIDR)
-	tags := awsTags(config.IdentityTags(args.ClusterName, "", args.ClusterName+"-wireguard-gateway"))
+	gatewayName := args.ClusterName + "-wireguard-gateway"
+	tags := awsTags(config.IdentityTags(args.ClusterName, "", gatewayName))
 
 	gatewayKey, err := newKeyPair(ctx, name+"-key", parent)
 	if err != nil {
@@ -135,6 +168,8 @@ func NewWireGuardGateway(ctx *pulumi.Context, name string, args *WireGuardGatewa
 			PeerAllowedIPs:      peerAllowed,
 			PeerEndpoint:        peerEndpoint,
 			PrivateKeyParameter: keyParameter,
+			IdleStop:            args.IdleStop,
+			ClusterName:         args.ClusterName,
 		})
 		if err != nil {
 			return "", fmt.Errorf("wireguard gateway %q: user data: %w", name, err)
@@ -143,24 +178,29 @@ func NewWireGuardGateway(ctx *pulumi.Context, name string, args *WireGuardGatewa
 	}).(pulumi.StringOutput)
 
 	image := lookupImage(ctx, args.Image, "", parent)
-	eip, err := ec2.NewEip(ctx, name+"-eip", &ec2.EipArgs{
-		Domain:           pulumi.String("vpc"),
-		NetworkInterface: args.InterfaceID,
-		Tags:             tags,
-		// An Elastic IP may need the internet gateway attached before it associates (pulumi-aws ec2.Eip docs).
-	}, parent, pulumi.DependsOn([]pulumi.Resource{args.InternetGateway}))
-	if err != nil {
-		return fail("elastic ip", err)
-	}
+	// The smallest root volume the image allows: its own snapshot's size. Growing it would bill GiB-months for
+	// nothing; the gateway installs two small packages.
+	volumeGiB := image.ApplyT(func(im ec2.LookupAmiResult) (int, error) {
+		return imageVolumeGiB(im.RootDeviceName, im.BlockDeviceMappings)
+	}).(pulumi.IntOutput)
 
+	instanceTags := awsTags(append(config.IdentityTags(args.ClusterName, "", gatewayName),
+		config.Tag{Key: IdleStopTag, Value: args.IdleStop.String()}))
 	instance, err := ec2.NewInstance(ctx, name, &ec2.InstanceArgs{
 		Ami:          image.Id(),
 		InstanceType: pulumi.String(args.InstanceType),
-		// Source/destination check is off on this interface (see Network): it forwards for the whole VPC.
-		NetworkInterfaces: ec2.InstanceNetworkInterfaceArray{&ec2.InstanceNetworkInterfaceArgs{
-			DeviceIndex: pulumi.Int(0), NetworkInterfaceId: args.InterfaceID,
-		}},
-		IamInstanceProfile: args.InstanceProfileName,
+		// Its own primary interface, with a fixed address; the subnet gives it a public IPv4 at every start.
+		// associatePublicIpAddress is deliberately not set: a stopped instance reads back as false, and the
+		// attribute forces a new instance, so a refresh of a stopped gateway would replace it
+		// (hashicorp/terraform-provider-aws#33775).
+		SubnetId:            args.SubnetID,
+		PrivateIp:           pulumi.String(args.PrivateIP),
+		VpcSecurityGroupIds: pulumi.StringArray{args.SecurityGroupID},
+		// It forwards packets that are neither from nor to itself.
+		SourceDestCheck: pulumi.Bool(false),
+		// `systemctl poweroff` on the gateway stops the instance rather than terminating it (the idle stop).
+		InstanceInitiatedShutdownBehavior: pulumi.String("stop"),
+		IamInstanceProfile:                args.InstanceProfileName,
 		MetadataOptions: &ec2.InstanceMetadataOptionsArgs{
 			HttpEndpoint:            pulumi.String("enabled"),
 			HttpTokens:              pulumi.String("required"),
@@ -168,31 +208,63 @@ func NewWireGuardGateway(ctx *pulumi.Context, name string, args *WireGuardGatewa
 		},
 		RootBlockDevice: &ec2.InstanceRootBlockDeviceArgs{
 			VolumeType:          pulumi.String("gp3"),
-			VolumeSize:          pulumi.Int(gatewayVolumeGiB),
+			VolumeSize:          volumeGiB,
 			Encrypted:           pulumi.Bool(true),
 			DeleteOnTermination: pulumi.Bool(true),
 		},
 		UserDataBase64: userData,
-		// cloud-init runs once per instance: a changed tunnel config needs a new instance to take effect. The
-		// interface, address and keys survive the replacement.
+		// cloud-init runs once per instance: a changed tunnel config needs a new instance to take effect. The keys,
+		// the private address and the routes survive the replacement.
 		UserDataReplaceOnChange: pulumi.Bool(true),
 		MaintenanceOptions:      &ec2.InstanceMaintenanceOptionsArgs{AutoRecovery: pulumi.String("default")},
-		Tags:                    tags,
+		Tags:                    instanceTags,
 		VolumeTags:              tags,
 	}, parent,
-		// The interface it boots with is the only one of its address: a replacement must release it first, which
+		// Its fixed address allows one instance at a time: a replacement must terminate the old one first, which
 		// costs the tunnel the minutes of a new boot (README, "On-prem side").
 		pulumi.DeleteBeforeReplace(true),
-		// An instance booted on an existing interface gets no public address of its own: it must boot with the
-		// Elastic IP, which its package install and the SSM key fetch need.
-		pulumi.DependsOn([]pulumi.Resource{param, eip}))
+		// Its first boot installs packages and reads its key from SSM: the parameter and the way out must exist.
+		pulumi.DependsOn(append([]pulumi.Resource{param}, args.Internet...)))
 	if err != nil {
 		return fail("instance", err)
 	}
+	// The interface keeps its ID through every stop and start; a replacement instance updates the routes in place.
+	for _, cidr := range args.RoutedCIDRs {
+		if _, err := ec2.NewRoute(ctx, name+"-route-"+routeKey(cidr), &ec2.RouteArgs{
+			RouteTableId:         args.RouteTableID,
+			DestinationCidrBlock: pulumi.String(cidr.String()),
+			NetworkInterfaceId:   instance.PrimaryNetworkInterfaceId,
+		}, parent); err != nil {
+			return fail("route to "+cidr.String(), err)
+		}
+	}
+
+	// A dialling-in on-prem peer needs an address that stays: an Elastic IP on the gateway's interface. It bills
+	// while the gateway is stopped too, the price of dialling in. A dialling-out gateway needs none.
+	publicIP := pulumi.String("").ToStringOutput()
+	if wg.OnPremEndpoint == nil {
+		eip, err := ec2.NewEip(ctx, name+"-eip", &ec2.EipArgs{
+			Domain:           pulumi.String("vpc"),
+			NetworkInterface: instance.PrimaryNetworkInterfaceId,
+			Tags:             tags,
+			// An Elastic IP may need the internet gateway attached before it associates (pulumi-aws ec2.Eip docs).
+		}, parent, pulumi.DependsOn(args.Internet))
+		if err != nil {
+			return fail("elastic ip", err)
+		}
+		publicIP = eip.PublicIp
+	}
+
+	partition := aws.GetPartitionOutput(ctx, aws.GetPartitionOutputArgs{}, parent).Partition()
+	if args.IdleStop > 0 {
+		if err := sleepPolicies(ctx, name, args, instance, partition, parent); err != nil {
+			return fail("idle stop", err)
+		}
+	}
 
 	// EC2 automatic recovery acts on a failed host (the system status check); a hung guest fails the instance
-	// status check instead, and only a reboot brings it back (EC2 alarm actions, "Reboot").
-	partition := aws.GetPartitionOutput(ctx, aws.GetPartitionOutputArgs{}, parent).Partition()
+	// status check instead, and only a reboot brings it back (EC2 alarm actions, "Reboot"). A stopped instance
+	// reports no status checks, so the alarm has no data and does nothing while the gateway sleeps.
 	if _, err := cloudwatch.NewMetricAlarm(ctx, name+"-status", &cloudwatch.MetricAlarmArgs{
 		AlarmDescription:   pulumi.String("dynk8s WireGuard gateway: reboot when the instance status check fails"),
 		Namespace:          pulumi.String("AWS/EC2"),
@@ -209,12 +281,12 @@ func NewWireGuardGateway(ctx *pulumi.Context, name string, args *WireGuardGatewa
 		return fail("status alarm", err)
 	}
 
-	onPremConfig := pulumix.Apply3Err(onPremPrivate, gatewayKey.Public, eip.PublicIp,
+	onPremConfig := pulumix.Apply3Err(onPremPrivate, gatewayKey.Public, publicIP,
 		func(private, gatewayPublic, gatewayIP string) (string, error) {
 			return onPremWireGuardConfig(wg, args.VPCCIDR, private, gatewayPublic, gatewayIP)
 		}).Untyped().(pulumi.StringOutput)
 
-	comp.PublicIP = eip.PublicIp
+	comp.PublicIP = publicIP
 	comp.PublicKey = gatewayKey.Public
 	comp.InstanceID = instance.ID().ToStringOutput()
 	comp.OnPremConfig = pulumi.ToSecret(onPremConfig).(pulumi.StringOutput)
@@ -230,7 +302,9 @@ func NewWireGuardGateway(ctx *pulumi.Context, name string, args *WireGuardGatewa
 }
 
 // onPremWireGuardConfig renders the on-prem peer's wg-quick file. With a generated key pair it carries the private
-// key; with the operator's own key it reads the key from onPremKeyFile instead.
+// key; with the operator's own key it reads the key from onPremKeyFile instead. When on-prem dials in it names the
+// gateway's Elastic IP and keeps the path open; when the gateway dials out, the on-prem peer listens and learns the
+// gateway's address of the day from its handshakes (gatewayIP is empty), and the gateway keeps the path open.
 func onPremWireGuardConfig(wg config.WireGuard, vpc netip.Prefix, privateKey, gatewayPublicKey, gatewayIP string) (string, error) {
 	gatewayAddr, onPremAddr := TunnelAddresses(wg.TunnelCIDR)
 	iface := wireguard.Interface{
@@ -241,23 +315,72 @@ func onPremWireGuardConfig(wg config.WireGuard, vpc netip.Prefix, privateKey, ga
 	if privateKey == "" {
 		iface.PostUp = []string{"wg set %i private-key " + onPremKeyFile}
 	}
+	peer := wireguard.Peer{
+		PublicKey: gatewayPublicKey,
+		// The VPC, and the gateway's own tunnel address.
+		AllowedIPs: []string{vpc.String(), netip.PrefixFrom(gatewayAddr.Addr(), 32).String()},
+	}
 	if wg.OnPremEndpoint != nil {
 		iface.ListenPort = int(wg.OnPremEndpoint.Port)
+	} else {
+		peer.Endpoint = net.JoinHostPort(gatewayIP, strconv.Itoa(wg.ListenPort))
+		peer.PersistentKeepalive = wireguard.PersistentKeepalive
 	}
-	out, err := wireguard.Config{
-		Interface: iface,
-		Peers: []wireguard.Peer{{
-			PublicKey: gatewayPublicKey,
-			// The VPC, and the gateway's own tunnel address.
-			AllowedIPs:          []string{vpc.String(), netip.PrefixFrom(gatewayAddr.Addr(), 32).String()},
-			Endpoint:            net.JoinHostPort(gatewayIP, strconv.Itoa(wg.ListenPort)),
-			PersistentKeepalive: wireguard.PersistentKeepalive,
-		}},
-	}.Marshal()
+	out, err := wireguard.Config{Interface: iface, Peers: []wireguard.Peer{peer}}.Marshal()
 	if err != nil {
 		return "", fmt.Errorf("on-prem wireguard config: %w", err)
 	}
 	return string(out), nil
+}
+
+// IdleStopTag is the gateway instance's tag that says after how long idle it stops itself ("0s": never). Operators
+// see in the console why a gateway is stopped; the plan's idle bill reads it.
+const IdleStopTag = "dynk8s:idleStop"
+
+// imageVolumeGiB is the size of an image's root snapshot: the ebs volume_size of its root device's mapping (the
+// aws_ami data source's map keys, terraform-provider-aws internal/service/ec2/ec2_ami.go,
+// flattenAMIBlockDeviceMappings).
+func imageVolumeGiB(root string, mappings []ec2.GetAmiBlockDeviceMapping) (int, error) {
+	for _, m := range mappings {
+		if m.DeviceName != root {
+			continue
+		}
+		gib, err := strconv.Atoi(m.Ebs["volume_size"])
+		if err != nil || gib < 1 {
+			return 0, fmt.Errorf("image root device %s: no snapshot size (ebs %v)", root, m.Ebs)
+		}
+		return gib, nil
+	}
+	return 0, fmt.Errorf("image: no block device mapping for its root device %q", root)
+}
+
+// sleepPolicies let the gateway and the nodes take turns: the gateway may list instances (to see that no pool
+// instance is left), and the nodes may start this gateway instance and no other.
+func sleepPolicies(ctx *pulumi.Context, name string, args *WireGuardGatewayArgs, instance *ec2.Instance,
+	partition pulumi.StringOutput, parent pulumi.ResourceOrInvokeOption) error {
+	check, err := GatewayIdleCheckPolicy(args.Region).JSON()
+	if err != nil {
+		return err
+	}
+	if _, err := iam.NewRolePolicy(ctx, name+"-idle-check", &iam.RolePolicyArgs{
+		Role:   args.GatewayRoleName,
+		Name:   pulumi.String("list-instances-for-idle-stop"),
+		Policy: pulumi.String(check),
+	}, parent); err != nil {
+		return err
+	}
+	account := aws.GetCallerIdentityOutput(ctx, aws.GetCallerIdentityOutputArgs{}, parent).AccountId()
+	wake := pulumix.Apply3Err(partition, account, instance.ID().ToStringOutput(),
+		func(partition, account, id string) (string, error) {
+			arn := fmt.Sprintf("arn:%s:ec2:%s:%s:instance/%s", partition, args.Region, account, id)
+			return WakeGatewayPolicy(arn, args.ClusterName, args.ClusterName+"-wireguard-gateway").JSON()
+		})
+	_, err = iam.NewRolePolicy(ctx, name+"-wake", &iam.RolePolicyArgs{
+		Role:   args.NodeRoleName,
+		Name:   pulumi.String("start-the-wireguard-gateway"),
+		Policy: pulumix.Cast[pulumi.StringOutput](wake),
+	}, parent)
+	return err
 }
 
 // keyPair is a WireGuard key pair generated by the stack.

@@ -42,7 +42,11 @@ type Identity struct {
 
 	NodeInstanceProfileARN     pulumi.StringOutput `pulumi:"nodeInstanceProfileArn"`
 	GatewayInstanceProfileName pulumi.StringOutput `pulumi:"gatewayInstanceProfileName"`
-	AutoscalerAccessKeyID      pulumi.StringOutput `pulumi:"autoscalerAccessKeyId"`
+	// NodeRoleName and GatewayRoleName are the two instance roles, for the policies the gateway adds (its idle
+	// stop, and the nodes' permission to start it).
+	NodeRoleName          pulumi.StringOutput `pulumi:"nodeRoleName"`
+	GatewayRoleName       pulumi.StringOutput `pulumi:"gatewayRoleName"`
+	AutoscalerAccessKeyID pulumi.StringOutput `pulumi:"autoscalerAccessKeyId"`
 	// AutoscalerSecretAccessKey is secret.
 	AutoscalerSecretAccessKey pulumi.StringOutput `pulumi:"autoscalerSecretAccessKey"`
 	CleanupAccessKeyID        pulumi.StringOutput `pulumi:"cleanupAccessKeyId"`
@@ -154,7 +158,7 @@ func NewIdentity(ctx *pulumi.Context, name string, args *IdentityArgs, opts ...p
 	if err != nil {
 		return fail("autoscaler user", err)
 	}
-	cleanupPolicy, err := CleanupPolicy().JSON()
+	cleanupPolicy, err := CleanupPolicy(args.Region).JSON()
 	if err != nil {
 		return fail("node cleanup policy", err)
 	}
@@ -177,6 +181,8 @@ func NewIdentity(ctx *pulumi.Context, name string, args *IdentityArgs, opts ...p
 
 	comp.NodeInstanceProfileARN = nodeProfile.Profile.Arn
 	comp.GatewayInstanceProfileName = gatewayProfile.Profile.Name
+	comp.NodeRoleName = nodeProfile.Role
+	comp.GatewayRoleName = gatewayProfile.Role
 	comp.AutoscalerAccessKeyID = autoscalerKey.ID().ToStringOutput()
 	comp.AutoscalerSecretAccessKey = pulumi.ToSecret(autoscalerKey.Secret).(pulumi.StringOutput)
 	comp.CleanupAccessKeyID = cleanupKey.ID().ToStringOutput()
@@ -187,6 +193,8 @@ func NewIdentity(ctx *pulumi.Context, name string, args *IdentityArgs, opts ...p
 	if err := ctx.RegisterResourceOutputs(comp, pulumi.Map{
 		"nodeInstanceProfileArn":      comp.NodeInstanceProfileARN,
 		"gatewayInstanceProfileName":  comp.GatewayInstanceProfileName,
+		"nodeRoleName":                comp.NodeRoleName,
+		"gatewayRoleName":             comp.GatewayRoleName,
 		"autoscalerAccessKeyId":       comp.AutoscalerAccessKeyID,
 		"autoscalerSecretAccessKey":   comp.AutoscalerSecretAccessKey,
 		"cleanupAccessKeyId":          comp.CleanupAccessKeyID,

@@ -17,11 +17,8 @@ import (
 const NetworkType = "dynk8s:infra:Network"
 
 // Network is the stack's VPC: one public subnet per zone (nodes egress through the internet gateway with their own
-// public IPv4, so there is no NAT gateway to pay for), one route table sending the on-prem ranges and the tunnel's
-// range to the WireGuard gateway's network interface, and the security groups of nodes and gateway.
-//
-// The gateway's network interface lives here, not with the gateway instance: routes and the Elastic IP point at
-// it, so replacing or recovering the instance changes no route, no address and no key.
+// public IPv4, so there is no NAT gateway to pay for), one route table (the WireGuard gateway adds the routes of the
+// on-prem ranges and the tunnel's range to its own interface), and the security groups of nodes and gateway.
 type Network struct {
 	pulumi.ResourceState
 
@@ -29,14 +26,17 @@ type Network struct {
 	SubnetIDs              pulumi.StringArrayOutput `pulumi:"subnetIds"`
 	NodeSecurityGroupID    pulumi.StringOutput      `pulumi:"nodeSecurityGroupId"`
 	GatewaySecurityGroupID pulumi.StringOutput      `pulumi:"gatewaySecurityGroupId"`
-	// GatewayInterfaceID is the gateway's primary network interface (source/destination check off).
-	GatewayInterfaceID pulumi.StringOutput `pulumi:"gatewayInterfaceId"`
-	// GatewayPrivateIP is the fixed private address of the gateway's interface.
-	GatewayPrivateIP pulumi.StringOutput `pulumi:"gatewayPrivateIp"`
+	// RouteTableID is the subnets' route table, where the gateway routes the on-prem ranges to itself.
+	RouteTableID pulumi.StringOutput `pulumi:"routeTableId"`
+	// GatewaySubnetID is the first zone's subnet, where the gateway runs.
+	GatewaySubnetID pulumi.StringOutput `pulumi:"gatewaySubnetId"`
 	// InternetGatewayID is the VPC's internet gateway: public addresses need it attached first.
 	InternetGatewayID pulumi.StringOutput `pulumi:"internetGatewayId"`
-	// InternetGateway is that gateway as a resource, for dependsOn.
-	InternetGateway pulumi.Resource
+	// Internet are the resources an instance in the gateway's subnet needs to reach the internet (the internet
+	// gateway, the default route, the subnet's route table association), for dependsOn.
+	Internet []pulumi.Resource
+	// OnPremCIDRs are the ranges the VPC sends through the tunnel: the on-prem ranges and the tunnel's own.
+	OnPremCIDRs []netip.Prefix
 }
 
 // NetworkArgs are the inputs of a Network. All are plain decisions from the validated config.
@@ -98,13 +98,15 @@ func NewNetwork(ctx *pulumi.Context, name string, args *NetworkArgs, opts ...pul
 	if err != nil {
 		return nil, fmt.Errorf("network %q: route table: %w", name, err)
 	}
-	if _, err := ec2.NewRoute(ctx, name+"-route-default", &ec2.RouteArgs{
+	defaultRoute, err := ec2.NewRoute(ctx, name+"-route-default", &ec2.RouteArgs{
 		RouteTableId:         rt.ID(),
 		DestinationCidrBlock: pulumi.String("0.0.0.0/0"),
 		GatewayId:            igw.ID(),
-	}, parent); err != nil {
+	}, parent)
+	if err != nil {
 		return nil, fmt.Errorf("network %q: default route: %w", name, err)
 	}
+	comp.Internet = []pulumi.Resource{igw, defaultRoute}
 
 	var subnetIDs pulumi.StringArray
 	var firstSubnet *ec2.Subnet
@@ -128,14 +130,16 @@ func NewNetwork(ctx *pulumi.Context, name string, args *NetworkArgs, opts ...pul
 		if err != nil {
 			return nil, fmt.Errorf("network %q: subnet %s: %w", name, zone, err)
 		}
-		if _, err := ec2.NewRouteTableAssociation(ctx, name+"-rta-"+zone, &ec2.RouteTableAssociationArgs{
+		rta, err := ec2.NewRouteTableAssociation(ctx, name+"-rta-"+zone, &ec2.RouteTableAssociationArgs{
 			SubnetId:     subnet.ID(),
 			RouteTableId: rt.ID(),
-		}, parent); err != nil {
+		}, parent)
+		if err != nil {
 			return nil, fmt.Errorf("network %q: route table association %s: %w", name, zone, err)
 		}
 		if firstSubnet == nil {
 			firstSubnet = subnet
+			comp.Internet = append(comp.Internet, rta)
 		}
 		subnetIDs = append(subnetIDs, subnet.ID())
 	}
@@ -200,48 +204,21 @@ func NewNetwork(ctx *pulumi.Context, name string, args *NetworkArgs, opts ...pul
 		return nil, fmt.Errorf("network %q: gateway security group: %w", name, err)
 	}
 
-	gatewayIP, err := GatewayPrivateIP(args.VPCCIDR, args.Zones[0])
-	if err != nil {
-		return nil, fmt.Errorf("network %q: %w", name, err)
-	}
-	eni, err := ec2.NewNetworkInterface(ctx, name+"-gateway-eni", &ec2.NetworkInterfaceArgs{
-		SubnetId:       firstSubnet.ID(),
-		PrivateIps:     pulumi.StringArray{pulumi.String(gatewayIP.String())},
-		SecurityGroups: pulumi.StringArray{gatewaySG.ID()},
-		// The gateway forwards packets that are neither from nor to itself.
-		SourceDestCheck: pulumi.Bool(false),
-		Description:     pulumi.String("dynk8s WireGuard gateway"),
-		Tags:            tags("gateway-eni"),
-		// Its fixed address allows one interface at a time: a replacement must delete the old one first.
-	}, parent, pulumi.DeleteBeforeReplace(true))
-	if err != nil {
-		return nil, fmt.Errorf("network %q: gateway interface: %w", name, err)
-	}
-	for _, cidr := range onPrem {
-		if _, err := ec2.NewRoute(ctx, name+"-route-"+routeKey(cidr), &ec2.RouteArgs{
-			RouteTableId:         rt.ID(),
-			DestinationCidrBlock: pulumi.String(cidr.String()),
-			NetworkInterfaceId:   eni.ID(),
-		}, parent); err != nil {
-			return nil, fmt.Errorf("network %q: route to %s: %w", name, cidr, err)
-		}
-	}
-
 	comp.VPCID = vpc.ID().ToStringOutput()
 	comp.SubnetIDs = subnetIDs.ToStringArrayOutput()
 	comp.NodeSecurityGroupID = nodeSG.ID().ToStringOutput()
 	comp.GatewaySecurityGroupID = gatewaySG.ID().ToStringOutput()
-	comp.GatewayInterfaceID = eni.ID().ToStringOutput()
-	comp.GatewayPrivateIP = pulumi.String(gatewayIP.String()).ToStringOutput()
+	comp.RouteTableID = rt.ID().ToStringOutput()
+	comp.GatewaySubnetID = firstSubnet.ID().ToStringOutput()
 	comp.InternetGatewayID = igw.ID().ToStringOutput()
-	comp.InternetGateway = igw
+	comp.OnPremCIDRs = onPrem
 	if err := ctx.RegisterResourceOutputs(comp, pulumi.Map{
 		"vpcId":                  comp.VPCID,
 		"subnetIds":              comp.SubnetIDs,
 		"nodeSecurityGroupId":    comp.NodeSecurityGroupID,
 		"gatewaySecurityGroupId": comp.GatewaySecurityGroupID,
-		"gatewayInterfaceId":     comp.GatewayInterfaceID,
-		"gatewayPrivateIp":       comp.GatewayPrivateIP,
+		"routeTableId":           comp.RouteTableID,
+		"gatewaySubnetId":        comp.GatewaySubnetID,
 		"internetGatewayId":      comp.InternetGatewayID,
 	}); err != nil {
 		return nil, fmt.Errorf("network %q: outputs: %w", name, err)
@@ -265,7 +242,7 @@ func ZoneSubnet(vpc netip.Prefix, zone string) (netip.Prefix, error) {
 }
 
 // GatewayPrivateIP is the gateway's fixed address: the tenth address of the first zone's subnet (AWS reserves the
-// first four).
+// first four). The gateway instance keeps it through stops and starts; a replacement gets it again.
 func GatewayPrivateIP(vpc netip.Prefix, zone string) (netip.Addr, error) {
 	subnet, err := ZoneSubnet(vpc, zone)
 	if err != nil {

@@ -9,6 +9,7 @@ import (
 	"github.com/pulumi/pulumi-aws/sdk/v6/go/aws/autoscaling"
 	"github.com/pulumi/pulumi-aws/sdk/v6/go/aws/ec2"
 	"github.com/pulumi/pulumi/sdk/v3/go/pulumi"
+	"github.com/pulumi/pulumi/sdk/v3/go/pulumix"
 
 	"github.com/dynk8s/dynk8s/cloudinit"
 	"github.com/dynk8s/dynk8s/infra/config"
@@ -64,10 +65,12 @@ type NodePoolArgs struct {
 	Image FedoraImageQuery
 	// GroupTags are the Auto Scaling Group's tags, discovery and node-template tags included (required).
 	GroupTags []config.Tag
-	// Node is the node user data's input, without CACertHashes (required).
+	// Node is the node user data's input, without CACertHashes and GatewayInstanceID (required).
 	Node cloudinit.NodeInput
 	// CACertHashes pin the cluster CA for kubeadm's token discovery (required, at least one).
 	CACertHashes pulumi.StringArrayInput
+	// GatewayInstanceID is the WireGuard gateway a booting node starts (optional; nil when it never sleeps).
+	GatewayInstanceID pulumi.StringInput
 	// SubnetIDs are the subnets the group launches into, one per zone (required).
 	SubnetIDs pulumi.StringArrayInput
 	// SecurityGroupID is the node security group (required).
@@ -94,22 +97,27 @@ func NewNodePool(ctx *pulumi.Context, name string, args *NodePoolArgs, opts ...p
 
 	image := lookupImage(ctx, args.Image, pool.AMIID, parent)
 
-	userData := args.CACertHashes.ToStringArrayOutput().ApplyT(func(hashes []string) (string, error) {
+	gatewayID := pulumi.String("").ToStringOutput()
+	if args.GatewayInstanceID != nil {
+		gatewayID = args.GatewayInstanceID.ToStringOutput()
+	}
+	userData := pulumix.Apply2Err(args.CACertHashes.ToStringArrayOutput(), gatewayID, func(hashes []string, gateway string) (string, error) {
 		in := args.Node
 		in.CACertHashes = hashes
+		in.GatewayInstanceID = gateway
 		raw, err := cloudinit.Node(in)
 		if err != nil {
 			return "", fmt.Errorf("node pool %q: user data: %w", name, err)
 		}
 		return cloudinit.Encode(raw)
-	}).(pulumi.StringOutput)
+	})
 
 	instanceTags := awsTags(config.IdentityTags(args.ClusterName, pool.Name, args.ClusterName+"-"+pool.Name))
 	ltArgs := &ec2.LaunchTemplateArgs{
 		Description:          pulumi.Sprintf("dynk8s %s node pool %s", args.ClusterName, pool.Name),
 		ImageId:              image.Id(),
 		UpdateDefaultVersion: pulumi.Bool(true),
-		UserData:             userData,
+		UserData:             pulumix.Cast[pulumi.StringOutput](userData),
 		// IMDSv2 only, and one hop: pods cannot reach the node role's credentials through IMDS.
 		MetadataOptions: &ec2.LaunchTemplateMetadataOptionsArgs{
 			HttpEndpoint:            pulumi.String("enabled"),

@@ -102,13 +102,43 @@ func AutoscalerPolicy(clusterName string) PolicyDocument {
 }
 
 // CleanupPolicy is the stale-node cleanup's policy: it only asks EC2 whether an instance still exists before it
-// deletes that instance's Node. ec2:DescribeInstances supports no resource-level permissions or conditions (Service
-// Authorization Reference, "Actions defined by Amazon EC2"), so it is allowed on "*"; it reads, it changes nothing.
-func CleanupPolicy() PolicyDocument {
+// deletes that instance's Node.
+func CleanupPolicy(region string) PolicyDocument {
+	return describeInstancesIn("AskWhetherInstancesAreGone", region)
+}
+
+// GatewayIdleCheckPolicy lets the WireGuard gateway list the instances of its region, to see whether a pool instance
+// is pending or running before it stops itself.
+func GatewayIdleCheckPolicy(region string) PolicyDocument {
+	return describeInstancesIn("ListInstancesOfThisRegion", region)
+}
+
+// describeInstancesIn allows ec2:DescribeInstances in one region. DescribeInstances supports no resource-level
+// permissions and no resource tag conditions (AWS Service Authorization Reference, Amazon EC2: DescribeInstances lists
+// no resource type), so the statement is on "*" and a caller's filter on the stack's tags is its own choice, not
+// enforced by IAM; the region is. It reveals instance metadata only (no user data, which is another call), and
+// changes nothing.
+func describeInstancesIn(sid, region string) PolicyDocument {
 	return PolicyDocument{Version: policyVersion, Statement: []PolicyStatement{{
-		Sid:      "AskWhetherInstancesAreGone",
+		Sid:       sid,
+		Effect:    "Allow",
+		Action:    []string{"ec2:DescribeInstances"},
+		Resource:  []string{"*"},
+		Condition: map[string]map[string]string{"StringEquals": {"aws:RequestedRegion": region}},
+	}}}
+}
+
+// WakeGatewayPolicy lets the pool nodes start the WireGuard gateway: StartInstances on that one instance, and only
+// while it carries the gateway's cluster and Name tags (a replaced gateway's ARN is a new one; the policy follows).
+func WakeGatewayPolicy(instanceARN, clusterName, gatewayName string) PolicyDocument {
+	return PolicyDocument{Version: policyVersion, Statement: []PolicyStatement{{
+		Sid:      "StartTheWireGuardGateway",
 		Effect:   "Allow",
-		Action:   []string{"ec2:DescribeInstances"},
-		Resource: []string{"*"},
+		Action:   []string{"ec2:StartInstances"},
+		Resource: []string{instanceARN},
+		Condition: map[string]map[string]string{"StringEquals": {
+			"aws:ResourceTag/dynk8s:cluster": clusterName,
+			"aws:ResourceTag/Name":           gatewayName,
+		}},
 	}}}
 }

@@ -97,6 +97,10 @@ func NewStack(ctx *pulumi.Context, cfg *config.Config) (*Stack, error) {
 		return nil, err
 	}
 
+	gatewayIP, err := GatewayPrivateIP(cfg.Network.VPCCIDR, zones[0])
+	if err != nil {
+		return nil, fmt.Errorf("wireguard gateway: %w", err)
+	}
 	gatewayImage, err := FedoraImage(cfg.Fedora.Release, types[cfg.Gateway.InstanceType].Arch, cfg.Region)
 	if err != nil {
 		return nil, fmt.Errorf("wireguard gateway: image: %w", err)
@@ -108,9 +112,16 @@ func NewStack(ctx *pulumi.Context, cfg *config.Config) (*Stack, error) {
 		Image:               gatewayImage,
 		WireGuard:           cfg.WireGuard,
 		VPCCIDR:             cfg.Network.VPCCIDR,
-		InterfaceID:         s.Network.GatewayInterfaceID,
-		InternetGateway:     s.Network.InternetGateway,
+		IdleStop:            cfg.Gateway.IdleStop,
+		SubnetID:            s.Network.GatewaySubnetID,
+		SecurityGroupID:     s.Network.GatewaySecurityGroupID,
+		PrivateIP:           gatewayIP.String(),
+		RouteTableID:        s.Network.RouteTableID,
+		RoutedCIDRs:         s.Network.OnPremCIDRs,
+		Internet:            s.Network.Internet,
 		InstanceProfileName: s.Identity.GatewayInstanceProfileName,
+		GatewayRoleName:     s.Identity.GatewayRoleName,
+		NodeRoleName:        s.Identity.NodeRoleName,
 	})
 	if err != nil {
 		return nil, err
@@ -123,6 +134,11 @@ func NewStack(ctx *pulumi.Context, cfg *config.Config) (*Stack, error) {
 	hashes, err := caCertHashes(ctx, cfg, k8s)
 	if err != nil {
 		return nil, err
+	}
+	// Nodes start the gateway at boot only when it stops itself.
+	var gatewayID pulumi.StringInput
+	if cfg.Gateway.IdleStop > 0 {
+		gatewayID = s.Gateway.InstanceID
 	}
 	for _, pool := range cfg.NodePools {
 		var image FedoraImageQuery
@@ -138,6 +154,7 @@ func NewStack(ctx *pulumi.Context, cfg *config.Config) (*Stack, error) {
 			GroupTags:          cfg.GroupTags(pool, types[pool.InstanceTypes[0]]),
 			Node:               NodeInput(cfg, pool, nil, JoinTokenParameter(cfg.ClusterName)),
 			CACertHashes:       hashes,
+			GatewayInstanceID:  gatewayID,
 			SubnetIDs:          s.Network.SubnetIDs,
 			SecurityGroupID:    s.Network.NodeSecurityGroupID,
 			InstanceProfileARN: s.Identity.NodeInstanceProfileARN,
@@ -218,21 +235,29 @@ type Export struct {
 	Value pulumi.Input
 }
 
-// Exports are the stack outputs, in a fixed order. The on-prem WireGuard config is secret; the rest is not.
+// Exports are the stack outputs, in a fixed order. The on-prem WireGuard config is secret; the rest is not. The
+// gateway's instance id lets an operator start or stop it by hand (`aws ec2 start-instances`).
 func (s *Stack) Exports() []Export {
 	groups := pulumi.StringMap{}
 	for _, p := range s.Pools {
 		groups[p.Name] = p.GroupName
 	}
-	return []Export{
+	exports := []Export{
 		{"autoscalerVersion", pulumi.String(s.cfg.Derived.AutoscalerVersion.String())},
-		{"gatewayPublicIp", s.Gateway.PublicIP},
+		{"gatewayInstanceId", s.Gateway.InstanceID},
+	}
+	// Only an on-prem peer that dials in has a gateway address to dial; a dialling-out gateway's changes with every
+	// start.
+	if s.cfg.WireGuard.OnPremEndpoint == nil {
+		exports = append(exports, Export{"gatewayPublicIp", s.Gateway.PublicIP})
+	}
+	return append(exports, []Export{
 		{"gatewayPublicKey", s.Gateway.PublicKey},
 		{"joinTokenParameter", s.Identity.JoinTokenParameter},
 		{"nodePoolGroups", groups},
 		{"onPremWireGuardConfig", s.Gateway.OnPremConfig},
 		{"vpcId", s.Network.VPCID},
-	}
+	}...)
 }
 
 // availabilityZones returns the configured zone names, or the first N available zones of the region. The names are

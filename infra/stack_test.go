@@ -5,6 +5,7 @@ import (
 	"encoding/base64"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"regexp"
 	"sort"
 	"strconv"
@@ -300,12 +301,13 @@ func TestNetwork(t *testing.T) {
 		routes[in(&r, "destinationCidrBlock").(string)] = mockcloud.PlainMap(r.Inputs, true)
 	}
 	igw := find(t, res, "aws:ec2/internetGateway:InternetGateway", "network-igw")
-	eni := find(t, res, "aws:ec2/networkInterface:NetworkInterface", "network-gateway-eni")
+	gw := find(t, res, "aws:ec2/instance:Instance", "gateway")
+	eni := gw.Outputs["primaryNetworkInterfaceId"].StringValue()
 	assert.Equal(t, routes["0.0.0.0/0"]["gatewayId"], igw.ID)
-	assert.Equal(t, routes["192.168.10.0/24"]["networkInterfaceId"], eni.ID)
-	assert.Equal(t, routes["10.201.0.0/30"]["networkInterfaceId"], eni.ID, "replies to the on-prem peer's tunnel address")
+	assert.Equal(t, routes["192.168.10.0/24"]["networkInterfaceId"], eni, "routes target the gateway's own interface")
+	assert.Equal(t, routes["10.201.0.0/30"]["networkInterfaceId"], eni, "replies to the on-prem peer's tunnel address")
 	assert.Equal(t, len(routes), 3)
-	assert.Equal(t, in(eni, "sourceDestCheck"), false)
+	assert.Equal(t, in(gw, "sourceDestCheck"), false)
 
 	// No ingress from anywhere, except WireGuard's UDP port on the gateway.
 	for _, sg := range res.Cloud.ByType("aws:ec2/securityGroup:SecurityGroup") {
@@ -362,24 +364,25 @@ func TestGateway(t *testing.T) {
 	root := asMap(in(inst, "rootBlockDevice"))
 	assert.Equal(t, root["encrypted"], true)
 	assert.Equal(t, root["volumeType"], "gp3")
-	eni := find(t, res, "aws:ec2/networkInterface:NetworkInterface", "network-gateway-eni")
-	assert.Equal(t, asMap(asList(in(inst, "networkInterfaces"))[0])["networkInterfaceId"], eni.ID)
+	assert.Equal(t, root["volumeSize"], float64(mockcloud.FedoraSnapshotGiB), "the image's own snapshot size")
+	assert.Equal(t, in(inst, "privateIp"), "10.200.0.10", "the fixed address in the first zone's subnet")
+	assert.Equal(t, in(inst, "subnetId"), find(t, res, "aws:ec2/subnet:Subnet", "network-subnet-eu-central-1a").ID)
 	assert.Equal(t, in(inst, "userDataReplaceOnChange"), true)
 	raw, err := cloudinit.Decode(in(inst, "userDataBase64").(string))
 	assert.NilError(t, err)
 	assert.Check(t, bytes.HasPrefix(raw, []byte("#cloud-config\n")))
 
+	// The dev stack's on-prem peer dials in: it needs the fixed address of an Elastic IP, on the gateway's interface.
 	eip := find(t, res, "aws:ec2/eip:Eip", "gateway-eip")
-	assert.Equal(t, in(eip, "networkInterface"), eni.ID, "the address follows the interface, not the instance")
+	assert.Equal(t, in(eip, "networkInterface"), inst.Outputs["primaryNetworkInterfaceId"].StringValue())
 
-	// A replaced gateway (new image, tunnel settings) must release the interface before the new one claims it: EC2
-	// refuses to attach an interface another instance holds, and the fixed address allows one interface only.
+	// A replaced gateway (new image, tunnel settings) must release its fixed address before the new one claims it.
 	assert.Check(t, inst.DeleteBeforeReplace, "the instance is replaced delete-first")
-	assert.Check(t, eni.DeleteBeforeReplace, "the interface is replaced delete-first")
-	// An Elastic IP needs the internet gateway attached first; the instance boots only with its public address,
-	// which its package install and its SSM call need.
+	// An Elastic IP needs the internet gateway attached first; the instance's first boot needs the way out.
 	assert.Check(t, is.Contains(eip.DependsOn, "network-igw"))
-	assert.Check(t, is.Contains(inst.DependsOn, "gateway-eip"))
+	for _, dep := range []string{"network-igw", "network-route-default", "network-rta-eu-central-1a", "gateway-key"} {
+		assert.Check(t, is.Contains(inst.DependsOn, dep))
+	}
 
 	// Automatic recovery covers failed hosts only; a hung guest (the instance status check) is rebooted by an alarm.
 	alarm := find(t, res, "aws:cloudwatch/metricAlarm:MetricAlarm", "gateway-status")
@@ -407,6 +410,105 @@ func TestGateway(t *testing.T) {
 	assert.Check(t, is.Contains(text, "MTU = 1420"))
 	assert.Check(t, is.Contains(text, "Address = 10.201.0.2/30"))
 	assert.Check(t, is.Contains(text, "PrivateKey = "), "a generated on-prem key pair travels in the config")
+}
+
+// Dialling out (wireguard.onPremEndpoint), the gateway has no address that bills while it sleeps: no Elastic IP, no
+// gatewayPublicIp output, and the on-prem peer learns the address from the gateway's handshakes.
+func TestGatewayDialOut(t *testing.T) {
+	c := devConfig(t)
+	obj(c, "wireguard")["onPremEndpoint"] = "198.51.100.7:51820"
+	res := runStack(t, c)
+	assert.Equal(t, len(res.Cloud.ByType("aws:ec2/eip:Eip")), 0)
+	_, ok := res.Outputs["gatewayPublicIp"]
+	assert.Check(t, !ok, "a dialling-out gateway has no address to publish")
+	inst := find(t, res, "aws:ec2/instance:Instance", "gateway")
+	// Its public IPv4 is the one its subnet maps at each start.
+	subnet := find(t, res, "aws:ec2/subnet:Subnet", "network-subnet-eu-central-1a")
+	assert.Equal(t, in(inst, "subnetId"), subnet.ID)
+	assert.Equal(t, in(subnet, "mapPublicIpOnLaunch"), true)
+	text := res.Outputs["onPremWireGuardConfig"].Value.(string)
+	assert.Check(t, !strings.Contains(text, "Endpoint"), text)
+	assert.Check(t, is.Contains(text, "ListenPort = 51820"))
+	raw, err := cloudinit.Decode(in(inst, "userDataBase64").(string))
+	assert.NilError(t, err)
+	assert.Check(t, is.Contains(string(raw), "Endpoint = 198.51.100.7:51820"))
+	for _, r := range res.Cloud.ByType("aws:ec2/route:Route") {
+		if id, ok := in(&r, "networkInterfaceId").(string); ok {
+			assert.Check(t, is.Equal(id, inst.Outputs["primaryNetworkInterfaceId"].StringValue()), r.Name)
+		}
+	}
+}
+
+// The gateway sleeps by default: its user data runs the idle check, the nodes' user data names it to wake, the
+// nodes may start it and it may list instances. gateway.idleStop 0 removes all of that.
+func TestGatewaySleepsByDefault(t *testing.T) {
+	res := runStack(t, devConfig(t))
+	inst := find(t, res, "aws:ec2/instance:Instance", "gateway")
+	raw, err := cloudinit.Decode(in(inst, "userDataBase64").(string))
+	assert.NilError(t, err)
+	assert.Check(t, is.Contains(string(raw), "DYNK8S_IDLE_STOP_SECONDS=900"))
+	assert.Check(t, is.Equal(in(inst, "instanceInitiatedShutdownBehavior"), "stop"))
+	for _, lt := range res.Cloud.ByType("aws:ec2/launchTemplate:LaunchTemplate") {
+		ud, err := cloudinit.Decode(in(&lt, "userData").(string))
+		assert.NilError(t, err)
+		assert.Check(t, is.Contains(string(ud), "DYNK8S_GATEWAY_INSTANCE_ID="+inst.ID+"\n"), lt.Name)
+	}
+	wake := policy(t, find(t, res, "aws:iam/rolePolicy:RolePolicy", "gateway-wake"), "policy")
+	assert.DeepEqual(t, wake.Statement[0].Resource, []string{"arn:aws:ec2:eu-central-1:" + mockcloud.Account + ":instance/" + inst.ID})
+	assert.Equal(t, in(find(t, res, "aws:iam/rolePolicy:RolePolicy", "gateway-wake"), "role"),
+		find(t, res, "aws:iam/role:Role", "identity-node-role").Outputs["name"].StringValue())
+	assert.Equal(t, in(find(t, res, "aws:iam/rolePolicy:RolePolicy", "gateway-idle-check"), "role"),
+		find(t, res, "aws:iam/role:Role", "identity-gateway-role").Outputs["name"].StringValue())
+
+	c := devConfig(t)
+	obj(c, "gateway")["idleStop"] = "0"
+	res = runStack(t, c)
+	inst = find(t, res, "aws:ec2/instance:Instance", "gateway")
+	raw, err = cloudinit.Decode(in(inst, "userDataBase64").(string))
+	assert.NilError(t, err)
+	assert.Check(t, !strings.Contains(string(raw), "gateway-idle"))
+	assert.Check(t, res.Cloud.Find("aws:iam/rolePolicy:RolePolicy", "gateway-wake") == nil)
+	assert.Check(t, res.Cloud.Find("aws:iam/rolePolicy:RolePolicy", "gateway-idle-check") == nil)
+	for _, lt := range res.Cloud.ByType("aws:ec2/launchTemplate:LaunchTemplate") {
+		ud, err := cloudinit.Decode(in(&lt, "userData").(string))
+		assert.NilError(t, err)
+		assert.Check(t, is.Contains(string(ud), "DYNK8S_GATEWAY_INSTANCE_ID=\n"), lt.Name)
+	}
+}
+
+// Pulumi and a stopped gateway: preview, up and refresh must neither replace nor start it. The program declares no
+// desired instance state (no aws:ec2/instanceState:InstanceState: pulumi-aws's Instance has instanceState as an
+// output only), and none of the instance's inputs reads back differently from a stopped instance. In particular
+// associatePublicIpAddress is not set: the provider reads it from the primary interface's public address, which a
+// stopped instance has not, and it forces replacement (hashicorp/terraform-provider-aws#33775); the subnet maps
+// the address instead. Nothing reads the instance's public address (it is gone while stopped).
+func TestGatewayDeclaresNothingAStoppedInstanceChanges(t *testing.T) {
+	for name, mutate := range map[string]func(map[string]any){
+		"dial-in":  func(map[string]any) {},
+		"dial-out": func(c map[string]any) { obj(c, "wireguard")["onPremEndpoint"] = "198.51.100.7:51820" },
+	} {
+		t.Run(name, func(t *testing.T) {
+			c := devConfig(t)
+			mutate(c)
+			res := runStack(t, c)
+			assert.Equal(t, len(res.Cloud.ByType("aws:ec2/instanceState:InstanceState")), 0)
+			inst := find(t, res, "aws:ec2/instance:Instance", "gateway")
+			for _, key := range []string{"associatePublicIpAddress", "instanceState", "networkInterfaces", "publicIp"} {
+				_, set := inst.Inputs[resource.PropertyKey(key)]
+				assert.Check(t, !set, "the gateway instance declares %s", key)
+			}
+			// The instance's public address (gone while it is stopped, new at each start) feeds nothing: not the
+			// on-prem config, not an output, not another resource.
+			pub := inst.Outputs["publicIp"].StringValue()
+			assert.Assert(t, pub != "")
+			for _, r := range res.Resources() {
+				assert.Check(t, !strings.Contains(fmt.Sprint(mockcloud.PlainMap(r.Inputs, true)), pub), "%s uses it", r.Name)
+			}
+			for k, o := range res.Outputs {
+				assert.Check(t, !strings.Contains(fmt.Sprint(o.Value), pub), "output %s uses it", k)
+			}
+		})
+	}
 }
 
 func TestOnPremOwnKey(t *testing.T) {

@@ -18,12 +18,14 @@ if [[ -e $etc/kubernetes/kubelet.conf ]]; then
   exit 0
 fi
 load_env "${DYNK8S_JOIN_ENV:-$etc/dynk8s/join.env}" DYNK8S_API_SERVER_ENDPOINT DYNK8S_CLUSTER_NAME \
-  DYNK8S_JOIN_TOKEN_PARAMETER DYNK8S_PACKAGES DYNK8S_POOL_NAME DYNK8S_REPOS DYNK8S_SYSTEM_PACKAGES \
+  DYNK8S_GATEWAY_INSTANCE_ID DYNK8S_JOIN_TOKEN_PARAMETER DYNK8S_PACKAGES DYNK8S_POOL_NAME DYNK8S_REPOS DYNK8S_SYSTEM_PACKAGES \
   DYNK8S_SYSTEM_REPOS
 deadline_start 720
 INSTANCE_ID='' ZONE='' REGION='' NODE_IP='' INSTANCE_TYPE='' TOKEN=''
 trap 'rm -f "$join_config"' EXIT
 log "joining pool $DYNK8S_POOL_NAME to cluster $DYNK8S_CLUSTER_NAME at $DYNK8S_API_SERVER_ENDPOINT"
+# The gateway may be asleep: it boots while this node installs its packages.
+"$(dirname "${BASH_SOURCE[0]}")/wake-gateway.sh" "$DYNK8S_GATEWAY_INSTANCE_ID" &
 
 identity() {
   imds INSTANCE_ID meta-data/instance-id && imds ZONE meta-data/placement/availability-zone &&

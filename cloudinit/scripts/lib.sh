@@ -130,21 +130,32 @@ imds() {
   printf -v "$1" '%s' "$BODY"
 }
 
-# ssm_parameter VAR NAME REGION: SSM GetParameter (decrypted) signed with the instance role's credentials.
-ssm_parameter() {
-  local name=$2 region=$3 role json creds request config value
+# role_credentials: the instance role's temporary credentials from IMDS into CREDS (key id, secret, session token).
+role_credentials() {
+  local role json
   imds role meta-data/iam/security-credentials/ || return 1
   role=${role%%$'\n'*}
   [[ $role =~ ^[A-Za-z0-9+=,.@_-]+$ ]] || { LAST_ERROR="IMDS names no instance role" && return 1; }
   imds json "meta-data/iam/security-credentials/$role" || return 1
-  mapfile -t creds < <(printf '%s' "$json" | json_get AccessKeyId SecretAccessKey Token)
-  if ((${#creds[@]} != 3)) || [[ ! "${creds[*]}" =~ ^[A-Za-z0-9/+=_-]+\ [A-Za-z0-9/+=_-]+\ [A-Za-z0-9/+=_-]+$ ]]; then
+  mapfile -t CREDS < <(printf '%s' "$json" | json_get AccessKeyId SecretAccessKey Token)
+  if ((${#CREDS[@]} != 3)) || [[ ! "${CREDS[*]}" =~ ^[A-Za-z0-9/+=_-]+\ [A-Za-z0-9/+=_-]+\ [A-Za-z0-9/+=_-]+$ ]]; then
     LAST_ERROR="IMDS credentials of role $role are incomplete" && return 1
   fi
+}
+
+# signed_config: curl --config text with the role's key as the SigV4 user and its session token header, for curl's
+# stdin, so that no secret is on a command line.
+signed_config() {
+  printf 'user = "%s:%s"\nheader = "x-amz-security-token: %s"\n' "${CREDS[0]}" "${CREDS[1]}" "${CREDS[2]}"
+}
+
+# ssm_parameter VAR NAME REGION: SSM GetParameter (decrypted) signed with the instance role's credentials.
+ssm_parameter() {
+  local name=$2 region=$3 request value
+  role_credentials || return 1
   request=$(python3 -c 'import json, sys; print(json.dumps({"Name": sys.argv[1], "WithDecryption": True}))' "$name")
-  config="user = \"${creds[0]}:${creds[1]}\""$'\n'"header = \"x-amz-security-token: ${creds[2]}\""
   set_timeout 10
-  fetch "$config" --config - --aws-sigv4 "aws:amz:$region:ssm" --max-time "$TMO" \
+  fetch "$(signed_config)" --config - --aws-sigv4 "aws:amz:$region:ssm" --max-time "$TMO" \
     -H 'Content-Type: application/x-amz-json-1.1' -H 'X-Amz-Target: AmazonSSM.GetParameter' \
     --data-binary "$request" "${DYNK8S_SSM_ENDPOINT:-https://ssm.$region.amazonaws.com}/" || return 1
   if [[ $STATUS != 200 ]]; then
@@ -154,4 +165,48 @@ ssm_parameter() {
   fi
   value=$(printf '%s' "$BODY" | json_get Parameter.Value) || { LAST_ERROR="SSM answer has no Parameter.Value" && return 1; }
   printf -v "$1" '%s' "$value"
+}
+
+# ec2_call REGION ACTION NAME=VALUE...: one call of the EC2 Query API (form-encoded POST, API version 2016-11-15,
+# SigV4 with the instance role's credentials); BODY holds the XML answer. On an error answer EC2_ERROR is its code
+# (e.g. IncorrectInstanceState) and LAST_ERROR says what failed; a transport error leaves EC2_ERROR empty.
+ec2_call() {
+  local region=$1 action=$2 request
+  shift 2
+  EC2_ERROR=
+  role_credentials || return 1
+  request=$(python3 -c 'import sys, urllib.parse
+print(urllib.parse.urlencode([tuple(a.split("=", 1)) for a in sys.argv[1:]]))' "Action=$action" Version=2016-11-15 "$@") ||
+    { LAST_ERROR="EC2 $action: cannot encode the request" && return 1; }
+  set_timeout 10
+  fetch "$(signed_config)" --config - --aws-sigv4 "aws:amz:$region:ec2" --max-time "$TMO" \
+    -H 'Content-Type: application/x-www-form-urlencoded; charset=utf-8' \
+    --data-binary "$request" "${DYNK8S_EC2_ENDPOINT:-https://ec2.$region.amazonaws.com}/" || return 1
+  [[ $STATUS == 200 ]] && return 0
+  EC2_ERROR=$(printf '%s' "$BODY" | ec2_xml error) || EC2_ERROR=
+  LAST_ERROR="EC2 $action: HTTP $STATUS ${EC2_ERROR:-(no error code)}: $(printf '%s' "$BODY" | ec2_xml message || true)"
+  EC2_ERROR=${EC2_ERROR:-HTTP$STATUS}
+  return 1
+}
+
+# ec2_xml WHAT: reads an EC2 XML answer on stdin. "error" and "message" print the first error's code and message;
+# "instanceState" or "currentState" print "<instance-id> <state name>" for each instance of the answer's
+# instancesSet elements (DescribeInstances, StartInstances). Fails on input that is not XML.
+ec2_xml() {
+  python3 -c '
+import sys, xml.etree.ElementTree as ET
+root = ET.fromstring(sys.stdin.read())
+for e in root.iter():
+    e.tag = e.tag.rsplit("}", 1)[-1]
+what = sys.argv[1]
+if what in ("error", "message"):
+    err = next(root.iter("Error"), None)
+    if err is None:
+        sys.exit(1)
+    print(err.findtext("Code" if what == "error" else "Message") or "")
+else:
+    for instances in root.iter("instancesSet"):
+        for item in instances.findall("item"):
+            print(item.findtext("instanceId"), item.findtext(what + "/name"))
+' "$1" 2>/dev/null
 }

@@ -10,6 +10,8 @@ import (
 
 	"gotest.tools/v3/assert"
 	is "gotest.tools/v3/assert/cmp"
+
+	"github.com/dynk8s/dynk8s/internal/plan"
 )
 
 // chdirRoot runs the command from the repository root, where the stack files are.
@@ -103,4 +105,84 @@ func TestPlanMissingStackFile(t *testing.T) {
 	assert.Equal(t, run([]string{"-stack", "nope"}, &stdout, &stderr), 1)
 	assert.Equal(t, stdout.String(), "")
 	assert.Check(t, is.Contains(stderr.String(), "Pulumi.nope.yaml"))
+}
+
+// idleBill runs the plan with -json on a stack file and returns its idleBill.
+func idleBill(t *testing.T, args ...string) plan.IdleBill {
+	t.Helper()
+	var stdout, stderr bytes.Buffer
+	assert.Equal(t, run(append(args, "-json"), &stdout, &stderr), 0, stderr.String())
+	var doc struct {
+		IdleBill *plan.IdleBill `json:"idleBill"`
+	}
+	assert.NilError(t, json.Unmarshal(stdout.Bytes(), &doc))
+	assert.Assert(t, doc.IdleBill != nil, "-json carries no idleBill")
+	return *doc.IdleBill
+}
+
+// quantities sums the bill's items by kind (instances by kind and type).
+func quantities(items []plan.BillItem) map[string]int {
+	q := map[string]int{}
+	for _, it := range items {
+		k := it.Kind
+		if it.Kind == plan.BillInstance {
+			k += " " + it.Detail
+		}
+		q[k] += it.Quantity
+	}
+	return q
+}
+
+// The dev stack's on-prem peer dials in: at zero nodes it bills the gateway's root volume (the image's 5 GiB), its
+// Elastic IP and its alarm; the gateway itself is stopped. A node adds its type, volume and address, and the
+// gateway's hour.
+func TestPlanIdleBillDialIn(t *testing.T) {
+	chdirRoot(t)
+	bill := idleBill(t, "-stack", "dev")
+	assert.DeepEqual(t, quantities(bill.Items), map[string]int{
+		plan.BillVolume: 5, plan.BillPublicIPv4: 1, plan.BillAlarm: 1, plan.BillInstance + " t4g.micro": 0,
+	})
+	// The Elastic IP replaces the address EC2 would assign at each start.
+	assert.DeepEqual(t, quantities(bill.WhileNodesRun), map[string]int{plan.BillInstance + " t4g.micro": 1})
+	assert.DeepEqual(t, bill.NodeHour, []plan.PoolHour{
+		{Pool: "builders-arm", InstanceTypes: []string{"c7g.2xlarge", "c6g.2xlarge"}, Spot: true, VolumeGiB: 80, PublicIPv4: 1},
+		{Pool: "builders-x86", InstanceTypes: []string{"c7i.2xlarge"}, VolumeGiB: 80, PublicIPv4: 1},
+	})
+	var table bytes.Buffer
+	var stderr bytes.Buffer
+	assert.Equal(t, run([]string{"-stack", "dev"}, &table, &stderr), 0, stderr.String())
+	assert.Check(t, is.Contains(table.String(), "Idle bill, every pool at zero"))
+	assert.Check(t, is.Regexp(`public-ipv4 +1 address +gateway-eip`, table.String()))
+	assert.Check(t, is.Regexp(`pool builders-x86 +1 × c7i.2xlarge \(on-demand\) +80 GiB gp3 +1 public IPv4`, table.String()))
+}
+
+// Dialling out (the dev stack with an on-prem endpoint, and the prod stack), the idle bill is the volume and the
+// alarm: no address bills while the gateway sleeps; its address bills only while it runs.
+func TestPlanIdleBillDialOut(t *testing.T) {
+	chdirRoot(t)
+	src, err := os.ReadFile("Pulumi.dev.yaml")
+	assert.NilError(t, err)
+	file := filepath.Join(t.TempDir(), "Pulumi.dialout.yaml")
+	dialOut := strings.Replace(string(src), "    mtu: 1420\n", "    mtu: 1420\n    onPremEndpoint: 198.51.100.7:51820\n", 1)
+	assert.Assert(t, dialOut != string(src))
+	assert.NilError(t, os.WriteFile(file, []byte(dialOut), 0o644))
+	for name, args := range map[string][]string{"dev dial-out": {"-config", file}, "prod": {"-stack", "prod"}} {
+		bill := idleBill(t, args...)
+		q := quantities(bill.Items)
+		assert.Check(t, is.Equal(q[plan.BillPublicIPv4], 0), name)
+		assert.Check(t, is.Equal(q[plan.BillVolume], 5), name)
+		assert.Check(t, is.Equal(q[plan.BillAlarm], 1), name)
+		assert.Check(t, is.Equal(quantities(bill.WhileNodesRun)[plan.BillPublicIPv4], 1), name)
+	}
+
+	// An always-on gateway bills its hours at zero nodes, and a pool with a minimum bills its nodes.
+	always := strings.Replace(dialOut, "    instanceType: t4g.micro\n", "    instanceType: t4g.micro\n    idleStop: \"0\"\n", 1)
+	always = strings.Replace(always, "      minSize: 0\n      maxSize: 4\n", "      minSize: 1\n      maxSize: 4\n", 1)
+	assert.NilError(t, os.WriteFile(file, []byte(always), 0o644))
+	bill := idleBill(t, "-config", file)
+	assert.DeepEqual(t, quantities(bill.Items), map[string]int{
+		plan.BillVolume: 5 + 80, plan.BillPublicIPv4: 1 + 1, plan.BillAlarm: 1,
+		plan.BillInstance + " t4g.micro": 1, plan.BillInstance + " c7i.2xlarge": 1,
+	})
+	assert.Check(t, is.Len(bill.WhileNodesRun, 0))
 }

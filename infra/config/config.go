@@ -114,7 +114,15 @@ type WireGuard struct {
 type Gateway struct {
 	// InstanceType of the WireGuard gateway; its architecture picks the image.
 	InstanceType string `key:"instanceType" default:"t4g.micro"`
+	// IdleStop is how long no pool instance may be pending or running, and no packet cross the tunnel, before the
+	// gateway stops itself (a booting node starts it again); 0 keeps it running.
+	IdleStop time.Duration `key:"idleStop" default:"15m"`
 }
+
+// MinIdleStop is the shortest gateway.idleStop: the gateway checks once a minute, and a shorter window would stop it
+// in the pauses of a burst (between a scale-down and the next scale-up), each stop costing the next node the
+// gateway's boot.
+const MinIdleStop = 5 * time.Minute
 
 // Fedora is dynk8s:fedora.
 type Fedora struct {

@@ -50,6 +50,17 @@ func TestDevAndProdStacksAreValid(t *testing.T) {
 	}
 }
 
+// gateway.idleStop 0 keeps the gateway running; any duration from the minimum on is taken as given.
+func TestGatewayIdleStop(t *testing.T) {
+	for value, want := range map[any]time.Duration{"0": 0, "0s": 0, "5m": 5 * time.Minute, "1h30m": 90 * time.Minute} {
+		c := devConfig(t)
+		obj(c, "gateway")["idleStop"] = value
+		cfg, err := parse(t, c)
+		assert.NilError(t, err, "idleStop %v", value)
+		assert.Equal(t, cfg.Gateway.IdleStop, want, "idleStop %v", value)
+	}
+}
+
 func TestDefaultsApplied(t *testing.T) {
 	c := map[string]any{
 		"aws:region":         "eu-central-1",
@@ -72,6 +83,7 @@ func TestDefaultsApplied(t *testing.T) {
 	assert.Equal(t, cfg.WireGuard.TunnelCIDR, netip.MustParsePrefix("10.201.0.0/30"))
 	assert.Check(t, cfg.WireGuard.OnPremPublicKey == nil && cfg.WireGuard.OnPremEndpoint == nil)
 	assert.Equal(t, cfg.Gateway.InstanceType, "t4g.micro")
+	assert.Equal(t, cfg.Gateway.IdleStop, 15*time.Minute)
 	assert.Equal(t, cfg.NodePools[0].MinSize, 0)
 	assert.Equal(t, cfg.NodePools[0].MaxSize, 3)
 	assert.Equal(t, cfg.NodePools[0].VolumeSizeGiB, 50)
@@ -142,6 +154,9 @@ func TestBadConfig(t *testing.T) {
 		{"on-prem key not 32 bytes", func(c map[string]any) { obj(c, "wireguard")["onPremPublicKey"] = "c2hvcnQ=" }, "dynk8s:wireguard.onPremPublicKey", "32 bytes"},
 		{"on-prem endpoint without port", func(c map[string]any) { obj(c, "wireguard")["onPremEndpoint"] = "vpn.example.com" }, "dynk8s:wireguard.onPremEndpoint", "host:port"},
 		{"gateway type not a type name", func(c map[string]any) { obj(c, "gateway")["instanceType"] = "t4g micro" }, "dynk8s:gateway.instanceType", "not an EC2 instance type name"},
+		{"gateway idle stop too short", func(c map[string]any) { obj(c, "gateway")["idleStop"] = "2m" }, "dynk8s:gateway.idleStop", "at least 5m0s"},
+		{"gateway idle stop negative", func(c map[string]any) { obj(c, "gateway")["idleStop"] = "-15m" }, "dynk8s:gateway.idleStop", "at least 5m0s"},
+		{"gateway idle stop not a duration", func(c map[string]any) { obj(c, "gateway")["idleStop"] = 15 }, "dynk8s:gateway.idleStop", "duration"},
 		{"fedora release missing", func(c map[string]any) { delete(obj(c, "fedora"), "release") }, "dynk8s:fedora.release", "required"},
 		{"fedora release without naming scheme", func(c map[string]any) { obj(c, "fedora")["release"] = 12 }, "dynk8s:fedora.release", "naming scheme"},
 		{"fedora release not a number", func(c map[string]any) { obj(c, "fedora")["release"] = "forty" }, "dynk8s:fedora.release", "whole number"},

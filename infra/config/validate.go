@@ -51,6 +51,9 @@ func validate(r *reader, c *Config) {
 	validateWireGuard(r, c)
 	validateRanges(r, c)
 	checkInstanceTypeName(r, ns+"gateway.instanceType", c.Gateway.InstanceType)
+	if d := c.Gateway.IdleStop; d != 0 && d < MinIdleStop {
+		r.addf(ns+"gateway.idleStop", "must be 0 (always on) or at least %s, got %s", MinIdleStop, d)
+	}
 	if rel := c.Fedora.Release; rel == 0 {
 		r.addf(ns+"fedora.release", "is required: the Fedora release to boot, e.g. 42")
 	} else if rel < OldestFedoraRelease || rel > NewestFedoraRelease {

@@ -248,7 +248,9 @@ func (c *Cloud) physicalID(typ, name string) string {
 	case "aws:ec2/launchTemplate:LaunchTemplate":
 		return "lt-" + h
 	case "aws:ec2/instance:Instance":
-		return "i-" + h
+		// EC2's form: 17 hex digits.
+		sum := sha256.Sum256([]byte(typ + "/" + name))
+		return "i-" + hex.EncodeToString(sum[:])[:17]
 	case "aws:ec2/eip:Eip":
 		return "eipalloc-" + h
 	case "aws:iam/accessKey:AccessKey":

@@ -118,8 +118,14 @@ func (c *Cloud) computed(typ, name, id string, in, out resource.PropertyMap) err
 		set("defaultVersion", 1)
 	case "aws:ec2/instance:Instance":
 		set("arn", arn("ec2", "instance/"+id))
-		set("privateIp", "10.200.0."+fmt.Sprint(10+int(RandomBytes(name, 1)[0])%200))
+		if ip := str("privateIp"); ip != "" {
+			set("privateIp", ip)
+		} else {
+			set("privateIp", "10.200.0."+fmt.Sprint(10+int(RandomBytes(name, 1)[0])%200))
+		}
 		set("primaryNetworkInterfaceId", "eni-"+shortHash("eni/"+name))
+		// The address EC2 assigns at launch (and anew at each start), from TEST-NET-1.
+		set("publicIp", "192.0.2."+fmt.Sprint(1+int(RandomBytes("public/"+name, 1)[0])%250))
 		set("instanceState", "running")
 	case "aws:ec2/eip:Eip":
 		set("publicIp", "203.0.113."+fmt.Sprint(1+int(RandomBytes(name, 1)[0])%250))
@@ -267,7 +273,7 @@ func (c *Cloud) fedoraAMI(args resource.PropertyMap) (resource.PropertyMap, erro
 		return resource.NewPropertyMapFromMap(map[string]any{
 			"id": id, "imageId": id, "name": "pinned-image", "architecture": "x86_64",
 			"rootDeviceName": "/dev/xvda", "rootDeviceType": "ebs", "virtualizationType": "hvm",
-			"state": "available",
+			"state": "available", "blockDeviceMappings": rootMapping("/dev/xvda", id, 8),
 		}), nil
 	}
 	var owners []string
@@ -295,7 +301,24 @@ func (c *Cloud) fedoraAMI(args resource.PropertyMap) (resource.PropertyMap, erro
 		"ownerId":            im.Owner,
 		"state":              "available",
 		"creationDate":       im.Created,
+		// A plausible root snapshot size; the real one is the image's own (describe-images, BlockDeviceMappings).
+		"blockDeviceMappings": rootMapping("/dev/sda1", im.ID(), FedoraSnapshotGiB),
 	}), nil
+}
+
+// FedoraSnapshotGiB is the stand-in Fedora images' root snapshot size.
+const FedoraSnapshotGiB = 5
+
+// rootMapping is an image's block device mappings as the aws_ami data source reports them: the root device's, with
+// the ebs map keyed as terraform-provider-aws flattens it.
+func rootMapping(device, image string, gib int) []any {
+	return []any{map[string]any{
+		"deviceName": device, "virtualName": "", "noDevice": "",
+		"ebs": map[string]any{
+			"delete_on_termination": "true", "encrypted": "false", "iops": "3000", "throughput": "125",
+			"snapshot_id": "snap-" + shortHash("snap/"+image), "volume_size": fmt.Sprint(gib), "volume_type": "gp3",
+		},
+	}}
 }
 
 // ClusterCA is the on-prem cluster's CA certificate as the stand-in cluster-info carries it (PEM), and its kubeadm

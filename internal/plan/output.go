@@ -47,6 +47,8 @@ type JSONDocument struct {
 	Note      string         `json:"note"`
 	Resources []JSONResource `json:"resources"`
 	Outputs   map[string]any `json:"outputs"`
+	// IdleBill is what the stack bills with every pool at zero, and what nodes add.
+	IdleBill IdleBill `json:"idleBill"`
 }
 
 // Document is the JSON form of the result; every secret value is "[secret]".
@@ -60,7 +62,7 @@ const FilePointer = "@file:"
 func (r *Result) DocumentWithFiles() JSONDocument { return r.document(true) }
 
 func (r *Result) document(pointers bool) JSONDocument {
-	doc := JSONDocument{Stack: r.Stack, Note: Banner, Outputs: map[string]any{}}
+	doc := JSONDocument{Stack: r.Stack, Note: Banner, Outputs: map[string]any{}, IdleBill: r.IdleBill()}
 	for _, res := range r.Resources() {
 		ignore := res.IgnoreChanges
 		if ignore == nil {
@@ -160,7 +162,10 @@ func (r *Result) WriteTable(w io.Writer) error {
 		}
 		fmt.Fprintf(tw, "  %s\t%s\n", k, v)
 	}
-	return tw.Flush()
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	return r.IdleBill().WriteIdleBill(w)
 }
 
 // WriteArtifacts writes Artifacts under dir.

@@ -1,0 +1,250 @@
+package plan
+
+import (
+	"fmt"
+	"io"
+	"strings"
+	"text/tabwriter"
+
+	"github.com/dynk8s/dynk8s/infra"
+	"github.com/dynk8s/dynk8s/internal/mockcloud"
+)
+
+// Kinds of billed items: what AWS charges for and by what unit.
+const (
+	// BillVolume is provisioned EBS storage, in GiB (billed per GiB-month while the volume exists, attached to a
+	// stopped instance or not).
+	BillVolume = "ebs-gib"
+	// BillPublicIPv4 is a public IPv4 address, in addresses (billed per hour: an Elastic IP always, an address EC2
+	// assigned at launch while its instance runs).
+	BillPublicIPv4 = "public-ipv4"
+	// BillAlarm is a CloudWatch alarm, in alarms (billed per alarm-month, whatever its state).
+	BillAlarm = "cloudwatch-alarm"
+	// BillInstance is a running EC2 instance, in instances (billed per hour of its type while it runs).
+	BillInstance = "instance"
+)
+
+// IdleBill is what a stack bills, in quantities, while every pool is at zero nodes, and what running nodes add. It is
+// read from the declared resources (not from the config), so it follows whatever the program declares; the README's
+// "Costs" table prices the same kinds.
+type IdleBill struct {
+	// Items bill while every pool is at zero (at its minimum, when that is not zero).
+	Items []BillItem `json:"items"`
+	// WhileNodesRun bill besides the nodes for every hour at least one node runs: a sleeping gateway's.
+	WhileNodesRun []BillItem `json:"whileNodesRun"`
+	// NodeHour is what one node of each pool adds per hour it runs.
+	NodeHour []PoolHour `json:"nodeHour"`
+}
+
+// BillItem is one billed quantity of a declared resource.
+type BillItem struct {
+	Kind     string `json:"kind"`
+	Quantity int    `json:"quantity"`
+	// Detail is the instance type of an instance, the volume type of a volume.
+	Detail   string `json:"detail,omitempty"`
+	Resource string `json:"resource"`
+	Note     string `json:"note"`
+}
+
+// PoolHour is what one node of a pool bills per hour.
+type PoolHour struct {
+	Pool string `json:"pool"`
+	// InstanceTypes are the pool's types in the group's order of preference.
+	InstanceTypes []string `json:"instanceTypes"`
+	Spot          bool     `json:"spot"`
+	VolumeGiB     int      `json:"volumeGiB"`
+	PublicIPv4    int      `json:"publicIpv4"`
+}
+
+// IdleBill reads the bill from the declared resources.
+func (r *Result) IdleBill() IdleBill {
+	var bill IdleBill
+	resources := r.Resources()
+	inputs := map[string]map[string]any{}
+	for _, res := range resources {
+		if !res.Read {
+			inputs[res.Type+"/"+res.Name] = mockcloud.PlainMap(res.Inputs, false)
+		}
+	}
+	byType := func(typ string) []mockcloud.Resource {
+		var out []mockcloud.Resource
+		for _, res := range resources {
+			if res.Type == typ && !res.Read {
+				out = append(out, res)
+			}
+		}
+		return out
+	}
+	mapsPublicIP := map[string]bool{}
+	for _, s := range byType("aws:ec2/subnet:Subnet") {
+		mapsPublicIP[s.ID] = inputs[s.Type+"/"+s.Name]["mapPublicIpOnLaunch"] == true
+	}
+	eipOn := map[string]bool{}
+	for _, e := range byType("aws:ec2/eip:Eip") {
+		in := inputs[e.Type+"/"+e.Name]
+		bill.Items = append(bill.Items, BillItem{Kind: BillPublicIPv4, Quantity: 1, Resource: e.Name,
+			Note: "Elastic IP: bills whether its instance runs or not"})
+		if nic, ok := in["networkInterface"].(string); ok {
+			eipOn[nic] = true
+		}
+	}
+
+	for _, inst := range byType("aws:ec2/instance:Instance") {
+		in := inputs[inst.Type+"/"+inst.Name]
+		root, _ := in["rootBlockDevice"].(map[string]any)
+		gib, _ := root["volumeSize"].(float64)
+		volumeType, _ := root["volumeType"].(string)
+		bill.Items = append(bill.Items, BillItem{Kind: BillVolume, Quantity: int(gib), Detail: volumeType,
+			Resource: inst.Name, Note: "root volume: bills while the instance is stopped too"})
+		running := []BillItem{{Kind: BillInstance, Quantity: 1, Detail: str(in["instanceType"]), Resource: inst.Name}}
+		subnet, _ := in["subnetId"].(string)
+		nic := ""
+		if v := inst.Outputs["primaryNetworkInterfaceId"]; v.IsString() {
+			nic = v.StringValue()
+		}
+		if mapsPublicIP[subnet] && !eipOn[nic] {
+			running = append(running, BillItem{Kind: BillPublicIPv4, Quantity: 1, Resource: inst.Name,
+				Note: "assigned at each start, released at each stop"})
+		}
+		tags, _ := in["tags"].(map[string]any)
+		idleStop, _ := tags[infra.IdleStopTag].(string)
+		if sleeps := idleStop != "" && idleStop != "0s" && in["instanceInitiatedShutdownBehavior"] == "stop"; sleeps {
+			for i := range running {
+				running[i].Note = joinNotes(running[i].Note, "stops after "+idleStop+" idle")
+			}
+			bill.WhileNodesRun = append(bill.WhileNodesRun, running...)
+			bill.Items = append(bill.Items, BillItem{Kind: BillInstance, Quantity: 0, Detail: running[0].Detail,
+				Resource: inst.Name, Note: "stopped: it stops itself after " + idleStop + " idle"})
+		} else {
+			for i := range running {
+				running[i].Note = joinNotes(running[i].Note, "always on")
+			}
+			bill.Items = append(bill.Items, running...)
+		}
+	}
+	for _, a := range byType("aws:cloudwatch/metricAlarm:MetricAlarm") {
+		bill.Items = append(bill.Items, BillItem{Kind: BillAlarm, Quantity: 1, Resource: a.Name,
+			Note: "bills in every state, also with no data while its instance is stopped"})
+	}
+
+	templates := map[string]map[string]any{}
+	for _, lt := range byType("aws:ec2/launchTemplate:LaunchTemplate") {
+		templates[lt.ID] = inputs[lt.Type+"/"+lt.Name]
+	}
+	for _, g := range byType("aws:autoscaling/group:Group") {
+		bill.NodeHour = append(bill.NodeHour, poolHour(g, inputs[g.Type+"/"+g.Name], templates, mapsPublicIP))
+		in := inputs[g.Type+"/"+g.Name]
+		if minSize, _ := in["minSize"].(float64); minSize > 0 {
+			h := bill.NodeHour[len(bill.NodeHour)-1]
+			bill.Items = append(bill.Items,
+				BillItem{Kind: BillInstance, Quantity: int(minSize), Detail: strings.Join(h.InstanceTypes, "|"),
+					Resource: g.Name, Note: "the pool's minSize never scales to zero"},
+				BillItem{Kind: BillVolume, Quantity: int(minSize) * h.VolumeGiB, Detail: "gp3", Resource: g.Name,
+					Note: "the minSize nodes' root volumes"},
+				BillItem{Kind: BillPublicIPv4, Quantity: int(minSize) * h.PublicIPv4, Resource: g.Name,
+					Note: "the minSize nodes' addresses"})
+		}
+	}
+	return bill
+}
+
+// poolHour is one node of a group: its launch template's (or the group's overrides') instance types, the template's
+// volumes, and the address its subnets map at launch.
+func poolHour(g mockcloud.Resource, in map[string]any, templates map[string]map[string]any, mapsPublicIP map[string]bool) PoolHour {
+	h := PoolHour{Pool: g.Name}
+	for _, tag := range list(in["tags"]) {
+		if t, _ := tag.(map[string]any); t["key"] == "dynk8s:pool" {
+			h.Pool = str(t["value"])
+		}
+	}
+	var ltID string
+	if lt, ok := in["launchTemplate"].(map[string]any); ok {
+		ltID = str(lt["id"])
+	}
+	if mixed, ok := in["mixedInstancesPolicy"].(map[string]any); ok {
+		lt, _ := mixed["launchTemplate"].(map[string]any)
+		spec, _ := lt["launchTemplateSpecification"].(map[string]any)
+		ltID = str(spec["launchTemplateId"])
+		for _, o := range list(lt["overrides"]) {
+			if o, ok := o.(map[string]any); ok {
+				h.InstanceTypes = append(h.InstanceTypes, str(o["instanceType"]))
+			}
+		}
+		dist, _ := mixed["instancesDistribution"].(map[string]any)
+		h.Spot = dist["onDemandPercentageAboveBaseCapacity"] == float64(0)
+	}
+	lt := templates[ltID]
+	if len(h.InstanceTypes) == 0 && str(lt["instanceType"]) != "" {
+		h.InstanceTypes = []string{str(lt["instanceType"])}
+	}
+	for _, m := range list(lt["blockDeviceMappings"]) {
+		m, _ := m.(map[string]any)
+		ebs, _ := m["ebs"].(map[string]any)
+		gib, _ := ebs["volumeSize"].(float64)
+		h.VolumeGiB += int(gib)
+	}
+	for _, s := range list(in["vpcZoneIdentifiers"]) {
+		if mapsPublicIP[str(s)] {
+			h.PublicIPv4 = 1
+		}
+	}
+	return h
+}
+
+func joinNotes(a, b string) string {
+	if a == "" {
+		return b
+	}
+	return a + "; " + b
+}
+
+func str(v any) string {
+	s, _ := v.(string)
+	return s
+}
+
+func list(v any) []any {
+	l, _ := v.([]any)
+	return l
+}
+
+// units names a kind's quantity in the table.
+var units = map[string]string{BillVolume: "GiB", BillPublicIPv4: "address", BillAlarm: "alarm", BillInstance: "running"}
+
+// WriteIdleBill writes the bill as a table: quantities only, to be priced with the README's "Costs" table.
+func (b IdleBill) WriteIdleBill(w io.Writer) error {
+	fmt.Fprintln(w, "\nIdle bill, every pool at zero (quantities; the README's \"Costs\" prices them):")
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	row := func(it BillItem) {
+		q := fmt.Sprintf("%d %s", it.Quantity, units[it.Kind])
+		if it.Detail != "" {
+			q += " " + it.Detail
+		}
+		fmt.Fprintf(tw, "  %s\t%s\t%s\t%s\n", it.Kind, q, it.Resource, it.Note)
+	}
+	for _, it := range b.Items {
+		row(it)
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	if len(b.WhileNodesRun) > 0 {
+		fmt.Fprintln(w, "Per hour while any node runs, besides the nodes:")
+		for _, it := range b.WhileNodesRun {
+			row(it)
+		}
+		if err := tw.Flush(); err != nil {
+			return err
+		}
+	}
+	fmt.Fprintln(w, "Per node-hour:")
+	for _, h := range b.NodeHour {
+		capacity := "on-demand"
+		if h.Spot {
+			capacity = "spot"
+		}
+		fmt.Fprintf(tw, "  pool %s\t1 × %s (%s)\t%d GiB gp3\t%d public IPv4\n", h.Pool,
+			strings.Join(h.InstanceTypes, " or "), capacity, h.VolumeGiB, h.PublicIPv4)
+	}
+	return tw.Flush()
+}
