@@ -31,7 +31,8 @@ func GatewayKeyParameter(clusterName string) string {
 	return "/dynk8s/" + clusterName + "/wireguard-gateway-key"
 }
 
-// Identity holds who may do what: the node and gateway roles (each may read exactly one SSM parameter), the
+// Identity holds who may do what: the node and gateway roles (each may read exactly one SSM parameter; a node may
+// also complete its own launch lifecycle action and mark itself Unhealthy in this cluster's groups), the
 // Cluster Autoscaler's IAM user (it runs on-prem, outside AWS, so it needs a key) and the join token.
 type Identity struct {
 	pulumi.ResourceState
@@ -126,6 +127,19 @@ func NewIdentity(ctx *pulumi.Context, name string, args *IdentityArgs, opts ...p
 		parameterARN(tokenParameter), tags("node"), parent)
 	if err != nil {
 		return fail("node role", err)
+	}
+	// The node's boot completes its launch lifecycle action and hands a failed instance back to its group.
+	groupARNs := pulumi.Sprintf("arn:%s:autoscaling:%s:%s:autoScalingGroup:*:autoScalingGroupName/*",
+		partition.Partition(), args.Region, account)
+	lifecycle := groupARNs.ApplyT(func(arns string) (string, error) {
+		return NodeLifecyclePolicy(args.ClusterName, arns).JSON()
+	}).(pulumi.StringOutput)
+	if _, err := iam.NewRolePolicy(ctx, name+"-node-lifecycle", &iam.RolePolicyArgs{
+		Role:   nodeProfile.Role,
+		Name:   pulumi.String("own-boot-in-group"),
+		Policy: lifecycle,
+	}, parent); err != nil {
+		return fail("node lifecycle policy", err)
 	}
 	var extra []string
 	if args.SessionManager {

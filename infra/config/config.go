@@ -145,6 +145,9 @@ type NodePool struct {
 	InstanceRefresh bool `key:"instanceRefresh" default:"false"`
 	// Autoscaling are the autoscaler's options for this pool (optional).
 	Autoscaling PoolAutoscaling `key:"autoscaling"`
+	// PrePullImages are pulled at boot, in the background as soon as CRI-O runs, besides the pause, kube-proxy and
+	// fuse plugin images (optional; image references).
+	PrePullImages []string `key:"prePullImages"`
 }
 
 // Autoscaler is dynk8s:autoscaler.
