@@ -197,6 +197,21 @@ func TestBootWithNoPendingLifecycleAction(t *testing.T) {
 	assert.Check(t, is.Len(failedLines(run.stderr), 0))
 }
 
+// A boot that runs out of time when no lifecycle action waits (a reboot of an instance already in service) marks
+// the instance Unhealthy instead.
+func TestBootMarksUnhealthyWhenNoActionWaits(t *testing.T) {
+	t.Parallel()
+	ud, aws := bootFixture(t, 0, withHook, fakeimds.Instance{LifecycleState: "InService"})
+	aws.ssmFailures = -1
+	run := runScript(t, ud, joinScript, aws, map[string]string{"DYNK8S_DEADLINE_SECONDS": "2"}, nil)
+	assert.Check(t, run.exitCode != 0)
+	asg := aws.autoscalingCalls()
+	assert.Assert(t, len(asg) > 0)
+	assert.Check(t, is.Equal(asg[len(asg)-1], "SetInstanceHealth HealthStatus=Unhealthy InstanceId="+fakeInstanceID+
+		" ShouldRespectGracePeriod=false"))
+	assert.Check(t, !strings.Contains(run.stderr, "abandoned the lifecycle action"))
+}
+
 // In the warm pool, a boot that runs out of time abandons the launch hook's action: the group terminates the
 // instance and launches another into the pool.
 func TestBootAbandonsTheLifecycleActionOnGivingUp(t *testing.T) {

@@ -77,7 +77,7 @@ on_failure() {
   (($1)) && [[ -n $INSTANCE_ID && -z $HANDING_BACK ]] || return 0
   HANDING_BACK=1
   DEADLINE=$((SECONDS + 30))
-  if [[ -n $DYNK8S_LAUNCH_HOOK ]] && complete_lifecycle ABANDON; then
+  if [[ -n $DYNK8S_LAUNCH_HOOK ]] && complete_lifecycle ABANDON && ((!NO_ACTION)); then
     log "abandoned the lifecycle action of hook $DYNK8S_LAUNCH_HOOK: the group terminates this instance"
   elif [[ $LIFECYCLE == Warmed:* ]]; then
     log "could not hand the instance back: ${LAST_ERROR:-no launch hook}"
@@ -340,8 +340,11 @@ group() {
   [[ $GROUP =~ ^[^[:space:]]+$ && $GROUP != None ]] || { GROUP='' && LAST_ERROR="no group has $INSTANCE_ID" && return 1; }
 }
 
-# complete_lifecycle RESULT: CONTINUE or ABANDON the launch hook's action for this instance.
+# complete_lifecycle RESULT: CONTINUE or ABANDON the launch hook's action for this instance. NO_ACTION says that
+# none was waiting.
+NO_ACTION=0
 complete_lifecycle() {
+  NO_ACTION=0
   group || return 1
   autoscaling CompleteLifecycleAction AutoScalingGroupName="$GROUP" LifecycleHookName="$DYNK8S_LAUNCH_HOOK" \
     InstanceId="$INSTANCE_ID" LifecycleActionResult="$1" -- complete-lifecycle-action \
@@ -350,6 +353,7 @@ complete_lifecycle() {
   # A reboot with no transition in progress has no action waiting: nothing to complete.
   if [[ $LAST_ERROR == *"No active Lifecycle Action"* ]]; then
     log "no lifecycle action of hook $DYNK8S_LAUNCH_HOOK waits for this instance"
+    NO_ACTION=1
     return 0
   fi
   return 1
