@@ -43,6 +43,7 @@ type fakeAWS struct {
 	imds *fakeimds.Server
 	ssm  *httptest.Server
 	ec2  *fakeEC2
+	asg  *httptest.Server
 
 	mu sync.Mutex
 	// ssmFailures is how many GetParameter calls get 400 before one succeeds; negative: all of them.
@@ -54,20 +55,38 @@ type fakeAWS struct {
 	queued      map[string][]string
 	ssmRequests int
 	problems    []string
+
+	// group is the instance's Auto Scaling group ("": in none); pendingAction says whether a lifecycle action waits
+	// for the instance, as in Pending:Wait or Warmed:Pending:Wait.
+	group         string
+	pendingAction bool
+	// asgCalls are the Auto Scaling calls, one line each: the action and its sorted parameters but Action and
+	// Version.
+	asgCalls []string
 }
 
+const fakeGroup = "homelab-spot-arm64-asg-1a2b3c"
+
 func newFakeAWS(t *testing.T, params map[string]string) *fakeAWS {
-	f := &fakeAWS{t: t, params: params, ssmError: "AccessDeniedException"}
+	return newFakeAWSIn(t, params, fakeimds.Instance{})
+}
+
+// newFakeAWSIn is newFakeAWS with the instance's domain and lifecycle state taken from inst.
+func newFakeAWSIn(t *testing.T, params map[string]string, inst fakeimds.Instance) *fakeAWS {
+	f := &fakeAWS{t: t, params: params, ssmError: "AccessDeniedException", group: fakeGroup}
 	f.imds = fakeimds.New(t, fakeimds.Instance{
 		ID: fakeInstanceID, Zone: fakeZone, Region: fakeRegion, PrivateIP: fakeNodeIP, Type: fakeInstanceType,
 		Role: fakeRole, AccessKeyID: fakeAccessKey, SecretAccessKey: fakeSecretKey, SessionToken: fakeSession,
+		Domain: inst.Domain, LifecycleState: inst.LifecycleState,
 	})
 	f.ssm = httptest.NewServer(http.HandlerFunc(f.serveSSM))
 	f.ec2 = &fakeEC2{aws: f, gatewayState: "running"}
 	f.ec2.server = httptest.NewServer(http.HandlerFunc(f.ec2.serve))
+	f.asg = httptest.NewServer(http.HandlerFunc(f.serveAutoScaling))
 	t.Cleanup(func() {
 		f.ssm.Close()
 		f.ec2.server.Close()
+		f.asg.Close()
 		f.mu.Lock()
 		defer f.mu.Unlock()
 		for _, p := range f.problems {
@@ -81,23 +100,31 @@ func (f *fakeAWS) problem(format string, args ...any) {
 	f.problems = append(f.problems, fmt.Sprintf(format, args...))
 }
 
+// checkSigned reports a request that is not SigV4-signed for service with the role's credentials.
+func (f *fakeAWS) checkSigned(r *http.Request, service, contentType string) {
+	auth := r.Header.Get("Authorization")
+	switch {
+	case r.Method != http.MethodPost:
+		f.problem("%s: %s", service, r.Method)
+	case r.Header.Get("Content-Type") != contentType:
+		f.problem("%s: content type %q", service, r.Header.Get("Content-Type"))
+	case !strings.HasPrefix(auth, "AWS4-HMAC-SHA256 Credential="+fakeAccessKey+"/") ||
+		!strings.Contains(auth, "/"+fakeRegion+"/"+service+"/aws4_request"):
+		f.problem("%s: not SigV4-signed for %s/%s with the role's key: %q", service, fakeRegion, service, auth)
+	case !strings.Contains(auth, "x-amz-security-token"):
+		f.problem("%s: the session token header is not signed: %q", service, auth)
+	case r.Header.Get("X-Amz-Security-Token") != fakeSession:
+		f.problem("%s: session token %q", service, r.Header.Get("X-Amz-Security-Token"))
+	}
+}
+
 func (f *fakeAWS) serveSSM(w http.ResponseWriter, r *http.Request) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.ssmRequests++
-	auth := r.Header.Get("Authorization")
-	switch {
-	case r.Method != http.MethodPost || r.Header.Get("X-Amz-Target") != "AmazonSSM.GetParameter":
-		f.problem("SSM: %s with target %q", r.Method, r.Header.Get("X-Amz-Target"))
-	case r.Header.Get("Content-Type") != "application/x-amz-json-1.1":
-		f.problem("SSM: content type %q", r.Header.Get("Content-Type"))
-	case !strings.HasPrefix(auth, "AWS4-HMAC-SHA256 Credential="+fakeAccessKey+"/") ||
-		!strings.Contains(auth, "/"+fakeRegion+"/ssm/aws4_request"):
-		f.problem("SSM: not SigV4-signed for %s/ssm with the role's key: %q", fakeRegion, auth)
-	case !strings.Contains(auth, "x-amz-security-token"):
-		f.problem("SSM: the session token header is not signed: %q", auth)
-	case r.Header.Get("X-Amz-Security-Token") != fakeSession:
-		f.problem("SSM: session token %q", r.Header.Get("X-Amz-Security-Token"))
+	f.checkSigned(r, "ssm", "application/x-amz-json-1.1")
+	if r.Header.Get("X-Amz-Target") != "AmazonSSM.GetParameter" {
+		f.problem("SSM: target %q", r.Header.Get("X-Amz-Target"))
 	}
 	var req struct {
 		Name           string
@@ -123,6 +150,60 @@ func (f *fakeAWS) serveSSM(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	_, _ = fmt.Fprintf(w, `{"Parameter":{"Name":%q,"Type":"SecureString","Value":%q,"Version":1}}`, req.Name, v)
+}
+
+// serveAutoScaling answers the three EC2 Auto Scaling Query API actions the boot calls, in the API's XML.
+func (f *fakeAWS) serveAutoScaling(w http.ResponseWriter, r *http.Request) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.checkSigned(r, "autoscaling", "application/x-www-form-urlencoded")
+	if err := r.ParseForm(); err != nil {
+		f.problem("autoscaling: %v", err)
+	}
+	form := r.PostForm
+	action := form.Get("Action")
+	if form.Get("Version") != "2011-01-01" {
+		f.problem("autoscaling %s: version %q", action, form.Get("Version"))
+	}
+	var params []string
+	for k := range form {
+		if k != "Action" && k != "Version" {
+			params = append(params, k+"="+form.Get(k))
+		}
+	}
+	slices.Sort(params)
+	f.asgCalls = append(f.asgCalls, strings.Join(append([]string{action}, params...), " "))
+	ns := `xmlns="http://autoscaling.amazonaws.com/doc/2011-01-01/"`
+	fail := func(code, msg string) {
+		w.WriteHeader(http.StatusBadRequest)
+		_, _ = fmt.Fprintf(w, `<ErrorResponse %s><Error><Type>Sender</Type><Code>%s</Code><Message>%s</Message></Error></ErrorResponse>`, ns, code, msg)
+	}
+	switch action {
+	case "DescribeAutoScalingInstances":
+		member := ""
+		if f.group != "" && form.Get("InstanceIds.member.1") == fakeInstanceID {
+			member = fmt.Sprintf("<member><InstanceId>%s</InstanceId><AutoScalingGroupName>%s</AutoScalingGroupName></member>",
+				fakeInstanceID, f.group)
+		}
+		_, _ = fmt.Fprintf(w, `<DescribeAutoScalingInstancesResponse %s><DescribeAutoScalingInstancesResult><AutoScalingInstances>%s</AutoScalingInstances></DescribeAutoScalingInstancesResult></DescribeAutoScalingInstancesResponse>`, ns, member)
+	case "CompleteLifecycleAction":
+		if !f.pendingAction || form.Get("AutoScalingGroupName") != f.group {
+			fail("ValidationError", "No active Lifecycle Action found with instance ID "+form.Get("InstanceId"))
+			return
+		}
+		f.pendingAction = false
+		_, _ = fmt.Fprintf(w, `<CompleteLifecycleActionResponse %s><CompleteLifecycleActionResult/></CompleteLifecycleActionResponse>`, ns)
+	case "SetInstanceHealth":
+		_, _ = fmt.Fprintf(w, `<SetInstanceHealthResponse %s/>`, ns)
+	default:
+		fail("InvalidAction", "fake autoscaling knows no "+action)
+	}
+}
+
+func (f *fakeAWS) autoscalingCalls() []string {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return slices.Clone(f.asgCalls)
 }
 
 // newFakeAPIServer answers /readyz over TLS after dropping the first drops connections.
@@ -162,14 +243,47 @@ fi`,
 	"nft": `echo "nft $*" >>"$STUB_DIR/calls"
 if [[ -r $STUB_DIR/nft.json ]]; then cat "$STUB_DIR/nft.json"; else echo "Error: No such file or directory" >&2; exit 1; fi`,
 	"dnf": `echo "dnf $*" >>"$STUB_DIR/calls"
+umask >>"$STUB_DIR/dnf-umask"
 if [[ -n ${STUB_DNF_NEEDS_REPO:-} && " $* " != *" --repo=$STUB_DNF_NEEDS_REPO "* ]]; then
   echo "Error: nothing provides conntrack needed by kubelet (stub)" >&2; exit 1
-fi`,
+fi
+if [[ " $* " == *" kernel-modules-extra-"* ]]; then touch "$STUB_DIR/modules-installed"; fi`,
+	// Present: the image has dnf5, so dnf is dnf5 (Fedora 41 and later).
+	"dnf5": `echo "dnf5 $*" >>"$STUB_DIR/calls"`,
+	"modprobe": `echo "modprobe $*" >>"$STUB_DIR/calls"
+[[ " ${STUB_MODULES_MISSING:-} " != *" $1 "* || -e $STUB_DIR/modules-installed ]]`,
+	"sysctl": `echo "sysctl $*" >>"$STUB_DIR/calls"`,
+	// STUB_CRICTL_AWAIT_JOIN: a pull takes until kubeadm join has run (10 s at most), as a big image would.
+	"crictl": `echo "crictl $*" >>"$STUB_DIR/calls"
+for ((i = 0; i < 100; i++)); do
+  [[ -z ${STUB_CRICTL_AWAIT_JOIN:-} || -e $STUB_DIR/joins ]] && break
+  sleep 0.1
+done
+[[ " $* " != *" ${STUB_CRICTL_FAILS:-none} "* ]]`,
+	// The aws CLI, for a curl without --aws-sigv4: it reads the role from IMDS itself, so it gets no credentials.
+	"aws": `echo "aws $*" >>"$STUB_DIR/calls"
+case "$1 $2" in
+"ssm get-parameter") printf '%s\n' "$STUB_AWS_PARAMETER_VALUE" ;;
+"autoscaling describe-auto-scaling-instances") echo "$STUB_AWS_GROUP" ;;
+esac`,
 	"rpm": `echo "rpm $*" >>"$STUB_DIR/calls"
 [[ " ${STUB_RPM_MISSING:-} " != *" $3 "* ]]`,
 	"logger": `echo "$*" >>"$STUB_DIR/journal"`,
+	// The real curl, but: STUB_CURL_NO_SIGV4 makes it an old curl without --aws-sigv4; STUB_ROUTE_SSM and
+	// STUB_ROUTE_AUTOSCALING send the real endpoints' URLs (https://ssm.<region>.<domain>/) to the fakes, as DNS would.
 	"curl": `echo "curl $*" >>"$STUB_DIR/calls"
-exec "$STUB_REAL_CURL" "$@"`,
+args=()
+for a in "$@"; do
+  if [[ -n ${STUB_CURL_NO_SIGV4:-} && $a == --aws-sigv4 ]]; then
+    echo "curl: option --aws-sigv4: is unknown" >&2; exit 2
+  fi
+  case $a in
+  https://ssm.*) echo "$a" >>"$STUB_DIR/endpoints" && a=${STUB_ROUTE_SSM:-$a} ;;
+  https://autoscaling.*) echo "$a" >>"$STUB_DIR/endpoints" && a=${STUB_ROUTE_AUTOSCALING:-$a} ;;
+  esac
+  args+=("$a")
+done
+exec "$STUB_REAL_CURL" "${args[@]}"`,
 }
 
 type scriptRun struct {
@@ -211,7 +325,21 @@ func newScriptEnv(t *testing.T, userData []byte, aws *fakeAWS, env map[string]st
 	e := &scriptEnv{root: t.TempDir(), stubDir: t.TempDir()}
 	bin := t.TempDir()
 	materialize(t, userData, e.root)
+	// The kernel settings kubeadm join checks, and the uptime the timeline reads, as a booted node has them.
+	proc := filepath.Join(e.root, "proc")
+	for path, content := range map[string]string{"sys/net/ipv4/ip_forward": "1\n", "uptime": "42.50 80.00\n"} {
+		if err := os.MkdirAll(filepath.Dir(filepath.Join(proc, path)), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(proc, path), []byte(content), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	omit := strings.Fields(env["STUB_OMIT"])
 	for name, body := range stubs {
+		if slices.Contains(omit, name) {
+			continue
+		}
 		if err := os.WriteFile(filepath.Join(bin, name), []byte("#!/usr/bin/env bash\n"+body+"\n"), 0o755); err != nil {
 			t.Fatal(err)
 		}
@@ -220,16 +348,19 @@ func newScriptEnv(t *testing.T, userData []byte, aws *fakeAWS, env map[string]st
 		prepare(e.root)
 	}
 	vars := map[string]string{
-		"PATH":                      bin + string(os.PathListSeparator) + os.Getenv("PATH"),
-		"DYNK8S_ROOT":               e.root,
-		"DYNK8S_IMDS_ENDPOINT":      aws.imds.URL,
-		"DYNK8S_SSM_ENDPOINT":       aws.ssm.URL,
-		"DYNK8S_EC2_ENDPOINT":       aws.ec2.server.URL,
-		"DYNK8S_DEADLINE_SECONDS":   "30",
-		"DYNK8S_BACKOFF_INITIAL_MS": "50",
-		"DYNK8S_BACKOFF_MAX_MS":     "200",
-		"STUB_DIR":                  e.stubDir,
-		"STUB_REAL_CURL":            realCurl,
+		"PATH":                        bin + string(os.PathListSeparator) + os.Getenv("PATH"),
+		"DYNK8S_ROOT":                 e.root,
+		"DYNK8S_IMDS_ENDPOINT":        aws.imds.URL,
+		"DYNK8S_SSM_ENDPOINT":         aws.ssm.URL,
+		"DYNK8S_AUTOSCALING_ENDPOINT": aws.asg.URL,
+		"DYNK8S_EC2_ENDPOINT":         aws.ec2.server.URL,
+		"DYNK8S_PROC":                 proc,
+		"DYNK8S_AWS_CLI":              "aws",
+		"DYNK8S_DEADLINE_SECONDS":     "30",
+		"DYNK8S_BACKOFF_INITIAL_MS":   "50",
+		"DYNK8S_BACKOFF_MAX_MS":       "200",
+		"STUB_DIR":                    e.stubDir,
+		"STUB_REAL_CURL":              realCurl,
 	}
 	for k, v := range env {
 		vars[k] = v

@@ -12,6 +12,7 @@ import (
 	"gotest.tools/v3/assert"
 	is "gotest.tools/v3/assert/cmp"
 
+	"github.com/dynk8s/dynk8s/internal/fakeimds"
 	"github.com/dynk8s/dynk8s/internal/kube"
 )
 
@@ -19,11 +20,20 @@ const (
 	testTokenParameter = "/dynk8s/test/join-token"
 	testToken          = "k7x2qa.0f9e8d7c6b5a4z3y"
 	joinScript         = libexecDir + "/join.sh"
+	// dnfOptions are the options of every dnf transaction of the boot.
+	dnfOptions = "--setopt=install_weak_deps=False --setopt=tsflags=nodocs --setopt=max_parallel_downloads=10"
 )
 
 // joinFixture renders the spot pool's user data pointing at a fake API server (which first drops apiDrops
 // connections) and returns it with a fake AWS serving the join token.
 func joinFixture(t *testing.T, apiDrops int) ([]byte, *fakeAWS) {
+	t.Helper()
+	return bootFixture(t, apiDrops, nil, fakeimds.Instance{})
+}
+
+// bootFixture is joinFixture with the pool changed by modify (when set) and the instance's domain and lifecycle
+// state from inst.
+func bootFixture(t *testing.T, apiDrops int, modify func(*NodeInput), inst fakeimds.Instance) ([]byte, *fakeAWS) {
 	t.Helper()
 	api := newFakeAPIServer(t, apiDrops)
 	u, err := url.Parse(api.URL)
@@ -31,9 +41,12 @@ func joinFixture(t *testing.T, apiDrops int) ([]byte, *fakeAWS) {
 	in := spotPool()
 	in.APIServerEndpoint = u.Host
 	in.JoinTokenParameter = testTokenParameter
+	if modify != nil {
+		modify(&in)
+	}
 	ud, err := Node(in)
 	assert.NilError(t, err)
-	return ud, newFakeAWS(t, map[string]string{testTokenParameter: testToken})
+	return ud, newFakeAWSIn(t, map[string]string{testTokenParameter: testToken}, inst)
 }
 
 func failedLines(stderr string) []string {
@@ -77,8 +90,14 @@ func TestJoinRetriesThenJoins(t *testing.T) {
 	assert.Check(t, is.Len(failedLines(run.stderr), 0))
 
 	calls := run.file("calls")
-	assert.Check(t, is.Contains(calls, "dnf install -y --setopt=install_weak_deps=False --repo=dynk8s-kubernetes --repo=dynk8s-cri-o "+
-		"kubelet-1.34.4 kubeadm-1.34.4 cri-tools-1.34.* cri-o-1.34.*\n"))
+	// One transaction, from the pinned repos only: the image has the system packages, so no Fedora metadata.
+	assert.Check(t, is.Contains(calls, "dnf install -y "+dnfOptions+" --repo=dynk8s-kubernetes --repo=dynk8s-cri-o "+
+		"--from-repo=dynk8s-kubernetes,dynk8s-cri-o kubelet-1.34.4 kubeadm-1.34.4 cri-tools-1.34.* cri-o-1.34.*\n"))
+	assert.Check(t, is.Equal(strings.Count(calls, "dnf install"), 1), "one package transaction")
+	assert.Check(t, is.Contains(run.stderr, "the image has container-selinux iptables (rpm -q): no Fedora repository metadata needed"))
+	assert.Check(t, !strings.Contains(calls, "kernel-modules-extra"), "the kernel has its modules: nothing to install")
+	// umask 077 is for the token's file only: dnf (and its scriptlets) run with the unit's umask.
+	assert.Check(t, !strings.Contains(run.file("dnf-umask"), "0077"), "dnf ran under umask %s", run.file("dnf-umask"))
 	assert.Check(t, is.Contains(calls, "systemctl enable --now crio.service\n"))
 	assert.Check(t, is.Contains(calls, "systemctl enable kubelet.service\n"))
 	joinCmd := "kubeadm join --config " + filepath.Join(run.root, "run/dynk8s/kubeadm-join.yaml") + "\n"
@@ -114,6 +133,19 @@ func TestJoinRetriesThenJoins(t *testing.T) {
 	}
 	assert.Check(t, is.Contains(run.file("journal"), "joined the cluster as "+fakeInstanceID), "outside systemd the log also goes to logger")
 
+	// The timeline: each phase in the log and, with the result, in /run/dynk8s/timeline.json.
+	tl := readTimeline(t, run)
+	assert.Check(t, is.Equal(tl.Result, "joined"))
+	assert.Check(t, is.Equal(tl.Mode, "join"))
+	assert.Check(t, is.Equal(tl.LifecycleState, "InService"))
+	assert.Check(t, is.Equal(tl.InstanceID, fakeInstanceID))
+	assert.Check(t, is.DeepEqual(tl.phaseNames(), []string{"identity", "kernel", "packages", "crio", "checks", "token",
+		"api-server", "kubeadm-join", "pre-pull"}))
+	for _, p := range tl.Phases {
+		assert.Check(t, is.Contains(run.stderr, "phase="+p.Name+" took="))
+	}
+	assert.Check(t, is.Contains(run.stderr, "timeline: result=joined mode=join total="))
+
 	// The node joined: running the script again does nothing at all.
 	aws.mu.Lock()
 	before := aws.imds.Requests()
@@ -132,36 +164,56 @@ func TestJoinInstallsMissingSystemPackagesFromFedora(t *testing.T) {
 	ud, aws := joinFixture(t, 0)
 	run := runScript(t, ud, joinScript, aws, map[string]string{"STUB_RPM_MISSING": "container-selinux"}, nil)
 	assert.Equal(t, run.exitCode, 0)
-	assert.Check(t, is.Contains(run.file("calls"), "dnf install -y --setopt=install_weak_deps=False "+
-		"--repo=dynk8s-kubernetes --repo=dynk8s-cri-o --repo=fedora --repo=updates "+
-		"kubelet-1.34.4 kubeadm-1.34.4 cri-tools-1.34.* cri-o-1.34.* container-selinux\n"))
-	assert.Check(t, is.Equal(strings.Count(run.file("calls"), "dnf install"), 1), "one package transaction")
+	// The missing system package alone from Fedora's repositories, then the upstream packages from theirs only.
+	assert.Check(t, is.Contains(run.file("calls"), "dnf install -y "+dnfOptions+" --repo=fedora --repo=updates container-selinux\n"+
+		"dnf install -y "+dnfOptions+" --repo=dynk8s-kubernetes --repo=dynk8s-cri-o --from-repo=dynk8s-kubernetes,dynk8s-cri-o "+
+		"kubelet-1.34.4 kubeadm-1.34.4 cri-tools-1.34.* cri-o-1.34.*\n"))
+	assert.Check(t, is.Contains(run.stderr, "the image lacks container-selinux (rpm -q): installing from Fedora's repositories"))
 }
 
 // A dependency missing from the upstream repos and not foreseen as a system package: the first transaction fails,
-// the next one adds Fedora's repositories and succeeds.
+// the next one adds Fedora's repositories for dependencies, while --from-repo keeps the named packages on the
+// upstream repos (dnf5-install(8)), so a Fedora cri-o cannot win on version.
 func TestJoinFallsBackToFedoraRepos(t *testing.T) {
 	t.Parallel()
 	ud, aws := joinFixture(t, 0)
 	run := runScript(t, ud, joinScript, aws, map[string]string{"STUB_DNF_NEEDS_REPO": "fedora"}, nil)
 	assert.Equal(t, run.exitCode, 0)
 	calls := run.file("calls")
-	assert.Check(t, is.Contains(calls, "dnf install -y --setopt=install_weak_deps=False "+
-		"--repo=dynk8s-kubernetes --repo=dynk8s-cri-o kubelet-1.34.4"))
-	assert.Check(t, is.Contains(calls, "dnf install -y --setopt=install_weak_deps=False "+
-		"--repo=dynk8s-kubernetes --repo=dynk8s-cri-o --repo=fedora --repo=updates kubelet-1.34.4"))
+	upstream := "dnf install -y " + dnfOptions + " --repo=dynk8s-kubernetes --repo=dynk8s-cri-o --from-repo=dynk8s-kubernetes,dynk8s-cri-o"
+	assert.Check(t, is.Contains(calls, upstream+" kubelet-1.34.4"))
+	assert.Check(t, is.Contains(calls, upstream+" --repo=fedora --repo=updates kubelet-1.34.4"))
 	assert.Check(t, is.Equal(strings.Count(calls, "dnf install"), 2))
-	assert.Check(t, is.Contains(run.stderr, "the next attempt adds Fedora's repositories"))
+	assert.Check(t, is.Contains(run.stderr, "the next attempt adds Fedora's repositories for dependencies"))
 }
 
-// When SSM keeps refusing, the script stops at its deadline with one reason, and never runs kubeadm.
+// dnf4 (Fedora 40 and older) has no --from-repo: the upstream packages' transaction never gets Fedora's repositories,
+// so a dependency only Fedora has ends the boot with dnf's reason rather than risk a Fedora cri-o.
+func TestJoinWithDNF4KeepsFedoraOut(t *testing.T) {
+	t.Parallel()
+	ud, aws := joinFixture(t, 0)
+	run := runScript(t, ud, joinScript, aws, map[string]string{"STUB_OMIT": "dnf5", "STUB_DNF_NEEDS_REPO": "fedora",
+		"DYNK8S_DEADLINE_SECONDS": "2"}, nil)
+	assert.Check(t, run.exitCode != 0)
+	calls := run.file("calls")
+	assert.Check(t, is.Contains(calls, "dnf install -y "+dnfOptions+" --repo=dynk8s-kubernetes --repo=dynk8s-cri-o kubelet-1.34.4"))
+	assert.Check(t, !strings.Contains(calls, "--from-repo"), "dnf4 has no --from-repo")
+	assert.Check(t, !strings.Contains(calls, "--repo=fedora"), "Fedora's repositories in the upstream transaction")
+	failed := failedLines(run.stderr)
+	assert.Assert(t, is.Len(failed, 1), run.stderr)
+	assert.Check(t, is.Contains(failed[0], "install kubelet-1.34.4 kubeadm-1.34.4 cri-tools-1.34.* cri-o-1.34.*: gave up"))
+}
+
+// When SSM keeps refusing, the script stops at its deadline with one reason, never runs kubeadm, and hands the
+// instance back: marked Unhealthy in its group (no launch hook here), so the group replaces it at once.
 func TestJoinGivesUpAtDeadline(t *testing.T) {
 	t.Parallel()
 	ud, aws := joinFixture(t, 0)
 	aws.ssmFailures = -1
 	run := runScript(t, ud, joinScript, aws, map[string]string{"DYNK8S_DEADLINE_SECONDS": "3"}, nil)
 	assert.Check(t, run.exitCode != 0)
-	assert.Check(t, run.elapsed < 10*time.Second, "took %s past a 3 s deadline", run.elapsed)
+	// The hand-back has 30 s of its own after the deadline; here it takes a few.
+	assert.Check(t, run.elapsed < 20*time.Second, "took %s past a 3 s deadline", run.elapsed)
 	failed := failedLines(run.stderr)
 	assert.Assert(t, is.Len(failed, 1), "want exactly one reason:\n%s", run.stderr)
 	assert.Check(t, is.Contains(failed[0], "read the join token from SSM parameter "+testTokenParameter+": gave up after"))
@@ -171,6 +223,14 @@ func TestJoinGivesUpAtDeadline(t *testing.T) {
 	for _, call := range strings.Split(run.file("calls"), "\n") {
 		assert.Check(t, !strings.HasPrefix(call, "kubeadm "), "kubeadm ran: %s", call)
 	}
+	assert.Check(t, is.DeepEqual(aws.autoscalingCalls(), []string{
+		"SetInstanceHealth HealthStatus=Unhealthy InstanceId=" + fakeInstanceID + " ShouldRespectGracePeriod=false",
+	}))
+	assert.Check(t, is.Contains(run.stderr, "marked this instance Unhealthy in its group: it is replaced at once"))
+	tl := readTimeline(t, run)
+	assert.Check(t, is.Equal(tl.Result, "failed"))
+	assert.Check(t, is.Contains(tl.Reason, "read the join token from SSM parameter"))
+	assert.Check(t, is.Equal(tl.Phases[len(tl.Phases)-1].Name, "token"), "the phase it failed in is the last: %+v", tl.Phases)
 }
 
 // The API server never answers (nothing listens): the deadline ends the wait.

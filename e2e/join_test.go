@@ -295,12 +295,22 @@ func (n nodeEnv) join(ctx context.Context, t *testing.T, in cloudinit.NodeInput,
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, name := range []string{"dnf", "rpm", "systemctl", "logger"} {
+	for _, name := range []string{"dnf", "rpm", "systemctl", "logger", "modprobe", "sysctl", "crictl"} {
 		if err := os.Symlink(filepath.Join(stubs, "record"), filepath.Join(bin, name)); err != nil {
 			t.Fatal(err)
 		}
 	}
 	if err := os.Symlink(filepath.Join(stubs, "kubeadm"), filepath.Join(bin, "kubeadm")); err != nil {
+		t.Fatal(err)
+	}
+
+	// kubeadm runs with --dry-run here and ignores its preflight; join.sh's own check of IP forwarding reads this
+	// instead of the test machine's /proc, whose setting is not the test's to change.
+	proc := filepath.Join(dir, "proc")
+	if err := os.MkdirAll(filepath.Join(proc, "sys/net/ipv4"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(proc, "sys/net/ipv4/ip_forward"), []byte("1\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
 
@@ -312,6 +322,9 @@ func (n nodeEnv) join(ctx context.Context, t *testing.T, in cloudinit.NodeInput,
 		"DYNK8S_ROOT="+root,
 		"DYNK8S_IMDS_ENDPOINT="+n.imds,
 		"DYNK8S_SSM_ENDPOINT="+n.ssm,
+		// moto answers every service on one port; a failed boot hands the instance back through it, never AWS.
+		"DYNK8S_AUTOSCALING_ENDPOINT="+n.ssm,
+		"DYNK8S_PROC="+proc,
 		"DYNK8S_DEADLINE_SECONDS="+strconv.Itoa(deadlineSeconds),
 		"DYNK8S_BACKOFF_MAX_MS=1000",
 		"STUB_LOG="+callLog,

@@ -49,8 +49,9 @@ const (
 // boot must do nothing; the same boot with a wrong token must not join.
 //
 // Not covered: CRI-O (not in Debian; containerd stands in behind the same CRI socket path), the join unit's
-// ExecStartPre steps (modprobe, sysctl, swapoff) and systemd itself, pods on the node (no registry here), and
-// handing a failed instance back to its group (join.sh makes no such call yet).
+// ExecStartPre steps (modprobe, sysctl, swapoff) and systemd itself (join.sh's own modprobe, sysctl and image
+// pre-pull are recorded stand-ins too: they would change this machine), pods on the node (no registry here), and
+// whether AWS accepts the hand-back of a failed instance (moto stands in; the script tests check the calls).
 func TestKubeletJoin(t *testing.T) {
 	c := requireCluster(t)
 	realKubeadm := requireTool(t, "kubeadm")
@@ -104,7 +105,8 @@ func TestKubeletJoin(t *testing.T) {
 		if run.err == nil {
 			t.Fatalf("join.sh succeeded with a wrong token:\n%s", run.output)
 		}
-		for _, want := range []string{"failed to verify JWS signature", "FAILED: kubeadm join: gave up"} {
+		for _, want := range []string{"failed to verify JWS signature", "FAILED: kubeadm join: gave up",
+			"this instance Unhealthy"} {
 			if !strings.Contains(run.output, want) {
 				t.Errorf("output lacks %q:\n%s", want, run.output)
 			}
@@ -334,7 +336,7 @@ func bootNode(ctx context.Context, t *testing.T, userData []byte, realKubeadm st
 		t.Fatal(err)
 	}
 	for name, stub := range map[string]string{"dnf": "record", "rpm": "record", "systemctl": "record",
-		"logger": "record", "kubeadm": "kubeadm-real"} {
+		"logger": "record", "modprobe": "record", "sysctl": "record", "crictl": "record", "kubeadm": "kubeadm-real"} {
 		if err := os.Symlink(filepath.Join(stubs, stub), filepath.Join(n.bin, name)); err != nil {
 			t.Fatal(err)
 		}
@@ -403,6 +405,8 @@ func bootNode(ctx context.Context, t *testing.T, userData []byte, realKubeadm st
 		"DYNK8S_ROOT="+n.root,
 		"DYNK8S_IMDS_ENDPOINT="+servers[1],
 		"DYNK8S_SSM_ENDPOINT="+servers[2],
+		// moto answers every service on one port; a failed boot hands the instance back through it, never AWS.
+		"DYNK8S_AUTOSCALING_ENDPOINT="+servers[2],
 		"DYNK8S_BACKOFF_MAX_MS=1000",
 		"STUB_LOG="+filepath.Join(dir, "calls.log"),
 		"REAL_KUBEADM="+realKubeadm,

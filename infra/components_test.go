@@ -98,6 +98,28 @@ func TestIdentityComponent(t *testing.T) {
 	doc := policy(t, mustFind(t, cloud, "aws:iam/userPolicy:UserPolicy", "id-autoscaler"), "policy")
 	assert.DeepEqual(t, doc.Statement[1].Condition["StringEquals"],
 		map[string]string{"autoscaling:ResourceTag/k8s.io/cluster-autoscaler/lab": "owned"})
+
+	// The node may hand its own boot back, on this cluster's groups only: the two write actions are scoped to the
+	// stack's region and account and to the cluster's group tag; the lookup of its group cannot be scoped.
+	lifecycle := mustFind(t, cloud, "aws:iam/rolePolicy:RolePolicy", "id-node-lifecycle")
+	assert.Equal(t, in(lifecycle, "role"), "lab-node")
+	assert.DeepEqual(t, policy(t, lifecycle, "policy"), infra.PolicyDocument{Version: "2012-10-17", Statement: []infra.PolicyStatement{
+		{Sid: "FindOwnGroup", Effect: "Allow", Action: []string{"autoscaling:DescribeAutoScalingInstances"}, Resource: []string{"*"}},
+		{
+			Sid: "HandOwnBootBackToThisClustersGroups", Effect: "Allow",
+			Action:   []string{"autoscaling:CompleteLifecycleAction", "autoscaling:SetInstanceHealth"},
+			Resource: []string{"arn:aws:autoscaling:us-west-2:123456789012:autoScalingGroup:*:autoScalingGroupName/*"},
+			Condition: map[string]map[string]string{
+				"StringEquals": {"autoscaling:ResourceTag/k8s.io/cluster-autoscaler/lab": "owned"},
+			},
+		},
+	}})
+	// Only the node: the gateway's role gets no such policy.
+	for _, p := range cloud.ByType("aws:iam/rolePolicy:RolePolicy") {
+		if strings.Contains(p.Name, "gateway") {
+			assert.Check(t, !strings.Contains(in(&p, "policy").(string), "autoscaling:"), p.Name)
+		}
+	}
 }
 
 // gatewayArgs are a gateway's args outside any example stack: a dialling-out gateway that sleeps after 20 minutes.

@@ -34,9 +34,10 @@ func GatewayKeyParameter(clusterName string) string {
 	return "/dynk8s/" + clusterName + "/wireguard-gateway-key"
 }
 
-// Identity holds who may do what: the node and gateway roles (each may read exactly one SSM parameter), the IAM
-// users of the workloads that run on-prem, outside AWS, and so need keys (the Cluster Autoscaler, the stale-node
-// cleanup, the join token rotator), and the join token parameter, which only the rotator writes.
+// Identity holds who may do what: the node and gateway roles (each may read exactly one SSM parameter; a node may
+// also complete its own launch lifecycle action and mark itself Unhealthy in this cluster's groups), the IAM users of
+// the workloads that run on-prem, outside AWS, and so need keys (the Cluster Autoscaler, the stale-node cleanup, the
+// join token rotator), and the join token parameter, which only the rotator writes.
 type Identity struct {
 	pulumi.ResourceState
 
@@ -123,6 +124,19 @@ func NewIdentity(ctx *pulumi.Context, name string, args *IdentityArgs, opts ...p
 		parameterARN(tokenParameter), tags("node"), parent)
 	if err != nil {
 		return fail("node role", err)
+	}
+	// The node's boot completes its launch lifecycle action and hands a failed instance back to its group.
+	groupARNs := pulumi.Sprintf("arn:%s:autoscaling:%s:%s:autoScalingGroup:*:autoScalingGroupName/*",
+		partition.Partition(), args.Region, account)
+	lifecycle := groupARNs.ApplyT(func(arns string) (string, error) {
+		return NodeLifecyclePolicy(args.ClusterName, arns).JSON()
+	}).(pulumi.StringOutput)
+	if _, err := iam.NewRolePolicy(ctx, name+"-node-lifecycle", &iam.RolePolicyArgs{
+		Role:   nodeProfile.Role,
+		Name:   pulumi.String("own-boot-in-group"),
+		Policy: lifecycle,
+	}, parent); err != nil {
+		return fail("node lifecycle policy", err)
 	}
 	var extra []string
 	if args.SessionManager {

@@ -142,3 +142,29 @@ func WakeGatewayPolicy(instanceARN, clusterName, gatewayName string) PolicyDocum
 		}},
 	}}}
 }
+
+// NodeLifecyclePolicy lets a node act on its own boot in its group (cloudinit's join.sh): complete the launch lifecycle
+// hook's action (CONTINUE once prepared or joined, ABANDON when it gives up) and mark itself Unhealthy when it gives
+// up without a hook, so the group replaces it at once. Both only on groups tagged as this cluster's, within
+// groupARNs (the stack's region and account); both support that scoping (the Service Authorization Reference for
+// EC2 Auto Scaling; kops scopes CompleteLifecycleAction by the same kind of tag, pkg/model/iam/iam_builder.go).
+// Finding its group's name takes DescribeAutoScalingInstances, which supports no resource-level permissions.
+func NodeLifecyclePolicy(clusterName, groupARNs string) PolicyDocument {
+	return PolicyDocument{Version: policyVersion, Statement: []PolicyStatement{
+		{
+			Sid:      "FindOwnGroup",
+			Effect:   "Allow",
+			Action:   []string{"autoscaling:DescribeAutoScalingInstances"},
+			Resource: []string{"*"},
+		},
+		{
+			Sid:      "HandOwnBootBackToThisClustersGroups",
+			Effect:   "Allow",
+			Action:   []string{"autoscaling:CompleteLifecycleAction", "autoscaling:SetInstanceHealth"},
+			Resource: []string{groupARNs},
+			Condition: map[string]map[string]string{
+				"StringEquals": {"autoscaling:ResourceTag/" + config.AutoscalerClusterTag(clusterName): "owned"},
+			},
+		},
+	}}
+}

@@ -179,12 +179,20 @@ func NewStack(ctx *pulumi.Context, cfg *config.Config) (*Stack, error) {
 // NodeInput is what the node renderer needs of a pool: plain values only. The e2e join test renders through it too,
 // so the script it runs gets exactly what a pool's launch template carries. With fuse on, nodes register with the
 // fuse startup taint: until the plugin advertises the resource, the autoscaler counts the node as still starting
-// instead of adding another for the pods that wait for it.
+// instead of adding another for the pods that wait for it; and they pre-pull the plugin's image. A pool with a warm
+// pool names its launch lifecycle hook, whose action the boot completes.
 func NodeInput(cfg *config.Config, pool config.NodePool, caHashes []string, tokenParameter string) cloudinit.NodeInput {
 	taints := pool.Taints
+	var images []string
 	if cfg.Fuse.Enabled {
 		taints = append(slices.Clone(taints), kube.FuseStartupTaint)
+		// The plugin's DaemonSet lands on every pool node; its image is pulled while the node joins. (The config
+		// was validated, so every pool arch has an image.)
+		if img, err := addons.FuseImage(cfg.Fuse, pool.Arch); err == nil {
+			images = append(images, img)
+		}
 	}
+	images = append(images, pool.PrePullImages...)
 	return cloudinit.NodeInput{
 		KubernetesVersion:  cfg.Kubernetes.Version,
 		APIServerEndpoint:  cfg.Kubernetes.APIServerEndpoint.String(),
@@ -194,6 +202,8 @@ func NodeInput(cfg *config.Config, pool config.NodePool, caHashes []string, toke
 		PoolName:           pool.Name,
 		Labels:             pool.NodeLabels(),
 		Taints:             taints,
+		PrePullImages:      images,
+		LaunchHook:         LaunchHook(pool),
 	}
 }
 

@@ -86,6 +86,23 @@ func TestNodePoolLaunchTemplates(t *testing.T) {
 	}
 }
 
+// A pool's nodes pre-pull the fuse plugin's image for their arch and the pool's own prePullImages.
+func TestNodesPrePullPluginAndPoolImages(t *testing.T) {
+	c := devConfig(t)
+	pool(c, 1)["prePullImages"] = []any{"quay.io/jenkins/agent:3.1"}
+	res := runStack(t, c)
+	for name, want := range map[string]string{
+		"builders-x86": "DYNK8S_PREPULL_IMAGES=registry.k8s.io/pause:3.10.1,registry.k8s.io/kube-proxy:v1.34.4," +
+			"docker.io/soolaugust/fuse-device-plugin:v1.0\n",
+		"builders-arm": "DYNK8S_PREPULL_IMAGES=registry.k8s.io/pause:3.10.1,registry.k8s.io/kube-proxy:v1.34.4," +
+			"docker.io/soolaugust/fuse-device-plugin:v1.1,quay.io/jenkins/agent:3.1\n",
+	} {
+		raw, err := cloudinit.Decode(in(find(t, res, "aws:ec2/launchTemplate:LaunchTemplate", "pool-"+name+"-lt"), "userData").(string))
+		assert.NilError(t, err)
+		assert.Check(t, strings.Contains(string(raw), want), "%s: user data lacks %s", name, want)
+	}
+}
+
 func TestFedoraImageLookup(t *testing.T) {
 	res := runStack(t, devConfig(t))
 	var lookups []map[string]any

@@ -44,7 +44,7 @@ fi
 # carry dynk8s:cluster and dynk8s:pool (the gateway has no pool tag); the states are filtered by EC2 and again here.
 pool_instances() {
   local id state
-  ec2_call "$REGION" DescribeInstances MaxResults=5 \
+  ec2_call DescribeInstances MaxResults=5 \
     Filter.1.Name=tag:dynk8s:cluster "Filter.1.Value.1=$DYNK8S_CLUSTER_NAME" \
     Filter.2.Name=tag-key Filter.2.Value.1=dynk8s:pool \
     Filter.3.Name=instance-state-name Filter.3.Value.1=pending Filter.3.Value.2=running || return 1
@@ -73,7 +73,7 @@ print(sum(c["packets"] for c in counters))
 ' || fail "nft lists no counters in table inet $DYNK8S_NFT_TABLE"
 }
 
-retry "read the region from IMDS" imds REGION meta-data/placement/region
+retry "read the region and the partition's domain from IMDS" aws_location
 retry --soft "list the pool instances of cluster $DYNK8S_CLUSTER_NAME" pool_instances ||
   fail "cannot tell whether a pool instance runs ($LAST_ERROR); the gateway stays up"
 packets=$(forwarded_packets)

@@ -1,67 +1,293 @@
 #!/usr/bin/env bash
-# Joins this EC2 instance to the on-prem cluster with kubeadm; run at first boot by dynk8s-join.service.
-# On a node that already joined it does nothing. Every network step retries under one deadline (default 12 min, well
-# inside the Cluster Autoscaler's 15 min max-node-provision-time); on failure it logs one reason and exits 1.
-# Test hooks: DYNK8S_ROOT prefixes /etc and /run, DYNK8S_JOIN_ENV names the config, and lib.sh's endpoints.
+# Boots this EC2 instance into the on-prem cluster in two phases: prepare (kernel modules, packages, CRI-O, image
+# pre-pull: nothing that needs the cluster) and join (join token, API server probe, kubeadm join). dynk8s-join.service
+# runs it at every boot until the node has joined; the Auto Scaling target lifecycle state in IMDS picks the phases:
+#   Warmed:*   the instance is entering a warm pool: prepare, complete the launch lifecycle action, and let the group
+#              stop it (EC2 Auto Scaling user guide, "Use lifecycle hooks with a warm pool");
+#   InService  prepare unless an earlier boot did, then join, then complete the launch lifecycle action, which holds
+#              the instance in Pending:Wait again when it leaves the warm pool (same guide).
+# kops' nodeup does the same (upup/pkg/fi/nodeup/command.go, getAWSConfigurationMode, kubernetes/kops).
+# Every network step retries under one deadline (default 12 min, inside the Cluster Autoscaler's 15 min
+# max-node-provision-time). On failure it logs one reason and exits 1; when a step ran out of time the instance is
+# handed back to its group (lifecycle action abandoned, or marked Unhealthy) so that it is replaced at once.
+# Each phase is timed; the timeline goes to the log and to /run/dynk8s/timeline.json.
+# Test hooks: DYNK8S_ROOT prefixes /etc, /run and /var, DYNK8S_PROC replaces /proc, DYNK8S_JOIN_ENV names the
+# config, and lib.sh's endpoints.
 set -euo pipefail
-umask 077
 LOG_TAG=dynk8s-join
 # shellcheck source=lib.sh
 . "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 
 etc=$DYNK8S_ROOT/etc
 run_dir=$DYNK8S_ROOT/run/dynk8s
+prepared_marker=$DYNK8S_ROOT/var/lib/dynk8s/prepared
+# warm_marker: this instance has prepared and completed its lifecycle action in the warm pool since it last started.
+warm_marker=$DYNK8S_ROOT/run/dynk8s/warm-ready
 join_config=$run_dir/kubeadm-join.yaml
+proc=${DYNK8S_PROC:-/proc}
 
 if [[ -e $etc/kubernetes/kubelet.conf ]]; then
   log "already joined ($etc/kubernetes/kubelet.conf exists); nothing to do"
   exit 0
 fi
 load_env "${DYNK8S_JOIN_ENV:-$etc/dynk8s/join.env}" DYNK8S_API_SERVER_ENDPOINT DYNK8S_CLUSTER_NAME \
-  DYNK8S_GATEWAY_INSTANCE_ID DYNK8S_JOIN_TOKEN_PARAMETER DYNK8S_PACKAGES DYNK8S_POOL_NAME DYNK8S_REPOS DYNK8S_SYSTEM_PACKAGES \
-  DYNK8S_SYSTEM_REPOS
+  DYNK8S_CRI_SOCKET DYNK8S_GATEWAY_INSTANCE_ID DYNK8S_JOIN_TOKEN_PARAMETER DYNK8S_KERNEL_MODULES DYNK8S_LAUNCH_HOOK \
+  DYNK8S_PACKAGES DYNK8S_POOL_NAME DYNK8S_PREPULL_IMAGES DYNK8S_REPOS DYNK8S_SYSTEM_PACKAGES DYNK8S_SYSTEM_REPOS
 deadline_start 720
-INSTANCE_ID='' ZONE='' REGION='' NODE_IP='' INSTANCE_TYPE='' TOKEN=''
-trap 'rm -f "$join_config"' EXIT
-log "joining pool $DYNK8S_POOL_NAME to cluster $DYNK8S_CLUSTER_NAME at $DYNK8S_API_SERVER_ENDPOINT"
-# The gateway may be asleep: it boots while this node installs its packages.
-"$(dirname "${BASH_SOURCE[0]}")/wake-gateway.sh" "$DYNK8S_GATEWAY_INSTANCE_ID" &
+INSTANCE_ID='' ZONE='' NODE_IP='' INSTANCE_TYPE='' LIFECYCLE='' TOKEN='' GROUP=''
+MODE='' RESULT=failed REASON='' PREPULL_PID='' HANDING_BACK=''
+now_ms START_MS
+trap 'finish' EXIT
+
+# finish: runs on every exit. It removes the rendered JoinConfiguration (it holds the token), stops a pre-pull still
+# running, and writes the timeline.
+finish() {
+  [[ $RESULT != waiting ]] || return 0
+  rm -f "$join_config"
+  if [[ -n $PREPULL_PID ]]; then kill "$PREPULL_PID" 2>/dev/null || true; fi
+  phase_cut
+  timeline || log "could not write $run_dir/timeline.json"
+}
+
+# timeline: one log line with every phase, for `aws ec2 get-console-output`, and the same as JSON.
+timeline() {
+  local end p line="" up=""  # up: seconds since boot, now
+  now_ms end
+  for p in "${PHASES[@]}"; do line+=" ${p%%=*}=$(seconds "${p#*=}")s"; done
+  log "timeline: result=$RESULT mode=${MODE:-none} total=$(seconds $((end - START_MS)))s${line}"
+  if [[ -r $proc/uptime ]]; then up=$(<"$proc/uptime") && up=${up%% *}; fi
+  mkdir -p "$run_dir"
+  python3 -c '
+import json, sys
+keys = ("instanceId", "lifecycleState", "mode", "result", "reason", "totalMs", "uptime")
+doc = dict(zip(keys, sys.argv[1:8]))
+doc["totalSeconds"] = int(doc.pop("totalMs")) / 1000
+up = doc.pop("uptime")
+doc["startedSecondsAfterBoot"] = round(float(up) - doc["totalSeconds"], 1) if up else None
+doc["phases"] = [{"name": n, "seconds": int(ms) / 1000} for n, ms in (a.split("=", 1) for a in sys.argv[8:])]
+json.dump(doc, sys.stdout, indent=2, sort_keys=True)
+print()
+' "$INSTANCE_ID" "$LIFECYCLE" "$MODE" "$RESULT" "$REASON" "$((end - START_MS))" "$up" "${PHASES[@]}" \
+    >"$run_dir/timeline.json.new" && mv -f "$run_dir/timeline.json.new" "$run_dir/timeline.json"
+}
+
+# on_failure (called by fail): when a step ran out of time the instance may be at fault, so it goes back to its group
+# at once instead of idling until the autoscaler's max-node-provision-time. A hard error (bad config, a malformed
+# token) would repeat on every replacement, so it is left to the autoscaler.
+on_failure() {
+  RESULT=failed REASON=$2
+  phase_cut
+  (($1)) && [[ -n $INSTANCE_ID && -z $HANDING_BACK ]] || return 0
+  HANDING_BACK=1
+  DEADLINE=$((SECONDS + 30))
+  if [[ -n $DYNK8S_LAUNCH_HOOK ]] && complete_lifecycle ABANDON && ((!NO_ACTION)); then
+    log "abandoned the lifecycle action of hook $DYNK8S_LAUNCH_HOOK: the group terminates this instance"
+  elif [[ $LIFECYCLE == Warmed:* ]]; then
+    log "could not hand the instance back: ${LAST_ERROR:-no launch hook}"
+  elif set_unhealthy; then
+    log "marked this instance Unhealthy in its group: it is replaced at once"
+  else
+    log "could not mark this instance Unhealthy: $LAST_ERROR"
+  fi
+}
 
 identity() {
   imds INSTANCE_ID meta-data/instance-id && imds ZONE meta-data/placement/availability-zone &&
-    imds REGION meta-data/placement/region && imds NODE_IP meta-data/local-ipv4 &&
-    imds INSTANCE_TYPE meta-data/instance-type
+    imds REGION meta-data/placement/region && imds DOMAIN meta-data/services/domain &&
+    imds NODE_IP meta-data/local-ipv4 && imds INSTANCE_TYPE meta-data/instance-type && lifecycle_state
 }
 
-# expect NAME REGEX: the runtime values go into YAML unquoted, so each must match its strict form.
+# lifecycle_state: an instance outside any group has no target lifecycle state (404); without a launch hook that means
+# InService. With a hook the group sets it before the instance boots, so it must be there.
+lifecycle_state() {
+  imds LIFECYCLE meta-data/autoscaling/target-lifecycle-state && return 0
+  [[ $STATUS == 404 ]] || return 1
+  if [[ -n $DYNK8S_LAUNCH_HOOK ]]; then
+    LAST_ERROR+=" (a group with launch hook $DYNK8S_LAUNCH_HOOK sets it)" && return 1
+  fi
+  LIFECYCLE=InService
+  log "IMDS has no target lifecycle state; going on as InService"
+}
+
+# expect NAME REGEX: the runtime values go into YAML and requests unquoted, so each must match its strict form.
 expect() {
   [[ ${!1} =~ $2 ]] || fail "IMDS returned an unexpected $1: '${!1}'"
 }
 
-# One dnf transaction with only the repos it needs: the upstream Kubernetes and CRI-O repos (small metadata), plus
-# Fedora's (tens of MB of metadata) when the image lacks a system dependency such as container-selinux, or when an
-# attempt without them failed (a dependency the packages gained that the image does not have).
-WITH_FEDORA=0
-install_packages() {
-  local -a repos pkgs sys fedora args=()
-  local p r rc=0
-  IFS=, read -ra repos <<<"$DYNK8S_REPOS"
-  IFS=, read -ra pkgs <<<"$DYNK8S_PACKAGES"
-  IFS=, read -ra sys <<<"$DYNK8S_SYSTEM_PACKAGES"
-  for p in "${sys[@]}"; do
-    rpm -q --whatprovides "$p" >/dev/null 2>&1 || { pkgs+=("$p") && WITH_FEDORA=1; }
-  done
-  if ((WITH_FEDORA)); then IFS=, read -ra fedora <<<"$DYNK8S_SYSTEM_REPOS" && repos+=("${fedora[@]}"); fi
-  for r in "${repos[@]}"; do args+=("--repo=$r"); done
+list() {
+  IFS=, read -ra "$1" <<<"$2"
+}
+
+# Fedora's repositories (tens of MB of metadata) are used only when the image lacks something (rpm -q, modprobe).
+# fedora_repos ARRAY: appends --repo=ID for each of Fedora's repositories to the array named ARRAY.
+fedora_repos() {
+  local -n into=$1
+  local -a ids
+  local id
+  list ids "$DYNK8S_SYSTEM_REPOS"
+  for id in "${ids[@]}"; do into+=("--repo=$id"); done
+}
+
+dnf_install() {
+  local rc=0
   set_timeout 0
-  timeout -k 10 "$TMO" dnf install -y --setopt=install_weak_deps=False "${args[@]}" "${pkgs[@]}" || rc=$?
+  timeout -k 10 "$TMO" dnf install -y --setopt=install_weak_deps=False --setopt=tsflags=nodocs \
+    --setopt=max_parallel_downloads=10 "$@" || rc=$?
   ((rc == 0)) && return 0
   LAST_ERROR="dnf install exited $rc"
-  if ((!WITH_FEDORA)); then
+  return 1
+}
+
+# kernel_modules: br_netfilter (bridge-based CNIs, kube-proxy on bridged traffic) and overlay (CRI-O's storage) may be
+# missing from a cloud kernel; Fedora's kernel-modules-extra of the running kernel has the rest of the modules (it
+# requires kernel-modules of the same release, kernel.spec). Only then is it installed. kubeadm join checks neither
+# module (cmd/kubeadm/app/preflight/checks.go at v1.34.4, JoinNodeChecks), so a module still missing is logged, not
+# fatal.
+kernel_modules() {
+  local -a modules missing=() still=() repos=()
+  local m
+  list modules "$DYNK8S_KERNEL_MODULES"
+  for m in "${modules[@]}"; do modprobe "$m" 2>/dev/null || missing+=("$m"); done
+  ((${#missing[@]})) || return 0
+  log "kernel modules missing: ${missing[*]}; installing kernel-modules-extra-$(uname -r) from Fedora's repositories"
+  fedora_repos repos
+  dnf_install "${repos[@]}" "kernel-modules-extra-$(uname -r)" ||
+    log "installing kernel-modules-extra failed: $LAST_ERROR"
+  for m in "${missing[@]}"; do modprobe "$m" 2>/dev/null || still+=("$m"); done
+  if ((${#still[@]})); then
+    log "still missing kernel modules: ${still[*]} (kubeadm join does not need them; bridge CNIs need br_netfilter, CRI-O's overlay storage needs overlay)"
+  fi
+  sysctl -q -e --system || true
+}
+
+# system_packages: the Fedora dependencies the image may lack (container-selinux, iptables), from Fedora's
+# repositories in a transaction of their own, so that the upstream packages never resolve against Fedora's.
+system_packages() {
+  local -a sys missing=() repos=()
+  local p
+  list sys "$DYNK8S_SYSTEM_PACKAGES"
+  for p in "${sys[@]}"; do rpm -q --whatprovides "$p" >/dev/null 2>&1 || missing+=("$p"); done
+  if ((${#missing[@]} == 0)); then
+    log "the image has ${sys[*]} (rpm -q): no Fedora repository metadata needed"
+    return 0
+  fi
+  log "the image lacks ${missing[*]} (rpm -q): installing from Fedora's repositories"
+  fedora_repos repos
+  dnf_install "${repos[@]}" "${missing[@]}"
+}
+
+# upstream_packages: kubelet, kubeadm, cri-tools and CRI-O from the pinned upstream repos. With dnf5 (Fedora 41+),
+# --from-repo looks the named packages up only in those repos while dependencies may come from any enabled one
+# (dnf5-install(8)); so after a failure for a dependency the image lacks, the next attempt may add Fedora's
+# repositories without letting a Fedora cri-o win on version. dnf4 has no such option: its transaction stays on the
+# upstream repos.
+WITH_FEDORA=0
+upstream_packages() {
+  local -a repos pkgs args=()
+  local r
+  list repos "$DYNK8S_REPOS"
+  list pkgs "$DYNK8S_PACKAGES"
+  for r in "${repos[@]}"; do args+=("--repo=$r"); done
+  if command -v dnf5 >/dev/null; then
+    args+=("--from-repo=$DYNK8S_REPOS")
+    if ((WITH_FEDORA)); then fedora_repos args; fi
+  fi
+  dnf_install "${args[@]}" "${pkgs[@]}" && return 0
+  if ((!WITH_FEDORA)) && command -v dnf5 >/dev/null; then
     WITH_FEDORA=1
-    LAST_ERROR+="; the next attempt adds Fedora's repositories"
+    LAST_ERROR+="; the next attempt adds Fedora's repositories for dependencies"
   fi
   return 1
+}
+
+packages() {
+  retry "install ${DYNK8S_SYSTEM_PACKAGES//,/ } where missing" system_packages
+  retry "install ${DYNK8S_PACKAGES//,/ }" upstream_packages
+}
+
+crio() {
+  # CRI-O's package ships a bridge CNI config that would give every node the same pod range; the cluster CNI owns it.
+  rm -f -- "$etc"/cni/net.d/*crio*bridge*.conflist
+  systemctl enable --now crio.service || fail "crio.service did not start (journalctl -u crio)"
+  systemctl enable kubelet.service || fail "could not enable kubelet.service"
+}
+
+# prepull: in the background, so that the join goes on meanwhile; a failed pull is logged and never fails the boot
+# (the kubelet pulls what is still missing). Each pull is bounded by the deadline.
+prepull() {
+  local -a images
+  local img start end rc failed=0 child
+  list images "$DYNK8S_PREPULL_IMAGES"
+  if ! command -v crictl >/dev/null; then
+    log "pre-pull skipped: no crictl"
+    return 0
+  fi
+  now_ms start
+  trap '[[ -z ${child:-} ]] || kill "$child" 2>/dev/null; exit 143' TERM
+  for img in "${images[@]}"; do
+    set_timeout 300
+    rc=0
+    timeout -k 5 "$TMO" crictl --runtime-endpoint "$DYNK8S_CRI_SOCKET" pull "$img" >/dev/null 2>&1 &
+    child=$!
+    wait "$child" || rc=$?
+    child=
+    if ((rc != 0)); then
+      failed=$((failed + 1))
+      log "pre-pull of $img failed (exit $rc); the kubelet pulls it when needed"
+    fi
+  done
+  now_ms end
+  printf '%s\n' "$((end - start))" >"$run_dir/pre-pull.ms"
+  log "phase=pre-pull took=$(seconds $((end - start)))s (${#images[@]} images, $failed failed)"
+}
+
+start_prepull() {
+  mkdir -p "$run_dir"
+  rm -f "$run_dir/pre-pull.ms"
+  prepull &
+  PREPULL_PID=$!
+}
+
+wait_prepull() {
+  [[ -n $PREPULL_PID ]] || return 0
+  wait "$PREPULL_PID" || true
+  PREPULL_PID=
+  if [[ -s $run_dir/pre-pull.ms ]]; then PHASES+=("pre-pull=$(<"$run_dir/pre-pull.ms")"); fi
+}
+
+start_crio() {
+  systemctl start crio.service || fail "crio.service did not start (journalctl -u crio)"
+}
+
+prepare() {
+  phase kernel kernel_modules
+  phase packages packages
+  phase crio crio
+  start_prepull
+  mkdir -p "${prepared_marker%/*}"
+  printf '%s\n' "$DYNK8S_PACKAGES" >"$prepared_marker"
+}
+
+# join_requirements: what kubeadm join's preflight fails on (cmd/kubeadm/app/preflight/checks.go and checks_linux.go
+# at v1.34.4: JoinNodeChecks, addExecChecks, addIPv4Checks/addIPv6Checks), checked here so that the log names it.
+join_requirements() {
+  local host=${DYNK8S_API_SERVER_ENDPOINT%:*} key='' file='' exe missing=()
+  for exe in ip iptables mount nsenter; do command -v "$exe" >/dev/null || missing+=("$exe"); done
+  ((${#missing[@]} == 0)) || fail "kubeadm join needs ${missing[*]} on PATH (preflight InPathCheck)"
+  if [[ $host =~ ^[0-9.]+$ ]]; then
+    key=net.ipv4.ip_forward file=$proc/sys/net/ipv4/ip_forward
+  elif [[ $host == \[*\] ]]; then
+    key=net.ipv6.conf.default.forwarding file=$proc/sys/net/ipv6/conf/default/forwarding
+  fi
+  [[ -n $key ]] || return 0
+  is_one "$file" || sysctl -q -w "$key=1" || true
+  is_one "$file" || fail "kubeadm join needs $key = 1 (preflight FileContent check), and it is not"
+}
+
+is_one() {
+  local v=''
+  [[ -r $1 ]] && v=$(<"$1")
+  [[ $v == 1 ]]
 }
 
 # The token rotator in the cluster writes the parameter; until its first run (a fresh install) the parameter is
@@ -69,7 +295,7 @@ install_packages() {
 # retry, never to join with what is there.
 token() {
   TOKEN=
-  if ! ssm_parameter TOKEN "$DYNK8S_JOIN_TOKEN_PARAMETER" "$REGION"; then
+  if ! ssm_parameter TOKEN "$DYNK8S_JOIN_TOKEN_PARAMETER"; then
     [[ $LAST_ERROR != *ParameterNotFound* ]] || LAST_ERROR+=" (not created yet)"
     return 1
   fi
@@ -86,13 +312,15 @@ api_server() {
   log "API server answered HTTP $STATUS"
 }
 
+# render: the JoinConfiguration holds the token, so it is written under umask 077 (only here: other files, such as
+# those dnf's scriptlets and kubeadm write, keep their modes).
 render() {
   local t v
   t=$(<"$etc/dynk8s/kubeadm-join.yaml.tmpl") || fail "cannot read $etc/dynk8s/kubeadm-join.yaml.tmpl"
   for v in TOKEN NODE_IP INSTANCE_ID INSTANCE_TYPE REGION ZONE; do t=${t//@@$v@@/"${!v}"}; done
   [[ $t != *@@* ]] || fail "kubeadm-join.yaml.tmpl has a placeholder this script does not know"
   mkdir -p "$run_dir"
-  printf '%s\n' "$t" >"$join_config"
+  (umask 077 && printf '%s\n' "$t" >"$join_config")
 }
 
 JOIN_ATTEMPTS=0
@@ -113,23 +341,99 @@ join() {
   return 1
 }
 
-retry "read instance identity from IMDS" identity
+join_cluster() {
+  phase checks join_requirements
+  phase token retry "read the join token from SSM parameter $DYNK8S_JOIN_TOKEN_PARAMETER" token
+  phase api-server retry "reach the API server at $DYNK8S_API_SERVER_ENDPOINT" api_server
+  render
+  phase kubeadm-join retry "kubeadm join" join
+  log "joined the cluster as $INSTANCE_ID"
+}
+
+group() {
+  [[ -n $GROUP ]] && return 0
+  autoscaling DescribeAutoScalingInstances InstanceIds.member.1="$INSTANCE_ID" -- describe-auto-scaling-instances \
+    --instance-ids "$INSTANCE_ID" --query 'AutoScalingInstances[0].AutoScalingGroupName' || return 1
+  if ((CURL_SIGNS)); then xml_text GROUP AutoScalingGroupName || GROUP=''; else GROUP=$BODY; fi
+  [[ $GROUP =~ ^[^[:space:]]+$ && $GROUP != None ]] || { GROUP='' && LAST_ERROR="no group has $INSTANCE_ID" && return 1; }
+}
+
+# complete_lifecycle RESULT: CONTINUE or ABANDON the launch hook's action for this instance. NO_ACTION says that
+# none was waiting.
+NO_ACTION=0
+complete_lifecycle() {
+  NO_ACTION=0
+  group || return 1
+  autoscaling CompleteLifecycleAction AutoScalingGroupName="$GROUP" LifecycleHookName="$DYNK8S_LAUNCH_HOOK" \
+    InstanceId="$INSTANCE_ID" LifecycleActionResult="$1" -- complete-lifecycle-action \
+    --auto-scaling-group-name "$GROUP" --lifecycle-hook-name "$DYNK8S_LAUNCH_HOOK" --instance-id "$INSTANCE_ID" \
+    --lifecycle-action-result "$1" && return 0
+  # A reboot with no transition in progress has no action waiting: nothing to complete.
+  if [[ $LAST_ERROR == *"No active Lifecycle Action"* ]]; then
+    log "no lifecycle action of hook $DYNK8S_LAUNCH_HOOK waits for this instance"
+    NO_ACTION=1
+    return 0
+  fi
+  return 1
+}
+
+lifecycle_continue() {
+  [[ -n $DYNK8S_LAUNCH_HOOK ]] || return 0
+  phase lifecycle retry "complete the lifecycle action of hook $DYNK8S_LAUNCH_HOOK" complete_lifecycle CONTINUE
+}
+
+set_unhealthy() {
+  autoscaling SetInstanceHealth InstanceId="$INSTANCE_ID" HealthStatus=Unhealthy ShouldRespectGracePeriod=false -- \
+    set-instance-health --instance-id "$INSTANCE_ID" --health-status Unhealthy --no-should-respect-grace-period
+}
+
+# dynk8s-join.timer runs this every 15 s while a Running or Hibernated warm instance waits: one IMDS read, and
+# nothing to say until the group puts the instance in service.
+if [[ -e $warm_marker ]] && imds LIFECYCLE meta-data/autoscaling/target-lifecycle-state 2>/dev/null &&
+  [[ $LIFECYCLE == Warmed:* ]]; then
+  RESULT=waiting
+  exit 0
+fi
+log "booting pool $DYNK8S_POOL_NAME of cluster $DYNK8S_CLUSTER_NAME (API server $DYNK8S_API_SERVER_ENDPOINT)"
+phase identity retry "read instance identity from IMDS" identity
 expect INSTANCE_ID '^i-[0-9a-f]{8}([0-9a-f]{9})?$'
 expect ZONE '^[a-z]{2}(-[a-z0-9]+)+$'
 expect REGION '^[a-z]{2}(-[a-z]+)+-[0-9]+$'
+expect DOMAIN '^[a-z0-9-]+(\.[a-z0-9-]+)+$'
 expect NODE_IP '^(25[0-5]|2[0-4][0-9]|1?[0-9]?[0-9])(\.(25[0-5]|2[0-4][0-9]|1?[0-9]?[0-9])){3}$'
 expect INSTANCE_TYPE '^[a-z0-9-]+\.[a-z0-9-]+$'
-log "instance $INSTANCE_ID ($INSTANCE_TYPE) in $ZONE, node IP $NODE_IP"
+expect LIFECYCLE '^(InService|Standby|Detached|Terminated|Warmed:(Stopped|Running|Hibernated|Terminated))$'
+log "instance $INSTANCE_ID ($INSTANCE_TYPE) in $ZONE, node IP $NODE_IP, target lifecycle state $LIFECYCLE"
 
-retry "install $DYNK8S_PACKAGES" install_packages
-# CRI-O's package ships a bridge CNI config that would give every node the same pod range; the cluster CNI owns it.
-rm -f -- "$etc"/cni/net.d/*crio*bridge*.conflist
-systemctl enable --now crio.service || fail "crio.service did not start (journalctl -u crio)"
-systemctl enable kubelet.service || fail "could not enable kubelet.service"
-
-retry "read the join token from SSM parameter $DYNK8S_JOIN_TOKEN_PARAMETER" token
-
-retry "reach the API server at $DYNK8S_API_SERVER_ENDPOINT" api_server
-render
-retry "kubeadm join" join
-log "joined the cluster as $INSTANCE_ID"
+case $LIFECYCLE in
+Warmed:Terminated | Terminated | Detached | Standby)
+  RESULT=skipped
+  log "target lifecycle state $LIFECYCLE: nothing to do"
+  ;;
+Warmed:*)
+  MODE=prepare
+  [[ -n $DYNK8S_LAUNCH_HOOK ]] ||
+    log "no launch hook: the group may stop this instance before it is prepared (the next boot finishes the job)"
+  prepare
+  wait_prepull
+  lifecycle_continue
+  touch "$warm_marker"
+  RESULT=prepared
+  log "prepared in the warm pool; the group stops, hibernates or keeps it, and it joins when it enters service"
+  ;;
+InService)
+  MODE='join'
+  # The gateway may be asleep: it boots while this node prepares.
+  "$(dirname "${BASH_SOURCE[0]}")/wake-gateway.sh" "$DYNK8S_GATEWAY_INSTANCE_ID" &
+  if [[ -e $prepared_marker ]]; then
+    log "prepared on an earlier boot ($prepared_marker)"
+    phase crio start_crio
+  else
+    prepare
+  fi
+  join_cluster
+  wait_prepull
+  lifecycle_continue
+  RESULT=joined
+  ;;
+esac

@@ -26,7 +26,7 @@ REGION=''
 
 start() {
   local id state previous
-  if ! ec2_call "$REGION" StartInstances "InstanceId.1=$gateway"; then
+  if ! ec2_call StartInstances "InstanceId.1=$gateway"; then
     case $EC2_ERROR in
     IncorrectInstanceState) LAST_ERROR="gateway $gateway is not in a state it can start from (stopping): $LAST_ERROR" ;;
     UnauthorizedOperation | AuthFailure | InvalidInstanceID.* | OptInRequired)
@@ -45,5 +45,5 @@ start() {
   esac
 }
 
-retry "read the region from IMDS" imds REGION meta-data/placement/region
+retry "read the region and the partition's domain from IMDS" aws_location
 retry "start the WireGuard gateway $gateway" start

@@ -13,10 +13,11 @@ key_file=$DYNK8S_ROOT/etc/wireguard/wg0.key
 load_env "${DYNK8S_KEY_ENV:-$DYNK8S_ROOT/etc/dynk8s/wg-key.env}" DYNK8S_KEY_PARAMETER
 # With a key on disk, SSM gets a short try so that the tunnel is not held up for long.
 if [[ -s $key_file ]]; then deadline_start 45; else deadline_start 600; fi
-REGION='' KEY=''
+KEY=''
 
 key() {
-  imds REGION meta-data/placement/region && ssm_parameter KEY "$DYNK8S_KEY_PARAMETER" "$REGION"
+  imds REGION meta-data/placement/region && imds DOMAIN meta-data/services/domain &&
+    ssm_parameter KEY "$DYNK8S_KEY_PARAMETER"
 }
 
 if retry --soft "read the WireGuard key from SSM parameter $DYNK8S_KEY_PARAMETER" key; then

@@ -190,7 +190,7 @@ func (a *ClusterAddonsArgs) validate() error {
 	}
 	if a.Fuse.Enabled {
 		for _, p := range a.Pools {
-			if _, err := fuseImage(a.Fuse, p.Arch); err != nil {
+			if _, err := FuseImage(a.Fuse, p.Arch); err != nil {
 				errs = append(errs, err)
 			}
 		}

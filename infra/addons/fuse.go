@@ -61,8 +61,8 @@ func defaultFuseImage(arch kube.Arch) string {
 	return ""
 }
 
-// fuseImage is the plugin image for a pool arch: the configured one, else the default.
-func fuseImage(cfg config.Fuse, arch kube.Arch) (string, error) {
+// FuseImage is the plugin image for a pool arch: the configured one, else the default. The node boot pre-pulls it.
+func FuseImage(cfg config.Fuse, arch kube.Arch) (string, error) {
 	if img := cfg.Images[arch]; img != "" {
 		return img, nil
 	}
@@ -92,7 +92,7 @@ func (b *builder) fuse() error {
 	}
 	for _, arch := range slices.Sorted(maps.Keys(byArch)) {
 		kubeArch := arch.Label()
-		image, err := fuseImage(a.Fuse, arch)
+		image, err := FuseImage(a.Fuse, arch)
 		if err != nil {
 			return err
 		}

@@ -157,6 +157,9 @@ type NodePool struct {
 	Autoscaling PoolAutoscaling `key:"autoscaling"`
 	// WarmPool keeps prepared, stopped instances beside the group (optional; nil: every scale-up boots cold).
 	WarmPool *WarmPool `key:"warmPool"`
+	// PrePullImages are pulled at boot, in the background as soon as CRI-O runs, besides the pause, kube-proxy and
+	// fuse plugin images (optional; image references).
+	PrePullImages []string `key:"prePullImages"`
 }
 
 // Warm pool states: what a prepared instance waits in (the group's warm pool PoolState).

@@ -211,6 +211,16 @@ func TestBadConfig(t *testing.T) {
 			pool(c, 0)["labels"] = labels
 		}, "dynk8s:nodePools[0].labels", "limit of 50"},
 		{"ami id malformed", func(c map[string]any) { pool(c, 0)["amiId"] = "ami-xyz" }, "dynk8s:nodePools[0].amiId", "not an AMI id"},
+		{"pre-pull image malformed", func(c map[string]any) {
+			pool(c, 0)["prePullImages"] = []any{"quay.io/ok/agent:1", "Not An Image"}
+		}, "dynk8s:nodePools[0].prePullImages[1]", "is not an image reference"},
+		{"pre-pull images too many", func(c map[string]any) {
+			var imgs []any
+			for i := range 21 {
+				imgs = append(imgs, fmt.Sprintf("quay.io/x/img%d:1", i))
+			}
+			pool(c, 0)["prePullImages"] = imgs
+		}, "dynk8s:nodePools[0].prePullImages", "at most 20 images"},
 		{"misspelt pool key", func(c map[string]any) { pool(c, 0)["instanceType"] = "c7i.large" }, "dynk8s:nodePools[0].instanceType", "unknown key"},
 		{"autoscaler of another minor", func(c map[string]any) { obj(c, "autoscaler")["version"] = "1.33.6" }, "dynk8s:autoscaler.version", "minor"},
 		{"autoscaler version malformed", func(c map[string]any) { obj(c, "autoscaler")["version"] = "latest" }, "dynk8s:autoscaler.version", "exact version"},

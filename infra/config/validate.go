@@ -230,6 +230,9 @@ func validateWireGuard(r *reader, c *Config) {
 	}
 }
 
+// maxPrePullImages bounds nodePools[i].prePullImages: the list is part of the pool's user data.
+const maxPrePullImages = 20
+
 func validatePools(r *reader, c *Config) {
 	path := Namespace + ":nodePools"
 	if len(c.NodePools) == 0 && !r.failed(path) {
@@ -273,6 +276,15 @@ func validatePools(r *reader, c *Config) {
 			r.addf(pp+"autoscaling.scaleDownUtilizationThreshold", "must be in (0, 1], got %v", *u)
 		}
 		validateWarmPool(r, pp, p)
+		if len(p.PrePullImages) > maxPrePullImages {
+			r.addf(pp+"prePullImages", "at most %d images (they go into the user data, limited to 16 KiB), got %d",
+				maxPrePullImages, len(p.PrePullImages))
+		}
+		for j, img := range p.PrePullImages {
+			if _, err := kube.NormalizeImage(img); err != nil {
+				r.addf(fmt.Sprintf("%sprePullImages[%d]", pp, j), "%v", err)
+			}
+		}
 		validateTagLimits(r, pp, c, p)
 		if n := len(c.GroupTags(p, tagCountShape)); n > maxGroupTags {
 			r.addf(pp+"labels", "the pool needs %d Auto Scaling Group tags (one per label and taint plus %d of "+

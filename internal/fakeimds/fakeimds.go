@@ -21,7 +21,17 @@ type Instance struct {
 	ID, Zone, Region, PrivateIP, Type string
 	// Role is the instance profile's role name; AccessKeyID, SecretAccessKey and SessionToken its credentials.
 	Role, AccessKeyID, SecretAccessKey, SessionToken string
+	// Domain is the partition's DNS suffix (meta-data/services/domain); empty: amazonaws.com.
+	Domain string
+	// LifecycleState is the Auto Scaling target lifecycle state (meta-data/autoscaling/target-lifecycle-state);
+	// empty: the path is absent (404), as for an instance outside any group.
+	LifecycleState string
 }
+
+// lifecyclePath is where IMDS has the Auto Scaling target lifecycle state: "the state it is transitioning to"
+// (InService, Warmed:Stopped, ...), per the EC2 Auto Scaling user guide, "Retrieve the target lifecycle state through
+// instance metadata".
+const lifecyclePath = "/latest/meta-data/autoscaling/target-lifecycle-state"
 
 // Server is a running fake IMDS. Requests that break the IMDSv2 rules are answered as the real service does and
 // reported as test errors when the test ends.
@@ -53,7 +63,14 @@ func New(t testing.TB, inst Instance) *Server {
 		"/latest/meta-data/instance-type":                         inst.Type,
 		"/latest/meta-data/iam/security-credentials/":             inst.Role,
 		"/latest/meta-data/iam/security-credentials/" + inst.Role: string(creds),
+		"/latest/meta-data/services/domain":                       inst.Domain,
 	}}
+	if inst.Domain == "" {
+		s.values["/latest/meta-data/services/domain"] = "amazonaws.com"
+	}
+	if inst.LifecycleState != "" {
+		s.values[lifecyclePath] = inst.LifecycleState
+	}
 	s.Server = httptest.NewServer(http.HandlerFunc(s.serve))
 	t.Cleanup(func() {
 		s.Close()
@@ -71,6 +88,18 @@ func (s *Server) FailTokens(n int) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.tokenFailures = n
+}
+
+// SetLifecycleState changes the target lifecycle state, as the group does when it moves a warm instance into
+// service; empty removes the path.
+func (s *Server) SetLifecycleState(state string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if state == "" {
+		delete(s.values, lifecyclePath)
+		return
+	}
+	s.values[lifecyclePath] = state
 }
 
 // Requests is how many requests the server has had.
