@@ -94,6 +94,10 @@ type crioDropIn struct {
 		} `toml:"network"`
 		Runtime struct {
 			CgroupManager string `toml:"cgroup_manager"`
+			// SELinux is written out even when false: CRI-O's default (false) is documented as deprecated and to
+			// follow the host's SELinux mode in a future release, which on Fedora (enforcing) would silently
+			// confine every pod as container_t and break the fuse device plugin's socket in a hostPath.
+			SELinux bool `toml:"selinux"`
 		} `toml:"runtime"`
 	} `toml:"crio"`
 }

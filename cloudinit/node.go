@@ -126,6 +126,9 @@ func Node(in NodeInput) ([]byte, error) {
 	crio.Crio.Image.PauseImage = "registry.k8s.io/pause:" + minor.Pause
 	crio.Crio.Network.PluginDirs = cniPluginDirs
 	crio.Crio.Runtime.CgroupManager = "systemd"
+	// SELinux stays enforcing on the host (host processes keep their confinement), but pods get no SELinux
+	// separation: a decision, documented in the README's security model, not a default that may change under us.
+	crio.Crio.Runtime.SELinux = false
 	crioConf, err := crio.marshal()
 	if err != nil {
 		return nil, fmt.Errorf("node pool %q: %w", in.PoolName, err)
