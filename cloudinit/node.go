@@ -49,6 +49,8 @@ const (
 	phInstanceType = "@@INSTANCE_TYPE@@"
 	phRegion       = "@@REGION@@"
 	phZone         = "@@ZONE@@"
+	// phRoot is join.sh's DYNK8S_ROOT: empty on a node, a test's temp root elsewhere.
+	phRoot = "@@DYNK8S_ROOT@@"
 )
 
 // runtimeLabels are set from IMDS by join.sh, matching the labels the Cluster Autoscaler puts on its template node,
@@ -163,6 +165,11 @@ func Node(in NodeInput) ([]byte, error) {
 			{"systemctl", "enable", "--now", joinUnitName},
 		},
 	}
+	extra, err := hostFiles(in)
+	if err != nil {
+		return nil, fmt.Errorf("node pool %q: %w", in.PoolName, err)
+	}
+	cc.WriteFiles = append(cc.WriteFiles, extra...)
 	out, err := cc.marshal()
 	if err != nil {
 		return nil, fmt.Errorf("node pool %q: %w", in.PoolName, err)
@@ -240,6 +247,12 @@ type joinConfiguration struct {
 	Kind             string           `json:"kind"`
 	Discovery        discovery        `json:"discovery"`
 	NodeRegistration nodeRegistration `json:"nodeRegistration"`
+	Patches          kubeadmPatches   `json:"patches"`
+}
+
+type kubeadmPatches struct {
+	// Directory holds kubeadm patch files, "target[suffix][+patchtype].extension".
+	Directory string `json:"directory"`
 }
 
 type discovery struct {
@@ -304,6 +317,7 @@ func joinTemplate(in NodeInput) (string, error) {
 			},
 			Taints: taints,
 		},
+		Patches: kubeadmPatches{Directory: phRoot + kubeadmPatchDir},
 	}
 	b, err := yaml.Marshal(jc)
 	if err != nil {

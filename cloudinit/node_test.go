@@ -123,7 +123,7 @@ func TestNodeRoundTrip(t *testing.T) {
 
 	jc := parseJoinConfig(t, fillTemplate(fileByPath(t, cc, joinTemplatePath).Content, map[string]string{
 		phToken: "abcdef.0123456789abcdef", phNodeIP: "10.100.1.23", phInstanceID: "i-0123456789abcdef0",
-		phInstanceType: "m7g.large", phRegion: "eu-central-1", phZone: "eu-central-1a",
+		phInstanceType: "m7g.large", phRegion: "eu-central-1", phZone: "eu-central-1a", phRoot: "",
 	}))
 	assert.DeepEqual(t, jc, joinConfiguration{
 		APIVersion: "kubeadm.k8s.io/v1beta4",
@@ -144,6 +144,7 @@ func TestNodeRoundTrip(t *testing.T) {
 			},
 			Taints: []kube.Taint{{Key: "dynk8s.io/capacity-type", Value: "spot", Effect: "NoSchedule"}},
 		},
+		Patches: kubeadmPatches{Directory: "/etc/kubernetes/patches"},
 	})
 }
 
@@ -334,7 +335,7 @@ func TestNodeJoinConfigurationPassesKubeadmValidate(t *testing.T) {
 		assert.NilError(t, err)
 		doc := fillTemplate(fileByPath(t, parseCloudConfig(t, ud), joinTemplatePath).Content, map[string]string{
 			phToken: "abcdef.0123456789abcdef", phNodeIP: "10.100.1.23", phInstanceID: "i-0123456789abcdef0",
-			phInstanceType: "m7g.large", phRegion: "eu-central-1", phZone: "eu-central-1a",
+			phInstanceType: "m7g.large", phRegion: "eu-central-1", phZone: "eu-central-1a", phRoot: "",
 		})
 		f := filepath.Join(t.TempDir(), "join.yaml")
 		assert.NilError(t, os.WriteFile(f, []byte(doc), 0o600))
