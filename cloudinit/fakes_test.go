@@ -146,6 +146,9 @@ if [[ $1 == join ]]; then
 fi`,
 	"systemctl": `echo "systemctl $*" >>"$STUB_DIR/calls"`,
 	"dnf": `echo "dnf $*" >>"$STUB_DIR/calls"
+n=$(cat "$STUB_DIR/dnf-runs" 2>/dev/null || echo 0)
+echo $((n + 1)) >"$STUB_DIR/dnf-runs"
+if ((${STUB_DNF_FAILURES:-0} < 0 || n < ${STUB_DNF_FAILURES:-0})); then echo "Error: mirror hiccup (stub)" >&2; exit 1; fi
 if [[ -n ${STUB_DNF_NEEDS_REPO:-} && " $* " != *" --repo=$STUB_DNF_NEEDS_REPO "* ]]; then
   echo "Error: nothing provides conntrack needed by kubelet (stub)" >&2; exit 1
 fi`,

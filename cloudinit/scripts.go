@@ -10,4 +10,6 @@ var (
 	joinSh string
 	//go:embed scripts/wg-key.sh
 	wgKeySh string
+	//go:embed scripts/gateway-packages.sh
+	gatewayPackagesSh string
 )
