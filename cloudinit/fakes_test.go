@@ -155,6 +155,18 @@ fi`,
 	"rpm": `echo "rpm $*" >>"$STUB_DIR/calls"
 [[ " ${STUB_RPM_MISSING:-} " != *" $3 "* ]]`,
 	"logger": `echo "$*" >>"$STUB_DIR/journal"`,
+	// ip answers "show default" with an EC2-like default route, after STUB_IP_NO_ROUTE answers without one.
+	"ip": `echo "ip $*" >>"$STUB_DIR/calls"
+if [[ "$*" == "-4 route show default" ]]; then
+  n=$(cat "$STUB_DIR/ip-shows" 2>/dev/null || echo 0)
+  echo $((n + 1)) >"$STUB_DIR/ip-shows"
+  if ((n >= ${STUB_IP_NO_ROUTE:-0})); then echo "default via 10.100.1.1 dev ens5 proto dhcp src 10.100.1.23 metric 100"; fi
+fi`,
+	"nft": `echo "nft $*" >>"$STUB_DIR/calls"
+[[ -z ${STUB_NFT_FAILS:-} ]]`,
+	// id knows one user, ec2-instance-connect, when STUB_EIC_UID is set.
+	"id": `echo "id $*" >>"$STUB_DIR/calls"
+[[ "$*" == "-u ec2-instance-connect" && -n ${STUB_EIC_UID:-} ]] && echo "$STUB_EIC_UID"`,
 	"curl": `echo "curl $*" >>"$STUB_DIR/calls"
 exec "$STUB_REAL_CURL" "$@"`,
 }

@@ -24,6 +24,7 @@ type NodeInput struct {
 	PoolName           string            // DNS label; must equal Labels[kube.LabelPool]
 	Labels             map[string]string // node labels to self-set (NodeRestriction-safe), incl. kube.LabelPool
 	Taints             []kube.Taint
+	Host               HostInput // the node's network and metadata settings (host.go)
 }
 
 // Where the node's files go. The scripts derive the same paths (under DYNK8S_ROOT in tests).
@@ -165,11 +166,13 @@ func Node(in NodeInput) ([]byte, error) {
 			{"systemctl", "enable", "--now", joinUnitName},
 		},
 	}
-	extra, err := hostFiles(in)
+	host, err := hostConfig(in.Host)
 	if err != nil {
 		return nil, fmt.Errorf("node pool %q: %w", in.PoolName, err)
 	}
-	cc.WriteFiles = append(cc.WriteFiles, extra...)
+	cc.WriteFiles = append(cc.WriteFiles, host.files...)
+	// The host's own steps go around the join: routes and DNS before it, the metadata lockdown after it.
+	cc.RunCmd = slices.Concat(cc.RunCmd[:1], host.beforeJoin, cc.RunCmd[1:], host.afterJoin)
 	out, err := cc.marshal()
 	if err != nil {
 		return nil, fmt.Errorf("node pool %q: %w", in.PoolName, err)
@@ -368,6 +371,7 @@ func (in NodeInput) validate() (kube.Minor, error) {
 			e.add(field, fmt.Errorf("a taint %s:%s is listed twice", t.Key, t.Effect))
 		}
 	}
+	in.Host.validate(&e)
 	if err := e.join("node user data"); err != nil {
 		return kube.Minor{}, err
 	}

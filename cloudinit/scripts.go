@@ -12,4 +12,8 @@ var (
 	wgKeySh string
 	//go:embed scripts/gateway-packages.sh
 	gatewayPackagesSh string
+	//go:embed scripts/onprem-routes.sh
+	onpremRoutesSh string
+	//go:embed scripts/imds-lock.sh
+	imdsLockSh string
 )
