@@ -170,6 +170,7 @@ func TestNodePoolComponent(t *testing.T) {
 				KubernetesVersion: kube.Version{Major: 1, Minor: 35, Patch: 1}, APIServerEndpoint: "10.0.0.1:6443",
 				JoinTokenParameter: "/dynk8s/lab/join-token", ClusterName: "lab", PoolName: "gpu",
 				Labels: pool.NodeLabels(), Taints: pool.Taints,
+				Host: cloudinit.HostInput{OnPremCIDRs: []netip.Prefix{netip.MustParsePrefix("10.0.0.0/24")}, TunnelMTU: 1420},
 			},
 			CACertHashes:       pulumi.ToStringArray([]string{hash}),
 			SubnetIDs:          pulumi.ToStringArray([]string{"subnet-1"}),

@@ -162,6 +162,10 @@ func NodeInput(cfg *config.Config, pool config.NodePool, caHashes []string, toke
 	if cfg.Fuse.Enabled {
 		taints = append(slices.Clone(taints), kube.FuseStartupTaint)
 	}
+	var metadataUIDs []int
+	if cfg.TerminationHandler.Enabled {
+		metadataUIDs = []int{addons.TerminationHandlerUID}
+	}
 	return cloudinit.NodeInput{
 		KubernetesVersion:  cfg.Kubernetes.Version,
 		APIServerEndpoint:  cfg.Kubernetes.APIServerEndpoint.String(),
@@ -171,6 +175,14 @@ func NodeInput(cfg *config.Config, pool config.NodePool, caHashes []string, toke
 		PoolName:           pool.Name,
 		Labels:             pool.NodeLabels(),
 		Taints:             taints,
+		Host: cloudinit.HostInput{
+			OnPremCIDRs: cfg.WireGuard.OnPremCIDRs,
+			TunnelMTU:   cfg.WireGuard.MTU,
+			DNSServers:  cfg.Network.OnPremDNS.Servers,
+			DNSDomains:  cfg.Network.OnPremDNS.Domains,
+			// The termination handler polls the metadata service from the host network, as its own user.
+			MetadataUIDs: metadataUIDs,
+		},
 	}
 }
 

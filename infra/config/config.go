@@ -84,6 +84,16 @@ type Network struct {
 	VPCCIDR netip.Prefix `key:"vpcCidr" default:"10.200.0.0/16"`
 	// AvailabilityZones are zone names, or a count of the region's zones.
 	AvailabilityZones Zones `key:"availabilityZones" default:"2"`
+	// OnPremDNS sends the nodes' lookups of on-prem domains to on-prem name servers (optional).
+	OnPremDNS OnPremDNS `key:"onPremDns"`
+}
+
+// OnPremDNS is dynk8s:network.onPremDns: name servers reached through the tunnel, and the domains they answer for.
+type OnPremDNS struct {
+	// Servers are IPv4 addresses inside wireguard.onPremCidrs (optional, at most 3; required with Domains).
+	Servers []netip.Addr `key:"servers"`
+	// Domains are the on-prem domains asked of Servers alone (optional; required with Servers).
+	Domains []string `key:"domains"`
 }
 
 // Zones is either a list of zone names or a count of zones the stack picks from the region.
