@@ -83,14 +83,13 @@ func TestNetworkComponent(t *testing.T) {
 func TestIdentityComponent(t *testing.T) {
 	cloud := runComponent(t, func(ctx *pulumi.Context) error {
 		_, err := infra.NewIdentity(ctx, "id", &infra.IdentityArgs{
-			ClusterName: "lab", Region: "us-west-2", SessionManager: true,
+			ClusterName: "lab", Region: "us-west-2",
 			AutoscalerKeyRotation: "2026-11", BootstrapTokenRotation: "7",
 		})
 		return err
 	})
-	attachments := cloud.ByType("aws:iam/rolePolicyAttachment:RolePolicyAttachment")
-	assert.Equal(t, len(attachments), 1, "Session Manager only; ECR read stays off")
-	assert.Check(t, strings.HasSuffix(in(&attachments[0], "policyArn").(string), ":policy/AmazonSSMManagedInstanceCore"))
+	assert.Check(t, is.Len(cloud.ByType("aws:iam/rolePolicyAttachment:RolePolicyAttachment"), 0),
+		"the node role has no managed policy")
 	mustFind(t, cloud, "aws:iam/accessKey:AccessKey", "id-autoscaler-key-2026-11")
 	token := mustFind(t, cloud, "aws:ssm/parameter:Parameter", "id-join-token")
 	assert.Equal(t, in(token, "name"), "/dynk8s/lab/join-token")

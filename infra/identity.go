@@ -17,12 +17,6 @@ import (
 // IdentityType is the type token of the Identity component.
 const IdentityType = "dynk8s:infra:Identity"
 
-// Managed policies a pool's nodes may get on request (both off by default).
-const (
-	sessionManagerPolicy = "AmazonSSMManagedInstanceCore"
-	ecrReadOnlyPolicy    = "AmazonEC2ContainerRegistryReadOnly"
-)
-
 // JoinTokenParameter is the SSM SecureString that holds "<token-id>.<token-secret>" for the nodes of a cluster.
 func JoinTokenParameter(clusterName string) string { return "/dynk8s/" + clusterName + "/join-token" }
 
@@ -55,8 +49,6 @@ type IdentityArgs struct {
 	ClusterName string
 	// Region is where the SSM parameters live (required).
 	Region string
-	// SessionManager and ECRReadOnly attach the managed policies of those names to the node role (optional).
-	SessionManager, ECRReadOnly bool
 	// AutoscalerKeyRotation: a new value makes a new autoscaler access key, created before the old one is deleted
 	// (required).
 	AutoscalerKeyRotation string
@@ -89,9 +81,6 @@ func NewIdentity(ctx *pulumi.Context, name string, args *IdentityArgs, opts ...p
 			strings.TrimPrefix(parameter, "/"))
 	}
 	ec2Service := pulumi.Sprintf("ec2.%s", partition.DnsSuffix())
-	managedPolicyARN := func(policy string) pulumi.StringOutput {
-		return pulumi.Sprintf("arn:%s:iam::aws:policy/%s", partition.Partition(), policy)
-	}
 
 	// The join token. Both halves come from pulumi-random; changing the rotation value replaces both, and with
 	// them the SSM parameter's value and the in-cluster token Secret, in one `pulumi up`.
@@ -127,22 +116,6 @@ func NewIdentity(ctx *pulumi.Context, name string, args *IdentityArgs, opts ...p
 	if err != nil {
 		return fail("node role", err)
 	}
-	var extra []string
-	if args.SessionManager {
-		extra = append(extra, sessionManagerPolicy)
-	}
-	if args.ECRReadOnly {
-		extra = append(extra, ecrReadOnlyPolicy)
-	}
-	for _, policy := range extra {
-		if _, err := iam.NewRolePolicyAttachment(ctx, name+"-node-"+strings.ToLower(policy), &iam.RolePolicyAttachmentArgs{
-			Role:      nodeProfile.Role,
-			PolicyArn: managedPolicyARN(policy),
-		}, parent); err != nil {
-			return fail("node policy "+policy, err)
-		}
-	}
-
 	gatewayProfile, err := instanceRole(ctx, name+"-gateway", args.ClusterName+"-gateway", ec2Service,
 		parameterARN(GatewayKeyParameter(args.ClusterName)), tags("gateway"), parent)
 	if err != nil {

@@ -84,8 +84,6 @@ func NewStack(ctx *pulumi.Context, cfg *config.Config) (*Stack, error) {
 	s.Identity, err = NewIdentity(ctx, "identity", &IdentityArgs{
 		ClusterName:            cfg.ClusterName,
 		Region:                 cfg.Region,
-		SessionManager:         cfg.Identity.SessionManager,
-		ECRReadOnly:            cfg.Identity.ECRReadOnly,
 		AutoscalerKeyRotation:  cfg.Identity.AutoscalerKeyRotation,
 		BootstrapTokenRotation: cfg.Kubernetes.BootstrapTokenRotation,
 	})

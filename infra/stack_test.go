@@ -5,7 +5,6 @@ import (
 	"encoding/base64"
 	"encoding/json"
 	"errors"
-	"sort"
 	"strconv"
 	"strings"
 	"testing"
@@ -479,19 +478,8 @@ func TestIdentityPolicies(t *testing.T) {
 		"StringEquals": {"autoscaling:ResourceTag/k8s.io/cluster-autoscaler/homelab": "owned"},
 	})
 
-	// Opt-in managed policies, by partition-aware ARN.
-	c := devConfig(t)
-	obj(c, "identity")["sessionManager"] = true
-	obj(c, "identity")["ecrReadOnly"] = true
-	var arns []string
-	for _, a := range runStack(t, c).Cloud.ByType("aws:iam/rolePolicyAttachment:RolePolicyAttachment") {
-		arns = append(arns, in(&a, "policyArn").(string))
-	}
-	sort.Strings(arns)
-	assert.DeepEqual(t, arns, []string{
-		"arn:aws:iam::aws:policy/AmazonEC2ContainerRegistryReadOnly",
-		"arn:aws:iam::aws:policy/AmazonSSMManagedInstanceCore",
-	})
+	// The node role gets no managed policy: its only right is reading the join token.
+	assert.Check(t, is.Len(res.Cloud.ByType("aws:iam/rolePolicyAttachment:RolePolicyAttachment"), 0))
 }
 
 func TestJoinTokenAndKeyRotation(t *testing.T) {

@@ -201,13 +201,21 @@ type Fuse struct {
 
 // Identity is dynk8s:identity.
 type Identity struct {
-	// SessionManager attaches AmazonSSMManagedInstanceCore to the node role.
-	SessionManager bool `key:"sessionManager" default:"false"`
-	// ECRReadOnly attaches AmazonEC2ContainerRegistryReadOnly to the node role.
-	ECRReadOnly bool `key:"ecrReadOnly" default:"false"`
 	// AutoscalerKeyRotation is an opaque value; changing it creates a new autoscaler access key before deleting
 	// the old one.
 	AutoscalerKeyRotation string `key:"autoscalerKeyRotation" default:"1"`
+}
+
+// removedKeys are keys earlier versions read, with why they went and what to do instead: a stack file that still
+// sets one gets that reason rather than a bare "unknown key".
+var removedKeys = map[string]string{
+	Namespace + ":identity.sessionManager": "was removed: Session Manager needs amazon-ssm-agent, which Fedora " +
+		"Cloud does not ship, so the policy only widened the node role; reach a node with EC2 Instance Connect " +
+		"through the tunnel instead (README, \"When a node does not join\")",
+	Namespace + ":identity.ecrReadOnly": "was removed: since Kubernetes 1.27 the kubelet pulls from ECR only " +
+		"through the ecr-credential-provider plugin, which dynk8s cannot install with a verified checksum, so the " +
+		"policy granted nothing the kubelet could use; pull private images with an imagePullSecret, or boot an " +
+		"image that carries the plugin (nodePools[i].amiId)",
 }
 
 // Cleanup is dynk8s:cleanup.

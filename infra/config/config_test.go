@@ -88,7 +88,7 @@ func TestDefaultsApplied(t *testing.T) {
 	assert.Equal(t, cfg.Fuse.Capacity, 5000)
 	assert.Equal(t, cfg.Cleanup.NotReadyAfter, 30*time.Minute)
 	assert.Check(t, cfg.TerminationHandler.Enabled)
-	assert.Check(t, !cfg.Identity.SessionManager && !cfg.Identity.ECRReadOnly)
+	assert.Equal(t, cfg.Identity.AutoscalerKeyRotation, "1")
 }
 
 // TestBadConfig: each malformed config is refused with exactly one error, at its exact key path.
@@ -226,7 +226,8 @@ func TestBadConfig(t *testing.T) {
 		}, "dynk8s:nodePools[0].autoscaling.scaleDownUnneededTime", "duration"},
 		{"cleanup under five minutes", func(c map[string]any) { obj(c, "cleanup")["notReadyAfter"] = "2m" }, "dynk8s:cleanup.notReadyAfter", "at least 5m"},
 		{"cleanup not a duration", func(c map[string]any) { obj(c, "cleanup")["notReadyAfter"] = "soon" }, "dynk8s:cleanup.notReadyAfter", "duration"},
-		{"identity flag not a boolean", func(c map[string]any) { obj(c, "identity")["sessionManager"] = "yes please" }, "dynk8s:identity.sessionManager", "true or false"},
+		{"removed Session Manager option", func(c map[string]any) { obj(c, "identity")["sessionManager"] = true }, "dynk8s:identity.sessionManager", "EC2 Instance Connect"},
+		{"removed ECR option", func(c map[string]any) { obj(c, "identity")["ecrReadOnly"] = false }, "dynk8s:identity.ecrReadOnly", "ecr-credential-provider"},
 		{"kubeconfig empty", func(c map[string]any) { obj(c, "kubernetes")["kubeconfig"] = " " }, "dynk8s:kubernetes.kubeconfig", "empty"},
 	}
 	for _, tc := range cases {

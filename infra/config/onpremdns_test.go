@@ -27,7 +27,6 @@ func TestOnPremDNSRead(t *testing.T) {
 	assert.Check(t, is.Len(cfg.Network.OnPremDNS.Servers, 0), "none unless configured")
 }
 
-
 // Each mistake in network.onPremDns is one error at its key path.
 func TestOnPremDNSValidation(t *testing.T) {
 	dns := func(c map[string]any) map[string]any { return obj(c, "network")["onPremDns"].(map[string]any) }

@@ -146,8 +146,12 @@ func (r *reader) object(path string, v any, dst reflect.Value) {
 	}
 	slices.Sort(known)
 	for _, k := range slices.Sorted(maps.Keys(m)) {
-		if !slices.Contains(known, k) {
-			r.addf(childPath(path, k), "unknown key (known keys here: %s)", strings.Join(known, ", "))
+		switch kp := childPath(path, k); {
+		case slices.Contains(known, k):
+		case removedKeys[kp] != "":
+			r.addf(kp, "%s", removedKeys[kp])
+		default:
+			r.addf(kp, "unknown key (known keys here: %s)", strings.Join(known, ", "))
 		}
 	}
 }
