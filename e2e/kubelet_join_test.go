@@ -147,12 +147,7 @@ func TestKubeletJoin(t *testing.T) {
 		checkJoinedNode(t, node, cfg, pool, zone)
 		checkKubeletClientCert(t, n.hostPath(t, "/var/lib/kubelet/pki/kubelet-client-current.pem"), c.CAFile,
 			"system:node:"+nodeName)
-		// The node's own kubelet settings, patched by kubeadm over the cluster's kubelet-config.
-		if b, err := os.ReadFile(n.hostPath(t, "/var/lib/kubelet/config.yaml")); err != nil {
-			t.Error(err)
-		} else if !strings.Contains(string(b), "\nresolvConf: /run/systemd/resolve/resolv.conf\n") {
-			t.Errorf("the kubelet's config.yaml lacks the node's resolvConf patch:\n%s", b)
-		}
+		checkKubeletPatched(t, n)
 	})
 	if t.Failed() {
 		return
@@ -194,6 +189,18 @@ func TestKubeletJoin(t *testing.T) {
 				after.ready())
 		}
 	})
+}
+
+// checkKubeletPatched asserts the node's own kubelet settings, which kubeadm patched in over the cluster's
+// kubelet-config (whose resolvConf kubeadmUploadConfig pins elsewhere).
+func checkKubeletPatched(t *testing.T, n *node) {
+	t.Helper()
+	b, err := os.ReadFile(n.hostPath(t, "/var/lib/kubelet/config.yaml"))
+	if err != nil {
+		t.Error(err)
+	} else if !strings.Contains(string(b), "\nresolvConf: /run/systemd/resolve/resolv.conf\n") {
+		t.Errorf("the kubelet's config.yaml lacks the node's resolvConf patch:\n%s", b)
+	}
 }
 
 // checkJoinedNode asserts what the node registered with: the provider ID and node IP from IMDS, the pool's labels
