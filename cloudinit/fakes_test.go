@@ -240,10 +240,17 @@ if [[ $1 == join ]]; then
 fi`,
 	"systemctl": `echo "systemctl $*" >>"$STUB_DIR/calls"`,
 	// nft lists the counters the test wrote to $STUB_DIR/nft.json, or fails as with no such table.
+	// nft lists counters from nft.json (the gateway's idle check) and loads rulesets unless STUB_NFT_FAILS is set.
 	"nft": `echo "nft $*" >>"$STUB_DIR/calls"
-if [[ -r $STUB_DIR/nft.json ]]; then cat "$STUB_DIR/nft.json"; else echo "Error: No such file or directory" >&2; exit 1; fi`,
+[[ -z ${STUB_NFT_FAILS:-} ]] || exit 1
+if [[ $1 == -j ]]; then
+  if [[ -r $STUB_DIR/nft.json ]]; then cat "$STUB_DIR/nft.json"; else echo "Error: No such file or directory" >&2; exit 1; fi
+fi`,
 	"dnf": `echo "dnf $*" >>"$STUB_DIR/calls"
 umask >>"$STUB_DIR/dnf-umask"
+n=$(cat "$STUB_DIR/dnf-runs" 2>/dev/null || echo 0)
+echo $((n + 1)) >"$STUB_DIR/dnf-runs"
+if ((${STUB_DNF_FAILURES:-0} < 0 || n < ${STUB_DNF_FAILURES:-0})); then echo "Error: mirror hiccup (stub)" >&2; exit 1; fi
 if [[ -n ${STUB_DNF_NEEDS_REPO:-} && " $* " != *" --repo=$STUB_DNF_NEEDS_REPO "* ]]; then
   echo "Error: nothing provides conntrack needed by kubelet (stub)" >&2; exit 1
 fi
@@ -269,6 +276,16 @@ esac`,
 	"rpm": `echo "rpm $*" >>"$STUB_DIR/calls"
 [[ " ${STUB_RPM_MISSING:-} " != *" $3 "* ]]`,
 	"logger": `echo "$*" >>"$STUB_DIR/journal"`,
+	// ip answers "show default" with an EC2-like default route, after STUB_IP_NO_ROUTE answers without one.
+	"ip": `echo "ip $*" >>"$STUB_DIR/calls"
+if [[ "$*" == "-4 route show default" ]]; then
+  n=$(cat "$STUB_DIR/ip-shows" 2>/dev/null || echo 0)
+  echo $((n + 1)) >"$STUB_DIR/ip-shows"
+  if ((n >= ${STUB_IP_NO_ROUTE:-0})); then echo "default via 10.100.1.1 dev ens5 proto dhcp src 10.100.1.23 metric 100"; fi
+fi`,
+	// id knows one user, ec2-instance-connect, when STUB_EIC_UID is set.
+	"id": `echo "id $*" >>"$STUB_DIR/calls"
+[[ "$*" == "-u ec2-instance-connect" && -n ${STUB_EIC_UID:-} ]] && echo "$STUB_EIC_UID"`,
 	// The real curl, but: STUB_CURL_NO_SIGV4 makes it an old curl without --aws-sigv4; STUB_ROUTE_SSM and
 	// STUB_ROUTE_AUTOSCALING send the real endpoints' URLs (https://ssm.<region>.<domain>/) to the fakes, as DNS would.
 	"curl": `echo "curl $*" >>"$STUB_DIR/calls"

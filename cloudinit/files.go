@@ -94,6 +94,10 @@ type crioDropIn struct {
 		} `toml:"network"`
 		Runtime struct {
 			CgroupManager string `toml:"cgroup_manager"`
+			// SELinux is written out even when false: CRI-O's default (false) is documented as deprecated and to
+			// follow the host's SELinux mode in a future release, which on Fedora (enforcing) would silently
+			// confine every pod as container_t and break the fuse device plugin's socket in a hostPath.
+			SELinux bool `toml:"selinux"`
 		} `toml:"runtime"`
 	} `toml:"crio"`
 }
@@ -109,7 +113,7 @@ func (c crioDropIn) marshal() (string, error) {
 }
 
 // forUserData drops a script's comment lines (all but the shebang) before it goes into user data, where bytes count
-// against EC2's 16 KiB limit and the gzipped size is best kept near 4 KiB; the repository keeps the commented source.
+// against EC2's 16 KiB limit and the gzipped size is best kept under half of it; the repository keeps the commented source.
 // So the scripts must not have a line starting with '#' inside a multi-line string or heredoc; the tests run
 // shellcheck and the behaviour tests on the stripped text.
 func forUserData(script string) string {

@@ -42,6 +42,9 @@ const (
 	idleEnvPath   = "/etc/dynk8s/gateway-idle.env"
 	idleUnitName  = "dynk8s-gateway-idle.service"
 	idleTimerName = "dynk8s-gateway-idle.timer"
+
+	gatewayPackagesUnitName = "dynk8s-gateway-packages.service"
+	gatewayPackagesEnvPath  = "/etc/dynk8s/gateway-packages.env"
 )
 
 // Counters of the packets the gateway forwards into and out of the tunnel, in the MSS table: what the idle check
@@ -50,6 +53,38 @@ const (
 	forwardedIn  = "forwarded_in"
 	forwardedOut = "forwarded_out"
 )
+
+// gatewayPackages come from Fedora's repositories. cloud-init's own package step is not used: it runs once, and a
+// mirror hiccup at that moment would leave a gateway without wg-quick@.service that never brings the tunnel up and
+// is not retried on reboot (cloud-init's modules run once per instance).
+var gatewayPackages = []string{"nftables", "wireguard-tools"}
+
+// gatewayPackagesUnit runs gateway-packages.sh at every boot: a first boot installs (with retries), later boots only
+// check; it then enables and starts the tunnel. A failure is retried by systemd every 30 s, without end.
+func gatewayPackagesUnit() unitFile {
+	return unitFile{
+		{Name: "Unit", Entries: []unitEntry{
+			{"Description", "dynk8s: install the WireGuard gateway's packages, then start " + wgUnit},
+			{"Wants", "network-online.target"},
+			{"After", "network-online.target"},
+			// Restart=on-failure must not run into systemd's start rate limit (5 starts in 10 s by default).
+			{"StartLimitIntervalSec", "0"},
+		}},
+		{Name: "Service", Entries: []unitEntry{
+			{"Type", "oneshot"},
+			{"ExecStart", libexecDir + "/gateway-packages.sh"},
+			{"StandardOutput", "journal+console"},
+			{"StandardError", "journal+console"},
+			// Above the script's own 10 min deadline.
+			{"TimeoutStartSec", "12min"},
+			{"Restart", "on-failure"},
+			{"RestartSec", "30s"},
+		}},
+		{Name: "Install", Entries: []unitEntry{
+			{"WantedBy", "multi-user.target"},
+		}},
+	}
+}
 
 // mssRuleset clamps the MSS of TCP connections forwarded through the tunnel. Leaving through wg0, SYNs are clamped to
 // the route's (path) MTU; coming in from wg0, the on-prem side advertises an MSS for its own 1500-byte link, so
@@ -75,8 +110,8 @@ table inet {{.Table}} {
 `))
 
 // Gateway validates in and renders the WireGuard gateway's cloud-config: wireguard-tools and nftables from Fedora,
-// forwarding on, wg0.conf without a private key, and wg-quick@wg0 enabled with a drop-in that fetches the key from
-// SSM before each start.
+// installed by a unit that retries, forwarding on, wg0.conf without a private key, and wg-quick@wg0 enabled with a
+// drop-in that fetches the key from SSM before each start.
 func Gateway(in GatewayInput) ([]byte, error) {
 	if err := in.validate(); err != nil {
 		return nil, err
@@ -132,26 +167,41 @@ func Gateway(in GatewayInput) ([]byte, error) {
 		return nil, fmt.Errorf("gateway user data: wg-quick drop-in: %w", err)
 	}
 
+	pkgEnv, err := envFile("gateway-packages.sh", map[string]string{
+		"DYNK8S_PACKAGES": strings.Join(gatewayPackages, ","),
+		"DYNK8S_UNIT":     wgUnit,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("gateway user data: %w", err)
+	}
+	pkgUnit, err := gatewayPackagesUnit().marshal()
+	if err != nil {
+		return nil, fmt.Errorf("gateway user data: packages unit: %w", err)
+	}
+
 	cc := cloudConfig{
-		// The gateway is not on a scale-up's critical path, so cloud-init's own package step (with Fedora's
-		// repositories) is good enough.
-		Packages: []string{"nftables", "wireguard-tools"},
 		WriteFiles: []writeFile{
-			// Deferred until after the packages: wireguard-tools creates /etc/wireguard with mode 0700 first.
-			{Path: wgConfPath, Content: string(wgConf), Permissions: "0600", Defer: true},
+			// Not deferred behind a package: it holds no key (wg-key.sh writes wg0.key under umask 077), so the mode
+			// of /etc/wireguard, which cloud-init creates here and wireguard-tools later owns, does not matter.
+			{Path: wgConfPath, Content: string(wgConf), Permissions: "0600"},
 			{Path: wgKeyEnvPath, Content: env, Permissions: "0644"},
 			{Path: wgMSSPath, Content: nft.String(), Permissions: "0644"},
 			{Path: "/etc/sysctl.d/90-dynk8s-gateway.conf", Content: sysctlFile(map[string]string{"net.ipv4.ip_forward": "1"}),
 				Permissions: "0644"},
 			{Path: "/etc/systemd/system/wg-quick@wg0.service.d/10-dynk8s.conf", Content: dropIn, Permissions: "0644"},
+			{Path: gatewayPackagesEnvPath, Content: pkgEnv, Permissions: "0644"},
+			{Path: "/etc/systemd/system/" + gatewayPackagesUnitName, Content: pkgUnit, Permissions: "0644"},
+			{Path: libexecDir + "/gateway-packages.sh", Content: forUserData(gatewayPackagesSh), Permissions: "0755"},
 			{Path: libexecDir + "/wg-key.sh", Content: forUserData(wgKeySh), Permissions: "0755"},
 			{Path: libexecDir + "/lib.sh", Content: forUserData(libSh), Permissions: "0644"},
 		},
-		// enable (not only start) so that the tunnel comes back by itself after a reboot or an EC2 auto-recovery.
+		// The packages unit, enabled, installs what is missing (retrying) and then enables and starts the tunnel,
+		// which so comes back by itself after a reboot or an EC2 auto-recovery. `enable --now` blocks, so
+		// cloud-init's final status shows a first install that failed (the unit keeps retrying after that).
 		RunCmd: [][]string{
 			{"sysctl", "-q", "--system"},
 			{"systemctl", "daemon-reload"},
-			{"systemctl", "enable", "--now", wgUnit},
+			{"systemctl", "enable", "--now", gatewayPackagesUnitName},
 		},
 	}
 	if in.IdleStop > 0 {

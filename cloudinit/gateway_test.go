@@ -73,12 +73,11 @@ func TestGatewayRoundTrip(t *testing.T) {
 	t.Parallel()
 	ud := renderedGatewayUserData(t)["gateway-endpoint"]
 	cc := parseCloudConfig(t, ud)
-	assert.DeepEqual(t, cc.Packages, []string{"nftables", "wireguard-tools"})
-	assert.DeepEqual(t, cc.RunCmd[len(cc.RunCmd)-1], []string{"systemctl", "enable", "--now", "wg-quick@wg0.service"})
+	assert.Check(t, is.Len(cc.Packages, 0), "packages are installed by a unit that retries, not once by cloud-init")
+	assert.DeepEqual(t, cc.RunCmd[len(cc.RunCmd)-1], []string{"systemctl", "enable", "--now", "dynk8s-gateway-packages.service"})
 
 	conf := fileByPath(t, cc, wgConfPath)
 	assert.Check(t, is.Equal(conf.Permissions, "0600"))
-	assert.Check(t, conf.Defer)
 	for _, want := range []string{"Address = 10.99.0.1/30\n", "ListenPort = 51820\n", "MTU = 1420\n",
 		"PostUp = wg set %i private-key /etc/wireguard/wg0.key\n", "PostUp = nft -f /etc/dynk8s/wg0-mss.nft\n",
 		"PreDown = nft delete table inet dynk8s_wg0_mss || true\n", "PublicKey = " + testPeerPublicKey + "\n",
@@ -292,4 +291,66 @@ func TestGatewayMSSRulesetParsesWithNft(t *testing.T) {
 	assert.NilError(t, os.WriteFile(f, []byte(bad), 0o600))
 	out, err = exec.Command(nft, "-c", "-f", f).CombinedOutput()
 	assert.Assert(t, err != nil, "nft -c accepted a broken rule: %s", out)
+}
+
+const gatewayPackagesScript = libexecDir + "/gateway-packages.sh"
+
+// The gateway's packages come from a unit that runs at every boot and is restarted on failure, not from cloud-init's
+// one-time package step: a first boot during a mirror hiccup must still end with a tunnel.
+func TestGatewayPackagesUnitRetries(t *testing.T) {
+	t.Parallel()
+	cc := parseCloudConfig(t, renderedGatewayUserData(t)["gateway"])
+	unit := fileByPath(t, cc, "/etc/systemd/system/dynk8s-gateway-packages.service").Content
+	for _, want := range []string{"ExecStart=/usr/local/libexec/dynk8s/gateway-packages.sh\n", "Restart=on-failure\n",
+		"StartLimitIntervalSec=0\n", "WantedBy=multi-user.target\n", "After=network-online.target\n"} {
+		assert.Check(t, is.Contains(unit, want))
+	}
+	env := parseEnv(t, fileByPath(t, cc, "/etc/dynk8s/gateway-packages.env").Content)
+	assert.Check(t, is.DeepEqual(env, map[string]string{"DYNK8S_PACKAGES": "nftables,wireguard-tools", "DYNK8S_UNIT": wgUnit}))
+}
+
+// Two failed installs, then one that works: the tunnel is started after it.
+func TestGatewayPackagesRetryThenStartTheTunnel(t *testing.T) {
+	t.Parallel()
+	aws := newFakeAWS(t, nil)
+	run := runScript(t, renderedGatewayUserData(t)["gateway"], gatewayPackagesScript, aws,
+		map[string]string{"STUB_RPM_MISSING": "nftables wireguard-tools", "STUB_DNF_FAILURES": "2"}, nil)
+	assert.Equal(t, run.exitCode, 0)
+	install := "dnf install -y --setopt=install_weak_deps=False nftables wireguard-tools\n"
+	calls := run.file("calls")
+	assert.Check(t, is.Equal(strings.Count(calls, install), 3), calls)
+	assert.Check(t, is.Contains(run.stderr, "install nftables wireguard-tools: attempt 1 failed: dnf install exited 1"))
+	assert.Check(t, is.Contains(run.stderr, "succeeded on attempt 3"))
+	assert.Check(t, strings.HasSuffix(calls, install+"systemctl daemon-reload\nsystemctl enable --now --no-block wg-quick@wg0.service\n"), calls)
+	assert.Check(t, is.Len(failedLines(run.stderr), 0))
+}
+
+// Later boots find the packages and only start the tunnel; only a missing package is fetched.
+func TestGatewayPackagesInstallsOnlyWhatIsMissing(t *testing.T) {
+	t.Parallel()
+	aws := newFakeAWS(t, nil)
+	ud := renderedGatewayUserData(t)["gateway"]
+	run := runScript(t, ud, gatewayPackagesScript, aws, nil, nil)
+	assert.Equal(t, run.exitCode, 0)
+	assert.Check(t, !strings.Contains(run.file("calls"), "dnf"), run.file("calls"))
+	assert.Check(t, is.Contains(run.stderr, "nftables wireguard-tools already installed"))
+	assert.Check(t, is.Contains(run.file("calls"), "systemctl enable --now --no-block wg-quick@wg0.service\n"))
+
+	partial := runScript(t, ud, gatewayPackagesScript, aws, map[string]string{"STUB_RPM_MISSING": "wireguard-tools"}, nil)
+	assert.Equal(t, partial.exitCode, 0)
+	assert.Check(t, is.Contains(partial.file("calls"), "dnf install -y --setopt=install_weak_deps=False wireguard-tools\n"))
+}
+
+// A mirror that stays down: one reason, a non-zero exit (systemd restarts the unit), and no tunnel start.
+func TestGatewayPackagesGiveUpWithOneReason(t *testing.T) {
+	t.Parallel()
+	aws := newFakeAWS(t, nil)
+	run := runScript(t, renderedGatewayUserData(t)["gateway"], gatewayPackagesScript, aws,
+		map[string]string{"STUB_RPM_MISSING": "wireguard-tools", "STUB_DNF_FAILURES": "-1", "DYNK8S_DEADLINE_SECONDS": "2"}, nil)
+	assert.Check(t, run.exitCode != 0)
+	failed := failedLines(run.stderr)
+	assert.Assert(t, is.Len(failed, 1), run.stderr)
+	assert.Check(t, is.Contains(failed[0], "install wireguard-tools: gave up after"))
+	assert.Check(t, is.Contains(failed[0], "dnf install exited 1"))
+	assert.Check(t, !strings.Contains(run.file("calls"), "systemctl enable"))
 }

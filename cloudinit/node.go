@@ -33,6 +33,7 @@ type NodeInput struct {
 	// once prepared (in a warm pool) or joined (optional; empty: the group has no warm pool and no such hook). Its
 	// heartbeat timeout must be at least LaunchHookMinHeartbeat.
 	LaunchHook string
+	Host       HostInput // the node's network and metadata settings (host.go)
 }
 
 // LaunchHookMinHeartbeat is the shortest heartbeat a launch lifecycle hook may have: the boot completes the action
@@ -63,6 +64,8 @@ const (
 	phInstanceType = "@@INSTANCE_TYPE@@"
 	phRegion       = "@@REGION@@"
 	phZone         = "@@ZONE@@"
+	// phRoot is join.sh's DYNK8S_ROOT: empty on a node, a test's temp root elsewhere.
+	phRoot = "@@DYNK8S_ROOT@@"
 )
 
 // lifecycleHookRE is the EC2 Auto Scaling API's pattern for LifecycleHookName (API reference, PutLifecycleHook).
@@ -151,6 +154,9 @@ func Node(in NodeInput) ([]byte, error) {
 	crio.Crio.Image.PauseImage = "registry.k8s.io/pause:" + minor.Pause
 	crio.Crio.Network.PluginDirs = cniPluginDirs
 	crio.Crio.Runtime.CgroupManager = "systemd"
+	// SELinux stays enforcing on the host (host processes keep their confinement), but pods get no SELinux
+	// separation: a decision, documented in the README's security model, not a default that may change under us.
+	crio.Crio.Runtime.SELinux = false
 	crioConf, err := crio.marshal()
 	if err != nil {
 		return nil, fmt.Errorf("node pool %q: %w", in.PoolName, err)
@@ -186,6 +192,13 @@ func Node(in NodeInput) ([]byte, error) {
 			{"systemctl", "enable", "--now", joinUnitName},
 		},
 	}
+	host, err := hostConfig(in.Host)
+	if err != nil {
+		return nil, fmt.Errorf("node pool %q: %w", in.PoolName, err)
+	}
+	cc.WriteFiles = append(cc.WriteFiles, host.files...)
+	// The host's own steps go around the join: routes and DNS before it, the metadata lockdown after it.
+	cc.RunCmd = slices.Concat(cc.RunCmd[:1], host.beforeJoin, cc.RunCmd[1:], host.afterJoin)
 	if in.LaunchHook != "" {
 		// A warm pool's instance waiting Running or Hibernated enters service without booting: the timer runs the
 		// join again (it returns at once while the instance waits) until the node has joined.
@@ -307,6 +320,12 @@ type joinConfiguration struct {
 	Kind             string           `json:"kind"`
 	Discovery        discovery        `json:"discovery"`
 	NodeRegistration nodeRegistration `json:"nodeRegistration"`
+	Patches          kubeadmPatches   `json:"patches"`
+}
+
+type kubeadmPatches struct {
+	// Directory holds kubeadm patch files, "target[suffix][+patchtype].extension".
+	Directory string `json:"directory"`
 }
 
 type discovery struct {
@@ -371,6 +390,7 @@ func joinTemplate(in NodeInput) (string, error) {
 			},
 			Taints: taints,
 		},
+		Patches: kubeadmPatches{Directory: phRoot + kubeadmPatchDir},
 	}
 	b, err := yaml.Marshal(jc)
 	if err != nil {
@@ -431,6 +451,7 @@ func (in NodeInput) validate() (kube.Minor, error) {
 	if in.LaunchHook != "" && !lifecycleHookRE.MatchString(in.LaunchHook) {
 		e.add("LaunchHook", fmt.Errorf("%q is not a lifecycle hook name (1-255 of [A-Za-z0-9_/-])", in.LaunchHook))
 	}
+	in.Host.validate(&e)
 	if err := e.join("node user data"); err != nil {
 		return kube.Minor{}, err
 	}

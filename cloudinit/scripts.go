@@ -14,4 +14,10 @@ var (
 	gatewayIdleSh string
 	//go:embed scripts/wake-gateway.sh
 	wakeGatewaySh string
+	//go:embed scripts/gateway-packages.sh
+	gatewayPackagesSh string
+	//go:embed scripts/onprem-routes.sh
+	onpremRoutesSh string
+	//go:embed scripts/imds-lock.sh
+	imdsLockSh string
 )

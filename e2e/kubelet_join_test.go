@@ -149,6 +149,7 @@ func TestKubeletJoin(t *testing.T) {
 		checkJoinedNode(t, node, cfg, pool, zone)
 		checkKubeletClientCert(t, n.hostPath(t, "/var/lib/kubelet/pki/kubelet-client-current.pem"), c.CAFile,
 			"system:node:"+nodeName)
+		checkKubeletPatched(t, n)
 	})
 	if t.Failed() {
 		return
@@ -190,6 +191,18 @@ func TestKubeletJoin(t *testing.T) {
 				after.ready())
 		}
 	})
+}
+
+// checkKubeletPatched asserts the node's own kubelet settings, which kubeadm patched in over the cluster's
+// kubelet-config (whose resolvConf kubeadmUploadConfig pins elsewhere).
+func checkKubeletPatched(t *testing.T, n *node) {
+	t.Helper()
+	b, err := os.ReadFile(n.hostPath(t, "/var/lib/kubelet/config.yaml"))
+	if err != nil {
+		t.Error(err)
+	} else if !strings.Contains(string(b), "\nresolvConf: /run/systemd/resolve/resolv.conf\n") {
+		t.Errorf("the kubelet's config.yaml lacks the node's resolvConf patch:\n%s", b)
+	}
 }
 
 // checkJoinedNode asserts what the node registered with: the provider ID and node IP from IMDS, the pool's labels
@@ -256,7 +269,7 @@ func firstTaintedPool(t *testing.T, cfg *config.Config) config.NodePool {
 // kubeadmUploadConfig does the two `kubeadm init` phases a joining worker reads from: kube-system/kubeadm-config
 // (the ClusterConfiguration) and kube-system/kubelet-config (the cluster-wide KubeletConfiguration), with their
 // RBAC. The kubelet settings are what this machine needs: cgroupfs (no systemd), cgroup v1 allowed (kubelet 1.34
-// still runs on it), swap tolerated.
+// still runs on it), swap tolerated; and a resolvConf the node's own patch overrides.
 func kubeadmUploadConfig(ctx context.Context, t *testing.T, c cluster) {
 	t.Helper()
 	u, err := url.Parse(c.Server)
@@ -277,6 +290,9 @@ func kubeadmUploadConfig(ctx context.Context, t *testing.T, c cluster) {
 		{
 			"apiVersion": "kubelet.config.k8s.io/v1beta1", "kind": "KubeletConfiguration",
 			"cgroupDriver": "cgroupfs", "failSwapOn": false, "failCgroupV1": false,
+			// What a cluster initialised on a host without systemd-resolved may pin; the node's kubeadm patch must
+			// win over it.
+			"resolvConf": "/etc/resolv.conf",
 		},
 	}
 	var b strings.Builder

@@ -79,14 +79,13 @@ func TestNetworkComponent(t *testing.T) {
 func TestIdentityComponent(t *testing.T) {
 	cloud := runComponent(t, func(ctx *pulumi.Context) error {
 		_, err := infra.NewIdentity(ctx, "id", &infra.IdentityArgs{
-			ClusterName: "lab", Region: "us-west-2", SessionManager: true,
+			ClusterName: "lab", Region: "us-west-2",
 			AutoscalerKeyRotation: "2026-11", BootstrapTokenRotation: "7",
 		})
 		return err
 	})
-	attachments := cloud.ByType("aws:iam/rolePolicyAttachment:RolePolicyAttachment")
-	assert.Equal(t, len(attachments), 1, "Session Manager only; ECR read stays off")
-	assert.Check(t, strings.HasSuffix(in(&attachments[0], "policyArn").(string), ":policy/AmazonSSMManagedInstanceCore"))
+	assert.Check(t, is.Len(cloud.ByType("aws:iam/rolePolicyAttachment:RolePolicyAttachment"), 0),
+		"the node role has no managed policy")
 	mustFind(t, cloud, "aws:iam/accessKey:AccessKey", "id-autoscaler-key-2026-11")
 	token := mustFind(t, cloud, "aws:ssm/parameter:Parameter", "id-join-token")
 	assert.Equal(t, in(token, "name"), "/dynk8s/lab/join-token")
@@ -288,6 +287,7 @@ func TestNodePoolComponent(t *testing.T) {
 				KubernetesVersion: kube.Version{Major: 1, Minor: 35, Patch: 1}, APIServerEndpoint: "10.0.0.1:6443",
 				JoinTokenParameter: "/dynk8s/lab/join-token", ClusterName: "lab", PoolName: "gpu",
 				Labels: pool.NodeLabels(), Taints: pool.Taints,
+				Host: cloudinit.HostInput{OnPremCIDRs: []netip.Prefix{netip.MustParsePrefix("10.0.0.0/24")}, TunnelMTU: 1420},
 			},
 			CACertHashes:       pulumi.ToStringArray([]string{hash}),
 			SubnetIDs:          pulumi.ToStringArray([]string{"subnet-1"}),
@@ -326,7 +326,8 @@ func TestNodePoolWarmPool(t *testing.T) {
 				Node: cloudinit.NodeInput{
 					KubernetesVersion: kube.Version{Major: 1, Minor: 34, Patch: 4}, APIServerEndpoint: "10.0.0.1:6443",
 					JoinTokenParameter: "/dynk8s/lab/join-token", ClusterName: "lab", PoolName: pool.Name,
-					Labels: pool.NodeLabels(),
+					Labels: pool.NodeLabels(), LaunchHook: infra.LaunchHook(pool),
+					Host: cloudinit.HostInput{OnPremCIDRs: []netip.Prefix{netip.MustParsePrefix("10.0.0.0/24")}, TunnelMTU: 1420},
 				},
 				CACertHashes:       pulumi.ToStringArray([]string{"sha256:" + strings.Repeat("ab", 32)}),
 				SubnetIDs:          pulumi.ToStringArray([]string{"subnet-1"}),

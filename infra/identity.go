@@ -16,12 +16,6 @@ import (
 // IdentityType is the type token of the Identity component.
 const IdentityType = "dynk8s:infra:Identity"
 
-// Managed policies a pool's nodes may get on request (both off by default).
-const (
-	sessionManagerPolicy = "AmazonSSMManagedInstanceCore"
-	ecrReadOnlyPolicy    = "AmazonEC2ContainerRegistryReadOnly"
-)
-
 // JoinTokenParameter is the SSM SecureString that holds "<token-id>.<token-secret>" for the nodes of a cluster.
 func JoinTokenParameter(clusterName string) string { return "/dynk8s/" + clusterName + "/join-token" }
 
@@ -66,8 +60,6 @@ type IdentityArgs struct {
 	ClusterName string
 	// Region is where the SSM parameters live (required).
 	Region string
-	// SessionManager and ECRReadOnly attach the managed policies of those names to the node role (optional).
-	SessionManager, ECRReadOnly bool
 	// AutoscalerKeyRotation: a new value makes new access keys for the on-prem users (the autoscaler's and the
 	// cleanup's), each created before the old one is deleted (required).
 	AutoscalerKeyRotation string
@@ -102,9 +94,6 @@ func NewIdentity(ctx *pulumi.Context, name string, args *IdentityArgs, opts ...p
 			strings.TrimPrefix(parameter, "/"))
 	}
 	ec2Service := pulumi.Sprintf("ec2.%s", partition.DnsSuffix())
-	managedPolicyARN := func(policy string) pulumi.StringOutput {
-		return pulumi.Sprintf("arn:%s:iam::aws:policy/%s", partition.Partition(), policy)
-	}
 
 	// The join token's parameter. Pulumi declares it, with a placeholder, and never writes it again: the rotator in
 	// the cluster overwrites it with a fresh token every rotation period, so the value Pulumi last saw is stale by
@@ -138,22 +127,6 @@ func NewIdentity(ctx *pulumi.Context, name string, args *IdentityArgs, opts ...p
 	}, parent); err != nil {
 		return fail("node lifecycle policy", err)
 	}
-	var extra []string
-	if args.SessionManager {
-		extra = append(extra, sessionManagerPolicy)
-	}
-	if args.ECRReadOnly {
-		extra = append(extra, ecrReadOnlyPolicy)
-	}
-	for _, policy := range extra {
-		if _, err := iam.NewRolePolicyAttachment(ctx, name+"-node-"+strings.ToLower(policy), &iam.RolePolicyAttachmentArgs{
-			Role:      nodeProfile.Role,
-			PolicyArn: managedPolicyARN(policy),
-		}, parent); err != nil {
-			return fail("node policy "+policy, err)
-		}
-	}
-
 	gatewayProfile, err := instanceRole(ctx, name+"-gateway", args.ClusterName+"-gateway", ec2Service,
 		parameterARN(GatewayKeyParameter(args.ClusterName)), tags("gateway"), parent)
 	if err != nil {

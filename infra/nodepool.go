@@ -118,7 +118,9 @@ func NewNodePool(ctx *pulumi.Context, name string, args *NodePoolArgs, opts ...p
 		ImageId:              image.Id(),
 		UpdateDefaultVersion: pulumi.Bool(true),
 		UserData:             pulumix.Cast[pulumi.StringOutput](userData),
-		// IMDSv2 only, and one hop: pods cannot reach the node role's credentials through IMDS.
+		// IMDSv2 only, and one hop: a pod in its own network namespace cannot complete the IMDSv2 handshake.
+		// Host-network pods are one hop away like the host; the node's nftables lockdown after the join covers
+		// them (cloudinit, imds-lock).
 		MetadataOptions: &ec2.LaunchTemplateMetadataOptionsArgs{
 			HttpEndpoint:            pulumi.String("enabled"),
 			HttpTokens:              pulumi.String("required"),

@@ -88,8 +88,6 @@ func NewStack(ctx *pulumi.Context, cfg *config.Config) (*Stack, error) {
 	s.Identity, err = NewIdentity(ctx, "identity", &IdentityArgs{
 		ClusterName:            cfg.ClusterName,
 		Region:                 cfg.Region,
-		SessionManager:         cfg.Identity.SessionManager,
-		ECRReadOnly:            cfg.Identity.ECRReadOnly,
 		AutoscalerKeyRotation:  cfg.Identity.AutoscalerKeyRotation,
 		BootstrapTokenRotation: cfg.Kubernetes.BootstrapTokenRotation,
 	})
@@ -193,6 +191,10 @@ func NodeInput(cfg *config.Config, pool config.NodePool, caHashes []string, toke
 		}
 	}
 	images = append(images, pool.PrePullImages...)
+	var metadataUIDs []int
+	if cfg.TerminationHandler.Enabled {
+		metadataUIDs = []int{addons.TerminationHandlerUID}
+	}
 	return cloudinit.NodeInput{
 		KubernetesVersion:  cfg.Kubernetes.Version,
 		APIServerEndpoint:  cfg.Kubernetes.APIServerEndpoint.String(),
@@ -204,6 +206,14 @@ func NodeInput(cfg *config.Config, pool config.NodePool, caHashes []string, toke
 		Taints:             taints,
 		PrePullImages:      images,
 		LaunchHook:         LaunchHook(pool),
+		Host: cloudinit.HostInput{
+			OnPremCIDRs: cfg.WireGuard.OnPremCIDRs,
+			TunnelMTU:   cfg.WireGuard.MTU,
+			DNSServers:  cfg.Network.OnPremDNS.Servers,
+			DNSDomains:  cfg.Network.OnPremDNS.Domains,
+			// The termination handler polls the metadata service from the host network, as its own user.
+			MetadataUIDs: metadataUIDs,
+		},
 	}
 }
 

@@ -606,19 +606,8 @@ func TestIdentityPolicies(t *testing.T) {
 	assert.Equal(t, in(find(t, res, "aws:iam/userPolicy:UserPolicy", "identity-cleanup"), "user"), "homelab-node-cleanup")
 	assert.Equal(t, len(res.Cloud.ByType("aws:iam/user:User")), 3, "the autoscaler's, the cleanup's and the token rotator's users")
 
-	// Opt-in managed policies, by partition-aware ARN.
-	c := devConfig(t)
-	obj(c, "identity")["sessionManager"] = true
-	obj(c, "identity")["ecrReadOnly"] = true
-	var arns []string
-	for _, a := range runStack(t, c).Cloud.ByType("aws:iam/rolePolicyAttachment:RolePolicyAttachment") {
-		arns = append(arns, in(&a, "policyArn").(string))
-	}
-	sort.Strings(arns)
-	assert.DeepEqual(t, arns, []string{
-		"arn:aws:iam::aws:policy/AmazonEC2ContainerRegistryReadOnly",
-		"arn:aws:iam::aws:policy/AmazonSSMManagedInstanceCore",
-	})
+	// The node role gets no managed policy: its only right is reading the join token.
+	assert.Check(t, is.Len(res.Cloud.ByType("aws:iam/rolePolicyAttachment:RolePolicyAttachment"), 0))
 }
 
 // TestJoinTokenAndKeyRotation: Pulumi declares the join token's parameter with a placeholder and ignores its value

@@ -317,7 +317,7 @@ api_server() {
 render() {
   local t v
   t=$(<"$etc/dynk8s/kubeadm-join.yaml.tmpl") || fail "cannot read $etc/dynk8s/kubeadm-join.yaml.tmpl"
-  for v in TOKEN NODE_IP INSTANCE_ID INSTANCE_TYPE REGION ZONE; do t=${t//@@$v@@/"${!v}"}; done
+  for v in TOKEN NODE_IP INSTANCE_ID INSTANCE_TYPE REGION ZONE DYNK8S_ROOT; do t=${t//@@$v@@/"${!v}"}; done
   [[ $t != *@@* ]] || fail "kubeadm-join.yaml.tmpl has a placeholder this script does not know"
   mkdir -p "$run_dir"
   (umask 077 && printf '%s\n' "$t" >"$join_config")

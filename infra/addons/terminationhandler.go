@@ -20,8 +20,12 @@ const (
 	// prep"); the image is multi-arch (linux amd64 and arm64).
 	nthImage = "public.ecr.aws/aws-ec2/aws-node-termination-handler:v1.25.4"
 	// nthUID is the user the upstream chart runs the handler as.
-	nthUID = 1000
+	nthUID = TerminationHandlerUID
 )
+
+// TerminationHandlerUID is the user aws-node-termination-handler runs as, on the host network: the nodes let it
+// (besides root) reach the instance metadata service after the join, which it polls in IMDS mode.
+const TerminationHandlerUID = 1000
 
 // nthRules are the ClusterRole rules of the upstream chart (config/helm/aws-node-termination-handler/templates/
 // clusterrole.yaml) without the optional event rule: cordon (patch/update nodes), list the node's pods and evict

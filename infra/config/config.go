@@ -86,6 +86,16 @@ type Network struct {
 	VPCCIDR netip.Prefix `key:"vpcCidr" default:"10.200.0.0/16"`
 	// AvailabilityZones are zone names, or a count of the region's zones.
 	AvailabilityZones Zones `key:"availabilityZones" default:"2"`
+	// OnPremDNS sends the nodes' lookups of on-prem domains to on-prem name servers (optional).
+	OnPremDNS OnPremDNS `key:"onPremDns"`
+}
+
+// OnPremDNS is dynk8s:network.onPremDns: name servers reached through the tunnel, and the domains they answer for.
+type OnPremDNS struct {
+	// Servers are IPv4 addresses inside wireguard.onPremCidrs (optional, at most 3; required with Domains).
+	Servers []netip.Addr `key:"servers"`
+	// Domains are the on-prem domains asked of Servers alone (optional; required with Servers).
+	Domains []string `key:"domains"`
 }
 
 // Zones is either a list of zone names or a count of zones the stack picks from the region.
@@ -236,13 +246,21 @@ type Fuse struct {
 
 // Identity is dynk8s:identity.
 type Identity struct {
-	// SessionManager attaches AmazonSSMManagedInstanceCore to the node role.
-	SessionManager bool `key:"sessionManager" default:"false"`
-	// ECRReadOnly attaches AmazonEC2ContainerRegistryReadOnly to the node role.
-	ECRReadOnly bool `key:"ecrReadOnly" default:"false"`
 	// AutoscalerKeyRotation is an opaque value; changing it creates a new autoscaler access key before deleting
 	// the old one.
 	AutoscalerKeyRotation string `key:"autoscalerKeyRotation" default:"1"`
+}
+
+// removedKeys are keys earlier versions read, with why they went and what to do instead: a stack file that still
+// sets one gets that reason rather than a bare "unknown key".
+var removedKeys = map[string]string{
+	Namespace + ":identity.sessionManager": "was removed: Session Manager needs amazon-ssm-agent, which Fedora " +
+		"Cloud does not ship, so the policy only widened the node role; reach a node with EC2 Instance Connect " +
+		"through the tunnel instead (README, \"When a node does not join\")",
+	Namespace + ":identity.ecrReadOnly": "was removed: since Kubernetes 1.27 the kubelet pulls from ECR only " +
+		"through the ecr-credential-provider plugin, which dynk8s cannot install with a verified checksum, so the " +
+		"policy granted nothing the kubelet could use; pull private images with an imagePullSecret, or boot an " +
+		"image that carries the plugin (nodePools[i].amiId)",
 }
 
 // Cleanup is dynk8s:cleanup.

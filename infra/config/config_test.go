@@ -101,7 +101,7 @@ func TestDefaultsApplied(t *testing.T) {
 	assert.Equal(t, cfg.Kubernetes.BootstrapTokenTTL, 2*time.Hour)
 	assert.Equal(t, cfg.Kubernetes.BootstrapTokenRotation, "1")
 	assert.Check(t, cfg.TerminationHandler.Enabled)
-	assert.Check(t, !cfg.Identity.SessionManager && !cfg.Identity.ECRReadOnly)
+	assert.Equal(t, cfg.Identity.AutoscalerKeyRotation, "1")
 }
 
 // TestBadConfig: each malformed config is refused with exactly one error, at its exact key path.
@@ -265,11 +265,12 @@ func TestBadConfig(t *testing.T) {
 		}, "dynk8s:nodePools[0].warmPool.state", "set amiId"},
 		{"cleanup under five minutes", func(c map[string]any) { obj(c, "cleanup")["notReadyAfter"] = "2m" }, "dynk8s:cleanup.notReadyAfter", "at least 5m"},
 		{"cleanup not a duration", func(c map[string]any) { obj(c, "cleanup")["notReadyAfter"] = "soon" }, "dynk8s:cleanup.notReadyAfter", "duration"},
-		{"identity flag not a boolean", func(c map[string]any) { obj(c, "identity")["sessionManager"] = "yes please" }, "dynk8s:identity.sessionManager", "true or false"},
 		{"token ttl under the floor", func(c map[string]any) { obj(c, "kubernetes")["bootstrapTokenTTL"] = "29m" }, "dynk8s:kubernetes.bootstrapTokenTTL", "must be 30m..24h, got 29m"},
 		{"token ttl above kubeadm's default", func(c map[string]any) { obj(c, "kubernetes")["bootstrapTokenTTL"] = "25h" }, "dynk8s:kubernetes.bootstrapTokenTTL", "must be 30m..24h, got 25h"},
 		{"token ttl not a duration", func(c map[string]any) { obj(c, "kubernetes")["bootstrapTokenTTL"] = "two hours" }, "dynk8s:kubernetes.bootstrapTokenTTL", "duration"},
 		{"token ttl a bare number", func(c map[string]any) { obj(c, "kubernetes")["bootstrapTokenTTL"] = 7200 }, "dynk8s:kubernetes.bootstrapTokenTTL", "duration"},
+		{"removed Session Manager option", func(c map[string]any) { obj(c, "identity")["sessionManager"] = true }, "dynk8s:identity.sessionManager", "EC2 Instance Connect"},
+		{"removed ECR option", func(c map[string]any) { obj(c, "identity")["ecrReadOnly"] = false }, "dynk8s:identity.ecrReadOnly", "ecr-credential-provider"},
 		{"kubeconfig empty", func(c map[string]any) { obj(c, "kubernetes")["kubeconfig"] = " " }, "dynk8s:kubernetes.kubeconfig", "empty"},
 	}
 	for _, tc := range cases {

@@ -146,8 +146,12 @@ func (r *reader) object(path string, v any, dst reflect.Value) {
 	}
 	slices.Sort(known)
 	for _, k := range slices.Sorted(maps.Keys(m)) {
-		if !slices.Contains(known, k) {
-			r.addf(childPath(path, k), "unknown key (known keys here: %s)", strings.Join(known, ", "))
+		switch kp := childPath(path, k); {
+		case slices.Contains(known, k):
+		case removedKeys[kp] != "":
+			r.addf(kp, "%s", removedKeys[kp])
+		default:
+			r.addf(kp, "unknown key (known keys here: %s)", strings.Join(known, ", "))
 		}
 	}
 }
@@ -253,6 +257,7 @@ func (r *reader) element(path string, v any, dst reflect.Value) {
 // parsers decode the typed values: the one place each is parsed, with the message an operator sees.
 var parsers = map[reflect.Type]func(v any) (any, error){
 	reflect.TypeFor[netip.Prefix]():     textParser(parseCIDR),
+	reflect.TypeFor[netip.Addr]():       textParser(parseIPv4),
 	reflect.TypeFor[Endpoint]():         textParser(ParseEndpoint),
 	reflect.TypeFor[kube.Version]():     textParser(kube.ParseVersion),
 	reflect.TypeFor[kube.Arch]():        textParser(parseArch),
@@ -284,6 +289,18 @@ func parseCIDR(s string) (netip.Prefix, error) {
 		return netip.Prefix{}, fmt.Errorf("%s has host bits set; did you mean %s?", s, p.Masked())
 	}
 	return p, nil
+}
+
+// parseIPv4 parses one IPv4 address.
+func parseIPv4(s string) (netip.Addr, error) {
+	a, err := netip.ParseAddr(s)
+	switch {
+	case err != nil:
+		return netip.Addr{}, fmt.Errorf("%q is not an IP address (e.g. 192.168.1.53)", s)
+	case !a.Is4():
+		return netip.Addr{}, fmt.Errorf("%s: only IPv4 addresses are supported", s)
+	}
+	return a, nil
 }
 
 func parseArch(s string) (kube.Arch, error) {

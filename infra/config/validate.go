@@ -50,6 +50,7 @@ func validate(r *reader, c *Config) {
 	validateKubernetes(r, c)
 	validateWireGuard(r, c)
 	validateRanges(r, c)
+	validateOnPremDNS(r, c)
 	checkInstanceTypeName(r, ns+"gateway.instanceType", c.Gateway.InstanceType)
 	if d := c.Gateway.IdleStop; d != 0 && d < MinIdleStop {
 		r.addf(ns+"gateway.idleStop", "must be 0 (always on) or at least %s, got %s", MinIdleStop, d)
@@ -169,6 +170,47 @@ func validateRanges(r *reader, c *Config) {
 				r.addf(b, "%s overlaps %s (%s): the VPC, tunnel, on-prem, pod and service ranges must be disjoint",
 					ranges[b], a, ranges[a])
 			}
+		}
+	}
+}
+
+// domainRE is a DNS domain as systemd-resolved takes it: lower-case labels, no trailing dot.
+var domainRE = regexp.MustCompile(`^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?(\.[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?)*$`)
+
+// validateOnPremDNS checks that the on-prem name servers are reached through the tunnel and that servers and domains
+// come together.
+func validateOnPremDNS(r *reader, c *Config) {
+	dp := Namespace + ":network.onPremDns."
+	d := c.Network.OnPremDNS
+	if len(d.Servers) > cloudinit.MaxDNSServers {
+		r.addf(dp+"servers", "%d servers, at most %d (a resolv.conf holds three, and the kubelet passes only three "+
+			"on to pods)", len(d.Servers), cloudinit.MaxDNSServers)
+	}
+	for i, a := range d.Servers {
+		sp := fmt.Sprintf("%sservers[%d]", dp, i)
+		if j := slices.Index(d.Servers, a); j < i {
+			r.addf(sp, "%s is listed twice (also servers[%d])", a, j)
+		} else if !r.failed(Namespace+":wireguard.onPremCidrs") && !slices.ContainsFunc(c.WireGuard.OnPremCIDRs,
+			func(p netip.Prefix) bool { return p.Contains(a) }) {
+			r.addf(sp, "%s is not inside any of %s:wireguard.onPremCidrs: the nodes reach on-prem name servers "+
+				"through the tunnel, which routes only those ranges", a, Namespace)
+		}
+	}
+	if len(d.Servers) > 0 && len(d.Domains) == 0 {
+		r.addf(dp+"domains", "is required with servers: the on-prem domains the servers answer for (only those "+
+			"are sent to them)")
+	}
+	if len(d.Domains) > 0 && len(d.Servers) == 0 && !r.failed(dp+"servers") {
+		r.addf(dp+"servers", "is required with domains: the on-prem name servers that answer for them")
+	}
+	for i, dom := range d.Domains {
+		dmp := fmt.Sprintf("%sdomains[%d]", dp, i)
+		switch {
+		case len(dom) > 253 || !domainRE.MatchString(dom):
+			r.addf(dmp, "%q is not a DNS domain (lower-case labels such as corp.example.com; no leading '~', no "+
+				"trailing '.')", dom)
+		case slices.Index(d.Domains, dom) < i:
+			r.addf(dmp, "%q is listed twice", dom)
 		}
 	}
 }

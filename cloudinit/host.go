@@ -1,0 +1,273 @@
+package cloudinit
+
+import (
+	"errors"
+	"fmt"
+	"net/netip"
+	"slices"
+	"strconv"
+	"strings"
+	"text/template"
+
+	"sigs.k8s.io/yaml"
+
+	"github.com/dynk8s/dynk8s/wireguard"
+)
+
+// The node's host settings beyond the join itself: what kubeadm patches into the kubelet's configuration, the
+// routes and DNS toward on-prem, and the lockdown of the instance metadata service once the node joined. Each is a
+// file of its own and, where something must run, a unit and a script of its own, so join.sh stays about the join.
+
+// HostInput are the node's network and metadata settings; plain and public, like the rest of NodeInput.
+type HostInput struct {
+	// OnPremCIDRs are the ranges the VPC routes through the tunnel (required, at least one, IPv4): the node caps the
+	// path MTU toward them at TunnelMTU.
+	OnPremCIDRs []netip.Prefix
+	// TunnelMTU is the WireGuard tunnel's MTU (required, wireguard.MinMTU..wireguard.MaxMTU).
+	TunnelMTU int
+	// DNSServers are on-prem name servers, inside OnPremCIDRs (optional, at most 3): the node asks them for names
+	// under DNSDomains, and only for those.
+	DNSServers []netip.Addr
+	// DNSDomains are the on-prem domains routed to DNSServers (required with DNSServers, and only with them).
+	DNSDomains []string
+	// MetadataUIDs are the users besides root that may still reach the instance metadata service after the join
+	// (optional): the termination handler's, which polls it from the host network in IMDS mode.
+	MetadataUIDs []int
+}
+
+// MaxDNSServers is what a resolv.conf holds (glibc's MAXNS); the kubelet hands pods with dnsPolicy Default the
+// first three servers of the node's resolver list and drops the rest.
+const MaxDNSServers = 3
+
+// Where the host settings go on the node.
+const (
+	// kubeadmPatchDir is the JoinConfiguration's patches.directory: under /etc/kubernetes, which kubeadm reset
+	// leaves alone (it removes only its own files there), so a retried join finds the patches again.
+	kubeadmPatchDir = "/etc/kubernetes/patches"
+	// resolvedResolvConf is systemd-resolved's list of the real upstream servers. Fedora resolves through resolved,
+	// whose /etc/resolv.conf names only the 127.0.0.53 stub, which means nothing inside a pod.
+	resolvedResolvConf = "/run/systemd/resolve/resolv.conf"
+	networkEnvPath     = "/etc/dynk8s/network.env"
+	routesUnitName     = "dynk8s-onprem-routes.service"
+	resolvedDropInPath = "/etc/systemd/resolved.conf.d/90-dynk8s-onprem.conf"
+	imdsRulesetPath    = "/etc/dynk8s/imds-lock.nft"
+	imdsUnitName       = "dynk8s-imds-lock.service"
+	// imdsTable and imdsUsersSet are also named by imds-lock.sh, which adds EC2 Instance Connect's user to the set.
+	imdsTable    = "dynk8s_imds_lock"
+	imdsUsersSet = "imds_users"
+)
+
+// kubeletPatch is a JSON merge patch (RFC 7386) of the node's KubeletConfiguration: the per-node settings that the
+// cluster's kubelet-config ConfigMap would otherwise decide. kubeadm join applies it (target kubeletconfiguration,
+// `kubeadm join --help` at v1.31 and later) to the config it writes to /var/lib/kubelet/config.yaml. A merge patch,
+// not kubeadm's default strategic one: KubeletConfiguration is not a type with strategic-merge metadata.
+//
+// resolvConf: kubeadm picks resolved's file itself only when the cluster's kubelet-config leaves resolvConf unset
+// (cmd/kubeadm/app/componentconfigs/kubelet.go, mutateResolverConfig); a cluster initialised on a host without
+// resolved may pin /etc/resolv.conf, which on Fedora hands pods with dnsPolicy Default the unusable stub.
+type kubeletPatch struct {
+	ResolvConf string `json:"resolvConf"`
+}
+
+// imdsRuleset keeps the instance metadata service (and with it the node role's credentials, hence the join token)
+// from everything but root and the listed users on the host, and from every pod in a network namespace of its own
+// (their packets are forwarded; a node never forwards anything to the metadata service legitimately). A pod on the
+// host network running as root, or as a listed user, still reaches it: only Pod Security keeps such pods off the
+// nodes. fd00:ec2::254 is the service's IPv6 address, answered only where the instance enables it. The leading
+// "table"/"delete table" pair makes a reload replace the rules instead of adding copies.
+var imdsRuleset = template.Must(template.New("imds").Parse(`table inet {{.Table}}
+delete table inet {{.Table}}
+table inet {{.Table}} {
+  set {{.Set}} {
+    type uid
+    elements = { {{.UIDs}} }
+  }
+  chain output {
+    type filter hook output priority filter; policy accept;
+    ip daddr 169.254.169.254 meta skuid != @{{.Set}} drop
+    ip6 daddr fd00:ec2::254 meta skuid != @{{.Set}} drop
+  }
+  chain forward {
+    type filter hook forward priority filter; policy accept;
+    ip daddr 169.254.169.254 drop
+    ip6 daddr fd00:ec2::254 drop
+  }
+}
+`))
+
+// hostSetup is what hostConfig adds to a node's cloud-config: files, and systemctl commands for runcmd before and
+// after the join unit's.
+type hostSetup struct {
+	files                 []writeFile
+	beforeJoin, afterJoin [][]string
+}
+
+func hostConfig(in HostInput) (hostSetup, error) {
+	var h hostSetup
+	patch, err := yaml.Marshal(kubeletPatch{ResolvConf: resolvedResolvConf})
+	if err != nil {
+		return h, fmt.Errorf("kubelet patch: %w", err)
+	}
+	cidrs := make([]string, len(in.OnPremCIDRs))
+	for i, p := range in.OnPremCIDRs {
+		cidrs[i] = p.String()
+	}
+	env, err := envFile("onprem-routes.sh", map[string]string{
+		"DYNK8S_ONPREM_CIDRS": strings.Join(cidrs, ","),
+		"DYNK8S_TUNNEL_MTU":   strconv.Itoa(in.TunnelMTU),
+	})
+	if err != nil {
+		return h, err
+	}
+	routes, err := routesUnit().marshal()
+	if err != nil {
+		return h, fmt.Errorf("routes unit: %w", err)
+	}
+	uids := []string{"0"}
+	for _, u := range slices.Compact(slices.Sorted(slices.Values(in.MetadataUIDs))) {
+		uids = append(uids, strconv.Itoa(u))
+	}
+	var nft strings.Builder
+	if err := imdsRuleset.Execute(&nft, struct{ Table, Set, UIDs string }{imdsTable, imdsUsersSet,
+		strings.Join(uids, ", ")}); err != nil {
+		return h, fmt.Errorf("metadata ruleset: %w", err)
+	}
+	lock, err := imdsUnit().marshal()
+	if err != nil {
+		return h, fmt.Errorf("metadata lock unit: %w", err)
+	}
+	h.files = []writeFile{
+		{Path: kubeadmPatchDir + "/kubeletconfiguration+merge.yaml", Content: string(patch), Permissions: "0644"},
+		{Path: networkEnvPath, Content: env, Permissions: "0644"},
+		{Path: "/etc/systemd/system/" + routesUnitName, Content: routes, Permissions: "0644"},
+		{Path: libexecDir + "/onprem-routes.sh", Content: forUserData(onpremRoutesSh), Permissions: "0755"},
+		{Path: imdsRulesetPath, Content: nft.String(), Permissions: "0644"},
+		{Path: "/etc/systemd/system/" + imdsUnitName, Content: lock, Permissions: "0644"},
+		{Path: libexecDir + "/imds-lock.sh", Content: forUserData(imdsLockSh), Permissions: "0755"},
+	}
+	h.beforeJoin = [][]string{{"systemctl", "enable", "--now", routesUnitName}}
+	if len(in.DNSServers) > 0 {
+		dropIn, err := resolvedDropIn(in).marshal()
+		if err != nil {
+			return h, fmt.Errorf("resolved drop-in: %w", err)
+		}
+		h.files = append(h.files, writeFile{Path: resolvedDropInPath, Content: dropIn, Permissions: "0644"})
+		// resolved read its configuration before cloud-init wrote the drop-in.
+		h.beforeJoin = append(h.beforeJoin, []string{"systemctl", "try-restart", "systemd-resolved.service"})
+	}
+	h.afterJoin = [][]string{{"systemctl", "enable", "--now", imdsUnitName}}
+	return h, nil
+}
+
+// routesUnit caps the path MTU toward on-prem at every boot (routes do not persist), before the join and the
+// kubelet. A failure is logged but blocks neither: too large a packet is a slow path, not a dead node.
+func routesUnit() unitFile {
+	return unitFile{
+		{Name: "Unit", Entries: []unitEntry{
+			{"Description", "dynk8s: cap the path MTU toward the on-prem ranges at the tunnel's"},
+			{"Wants", "network-online.target"},
+			{"After", "network-online.target"},
+			{"Before", joinUnitName + " kubelet.service"},
+		}},
+		{Name: "Service", Entries: []unitEntry{
+			{"Type", "oneshot"},
+			{"RemainAfterExit", "yes"},
+			{"ExecStart", libexecDir + "/onprem-routes.sh"},
+			{"StandardOutput", "journal+console"},
+			{"StandardError", "journal+console"},
+			{"TimeoutStartSec", "3min"},
+		}},
+		{Name: "Install", Entries: []unitEntry{
+			{"WantedBy", "multi-user.target"},
+		}},
+	}
+}
+
+// imdsUnit loads the metadata lockdown once the node has joined (join.sh reads the token from SSM with the role's
+// credentials first), and on every later boot before the kubelet starts any pod.
+func imdsUnit() unitFile {
+	return unitFile{
+		{Name: "Unit", Entries: []unitEntry{
+			{"Description", "dynk8s: keep the instance metadata service from pods and non-root users once joined"},
+			{"After", joinUnitName},
+			{"Before", "kubelet.service"},
+			{"ConditionPathExists", "/etc/kubernetes/kubelet.conf"},
+		}},
+		{Name: "Service", Entries: []unitEntry{
+			{"Type", "oneshot"},
+			{"RemainAfterExit", "yes"},
+			{"ExecStart", libexecDir + "/imds-lock.sh"},
+			{"StandardOutput", "journal+console"},
+			{"StandardError", "journal+console"},
+		}},
+		{Name: "Install", Entries: []unitEntry{
+			{"WantedBy", "multi-user.target"},
+		}},
+	}
+}
+
+// resolvedDropIn gives systemd-resolved's global scope the on-prem servers with the on-prem domains as route-only
+// ("~") domains, so names under them are asked of those servers alone. resolved also treats its global servers as a
+// default route (src/resolve/resolved-dns-scope.c, dns_scope_is_default_route: "The global DNS scope is always
+// suitable as default route"), so other names go to them and to the VPC resolver alike, first answer winning: the
+// on-prem servers must answer public names too (a forwarding server does). A per-link setting would not do: resolved
+// sends a link's queries out of that link, and the VPC resolver's link is the only one.
+func resolvedDropIn(in HostInput) unitFile {
+	servers := make([]string, len(in.DNSServers))
+	for i, a := range in.DNSServers {
+		servers[i] = a.String()
+	}
+	domains := make([]string, len(in.DNSDomains))
+	for i, d := range in.DNSDomains {
+		domains[i] = "~" + d
+	}
+	return unitFile{{Name: "Resolve", Entries: []unitEntry{
+		{"DNS", strings.Join(servers, " ")},
+		{"Domains", strings.Join(domains, " ")},
+	}}}
+}
+
+func (in HostInput) validate(e *errs) {
+	if len(in.OnPremCIDRs) == 0 {
+		e.add("Host.OnPremCIDRs", errors.New("at least one range is required"))
+	}
+	for i, p := range in.OnPremCIDRs {
+		if !p.IsValid() || !p.Addr().Is4() || p.Masked() != p {
+			e.add(fmt.Sprintf("Host.OnPremCIDRs[%d]", i), fmt.Errorf("%s is not an IPv4 network address", p))
+		}
+	}
+	if in.TunnelMTU < wireguard.MinMTU || in.TunnelMTU > wireguard.MaxMTU {
+		e.add("Host.TunnelMTU", fmt.Errorf("%d is not in %d..%d", in.TunnelMTU, wireguard.MinMTU, wireguard.MaxMTU))
+	}
+	if len(in.DNSServers) > MaxDNSServers {
+		e.add("Host.DNSServers", fmt.Errorf("%d servers, at most %d", len(in.DNSServers), MaxDNSServers))
+	}
+	for i, a := range in.DNSServers {
+		field := fmt.Sprintf("Host.DNSServers[%d]", i)
+		switch {
+		case !a.IsValid() || !a.Is4():
+			e.add(field, fmt.Errorf("%s is not an IPv4 address", a))
+		case !slices.ContainsFunc(in.OnPremCIDRs, func(p netip.Prefix) bool { return p.Contains(a) }):
+			e.add(field, fmt.Errorf("%s is not inside any on-prem range: the tunnel routes only those", a))
+		case slices.Index(in.DNSServers, a) < i:
+			e.add(field, fmt.Errorf("%s is listed twice", a))
+		}
+	}
+	if (len(in.DNSServers) == 0) != (len(in.DNSDomains) == 0) {
+		e.add("Host.DNSDomains", errors.New("servers and domains go together: the servers answer for the domains"))
+	}
+	for i, d := range in.DNSDomains {
+		field := fmt.Sprintf("Host.DNSDomains[%d]", i)
+		switch {
+		case len(d) > 253 || !dnsSubdomRE.MatchString(d):
+			e.add(field, fmt.Errorf("%q is not a DNS domain (lower case, no leading '~' or trailing '.')", d))
+		case slices.Index(in.DNSDomains, d) < i:
+			e.add(field, fmt.Errorf("%q is listed twice", d))
+		}
+	}
+	for i, u := range in.MetadataUIDs {
+		if u < 1 || u > 1<<32-2 {
+			e.add(fmt.Sprintf("Host.MetadataUIDs[%d]", i), fmt.Errorf("%d is not a non-root UID", u))
+		}
+	}
+}

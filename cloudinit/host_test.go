@@ -1,0 +1,230 @@
+package cloudinit
+
+import (
+	"net/netip"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/BurntSushi/toml"
+	"gotest.tools/v3/assert"
+	is "gotest.tools/v3/assert/cmp"
+	"sigs.k8s.io/yaml"
+
+	"github.com/dynk8s/dynk8s/internal/realtools"
+)
+
+// SELinux is decided, not defaulted: CRI-O's drop-in says selinux = false in so many words. CRI-O's own default is
+// false today, but documented as deprecated and to follow the host in a future release (cri-o
+// internal/config/template.go, templateStringCrioRuntimeSelinux), which on Fedora would confine every pod.
+func TestNodeCRIOSELinuxIsExplicit(t *testing.T) {
+	t.Parallel()
+	ud, err := Node(generalPool())
+	assert.NilError(t, err)
+	var conf map[string]map[string]map[string]any
+	_, err = toml.Decode(fileByPath(t, parseCloudConfig(t, ud), "/etc/crio/crio.conf.d/90-dynk8s.conf").Content, &conf)
+	assert.NilError(t, err)
+	v, ok := conf["crio"]["runtime"]["selinux"]
+	assert.Assert(t, ok, "[crio.runtime] has no selinux key: %v", conf["crio"]["runtime"])
+	assert.Check(t, is.Equal(v, false))
+}
+
+// The kubelet's resolvConf is the node's own decision, not the cluster's kubelet-config: kubeadm join patches it in
+// from the directory the JoinConfiguration names, and join.sh points that directory under its root like every other
+// path (the real kubeadm applies it in the e2e TestKubeletJoin).
+func TestNodeKubeletPatchSetsResolvConf(t *testing.T) {
+	t.Parallel()
+	ud, aws := joinFixture(t, 0)
+	cc := parseCloudConfig(t, ud)
+	patch := fileByPath(t, cc, "/etc/kubernetes/patches/kubeletconfiguration+merge.yaml")
+	var p map[string]any
+	assert.NilError(t, yaml.UnmarshalStrict([]byte(patch.Content), &p))
+	assert.Check(t, is.DeepEqual(p, map[string]any{"resolvConf": "/run/systemd/resolve/resolv.conf"}))
+
+	run := runScript(t, ud, joinScript, aws, nil, nil)
+	assert.Equal(t, run.exitCode, 0)
+	jc := parseJoinConfig(t, run.file("join-config.yaml"))
+	assert.Check(t, is.Equal(jc.Patches.Directory, filepath.Join(run.root, "etc/kubernetes/patches")))
+	_, err := os.Stat(filepath.Join(jc.Patches.Directory, "kubeletconfiguration+merge.yaml"))
+	assert.Check(t, err)
+}
+
+const (
+	routesScript = libexecDir + "/onprem-routes.sh"
+	imdsScript   = libexecDir + "/imds-lock.sh"
+)
+
+// runcmd runs the host's steps around the join: the routes (and DNS) before it, the metadata lockdown after it.
+func TestNodeHostStepsAroundTheJoin(t *testing.T) {
+	t.Parallel()
+	general, err := Node(generalPool())
+	assert.NilError(t, err)
+	assert.Check(t, is.DeepEqual(parseCloudConfig(t, general).RunCmd, [][]string{
+		{"systemctl", "daemon-reload"},
+		{"systemctl", "enable", "--now", "dynk8s-onprem-routes.service"},
+		{"systemctl", "enable", "--now", "dynk8s-join.service"},
+		{"systemctl", "enable", "--now", "dynk8s-imds-lock.service"},
+	}))
+	spot, err := Node(spotPool())
+	assert.NilError(t, err)
+	cc := parseCloudConfig(t, spot)
+	assert.Check(t, is.DeepEqual(cc.RunCmd[1:3], [][]string{
+		{"systemctl", "enable", "--now", "dynk8s-onprem-routes.service"},
+		{"systemctl", "try-restart", "systemd-resolved.service"},
+	}))
+
+	routes := fileByPath(t, cc, "/etc/systemd/system/dynk8s-onprem-routes.service").Content
+	for _, want := range []string{"After=network-online.target\n", "Before=dynk8s-join.service kubelet.service\n",
+		"RemainAfterExit=yes\n", "WantedBy=multi-user.target\n"} {
+		assert.Check(t, is.Contains(routes, want))
+	}
+	lock := fileByPath(t, cc, "/etc/systemd/system/dynk8s-imds-lock.service").Content
+	for _, want := range []string{"After=dynk8s-join.service\n", "Before=kubelet.service\n",
+		"ConditionPathExists=/etc/kubernetes/kubelet.conf\n", "ExecStart=/usr/local/libexec/dynk8s/imds-lock.sh\n",
+		"WantedBy=multi-user.target\n"} {
+		assert.Check(t, is.Contains(lock, want))
+	}
+}
+
+// On-prem names go to the on-prem servers, through systemd-resolved's route-only domains; a pool without on-prem
+// DNS gets no drop-in at all.
+func TestNodeOnPremDNS(t *testing.T) {
+	t.Parallel()
+	spot, err := Node(spotPool())
+	assert.NilError(t, err)
+	assert.Check(t, is.Equal(fileByPath(t, parseCloudConfig(t, spot), "/etc/systemd/resolved.conf.d/90-dynk8s-onprem.conf").Content,
+		"[Resolve]\nDNS=192.168.10.53 192.168.11.53\nDomains=~corp.example.com ~lab.example.net\n"))
+	general, err := Node(generalPool())
+	assert.NilError(t, err)
+	assert.Check(t, !strings.Contains(string(general), "resolved.conf.d"))
+	assert.Check(t, !strings.Contains(string(general), "systemd-resolved"))
+}
+
+func TestNodeHostValidation(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name   string
+		modify func(*HostInput)
+		want   string
+	}{
+		{"no on-prem range", func(h *HostInput) { h.OnPremCIDRs = nil }, "Host.OnPremCIDRs: at least one"},
+		{"range with host bits", func(h *HostInput) { h.OnPremCIDRs = []netip.Prefix{netip.MustParsePrefix("192.168.1.1/16")} }, "Host.OnPremCIDRs[0]"},
+		{"MTU unset", func(h *HostInput) { h.TunnelMTU = 0 }, "Host.TunnelMTU: 0 is not in 1280..8920"},
+		{"server outside the ranges", func(h *HostInput) {
+			h.DNSServers, h.DNSDomains = []netip.Addr{netip.MustParseAddr("10.9.9.9")}, []string{"corp.lan"}
+		}, "Host.DNSServers[0]: 10.9.9.9 is not inside any on-prem range"},
+		{"server twice", func(h *HostInput) {
+			a := netip.MustParseAddr("192.168.1.53")
+			h.DNSServers, h.DNSDomains = []netip.Addr{a, a}, []string{"corp.lan"}
+		}, "Host.DNSServers[1]: 192.168.1.53 is listed twice"},
+		{"too many servers", func(h *HostInput) {
+			for i := range 4 {
+				h.DNSServers = append(h.DNSServers, netip.AddrFrom4([4]byte{192, 168, 1, byte(i + 1)}))
+			}
+			h.DNSDomains = []string{"corp.lan"}
+		}, "Host.DNSServers: 4 servers, at most 3"},
+		{"servers without domains", func(h *HostInput) { h.DNSServers = []netip.Addr{netip.MustParseAddr("192.168.1.53")} }, "Host.DNSDomains: servers and domains go together"},
+		{"domains without servers", func(h *HostInput) { h.DNSDomains = []string{"corp.lan"} }, "Host.DNSDomains: servers and domains go together"},
+		{"routing prefix in a domain", func(h *HostInput) {
+			h.DNSServers, h.DNSDomains = []netip.Addr{netip.MustParseAddr("192.168.1.53")}, []string{"~corp.lan"}
+		}, `Host.DNSDomains[0]: "~corp.lan" is not a DNS domain`},
+		{"root domain", func(h *HostInput) {
+			h.DNSServers, h.DNSDomains = []netip.Addr{netip.MustParseAddr("192.168.1.53")}, []string{"."}
+		}, `Host.DNSDomains[0]: "." is not a DNS domain`},
+		{"root as a metadata user", func(h *HostInput) { h.MetadataUIDs = []int{0} }, "Host.MetadataUIDs[0]: 0 is not a non-root UID"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			in := generalPool()
+			tc.modify(&in.Host)
+			_, err := Node(in)
+			assert.ErrorContains(t, err, tc.want)
+		})
+	}
+}
+
+// The routes toward on-prem are capped at the tunnel's MTU, via the default route's gateway, once it exists.
+func TestRoutesCapTheMTUTowardOnPrem(t *testing.T) {
+	t.Parallel()
+	in := generalPool()
+	in.Host.OnPremCIDRs = append(in.Host.OnPremCIDRs, netip.MustParsePrefix("172.16.0.0/12"))
+	in.Host.TunnelMTU = 1380
+	ud, err := Node(in)
+	assert.NilError(t, err)
+	run := runScript(t, ud, routesScript, newFakeAWS(t, nil), map[string]string{"STUB_IP_NO_ROUTE": "2"}, nil)
+	assert.Equal(t, run.exitCode, 0)
+	calls := run.file("calls")
+	assert.Check(t, is.Equal(strings.Count(calls, "ip -4 route show default\n"), 3))
+	assert.Check(t, is.Contains(calls, "ip route replace 192.168.0.0/16 via 10.100.1.1 dev ens5 mtu 1380\n"+
+		"ip route replace 172.16.0.0/12 via 10.100.1.1 dev ens5 mtu 1380\n"))
+	assert.Check(t, is.Contains(run.stderr, "find the default route: attempt 1 failed: no IPv4 default route with a gateway yet"))
+	assert.Check(t, is.Contains(run.stderr, "capped at MTU 1380"))
+}
+
+func TestRoutesGiveUpWithOneReason(t *testing.T) {
+	t.Parallel()
+	ud, err := Node(generalPool())
+	assert.NilError(t, err)
+	run := runScript(t, ud, routesScript, newFakeAWS(t, nil),
+		map[string]string{"STUB_IP_NO_ROUTE": "100000", "DYNK8S_DEADLINE_SECONDS": "1"}, nil)
+	assert.Check(t, run.exitCode != 0)
+	failed := failedLines(run.stderr)
+	assert.Assert(t, is.Len(failed, 1), run.stderr)
+	assert.Check(t, is.Contains(failed[0], "find the default route: gave up after"))
+	assert.Check(t, !strings.Contains(run.file("calls"), "route replace"))
+}
+
+// After the join, the metadata service answers root, the termination handler's user and EC2 Instance Connect's
+// user (when the image has it) on the host, and no pod in a network namespace of its own. The real nft(8) checks
+// the rendered ruleset, reloaded over itself, together with the element the script adds.
+func TestIMDSLockRuleset(t *testing.T) {
+	t.Parallel()
+	nft := realtools.Require(t, "nft")
+	ud, err := Node(generalPool())
+	assert.NilError(t, err)
+	ruleset := fileByPath(t, parseCloudConfig(t, ud), "/etc/dynk8s/imds-lock.nft").Content
+	for _, want := range []string{"elements = { 0, 1000 }", "ip daddr 169.254.169.254 meta skuid != @imds_users drop",
+		"type filter hook forward priority filter; policy accept;\n    ip daddr 169.254.169.254 drop"} {
+		assert.Check(t, is.Contains(ruleset, want))
+	}
+
+	run := runScript(t, ud, imdsScript, newFakeAWS(t, nil), map[string]string{"STUB_EIC_UID": "977"}, nil)
+	assert.Equal(t, run.exitCode, 0)
+	var added string
+	for _, call := range strings.Split(run.file("calls"), "\n") {
+		if cmd, ok := strings.CutPrefix(call, "nft add "); ok {
+			added = "add " + cmd
+		}
+	}
+	assert.Check(t, is.Contains(run.file("calls"), "nft -f "+filepath.Join(run.root, "etc/dynk8s/imds-lock.nft")+"\n"))
+	assert.Check(t, is.Equal(added, "add element inet dynk8s_imds_lock imds_users { 977 }"))
+	assert.Check(t, is.Contains(run.stderr, "and ec2-instance-connect (977)"))
+
+	check := func(doc string) (string, error) {
+		f := filepath.Join(t.TempDir(), "imds.nft")
+		assert.NilError(t, os.WriteFile(f, []byte(doc), 0o600))
+		out, err := exec.Command(nft, "-c", "-f", f).CombinedOutput()
+		return string(out), err
+	}
+	out, err := check(ruleset + ruleset + added + "\n")
+	assert.NilError(t, err, "nft -c: %s", out)
+	_, err = check(strings.Replace(ruleset, "meta skuid != @imds_users", "meta skuid != @imds_userz", 1))
+	assert.Assert(t, err != nil, "nft -c accepted a rule naming a set that does not exist")
+}
+
+// Without EC2 Instance Connect's user nothing is added; a ruleset nft refuses stops the unit with one reason.
+func TestIMDSLockWithoutInstanceConnectAndOnFailure(t *testing.T) {
+	t.Parallel()
+	ud, err := Node(generalPool())
+	assert.NilError(t, err)
+	run := runScript(t, ud, imdsScript, newFakeAWS(t, nil), nil, nil)
+	assert.Equal(t, run.exitCode, 0)
+	assert.Check(t, !strings.Contains(run.file("calls"), "add element"))
+
+	bad := runScript(t, ud, imdsScript, newFakeAWS(t, nil), map[string]string{"STUB_NFT_FAILS": "1"}, nil)
+	assert.Check(t, bad.exitCode != 0)
+	failed := failedLines(bad.stderr)
+	assert.Assert(t, is.Len(failed, 1), bad.stderr)
+	assert.Check(t, is.Contains(failed[0], "nft could not load"))
+}
