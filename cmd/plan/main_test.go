@@ -186,3 +186,23 @@ func TestPlanIdleBillDialOut(t *testing.T) {
 	})
 	assert.Check(t, is.Len(bill.WhileNodesRun, 0))
 }
+
+// A warm pool bills its prepared instances' volumes while the pool is at zero; a Running one bills the instances and
+// their addresses too.
+func TestPlanIdleBillWarmPool(t *testing.T) {
+	chdirRoot(t)
+	src, err := os.ReadFile("Pulumi.dev.yaml")
+	assert.NilError(t, err)
+	file := filepath.Join(t.TempDir(), "Pulumi.warm.yaml")
+	for state, want := range map[string]map[string]int{
+		"Stopped": {plan.BillVolume: 5 + 2*80, plan.BillPublicIPv4: 1, plan.BillAlarm: 1, plan.BillInstance + " t4g.micro": 0},
+		"Running": {plan.BillVolume: 5 + 2*80, plan.BillPublicIPv4: 1 + 2, plan.BillAlarm: 1,
+			plan.BillInstance + " t4g.micro": 0, plan.BillInstance + " c7i.2xlarge": 2},
+	} {
+		warm := strings.Replace(string(src), "    - name: builders-x86\n",
+			"    - name: builders-x86\n      warmPool: {size: 2, state: "+state+"}\n", 1)
+		assert.Assert(t, warm != string(src), "the dev stack has no pool builders-x86")
+		assert.NilError(t, os.WriteFile(file, []byte(warm), 0o644))
+		assert.DeepEqual(t, quantities(idleBill(t, "-config", file).Items), want)
+	}
+}

@@ -134,6 +134,9 @@ func (r *Result) IdleBill() IdleBill {
 	for _, g := range byType("aws:autoscaling/group:Group") {
 		bill.NodeHour = append(bill.NodeHour, poolHour(g, inputs[g.Type+"/"+g.Name], templates, mapsPublicIP))
 		in := inputs[g.Type+"/"+g.Name]
+		if wp, ok := in["warmPool"].(map[string]any); ok {
+			bill.Items = append(bill.Items, warmPoolItems(g.Name, wp, bill.NodeHour[len(bill.NodeHour)-1])...)
+		}
 		if minSize, _ := in["minSize"].(float64); minSize > 0 {
 			h := bill.NodeHour[len(bill.NodeHour)-1]
 			bill.Items = append(bill.Items,
@@ -146,6 +149,24 @@ func (r *Result) IdleBill() IdleBill {
 		}
 	}
 	return bill
+}
+
+// warmPoolItems are what a group's warm pool bills while the pool runs no node: the root volumes of its prepared
+// instances in every state, and in the Running state the instances and their addresses too.
+func warmPoolItems(group string, wp map[string]any, h PoolHour) []BillItem {
+	size, _ := wp["minSize"].(float64)
+	state := str(wp["poolState"])
+	n := int(size)
+	items := []BillItem{{Kind: BillVolume, Quantity: n * h.VolumeGiB, Detail: "gp3", Resource: group,
+		Note: fmt.Sprintf("warm pool (%s): the prepared instances' root volumes", state)}}
+	if state == "Running" {
+		items = append(items,
+			BillItem{Kind: BillInstance, Quantity: n, Detail: strings.Join(h.InstanceTypes, "|"), Resource: group,
+				Note: "warm pool (Running): the prepared instances run"},
+			BillItem{Kind: BillPublicIPv4, Quantity: n * h.PublicIPv4, Resource: group,
+				Note: "warm pool (Running): the prepared instances' addresses"})
+	}
+	return items
 }
 
 // poolHour is one node of a group: its launch template's (or the group's overrides') instance types, the template's
