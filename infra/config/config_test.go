@@ -238,6 +238,9 @@ func TestBadConfig(t *testing.T) {
 		{"fuse image for unknown arch", func(c map[string]any) {
 			obj(c, "fuse")["images"] = map[string]any{"riscv64": "example.com/fuse:v1"}
 		}, "dynk8s:fuse.images.riscv64", "unknown arch"},
+		{"fuse image not a reference", func(c map[string]any) {
+			obj(c, "fuse")["images"] = map[string]any{"arm64": "Example.com/Fuse:v1"}
+		}, "dynk8s:fuse.images.arm64", "is not an image reference"},
 		{"provision time under the join timeout", func(c map[string]any) { obj(c, "autoscaler")["maxNodeProvisionTime"] = "10m" }, "dynk8s:autoscaler.maxNodeProvisionTime", "join timeout"},
 		{"max nodes negative", func(c map[string]any) { obj(c, "autoscaler")["maxNodesTotal"] = -1 }, "dynk8s:autoscaler.maxNodesTotal", "0 (no cap)"},
 		{"system pods flag not a boolean", func(c map[string]any) { obj(c, "autoscaler")["skipNodesWithSystemPods"] = "sometimes" }, "dynk8s:autoscaler.skipNodesWithSystemPods", "true or false"},

@@ -19,7 +19,6 @@ var (
 	clusterNameRE = regexp.MustCompile(`^[a-z0-9]([a-z0-9-]{0,30}[a-z0-9])?$`)
 	poolNameRE    = regexp.MustCompile(`^[a-z0-9]([a-z0-9-]{0,28}[a-z0-9])?$`)
 	amiIDRE       = regexp.MustCompile(`^ami-([0-9a-f]{8}|[0-9a-f]{17})$`)
-	imageRefRE    = regexp.MustCompile(`^[a-z0-9]+([._/:@-][A-Za-z0-9_.-]+)+$`)
 	zoneSuffixRE  = regexp.MustCompile(`^[a-z]$`)
 )
 
@@ -542,8 +541,8 @@ func validateFuse(r *reader, c *Config) {
 			c.Fuse.Capacity)
 	}
 	for _, arch := range slices.Sorted(maps.Keys(c.Fuse.Images)) {
-		if img := c.Fuse.Images[arch]; !imageRefRE.MatchString(img) {
-			r.addf(childPath(Namespace+":fuse.images", string(arch)), "%q is not an image reference", img)
+		if _, err := kube.NormalizeImage(c.Fuse.Images[arch]); err != nil {
+			r.addf(childPath(Namespace+":fuse.images", string(arch)), "%v", err)
 		}
 	}
 }
