@@ -101,6 +101,7 @@ func TestTokenRotator(t *testing.T) {
 		t.Errorf("the second run touched the first token, which must age out by itself: %v", err)
 	}
 	checkWhoAmI(ctx, t, c, second.token, true)
+	checkRotatorAdmission(ctx, t, c)
 	if t.Failed() {
 		t.FailNow()
 	}
@@ -482,4 +483,39 @@ func redactedKeys(data map[string]string) map[string]string {
 		out[k] = v
 	}
 	return out
+}
+
+// checkRotatorAdmission: what RBAC lets the rotator do (create any Secret in kube-system), the stack's admission
+// policy narrows to what it needs. As the rotator's ServiceAccount, an Opaque Secret and a bootstrap token without an
+// expiration are denied by the real API server, with the policy's messages, while the runs above created theirs.
+func checkRotatorAdmission(ctx context.Context, t *testing.T, c cluster) {
+	t.Helper()
+	as := "--as=system:serviceaccount:kube-system:" + addons.TokenRotatorName
+	for name, tc := range map[string]struct{ manifest, want string }{
+		"an Opaque Secret": {`{"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "e2e-not-a-token",
+			"namespace": "kube-system"}, "stringData": {"password": "x"}}`,
+			"the join token rotator may create bootstrap token Secrets only"},
+		"a token that never expires": {`{"apiVersion": "v1", "kind": "Secret", "type": "bootstrap.kubernetes.io/token",
+			"metadata": {"name": "bootstrap-token-e2enex", "namespace": "kube-system"},
+			"stringData": {"token-id": "e2enex", "token-secret": "0123456789abcdef",
+			"usage-bootstrap-authentication": "true"}}`,
+			"a join token must carry an expiration"},
+	} {
+		file := filepath.Join(t.TempDir(), "secret.json")
+		if err := os.WriteFile(file, []byte(tc.manifest), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		// The policy is enforced once the API server has compiled it, a moment after it was created.
+		var err error
+		for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(500 * time.Millisecond) {
+			if _, err = c.kubectl(ctx, as, "create", "-f", file); err != nil || time.Now().After(deadline) {
+				break
+			}
+			_, _ = c.kubectl(ctx, "-n", "kube-system", "delete", "-f", file, "--ignore-not-found")
+		}
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("the rotator created %s: %v", name, err)
+		}
+		_, _ = c.kubectl(ctx, "-n", "kube-system", "delete", "-f", file, "--ignore-not-found")
+	}
 }

@@ -49,6 +49,8 @@ const (
 	typeClusterBinding   = "kubernetes:rbac.authorization.k8s.io/v1:ClusterRoleBinding"
 	typeRole             = "kubernetes:rbac.authorization.k8s.io/v1:Role"
 	typeRoleBinding      = "kubernetes:rbac.authorization.k8s.io/v1:RoleBinding"
+	typeAdmissionPolicy  = "kubernetes:admissionregistration.k8s.io/v1:ValidatingAdmissionPolicy"
+	typeAdmissionBinding = "kubernetes:admissionregistration.k8s.io/v1:ValidatingAdmissionPolicyBinding"
 )
 
 // testAddonsArgs is a dev-like stack: an x86_64 spot pool and an arm64 on-demand pool, both tainted, fuse and the
@@ -298,7 +300,8 @@ func TestAddonsComponentShape(t *testing.T) {
 	assert.Equal(t, len(comps), 1)
 	assert.Equal(t, comps[0].Name, testComponentName)
 
-	clusterScoped := map[string]bool{typeClusterRole: true, typeClusterBinding: true}
+	clusterScoped := map[string]bool{typeClusterRole: true, typeClusterBinding: true, typeAdmissionPolicy: true,
+		typeAdmissionBinding: true}
 	children := 0
 	for _, res := range run.cloud.Resources() {
 		if res.Type == ClusterAddonsType || strings.HasPrefix(res.Type, "pulumi:providers:") {

@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"time"
 
+	admissionv1 "github.com/pulumi/pulumi-kubernetes/sdk/v4/go/kubernetes/admissionregistration/v1"
 	batchv1 "github.com/pulumi/pulumi-kubernetes/sdk/v4/go/kubernetes/batch/v1"
 	corev1 "github.com/pulumi/pulumi-kubernetes/sdk/v4/go/kubernetes/core/v1"
 	metav1 "github.com/pulumi/pulumi-kubernetes/sdk/v4/go/kubernetes/meta/v1"
@@ -42,6 +43,65 @@ func tokenRotatorRules() rbacv1.PolicyRuleArray {
 	return rbacv1.PolicyRuleArray{
 		rule([]string{""}, []string{"secrets"}, nil, "create"),
 	}
+}
+
+// tokenRotatorValidations are what every Secret the rotator creates or changes must be, checked at admission where
+// RBAC cannot look: a bootstrap token (type and the name kubeadm and the token authenticator expect) that expires.
+// A leaked rotator identity can so mint no Secret of another kind and no token that lives for ever. Secret data is
+// bytes in CEL; the expiration's presence is what is checked, its value is the rotator's (TTL) and the token
+// authenticator's to judge.
+var tokenRotatorValidations = []struct{ expression, message string }{
+	{"object.type == 'bootstrap.kubernetes.io/token'", "the join token rotator may create bootstrap token Secrets only"},
+	{"object.metadata.name.startsWith('bootstrap-token-')", "a bootstrap token Secret is named bootstrap-token-<id>"},
+	{"has(object.data) && 'expiration' in object.data", "a join token must carry an expiration"},
+}
+
+// tokenRotatorAdmission declares the ValidatingAdmissionPolicy (admissionregistration.k8s.io/v1, GA in Kubernetes
+// 1.30: https://kubernetes.io/docs/reference/access-authn-authz/validating-admission-policy/) and its binding that
+// hold the rotator's ServiceAccount to tokenRotatorValidations, denying whatever fails them.
+func (b *builder) tokenRotatorAdmission() (pulumi.Resource, error) {
+	var validations admissionv1.ValidationArray
+	for _, v := range tokenRotatorValidations {
+		validations = append(validations, &admissionv1.ValidationArgs{
+			Expression: pulumi.String(v.expression),
+			Message:    pulumi.String(v.message),
+		})
+	}
+	policy, err := admissionv1.NewValidatingAdmissionPolicy(b.ctx, b.childName("token-rotator-policy"),
+		&admissionv1.ValidatingAdmissionPolicyArgs{
+			Metadata: b.objectMeta(TokenRotatorName, "", TokenRotatorName),
+			Spec: &admissionv1.ValidatingAdmissionPolicySpecArgs{
+				FailurePolicy: pulumi.String("Fail"),
+				MatchConstraints: &admissionv1.MatchResourcesArgs{
+					ResourceRules: admissionv1.NamedRuleWithOperationsArray{&admissionv1.NamedRuleWithOperationsArgs{
+						ApiGroups:   pulumi.StringArray{pulumi.String("")},
+						ApiVersions: pulumi.StringArray{pulumi.String("v1")},
+						Operations:  pulumi.StringArray{pulumi.String("CREATE"), pulumi.String("UPDATE")},
+						Resources:   pulumi.StringArray{pulumi.String("secrets")},
+					}},
+				},
+				MatchConditions: admissionv1.MatchConditionArray{&admissionv1.MatchConditionArgs{
+					Name:       pulumi.String("the-join-token-rotator"),
+					Expression: pulumi.Sprintf("request.userInfo.username == 'system:serviceaccount:%s:%s'", namespace, TokenRotatorName),
+				}},
+				Validations: validations,
+			},
+		}, b.parent)
+	if err != nil {
+		return nil, fmt.Errorf("admission policy: %w", err)
+	}
+	binding, err := admissionv1.NewValidatingAdmissionPolicyBinding(b.ctx, b.childName("token-rotator-policy-binding"),
+		&admissionv1.ValidatingAdmissionPolicyBindingArgs{
+			Metadata: b.objectMeta(TokenRotatorName, "", TokenRotatorName),
+			Spec: &admissionv1.ValidatingAdmissionPolicyBindingSpecArgs{
+				PolicyName:        pulumi.String(TokenRotatorName),
+				ValidationActions: pulumi.StringArray{pulumi.String("Deny")},
+			},
+		}, b.parent, pulumi.DependsOn([]pulumi.Resource{policy}))
+	if err != nil {
+		return nil, fmt.Errorf("admission policy binding: %w", err)
+	}
+	return binding, nil
 }
 
 // TokenRotationSchedule is the rotator CronJob's schedule for a token TTL: every config.BootstrapTokenRotationPeriod
@@ -108,6 +168,10 @@ func (b *builder) tokenRotator() (string, error) {
 	if err != nil {
 		return "", fmt.Errorf("role binding: %w", err)
 	}
+	admission, err := b.tokenRotatorAdmission()
+	if err != nil {
+		return "", err
+	}
 
 	creds, err := b.awsCredentials("token-rotator-credentials", TokenRotatorCredentialsName, TokenRotatorName,
 		a.TokenRotatorAccessKeyID, a.TokenRotatorSecretAccessKey)
@@ -121,7 +185,7 @@ func (b *builder) tokenRotator() (string, error) {
 	if err != nil {
 		return "", fmt.Errorf("script config map: %w", err)
 	}
-	deps := pulumi.DependsOn([]pulumi.Resource{sa, binding, creds.secret, script})
+	deps := pulumi.DependsOn([]pulumi.Resource{sa, binding, admission, creds.secret, script})
 
 	_, err = batchv1.NewCronJob(b.ctx, b.childName("token-rotator"), &batchv1.CronJobArgs{
 		Metadata: b.objectMeta(TokenRotatorName, namespace, TokenRotatorName),

@@ -36,6 +36,16 @@ func TestAddonsTokenRotator(t *testing.T) {
 	for _, cr := range run.cloud.ByType(typeClusterRole) {
 		assert.Check(t, !strings.Contains(cr.Name, "token-rotator"), "a cluster role for the rotator: %s", cr.Name)
 	}
+	// What RBAC cannot say, admission does: the rotator's Secrets must be expiring bootstrap tokens.
+	policy := run.object(t, typeAdmissionPolicy, TokenRotatorName)
+	assert.Equal(t, dig(t, policy, "spec", "matchConditions", 0, "expression"),
+		"request.userInfo.username == 'system:serviceaccount:kube-system:"+TokenRotatorName+"'")
+	assert.Equal(t, dig(t, policy, "spec", "failurePolicy"), "Fail")
+	assert.Equal(t, len(dig(t, policy, "spec", "validations").([]any)), len(tokenRotatorValidations))
+	vap := run.object(t, typeAdmissionBinding, TokenRotatorName)
+	assert.Equal(t, dig(t, vap, "spec", "policyName"), TokenRotatorName)
+	assert.DeepEqual(t, dig(t, vap, "spec", "validationActions"), []any{"Deny"})
+
 	binding := run.object(t, typeRoleBinding, TokenRotatorName)
 	assert.DeepEqual(t, binding["roleRef"], map[string]any{
 		"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": TokenRotatorName,
