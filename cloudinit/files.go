@@ -113,7 +113,7 @@ func (c crioDropIn) marshal() (string, error) {
 }
 
 // forUserData drops a script's comment lines (all but the shebang) before it goes into user data, where bytes count
-// against EC2's 16 KiB limit and the gzipped size is best kept under half of it; the repository keeps the commented source.
+// against EC2's 16 KiB limit; the repository keeps the commented source.
 // So the scripts must not have a line starting with '#' inside a multi-line string or heredoc; the tests run
 // shellcheck and the behaviour tests on the stripped text.
 func forUserData(script string) string {
