@@ -27,15 +27,16 @@ const (
 	// cleanupSchedule runs the job every five minutes, half the default threshold, so a stale node goes at most
 	// about five minutes after it qualifies.
 	cleanupSchedule = "*/5 * * * *"
-	// cleanupImage needs kubectl, the AWS CLI and a POSIX shell. registry.k8s.io/kubectl is distroless (no shell),
-	// and the Bitnami images left the free catalog in 2025; alpine/k8s (github.com/alpine-docker/k8s, its
-	// Dockerfile) is built for linux/amd64 and linux/arm64 with kubectl, the AWS CLI v1, sh and coreutils (this tag
+	// scriptImage runs the component's scripts (the cleanup, the token rotator, the fuse untaint sidecar), which
+	// need kubectl, the AWS CLI, curl, jq, sh and bash. registry.k8s.io/kubectl is distroless (no shell), and the
+	// Bitnami images left the free catalog in 2025; alpine/k8s (github.com/alpine-docker/k8s, its Dockerfile) is
+	// built for linux/amd64 and linux/arm64 with kubectl, the AWS CLI v1, bash, curl, jq and coreutils (this tag
 	// replaced the distroless kubectl image for the same reason in devantler-tech/platform PR #2380, 2026-07). The
-	// job only lists and deletes Nodes (core/v1), which every kubectl of the last years does against any supported
-	// API server, and calls ec2:DescribeInstances.
-	cleanupImage = "docker.io/alpine/k8s:1.36.2"
-	// cleanupUID is an unprivileged user; the image's default is root.
-	cleanupUID = 65534
+	// scripts use core/v1 Nodes and Secrets only, which every kubectl of the last years handles against any
+	// supported API server.
+	scriptImage = "docker.io/alpine/k8s:1.36.2"
+	// scriptUID is an unprivileged user; the image's default is root.
+	scriptUID = 65534
 )
 
 // cleanupRules allow exactly what the script does: list the nodes, and get and delete them (kubectl delete reads
@@ -101,39 +102,59 @@ func (b *builder) cleanup() error {
 	return nil
 }
 
-// cleanupPodSpec runs the script on an on-prem node with the cleanup service account and its own AWS key.
+// cleanupPodSpec runs the script on an on-prem node with the cleanup service account and its own AWS key. Stale
+// nodes count towards the autoscaler's unready limits, so the cleanup must run even in a full cluster; and the nodes
+// it judges are the ones that come and go.
 func cleanupPodSpec(thresholdSeconds int, region string, creds *awsCredentials) *corev1.PodSpecArgs {
+	return scriptPod{
+		name: cleanupName, container: "cleanup", shell: "/bin/sh", dir: cleanupScriptDir, key: cleanupScriptKey,
+		env: corev1.EnvVarArray{
+			&corev1.EnvVarArgs{Name: pulumi.String("POOL_LABEL"), Value: pulumi.String(kube.LabelPool)},
+			&corev1.EnvVarArgs{
+				Name:  pulumi.String("NOT_READY_AFTER_SECONDS"),
+				Value: pulumi.String(strconv.Itoa(thresholdSeconds)),
+			},
+			creds.env("AWS_ACCESS_KEY_ID", awsKeyIDKey),
+			creds.env("AWS_SECRET_ACCESS_KEY", awsSecretKeyKey),
+			&corev1.EnvVarArgs{Name: pulumi.String("AWS_DEFAULT_REGION"), Value: pulumi.String(region)},
+			scriptHome,
+		},
+	}.spec()
+}
+
+// scriptPod is a pod that runs one of the component's shell scripts (the cleanup, the token rotator) from the
+// ConfigMap of its name, as the ServiceAccount of its name: in scriptImage as an unprivileged user with a read-only
+// root, at system-cluster-critical priority, so that it runs even in a full cluster, and never on a pool node.
+type scriptPod struct {
+	name, container, shell string
+	// dir is where the ConfigMap is mounted and key the script's file in it.
+	dir, key string
+	env      corev1.EnvVarArray
+}
+
+// scriptHome is where kubectl keeps its discovery cache: $HOME, on the tmp volume, as the root filesystem is
+// read-only.
+var scriptHome = &corev1.EnvVarArgs{Name: pulumi.String("HOME"), Value: pulumi.String("/tmp")}
+
+func (s scriptPod) spec() *corev1.PodSpecArgs {
 	return &corev1.PodSpecArgs{
 		RestartPolicy:      pulumi.String("Never"),
-		ServiceAccountName: pulumi.String(cleanupName),
-		// Stale nodes count towards the autoscaler's unready limits, so the cleanup must run even in a full cluster.
-		PriorityClassName: pulumi.String("system-cluster-critical"),
-		// Never on a pool node: the nodes it judges are the ones that come and go.
-		Affinity:        poolAffinity(false),
-		SecurityContext: nonRootPod(cleanupUID),
+		ServiceAccountName: pulumi.String(s.name),
+		PriorityClassName:  pulumi.String("system-cluster-critical"),
+		Affinity:           poolAffinity(false),
+		SecurityContext:    nonRootPod(scriptUID),
 		Containers: corev1.ContainerArray{
 			&corev1.ContainerArgs{
-				Name:    pulumi.String("cleanup"),
-				Image:   pulumi.String(cleanupImage),
-				Command: pulumi.StringArray{pulumi.String("/bin/sh"), pulumi.String(cleanupScriptDir + "/" + cleanupScriptKey)},
-				Env: corev1.EnvVarArray{
-					&corev1.EnvVarArgs{Name: pulumi.String("POOL_LABEL"), Value: pulumi.String(kube.LabelPool)},
-					&corev1.EnvVarArgs{
-						Name:  pulumi.String("NOT_READY_AFTER_SECONDS"),
-						Value: pulumi.String(strconv.Itoa(thresholdSeconds)),
-					},
-					creds.env("AWS_ACCESS_KEY_ID", awsKeyIDKey),
-					creds.env("AWS_SECRET_ACCESS_KEY", awsSecretKeyKey),
-					&corev1.EnvVarArgs{Name: pulumi.String("AWS_DEFAULT_REGION"), Value: pulumi.String(region)},
-					// kubectl keeps its discovery cache under $HOME; the root filesystem is read-only.
-					&corev1.EnvVarArgs{Name: pulumi.String("HOME"), Value: pulumi.String("/tmp")},
-				},
+				Name:            pulumi.String(s.container),
+				Image:           pulumi.String(scriptImage),
+				Command:         pulumi.StringArray{pulumi.String(s.shell), pulumi.String(s.dir + "/" + s.key)},
+				Env:             s.env,
 				Resources:       resources("10m", "32Mi", "200m", "128Mi"),
-				SecurityContext: restrictedContainer(cleanupUID),
+				SecurityContext: restrictedContainer(scriptUID),
 				VolumeMounts: corev1.VolumeMountArray{
 					&corev1.VolumeMountArgs{
 						Name:      pulumi.String("script"),
-						MountPath: pulumi.String(cleanupScriptDir),
+						MountPath: pulumi.String(s.dir),
 						ReadOnly:  pulumi.Bool(true),
 					},
 					&corev1.VolumeMountArgs{Name: pulumi.String("tmp"), MountPath: pulumi.String("/tmp")},
@@ -144,7 +165,7 @@ func cleanupPodSpec(thresholdSeconds int, region string, creds *awsCredentials) 
 			&corev1.VolumeArgs{
 				Name: pulumi.String("script"),
 				ConfigMap: &corev1.ConfigMapVolumeSourceArgs{
-					Name:        pulumi.String(cleanupName),
+					Name:        pulumi.String(s.name),
 					DefaultMode: pulumi.Int(0o555),
 				},
 			},

@@ -190,7 +190,7 @@ func fusePodSpec(image, kubeArch string, capacity int, pools []config.NodePool) 
 func untaintContainer() *corev1.ContainerArgs {
 	return &corev1.ContainerArgs{
 		Name:    pulumi.String("untaint"),
-		Image:   pulumi.String(cleanupImage),
+		Image:   pulumi.String(scriptImage),
 		Command: pulumi.StringArray{pulumi.String("/bin/sh"), pulumi.String("-c"), pulumi.String(untaintScript)},
 		Env: corev1.EnvVarArray{
 			&corev1.EnvVarArgs{Name: pulumi.String("NODE_NAME"), ValueFrom: &corev1.EnvVarSourceArgs{
@@ -201,7 +201,7 @@ func untaintContainer() *corev1.ContainerArgs {
 			&corev1.EnvVarArgs{Name: pulumi.String("HOME"), Value: pulumi.String("/tmp")},
 		},
 		Resources:       resources("5m", "32Mi", "50m", "64Mi"),
-		SecurityContext: restrictedContainer(cleanupUID),
+		SecurityContext: restrictedContainer(scriptUID),
 		VolumeMounts: corev1.VolumeMountArray{
 			&corev1.VolumeMountArgs{Name: pulumi.String("api-access"), MountPath: pulumi.String(fuseTokenPath),
 				ReadOnly: pulumi.Bool(true)},

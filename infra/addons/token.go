@@ -232,61 +232,24 @@ func (b *builder) tokenRotatorJobSpec(creds *awsCredentials) *batchv1.JobSpecArg
 	}
 }
 
-// tokenRotatorPodSpec runs the script on an on-prem node with the rotator's service account and AWS key.
+// tokenRotatorPodSpec runs the script on an on-prem node with the rotator's service account and AWS key: a missed
+// rotation leaves nodes an older token, and a node that can join holds no business issuing the tokens to join with.
+// The image has what the script needs besides kubectl: bash, curl with --aws-sigv4, jq.
 func (b *builder) tokenRotatorPodSpec(creds *awsCredentials) *corev1.PodSpecArgs {
 	a := b.args
-	env := corev1.EnvVarArray{
-		&corev1.EnvVarArgs{Name: pulumi.String("SSM_PARAMETER"), Value: pulumi.String(a.JoinTokenParameter)},
-		&corev1.EnvVarArgs{Name: pulumi.String("AWS_REGION"), Value: pulumi.String(a.Region)},
-		&corev1.EnvVarArgs{
-			Name:  pulumi.String("TOKEN_TTL_SECONDS"),
-			Value: pulumi.String(strconv.Itoa(int(a.BootstrapTokenTTL.Seconds()))),
-		},
-		// kubectl keeps its discovery cache under $HOME; the root filesystem is read-only.
-		&corev1.EnvVarArgs{Name: pulumi.String("HOME"), Value: pulumi.String("/tmp")},
-	}
-	env = append(env, creds.env("AWS_ACCESS_KEY_ID", awsKeyIDKey),
-		creds.env("AWS_SECRET_ACCESS_KEY", awsSecretKeyKey))
-	return &corev1.PodSpecArgs{
-		RestartPolicy:      pulumi.String("Never"),
-		ServiceAccountName: pulumi.String(TokenRotatorName),
-		// A missed rotation leaves nodes an older token: it must run even in a full cluster.
-		PriorityClassName: pulumi.String("system-cluster-critical"),
-		// Never on a pool node: a node that can join holds no business issuing the tokens to join with.
-		Affinity:        poolAffinity(false),
-		SecurityContext: nonRootPod(cleanupUID),
-		Containers: corev1.ContainerArray{
-			&corev1.ContainerArgs{
-				Name: pulumi.String("rotate"),
-				// The image has what the script needs besides kubectl: bash, curl with --aws-sigv4, jq.
-				Image: pulumi.String(cleanupImage),
-				Command: pulumi.StringArray{pulumi.String("/bin/bash"),
-					pulumi.String(tokenRotatorScriptDir + "/" + tokenRotatorScriptKey)},
-				Env:             env,
-				Resources:       resources("10m", "32Mi", "200m", "128Mi"),
-				SecurityContext: restrictedContainer(cleanupUID),
-				VolumeMounts: corev1.VolumeMountArray{
-					&corev1.VolumeMountArgs{
-						Name:      pulumi.String("script"),
-						MountPath: pulumi.String(tokenRotatorScriptDir),
-						ReadOnly:  pulumi.Bool(true),
-					},
-					&corev1.VolumeMountArgs{Name: pulumi.String("tmp"), MountPath: pulumi.String("/tmp")},
-				},
+	return scriptPod{
+		name: TokenRotatorName, container: "rotate", shell: "/bin/bash", dir: tokenRotatorScriptDir,
+		key: tokenRotatorScriptKey,
+		env: corev1.EnvVarArray{
+			&corev1.EnvVarArgs{Name: pulumi.String("SSM_PARAMETER"), Value: pulumi.String(a.JoinTokenParameter)},
+			&corev1.EnvVarArgs{Name: pulumi.String("AWS_REGION"), Value: pulumi.String(a.Region)},
+			&corev1.EnvVarArgs{
+				Name:  pulumi.String("TOKEN_TTL_SECONDS"),
+				Value: pulumi.String(strconv.Itoa(int(a.BootstrapTokenTTL.Seconds()))),
 			},
+			scriptHome,
+			creds.env("AWS_ACCESS_KEY_ID", awsKeyIDKey),
+			creds.env("AWS_SECRET_ACCESS_KEY", awsSecretKeyKey),
 		},
-		Volumes: corev1.VolumeArray{
-			&corev1.VolumeArgs{
-				Name: pulumi.String("script"),
-				ConfigMap: &corev1.ConfigMapVolumeSourceArgs{
-					Name:        pulumi.String(TokenRotatorName),
-					DefaultMode: pulumi.Int(0o555),
-				},
-			},
-			&corev1.VolumeArgs{
-				Name:     pulumi.String("tmp"),
-				EmptyDir: &corev1.EmptyDirVolumeSourceArgs{SizeLimit: pulumi.String("16Mi")},
-			},
-		},
-	}
+	}.spec()
 }
