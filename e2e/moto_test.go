@@ -119,11 +119,12 @@ func (m *motoSSM) alive() error {
 	}
 }
 
-// putSecureString stores a SecureString the way the stack's IAM component does. moto does not check signatures,
-// so the Authorization header only carries the region (in its credential scope), which moto keys its state by.
-func (m *motoSSM) putSecureString(t *testing.T, region, name, value string) {
+// ssm makes one SSM call (target e.g. "PutParameter") with the request as JSON and returns the status and body. moto
+// does not check signatures, so the Authorization header only carries the region (in its credential scope), which
+// moto keys its state by.
+func (m *motoSSM) ssm(t *testing.T, region, target string, request map[string]any) (int, []byte) {
 	t.Helper()
-	body, err := json.Marshal(map[string]any{"Name": name, "Value": value, "Type": "SecureString", "Overwrite": true})
+	body, err := json.Marshal(request)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -132,16 +133,24 @@ func (m *motoSSM) putSecureString(t *testing.T, region, name, value string) {
 		t.Fatal(err)
 	}
 	req.Header.Set("Content-Type", "application/x-amz-json-1.1")
-	req.Header.Set("X-Amz-Target", "AmazonSSM.PutParameter")
+	req.Header.Set("X-Amz-Target", "AmazonSSM."+target)
 	req.Header.Set("Authorization", "AWS4-HMAC-SHA256 Credential=AKIAE2ETEST/20260101/"+region+
 		"/ssm/aws4_request, SignedHeaders=host, Signature=0")
 	resp, err := motoClient.Do(req)
 	if err != nil {
-		t.Fatalf("SSM PutParameter: %v", errors.Join(err, m.alive()))
+		t.Fatalf("SSM %s: %v", target, errors.Join(err, m.alive()))
 	}
 	defer resp.Body.Close()
 	b, _ := io.ReadAll(resp.Body)
-	if resp.StatusCode != http.StatusOK {
-		t.Fatalf("SSM PutParameter: HTTP %d: %s", resp.StatusCode, strings.TrimSpace(string(b)))
+	return resp.StatusCode, b
+}
+
+// putSecureString stores a SecureString the way the stack's IAM component does.
+func (m *motoSSM) putSecureString(t *testing.T, region, name, value string) {
+	t.Helper()
+	status, b := m.ssm(t, region, "PutParameter",
+		map[string]any{"Name": name, "Value": value, "Type": "SecureString", "Overwrite": true})
+	if status != http.StatusOK {
+		t.Fatalf("SSM PutParameter: HTTP %d: %s", status, strings.TrimSpace(string(b)))
 	}
 }

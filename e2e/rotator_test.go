@@ -3,12 +3,9 @@
 package e2e
 
 import (
-	"bytes"
 	"context"
 	"encoding/base64"
 	"encoding/json"
-	"errors"
-	"io"
 	"net/http"
 	"os"
 	"os/exec"
@@ -438,29 +435,12 @@ func waitGone(ctx context.Context, t *testing.T, c cluster, name string, limit t
 // getParameter reads a SecureString back from moto, decrypted.
 func (m *motoSSM) getParameter(t *testing.T, region, name string) string {
 	t.Helper()
-	body, err := json.Marshal(map[string]any{"Name": name, "WithDecryption": true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	req, err := http.NewRequest(http.MethodPost, m.url+"/", bytes.NewReader(body))
-	if err != nil {
-		t.Fatal(err)
-	}
-	req.Header.Set("Content-Type", "application/x-amz-json-1.1")
-	req.Header.Set("X-Amz-Target", "AmazonSSM.GetParameter")
-	req.Header.Set("Authorization", "AWS4-HMAC-SHA256 Credential=AKIAE2ETEST/20260101/"+region+
-		"/ssm/aws4_request, SignedHeaders=host, Signature=0")
-	resp, err := motoClient.Do(req)
-	if err != nil {
-		t.Fatalf("SSM GetParameter: %v", errors.Join(err, m.alive()))
-	}
-	defer resp.Body.Close()
-	b, _ := io.ReadAll(resp.Body)
+	status, b := m.ssm(t, region, "GetParameter", map[string]any{"Name": name, "WithDecryption": true})
 	var out struct {
 		Parameter struct{ Value, Type string }
 	}
-	if resp.StatusCode != http.StatusOK || json.Unmarshal(b, &out) != nil || out.Parameter.Type != "SecureString" {
-		t.Fatalf("SSM GetParameter %s: HTTP %d: %s", name, resp.StatusCode, b)
+	if status != http.StatusOK || json.Unmarshal(b, &out) != nil || out.Parameter.Type != "SecureString" {
+		t.Fatalf("SSM GetParameter %s: HTTP %d: %s", name, status, b)
 	}
 	return out.Parameter.Value
 }
