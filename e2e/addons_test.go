@@ -265,23 +265,7 @@ func checkDeclared(ctx context.Context, t *testing.T, c cluster, cfg *config.Con
 	var dep struct {
 		Spec struct {
 			Template struct {
-				Spec struct {
-					ServiceAccountName string `json:"serviceAccountName"`
-					Containers         []struct {
-						Image   string   `json:"image"`
-						Command []string `json:"command"`
-						Args    []string `json:"args"`
-						Env     []struct {
-							Name      string `json:"name"`
-							Value     string `json:"value"`
-							ValueFrom *struct {
-								SecretKeyRef *struct {
-									Name string `json:"name"`
-								} `json:"secretKeyRef"`
-							} `json:"valueFrom"`
-						} `json:"env"`
-					} `json:"containers"`
-				} `json:"spec"`
+				Spec templateSpec `json:"spec"`
 			} `json:"template"`
 		} `json:"spec"`
 	}

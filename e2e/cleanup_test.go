@@ -115,27 +115,13 @@ func TestCleanupAsksEC2(t *testing.T) {
 }
 
 // cleanupEnv is the plain environment of the cleanup CronJob's container, as rendered.
-func cleanupEnv(t *testing.T, cronJob map[string]any) map[string]string {
+func cleanupEnv(t *testing.T, rendered map[string]any) map[string]string {
 	t.Helper()
-	raw, err := json.Marshal(cronJob)
+	raw, err := json.Marshal(rendered)
 	if err != nil {
 		t.Fatal(err)
 	}
-	var cj struct {
-		Spec struct {
-			JobTemplate struct {
-				Spec struct {
-					Template struct {
-						Spec struct {
-							Containers []struct {
-								Env []struct{ Name, Value string } `json:"env"`
-							} `json:"containers"`
-						} `json:"spec"`
-					} `json:"template"`
-				} `json:"spec"`
-			} `json:"jobTemplate"`
-		} `json:"spec"`
-	}
+	var cj cronJob
 	if err := json.Unmarshal(raw, &cj); err != nil {
 		t.Fatal(err)
 	}

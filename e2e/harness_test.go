@@ -246,3 +246,33 @@ func isNotFound(err error) bool {
 }
 
 var errNoObjects = errors.New("the stack manages no Kubernetes objects")
+
+// templateSpec is the part of a pod template's spec the tests read, as kubectl -o json and the plan's inputs spell it.
+type templateSpec struct {
+	ServiceAccountName string `json:"serviceAccountName"`
+	Containers         []struct {
+		Image   string   `json:"image"`
+		Command []string `json:"command"`
+		Args    []string `json:"args"`
+		Env     []struct {
+			Name      string `json:"name"`
+			Value     string `json:"value"`
+			ValueFrom *struct {
+				SecretKeyRef *struct{ Name, Key string } `json:"secretKeyRef"`
+			} `json:"valueFrom"`
+		} `json:"env"`
+	} `json:"containers"`
+}
+
+// cronJob is a CronJob as the tests read it.
+type cronJob struct {
+	Spec struct {
+		JobTemplate struct {
+			Spec struct {
+				Template struct {
+					Spec templateSpec `json:"spec"`
+				} `json:"template"`
+			} `json:"spec"`
+		} `json:"jobTemplate"`
+	} `json:"spec"`
+}

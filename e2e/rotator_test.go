@@ -221,28 +221,7 @@ func liveRotator(ctx context.Context, t *testing.T, c cluster, ssmURL string) *r
 	if err := c.getJSON(ctx, &cm, "configmap.v1.", addons.TokenRotatorName, "-n", "kube-system"); err != nil {
 		t.Fatal(err)
 	}
-	var cj struct {
-		Spec struct {
-			JobTemplate struct {
-				Spec struct {
-					Template struct {
-						Spec struct {
-							Containers []struct {
-								Command []string `json:"command"`
-								Env     []struct {
-									Name      string `json:"name"`
-									Value     string `json:"value"`
-									ValueFrom *struct {
-										SecretKeyRef struct{ Name, Key string } `json:"secretKeyRef"`
-									} `json:"valueFrom"`
-								} `json:"env"`
-							} `json:"containers"`
-						} `json:"spec"`
-					} `json:"template"`
-				} `json:"spec"`
-			} `json:"jobTemplate"`
-		} `json:"spec"`
-	}
+	var cj cronJob
 	if err := c.getJSON(ctx, &cj, "cronjob.v1.batch", addons.TokenRotatorName, "-n", "kube-system"); err != nil {
 		t.Fatal(err)
 	}
