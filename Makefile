@@ -7,10 +7,13 @@ GOLANGCI_LINT_VERSION := v2.15.0
 GOBIN := $(shell $(GO) env GOPATH)/bin
 GOLANGCI_LINT := $(GOBIN)/golangci-lint
 # Debian packages the tests run for real: cloud-init (schema), shellcheck, wireguard-tools (wg parser), nftables
-# (nft -c on the gateway ruleset).
-DEBIAN_TOOLS := cloud-init:cloud-init shellcheck:shellcheck wg:wireguard-tools nft:nftables
+# (nft -c on the gateway ruleset); and what the scripts under test run for real beside their stand-ins: curl (every
+# AWS and API server call), python3 (the boot scripts' JSON) and jq (the token rotator's). Nothing else of the host's
+# reaches a script under test (internal/realtools.ClosedPath); `make fresh` proves this list is enough.
+DEBIAN_TOOLS := cloud-init:cloud-init shellcheck:shellcheck wg:wireguard-tools nft:nftables curl:curl \
+	python3:python3 jq:jq
 
-.PHONY: help test tools fmt-check vet lint unit plan golden e2e build preview up clean
+.PHONY: help test tools fmt-check vet lint unit plan golden e2e fresh build preview up clean
 
 ## help: list the targets.
 help:
@@ -75,6 +78,10 @@ golden:
 ## e2e: the in-cluster component through the real Pulumi engine onto a real kube-apiserver (see hack/).
 e2e:
 	./hack/e2e.sh
+
+## fresh: `make test` on a clean clone of HEAD in a fresh Debian root with only the README's prerequisites (root).
+fresh:
+	./hack/fresh.sh
 
 ## clean: remove the built program.
 clean:

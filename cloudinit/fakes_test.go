@@ -273,6 +273,11 @@ case "$1 $2" in
 "ssm get-parameter") printf '%s\n' "$STUB_AWS_PARAMETER_VALUE" ;;
 "autoscaling describe-auto-scaling-instances") echo "$STUB_AWS_GROUP" ;;
 esac`,
+	// What kubeadm join's preflight looks for on PATH (InPathCheck) and the boot checks first; the boot only checks
+	// them, so they only record.
+	"iptables": `echo "iptables $*" >>"$STUB_DIR/calls"`,
+	"mount":    `echo "mount $*" >>"$STUB_DIR/calls"`,
+	"nsenter":  `echo "nsenter $*" >>"$STUB_DIR/calls"`,
 	"rpm": `echo "rpm $*" >>"$STUB_DIR/calls"
 [[ " ${STUB_RPM_MISSING:-} " != *" $3 "* ]]`,
 	"logger": `echo "$*" >>"$STUB_DIR/journal"`,
@@ -320,8 +325,8 @@ func (r scriptRun) file(name string) string {
 	return string(b)
 }
 
-// scriptEnv is a node's root (the scripts' DYNK8S_ROOT) with the user data's files, stubs first on PATH, and the
-// fakes' endpoints with a fast backoff in the environment.
+// scriptEnv is a node's root (the scripts' DYNK8S_ROOT) with the user data's files, a closed PATH of stubs and the
+// shell utilities, and the fakes' endpoints with a fast backoff in the environment.
 type scriptEnv struct {
 	root, stubDir string
 	environ       []string
@@ -337,10 +342,10 @@ func runScript(t *testing.T, userData []byte, script string, aws *fakeAWS, env m
 func newScriptEnv(t *testing.T, userData []byte, aws *fakeAWS, env map[string]string, prepare func(root string)) *scriptEnv {
 	t.Helper()
 	realCurl := realtools.Require(t, "curl")
-	realtools.Require(t, "python3")
-	realtools.Require(t, "bash")
 	e := &scriptEnv{root: t.TempDir(), stubDir: t.TempDir()}
-	bin := t.TempDir()
+	// The scripts' whole PATH: the shell utilities, python3 (the scripts' JSON) and the stand-ins below, nothing of
+	// the host's, so no outcome depends on what the host has installed.
+	bin := realtools.ClosedPath(t, "python3")
 	materialize(t, userData, e.root)
 	// The kernel settings kubeadm join checks, and the uptime the timeline reads, as a booted node has them.
 	proc := filepath.Join(e.root, "proc")
@@ -357,15 +362,13 @@ func newScriptEnv(t *testing.T, userData []byte, aws *fakeAWS, env map[string]st
 		if slices.Contains(omit, name) {
 			continue
 		}
-		if err := os.WriteFile(filepath.Join(bin, name), []byte("#!/usr/bin/env bash\n"+body+"\n"), 0o755); err != nil {
-			t.Fatal(err)
-		}
+		realtools.WriteStub(t, bin, name, "#!/usr/bin/env bash\n"+body+"\n")
 	}
 	if prepare != nil {
 		prepare(e.root)
 	}
 	vars := map[string]string{
-		"PATH":                        bin + string(os.PathListSeparator) + os.Getenv("PATH"),
+		"PATH":                        bin,
 		"DYNK8S_ROOT":                 e.root,
 		"DYNK8S_IMDS_ENDPOINT":        aws.imds.URL,
 		"DYNK8S_SSM_ENDPOINT":         aws.ssm.URL,
@@ -413,6 +416,7 @@ func (e *scriptEnv) run(t *testing.T, script string, args ...string) scriptRun {
 		t.Fatalf("running %s: %v", script, err)
 	}
 	t.Logf("%s exited %d after %s:\n%s", script, run.exitCode, run.elapsed.Round(time.Millisecond), run.stderr)
+	realtools.CheckNoMissingCommand(t, run.stderr)
 	return run
 }
 

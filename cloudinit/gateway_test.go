@@ -273,14 +273,10 @@ func TestWgKeyRefusesMalformedKey(t *testing.T) {
 	assert.Check(t, os.IsNotExist(err))
 }
 
-// nft(8) in check mode accepts the MSS ruleset, including a reload over itself. nftables is not among the validators
-// CI installs yet, so a missing nft only skips this test.
+// nft(8) in check mode accepts the MSS ruleset, including a reload over itself.
 func TestGatewayMSSRulesetParsesWithNft(t *testing.T) {
 	t.Parallel()
-	nft, err := exec.LookPath("nft")
-	if err != nil {
-		t.Skip("nft is not installed (Debian package nftables)")
-	}
+	nft := realtools.Require(t, "nft")
 	ruleset := fileByPath(t, parseCloudConfig(t, renderedGatewayUserData(t)["gateway"]), wgMSSPath).Content
 	f := filepath.Join(t.TempDir(), "mss.nft")
 	assert.NilError(t, os.WriteFile(f, []byte(ruleset+ruleset), 0o600))

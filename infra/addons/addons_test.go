@@ -510,7 +510,7 @@ func TestScriptsShellcheck(t *testing.T) {
 func cleanupStubs(t *testing.T, nodes string, now time.Time, getStatus int, failDelete string,
 	states map[string]string) (dir, log string) {
 	t.Helper()
-	dir = t.TempDir()
+	dir = realtools.ClosedPath(t)
 	var cases strings.Builder
 	for id, state := range states {
 		fmt.Fprintf(&cases, "%s) state=%s ;;\n", id, state)
@@ -529,7 +529,7 @@ unreachable) echo "Could not connect to the endpoint URL: \"https://ec2.eu-centr
 esac
 echo "$state"
 `, filepath.Join(dir, "kubectl.log"), cases.String())
-	assert.NilError(t, os.WriteFile(filepath.Join(dir, "aws"), []byte(aws), 0o755))
+	realtools.WriteStub(t, dir, "aws", aws)
 	log = filepath.Join(dir, "kubectl.log")
 	assert.NilError(t, os.WriteFile(filepath.Join(dir, "nodes.txt"), []byte(nodes), 0o644))
 	kubectl := fmt.Sprintf(`#!/bin/sh
@@ -540,9 +540,9 @@ delete) [ "$3" = %q ] && exit 1; echo "node \"$3\" deleted"; exit 0 ;;
 esac
 exit 3
 `, log, filepath.Join(dir, "nodes.txt"), getStatus, failDelete)
-	assert.NilError(t, os.WriteFile(filepath.Join(dir, "kubectl"), []byte(kubectl), 0o755))
+	realtools.WriteStub(t, dir, "kubectl", kubectl)
 	date := fmt.Sprintf("#!/bin/sh\n[ \"$*\" = '-u +%%s' ] || exit 9\necho %d\n", now.Unix())
-	assert.NilError(t, os.WriteFile(filepath.Join(dir, "date"), []byte(date), 0o755))
+	realtools.WriteStub(t, dir, "date", date)
 	assert.NilError(t, os.WriteFile(filepath.Join(dir, "cleanup.sh"), []byte(cleanupScript), 0o755))
 	return dir, log
 }
@@ -555,11 +555,12 @@ func runCleanupScript(t *testing.T, nodes string, now time.Time, threshold strin
 	dir, log := cleanupStubs(t, nodes, now, getStatus, failDelete, states)
 	cmd := exec.Command("/bin/sh", filepath.Join(dir, "cleanup.sh"))
 	cmd.Env = []string{
-		"PATH=" + dir + string(os.PathListSeparator) + os.Getenv("PATH"),
+		"PATH=" + dir,
 		"POOL_LABEL=" + kube.LabelPool,
 		"NOT_READY_AFTER_SECONDS=" + threshold,
 	}
 	out, err := cmd.CombinedOutput()
+	realtools.CheckNoMissingCommand(t, string(out))
 	var exit *exec.ExitError
 	if errors.As(err, &exit) {
 		status = exit.ExitCode()
@@ -679,7 +680,7 @@ func TestFuseRBACNodesOnly(t *testing.T) {
 // TestUntaintScript runs the embedded script against a stub kubectl: it keeps the taint while the node advertises
 // no fuse devices, removes it once it does, and idles (here: the stub sleep returns) once the taint is gone.
 func TestUntaintScript(t *testing.T) {
-	dir := t.TempDir()
+	dir := realtools.ClosedPath(t)
 	log := filepath.Join(dir, "kubectl.log")
 	// The node advertises nothing on the first two looks, then 5000 devices; the taint goes when removed.
 	kubectl := fmt.Sprintf(`#!/bin/sh
@@ -693,13 +694,14 @@ case "$*" in
 esac
 exit 0
 `, log, filepath.Join(dir, "removed"), kube.FuseStartupTaint.Key)
-	assert.NilError(t, os.WriteFile(filepath.Join(dir, "kubectl"), []byte(kubectl), 0o755))
+	realtools.WriteStub(t, dir, "kubectl", kubectl)
 	assert.NilError(t, os.WriteFile(filepath.Join(dir, "sleep"), []byte("#!/bin/sh\nexit 0\n"), 0o755))
 	run := exec.Command("/bin/sh", "-c", untaintScript)
-	run.Env = []string{"PATH=" + dir + string(os.PathListSeparator) + os.Getenv("PATH"), "NODE_NAME=ip-1",
+	run.Env = []string{"PATH=" + dir, "NODE_NAME=ip-1",
 		"TAINT_KEY=" + kube.FuseStartupTaint.Key, "RESOURCE=" + kube.FuseResource, "POLL_SECONDS=0"}
 	output, err := run.CombinedOutput()
 	assert.NilError(t, err, "%s", output)
+	realtools.CheckNoMissingCommand(t, string(output))
 	calls, err := os.ReadFile(log)
 	assert.NilError(t, err)
 	var taints []string
@@ -716,12 +718,13 @@ exit 0
 	assert.NilError(t, os.Remove(filepath.Join(dir, "removed")))
 	assert.NilError(t, os.WriteFile(log, []byte("allocatable\nallocatable\nallocatable\n"), 0o644))
 	kubectl = strings.Replace(kubectl, `*allocatable*) [ "$n" -ge 3 ] && echo 5000 ;;`, `*allocatable*) ;;`, 1)
-	assert.NilError(t, os.WriteFile(filepath.Join(dir, "kubectl"), []byte(kubectl), 0o755))
+	realtools.WriteStub(t, dir, "kubectl", kubectl)
 	run = exec.Command("/bin/sh", "-c", untaintScript)
 	run.Env = append(run.Env, "PATH="+dir+string(os.PathListSeparator)+os.Getenv("PATH"), "NODE_NAME=ip-1",
 		"TAINT_KEY="+kube.FuseStartupTaint.Key, "RESOURCE="+kube.FuseResource, "POLL_SECONDS=0", "GIVE_UP_SECONDS=0")
 	output, err = run.CombinedOutput()
 	assert.NilError(t, err, "%s", output)
+	realtools.CheckNoMissingCommand(t, string(output))
 	assert.Check(t, is.Contains(string(output), "WARNING: node ip-1 advertises no github.com/fuse"))
 	_, err = os.Stat(filepath.Join(dir, "removed"))
 	assert.NilError(t, err, "the taint was not removed")

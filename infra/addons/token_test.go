@@ -212,11 +212,9 @@ type rotateRun struct {
 func runRotateScript(t *testing.T, ssm *httptest.Server, kubectlFails bool) rotateRun {
 	t.Helper()
 	realCurl := realtools.Require(t, "curl")
-	realtools.Require(t, "jq")
-	realtools.Require(t, "bash")
-	dir := t.TempDir()
+	dir := realtools.ClosedPath(t, "jq")
 	write := func(name, body string) {
-		assert.NilError(t, os.WriteFile(filepath.Join(dir, name), []byte("#!/usr/bin/env bash\n"+body+"\n"), 0o755))
+		realtools.WriteStub(t, dir, name, "#!/usr/bin/env bash\n"+body+"\n")
 	}
 	failure := "0"
 	if kubectlFails {
@@ -230,13 +228,14 @@ echo secret/stub`)
 exec "$STUB_REAL_CURL" "$@"`)
 	cmd := exec.Command("bash", "-c", rotateTokenScript)
 	cmd.Env = []string{
-		"PATH=" + dir + string(os.PathListSeparator) + os.Getenv("PATH"),
+		"PATH=" + dir,
 		"STUB_DIR=" + dir, "STUB_REAL_CURL=" + realCurl,
 		"SSM_PARAMETER=" + testTokenParameter, "AWS_REGION=eu-central-1", "TOKEN_TTL_SECONDS=7200",
 		"AWS_ACCESS_KEY_ID=" + testRotatorKeyID, "AWS_SECRET_ACCESS_KEY=" + testRotatorSecret,
 		"SSM_ENDPOINT=" + ssm.URL,
 	}
 	out, err := cmd.CombinedOutput()
+	realtools.CheckNoMissingCommand(t, string(out))
 	run := rotateRun{output: string(out)}
 	var exit *exec.ExitError
 	if errors.As(err, &exit) {

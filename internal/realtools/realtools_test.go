@@ -1,0 +1,78 @@
+package realtools
+
+import (
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// recorder is a testing.TB that keeps what the check reports instead of failing the test.
+type recorder struct {
+	testing.TB
+	errors []string
+}
+
+func (r *recorder) Errorf(format string, args ...any) {
+	r.errors = append(r.errors, format)
+}
+
+// A closed PATH runs the shell utilities and the stand-ins beside them, and nothing of the host's: a command the
+// test did not provide is "not found" however the host is set up, and the check reports it, for bash and for dash.
+func TestClosedPath(t *testing.T) {
+	// A command only the host has: on the test process's PATH, so ClosedPath sees it, but not asked for.
+	host := t.TempDir()
+	if err := os.WriteFile(filepath.Join(host, "dynk8s-host-only"), []byte("#!/bin/sh\necho host\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv("PATH", host+string(os.PathListSeparator)+os.Getenv("PATH"))
+	dir := ClosedPath(t)
+	WriteStub(t, dir, "iptables", "#!/bin/sh\necho stand-in\n")
+	for _, shell := range []string{"bash", "sh"} {
+		run := func(script string) string {
+			cmd := exec.Command(shell, "-c", script)
+			cmd.Env = []string{"PATH=" + dir}
+			out, _ := cmd.CombinedOutput()
+			return string(out)
+		}
+		if out := run("iptables; date +%Y >/dev/null; sed -n 1p </dev/null"); strings.TrimSpace(out) != "stand-in" {
+			t.Errorf("%s: the stand-in and the shell utilities should run: %q", shell, out)
+		}
+		out := run("dynk8s-host-only")
+		r := &recorder{TB: t}
+		CheckNoMissingCommand(r, out)
+		if len(r.errors) != 1 {
+			t.Errorf("%s: a host command missing from the closed PATH ran or was not reported: %q", shell, out)
+		}
+		r = &recorder{TB: t}
+		CheckNoMissingCommand(r, run("command -v dynk8s-no-such-command || echo absent"))
+		if len(r.errors) != 0 {
+			t.Errorf("%s: a script's own look-up (command -v) is not a missing command", shell)
+		}
+	}
+}
+
+// WriteStub replaces the link to a real command, never the command behind it.
+func TestWriteStubKeepsTheHostsCommand(t *testing.T) {
+	dir := ClosedPath(t)
+	real, err := filepath.EvalSymlinks(filepath.Join(dir, "date"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	before, err := os.ReadFile(real)
+	if err != nil {
+		t.Fatal(err)
+	}
+	WriteStub(t, dir, "date", "#!/bin/sh\necho 0\n")
+	after, err := os.ReadFile(real)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if string(before) != string(after) {
+		t.Fatalf("WriteStub wrote through the link into %s", real)
+	}
+	if fi, err := os.Lstat(filepath.Join(dir, "date")); err != nil || fi.Mode()&os.ModeSymlink != 0 {
+		t.Fatalf("date is still a link after WriteStub (%v)", err)
+	}
+}
