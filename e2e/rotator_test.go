@@ -6,6 +6,7 @@ import (
 	"context"
 	"encoding/base64"
 	"encoding/json"
+	"fmt"
 	"net/http"
 	"os"
 	"os/exec"
@@ -444,13 +445,33 @@ func redactedKeys(data map[string]string) map[string]string {
 	return out
 }
 
+// rotatorToken is a bootstrap token Secret as the rotator makes it, with expiration, auth-extra-groups and the name's
+// id as given.
+func rotatorToken(name, id, expiration, group string) string {
+	return fmt.Sprintf(`{"apiVersion": "v1", "kind": "Secret", "type": "bootstrap.kubernetes.io/token",
+		"metadata": {"name": %q, "namespace": "kube-system"},
+		"stringData": {"token-id": %q, "token-secret": "0123456789abcdef", "expiration": %q,
+		"usage-bootstrap-authentication": "true", "usage-bootstrap-signing": "true", "auth-extra-groups": %q}}`,
+		name, id, expiration, group)
+}
+
 // checkRotatorAdmission: what RBAC lets the rotator do (create any Secret in kube-system), the stack's admission
-// policy narrows to what it needs. As the rotator's ServiceAccount, an Opaque Secret and a bootstrap token without an
-// expiration are denied by the real API server, with the policy's messages, while the runs above created theirs.
+// policy narrows to what it needs. As the rotator's ServiceAccount, an Opaque Secret, a bootstrap token without an
+// expiration, one that expires a year out, one of another group and one named for another id are denied by the real
+// API server, with the policy's messages; the same token as the rotator makes it, expiring at the TTL, is admitted.
 func checkRotatorAdmission(ctx context.Context, t *testing.T, c cluster) {
 	t.Helper()
 	as := "--as=system:serviceaccount:kube-system:" + addons.TokenRotatorName
+	// The dev stack's TTL is the default, 2h.
+	inTTL := time.Now().UTC().Add(2 * time.Hour).Format(time.RFC3339)
 	for name, tc := range map[string]struct{ manifest, want string }{
+		"a token expiring in a year": {rotatorToken("bootstrap-token-e2eyr1", "e2eyr1",
+			time.Now().UTC().AddDate(1, 0, 0).Format(time.RFC3339), addons.JoinTokenGroup),
+			"a join token may expire at most 125 minutes after its creation"},
+		"a token of another group": {rotatorToken("bootstrap-token-e2egr1", "e2egr1", inTTL,
+			addons.JoinTokenGroup+",system:masters"), "a join token authenticates with exactly the group"},
+		"a token named for another id": {rotatorToken("bootstrap-token-e2eid1", "e2eid2", inTTL, addons.JoinTokenGroup),
+			"a bootstrap token Secret is named bootstrap-token-<its token-id>"},
 		"an Opaque Secret": {`{"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "e2e-not-a-token",
 			"namespace": "kube-system"}, "stringData": {"password": "x"}}`,
 			"the join token rotator may create bootstrap token Secrets only"},
@@ -477,4 +498,13 @@ func checkRotatorAdmission(ctx context.Context, t *testing.T, c cluster) {
 		}
 		_, _ = c.kubectl(ctx, "-n", "kube-system", "delete", "-f", file, "--ignore-not-found")
 	}
+	// The positive twin, once the denials above show the policy is in force.
+	file := filepath.Join(t.TempDir(), "secret.json")
+	if err := os.WriteFile(file, []byte(rotatorToken("bootstrap-token-e2eok1", "e2eok1", inTTL, addons.JoinTokenGroup)), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.kubectl(ctx, as, "create", "-f", file); err != nil {
+		t.Errorf("the rotator may not create a token as it makes them: %v", err)
+	}
+	_, _ = c.kubectl(ctx, "-n", "kube-system", "delete", "-f", file, "--ignore-not-found")
 }

@@ -45,15 +45,40 @@ func tokenRotatorRules() rbacv1.PolicyRuleArray {
 	}
 }
 
+// JoinTokenGroup is the group a join token authenticates with besides system:bootstrappers (its Secret's
+// auth-extra-groups, which rotate-token.sh writes): kubeadm's node group, which kubeadm's RoleBindings let join.
+const JoinTokenGroup = "system:bootstrappers:kubeadm:default-node-token"
+
+// tokenExpirySlack is how much later than the TTL from its creation a token may expire: the rotator computes the
+// expiration from its pod's clock, the API server stamps the creation with its own.
+const tokenExpirySlack = 5 * time.Minute
+
+type validation struct{ expression, message string }
+
 // tokenRotatorValidations are what every Secret the rotator creates or changes must be, checked at admission where
-// RBAC cannot look: a bootstrap token (type and the name kubeadm and the token authenticator expect) that expires.
-// A leaked rotator identity can so mint no Secret of another kind and no token that lives for ever. Secret data is
-// bytes in CEL; the expiration's presence is what is checked, its value is the rotator's (TTL) and the token
-// authenticator's to judge.
-var tokenRotatorValidations = []struct{ expression, message string }{
-	{"object.type == 'bootstrap.kubernetes.io/token'", "the join token rotator may create bootstrap token Secrets only"},
-	{"object.metadata.name.startsWith('bootstrap-token-')", "a bootstrap token Secret is named bootstrap-token-<id>"},
-	{"has(object.data) && 'expiration' in object.data", "a join token must carry an expiration"},
+// RBAC cannot look: a bootstrap token (type, and the name kubeadm and the token authenticator expect, that of its own
+// token-id) that expires no later than the TTL (plus tokenExpirySlack) after its creation and authenticates with
+// exactly JoinTokenGroup. A leaked rotator identity can so mint no Secret of another kind, no token that lives
+// longer than the ones it issues, and none that joins another group. Secret data is bytes in CEL, hence string();
+// the API server stamps metadata.creationTimestamp before validating admission runs (k8s.io/apiserver
+// pkg/registry/generic/registry/store.go: Create calls rest.BeforeCreate, which fills the system fields, before
+// its createValidation). Each rule is guarded, so a missing key fails its own rule with its own message rather
+// than an evaluation error.
+func tokenRotatorValidations(ttl time.Duration) []validation {
+	data := func(key string) string { return fmt.Sprintf("string(object.data['%s'])", key) }
+	has := func(key string) string { return fmt.Sprintf("has(object.data) && '%s' in object.data", key) }
+	return []validation{
+		{"object.type == 'bootstrap.kubernetes.io/token'", "the join token rotator may create bootstrap token Secrets only"},
+		{has("token-id") + " && object.metadata.name == 'bootstrap-token-' + " + data("token-id"),
+			"a bootstrap token Secret is named bootstrap-token-<its token-id>"},
+		{has("expiration"), "a join token must carry an expiration"},
+		{"!(" + has("expiration") + ") || timestamp(" + data("expiration") + ") <= " +
+			fmt.Sprintf("object.metadata.creationTimestamp + duration('%ds')", int((ttl+tokenExpirySlack).Seconds())),
+			fmt.Sprintf("a join token may expire at most %.0f minutes after its creation (the TTL, %.0f, plus %.0f)",
+				(ttl + tokenExpirySlack).Minutes(), ttl.Minutes(), tokenExpirySlack.Minutes())},
+		{has("auth-extra-groups") + " && " + data("auth-extra-groups") + " == '" + JoinTokenGroup + "'",
+			"a join token authenticates with exactly the group " + JoinTokenGroup},
+	}
 }
 
 // tokenRotatorAdmission declares the ValidatingAdmissionPolicy (admissionregistration.k8s.io/v1, GA in Kubernetes
@@ -61,7 +86,7 @@ var tokenRotatorValidations = []struct{ expression, message string }{
 // hold the rotator's ServiceAccount to tokenRotatorValidations, denying whatever fails them.
 func (b *builder) tokenRotatorAdmission() (pulumi.Resource, error) {
 	var validations admissionv1.ValidationArray
-	for _, v := range tokenRotatorValidations {
+	for _, v := range tokenRotatorValidations(b.args.BootstrapTokenTTL) {
 		validations = append(validations, &admissionv1.ValidationArgs{
 			Expression: pulumi.String(v.expression),
 			Message:    pulumi.String(v.message),

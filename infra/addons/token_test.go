@@ -41,7 +41,17 @@ func TestAddonsTokenRotator(t *testing.T) {
 	assert.Equal(t, dig(t, policy, "spec", "matchConditions", 0, "expression"),
 		"request.userInfo.username == 'system:serviceaccount:kube-system:"+TokenRotatorName+"'")
 	assert.Equal(t, dig(t, policy, "spec", "failurePolicy"), "Fail")
-	assert.Equal(t, len(dig(t, policy, "spec", "validations").([]any)), len(tokenRotatorValidations))
+	var rules []string
+	for _, v := range dig(t, policy, "spec", "validations").([]any) {
+		rules = append(rules, v.(map[string]any)["expression"].(string))
+	}
+	assert.Equal(t, len(rules), len(tokenRotatorValidations(testAddonsArgs().BootstrapTokenTTL)))
+	// The lifetime rule carries the stack's TTL (2h) plus the slack; the group rule the group the script writes.
+	assert.Check(t, is.Contains(strings.Join(rules, "\n"),
+		"timestamp(string(object.data['expiration'])) <= object.metadata.creationTimestamp + duration('7500s')"))
+	assert.Check(t, is.Contains(strings.Join(rules, "\n"), "string(object.data['auth-extra-groups']) == '"+JoinTokenGroup+"'"))
+	assert.Check(t, is.Contains(rotateTokenScript, `"auth-extra-groups": "`+JoinTokenGroup+`"`),
+		"the script issues tokens of another group than the policy admits")
 	vap := run.object(t, typeAdmissionBinding, TokenRotatorName)
 	assert.Equal(t, dig(t, vap, "spec", "policyName"), TokenRotatorName)
 	assert.DeepEqual(t, dig(t, vap, "spec", "validationActions"), []any{"Deny"})
