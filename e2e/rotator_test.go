@@ -25,6 +25,7 @@ import (
 	"github.com/dynk8s/dynk8s/infra/addons"
 	"github.com/dynk8s/dynk8s/infra/config"
 	"github.com/dynk8s/dynk8s/internal/fakeimds"
+	"github.com/dynk8s/dynk8s/internal/kube"
 )
 
 // rotatorIssued selects the token Secrets the rotator makes (the script labels them so).
@@ -60,6 +61,8 @@ func TestTokenRotator(t *testing.T) {
 	// What the stack's Identity declares before the rotator's first run.
 	ssm.putSecureString(t, cfg.Region, param, infra.JoinTokenPlaceholder)
 
+	// The on-prem Node names the node admission policy lets a kubelet register without a pool label.
+	cfg.Kubernetes.OnPremNodes = []string{e2eOnPremNode}
 	pools := slices.Clone(cfg.NodePools)
 	s := newStack(ctx, t, c, addonsProgram(c, cfg, &pools))
 	t.Cleanup(func() {
@@ -100,6 +103,7 @@ func TestTokenRotator(t *testing.T) {
 	}
 	checkWhoAmI(ctx, t, c, second.token, true)
 	checkRotatorAdmission(ctx, t, c)
+	checkNodeAdmission(ctx, t, c, pools[0].Name)
 	if t.Failed() {
 		t.FailNow()
 	}
@@ -507,4 +511,74 @@ func checkRotatorAdmission(ctx context.Context, t *testing.T, c cluster) {
 		t.Errorf("the rotator may not create a token as it makes them: %v", err)
 	}
 	_, _ = c.kubectl(ctx, "-n", "kube-system", "delete", "-f", file, "--ignore-not-found")
+}
+
+const e2eOnPremNode = "e2e-onprem-1"
+
+// checkNodeAdmission: the stack's node admission policy, against the real API server with its Node authorizer and
+// NodeRestriction, each kubelet impersonated with its own node identity. Denied: a kubelet registering an unlabelled
+// Node whose name is not in kubernetes.onPremNodes, one labelled with a pool the stack does not have, a pool node
+// removing its pool label and an on-prem node adding one. Admitted, each refusal's twin: the listed on-prem name, a
+// Node of one of the stack's pools, and a kubelet changing a label of its own that is not the pool's.
+func checkNodeAdmission(ctx context.Context, t *testing.T, c cluster, pool string) {
+	t.Helper()
+	const poolNode, rogue, wrongPool = "i-0e2e0000000000a01", "e2e-rogue", "i-0e2e0000000000a02"
+	t.Cleanup(func() {
+		for _, n := range []string{poolNode, rogue, wrongPool, e2eOnPremNode} {
+			_, _ = c.kubectl(context.Background(), "delete", "node", n, "--ignore-not-found", "--wait=false")
+		}
+	})
+	as := func(node string) []string {
+		return []string{"--as=system:node:" + node, "--as-group=system:nodes", "--as-group=system:authenticated"}
+	}
+	register := func(node, poolLabel string) error {
+		labels := map[string]string{}
+		if poolLabel != "" {
+			labels[kube.LabelPool] = poolLabel
+		}
+		doc, err := json.Marshal(map[string]any{"apiVersion": "v1", "kind": "Node",
+			"metadata": map[string]any{"name": node, "labels": labels}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		file := filepath.Join(t.TempDir(), node+".json")
+		if err := os.WriteFile(file, doc, 0o600); err != nil {
+			t.Fatal(err)
+		}
+		_, err = c.kubectl(ctx, append(as(node), "create", "-f", file)...)
+		return err
+	}
+	denied := func(what string, err error, want string) {
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("%s was not denied by the node policy: %v", what, err)
+		}
+	}
+	// The policy is enforced once the API server has compiled it, a moment after it was created.
+	var err error
+	for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(500 * time.Millisecond) {
+		if err = register(rogue, ""); err != nil || time.Now().After(deadline) {
+			break
+		}
+		_, _ = c.kubectl(ctx, "delete", "node", rogue, "--wait=false")
+	}
+	denied("an unlabelled Node of an unlisted name", err, "is an on-prem node of kubernetes.onPremNodes")
+	if err := register(e2eOnPremNode, ""); err != nil {
+		t.Errorf("the listed on-prem node cannot register: %v", err)
+	}
+	denied("a Node of a pool the stack lacks", register(wrongPool, "no-such-pool"),
+		"names one of this stack's pools")
+	if err := register(poolNode, pool); err != nil {
+		t.Fatalf("a node of pool %s cannot register: %v", pool, err)
+	}
+	_, err = c.kubectl(ctx, append(as(poolNode), "label", "node", poolNode, kube.LabelPool+"-")...)
+	denied("a pool node removing its pool label", err, "may not add, change or remove its Node's "+kube.LabelPool)
+	_, err = c.kubectl(ctx, append(as(e2eOnPremNode), "label", "node", e2eOnPremNode, kube.LabelPool+"="+pool)...)
+	denied("an on-prem node adding a pool label", err, "may not add, change or remove its Node's "+kube.LabelPool)
+	if _, err := c.kubectl(ctx, append(as(poolNode), "label", "node", poolNode, "e2e.dynk8s.io/own=yes")...); err != nil {
+		t.Errorf("a pool node cannot change a label of its own that is not the pool's: %v", err)
+	}
+	if out, err := c.kubectl(ctx, "get", "node", poolNode, "-o", "jsonpath={.metadata.labels.dynk8s\\.io/pool}"); err != nil ||
+		out != pool {
+		t.Errorf("the pool node's label is %q after the refused removal (%v)", out, err)
+	}
 }

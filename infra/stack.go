@@ -237,6 +237,7 @@ func AddonsArgs(cfg *config.Config, creds Credentials) *addons.ClusterAddonsArgs
 		Cleanup:                     cfg.Cleanup,
 		TerminationHandler:          cfg.TerminationHandler,
 		Pools:                       cfg.NodePools,
+		OnPremNodes:                 cfg.Kubernetes.OnPremNodes,
 		AWSAccessKeyID:              creds.AutoscalerKeyID,
 		AWSSecretAccessKey:          creds.AutoscalerSecret,
 		CleanupAWSAccessKeyID:       creds.CleanupKeyID,

@@ -66,6 +66,8 @@ type ClusterAddonsArgs struct {
 	// Pools are the node pools (optional): their names, arches, spot flags and taints decide where the DaemonSets
 	// run and what they tolerate.
 	Pools []config.NodePool
+	// OnPremNodes are the on-prem Nodes a kubelet may register without the pool label (optional; empty: any).
+	OnPremNodes []string
 	// AWSAccessKeyID is the autoscaler IAM user's access key id (required).
 	AWSAccessKeyID pulumi.StringInput
 	// AWSSecretAccessKey is that key's secret (required); it is kept a Pulumi secret.
@@ -124,6 +126,9 @@ func NewClusterAddons(ctx *pulumi.Context, name string, args *ClusterAddonsArgs,
 	}
 	if err := b.terminationHandler(); err != nil {
 		return nil, fmt.Errorf("cluster addons %q: termination handler: %w", name, err)
+	}
+	if err := b.nodeAdmission(); err != nil {
+		return nil, fmt.Errorf("cluster addons %q: node admission: %w", name, err)
 	}
 
 	comp.AutoscalerImage = pulumi.String(image).ToStringOutput()

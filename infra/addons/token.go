@@ -8,7 +8,6 @@ import (
 	"strconv"
 	"time"
 
-	admissionv1 "github.com/pulumi/pulumi-kubernetes/sdk/v4/go/kubernetes/admissionregistration/v1"
 	batchv1 "github.com/pulumi/pulumi-kubernetes/sdk/v4/go/kubernetes/batch/v1"
 	corev1 "github.com/pulumi/pulumi-kubernetes/sdk/v4/go/kubernetes/core/v1"
 	metav1 "github.com/pulumi/pulumi-kubernetes/sdk/v4/go/kubernetes/meta/v1"
@@ -81,52 +80,16 @@ func tokenRotatorValidations(ttl time.Duration) []validation {
 	}
 }
 
-// tokenRotatorAdmission declares the ValidatingAdmissionPolicy (admissionregistration.k8s.io/v1, GA in Kubernetes
-// 1.30: https://kubernetes.io/docs/reference/access-authn-authz/validating-admission-policy/) and its binding that
-// hold the rotator's ServiceAccount to tokenRotatorValidations, denying whatever fails them.
+// tokenRotatorAdmission holds the rotator's ServiceAccount to tokenRotatorValidations.
 func (b *builder) tokenRotatorAdmission() (pulumi.Resource, error) {
-	var validations admissionv1.ValidationArray
-	for _, v := range tokenRotatorValidations(b.args.BootstrapTokenTTL) {
-		validations = append(validations, &admissionv1.ValidationArgs{
-			Expression: pulumi.String(v.expression),
-			Message:    pulumi.String(v.message),
-		})
-	}
-	policy, err := admissionv1.NewValidatingAdmissionPolicy(b.ctx, b.childName("token-rotator-policy"),
-		&admissionv1.ValidatingAdmissionPolicyArgs{
-			Metadata: b.objectMeta(TokenRotatorName, "", TokenRotatorName),
-			Spec: &admissionv1.ValidatingAdmissionPolicySpecArgs{
-				FailurePolicy: pulumi.String("Fail"),
-				MatchConstraints: &admissionv1.MatchResourcesArgs{
-					ResourceRules: admissionv1.NamedRuleWithOperationsArray{&admissionv1.NamedRuleWithOperationsArgs{
-						ApiGroups:   pulumi.StringArray{pulumi.String("")},
-						ApiVersions: pulumi.StringArray{pulumi.String("v1")},
-						Operations:  pulumi.StringArray{pulumi.String("CREATE"), pulumi.String("UPDATE")},
-						Resources:   pulumi.StringArray{pulumi.String("secrets")},
-					}},
-				},
-				MatchConditions: admissionv1.MatchConditionArray{&admissionv1.MatchConditionArgs{
-					Name:       pulumi.String("the-join-token-rotator"),
-					Expression: pulumi.Sprintf("request.userInfo.username == 'system:serviceaccount:%s:%s'", namespace, TokenRotatorName),
-				}},
-				Validations: validations,
-			},
-		}, b.parent)
-	if err != nil {
-		return nil, fmt.Errorf("admission policy: %w", err)
-	}
-	binding, err := admissionv1.NewValidatingAdmissionPolicyBinding(b.ctx, b.childName("token-rotator-policy-binding"),
-		&admissionv1.ValidatingAdmissionPolicyBindingArgs{
-			Metadata: b.objectMeta(TokenRotatorName, "", TokenRotatorName),
-			Spec: &admissionv1.ValidatingAdmissionPolicyBindingSpecArgs{
-				PolicyName:        pulumi.String(TokenRotatorName),
-				ValidationActions: pulumi.StringArray{pulumi.String("Deny")},
-			},
-		}, b.parent, pulumi.DependsOn([]pulumi.Resource{policy}))
-	if err != nil {
-		return nil, fmt.Errorf("admission policy binding: %w", err)
-	}
-	return binding, nil
+	return b.admissionPolicy(admissionPolicy{
+		resource: "token-rotator-policy", name: TokenRotatorName, component: TokenRotatorName,
+		resources: "secrets", operations: []string{"CREATE", "UPDATE"},
+		who: "the-join-token-rotator",
+		whoExpression: fmt.Sprintf("request.userInfo.username == 'system:serviceaccount:%s:%s'", namespace,
+			TokenRotatorName),
+		validations: tokenRotatorValidations(b.args.BootstrapTokenTTL),
+	})
 }
 
 // TokenRotationSchedule is the rotator CronJob's schedule for a token TTL: every config.BootstrapTokenRotationPeriod

@@ -11,6 +11,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -330,4 +331,40 @@ func TestRotateTokenScriptFailures(t *testing.T) {
 	assert.Check(t, is.Contains(run.output, "AccessDeniedException"))
 	assert.Check(t, is.Contains(run.output, "stays unused until it expires"))
 	assert.Check(t, !strings.Contains(run.output, dig(t, run.manifest, "stringData", "token-secret").(string)))
+}
+
+// TestNodeAdmission: kubelets (system:nodes) are held to the pool label: no change of it on UPDATE, a stack's pool
+// (sorted, whatever the pools' order) on CREATE, and, only with OnPremNodes, one of those names for a Node without
+// it. The e2e TestTokenRotator proves each rule against the real API server.
+func TestNodeAdmission(t *testing.T) {
+	rules := func(a *ClusterAddonsArgs) (exprs []string, messages string) {
+		run := mustRunAddons(t, func() *ClusterAddonsArgs { return a })
+		policy := run.object(t, typeAdmissionPolicy, NodeAdmissionName)
+		assert.Equal(t, dig(t, policy, "spec", "matchConditions", 0, "expression"), "'system:nodes' in request.userInfo.groups")
+		assert.DeepEqual(t, dig(t, policy, "spec", "matchConstraints", "resourceRules", 0, "resources"), []any{"nodes"})
+		assert.Equal(t, dig(t, run.object(t, typeAdmissionBinding, NodeAdmissionName), "spec", "validationActions", 0), "Deny")
+		for _, v := range dig(t, policy, "spec", "validations").([]any) {
+			exprs = append(exprs, v.(map[string]any)["expression"].(string))
+			messages += v.(map[string]any)["message"].(string) + "\n"
+		}
+		return exprs, messages
+	}
+	a := testAddonsArgs()
+	slices.Reverse(a.Pools)
+	exprs, _ := rules(a)
+	assert.Equal(t, len(exprs), 2, "without OnPremNodes, an unlabelled Node is not judged by name")
+	names := make([]string, len(a.Pools))
+	for i, p := range a.Pools {
+		names[i] = p.Name
+	}
+	slices.Sort(names)
+	assert.Check(t, is.Contains(exprs[1], "object.metadata.labels['dynk8s.io/pool'] in "+celList(names)))
+	assert.Check(t, strings.HasPrefix(exprs[0], "request.operation != 'UPDATE' || "))
+
+	a = testAddonsArgs()
+	a.OnPremNodes = []string{"cp-1", "worker-1"}
+	exprs, messages := rules(a)
+	assert.Equal(t, len(exprs), 3)
+	assert.Check(t, is.Contains(exprs[2], "object.metadata.name in ['cp-1', 'worker-1']"))
+	assert.Check(t, is.Contains(messages, "add its name there first"))
 }

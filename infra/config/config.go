@@ -78,6 +78,9 @@ type Kubernetes struct {
 	// BootstrapTokenRotation is an opaque value; changing it makes the rotator issue a new join token at once (an
 	// emergency "rotate now") and gives it a new AWS access key.
 	BootstrapTokenRotation string `key:"bootstrapTokenRotation" default:"1"`
+	// OnPremNodes are the names of the on-prem Nodes (optional): with it set, a kubelet may register a Node without
+	// the pool label only under one of these names.
+	OnPremNodes []string `key:"onPremNodes"`
 }
 
 // Network is dynk8s:network.

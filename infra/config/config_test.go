@@ -130,6 +130,9 @@ func TestBadConfig(t *testing.T) {
 		{"ca hash uppercase", func(c map[string]any) {
 			obj(c, "kubernetes")["caCertHash"] = "sha256:" + strings.Repeat("AB", 32)
 		}, "dynk8s:kubernetes.caCertHash", "lowercase"},
+		{"on-prem node name not a Node name", func(c map[string]any) { obj(c, "kubernetes")["onPremNodes"] = []any{"cp-1", "Worker_2"} }, "dynk8s:kubernetes.onPremNodes[1]", "is not a Node name"},
+		{"on-prem node name an instance id", func(c map[string]any) { obj(c, "kubernetes")["onPremNodes"] = []any{"i-0123456789abcdef0"} }, "dynk8s:kubernetes.onPremNodes[0]", "pool nodes register with their pool label"},
+		{"on-prem node listed twice", func(c map[string]any) { obj(c, "kubernetes")["onPremNodes"] = []any{"cp-1", "cp-1"} }, "dynk8s:kubernetes.onPremNodes[1]", "listed twice"},
 		{"pod cidr missing", func(c map[string]any) { delete(obj(c, "kubernetes"), "podCidr") }, "dynk8s:kubernetes.podCidr", "required"},
 		{"pod cidr malformed", func(c map[string]any) { obj(c, "kubernetes")["podCidr"] = "10.244.0.0/33" }, "dynk8s:kubernetes.podCidr", "not a CIDR"},
 		{"pod cidr host bits", func(c map[string]any) { obj(c, "kubernetes")["podCidr"] = "10.244.1.0/16" }, "dynk8s:kubernetes.podCidr", "host bits"},

@@ -9,6 +9,8 @@ import (
 	"strings"
 	"time"
 
+	"k8s.io/apimachinery/pkg/util/validation"
+
 	"github.com/dynk8s/dynk8s/cloudinit"
 	"github.com/dynk8s/dynk8s/internal/kube"
 	"github.com/dynk8s/dynk8s/wireguard"
@@ -104,7 +106,21 @@ func validateKubernetes(r *reader, c *Config) {
 	}
 	validateTokenTTL(r, kp+"bootstrapTokenTTL", k.BootstrapTokenTTL)
 	r.required(kp+"podCidr", k.PodCIDR.IsValid())
+	for i, n := range k.OnPremNodes {
+		np := fmt.Sprintf("%sonPremNodes[%d]", kp, i)
+		switch errs := validation.IsDNS1123Subdomain(n); {
+		case len(errs) > 0:
+			r.addf(np, "%q is not a Node name: %s", n, strings.Join(errs, "; "))
+		case instanceIDRE.MatchString(n):
+			r.addf(np, "%q is an EC2 instance id: pool nodes register with their pool label and need no entry", n)
+		case slices.Index(k.OnPremNodes, n) < i:
+			r.addf(np, "%q is listed twice", n)
+		}
+	}
 }
+
+// instanceIDRE is the shape of an EC2 instance id (https://docs.aws.amazon.com/AWSEC2/latest/APIReference/API_Instance.html).
+var instanceIDRE = regexp.MustCompile(`^i-[0-9a-f]{8}([0-9a-f]{9})?$`)
 
 // Bounds of kubernetes.bootstrapTokenTTL. The floor keeps the rotation period (a third of the TTL) at ten minutes or
 // more; the ceiling is kubeadm's own default token TTL (24h), beyond which a short-lived token is no longer short.

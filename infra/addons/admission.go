@@ -1,0 +1,129 @@
+package addons
+
+import (
+	"fmt"
+	"slices"
+	"strings"
+
+	admissionv1 "github.com/pulumi/pulumi-kubernetes/sdk/v4/go/kubernetes/admissionregistration/v1"
+	"github.com/pulumi/pulumi/sdk/v3/go/pulumi"
+
+	"github.com/dynk8s/dynk8s/internal/kube"
+)
+
+// admissionPolicy is a ValidatingAdmissionPolicy (admissionregistration.k8s.io/v1, GA in Kubernetes 1.30:
+// https://kubernetes.io/docs/reference/access-authn-authz/validating-admission-policy/) over one core resource,
+// applied to the requests whoExpression matches, and bound with Deny: what RBAC cannot narrow, admission does.
+type admissionPolicy struct {
+	resource, name, component string
+	resources                 string
+	operations                []string
+	who, whoExpression        string
+	validations               []validation
+}
+
+// admissionPolicy declares the policy and its binding; the binding is what the workloads it guards depend on.
+func (b *builder) admissionPolicy(p admissionPolicy) (pulumi.Resource, error) {
+	var validations admissionv1.ValidationArray
+	for _, v := range p.validations {
+		validations = append(validations, &admissionv1.ValidationArgs{
+			Expression: pulumi.String(v.expression),
+			Message:    pulumi.String(v.message),
+		})
+	}
+	policy, err := admissionv1.NewValidatingAdmissionPolicy(b.ctx, b.childName(p.resource),
+		&admissionv1.ValidatingAdmissionPolicyArgs{
+			Metadata: b.objectMeta(p.name, "", p.component),
+			Spec: &admissionv1.ValidatingAdmissionPolicySpecArgs{
+				FailurePolicy: pulumi.String("Fail"),
+				MatchConstraints: &admissionv1.MatchResourcesArgs{
+					ResourceRules: admissionv1.NamedRuleWithOperationsArray{&admissionv1.NamedRuleWithOperationsArgs{
+						ApiGroups:   pulumi.StringArray{pulumi.String("")},
+						ApiVersions: pulumi.StringArray{pulumi.String("v1")},
+						Operations:  pulumi.ToStringArray(p.operations),
+						Resources:   pulumi.StringArray{pulumi.String(p.resources)},
+					}},
+				},
+				MatchConditions: admissionv1.MatchConditionArray{&admissionv1.MatchConditionArgs{
+					Name:       pulumi.String(p.who),
+					Expression: pulumi.String(p.whoExpression),
+				}},
+				Validations: validations,
+			},
+		}, b.parent)
+	if err != nil {
+		return nil, fmt.Errorf("admission policy: %w", err)
+	}
+	binding, err := admissionv1.NewValidatingAdmissionPolicyBinding(b.ctx, b.childName(p.resource+"-binding"),
+		&admissionv1.ValidatingAdmissionPolicyBindingArgs{
+			Metadata: b.objectMeta(p.name, "", p.component),
+			Spec: &admissionv1.ValidatingAdmissionPolicyBindingSpecArgs{
+				PolicyName:        pulumi.String(p.name),
+				ValidationActions: pulumi.StringArray{pulumi.String("Deny")},
+			},
+		}, b.parent, pulumi.DependsOn([]pulumi.Resource{policy}))
+	if err != nil {
+		return nil, fmt.Errorf("admission policy binding: %w", err)
+	}
+	return binding, nil
+}
+
+// NodeAdmissionName names the policy that holds kubelets to the pool label.
+const NodeAdmissionName = "dynk8s-node-registration"
+
+// celList is a CEL list literal of strings (names and label values: no quote can occur in them).
+func celList(values []string) string {
+	quoted := make([]string, len(values))
+	for i, v := range values {
+		quoted[i] = "'" + v + "'"
+	}
+	return "[" + strings.Join(quoted, ", ") + "]"
+}
+
+// nodeValidations are what a kubelet (a user in system:nodes) may do with the dynk8s.io/pool label, the label the
+// on-prem-only workloads (the autoscaler, the rotator, the cleanup, with their AWS keys) keep away from. The
+// NodeRestriction admission plugin lets a kubelet set and remove that label on its own Node ("capturing dedicated
+// workloads", https://kubernetes.io/docs/reference/access-authn-authz/admission-controllers/#noderestriction), so a
+// pool node could shed it and draw them. Here a kubelet may not add, change or remove it once its Node exists; a
+// Node it registers with the label names one of this stack's pools; and when onPremNodes is set, a Node it registers
+// without the label is one of those names (a token holder's new unlabelled Node is refused). The operator, not
+// being in system:nodes, may still relabel.
+func nodeValidations(pools, onPremNodes []string) []validation {
+	hasPool := func(obj string) string {
+		return fmt.Sprintf("(has(%[1]s.metadata.labels) && '%[2]s' in %[1]s.metadata.labels)", obj, kube.LabelPool)
+	}
+	pool := func(obj string) string { return fmt.Sprintf("%s.metadata.labels['%s']", obj, kube.LabelPool) }
+	vs := []validation{
+		{fmt.Sprintf("request.operation != 'UPDATE' || (%s ? (%s && %s == %s) : !%s)",
+			hasPool("object"), hasPool("oldObject"), pool("object"), pool("oldObject"), hasPool("oldObject")),
+			"a kubelet may not add, change or remove its Node's " + kube.LabelPool + " label"},
+		{fmt.Sprintf("request.operation != 'CREATE' || !%s || %s in %s", hasPool("object"), pool("object"),
+			celList(pools)),
+			fmt.Sprintf("a Node a kubelet registers with %s names one of this stack's pools: %s", kube.LabelPool,
+				strings.Join(pools, ", "))},
+	}
+	if len(onPremNodes) > 0 {
+		vs = append(vs, validation{
+			fmt.Sprintf("request.operation != 'CREATE' || %s || object.metadata.name in %s", hasPool("object"),
+				celList(onPremNodes)),
+			"a Node a kubelet registers without " + kube.LabelPool + " is an on-prem node of " +
+				"kubernetes.onPremNodes: add its name there first"})
+	}
+	return vs
+}
+
+// nodeAdmission holds kubelets to nodeValidations.
+func (b *builder) nodeAdmission() error {
+	pools := make([]string, len(b.args.Pools))
+	for i, p := range b.args.Pools {
+		pools[i] = p.Name
+	}
+	slices.Sort(pools)
+	_, err := b.admissionPolicy(admissionPolicy{
+		resource: "node-policy", name: NodeAdmissionName, component: NodeAdmissionName,
+		resources: "nodes", operations: []string{"CREATE", "UPDATE"},
+		who: "kubelets", whoExpression: "'system:nodes' in request.userInfo.groups",
+		validations: nodeValidations(pools, b.args.OnPremNodes),
+	})
+	return err
+}
