@@ -695,7 +695,7 @@ esac
 exit 0
 `, log, filepath.Join(dir, "removed"), kube.FuseStartupTaint.Key)
 	realtools.WriteStub(t, dir, "kubectl", kubectl)
-	assert.NilError(t, os.WriteFile(filepath.Join(dir, "sleep"), []byte("#!/bin/sh\nexit 0\n"), 0o755))
+	realtools.WriteStub(t, dir, "sleep", "#!/bin/sh\nexit 0\n")
 	run := exec.Command("/bin/sh", "-c", untaintScript)
 	run.Env = []string{"PATH=" + dir, "NODE_NAME=ip-1",
 		"TAINT_KEY=" + kube.FuseStartupTaint.Key, "RESOURCE=" + kube.FuseResource, "POLL_SECONDS=0"}

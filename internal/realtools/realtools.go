@@ -72,9 +72,11 @@ var Shell = []string{
 	"grep", "sed",
 }
 
-// ClosedPath returns a directory to use as a script's whole PATH: it links the Shell commands and the named tools
-// (each resolved like Require, so a missing one skips the test or, with RequireEnv, fails it), and the caller writes
-// its stand-ins beside them. With nothing of the host's PATH behind it, a command the test did not provide is "not
+// ClosedPath returns a directory to use as a script's whole PATH: it holds a forwarder to each of the Shell commands
+// and the named tools (each resolved like Require, so a missing one skips the test or, with RequireEnv, fails it),
+// and the caller writes its stand-ins beside them. Forwarders are small scripts that exec the real command, not
+// links, so a test that writes a stand-in over one (even with os.WriteFile) replaces the forwarder, never the host's
+// command. With nothing of the host's PATH behind it, a command the test did not provide is "not
 // found" on every machine alike, and CheckNoMissingCommand turns that into a failure, instead of a test that passes
 // only where the host happens to have the command (iptables, nft, ip, mount, the aws CLI...).
 func ClosedPath(t testing.TB, tools ...string) string {
@@ -82,15 +84,22 @@ func ClosedPath(t testing.TB, tools ...string) string {
 	dir := t.TempDir()
 	for _, name := range append(slices.Clone(Shell), tools...) {
 		path := resolve(t, name)
-		if err := os.Symlink(path, filepath.Join(dir, name)); err != nil {
+		forward := fmt.Sprintf("#!/bin/sh\nexec %s \"$@\"\n", shellQuote(path))
+		if err := os.WriteFile(filepath.Join(dir, name), []byte(forward), 0o755); err != nil {
 			t.Fatal(err)
 		}
 	}
 	return dir
 }
 
-// WriteStub writes an executable stand-in into a ClosedPath directory, in place of the link to a real command of
-// that name if there is one (writing through the link would overwrite the host's command).
+// shellQuote quotes s for sh.
+func shellQuote(s string) string {
+	return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'"
+}
+
+// WriteStub writes an executable stand-in into a ClosedPath directory, in place of the forwarder to a real command
+// of that name if there is one. It removes what is there first, so that not even a link another helper left can be
+// written through into the host's command.
 func WriteStub(t testing.TB, dir, name, script string) {
 	t.Helper()
 	p := filepath.Join(dir, name)

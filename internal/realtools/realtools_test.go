@@ -53,26 +53,38 @@ func TestClosedPath(t *testing.T) {
 	}
 }
 
-// WriteStub replaces the link to a real command, never the command behind it.
-func TestWriteStubKeepsTheHostsCommand(t *testing.T) {
-	dir := ClosedPath(t)
-	real, err := filepath.EvalSymlinks(filepath.Join(dir, "date"))
-	if err != nil {
+// Writing a stand-in over a ClosedPath command, whether with WriteStub or a plain os.WriteFile, replaces the
+// directory's entry, never the host's command behind it.
+func TestStandInsNeverReachTheHostsCommand(t *testing.T) {
+	host := t.TempDir()
+	real := filepath.Join(host, "dynk8s-real")
+	if err := os.WriteFile(real, []byte("#!/bin/sh\necho real\n"), 0o755); err != nil {
 		t.Fatal(err)
 	}
-	before, err := os.ReadFile(real)
-	if err != nil {
-		t.Fatal(err)
-	}
-	WriteStub(t, dir, "date", "#!/bin/sh\necho 0\n")
-	after, err := os.ReadFile(real)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if string(before) != string(after) {
-		t.Fatalf("WriteStub wrote through the link into %s", real)
-	}
-	if fi, err := os.Lstat(filepath.Join(dir, "date")); err != nil || fi.Mode()&os.ModeSymlink != 0 {
-		t.Fatalf("date is still a link after WriteStub (%v)", err)
+	t.Setenv("PATH", host+string(os.PathListSeparator)+os.Getenv("PATH"))
+	for _, write := range []func(dir string){
+		func(dir string) { WriteStub(t, dir, "dynk8s-real", "#!/bin/sh\necho stub\n") },
+		func(dir string) {
+			if err := os.WriteFile(filepath.Join(dir, "dynk8s-real"), []byte("#!/bin/sh\necho stub\n"), 0o755); err != nil {
+				t.Fatal(err)
+			}
+		},
+	} {
+		dir := ClosedPath(t, "dynk8s-real")
+		run := func() ([]byte, error) {
+			cmd := exec.Command(filepath.Join(dir, "dynk8s-real"))
+			cmd.Env = []string{"PATH=" + dir}
+			return cmd.Output()
+		}
+		if out, err := run(); err != nil || string(out) != "real\n" {
+			t.Fatalf("the forwarder does not run the real command: %q %v", out, err)
+		}
+		write(dir)
+		if b, err := os.ReadFile(real); err != nil || string(b) != "#!/bin/sh\necho real\n" {
+			t.Fatalf("a stand-in was written into the host's command: %q %v", b, err)
+		}
+		if out, err := run(); err != nil || string(out) != "stub\n" {
+			t.Fatalf("the stand-in does not run: %q %v", out, err)
+		}
 	}
 }
