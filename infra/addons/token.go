@@ -2,8 +2,8 @@ package addons
 
 import (
 	"crypto/sha256"
-	"encoding/base64"
 	_ "embed" // the rotator script
+	"encoding/base64"
 	"encoding/hex"
 	"fmt"
 	"strconv"

@@ -14,7 +14,7 @@ type recorder struct {
 	errors []string
 }
 
-func (r *recorder) Errorf(format string, args ...any) {
+func (r *recorder) Errorf(format string, _ ...any) {
 	r.errors = append(r.errors, format)
 }
 
@@ -57,8 +57,8 @@ func TestClosedPath(t *testing.T) {
 // directory's entry, never the host's command behind it.
 func TestStandInsNeverReachTheHostsCommand(t *testing.T) {
 	host := t.TempDir()
-	real := filepath.Join(host, "dynk8s-real")
-	if err := os.WriteFile(real, []byte("#!/bin/sh\necho real\n"), 0o755); err != nil {
+	hostCmd := filepath.Join(host, "dynk8s-real")
+	if err := os.WriteFile(hostCmd, []byte("#!/bin/sh\necho real\n"), 0o755); err != nil {
 		t.Fatal(err)
 	}
 	t.Setenv("PATH", host+string(os.PathListSeparator)+os.Getenv("PATH"))
@@ -80,7 +80,7 @@ func TestStandInsNeverReachTheHostsCommand(t *testing.T) {
 			t.Fatalf("the forwarder does not run the real command: %q %v", out, err)
 		}
 		write(dir)
-		if b, err := os.ReadFile(real); err != nil || string(b) != "#!/bin/sh\necho real\n" {
+		if b, err := os.ReadFile(hostCmd); err != nil || string(b) != "#!/bin/sh\necho real\n" {
 			t.Fatalf("a stand-in was written into the host's command: %q %v", b, err)
 		}
 		if out, err := run(); err != nil || string(out) != "stub\n" {
