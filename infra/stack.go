@@ -29,17 +29,18 @@ type Stack struct {
 	cfg *config.Config
 }
 
-// LoadConfig reads the stack configuration once, applies defaults and validates it (config.Parse). On any problem
-// it returns a *config.Error listing all of them, and the caller declares nothing.
-func LoadConfig(ctx *pulumi.Context) (*config.Config, error) {
-	return config.Parse(ctx.GetConfig)
+// LoadConfig reads the stack configuration once, applies defaults and validates it (config.Parse). keys are the
+// names of every key the stack sets (EngineConfigKeys under the engine): one the program does not read is refused.
+// On any problem it returns a *config.Error listing all of them, and the caller declares nothing.
+func LoadConfig(ctx *pulumi.Context, keys []string) (*config.Config, error) {
+	return config.Parse(keys, ctx.GetConfig)
 }
 
-// Program is the whole Pulumi program, run by main.go under the engine and by the plan under the mock engine:
-// load and validate the config (a bad config declares nothing), declare the stack, export its outputs. It returns
-// the exports for callers that record them.
-func Program(ctx *pulumi.Context) ([]Export, error) {
-	cfg, err := LoadConfig(ctx)
+// Program is the whole Pulumi program, run by Run under the engine and by the plan under the mock engine: load and
+// validate the config (a bad config declares nothing), declare the stack, export its outputs. keys are the names of
+// the stack's config keys (LoadConfig). It returns the exports for callers that record them.
+func Program(ctx *pulumi.Context, keys []string) ([]Export, error) {
+	cfg, err := LoadConfig(ctx, keys)
 	if err != nil {
 		return nil, err
 	}

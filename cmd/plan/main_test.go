@@ -100,6 +100,19 @@ func TestPlanBadConfig(t *testing.T) {
 	assert.Check(t, is.Contains(stderr.String(), "dynk8s:wireguard.mtu: must be 1280..8920"))
 }
 
+// A misspelt top-level key is refused, not ignored: the plan reads the stack file's keys as the engine lists them.
+func TestPlanUnknownTopLevelKey(t *testing.T) {
+	file := filepath.Join(t.TempDir(), "Pulumi.typo.yaml")
+	src, err := os.ReadFile("../../Pulumi.dev.yaml")
+	assert.NilError(t, err)
+	typo := string(src) + "  dynk8s:autoscalr:\n    expander: random\n"
+	assert.NilError(t, os.WriteFile(file, []byte(typo), 0o644))
+	var stdout, stderr bytes.Buffer
+	assert.Equal(t, run([]string{"-config", file}, &stdout, &stderr), 1, stdout.String())
+	assert.Equal(t, stdout.String(), "", "nothing on stdout")
+	assert.Check(t, is.Contains(stderr.String(), "dynk8s:autoscalr: unknown key (known keys here: autoscaler, "))
+}
+
 func TestPlanMissingStackFile(t *testing.T) {
 	var stdout, stderr bytes.Buffer
 	assert.Equal(t, run([]string{"-stack", "nope"}, &stdout, &stderr), 1)

@@ -28,10 +28,7 @@ func parse(t *testing.T, values map[string]any) (*config.Config, error) {
 	t.Helper()
 	cfg, err := mockcloud.ConfigFromMap(values)
 	assert.NilError(t, err)
-	return config.Parse(func(k string) (string, bool) {
-		v, ok := cfg.Values[k]
-		return v, ok
-	})
+	return config.ParseValues(cfg.Values)
 }
 
 var (
@@ -44,7 +41,7 @@ func TestDevAndProdStacksAreValid(t *testing.T) {
 		t.Run(stack, func(t *testing.T) {
 			cfg, err := mockcloud.LoadStackFile("../../Pulumi." + stack + ".yaml")
 			assert.NilError(t, err)
-			_, err = config.Parse(func(k string) (string, bool) { v, ok := cfg.Values[k]; return v, ok })
+			_, err = config.ParseValues(cfg.Values)
 			assert.NilError(t, err)
 		})
 	}
@@ -371,6 +368,31 @@ func TestExpandersForAWS(t *testing.T) {
 		_, err := parse(t, c)
 		assert.NilError(t, err, e)
 	}
+}
+
+// TestUnknownTopLevelKey: a key of the dynk8s namespace that the program does not read is refused at the top level,
+// as a misspelt key inside a section is, with the known keys; keys of other namespaces are others' to read.
+func TestUnknownTopLevelKey(t *testing.T) {
+	c := devConfig(t)
+	c["dynk8s:autoscalr"] = map[string]any{"expander": "random"}
+	_, err := parse(t, c)
+	var cfgErr *config.Error
+	assert.Assert(t, errors.As(err, &cfgErr), "a misspelt top-level key passed: %v", err)
+	assert.Equal(t, len(cfgErr.Errors), 1, err.Error())
+	assert.Equal(t, cfgErr.Errors[0].Path, "dynk8s:autoscalr")
+	assert.Check(t, is.Contains(cfgErr.Errors[0].Msg, "unknown key (known keys here: autoscaler, cleanup, clusterName, fedora"))
+
+	c = devConfig(t)
+	c["dynk8s:clustername"] = "lab" //nolint:misspell // the wrong case is the test
+	_, err = parse(t, c)
+	assert.ErrorContains(t, err, "dynk8s:clustername: unknown key")
+
+	c = devConfig(t)
+	c["aws:profile"] = "lab"
+	c["kubernetes:context"] = "lab"
+	c["pulumi:tags"] = map[string]any{"team": "infra"}
+	_, err = parse(t, c)
+	assert.NilError(t, err, "other namespaces are not dynk8s's to refuse")
 }
 
 // TestEveryProblemReportedAtOnce: three independent mistakes give three errors, in key order.
