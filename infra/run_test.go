@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"errors"
+	"strings"
 	"sync"
 	"testing"
 
@@ -89,6 +90,57 @@ func TestEngineRefusesUnknownTopLevelKey(t *testing.T) {
 	status, stderr, logged, cloud = engineRun(t, devConfig(t), nil)
 	assert.Equal(t, status, 0, "the dev stack runs: %s %q", stderr, logged)
 	assert.Check(t, len(cloud.Resources()) > 40)
+}
+
+// TestPreviewChecksAreOurWords: a check of what the preview reads (the on-prem cluster's cluster-info and
+// kubeadm-config, EC2's instance types and zones) fails as the program's own diagnostic: the sentence with its key
+// path, without the engine's "waiting for RPCs: marshaling properties: awaiting input property" wrapping, with
+// nothing on stderr (the language host adds no message of its own for ExitStatusLoggedError) and nothing declared in
+// AWS: the cluster is read and checked before the first AWS resource.
+func TestPreviewChecksAreOurWords(t *testing.T) {
+	for name, tc := range map[string]struct {
+		mutate      func(map[string]any)
+		cloud       func(*mockcloud.Cloud)
+		path, words string
+	}{
+		"cluster-info names the server by name": {nil, func(c *mockcloud.Cloud) {
+			c.ClusterServer = "https://k8s.lab.example:6443"
+		}, "dynk8s:kubernetes.serverNameResolvesInVpc", "cluster-info names the API server https://k8s.lab.example:6443 by name"},
+		"cluster-info names another server": {nil, func(c *mockcloud.Cloud) {
+			c.ClusterServer = "https://192.168.10.11:6443"
+		}, "dynk8s:kubernetes.apiServerEndpoint", "but dynk8s:kubernetes.apiServerEndpoint is 192.168.10.10:6443"},
+		"kubeadm-config: control plane older": {nil, func(c *mockcloud.Cloud) {
+			c.ClusterVersion = "v1.33.6"
+		}, "dynk8s:kubernetes.version", "newer than the control plane's v1.33.6"},
+		"instance type EC2 does not have": {func(c map[string]any) {
+			pool(c, 0)["instanceTypes"] = []any{"c5.16xlarge"}
+		}, nil, "dynk8s:nodePools[0].instanceTypes[0]", `EC2 has no instance type "c5.16xlarge" in eu-central-1`},
+		"more zones than the region has": {func(c map[string]any) {
+			obj(c, "network")["availabilityZones"] = 4
+		}, nil, "dynk8s:network.availabilityZones", "eu-central-1 has 3 available zones, 4 asked for"},
+	} {
+		t.Run(name, func(t *testing.T) {
+			c := devConfig(t)
+			if tc.mutate != nil {
+				tc.mutate(c)
+			}
+			status, stderr, logged, cloud := engineRun(t, c, tc.cloud)
+			assert.Equal(t, status, constant.ExitStatusLoggedError, "stderr: %s", stderr)
+			assert.Equal(t, stderr, "", "the diagnostic is the program's only word")
+			assert.Equal(t, len(logged), 1, "%q", logged)
+			msg := logged[0]
+			assert.Check(t, is.Contains(msg, tc.path+": "), "the diagnostic names the key path")
+			assert.Check(t, is.Contains(msg, tc.words))
+			for _, engine := range []string{"waiting for RPCs", "marshaling properties", "awaiting input property",
+				"error occurred", "program failed"} {
+				assert.Check(t, !strings.Contains(msg, engine), "the diagnostic carries %q:\n%s", engine, msg)
+			}
+			for _, r := range cloud.Resources() {
+				assert.Check(t, !strings.HasPrefix(r.Type, "aws:"), "declared %s %s before the check failed",
+					r.Type, r.Name)
+			}
+		})
+	}
 }
 
 func TestReportMarksTheError(t *testing.T) {

@@ -67,6 +67,15 @@ func NewStack(ctx *pulumi.Context, cfg *config.Config) (*Stack, error) {
 	if err != nil {
 		return nil, err
 	}
+	// The on-prem cluster is read and checked before anything is declared in AWS (caCertHashes).
+	k8s, err := kubernetesProvider(ctx, cfg)
+	if err != nil {
+		return nil, err
+	}
+	hashes, err := caCertHashes(ctx, cfg, k8s)
+	if err != nil {
+		return nil, err
+	}
 	var wgSource netip.Prefix
 	if ep := cfg.WireGuard.OnPremEndpoint; ep != nil {
 		if addr, ok := ep.Addr(); ok && addr.Is4() {
@@ -126,14 +135,6 @@ func NewStack(ctx *pulumi.Context, cfg *config.Config) (*Stack, error) {
 		return nil, err
 	}
 
-	k8s, err := kubernetesProvider(ctx, cfg)
-	if err != nil {
-		return nil, err
-	}
-	hashes, err := caCertHashes(ctx, cfg, k8s)
-	if err != nil {
-		return nil, err
-	}
 	// Nodes start the gateway at boot only when it stops itself.
 	var gatewayID pulumi.StringInput
 	if cfg.Gateway.IdleStop > 0 {
@@ -297,18 +298,18 @@ func availabilityZones(ctx *pulumi.Context, cfg *config.Config) ([]string, error
 			{Name: "opt-in-status", Values: []string{"opt-in-not-required"}},
 		},
 	})
+	path := config.Namespace + ":network.availabilityZones"
 	if err != nil {
-		return nil, fmt.Errorf("availability zones of %s: %w", cfg.Region, err)
+		return nil, clusterError(path, "asking EC2 for the available zones of %s: %v", cfg.Region, err)
 	}
 	if len(res.Names) < z.Count {
-		return nil, fmt.Errorf("%s:network.availabilityZones: %s has %d available zones, %d asked for",
-			config.Namespace, cfg.Region, len(res.Names), z.Count)
+		return nil, clusterError(path, "%s has %d available zones, %d asked for", cfg.Region, len(res.Names), z.Count)
 	}
 	names := res.Names[:z.Count]
 	for i, n := range names {
 		if j := slices.IndexFunc(names, func(o string) bool { return o[len(o)-1] == n[len(n)-1] }); j < i {
-			return nil, fmt.Errorf("%s:network.availabilityZones: zones %s and %s would share a subnet slot; "+
-				"list the zones by name", config.Namespace, names[j], n)
+			return nil, clusterError(path, "zones %s and %s would share a subnet slot; list the zones by name",
+				names[j], n)
 		}
 	}
 	return names, nil

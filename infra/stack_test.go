@@ -852,7 +852,8 @@ func TestVersionSkew(t *testing.T) {
 	assert.NilError(t, run("v1.35.0"), "nodes one minor older")
 	assert.NilError(t, run("v1.34.2"), "a newer patch of the same minor")
 	assert.ErrorContains(t, run("v1.33.6"),
-		"dynk8s:kubernetes.version 1.34.4 is newer than the control plane's v1.33.6")
+		"dynk8s:kubernetes.version: kube-system/kubeadm-config: the nodes' version 1.34.4 is newer than the "+
+			"control plane's v1.33.6")
 	assert.ErrorContains(t, run("1.34"), "kubernetesVersion")
 }
 
