@@ -467,6 +467,18 @@ func TestPrivateRangesAccepted(t *testing.T) {
 	}
 }
 
+// TestFixedSizePool: minSize == maxSize is a pool of fixed size, and a valid one; only maxSize < minSize is refused.
+func TestFixedSizePool(t *testing.T) {
+	for _, n := range []int{1, 3, 1000} {
+		c := devConfig(t)
+		pool(c, 0)["minSize"], pool(c, 0)["maxSize"] = n, n
+		cfg, err := parse(t, c)
+		assert.NilError(t, err, "minSize = maxSize = %d", n)
+		assert.Equal(t, cfg.NodePools[0].MinSize, n)
+		assert.Equal(t, cfg.NodePools[0].MaxSize, n)
+	}
+}
+
 // TestEveryProblemReportedAtOnce: three independent mistakes give three errors, in key order.
 func TestEveryProblemReportedAtOnce(t *testing.T) {
 	c := devConfig(t)
