@@ -5,6 +5,8 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
+	"regexp"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -214,8 +216,16 @@ func TestJoinGivesUpAtDeadline(t *testing.T) {
 	assert.Check(t, run.exitCode != 0)
 	// The hand-back has 30 s of its own after the deadline; here it takes a few.
 	assert.Check(t, run.elapsed < 20*time.Second, "took %s past a 3 s deadline", run.elapsed)
+	// And it kept trying until then: the retry gives up only when no pause (at most 200 ms here) fits before the
+	// deadline, which bash's whole-second clock reaches 2 to 3 s after the start.
+	assert.Check(t, run.elapsed >= 2*time.Second, "gave up after %s, before its 3 s deadline", run.elapsed)
 	failed := failedLines(run.stderr)
 	assert.Assert(t, is.Len(failed, 1), "want exactly one reason:\n%s", run.stderr)
+	m := regexp.MustCompile(`gave up after (\d+) attempts`).FindStringSubmatch(failed[0])
+	assert.Assert(t, m != nil, failed[0])
+	attempts, err := strconv.Atoi(m[1])
+	assert.NilError(t, err)
+	assert.Check(t, attempts >= 2, "gave up after %d attempt(s): it never retried", attempts)
 	assert.Check(t, is.Contains(failed[0], "read the join token from SSM parameter "+testTokenParameter+": gave up after"))
 	assert.Check(t, is.Contains(failed[0], "(deadline 3s)"))
 	assert.Check(t, is.Contains(failed[0], "HTTP 400 AccessDeniedException fake SSM says no"))
