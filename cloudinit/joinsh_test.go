@@ -206,6 +206,35 @@ func TestJoinWithDNF4KeepsFedoraOut(t *testing.T) {
 	assert.Check(t, is.Contains(failed[0], "install kubelet-1.34.4 kubeadm-1.34.4 cri-tools-1.34.* cri-o-1.34.*: gave up"))
 }
 
+// The join trusts only the pinned cluster CA: kubeadm gets the pin in the JoinConfiguration, which does not skip
+// the check (unsafeSkipCAVerification), and no flag on its command line that skips or replaces the pin. A
+// rotator-key holder who writes a token can then point no node at an API server of its own.
+func TestJoinPinsTheClusterCA(t *testing.T) {
+	t.Parallel()
+	ud, aws := joinFixture(t, 0)
+	run := runScript(t, ud, joinScript, aws, nil, nil)
+	assert.Equal(t, run.exitCode, 0, run.stderr)
+	jc := parseJoinConfig(t, run.file("join-config.yaml"))
+	assert.Check(t, is.DeepEqual(jc.Discovery.BootstrapToken.CACertHashes, []string{testCAHash}),
+		"the JoinConfiguration pins the cluster CA")
+	assert.Check(t, !strings.Contains(run.file("join-config.yaml"), "unsafeSkipCAVerification"),
+		"the JoinConfiguration skips the CA check:\n%s", run.file("join-config.yaml"))
+	joins := 0
+	for _, call := range strings.Split(run.file("calls"), "\n") {
+		if !strings.HasPrefix(call, "kubeadm join") {
+			continue
+		}
+		joins++
+		assert.Check(t, is.Equal(call, "kubeadm join --config "+filepath.Join(run.root, "run/dynk8s/kubeadm-join.yaml")),
+			"kubeadm join takes the pinned JoinConfiguration and nothing else")
+		for _, flag := range []string{"--discovery-token-unsafe-skip-ca-verification", "--discovery-token-ca-cert-hash",
+			"--discovery-file", "--token"} {
+			assert.Check(t, !strings.Contains(call, flag), "kubeadm join runs with %s: %s", flag, call)
+		}
+	}
+	assert.Check(t, is.Equal(joins, 1))
+}
+
 // When SSM keeps refusing, the script stops at its deadline with one reason, never runs kubeadm, and hands the
 // instance back: marked Unhealthy in its group (no launch hook here), so the group replaces it at once.
 func TestJoinGivesUpAtDeadline(t *testing.T) {
