@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"reflect"
 	"regexp"
 	"slices"
 	"sort"
@@ -14,6 +15,7 @@ import (
 	"testing"
 
 	"github.com/pulumi/pulumi/sdk/v3/go/common/resource"
+	"github.com/pulumi/pulumi/sdk/v3/go/pulumi"
 	"gotest.tools/v3/assert"
 	is "gotest.tools/v3/assert/cmp"
 
@@ -675,10 +677,10 @@ func TestJoinTokenAndKeyRotation(t *testing.T) {
 // WireGuard keys), and the WireGuard private keys the stack derives from those bytes. It is read from what the
 // stack declared, so a new secret the stack comes to hold is scanned without a test naming it; the test holds that
 // the list has at least the ones named in stackSecretsNamed.
-func heldSecrets(t *testing.T, res *plan.Result) map[string]string {
+func heldSecrets(t *testing.T, cloud *mockcloud.Cloud) map[string]string {
 	t.Helper()
 	held := map[string]string{}
-	for _, r := range res.Cloud.Resources() {
+	for _, r := range cloud.Resources() {
 		for k, v := range r.Outputs {
 			if _, input := r.Inputs[k]; input || !v.IsSecret() || !v.SecretValue().Element.IsString() {
 				continue
@@ -718,7 +720,7 @@ var secretHolders = map[string][]string{
 // used only where a secret belongs (secretHolders).
 func TestNoSecretInTheClear(t *testing.T) {
 	res := runStack(t, devConfig(t))
-	secrets := heldSecrets(t, res)
+	secrets := heldSecrets(t, res.Cloud)
 	for what := range stackSecretsNamed {
 		assert.Check(t, secrets[what] != "", "the stack holds no %s: the scan list is incomplete", what)
 	}
@@ -754,6 +756,59 @@ func TestNoSecretInTheClear(t *testing.T) {
 		assert.NilError(t, err)
 		for what, v := range secrets {
 			assert.Check(t, !strings.Contains(string(raw), v), "%s in the user data of %s", what, lt.Name)
+		}
+	}
+}
+
+// TestComponentOutputsKeepSecrets: a component's outputs go into the state as its registered outputs (the fields
+// tagged `pulumi:"..."`), which the mock engine does not record; each is awaited here, and one that carries a secret
+// the stack holds must be secret.
+func TestComponentOutputsKeepSecrets(t *testing.T) {
+	sc, err := mockcloud.ConfigFromMap(devConfig(t))
+	assert.NilError(t, err)
+	cfg, err := config.ParseValues(sc.Values)
+	assert.NilError(t, err)
+	cloud := mockcloud.New(cfg.Region)
+	type output struct {
+		where  string
+		value  any
+		secret bool
+	}
+	var outputs []output
+	err = mockcloud.Run(func(ctx *pulumi.Context) error {
+		stack, err := infra.NewStack(ctx, cfg)
+		if err != nil {
+			return err
+		}
+		components := map[string]any{"network": stack.Network, "identity": stack.Identity, "gateway": stack.Gateway,
+			"addons": stack.Addons}
+		for _, p := range stack.Pools {
+			components["pool "+p.Name] = p
+		}
+		for name, comp := range components {
+			v := reflect.ValueOf(comp).Elem()
+			for i := range v.NumField() {
+				f := v.Type().Field(i)
+				out, ok := v.Field(i).Interface().(pulumi.Output)
+				if f.Tag.Get("pulumi") == "" || !ok {
+					continue
+				}
+				value, secret, err := mockcloud.Await(out)
+				if err != nil {
+					return fmt.Errorf("%s.%s: %w", name, f.Name, err)
+				}
+				outputs = append(outputs, output{name + "." + f.Tag.Get("pulumi"), value, secret})
+			}
+		}
+		return nil
+	}, "dev", sc, cloud)
+	assert.NilError(t, err)
+	assert.Check(t, len(outputs) > 10, "only %d component outputs", len(outputs))
+	secrets := heldSecrets(t, cloud)
+	for _, o := range outputs {
+		for what, v := range secrets {
+			assert.Check(t, o.secret || !strings.Contains(fmt.Sprint(o.value), v),
+				"component output %s carries the %s without the secret mark", o.where, what)
 		}
 	}
 }
