@@ -427,7 +427,7 @@ func TestUnknownTopLevelKey(t *testing.T) {
 	assert.Check(t, is.Contains(cfgErr.Errors[0].Msg, "unknown key (known keys here: autoscaler, cleanup, clusterName, fedora"))
 
 	c = devConfig(t)
-	c["dynk8s:clustername"] = "lab" //nolint:misspell // the wrong case is the test
+	c["dynk8s:clustername"] = "lab" // the wrong case: keys are case-sensitive
 	_, err = parse(t, c)
 	assert.ErrorContains(t, err, "dynk8s:clustername: unknown key")
 
