@@ -3,14 +3,11 @@
 package main
 
 import (
-	"github.com/pulumi/pulumi/sdk/v3/go/pulumi"
+	"os"
 
 	"github.com/dynk8s/dynk8s/infra"
 )
 
 func main() {
-	pulumi.Run(func(ctx *pulumi.Context) error {
-		_, err := infra.Program(ctx)
-		return err
-	})
+	os.Exit(infra.Main(os.Stderr))
 }

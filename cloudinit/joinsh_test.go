@@ -5,6 +5,8 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
+	"regexp"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -204,6 +206,35 @@ func TestJoinWithDNF4KeepsFedoraOut(t *testing.T) {
 	assert.Check(t, is.Contains(failed[0], "install kubelet-1.34.4 kubeadm-1.34.4 cri-tools-1.34.* cri-o-1.34.*: gave up"))
 }
 
+// The join trusts only the pinned cluster CA: kubeadm gets the pin in the JoinConfiguration, which does not skip
+// the check (unsafeSkipCAVerification), and no flag on its command line that skips or replaces the pin. A
+// rotator-key holder who writes a token can then point no node at an API server of its own.
+func TestJoinPinsTheClusterCA(t *testing.T) {
+	t.Parallel()
+	ud, aws := joinFixture(t, 0)
+	run := runScript(t, ud, joinScript, aws, nil, nil)
+	assert.Equal(t, run.exitCode, 0, run.stderr)
+	jc := parseJoinConfig(t, run.file("join-config.yaml"))
+	assert.Check(t, is.DeepEqual(jc.Discovery.BootstrapToken.CACertHashes, []string{testCAHash}),
+		"the JoinConfiguration pins the cluster CA")
+	assert.Check(t, !strings.Contains(run.file("join-config.yaml"), "unsafeSkipCAVerification"),
+		"the JoinConfiguration skips the CA check:\n%s", run.file("join-config.yaml"))
+	joins := 0
+	for _, call := range strings.Split(run.file("calls"), "\n") {
+		if !strings.HasPrefix(call, "kubeadm join") {
+			continue
+		}
+		joins++
+		assert.Check(t, is.Equal(call, "kubeadm join --config "+filepath.Join(run.root, "run/dynk8s/kubeadm-join.yaml")),
+			"kubeadm join takes the pinned JoinConfiguration and nothing else")
+		for _, flag := range []string{"--discovery-token-unsafe-skip-ca-verification", "--discovery-token-ca-cert-hash",
+			"--discovery-file", "--token"} {
+			assert.Check(t, !strings.Contains(call, flag), "kubeadm join runs with %s: %s", flag, call)
+		}
+	}
+	assert.Check(t, is.Equal(joins, 1))
+}
+
 // When SSM keeps refusing, the script stops at its deadline with one reason, never runs kubeadm, and hands the
 // instance back: marked Unhealthy in its group (no launch hook here), so the group replaces it at once.
 func TestJoinGivesUpAtDeadline(t *testing.T) {
@@ -214,8 +245,16 @@ func TestJoinGivesUpAtDeadline(t *testing.T) {
 	assert.Check(t, run.exitCode != 0)
 	// The hand-back has 30 s of its own after the deadline; here it takes a few.
 	assert.Check(t, run.elapsed < 20*time.Second, "took %s past a 3 s deadline", run.elapsed)
+	// And it kept trying until then: the retry gives up only when no pause (at most 200 ms here) fits before the
+	// deadline, which bash's whole-second clock reaches 2 to 3 s after the start.
+	assert.Check(t, run.elapsed >= 2*time.Second, "gave up after %s, before its 3 s deadline", run.elapsed)
 	failed := failedLines(run.stderr)
 	assert.Assert(t, is.Len(failed, 1), "want exactly one reason:\n%s", run.stderr)
+	m := regexp.MustCompile(`gave up after (\d+) attempts`).FindStringSubmatch(failed[0])
+	assert.Assert(t, m != nil, failed[0])
+	attempts, err := strconv.Atoi(m[1])
+	assert.NilError(t, err)
+	assert.Check(t, attempts >= 2, "gave up after %d attempt(s): it never retried", attempts)
 	assert.Check(t, is.Contains(failed[0], "read the join token from SSM parameter "+testTokenParameter+": gave up after"))
 	assert.Check(t, is.Contains(failed[0], "(deadline 3s)"))
 	assert.Check(t, is.Contains(failed[0], "HTTP 400 AccessDeniedException fake SSM says no"))

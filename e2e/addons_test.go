@@ -46,10 +46,7 @@ func devConfig(t *testing.T) *config.Config {
 	if err != nil {
 		t.Fatalf("read dev stack: %v", err)
 	}
-	cfg, err := config.Parse(func(key string) (string, bool) {
-		v, ok := sc.Values[key]
-		return v, ok
-	})
+	cfg, err := config.ParseValues(sc.Values)
 	if err != nil {
 		t.Fatalf("dev stack config: %v", err)
 	}

@@ -155,7 +155,7 @@ func renderTunnel(t *testing.T, dialOut bool) tunnelPlan {
 	if err != nil {
 		t.Fatal(err)
 	}
-	cfg, err := config.Parse(func(key string) (string, bool) { v, ok := sc.Values[key]; return v, ok })
+	cfg, err := config.ParseValues(sc.Values)
 	if err != nil {
 		t.Fatalf("stack config: %v", err)
 	}

@@ -16,6 +16,7 @@ import (
 	"github.com/pulumi/pulumi-kubernetes/sdk/v4/go/kubernetes"
 	corev1 "github.com/pulumi/pulumi-kubernetes/sdk/v4/go/kubernetes/core/v1"
 	"github.com/pulumi/pulumi/sdk/v3/go/pulumi"
+	"github.com/pulumi/pulumi/sdk/v3/go/pulumi/internals"
 	"github.com/pulumi/pulumi/sdk/v3/go/pulumix"
 	"sigs.k8s.io/yaml"
 
@@ -31,6 +32,11 @@ import (
 // ConfigMap kubeadm init publishes for token discovery), read through the Kubernetes provider. Reading it also
 // checks the server it names: kubeadm's discovery returns that server, and the joined kubelet talks to it, not to
 // apiServerEndpoint, so it must be the same address, or a name the operator states resolves from the VPC.
+//
+// The stack waits for the reads and the checks here, before it declares anything else: a check that fails is then
+// the program's own error, with its key path, and not the engine's "awaiting input property" failure of the first
+// resource that would have taken the hashes (a launch template's user data). When a preview cannot know the
+// ConfigMaps' data, the checks run at the update, still before the launch templates.
 func caCertHashes(ctx *pulumi.Context, cfg *config.Config, k8s *kubernetes.Provider) (pulumi.StringArrayOutput, error) {
 	info, err := corev1.GetConfigMap(ctx, "cluster-info", pulumi.ID("kube-public/cluster-info"), nil,
 		pulumi.Provider(k8s))
@@ -42,22 +48,41 @@ func caCertHashes(ctx *pulumi.Context, cfg *config.Config, k8s *kubernetes.Provi
 	if err != nil {
 		return pulumi.StringArrayOutput{}, fmt.Errorf("reading kube-system/kubeadm-config: %w", err)
 	}
-	return pulumix.Apply2Err(info.Data, kubeadmConfig.Data, func(data, kc map[string]string) ([]string, error) {
-		if err := checkVersionSkew(cfg, kc["ClusterConfiguration"]); err != nil {
-			return nil, fmt.Errorf("kube-system/kubeadm-config: %w", err)
+	hashes := pulumix.Apply2Err(info.Data, kubeadmConfig.Data, func(data, kc map[string]string) ([]string, error) {
+		return checkCluster(cfg, data["kubeconfig"], kc["ClusterConfiguration"])
+	}).Untyped().(pulumi.StringArrayOutput)
+	if _, err := internals.UnsafeAwaitOutput(ctx.Context(), hashes); err != nil {
+		if cfgErr := (*config.Error)(nil); errors.As(err, &cfgErr) {
+			return pulumi.StringArrayOutput{}, cfgErr
 		}
-		if err := checkClusterInfoServer(cfg, data["kubeconfig"]); err != nil {
-			return nil, fmt.Errorf("kube-public/cluster-info: %w", err)
-		}
-		if h := cfg.Kubernetes.CACertHash; h != "" {
-			return []string{h}, nil
-		}
-		h, err := CACertHashFromKubeconfig(data["kubeconfig"])
-		if err != nil {
-			return nil, fmt.Errorf("kube-public/cluster-info: %w (set %s:kubernetes.caCertHash)", err, config.Namespace)
-		}
+		return pulumi.StringArrayOutput{}, clusterError(config.Namespace+":kubernetes.kubeconfig",
+			"reading kube-public/cluster-info and kube-system/kubeadm-config from the on-prem cluster: %v", err)
+	}
+	return hashes, nil
+}
+
+// checkCluster checks what the stack read of the cluster against the config and returns the CA pins; a problem is a
+// *config.Error at the key that would fix it.
+func checkCluster(cfg *config.Config, clusterInfo, clusterConfiguration string) ([]string, error) {
+	if err := checkVersionSkew(cfg, clusterConfiguration); err != nil {
+		return nil, clusterError(config.Namespace+":kubernetes.version", "kube-system/kubeadm-config: %v", err)
+	}
+	if path, err := checkClusterInfoServer(cfg, clusterInfo); err != nil {
+		return nil, clusterError(path, "kube-public/cluster-info: %v", err)
+	}
+	if h := cfg.Kubernetes.CACertHash; h != "" {
 		return []string{h}, nil
-	}).Untyped().(pulumi.StringArrayOutput), nil
+	}
+	h, err := CACertHashFromKubeconfig(clusterInfo)
+	if err != nil {
+		return nil, clusterError(config.Namespace+":kubernetes.caCertHash", "kube-public/cluster-info: %v (set the "+
+			"CA pin yourself)", err)
+	}
+	return []string{h}, nil
+}
+
+func clusterError(path, format string, args ...any) *config.Error {
+	return &config.Error{Errors: []config.FieldError{{Path: path, Msg: fmt.Sprintf(format, args...)}}}
 }
 
 // checkVersionSkew refuses nodes of a newer minor than the control plane, whose version kubeadm keeps in its
@@ -75,23 +100,24 @@ func checkVersionSkew(cfg *config.Config, clusterConfiguration string) error {
 		return fmt.Errorf("ClusterConfiguration.kubernetesVersion: %w", err)
 	}
 	if node := cfg.Kubernetes.Version; node.Major != cp.Major || node.Minor > cp.Minor {
-		return fmt.Errorf("%s:kubernetes.version %s is newer than the control plane's %s: nodes may be older than "+
-			"the API server by minors, never newer; upgrade the control plane first", config.Namespace, node,
-			cc.KubernetesVersion)
+		return fmt.Errorf("the nodes' version %s is newer than the control plane's %s: nodes may be older than "+
+			"the API server by minors, never newer; upgrade the control plane first", node, cc.KubernetesVersion)
 	}
 	return nil
 }
 
-// checkClusterInfoServer compares the server a cluster-info kubeconfig names with the configured endpoint.
-func checkClusterInfoServer(cfg *config.Config, kubeconfig string) error {
+// checkClusterInfoServer compares the server a cluster-info kubeconfig names with the configured endpoint. A
+// problem comes with the key path that fixes it.
+func checkClusterInfoServer(cfg *config.Config, kubeconfig string) (string, error) {
+	endpointKey := config.Namespace + ":kubernetes.apiServerEndpoint"
 	cluster, err := firstCluster(kubeconfig)
 	if err != nil {
-		return err
+		return endpointKey, err
 	}
 	server := cluster.Server
 	u, err := url.Parse(server)
 	if err != nil || u.Host == "" {
-		return fmt.Errorf("the server %q is not a URL", server)
+		return endpointKey, fmt.Errorf("the server %q is not a URL", server)
 	}
 	port := u.Port()
 	if port == "" {
@@ -100,19 +126,18 @@ func checkClusterInfoServer(cfg *config.Config, kubeconfig string) error {
 	want := cfg.Kubernetes.APIServerEndpoint
 	if _, err := netip.ParseAddr(u.Hostname()); err != nil {
 		if cfg.Kubernetes.ServerNameResolvesInVpc {
-			return nil
+			return "", nil
 		}
-		return fmt.Errorf("cluster-info names the API server %s by name: joining nodes talk to it after "+
-			"discovery, and the VPC resolves only AWS names; make the name resolve from the VPC to an address "+
-			"inside wireguard.onPremCidrs and set %s:kubernetes.serverNameResolvesInVpc, or have kubeadm publish "+
-			"the address (controlPlaneEndpoint)", server, config.Namespace)
+		return config.Namespace + ":kubernetes.serverNameResolvesInVpc", fmt.Errorf("cluster-info names the API "+
+			"server %s by name: joining nodes talk to it after discovery, and the VPC resolves only AWS names; make "+
+			"the name resolve from the VPC to an address inside wireguard.onPremCidrs and set this key to true, or "+
+			"have kubeadm publish the address (controlPlaneEndpoint)", server)
 	}
 	if u.Hostname() != want.Host || port != strconv.Itoa(int(want.Port)) {
-		return fmt.Errorf("cluster-info names the API server %s, but %s:kubernetes.apiServerEndpoint is %s: kubeadm "+
-			"join discovers through the one and then talks to the other; make them the same", server,
-			config.Namespace, want)
+		return endpointKey, fmt.Errorf("cluster-info names the API server %s, but %s is %s: kubeadm join "+
+			"discovers through the one and then talks to the other; make them the same", server, endpointKey, want)
 	}
-	return nil
+	return "", nil
 }
 
 // kubeconfigCluster is the first cluster of a kubeconfig, as kubeadm's discovery reads cluster-info's.

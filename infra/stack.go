@@ -29,17 +29,18 @@ type Stack struct {
 	cfg *config.Config
 }
 
-// LoadConfig reads the stack configuration once, applies defaults and validates it (config.Parse). On any problem
-// it returns a *config.Error listing all of them, and the caller declares nothing.
-func LoadConfig(ctx *pulumi.Context) (*config.Config, error) {
-	return config.Parse(ctx.GetConfig)
+// LoadConfig reads the stack configuration once, applies defaults and validates it (config.Parse). keys are the
+// names of every key the stack sets (EngineConfigKeys under the engine): one the program does not read is refused.
+// On any problem it returns a *config.Error listing all of them, and the caller declares nothing.
+func LoadConfig(ctx *pulumi.Context, keys []string) (*config.Config, error) {
+	return config.Parse(keys, ctx.GetConfig)
 }
 
-// Program is the whole Pulumi program, run by main.go under the engine and by the plan under the mock engine:
-// load and validate the config (a bad config declares nothing), declare the stack, export its outputs. It returns
-// the exports for callers that record them.
-func Program(ctx *pulumi.Context) ([]Export, error) {
-	cfg, err := LoadConfig(ctx)
+// Program is the whole Pulumi program, run by Run under the engine and by the plan under the mock engine: load and
+// validate the config (a bad config declares nothing), declare the stack, export its outputs. keys are the names of
+// the stack's config keys (LoadConfig). It returns the exports for callers that record them.
+func Program(ctx *pulumi.Context, keys []string) ([]Export, error) {
+	cfg, err := LoadConfig(ctx, keys)
 	if err != nil {
 		return nil, err
 	}
@@ -63,6 +64,15 @@ func NewStack(ctx *pulumi.Context, cfg *config.Config) (*Stack, error) {
 		return nil, err
 	}
 	types, err := instanceTypes(ctx, cfg, zones)
+	if err != nil {
+		return nil, err
+	}
+	// The on-prem cluster is read and checked before anything is declared in AWS (caCertHashes).
+	k8s, err := kubernetesProvider(ctx, cfg)
+	if err != nil {
+		return nil, err
+	}
+	hashes, err := caCertHashes(ctx, cfg, k8s)
 	if err != nil {
 		return nil, err
 	}
@@ -125,14 +135,6 @@ func NewStack(ctx *pulumi.Context, cfg *config.Config) (*Stack, error) {
 		return nil, err
 	}
 
-	k8s, err := kubernetesProvider(ctx, cfg)
-	if err != nil {
-		return nil, err
-	}
-	hashes, err := caCertHashes(ctx, cfg, k8s)
-	if err != nil {
-		return nil, err
-	}
 	// Nodes start the gateway at boot only when it stops itself.
 	var gatewayID pulumi.StringInput
 	if cfg.Gateway.IdleStop > 0 {
@@ -297,18 +299,18 @@ func availabilityZones(ctx *pulumi.Context, cfg *config.Config) ([]string, error
 			{Name: "opt-in-status", Values: []string{"opt-in-not-required"}},
 		},
 	})
+	path := config.Namespace + ":network.availabilityZones"
 	if err != nil {
-		return nil, fmt.Errorf("availability zones of %s: %w", cfg.Region, err)
+		return nil, clusterError(path, "asking EC2 for the available zones of %s: %v", cfg.Region, err)
 	}
 	if len(res.Names) < z.Count {
-		return nil, fmt.Errorf("%s:network.availabilityZones: %s has %d available zones, %d asked for",
-			config.Namespace, cfg.Region, len(res.Names), z.Count)
+		return nil, clusterError(path, "%s has %d available zones, %d asked for", cfg.Region, len(res.Names), z.Count)
 	}
 	names := res.Names[:z.Count]
 	for i, n := range names {
 		if j := slices.IndexFunc(names, func(o string) bool { return o[len(o)-1] == n[len(n)-1] }); j < i {
-			return nil, fmt.Errorf("%s:network.availabilityZones: zones %s and %s would share a subnet slot; "+
-				"list the zones by name", config.Namespace, names[j], n)
+			return nil, clusterError(path, "zones %s and %s would share a subnet slot; list the zones by name",
+				names[j], n)
 		}
 	}
 	return names, nil

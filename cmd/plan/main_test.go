@@ -100,6 +100,36 @@ func TestPlanBadConfig(t *testing.T) {
 	assert.Check(t, is.Contains(stderr.String(), "dynk8s:wireguard.mtu: must be 1280..8920"))
 }
 
+// A misspelt top-level key is refused, not ignored: the plan reads the stack file's keys as the engine lists them.
+func TestPlanUnknownTopLevelKey(t *testing.T) {
+	file := filepath.Join(t.TempDir(), "Pulumi.typo.yaml")
+	src, err := os.ReadFile("../../Pulumi.dev.yaml")
+	assert.NilError(t, err)
+	typo := string(src) + "  dynk8s:autoscalr:\n    expander: random\n"
+	assert.NilError(t, os.WriteFile(file, []byte(typo), 0o644))
+	var stdout, stderr bytes.Buffer
+	assert.Equal(t, run([]string{"-config", file}, &stdout, &stderr), 1, stdout.String())
+	assert.Equal(t, stdout.String(), "", "nothing on stdout")
+	assert.Check(t, is.Contains(stderr.String(), "dynk8s:autoscalr: unknown key (known keys here: autoscaler, "))
+}
+
+// The stack: a public on-prem range and an endpoint inside the on-prem ranges are refused, each at its key.
+func TestPlanRefusesPublicOnPremRangeAndInnerEndpoint(t *testing.T) {
+	file := filepath.Join(t.TempDir(), "Pulumi.public.yaml")
+	src, err := os.ReadFile("../../Pulumi.dev.yaml")
+	assert.NilError(t, err)
+	bad := strings.Replace(string(src), "      - 192.168.10.0/24\n",
+		"      - 192.168.10.0/24\n      - 8.8.8.0/24\n    onPremEndpoint: 192.168.10.5:51820\n", 1)
+	assert.Assert(t, bad != string(src), "the dev stack's onPremCidrs moved")
+	assert.NilError(t, os.WriteFile(file, []byte(bad), 0o644))
+	var stdout, stderr bytes.Buffer
+	assert.Equal(t, run([]string{"-config", file}, &stdout, &stderr), 1, stdout.String())
+	assert.Check(t, is.Contains(stderr.String(), "2 problems"))
+	assert.Check(t, is.Contains(stderr.String(), "dynk8s:wireguard.onPremCidrs[1]: 8.8.8.0/24 is not a private range"))
+	assert.Check(t, is.Contains(stderr.String(),
+		"dynk8s:wireguard.onPremEndpoint: 192.168.10.5 is inside wireguard.onPremCidrs[0] (192.168.10.0/24)"))
+}
+
 func TestPlanMissingStackFile(t *testing.T) {
 	var stdout, stderr bytes.Buffer
 	assert.Equal(t, run([]string{"-stack", "nope"}, &stdout, &stderr), 1)

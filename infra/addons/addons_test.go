@@ -3,9 +3,11 @@ package addons
 import (
 	"errors"
 	"fmt"
+	"maps"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"reflect"
 	"slices"
 	"sort"
 	"strings"
@@ -397,16 +399,43 @@ func TestAddonsAutoscalerCredentials(t *testing.T) {
 	})
 }
 
-// TestAddonsSecretsStaySecret scans every recorded input, with secrets redacted, for the secret values of the
-// fixture: none may appear anywhere outside a secret, neither plain nor inside a longer string.
+// fixtureSecrets are the secret inputs of the fixture, the one list the scan reads: every pulumi.StringInput field of
+// ClusterAddonsArgs is a credential (key ids and secret keys alike), so a credential added to the args is scanned
+// without a test naming it.
+func fixtureSecrets(t *testing.T, a *ClusterAddonsArgs) map[string]string {
+	t.Helper()
+	out := map[string]string{}
+	v := reflect.ValueOf(a).Elem()
+	for i := range v.NumField() {
+		f := v.Type().Field(i)
+		if f.Type != reflect.TypeFor[pulumi.StringInput]() || v.Field(i).IsNil() {
+			continue
+		}
+		plain, ok := v.Field(i).Interface().(pulumi.String)
+		assert.Assert(t, ok, "%s is not a plain value in the fixture", f.Name)
+		out[f.Name] = string(plain)
+	}
+	return out
+}
+
+// TestAddonsSecretsStaySecret scans every recorded input, redacted, for the secret values of the fixture
+// (fixtureSecrets): none may appear anywhere outside a secret, whether the component gets them plain or as
+// secrets.
 func TestAddonsSecretsStaySecret(t *testing.T) {
+	secrets := fixtureSecrets(t, testAddonsArgs())
+	for _, want := range []string{testAWSKeyID, testAWSSecretKey, testCleanupKeyID, testCleanupSecretKey,
+		testRotatorKeyID, testRotatorSecret} {
+		assert.Check(t, slices.Contains(slices.Collect(maps.Values(secrets)), want), "%s is not scanned", want)
+	}
 	for _, name := range []string{"plain inputs", "secret inputs"} {
 		t.Run(name, func(t *testing.T) {
 			run := mustRunAddons(t, func() *ClusterAddonsArgs {
 				a := testAddonsArgs()
 				if name == "secret inputs" {
-					a.AWSSecretAccessKey = pulumi.ToSecret(pulumi.String(testAWSSecretKey)).(pulumi.StringOutput)
-					a.TokenRotatorSecretAccessKey = pulumi.ToSecret(pulumi.String(testRotatorSecret)).(pulumi.StringOutput)
+					v := reflect.ValueOf(a).Elem()
+					for field, value := range secrets {
+						v.FieldByName(field).Set(reflect.ValueOf(pulumi.ToSecret(pulumi.String(value))))
+					}
 				}
 				return a
 			})
@@ -414,9 +443,9 @@ func TestAddonsSecretsStaySecret(t *testing.T) {
 				for k, v := range res.Inputs {
 					redacted, err := yaml.Marshal(mockcloud.Plain(v, false))
 					assert.NilError(t, err)
-					for _, secret := range []string{testAWSSecretKey, testAWSKeyID, testRotatorSecret, testRotatorKeyID} {
+					for field, secret := range secrets {
 						assert.Check(t, !strings.Contains(string(redacted), secret),
-							"%s %s: %s shows a secret value", res.Type, res.Name, k)
+							"%s %s: %s shows a secret value (%s)", res.Type, res.Name, k, field)
 					}
 				}
 			}

@@ -43,14 +43,22 @@ func TestAddonsTokenRotator(t *testing.T) {
 	assert.Equal(t, dig(t, policy, "spec", "matchConditions", 0, "expression"),
 		"request.userInfo.username == 'system:serviceaccount:kube-system:"+TokenRotatorName+"'")
 	assert.Equal(t, dig(t, policy, "spec", "failurePolicy"), "Fail")
-	var rules []string
-	for _, v := range dig(t, policy, "spec", "validations").([]any) {
-		rules = append(rules, v.(map[string]any)["expression"].(string))
-	}
-	assert.Equal(t, len(rules), len(tokenRotatorValidations()))
-	// Secret data is base64 text in CEL: the group rule compares the group's base64, the one the script writes.
-	assert.Check(t, is.Contains(strings.Join(rules, "\n"), "object.data['auth-extra-groups'] == '"+
-		base64.StdEncoding.EncodeToString([]byte(JoinTokenGroup))+"'"))
+	// Each rule by its own text, not by the slice that declares it: dropping or weakening one (the expiration rule
+	// above all, the backstop against a token that never expires) fails here by name. The real API server's verdict
+	// on them is the e2e test's (TestTokenRotator, checkRotatorAdmission). Secret data is base64 text in CEL: the
+	// group rule compares the base64 of kubeadm's node group, the group the script writes.
+	group := base64.StdEncoding.EncodeToString([]byte("system:bootstrappers:kubeadm:default-node-token"))
+	assert.DeepEqual(t, dig(t, policy, "spec", "validations"), []any{
+		map[string]any{"expression": "object.type == 'bootstrap.kubernetes.io/token'",
+			"message": "the join token rotator may create bootstrap token Secrets only"},
+		map[string]any{"expression": "object.metadata.name.startsWith('bootstrap-token-')",
+			"message": "a bootstrap token Secret is named bootstrap-token-<id>"},
+		map[string]any{"expression": "has(object.data) && 'expiration' in object.data",
+			"message": "a join token must carry an expiration"},
+		map[string]any{"expression": "has(object.data) && 'auth-extra-groups' in object.data && " +
+			"object.data['auth-extra-groups'] == '" + group + "'",
+			"message": "a join token authenticates with exactly the group system:bootstrappers:kubeadm:default-node-token"},
+	})
 	assert.Check(t, is.Contains(rotateTokenScript, `"auth-extra-groups": "`+JoinTokenGroup+`"`),
 		"the script issues tokens of another group than the policy admits")
 	vap := run.object(t, typeAdmissionBinding, TokenRotatorName)
@@ -288,7 +296,9 @@ func TestRotateTokenScript(t *testing.T) {
 		assert.Equal(t, sd["usage-bootstrap-authentication"], "true")
 		assert.Equal(t, sd["usage-bootstrap-signing"], "true")
 		assert.Equal(t, sd["auth-extra-groups"], "system:bootstrappers:kubeadm:default-node-token")
-		exp, err := time.Parse(time.RFC3339, sd["expiration"].(string))
+		expiration, ok := sd["expiration"].(string)
+		assert.Assert(t, ok, "the bootstrap token Secret carries no expiration: %v", sd["expiration"])
+		exp, err := time.Parse(time.RFC3339, expiration)
 		assert.NilError(t, err)
 		assert.Check(t, !exp.Before(before.Add(2*time.Hour)) && !exp.After(time.Now().Add(2*time.Hour)),
 			"expiration %s is not the TTL from now", exp)

@@ -119,8 +119,12 @@ type WireGuard struct {
 	MTU int `key:"mtu" default:"1420"`
 	// OnPremPublicKey is the on-prem peer's public key (optional; nil: the stack generates the pair).
 	OnPremPublicKey *wgtypes.Key `key:"onPremPublicKey"`
-	// OnPremEndpoint is host:port of the on-prem peer (optional; nil: the on-prem side dials out).
+	// OnPremEndpoint is host:port of the on-prem peer (optional; nil: the on-prem side dials out). An address must
+	// be public and outside OnPremCIDRs: the gateway reaches it through the internet gateway.
 	OnPremEndpoint *Endpoint `key:"onPremEndpoint"`
+	// AllowPublicOnPremCIDRs accepts OnPremCIDRs outside the private ranges (RFC 1918, RFC 6598), for an on-prem
+	// network that really uses public addresses: the node security group admits them on every port.
+	AllowPublicOnPremCIDRs bool `key:"allowPublicOnPremCidrs" default:"false"`
 }
 
 // Gateway is dynk8s:gateway.

@@ -28,10 +28,7 @@ func parse(t *testing.T, values map[string]any) (*config.Config, error) {
 	t.Helper()
 	cfg, err := mockcloud.ConfigFromMap(values)
 	assert.NilError(t, err)
-	return config.Parse(func(k string) (string, bool) {
-		v, ok := cfg.Values[k]
-		return v, ok
-	})
+	return config.ParseValues(cfg.Values)
 }
 
 var (
@@ -44,7 +41,7 @@ func TestDevAndProdStacksAreValid(t *testing.T) {
 		t.Run(stack, func(t *testing.T) {
 			cfg, err := mockcloud.LoadStackFile("../../Pulumi." + stack + ".yaml")
 			assert.NilError(t, err)
-			_, err = config.Parse(func(k string) (string, bool) { v, ok := cfg.Values[k]; return v, ok })
+			_, err = config.ParseValues(cfg.Values)
 			assert.NilError(t, err)
 		})
 	}
@@ -154,6 +151,50 @@ func TestBadConfig(t *testing.T) {
 			obj(c, "wireguard")["onPremCidrs"] = []any{"192.168.10.0/24", "192.168.10.0/24"}
 		}, "dynk8s:wireguard.onPremCidrs[1]", "twice"},
 		{"tunnel too small for two peers", func(c map[string]any) { obj(c, "wireguard")["tunnelCidr"] = "10.201.0.0/31" }, "dynk8s:wireguard.tunnelCidr", "too small"},
+		// Security: the node security group admits onPremCidrs and tunnelCidr on every port, and nodes have public
+		// addresses; the gateway dials onPremEndpoint through the internet gateway.
+		{"on-prem range public", func(c map[string]any) {
+			obj(c, "wireguard")["onPremCidrs"] = []any{"192.168.10.0/24", "8.8.8.0/24"}
+		}, "dynk8s:wireguard.onPremCidrs[1]", "not a private range"},
+		{"on-prem range starts private, ends public", func(c map[string]any) {
+			obj(c, "wireguard")["onPremCidrs"] = []any{"192.168.10.0/24", "192.168.0.0/15"}
+		}, "dynk8s:wireguard.onPremCidrs[1]", "not a private range"},
+		{"on-prem range link-local, even when public ranges are allowed", func(c map[string]any) {
+			obj(c, "wireguard")["onPremCidrs"] = []any{"192.168.10.0/24", "169.254.0.0/16"}
+			obj(c, "wireguard")["allowPublicOnPremCidrs"] = true
+		}, "dynk8s:wireguard.onPremCidrs[1]", "169.254.0.0/16 link-local"},
+		{"on-prem range holds loopback", func(c map[string]any) {
+			obj(c, "wireguard")["onPremCidrs"] = []any{"192.168.10.0/24", "96.0.0.0/3"}
+			obj(c, "wireguard")["allowPublicOnPremCidrs"] = true
+		}, "dynk8s:wireguard.onPremCidrs[1]", "127.0.0.0/8 loopback"},
+		{"on-prem range multicast", func(c map[string]any) {
+			obj(c, "wireguard")["onPremCidrs"] = []any{"192.168.10.0/24", "239.1.0.0/16"}
+		}, "dynk8s:wireguard.onPremCidrs[1]", "multicast"},
+		{"tunnel public", func(c map[string]any) { obj(c, "wireguard")["tunnelCidr"] = "8.8.4.0/30" }, "dynk8s:wireguard.tunnelCidr", "not a private range"},
+		{"tunnel public though public on-prem ranges are allowed", func(c map[string]any) {
+			obj(c, "wireguard")["tunnelCidr"] = "8.8.4.0/30"
+			obj(c, "wireguard")["allowPublicOnPremCidrs"] = true
+		}, "dynk8s:wireguard.tunnelCidr", "not a private range"},
+		{"tunnel reserved", func(c map[string]any) { obj(c, "wireguard")["tunnelCidr"] = "240.0.0.0/30" }, "dynk8s:wireguard.tunnelCidr", "reserved"},
+		{"vpc link-local", func(c map[string]any) { obj(c, "network")["vpcCidr"] = "169.254.0.0/16" }, "dynk8s:network.vpcCidr", "link-local"},
+		{"pod range in this-network", func(c map[string]any) { obj(c, "kubernetes")["podCidr"] = "0.0.0.0/16" }, "dynk8s:kubernetes.podCidr", "this network"},
+		{"on-prem endpoint inside the on-prem ranges", func(c map[string]any) {
+			obj(c, "wireguard")["onPremEndpoint"] = "192.168.10.5:51820"
+		}, "dynk8s:wireguard.onPremEndpoint", "inside wireguard.onPremCidrs[0] (192.168.10.0/24)"},
+		{"on-prem endpoint inside a public on-prem range", func(c map[string]any) {
+			obj(c, "wireguard")["onPremCidrs"] = []any{"192.168.10.0/24", "198.51.100.0/24"}
+			obj(c, "wireguard")["allowPublicOnPremCidrs"] = true
+			obj(c, "wireguard")["onPremEndpoint"] = "198.51.100.20:51820"
+		}, "dynk8s:wireguard.onPremEndpoint", "inside wireguard.onPremCidrs[1]"},
+		{"on-prem endpoint in the tunnel", func(c map[string]any) {
+			obj(c, "wireguard")["onPremEndpoint"] = "10.201.0.2:51820"
+		}, "dynk8s:wireguard.onPremEndpoint", "inside wireguard.tunnelCidr"},
+		{"on-prem endpoint private", func(c map[string]any) {
+			obj(c, "wireguard")["onPremEndpoint"] = "172.16.5.5:51820"
+		}, "dynk8s:wireguard.onPremEndpoint", "private address"},
+		{"on-prem endpoint loopback", func(c map[string]any) {
+			obj(c, "wireguard")["onPremEndpoint"] = "127.0.0.1:51820"
+		}, "dynk8s:wireguard.onPremEndpoint", "loopback"},
 		{"on-prem key not 32 bytes", func(c map[string]any) { obj(c, "wireguard")["onPremPublicKey"] = "c2hvcnQ=" }, "dynk8s:wireguard.onPremPublicKey", "32 bytes"},
 		{"on-prem endpoint without port", func(c map[string]any) { obj(c, "wireguard")["onPremEndpoint"] = "vpn.example.com" }, "dynk8s:wireguard.onPremEndpoint", "host:port"},
 		{"gateway type not a type name", func(c map[string]any) { obj(c, "gateway")["instanceType"] = "t4g micro" }, "dynk8s:gateway.instanceType", "not an EC2 instance type name"},
@@ -373,6 +414,71 @@ func TestExpandersForAWS(t *testing.T) {
 		obj(c, "autoscaler")["expander"] = e
 		_, err := parse(t, c)
 		assert.NilError(t, err, e)
+	}
+}
+
+// TestUnknownTopLevelKey: a key of the dynk8s namespace that the program does not read is refused at the top level,
+// as a misspelt key inside a section is, with the known keys; keys of other namespaces are others' to read.
+func TestUnknownTopLevelKey(t *testing.T) {
+	c := devConfig(t)
+	c["dynk8s:autoscalr"] = map[string]any{"expander": "random"}
+	_, err := parse(t, c)
+	var cfgErr *config.Error
+	assert.Assert(t, errors.As(err, &cfgErr), "a misspelt top-level key passed: %v", err)
+	assert.Equal(t, len(cfgErr.Errors), 1, err.Error())
+	assert.Equal(t, cfgErr.Errors[0].Path, "dynk8s:autoscalr")
+	assert.Check(t, is.Contains(cfgErr.Errors[0].Msg, "unknown key (known keys here: autoscaler, cleanup, clusterName, fedora"))
+
+	c = devConfig(t)
+	c["dynk8s:clustername"] = "lab" // the wrong case: keys are case-sensitive
+	_, err = parse(t, c)
+	assert.ErrorContains(t, err, "dynk8s:clustername: unknown key")
+
+	c = devConfig(t)
+	c["aws:profile"] = "lab"
+	c["kubernetes:context"] = "lab"
+	c["pulumi:tags"] = map[string]any{"team": "infra"}
+	_, err = parse(t, c)
+	assert.NilError(t, err, "other namespaces are not dynk8s's to refuse")
+}
+
+// TestPrivateRangesAccepted: the private ranges (RFC 1918, RFC 6598) pass as on-prem and tunnel ranges; a public
+// on-prem range passes when the stack says so; a public endpoint and a name pass.
+func TestPrivateRangesAccepted(t *testing.T) {
+	for name, mutate := range map[string]func(map[string]any){
+		"all of RFC 1918": func(c map[string]any) {
+			obj(c, "wireguard")["onPremCidrs"] = []any{"192.168.0.0/16", "172.16.0.0/12"}
+		},
+		"shared address space": func(c map[string]any) {
+			obj(c, "wireguard")["onPremCidrs"] = []any{"192.168.10.0/24", "100.64.0.0/16"}
+			obj(c, "wireguard")["tunnelCidr"] = "100.127.255.252/30"
+		},
+		"public on-prem range, opted in": func(c map[string]any) {
+			obj(c, "wireguard")["onPremCidrs"] = []any{"192.168.10.0/24", "8.8.8.0/24"}
+			obj(c, "wireguard")["allowPublicOnPremCidrs"] = true
+		},
+		"public endpoint":   func(c map[string]any) { obj(c, "wireguard")["onPremEndpoint"] = "198.51.100.20:51820" },
+		"endpoint by name":  func(c map[string]any) { obj(c, "wireguard")["onPremEndpoint"] = "vpn.example.org:51820" },
+		"shared-space pods": func(c map[string]any) { obj(c, "kubernetes")["podCidr"] = "100.96.0.0/11" },
+	} {
+		t.Run(name, func(t *testing.T) {
+			c := devConfig(t)
+			mutate(c)
+			_, err := parse(t, c)
+			assert.NilError(t, err)
+		})
+	}
+}
+
+// TestFixedSizePool: minSize == maxSize is a pool of fixed size, and a valid one; only maxSize < minSize is refused.
+func TestFixedSizePool(t *testing.T) {
+	for _, n := range []int{1, 3, 1000} {
+		c := devConfig(t)
+		pool(c, 0)["minSize"], pool(c, 0)["maxSize"] = n, n
+		cfg, err := parse(t, c)
+		assert.NilError(t, err, "minSize = maxSize = %d", n)
+		assert.Equal(t, cfg.NodePools[0].MinSize, n)
+		assert.Equal(t, cfg.NodePools[0].MaxSize, n)
 	}
 }
 

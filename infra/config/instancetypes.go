@@ -71,7 +71,13 @@ func (c *Config) CheckInstanceTypes(types map[string]InstanceType, lookupErrs ma
 	ns := Namespace + ":"
 	known := func(path, name string) (InstanceType, bool) {
 		if e, failed := lookupErrs[name]; failed {
-			r.addf(path, "EC2 has no instance type %q in %s: %v", name, c.Region, e)
+			// EC2's error code says the type does not exist; the rest of the text is the engine's and the
+			// provider's framing of the call. Any other failure (credentials, throttling) is shown whole.
+			if strings.Contains(e.Error(), "InvalidInstanceType") {
+				r.addf(path, "EC2 has no instance type %q in %s (InvalidInstanceType)", name, c.Region)
+			} else {
+				r.addf(path, "asking EC2 about instance type %q in %s failed: %v", name, c.Region, e)
+			}
 			return InstanceType{}, false
 		}
 		t, ok := types[name]

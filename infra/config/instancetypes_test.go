@@ -40,8 +40,14 @@ func TestCheckInstanceTypes(t *testing.T) {
 	}{
 		"unknown type": {func(f map[string]config.InstanceType, e map[string]error) {
 			delete(f, "c6g.2xlarge")
-			e["c6g.2xlarge"] = errors.New("InvalidInstanceType")
-		}, "dynk8s:nodePools[1].instanceTypes[1]", `EC2 has no instance type "c6g.2xlarge" in eu-central-1: InvalidInstanceType`},
+			e["c6g.2xlarge"] = errors.New("invocation of aws:ec2/getInstanceType:getInstanceType returned an error: " +
+				"reading EC2 Instance Type (c6g.2xlarge): api error InvalidInstanceType: The following supplied " +
+				"instance types do not exist: [c6g.2xlarge]")
+		}, "dynk8s:nodePools[1].instanceTypes[1]", `EC2 has no instance type "c6g.2xlarge" in eu-central-1 (InvalidInstanceType)`},
+		"EC2 does not answer": {func(f map[string]config.InstanceType, e map[string]error) {
+			delete(f, "c6g.2xlarge")
+			e["c6g.2xlarge"] = errors.New("api error UnauthorizedOperation: You are not authorized")
+		}, "dynk8s:nodePools[1].instanceTypes[1]", `asking EC2 about instance type "c6g.2xlarge" in eu-central-1 failed: api error UnauthorizedOperation`},
 		"wrong arch": {func(f map[string]config.InstanceType, _ map[string]error) {
 			f["c7i.2xlarge"] = all("c7i.2xlarge", kube.ArchArm64, 8, 16384)
 		}, "dynk8s:nodePools[0].instanceTypes[0]", "is an arm64 type but the pool's arch is x86_64"},

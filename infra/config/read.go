@@ -45,18 +45,29 @@ func (e *Error) Error() string {
 }
 
 // Parse reads every key from get, applies the defaults and validates the result. get returns the raw value of a
-// fully qualified key ("dynk8s:nodePools") as the engine passes it: scalars as text, objects and lists as JSON. On
-// any problem it returns an *Error listing all of them, and no Config.
-func Parse(get func(key string) (string, bool)) (*Config, error) {
+// fully qualified key ("dynk8s:nodePools") as the engine passes it: scalars as text, objects and lists as JSON.
+// keys are the fully qualified names of every key the stack sets, as the engine lists them: a key of the dynk8s
+// namespace that the program does not read is a problem like any other. On any problem it returns an *Error listing
+// all of them, and no Config.
+func Parse(keys []string, get func(key string) (string, bool)) (*Config, error) {
 	r := &reader{}
 	cfg := &Config{}
 	r.top(get, reflect.ValueOf(cfg).Elem())
+	r.unknownTop(keys, reflect.TypeFor[Config]())
 	validate(r, cfg)
 	if len(r.errs) > 0 {
 		slices.SortStableFunc(r.errs, func(a, b FieldError) int { return comparePaths(a.Path, b.Path) })
 		return nil, &Error{Errors: r.errs}
 	}
 	return cfg, nil
+}
+
+// ParseValues is Parse of a stack's whole config as the engine hands it over: fully qualified keys to raw values.
+func ParseValues(values map[string]string) (*Config, error) {
+	return Parse(slices.Collect(maps.Keys(values)), func(k string) (string, bool) {
+		v, ok := values[k]
+		return v, ok
+	})
 }
 
 // reader collects problems while decoding and validating; it never stops at the first one.
@@ -117,6 +128,29 @@ func (r *reader) top(get func(string) (string, bool), cfg reflect.Value) {
 		}
 		if v != nil {
 			r.value(key, v, cfg.Field(i))
+		}
+	}
+}
+
+// unknownTop reports the keys of the dynk8s namespace that no top-level field names. Other namespaces (aws:,
+// pulumi:, a provider's) belong to others and are left alone.
+func (r *reader) unknownTop(keys []string, cfg reflect.Type) {
+	var known []string
+	for i := range cfg.NumField() {
+		f := cfg.Field(i)
+		if k, ok := strings.CutPrefix(topKey(f), Namespace+":"); ok && f.Tag.Get("key") != "" {
+			known = append(known, k)
+		}
+	}
+	slices.Sort(known)
+	for _, key := range slices.Sorted(slices.Values(keys)) {
+		k, ours := strings.CutPrefix(key, Namespace+":")
+		switch {
+		case !ours || slices.Contains(known, k):
+		case removedKeys[key] != "":
+			r.addf(key, "%s", removedKeys[key])
+		default:
+			r.addf(key, "unknown key (known keys here: %s)", strings.Join(known, ", "))
 		}
 	}
 }

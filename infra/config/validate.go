@@ -179,6 +179,28 @@ func validateRanges(r *reader, c *Config) {
 		ranges[fmt.Sprintf("%swireguard.onPremCidrs[%d]", ns, i)] = p
 	}
 	paths := slices.SortedFunc(maps.Keys(ranges), comparePaths)
+	for _, path := range paths {
+		if p := ranges[path]; p.IsValid() {
+			if u := unusable(p); u != "" {
+				r.addf(path, "%s overlaps %s: no network of the stack or the cluster can be there", p, u)
+			}
+		}
+	}
+	// The node security group admits the on-prem and tunnel ranges on every port, and the nodes have public
+	// addresses: a public range there is admitted from the internet, not only through the tunnel.
+	if tun := c.WireGuard.TunnelCIDR; tun.IsValid() && !isPrivateRange(tun) {
+		r.addf(ns+"wireguard.tunnelCidr", "%s is not a private range (RFC 1918 or RFC 6598's 100.64.0.0/10): the "+
+			"tunnel's two addresses are the peers' own, and the node security group admits the range on every port",
+			tun)
+	}
+	for i, p := range c.WireGuard.OnPremCIDRs {
+		if p.IsValid() && !isPrivateRange(p) && !c.WireGuard.AllowPublicOnPremCIDRs {
+			r.addf(fmt.Sprintf("%swireguard.onPremCidrs[%d]", ns, i), "%s is not a private range (RFC 1918 or RFC "+
+				"6598's 100.64.0.0/10): the node security group admits it on every port and the nodes have public "+
+				"addresses, so hosts of that range on the internet would reach them too; if the on-prem network "+
+				"really uses public addresses, set %swireguard.allowPublicOnPremCidrs", p, ns)
+		}
+	}
 	for i, a := range paths {
 		for _, b := range paths[i+1:] {
 			if ranges[a].IsValid() && ranges[b].IsValid() && ranges[a].Overlaps(ranges[b]) {
@@ -276,6 +298,8 @@ func validateWireGuard(r *reader, c *Config) {
 		if a, ok := ep.Addr(); ok && !a.Unmap().Is4() {
 			r.addf(wp+"onPremEndpoint", "%s is an IPv6 address, but the gateway has an IPv4 address only: give the "+
 				"on-prem peer's IPv4 address, or a name that resolves to one", ep)
+		} else if ok {
+			validateOnPremEndpoint(r, c, a.Unmap())
 		}
 	}
 	addr, isIP := c.Kubernetes.APIServerEndpoint.Addr()
@@ -284,6 +308,42 @@ func validateWireGuard(r *reader, c *Config) {
 	}) {
 		r.addf(Namespace+":kubernetes.apiServerEndpoint", "%s is not inside any of %sonPremCidrs: the nodes reach "+
 			"the API server through the tunnel, which routes only those ranges", addr, wp)
+	}
+}
+
+// validateOnPremEndpoint checks the on-prem peer's address, when the endpoint is one (a name resolves on the
+// gateway, at each handshake). The gateway sends its handshakes from its public address through the internet gateway
+// (its subnet's default route): the address must be one the internet carries, and outside every range the VPC routes
+// elsewhere, or the handshakes would go into the tunnel they are to build (the VPC routes onPremCidrs to the
+// gateway, and the gateway routes them into wg0) or stay in the VPC.
+func validateOnPremEndpoint(r *reader, c *Config, a netip.Addr) {
+	path := Namespace + ":wireguard.onPremEndpoint"
+	host := netip.PrefixFrom(a, a.BitLen())
+	if u := unusable(host); u != "" {
+		r.addf(path, "%s is in %s: the gateway cannot reach an on-prem peer there", a, u)
+		return
+	}
+	for i, p := range c.WireGuard.OnPremCIDRs {
+		if p.Contains(a) {
+			r.addf(path, "%s is inside wireguard.onPremCidrs[%d] (%s): the gateway would route its handshakes to the "+
+				"peer into the tunnel they are to build; give the address the on-prem peer has on the internet", a, i, p)
+			return
+		}
+	}
+	for _, own := range []struct {
+		key string
+		p   netip.Prefix
+	}{{"wireguard.tunnelCidr", c.WireGuard.TunnelCIDR}, {"network.vpcCidr", c.Network.VPCCIDR}} {
+		if own.p.Contains(a) {
+			r.addf(path, "%s is inside %s (%s): that is the tunnel's or the VPC's own range, not the on-prem "+
+				"peer's address on the internet", a, own.key, own.p)
+			return
+		}
+	}
+	if isPrivateAddr(a) {
+		r.addf(path, "%s is a private address: the gateway reaches the on-prem peer through the internet gateway, "+
+			"which carries public addresses only; give the peer's public address (or the NAT's in front of it), or "+
+			"leave the endpoint unset and let the on-prem side dial out", a)
 	}
 }
 

@@ -6,6 +6,8 @@ package plan
 import (
 	"encoding/json"
 	"fmt"
+	"maps"
+	"slices"
 	"sort"
 
 	"github.com/pulumi/pulumi/sdk/v3/go/pulumi"
@@ -64,7 +66,7 @@ func RunConfig(stack string, cfg mockcloud.StackConfig) (*Result, error) {
 	}
 	res := &Result{Stack: stack, Cloud: cloud, Outputs: map[string]Output{}}
 	err := mockcloud.Run(func(ctx *pulumi.Context) error {
-		exports, err := infra.Program(ctx)
+		exports, err := infra.Program(ctx, slices.Sorted(maps.Keys(cfg.Values)))
 		if err != nil {
 			return err
 		}

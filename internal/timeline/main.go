@@ -80,7 +80,7 @@ func options(file, pool string) (Options, error) {
 	if err != nil {
 		return Options{}, fmt.Errorf("read %s: %w", file, err)
 	}
-	cfg, err := config.Parse(func(k string) (string, bool) { v, ok := sc.Values[k]; return v, ok })
+	cfg, err := config.ParseValues(sc.Values)
 	if err != nil {
 		return Options{}, err
 	}
