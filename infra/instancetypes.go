@@ -21,9 +21,14 @@ func instanceTypes(ctx *pulumi.Context, cfg *config.Config, zones []string) (map
 	failed := map[string]error{}
 	for _, name := range cfg.InstanceTypeNames() {
 		res, err := ec2.GetInstanceType(ctx, &ec2.GetInstanceTypeArgs{InstanceType: name})
-		if err != nil {
+		switch {
+		case config.IsUnknownInstanceType(err):
 			failed[name] = err
 			continue
+		case err != nil:
+			// Credentials, throttling, or no provider at all: no config change fixes that, so it is not reported
+			// as a configuration problem.
+			return nil, fmt.Errorf("asking EC2 about instance type %q in %s: %w", name, cfg.Region, err)
 		}
 		types[name] = config.InstanceType{
 			Name:         name,

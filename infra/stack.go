@@ -301,7 +301,9 @@ func availabilityZones(ctx *pulumi.Context, cfg *config.Config) ([]string, error
 	})
 	path := config.Namespace + ":network.availabilityZones"
 	if err != nil {
-		return nil, clusterError(path, "asking EC2 for the available zones of %s: %v", cfg.Region, err)
+		// Not a configuration problem (no config change fixes an unreachable EC2 or a missing provider plugin), so
+		// not reported as one.
+		return nil, fmt.Errorf("%s: asking EC2 for the available zones of %s: %w", path, cfg.Region, err)
 	}
 	if len(res.Names) < z.Count {
 		return nil, clusterError(path, "%s has %d available zones, %d asked for", cfg.Region, len(res.Names), z.Count)

@@ -61,6 +61,12 @@ func (c *Config) InstanceTypeNames() []string {
 	return names
 }
 
+// IsUnknownInstanceType says whether a DescribeInstanceTypes failure is EC2's answer that the type does not exist
+// (its error code; the rest of the text is the engine's and the provider's framing of the call).
+func IsUnknownInstanceType(err error) bool {
+	return err != nil && strings.Contains(err.Error(), "InvalidInstanceType")
+}
+
 // CheckInstanceTypes checks the config's instance types against what EC2 said of them. types has an entry for every
 // name in InstanceTypeNames that EC2 knows; lookupErrs has the error of every name it refused. zones are the stack's
 // zones, the gateway's first. Problems come back as an *Error with key paths; warnings are for the operator to read
@@ -73,7 +79,7 @@ func (c *Config) CheckInstanceTypes(types map[string]InstanceType, lookupErrs ma
 		if e, failed := lookupErrs[name]; failed {
 			// EC2's error code says the type does not exist; the rest of the text is the engine's and the
 			// provider's framing of the call. Any other failure (credentials, throttling) is shown whole.
-			if strings.Contains(e.Error(), "InvalidInstanceType") {
+			if IsUnknownInstanceType(e) {
 				r.addf(path, "EC2 has no instance type %q in %s (InvalidInstanceType)", name, c.Region)
 			} else {
 				r.addf(path, "asking EC2 about instance type %q in %s failed: %v", name, c.Region, e)
