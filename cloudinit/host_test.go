@@ -66,6 +66,7 @@ func TestNodeHostStepsAroundTheJoin(t *testing.T) {
 		{"systemctl", "enable", "--now", "dynk8s-onprem-routes.service"},
 		{"systemctl", "enable", "--now", "dynk8s-join.service"},
 		{"systemctl", "enable", "--now", "dynk8s-imds-lock.service"},
+		{"sh", "-c", "! systemctl is-failed --quiet dynk8s-onprem-routes.service dynk8s-join.service dynk8s-imds-lock.service"},
 	}))
 	spot, err := Node(spotPool())
 	assert.NilError(t, err)

@@ -9,6 +9,8 @@ import (
 	"maps"
 	"net/http"
 	"net/http/httptest"
+	"os"
+	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -38,6 +40,8 @@ type boxNode struct {
 	pool     config.NodePool
 	zone     string
 	userData []byte
+	moto     *motoSSM
+	param    string
 }
 
 // newBoxNode renders the pool's user data as the stack does (the API server endpoint is the test's control plane)
@@ -89,7 +93,8 @@ func newBoxNode(ctx context.Context, t *testing.T, c cluster, cfg *config.Config
 			_, _ = c.kubectl(context.Background(), "delete", "node", name, "--wait=false")
 		}
 	})
-	return &boxNode{box: b, c: c, imds: imds, cfg: cfg, pool: pool, zone: zone, userData: userData}
+	return &boxNode{box: b, c: c, imds: imds, cfg: cfg, pool: pool, zone: zone, userData: userData, moto: moto,
+		param: param}
 }
 
 // findNode is the name of the Node with providerID, "" if there is none.
@@ -550,4 +555,42 @@ func TestBoxNodeWarmRunning(t *testing.T) {
 	}
 	n.checkSettled(ctx, t)
 	n.checkMetadataLocked(ctx, t)
+}
+
+// TestBoxNodeFailedJoinIsCloudInitsError is the negative of the cold boot's "cloud-init finished with no error":
+// with no join token in SSM and the join's deadline cut to 20 s (a box-only drop-in), the join unit fails, and
+// cloud-init must say so (runcmd's last command), not report done.
+func TestBoxNodeFailedJoinIsCloudInitsError(t *testing.T) {
+	c := requireCluster(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	keepEtcKubernetesClean(t)
+	cfg := devConfig(t)
+	n := newBoxNode(ctx, t, c, cfg, firstTaintedPool(t, cfg), "box-nojoin", "", "")
+	if status, b := n.moto.ssm(t, cfg.Region, "DeleteParameter", map[string]any{"Name": n.param}); status != 200 {
+		t.Fatalf("SSM DeleteParameter: HTTP %d: %s", status, b)
+	}
+	dropIn := filepath.Join(n.root, "/etc/systemd/system/dynk8s-join.service.d/91-box-deadline.conf")
+	if err := os.WriteFile(dropIn, []byte("[Service]\nEnvironment=DYNK8S_DEADLINE_SECONDS=20\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	n.boot(t)
+	err := n.wait(ctx, 3*time.Minute, "cloud-init finished", func(ctx context.Context) bool {
+		_, err := n.exec(ctx, "test", "-e", "/var/lib/cloud/instance/boot-finished")
+		return err == nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !n.unitFailed(ctx, "dynk8s-join.service") {
+		t.Fatal("the join unit did not fail without a token")
+	}
+	out, err := n.exec(ctx, "cloud-init", "status", "--long")
+	t.Logf("cloud-init status --long (%v):\n%s", err, out)
+	if err == nil || !strings.Contains(out, "status: error") {
+		t.Errorf("cloud-init reports no error for a failed join")
+	}
+	if !strings.Contains(n.file(t, "/var/lib/cloud/data/result.json"), "scripts-user") {
+		t.Errorf("cloud-init's result.json names no failed scripts-user:\n%s", n.file(t, "/var/lib/cloud/data/result.json"))
+	}
 }
