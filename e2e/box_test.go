@@ -366,7 +366,7 @@ func (b *box) poweroff(timeout time.Duration) error {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	if out, err := b.exec(ctx, "systemctl", "poweroff"); err != nil && b.running() {
-		return fmt.Errorf("systemctl poweroff: %v: %s", err, out)
+		return fmt.Errorf("systemctl poweroff: %w: %s", err, out)
 	}
 	return b.waitStopped(timeout)
 }
