@@ -430,10 +430,10 @@ build_box() {
 		log "box root $(box_root) cached"
 		return
 	fi
-	command -v mmdebstrap >/dev/null 2>&1 && command -v systemd-nspawn >/dev/null 2>&1 || {
+	if ! command -v mmdebstrap >/dev/null 2>&1 || ! command -v systemd-nspawn >/dev/null 2>&1; then
 		log "installing mmdebstrap, systemd-container from Debian"
 		apt_install mmdebstrap systemd-container
-	}
+	fi
 	[[ -r $BOX_SOURCES ]] || {
 		echo "tools.sh: no apt sources at $BOX_SOURCES for the box root (set DYNK8S_BOX_SOURCES)" >&2
 		return 1
@@ -447,6 +447,8 @@ build_box() {
 		printf '%s' "${BOX_PACKAGES[*]}"
 	)
 	log "building the box root ($BOX_SUITE minbase: $list) in $tmp"
+	# The hooks run in mmdebstrap's shell, with the root as $1.
+	# shellcheck disable=SC2016
 	run_timed "box root: mmdebstrap" mmdebstrap --quiet --variant=minbase --include="$list" \
 		--customize-hook='echo "datasource_list: [ NoCloud, None ]" >"$1/etc/cloud/cloud.cfg.d/90-dynk8s-box.cfg"' \
 		--customize-hook='echo "en_US.UTF-8 UTF-8" >"$1/etc/locale.gen" && chroot "$1" locale-gen >/dev/null' \

@@ -6,7 +6,7 @@ mount --bind /proc/sys/net /proc/sys/net
 mount -o remount,bind,rw /proc/sys/net
 for d in /sys/fs/cgroup/*/; do
   c=$(basename "$d")
-  [[ $c != unified ]] && mountpoint -q "$d" || continue
+  if [[ $c == unified ]] || ! mountpoint -q "$d"; then continue; fi
   # name=systemd is the box's own, and writable; the kubelet wants its cgroup root in every hierarchy.
   [[ $c == systemd ]] || mount -o remount,bind,rw "$d"
   mkdir -p "$d$BOX_CGROUP_ROOT"
