@@ -7,11 +7,12 @@ GOLANGCI_LINT_VERSION := v2.15.0
 GOBIN := $(shell $(GO) env GOPATH)/bin
 GOLANGCI_LINT := $(GOBIN)/golangci-lint
 # Debian packages the tests run for real: cloud-init (schema), shellcheck, wireguard-tools (wg parser), nftables
-# (nft -c on the gateway ruleset); and what the scripts under test run for real beside their stand-ins: curl (every
-# AWS and API server call), python3 (the boot scripts' JSON) and jq (the token rotator's). Nothing else of the host's
+# (nft -c on the gateway ruleset), systemd (systemd-analyze verify of the units the user data writes); and what the
+# scripts under test run for real beside their stand-ins: curl (every AWS and API server call), python3 (the boot
+# scripts' JSON) and jq (the token rotator's). Nothing else of the host's
 # reaches a script under test (internal/realtools.ClosedPath); `make fresh` proves this list is enough.
 DEBIAN_TOOLS := cloud-init:cloud-init shellcheck:shellcheck wg:wireguard-tools nft:nftables curl:curl \
-	python3:python3 jq:jq
+	python3:python3 jq:jq systemd-analyze:systemd
 
 .PHONY: help test tools fmt-check vet lint unit plan golden e2e fresh build preview up clean
 

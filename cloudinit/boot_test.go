@@ -91,6 +91,7 @@ func TestBootPreparesInTheWarmPoolThenJoins(t *testing.T) {
 	assert.Check(t, is.Contains(calls, "systemctl enable --now crio.service"))
 	assert.Check(t, is.Contains(calls, "crictl --runtime-endpoint unix:///var/run/crio/crio.sock pull registry.k8s.io/pause:3.10.1"))
 	assert.Check(t, !strings.Contains(calls, "\nkubeadm "), "kubeadm ran in the warm pool")
+	assert.Check(t, !strings.Contains(calls, imdsUnitName), "the metadata lock was started before the join")
 	assert.Check(t, is.Equal(aws.ssmRequests, 0), "the token was read in the warm pool")
 	assert.Check(t, is.DeepEqual(aws.autoscalingCalls(), []string{
 		"DescribeAutoScalingInstances InstanceIds.member.1=" + fakeInstanceID,
@@ -119,6 +120,7 @@ func TestBootPreparesInTheWarmPoolThenJoins(t *testing.T) {
 	assert.Check(t, !strings.Contains(calls, "crictl"), "images pulled again")
 	assert.Check(t, is.Contains(calls, "systemctl start crio.service\n"))
 	assert.Check(t, is.Contains(calls, "kubeadm join"))
+	checkLocksAfterJoin(t, calls)
 	assert.Check(t, is.Contains(start.stderr, "prepared on an earlier boot"))
 	asg := aws.autoscalingCalls()
 	assert.Check(t, is.Equal(asg[len(asg)-1], "CompleteLifecycleAction AutoScalingGroupName="+fakeGroup+" InstanceId="+
@@ -175,7 +177,20 @@ func TestBootWaitsRunningInTheWarmPoolThenJoins(t *testing.T) {
 	join := env.run(t, joinScript)
 	assert.Equal(t, join.exitCode, 0)
 	assert.Check(t, is.Contains(join.file("calls"), "kubeadm join"))
+	checkLocksAfterJoin(t, join.file("calls"))
 	assert.Check(t, is.Equal(readTimeline(t, join).Result, "joined"))
+}
+
+// checkLocksAfterJoin: a join that ran without a boot (the timer's, on a Running or Hibernated warm instance) has
+// no boot to start the metadata lock, and on a boot the lock's condition skipped it before the join; so join.sh
+// queues it once kubeadm join has written kubelet.conf, without waiting on it (the join unit must never wait on
+// another unit's job).
+func checkLocksAfterJoin(t *testing.T, calls string) {
+	t.Helper()
+	join := strings.Index(calls, "kubeadm join")
+	lock := strings.Index(calls, "systemctl start --no-block "+imdsUnitName+"\n")
+	assert.Check(t, lock >= 0, "join.sh did not start %s:\n%s", imdsUnitName, calls)
+	assert.Check(t, join >= 0 && lock > join, "join.sh started %s before kubeadm join:\n%s", imdsUnitName, calls)
 }
 
 // The phase decision for every target lifecycle state IMDS can return ("" is an instance whose IMDS has none).

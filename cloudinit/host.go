@@ -155,6 +155,7 @@ func hostConfig(in HostInput) (hostSetup, error) {
 		// resolved read its configuration before cloud-init wrote the drop-in.
 		h.beforeJoin = append(h.beforeJoin, []string{"systemctl", "try-restart", "systemd-resolved.service"})
 	}
+	// Enabled for the boots to come (join.sh has started it if the join ran).
 	h.afterJoin = [][]string{{"systemctl", "enable", "--now", imdsUnitName}}
 	return h, nil
 }
@@ -184,12 +185,16 @@ func routesUnit() unitFile {
 }
 
 // imdsUnit loads the metadata lockdown once the node has joined (join.sh reads the token from SSM with the role's
-// credentials first), and on every later boot before the kubelet starts any pod.
+// credentials first): join.sh starts it right after kubeadm join, on every path that joins (a cold boot, a Stopped
+// warm instance's next boot, a Running or Hibernated one's timer), and every later boot starts it before the
+// kubelet starts any pod. It is never ordered after the join unit: on a boot that starts the join with kubelet
+// already enabled (a Stopped warm instance entering service), kubelet's start job would wait for this unit's, which
+// would wait for the join, whose kubeadm waits for kubelet's restart (TestNodeUnitsNeverOrderWhatTheJoinStartsAfterTheJoin).
+// On such a boot its condition skips it at once, and the join starts it again once there is a kubelet.conf.
 func imdsUnit() unitFile {
 	return unitFile{
 		{Name: "Unit", Entries: []unitEntry{
 			{"Description", "dynk8s: keep the instance metadata service from pods and non-root users once joined"},
-			{"After", joinUnitName},
 			{"Before", "kubelet.service"},
 			{"ConditionPathExists", "/etc/kubernetes/kubelet.conf"},
 		}},

@@ -66,6 +66,7 @@ func TestNodeHostStepsAroundTheJoin(t *testing.T) {
 		{"systemctl", "enable", "--now", "dynk8s-onprem-routes.service"},
 		{"systemctl", "enable", "--now", "dynk8s-join.service"},
 		{"systemctl", "enable", "--now", "dynk8s-imds-lock.service"},
+		{"sh", "-c", "! systemctl is-failed --quiet dynk8s-onprem-routes.service dynk8s-join.service dynk8s-imds-lock.service"},
 	}))
 	spot, err := Node(spotPool())
 	assert.NilError(t, err)
@@ -81,7 +82,8 @@ func TestNodeHostStepsAroundTheJoin(t *testing.T) {
 		assert.Check(t, is.Contains(routes, want))
 	}
 	lock := fileByPath(t, cc, "/etc/systemd/system/dynk8s-imds-lock.service").Content
-	for _, want := range []string{"After=dynk8s-join.service\n", "Before=kubelet.service\n",
+	assert.Check(t, !strings.Contains(lock, "After="), "the lock is ordered after something:\n%s", lock)
+	for _, want := range []string{"Before=kubelet.service\n",
 		"ConditionPathExists=/etc/kubernetes/kubelet.conf\n", "ExecStart=/usr/local/libexec/dynk8s/imds-lock.sh\n",
 		"WantedBy=multi-user.target\n"} {
 		assert.Check(t, is.Contains(lock, want))

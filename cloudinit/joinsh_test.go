@@ -105,6 +105,7 @@ func TestJoinRetriesThenJoins(t *testing.T) {
 	joinCmd := "kubeadm join --config " + filepath.Join(run.root, "run/dynk8s/kubeadm-join.yaml") + "\n"
 	assert.Check(t, is.Contains(calls, joinCmd+"kubeadm reset --force\n"), "a failed join is reset before the next")
 	assert.Check(t, is.Equal(strings.Count(calls, joinCmd), 2))
+	checkLocksAfterJoin(t, calls)
 
 	bt := jc.Discovery.BootstrapToken
 	assert.Check(t, is.Equal(bt.Token, testToken))

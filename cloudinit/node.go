@@ -186,7 +186,7 @@ func Node(in NodeInput) ([]byte, error) {
 		},
 		// The unit, not runcmd, runs the join: its output lands in the journal under its own name and on the
 		// console, its Condition makes a reboot of a joined node a no-op, and systemd enforces a hard timeout.
-		// `enable --now` blocks, so cloud-init's final status reports a failed join.
+		// `enable --now` blocks until the join is done; runcmdFailsOnFailedUnits makes a failed one cloud-init's.
 		RunCmd: [][]string{
 			{"systemctl", "daemon-reload"},
 			{"systemctl", "enable", "--now", joinUnitName},
@@ -210,11 +210,21 @@ func Node(in NodeInput) ([]byte, error) {
 			Permissions: "0644"})
 		cc.RunCmd = append(cc.RunCmd, []string{"systemctl", "enable", "--now", joinTimerName})
 	}
+	cc.RunCmd = append(cc.RunCmd, runcmdFailsOnFailedUnits(routesUnitName, joinUnitName, imdsUnitName))
 	out, err := cc.marshal()
 	if err != nil {
 		return nil, fmt.Errorf("node pool %q: %w", in.PoolName, err)
 	}
 	return out, nil
+}
+
+// runcmdFailsOnFailedUnits is runcmd's last command: it fails when one of the units runcmd started has failed.
+// cloud-init runs runcmd as one shell script with no `set -e`, whose exit status is its last command's
+// (cloudinit/config/cc_runcmd.py writes it with util.shellify; cc_scripts_user runs it), so a failed join in the
+// middle would otherwise leave `cloud-init status` at done with no error. `systemctl is-failed` exits 0 when at
+// least one of the units given is failed (systemctl(1)).
+func runcmdFailsOnFailedUnits(units ...string) []string {
+	return []string{"sh", "-c", "! systemctl is-failed --quiet " + strings.Join(units, " ")}
 }
 
 // cniInterfaces are the interfaces the common CNIs create: Calico, Flannel, the bridge plugin, Cilium.

@@ -102,7 +102,8 @@ func TestNodeRoundTrip(t *testing.T) {
 
 	assert.DeepEqual(t, cc.RunCmd, [][]string{{"systemctl", "daemon-reload"},
 		{"systemctl", "enable", "--now", "dynk8s-onprem-routes.service"}, {"systemctl", "try-restart", "systemd-resolved.service"},
-		{"systemctl", "enable", "--now", "dynk8s-join.service"}, {"systemctl", "enable", "--now", "dynk8s-imds-lock.service"}})
+		{"systemctl", "enable", "--now", "dynk8s-join.service"}, {"systemctl", "enable", "--now", "dynk8s-imds-lock.service"},
+		{"sh", "-c", "! systemctl is-failed --quiet dynk8s-onprem-routes.service dynk8s-join.service dynk8s-imds-lock.service"}})
 	assert.Check(t, is.Len(cc.Packages, 0), "packages are installed by join.sh, under its deadline")
 	for id, r := range cc.YumRepos {
 		assert.Check(t, r.GPGCheck, "%s: gpgcheck off", id)
@@ -419,7 +420,31 @@ func TestWarmPoolNodesGetTheJoinTimer(t *testing.T) {
 	timer := fileByPath(t, cc, "/etc/systemd/system/"+joinTimerName).Content
 	assert.Check(t, is.Contains(timer, "OnUnitInactiveSec=15s\n"))
 	assert.Check(t, is.Contains(timer, "Unit="+joinUnitName+"\n"))
-	assert.DeepEqual(t, cc.RunCmd[len(cc.RunCmd)-1], []string{"systemctl", "enable", "--now", joinTimerName})
+	assert.DeepEqual(t, cc.RunCmd[len(cc.RunCmd)-2], []string{"systemctl", "enable", "--now", joinTimerName})
 	assert.Check(t, slices.IndexFunc(cc.RunCmd, func(c []string) bool { return slices.Contains(c, joinUnitName) }) <
-		len(cc.RunCmd)-1, "the timer is enabled after the join unit ran")
+		len(cc.RunCmd)-2, "the timer is enabled after the join unit ran")
+}
+
+// runcmd is one shell script whose status is its last command's: that command fails exactly when a unit runcmd
+// started has failed, so cloud-init reports a failed join (the box shows it: TestBoxNodeColdThenReboot). Run with
+// a stand-in systemctl whose is-failed answers as the real one does.
+func TestRuncmdFailsOnAFailedUnit(t *testing.T) {
+	t.Parallel()
+	ud, err := Node(generalPool())
+	assert.NilError(t, err)
+	last := parseCloudConfig(t, ud).RunCmd
+	cmd := last[len(last)-1]
+	for _, tc := range []struct {
+		failed string // the unit the stand-in reports failed, "" for none
+		ok     bool
+	}{{"", true}, {joinUnitName, false}, {imdsUnitName, false}, {routesUnitName, false}} {
+		bin := t.TempDir()
+		stub := "#!/bin/sh\n[ \"$1 $2\" = \"is-failed --quiet\" ] || exit 2\nshift 2\nfor u; do [ \"$u\" = \"" +
+			tc.failed + "\" ] && exit 0; done\nexit 1\n"
+		assert.NilError(t, os.WriteFile(filepath.Join(bin, "systemctl"), []byte(stub), 0o755))
+		c := exec.Command(cmd[0], cmd[1:]...)
+		c.Env = append(os.Environ(), "PATH="+bin+":"+os.Getenv("PATH"))
+		err := c.Run()
+		assert.Check(t, (err == nil) == tc.ok, "failed unit %q: %v", tc.failed, err)
+	}
 }

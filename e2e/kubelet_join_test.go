@@ -576,6 +576,14 @@ func cleanKubepodsCgroups(t *testing.T) {
 // pid, and forwards each connection to the same addr in the test's own namespace. Closed with the test.
 func forwardIntoNetns(t *testing.T, pid int, addr string) {
 	t.Helper()
+	forwardIntoNetnsFile(t, fmt.Sprintf("/proc/%d/ns/net", pid), addr, addr)
+}
+
+// forwardIntoNetnsFile listens on listen inside the network namespace nsFile names (/proc/PID/ns/net, or
+// /run/netns/NAME), and forwards each connection to target (a loopback host:port of a server of this test) in the
+// test's own namespace. Closed with the test.
+func forwardIntoNetnsFile(t *testing.T, nsFile, listen, target string) {
+	t.Helper()
 	type result struct {
 		l   net.Listener
 		err error
@@ -591,7 +599,7 @@ func forwardIntoNetns(t *testing.T, pid int, addr string) {
 			return
 		}
 		defer own.Close()
-		f, err := os.Open(fmt.Sprintf("/proc/%d/ns/net", pid))
+		f, err := os.Open(nsFile)
 		if err != nil {
 			ch <- result{err: err}
 			return
@@ -601,7 +609,7 @@ func forwardIntoNetns(t *testing.T, pid int, addr string) {
 			ch <- result{err: fmt.Errorf("setns: %w", err)}
 			return
 		}
-		l, err := net.Listen("tcp", addr)
+		l, err := net.Listen("tcp", listen)
 		if err := unix.Setns(int(own.Fd()), unix.CLONE_NEWNET); err == nil {
 			runtime.UnlockOSThread()
 		}
@@ -609,7 +617,7 @@ func forwardIntoNetns(t *testing.T, pid int, addr string) {
 	}()
 	r := <-ch
 	if r.err != nil {
-		t.Fatalf("listen on %s in the node's network namespace: %v", addr, r.err)
+		t.Fatalf("listen on %s in the network namespace %s: %v", listen, nsFile, r.err)
 	}
 	var (
 		mu    sync.Mutex
@@ -629,7 +637,7 @@ func forwardIntoNetns(t *testing.T, pid int, addr string) {
 			if err != nil {
 				return
 			}
-			out, err := net.DialTimeout("tcp", addr, 5*time.Second)
+			out, err := net.DialTimeout("tcp", target, 5*time.Second)
 			if err != nil {
 				_ = in.Close()
 				continue
@@ -655,8 +663,10 @@ func forwardIntoNetns(t *testing.T, pid int, addr string) {
 // kubeNode is the part of a v1 Node this test reads.
 type kubeNode struct {
 	Metadata struct {
-		UID    string            `json:"uid"`
-		Labels map[string]string `json:"labels"`
+		Name              string            `json:"name"`
+		UID               string            `json:"uid"`
+		CreationTimestamp time.Time         `json:"creationTimestamp"`
+		Labels            map[string]string `json:"labels"`
 	} `json:"metadata"`
 	Spec struct {
 		ProviderID string       `json:"providerID"`

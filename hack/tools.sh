@@ -13,6 +13,8 @@
 #   hack/tools.sh               build whatever is missing, print per-tool timing
 #   hack/tools.sh --print-path  print the bin dirs, ':'-joined, to prepend to PATH (builds nothing)
 #   hack/tools.sh --check       exit 1 unless every tool is cached (builds nothing)
+#   hack/tools.sh --box-root    print the box root's directory (builds nothing)
+#   hack/tools.sh --box         build only the box root
 set -euo pipefail
 
 readonly PULUMI_VERSION=v3.274.1
@@ -396,10 +398,75 @@ ensure_node_runtime() {
 	apt_install containerd runc containernetworking-plugins
 }
 
+# The box: a Debian root that boots under systemd-nspawn with real systemd and real cloud-init, where the e2e tests
+# boot the stack's rendered user data (a copy or overlay per instance; this one stays clean). Fedora's packages are
+# not to be had here, so the root has Debian's counterparts of what a node's boot runs: systemd and resolved,
+# cloud-init (NoCloud), containerd and runc behind CRI-O's socket path, the CNI plugins, nftables and iptables, kmod,
+# procps and util-linux (modprobe, sysctl, swapoff, mount, nsenter), iproute2, curl and python3 (the scripts),
+# wireguard-tools for the gateway's box, and the en_US.UTF-8 locale that cloud-init's locale module sets (Fedora
+# Cloud has glibc-langpack-en). Cached under box-root-<hash of the list>, so a changed list builds a new
+# root. mmdebstrap reads the host's own apt sources.
+readonly BOX_SUITE=bookworm
+readonly BOX_PACKAGES=(systemd systemd-sysv systemd-resolved dbus cloud-init containerd runc containernetworking-plugins
+	nftables iptables kmod procps util-linux mount iproute2 iputils-ping curl ca-certificates python3 wireguard-tools
+	conntrack ethtool socat locales)
+BOX_SOURCES=${DYNK8S_BOX_SOURCES:-/etc/apt/sources.list.d/debian.sources}
+
+box_key() {
+	printf '%s\n' "$BOX_SUITE" minbase "${BOX_PACKAGES[@]}" | sha256sum | cut -c1-12
+}
+
+box_root() {
+	printf '%s/box-root-%s\n' "$CACHE_DIR" "$(box_key)"
+}
+
+# have_box: the root is complete once its marker (written last) is there.
+have_box() {
+	[[ -f "$(box_root)/.dynk8s-box" ]]
+}
+
+build_box() {
+	if have_box; then
+		log "box root $(box_root) cached"
+		return
+	fi
+	if ! command -v mmdebstrap >/dev/null 2>&1 || ! command -v systemd-nspawn >/dev/null 2>&1; then
+		log "installing mmdebstrap, systemd-container from Debian"
+		apt_install mmdebstrap systemd-container
+	fi
+	[[ -r $BOX_SOURCES ]] || {
+		echo "tools.sh: no apt sources at $BOX_SOURCES for the box root (set DYNK8S_BOX_SOURCES)" >&2
+		return 1
+	}
+	local root tmp start=$SECONDS list
+	root=$(box_root)
+	tmp="$root.tmp"
+	rm -rf "$tmp"
+	list=$(
+		IFS=,
+		printf '%s' "${BOX_PACKAGES[*]}"
+	)
+	log "building the box root ($BOX_SUITE minbase: $list) in $tmp"
+	# The hooks run in mmdebstrap's shell, with the root as $1.
+	# shellcheck disable=SC2016
+	run_timed "box root: mmdebstrap" mmdebstrap --quiet --variant=minbase --include="$list" \
+		--customize-hook='echo "datasource_list: [ NoCloud, None ]" >"$1/etc/cloud/cloud.cfg.d/90-dynk8s-box.cfg"' \
+		--customize-hook='echo "en_US.UTF-8 UTF-8" >"$1/etc/locale.gen" && chroot "$1" locale-gen >/dev/null' \
+		--customize-hook='rm -f "$1/etc/machine-id" "$1/var/lib/dbus/machine-id"' \
+		"$BOX_SUITE" "$tmp" "$BOX_SOURCES"
+	printf '%s\n' "${BOX_PACKAGES[@]}" >"$tmp/.dynk8s-box"
+	mv -T "$tmp" "$root"
+	log "box root built in $((SECONDS - start)) s: $(du -sh "$root" | cut -f1) at $root"
+}
+
 main() {
 	case ${1:-} in
 	--print-path)
 		print_path
+		return
+		;;
+	--box-root)
+		box_root
 		return
 		;;
 	--check)
@@ -413,11 +480,18 @@ main() {
 		have wireguard-go "$WIREGUARD_GO_VERSION" || ok=1
 		[[ -z $(missing_debian) ]] || ok=1
 		have_node_runtime || ok=1
+		have_box || ok=1
 		return "$ok"
+		;;
+	--box)
+		WORK=$(mktemp -d "${TMPDIR:-/tmp}/dynk8s-tools.XXXXXX")
+		trap 'rm -rf "$WORK"' EXIT
+		build_box
+		return
 		;;
 	"") ;;
 	*)
-		echo "usage: $0 [--print-path|--check]" >&2
+		echo "usage: $0 [--print-path|--check|--box-root|--box]" >&2
 		return 2
 		;;
 	esac
@@ -442,6 +516,7 @@ main() {
 	build_language_go
 	build_k8s_provider
 	build_autoscaler
+	build_box
 	log "all tools ready in $((SECONDS - start)) s; PATH entries: $(print_path)"
 }
 

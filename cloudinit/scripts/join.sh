@@ -348,6 +348,15 @@ join_cluster() {
   render
   phase kubeadm-join retry "kubeadm join" join
   log "joined the cluster as $INSTANCE_ID"
+  lock_metadata
+}
+
+# lock_metadata: the metadata lockdown's unit runs only once there is a kubelet.conf, which kubeadm join just wrote;
+# no boot starts it on a warm instance that joins through the timer, and on a boot it was skipped before the join.
+# --no-block: this runs inside the join unit, and nothing may make the join wait on another unit's job.
+lock_metadata() {
+  systemctl start --no-block dynk8s-imds-lock.service ||
+    fail "could not start dynk8s-imds-lock.service: the instance metadata stays open to host-network pods"
 }
 
 group() {
