@@ -450,19 +450,25 @@ func warmPool(t *testing.T, state string) (*config.Config, config.NodePool, *lif
 	return cfg, pool, asg
 }
 
-// prepareInWarmPool runs the boot that puts the instance in the warm pool: it prepares, completes the launch hook's
-// action, and joins nothing; cloud-init and systemd end clean.
-func (n *boxNode) prepareInWarmPool(ctx context.Context, t *testing.T, asg *lifecycleStandIn) {
+// waitCloudInit waits until cloud-init has finished this boot (its boot-finished marker), or fails the test.
+func (n *boxNode) waitCloudInit(ctx context.Context, t *testing.T, limit time.Duration) {
 	t.Helper()
-	start := time.Now()
-	n.boot(t)
-	err := n.wait(ctx, 4*time.Minute, "cloud-init finished", func(ctx context.Context) bool {
+	err := n.wait(ctx, limit, "cloud-init finished", func(ctx context.Context) bool {
 		_, err := n.exec(ctx, "test", "-e", "/var/lib/cloud/instance/boot-finished")
 		return err == nil
 	})
 	if err != nil {
 		t.Fatal(err)
 	}
+}
+
+// prepareInWarmPool runs the boot that puts the instance in the warm pool: it prepares, completes the launch hook's
+// action, and joins nothing; cloud-init and systemd end clean.
+func (n *boxNode) prepareInWarmPool(ctx context.Context, t *testing.T, asg *lifecycleStandIn) {
+	t.Helper()
+	start := time.Now()
+	n.boot(t)
+	n.waitCloudInit(ctx, t, 4*time.Minute)
 	t.Logf("prepare boot: cloud-init finished %.1f s after the box started", time.Since(start).Seconds())
 	if asg.completed("CONTINUE") != 1 {
 		t.Errorf("the launch hook's action was not completed once with CONTINUE:\n%s", asg.callLog())
@@ -575,13 +581,7 @@ func TestBoxNodeFailedJoinIsCloudInitsError(t *testing.T) {
 		t.Fatal(err)
 	}
 	n.boot(t)
-	err := n.wait(ctx, 3*time.Minute, "cloud-init finished", func(ctx context.Context) bool {
-		_, err := n.exec(ctx, "test", "-e", "/var/lib/cloud/instance/boot-finished")
-		return err == nil
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
+	n.waitCloudInit(ctx, t, 3*time.Minute)
 	if !n.unitFailed(ctx, "dynk8s-join.service") {
 		t.Fatal("the join unit did not fail without a token")
 	}

@@ -416,22 +416,29 @@ func (b *box) file(t *testing.T, path string) string {
 	return string(c)
 }
 
-// removeCgroupTrees removes /sys/fs/cgroup/<controller>/<name> with everything below it, deepest first.
+// removeCgroupTrees removes /sys/fs/cgroup/<controller>/<name> with everything below it.
 func removeCgroupTrees(t *testing.T, name string) {
 	t.Helper()
 	roots, _ := filepath.Glob("/sys/fs/cgroup/*/" + name)
 	for _, root := range roots {
-		var dirs []string
-		_ = filepath.WalkDir(root, func(p string, d os.DirEntry, err error) error {
-			if err == nil && d.IsDir() {
-				dirs = append(dirs, p)
-			}
-			return nil
-		})
-		for i := len(dirs) - 1; i >= 0; i-- {
-			if err := os.Remove(dirs[i]); err != nil {
-				t.Logf("remove cgroup %s: %v", dirs[i], err)
-			}
+		removeCgroupTree(t, root)
+	}
+}
+
+// removeCgroupTree removes one cgroup directory and those below it, deepest first (a cgroup is removed with rmdir,
+// and only once it has no children).
+func removeCgroupTree(t *testing.T, root string) {
+	t.Helper()
+	var dirs []string
+	_ = filepath.WalkDir(root, func(p string, d os.DirEntry, err error) error {
+		if err == nil && d.IsDir() {
+			dirs = append(dirs, p)
+		}
+		return nil
+	})
+	for i := len(dirs) - 1; i >= 0; i-- {
+		if err := os.Remove(dirs[i]); err != nil {
+			t.Logf("remove cgroup %s: %v", dirs[i], err)
 		}
 	}
 }

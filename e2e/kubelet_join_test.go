@@ -553,20 +553,8 @@ func cleanKubepodsCgroups(t *testing.T) {
 	t.Cleanup(func() {
 		after, _ := filepath.Glob("/sys/fs/cgroup/*/kubepods")
 		for _, root := range after {
-			if slices.Contains(before, root) {
-				continue
-			}
-			var dirs []string
-			_ = filepath.WalkDir(root, func(p string, d os.DirEntry, err error) error {
-				if err == nil && d.IsDir() {
-					dirs = append(dirs, p)
-				}
-				return nil
-			})
-			for i := len(dirs) - 1; i >= 0; i-- {
-				if err := os.Remove(dirs[i]); err != nil {
-					t.Logf("remove cgroup %s: %v", dirs[i], err)
-				}
+			if !slices.Contains(before, root) {
+				removeCgroupTree(t, root)
 			}
 		}
 	})
