@@ -74,7 +74,9 @@ func TestTunnelDialOut(t *testing.T) {
 // tunnelPlan is what the stack renders and declares for the tunnel, read from a mock-engine run of the program.
 type tunnelPlan struct {
 	gatewayUserData []byte
-	onPremConf      []byte
+	// gatewayUserDataBase64 is the gateway instance's userDataBase64 as declared: what EC2 hands the instance.
+	gatewayUserDataBase64 string
+	onPremConf            []byte
 	// keyParameter and keyValue are the gateway key's SSM parameter as declared (the value is the mock engine's
 	// random key, the private half of the public key in the on-prem config).
 	keyParameter, keyValue string
@@ -180,6 +182,9 @@ func renderTunnel(t *testing.T, dialOut bool) tunnelPlan {
 	}
 
 	p.gatewayIP, p.vpcRoutes, p.nodeSubnet, p.gatewayStartIP = declaredNetwork(t, res)
+	if gw := res.Cloud.Find("aws:ec2/instance:Instance", "gateway"); gw != nil {
+		p.gatewayUserDataBase64, _ = mockcloud.Plain(gw.Inputs["userDataBase64"], true).(string)
+	}
 
 	// The gateway key's parameter is the one its user data names.
 	for _, line := range strings.Split(userDataFile(t, p.gatewayUserData, "/etc/dynk8s/wg-key.env"), "\n") {
