@@ -9,12 +9,14 @@ import (
 	"encoding/base64"
 	"io"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/dynk8s/dynk8s/infra/config"
 	"github.com/dynk8s/dynk8s/internal/fakeimds"
 )
 
@@ -32,11 +34,8 @@ import (
 // implementation (WG_QUICK_USERSPACE_IMPLEMENTATION, wg-quick(8)) and lib.sh's SSM and EC2 endpoints, the idle
 // check its EC2 endpoint (on EC2 both resolve the service names; here they are moto's loopback port).
 
-// The gateway box's identity.
-const (
-	boxGatewayInstanceID = "i-0fedcba9876543210"
-	boxGatewayName       = "box-gw"
-)
+// The gateway box's instance ID.
+const boxGatewayInstanceID = "i-0fedcba9876543210"
 
 // boxGateway is the gateway instance in its box, with the on-prem side around it.
 type boxGateway struct {
@@ -45,15 +44,14 @@ type boxGateway struct {
 	moto *motoSSM
 }
 
-// newBoxGateway renders the dev stack, makes the gateway's box and the on-prem namespace, and puts the gateway's key
-// into moto's SSM unless withKey is false.
-func newBoxGateway(ctx context.Context, t *testing.T, withKey bool) *boxGateway {
+// newBoxGateway makes the gateway's box (named name) from the rendered plan p and the on-prem namespace, and puts the
+// gateway's key into moto's SSM unless withKey is false.
+func newBoxGateway(ctx context.Context, t *testing.T, p tunnelPlan, name string, withKey bool) *boxGateway {
 	t.Helper()
 	for _, tool := range []string{"ip", "nft", "wg", "wg-quick", "ping", "unshare", "nsenter"} {
 		requireTool(t, tool)
 	}
 	wgGo := requireTool(t, "wireguard-go")
-	p := renderTunnel(t, false)
 	userData := gatewayInstanceUserData(t, p)
 
 	moto := startMoto(ctx, t, requireTool(t, "moto_server"))
@@ -66,7 +64,7 @@ func newBoxGateway(ctx context.Context, t *testing.T, withKey bool) *boxGateway 
 		SecretAccessKey: "e2e/fake/gateway/secret/key/000000000", SessionToken: "e2e-fake-gateway-session",
 	})
 	b := newBox(t, boxSpec{
-		name: boxGatewayName, instanceID: boxGatewayInstanceID,
+		name: name, instanceID: boxGatewayInstanceID,
 		hostname: "ip-" + strings.ReplaceAll(p.gatewayIP.String(), ".", "-"), nodeIP: p.gatewayIP.String(),
 		userData: userData, imds: strings.TrimPrefix(imds.URL, "http://"),
 		forwards: []string{strings.TrimPrefix(moto.url, "http://")},
@@ -96,14 +94,14 @@ func newBoxGateway(ctx context.Context, t *testing.T, withKey bool) *boxGateway 
 	}
 	b.binds = append(b.binds, "--bind-ro="+wgGo+":/usr/local/bin/wireguard-go", "--bind=/dev/net/tun")
 
-	tn := &tunnel{plan: p, gw: netns(boxGatewayName), gwIface: "wg0", wireguardGo: wgGo}
+	tn := &tunnel{plan: p, gw: netns(name), gwIface: "wg0", wireguardGo: wgGo}
 	tn.lanIP = nthAddr(p.onPremCIDRs[0].Masked().Addr(), 10)
 	tn.outsideIP = outsideAddr(t, p.onPremCIDRs, p.vpcCIDR)
 	gwPublic, _, err := splitHostPort(wgValue(p.onPremConf, "Peer", "Endpoint"))
 	if err != nil {
 		t.Fatalf("on-prem config's peer Endpoint: %v", err)
 	}
-	tn.onprem = netns("dynk8s-onprem-" + boxGatewayName + "-" + strconv.Itoa(os.Getpid()))
+	tn.onprem = netns("dynk8s-onprem-" + name + "-" + strconv.Itoa(os.Getpid()))
 	run(t, "ip", "netns", "add", string(tn.onprem))
 	t.Cleanup(func() { removeNamespace(t, tn.onprem) })
 	tn.wireOnPrem(ctx, t, gwPublic)
@@ -185,7 +183,7 @@ func (g *boxGateway) waitTunnel(ctx context.Context, t *testing.T, timeout time.
 func TestBoxGatewayTunnel(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
-	g := newBoxGateway(ctx, t, true)
+	g := newBoxGateway(ctx, t, renderTunnel(t, false), "box-gw", true)
 	start := time.Now()
 	g.boot(t)
 	g.waitTunnel(ctx, t, 2*time.Minute)
@@ -228,4 +226,69 @@ func TestBoxGatewayTunnel(t *testing.T) {
 		t.Errorf("the gateway's wg0 transferred rx %d tx %d bytes", rx, tx)
 	}
 	t.Logf("gateway box: done %.1f s after the box started", time.Since(start).Seconds())
+}
+
+// TestBoxGatewayIdleStop boots the gateway rendered with the shortest gateway.idleStop the config allows
+// (config.MinIdleStop) in a box, with its tunnel up to the on-prem peer (handshaken, nothing forwarded through it) and
+// no pool instance in moto's EC2: the idle check, run by its timer once a minute from a minute after boot, finds the
+// gateway idle and powers the box off, not before idleStop has passed since its first run. The first run opens the
+// window and the timer's runs come about 70 s apart (OnUnitActiveSec=1min, AccuracySec=10s), so this takes about
+// 7 minutes.
+func TestBoxGatewayIdleStop(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute+30*time.Second)
+	defer cancel()
+	idleStop := config.MinIdleStop
+	p := renderTunnelEdited(t, false, func(t *testing.T, values map[string]any) {
+		gw, ok := values["dynk8s:gateway"].(map[string]any)
+		if !ok {
+			t.Fatal("Pulumi.dev.yaml has no dynk8s:gateway object")
+		}
+		gw["idleStop"] = idleStop.String()
+	})
+	if env := userDataFile(t, p.gatewayUserData, "/etc/dynk8s/gateway-idle.env"); !strings.Contains(env,
+		"DYNK8S_IDLE_STOP_SECONDS="+strconv.Itoa(int(idleStop/time.Second))+"\n") {
+		t.Fatalf("the gateway's idle check is not rendered with idleStop %s:\n%s", idleStop, env)
+	}
+	g := newBoxGateway(ctx, t, p, "box-gwidle", true)
+	start := time.Now()
+	g.boot(t)
+	g.waitTunnel(ctx, t, 2*time.Minute)
+	g.tn.upOnPrem(ctx, t, false)
+	g.tn.waitHandshake(ctx, t)
+	// The first check runs a minute after boot and opens the window; the box stops at the first run that finds
+	// idleStop passed since, up to a run (and the timer's accuracy) later.
+	if err := g.waitStopped(time.Minute + idleStop + 2*time.Minute); err != nil {
+		out, _ := g.exec(ctx, "journalctl", "--no-pager", "-o", "short-monotonic", "-u", "dynk8s-gateway-idle.service")
+		t.Fatalf("%v; the idle check's journal:\n%s", err, out)
+	}
+	up := time.Since(start)
+	t.Logf("gateway box: powered itself off %.1f s after it started", up.Seconds())
+	if up < time.Minute+idleStop {
+		t.Errorf("the gateway stopped %s after boot, before its first check and idleStop (%s) had passed", up, idleStop)
+	}
+	journal := g.journal(ctx, t, "-u", "dynk8s-gateway-idle.service")
+	if !strings.Contains(journal, "stopping: idle for") {
+		t.Errorf("the idle check never decided to stop; its journal:\n%s", journal)
+	}
+	if !strings.Contains(journal, "staying up: idle for") {
+		t.Errorf("the idle check never ran while the gateway was idle yet within idleStop; its journal:\n%s", journal)
+	}
+	var decisions []string
+	for _, line := range strings.Split(journal, "\n") {
+		if strings.Contains(line, "dynk8s-gateway-idle: ") {
+			decisions = append(decisions, line)
+		}
+	}
+	t.Logf("the idle check's decisions:\n%s", strings.Join(decisions, "\n"))
+}
+
+// journal is the box's journal (all its boots) read from its disk, with journalctl's arguments args.
+func (g *boxGateway) journal(ctx context.Context, t *testing.T, args ...string) string {
+	t.Helper()
+	out, err := exec.CommandContext(ctx, "journalctl", append([]string{"-D", filepath.Join(g.root, "var/log/journal"),
+		"--no-pager", "-o", "short-monotonic"}, args...)...).CombinedOutput()
+	if err != nil {
+		t.Fatalf("journalctl -D: %v: %s", err, out)
+	}
+	return string(out)
 }

@@ -142,9 +142,18 @@ func declaredNetwork(t *testing.T, res *plan.Result) (gatewayIP netip.Addr, rout
 // fake internet address) under the mock engine.
 func renderTunnel(t *testing.T, dialOut bool) tunnelPlan {
 	t.Helper()
+	return renderTunnelEdited(t, dialOut, nil)
+}
+
+// renderTunnelEdited is renderTunnel with the dev stack's config values changed by edit first (nil: none).
+func renderTunnelEdited(t *testing.T, dialOut bool, edit func(t *testing.T, values map[string]any)) tunnelPlan {
+	t.Helper()
 	values, err := mockcloud.ReadStackFile(filepath.Join("..", "Pulumi.dev.yaml"))
 	if err != nil {
 		t.Fatal(err)
+	}
+	if edit != nil {
+		edit(t, values)
 	}
 	if dialOut {
 		wg, ok := values["dynk8s:wireguard"].(map[string]any)
