@@ -349,6 +349,9 @@ type bootstrapTokenDiscovery struct {
 }
 
 type nodeRegistration struct {
+	// Name is the Node's name and its kubelet's identity (system:node:<name>): the instance id, which the CSR
+	// approver finds in EC2, rather than the hostname, which the image and the VPC's DNS settings decide.
+	Name      string `json:"name"`
 	CRISocket string `json:"criSocket"`
 	// KubeletExtraArgs is a list of {name, value} in v1beta4 (a map in v1beta3).
 	KubeletExtraArgs []kubeletArg `json:"kubeletExtraArgs"`
@@ -391,6 +394,7 @@ func joinTemplate(in NodeInput) (string, error) {
 			Token:             phToken,
 		}},
 		NodeRegistration: nodeRegistration{
+			Name:      phInstanceID,
 			CRISocket: criSocket,
 			KubeletExtraArgs: []kubeletArg{
 				{Name: "node-ip", Value: phNodeIP},

@@ -150,6 +150,8 @@ func TestNodeRoundTrip(t *testing.T) {
 			Token:             "abcdef.0123456789abcdef",
 		}},
 		NodeRegistration: nodeRegistration{
+			// The Node is named after the instance: the name the CSR approver checks against EC2.
+			Name:      "i-0123456789abcdef0",
 			CRISocket: "unix:///var/run/crio/crio.sock",
 			KubeletExtraArgs: []kubeletArg{
 				{Name: "node-ip", Value: "10.100.1.23"},

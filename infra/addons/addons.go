@@ -121,8 +121,12 @@ func NewClusterAddons(ctx *pulumi.Context, name string, args *ClusterAddonsArgs,
 	if err != nil {
 		return nil, fmt.Errorf("cluster addons %q: join token rotator: %w", name, err)
 	}
-	if err := b.cleanup(); err != nil {
+	cleanupCreds, err := b.cleanup()
+	if err != nil {
 		return nil, fmt.Errorf("cluster addons %q: stale-node cleanup: %w", name, err)
+	}
+	if err := b.approver(cleanupCreds); err != nil {
+		return nil, fmt.Errorf("cluster addons %q: node CSR approver: %w", name, err)
 	}
 	if err := b.terminationHandler(); err != nil {
 		return nil, fmt.Errorf("cluster addons %q: termination handler: %w", name, err)

@@ -47,28 +47,29 @@ func cleanupRules() rbacv1.PolicyRuleArray {
 	}
 }
 
-// cleanup declares the stale-node cleanup CronJob with its script and RBAC.
-func (b *builder) cleanup() error {
+// cleanup declares the stale-node cleanup CronJob with its script and RBAC; it returns its AWS key's Secret, which
+// the CSR approver shares.
+func (b *builder) cleanup() (*awsCredentials, error) {
 	a := b.args
 	sa, err := b.serviceAccount("cleanup-sa", cleanupName, cleanupName)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	crb, _, err := b.bindRoles("cleanup", cleanupName, cleanupName, cleanupRules(), nil)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	creds, err := b.awsCredentials("cleanup-credentials", cleanupCredsName, cleanupName, a.CleanupAWSAccessKeyID,
 		a.CleanupAWSSecretAccessKey)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	script, err := corev1.NewConfigMap(b.ctx, b.childName("cleanup-script"), &corev1.ConfigMapArgs{
 		Metadata: b.objectMeta(cleanupName, namespace, cleanupName),
 		Data:     pulumi.StringMap{cleanupScriptKey: pulumi.String(cleanupScript)},
 	}, b.parent)
 	if err != nil {
-		return fmt.Errorf("script config map: %w", err)
+		return nil, fmt.Errorf("script config map: %w", err)
 	}
 
 	threshold := int(a.Cleanup.NotReadyAfter.Seconds())
@@ -97,9 +98,9 @@ func (b *builder) cleanup() error {
 		},
 	}, b.parent, pulumi.DependsOn([]pulumi.Resource{sa, crb, script, creds.secret}))
 	if err != nil {
-		return fmt.Errorf("cron job: %w", err)
+		return nil, fmt.Errorf("cron job: %w", err)
 	}
-	return nil
+	return creds, nil
 }
 
 // cleanupPodSpec runs the script on an on-prem node with the cleanup service account and its own AWS key. Stale
