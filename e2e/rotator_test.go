@@ -259,7 +259,15 @@ func liveRotator(ctx context.Context, t *testing.T, c cluster, ssmURL string) *r
 	r.env["HOME"] = r.dir
 	r.env["SSM_ENDPOINT"] = ssmURL
 
-	token, err := c.kubectl(ctx, "-n", "kube-system", "create", "token", addons.TokenRotatorName, "--duration", "20m")
+	r.env["KUBECONFIG"] = serviceAccountKubeconfig(ctx, t, c, addons.TokenRotatorName, r.dir)
+	return r
+}
+
+// serviceAccountKubeconfig writes a kubeconfig into dir with a token (20 minutes) of the ServiceAccount sa of
+// kube-system, so that a script runs with exactly its RBAC, and returns its path.
+func serviceAccountKubeconfig(ctx context.Context, t *testing.T, c cluster, sa, dir string) string {
+	t.Helper()
+	token, err := c.kubectl(ctx, "-n", "kube-system", "create", "token", sa, "--duration", "20m")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -268,22 +276,20 @@ func liveRotator(ctx context.Context, t *testing.T, c cluster, ssmURL string) *r
 		t.Fatal(err)
 	}
 	kubeconfig, err := yaml.Marshal(map[string]any{
-		"apiVersion": "v1", "kind": "Config", "current-context": "rotator",
+		"apiVersion": "v1", "kind": "Config", "current-context": sa,
 		"clusters": []any{map[string]any{"name": "e2e", "cluster": map[string]any{
 			"server": c.Server, "certificate-authority-data": base64.StdEncoding.EncodeToString(ca)}}},
-		"users": []any{map[string]any{"name": "rotator", "user": map[string]any{
-			"token": strings.TrimSpace(token)}}},
-		"contexts": []any{map[string]any{"name": "rotator", "context": map[string]any{
-			"cluster": "e2e", "user": "rotator"}}},
+		"users": []any{map[string]any{"name": sa, "user": map[string]any{"token": strings.TrimSpace(token)}}},
+		"contexts": []any{map[string]any{"name": sa, "context": map[string]any{"cluster": "e2e", "user": sa}}},
 	})
 	if err != nil {
 		t.Fatal(err)
 	}
-	r.env["KUBECONFIG"] = filepath.Join(r.dir, "kubeconfig")
-	if err := os.WriteFile(r.env["KUBECONFIG"], kubeconfig, 0o600); err != nil {
+	path := filepath.Join(dir, "kubeconfig")
+	if err := os.WriteFile(path, kubeconfig, 0o600); err != nil {
 		t.Fatal(err)
 	}
-	return r
+	return path
 }
 
 // issued is one token a rotator run made.

@@ -103,7 +103,7 @@ func runApprover(t *testing.T, csrs []testCSR, nodes []string, instances map[str
 	realtools.WriteStub(t, dir, "kubectl", fmt.Sprintf(`#!/bin/sh
 dir=%q
 case "$*" in
-"get csr --watch --output json") cat "$dir/watch.json" ;;
+"get csr --watch --output json --request-timeout 300s") cat "$dir/watch.json" ;;
 "get csr --output json") cat "$dir/list.json" ;;
 "get csr "*" --output json") cat "$dir/csr-$3.json" ;;
 "get node "*" --output name")

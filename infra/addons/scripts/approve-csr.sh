@@ -37,7 +37,7 @@ log() { printf 'approve-csr: %s\n' "$*"; }
 	log "BOOTSTRAP_GROUP='$BOOTSTRAP_GROUP' is not a bootstrap token group" >&2
 	exit 2
 }
-for tool in kubectl aws jq base64 od sed timeout; do
+for tool in kubectl aws jq base64 od sed; do
 	command -v "$tool" >/dev/null || {
 		log "$tool is not installed" >&2
 		exit 2
@@ -216,17 +216,19 @@ pending() {
 		| {name: .metadata.name, request: .spec.request, usages: (.spec.usages // [])}'
 }
 
+# As PID 1 of its container, bash would ignore SIGTERM without a trap, and the pod would wait for SIGKILL.
+trap 'exit 143' TERM
 log "judging kubelet client CSRs of $BOOTSTRAP_GROUP for cluster $CLUSTER_NAME, pools $POOLS"
 while :; do
-	# Each watch first lists every pending CSR, then follows new ones; it is renewed every WATCH_SECONDS, so that a
-	# CSR left pending because EC2 could not be asked is judged again.
+	# Each watch first lists every pending CSR, then follows new ones; it ends after WATCH_SECONDS (kubectl's
+	# request timeout) and is renewed, so that a CSR left pending because EC2 could not be asked is judged again.
 	while read -r csr; do
 		for ((try = 1; ; try++)); do
 			judge "$csr" && break
 			((try < 3)) || break
 			sleep "$RETRY_SECONDS"
 		done
-	done < <(timeout "$WATCH_SECONDS" kubectl get csr --watch --output json | pending)
+	done < <(kubectl get csr --watch --output json --request-timeout "${WATCH_SECONDS}s" | pending)
 	[[ ${APPROVER_ONCE:-} == 1 ]] && exit 0
 	sleep 1
 done
