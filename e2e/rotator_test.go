@@ -279,7 +279,7 @@ func serviceAccountKubeconfig(ctx context.Context, t *testing.T, c cluster, sa, 
 		"apiVersion": "v1", "kind": "Config", "current-context": sa,
 		"clusters": []any{map[string]any{"name": "e2e", "cluster": map[string]any{
 			"server": c.Server, "certificate-authority-data": base64.StdEncoding.EncodeToString(ca)}}},
-		"users": []any{map[string]any{"name": sa, "user": map[string]any{"token": strings.TrimSpace(token)}}},
+		"users":    []any{map[string]any{"name": sa, "user": map[string]any{"token": strings.TrimSpace(token)}}},
 		"contexts": []any{map[string]any{"name": sa, "context": map[string]any{"cluster": "e2e", "user": sa}}},
 	})
 	if err != nil {
