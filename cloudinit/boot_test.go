@@ -92,6 +92,8 @@ func TestBootPreparesInTheWarmPoolThenJoins(t *testing.T) {
 	assert.Check(t, is.Contains(calls, "crictl --runtime-endpoint unix:///var/run/crio/crio.sock pull registry.k8s.io/pause:3.10.1"))
 	assert.Check(t, !strings.Contains(calls, "\nkubeadm "), "kubeadm ran in the warm pool")
 	assert.Check(t, !strings.Contains(calls, imdsUnitName), "the metadata lock was started before the join")
+	assert.Check(t, !strings.Contains(calls, "swapoff"), "swap turned off while preparing (a hibernating warm pool needs it)")
+	assert.Check(t, is.Contains(calls, "sysctl -q -e --system\n"), "the sysctls cloud-init wrote were not applied")
 	assert.Check(t, is.Equal(aws.ssmRequests, 0), "the token was read in the warm pool")
 	assert.Check(t, is.DeepEqual(aws.autoscalingCalls(), []string{
 		"DescribeAutoScalingInstances InstanceIds.member.1=" + fakeInstanceID,
@@ -120,7 +122,7 @@ func TestBootPreparesInTheWarmPoolThenJoins(t *testing.T) {
 	assert.Check(t, !strings.Contains(calls, "crictl"), "images pulled again")
 	assert.Check(t, is.Contains(calls, "systemctl start crio.service\n"))
 	assert.Check(t, is.Contains(calls, "kubeadm join"))
-	checkLocksAfterJoin(t, calls)
+	checkLocksBeforeJoin(t, calls)
 	assert.Check(t, is.Contains(start.stderr, "prepared on an earlier boot"))
 	asg := aws.autoscalingCalls()
 	assert.Check(t, is.Equal(asg[len(asg)-1], "CompleteLifecycleAction AutoScalingGroupName="+fakeGroup+" InstanceId="+
@@ -161,7 +163,7 @@ func TestBootWaitsRunningInTheWarmPoolThenJoins(t *testing.T) {
 		assert.Check(t, is.Equal(tick.stderr, ""), "a waiting run logs nothing")
 	}
 	if calls, err := os.ReadFile(filepath.Join(env.stubDir, "calls")); err == nil {
-		for _, cmd := range []string{"dnf", "systemctl", "crictl", "kubeadm"} {
+		for _, cmd := range []string{"dnf", "systemctl", "crictl", "kubeadm", "sysctl", "modprobe", "swapoff"} {
 			assert.Check(t, !strings.Contains(string(calls), cmd), "a waiting run ran %s:\n%s", cmd, calls)
 		}
 	}
@@ -177,20 +179,25 @@ func TestBootWaitsRunningInTheWarmPoolThenJoins(t *testing.T) {
 	join := env.run(t, joinScript)
 	assert.Equal(t, join.exitCode, 0)
 	assert.Check(t, is.Contains(join.file("calls"), "kubeadm join"))
-	checkLocksAfterJoin(t, join.file("calls"))
+	checkLocksBeforeJoin(t, join.file("calls"))
+	stop := strings.Index(join.file("calls"), "systemctl disable --now --no-block "+joinTimerName+"\n")
+	assert.Check(t, stop > strings.Index(join.file("calls"), "kubeadm join"), "the joined node's timer was not stopped "+
+		"after the join:\n%s", join.file("calls"))
 	assert.Check(t, is.Equal(readTimeline(t, join).Result, "joined"))
 }
 
-// checkLocksAfterJoin: a join that ran without a boot (the timer's, on a Running or Hibernated warm instance) has
-// no boot to start the metadata lock, and on a boot the lock's condition skipped it before the join; so join.sh
-// queues it once kubeadm join has written kubelet.conf, without waiting on it (the join unit must never wait on
-// another unit's job).
-func checkLocksAfterJoin(t *testing.T, calls string) {
+// checkLocksBeforeJoin: every join (a boot's, or the timer's on a Running or Hibernated warm instance, which has no
+// boot) loads the metadata lockdown before kubeadm join starts the kubelet, and waits for it: a lockdown that fails
+// stops the join with its reason (TestJoinStopsWhenTheLockdownFails). Swap goes off there too, not while preparing.
+// After the join, the warm pool's timer is stopped and disabled (it would fire every 15 s for the node's life).
+func checkLocksBeforeJoin(t *testing.T, calls string) {
 	t.Helper()
 	join := strings.Index(calls, "kubeadm join")
-	lock := strings.Index(calls, "systemctl start --no-block "+imdsUnitName+"\n")
+	lock := strings.Index(calls, "systemctl start "+imdsUnitName+"\n")
+	swap := strings.Index(calls, "swapoff -a\n")
 	assert.Check(t, lock >= 0, "join.sh did not start %s:\n%s", imdsUnitName, calls)
-	assert.Check(t, join >= 0 && lock > join, "join.sh started %s before kubeadm join:\n%s", imdsUnitName, calls)
+	assert.Check(t, join > lock, "join.sh did not start %s before kubeadm join:\n%s", imdsUnitName, calls)
+	assert.Check(t, swap >= 0 && join > swap, "join.sh did not turn swap off before kubeadm join:\n%s", calls)
 }
 
 // The phase decision for every target lifecycle state IMDS can return ("" is an instance whose IMDS has none).
@@ -339,7 +346,7 @@ func TestBootFailsWithoutAnyWayToSign(t *testing.T) {
 }
 
 // A kernel without br_netfilter: the boot says so, installs kernel-modules-extra of the running kernel from Fedora's
-// repositories (only then), loads the module and applies the sysctls again.
+// release repository (only then; a GA image runs the release's kernel), loads the module and applies the sysctls.
 func TestBootInstallsMissingKernelModules(t *testing.T) {
 	t.Parallel()
 	uname, err := exec.Command("uname", "-r").Output()
@@ -350,7 +357,7 @@ func TestBootInstallsMissingKernelModules(t *testing.T) {
 	calls := run.file("calls")
 	assert.Check(t, is.Contains(run.stderr, "kernel modules missing: br_netfilter; installing kernel-modules-extra-"))
 	assert.Check(t, is.Contains(calls, "modprobe br_netfilter\ndnf install -y "+dnfOptions+
-		" --repo=fedora --repo=updates kernel-modules-extra-"+strings.TrimSpace(string(uname))+"\nmodprobe br_netfilter\n"+
+		" --repo=fedora kernel-modules-extra-"+strings.TrimSpace(string(uname))+"\nmodprobe br_netfilter\n"+
 		"sysctl -q -e --system\n"))
 	assert.Check(t, !strings.Contains(run.stderr, "still missing"))
 }
@@ -364,6 +371,9 @@ func TestBootJoinsWithoutAModuleKubeadmDoesNotNeed(t *testing.T) {
 		"STUB_DNF_NEEDS_REPO": "dynk8s-kubernetes"}, nil)
 	assert.Equal(t, run.exitCode, 0)
 	assert.Check(t, is.Contains(run.stderr, "installing kernel-modules-extra failed: dnf install exited 1"))
+	// The release repository first, then its updates (a kernel newer than the GA image's), then the join goes on.
+	assert.Check(t, is.Contains(run.file("calls"), " --repo=fedora kernel-modules-extra-"))
+	assert.Check(t, is.Contains(run.file("calls"), " --repo=fedora --repo=updates kernel-modules-extra-"))
 	assert.Check(t, is.Contains(run.stderr, "still missing kernel modules: br_netfilter (kubeadm join does not need them"))
 	assert.Check(t, is.Contains(run.file("calls"), "kubeadm join"))
 }
