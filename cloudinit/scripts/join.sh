@@ -8,8 +8,8 @@
 #              the instance in Pending:Wait again when it leaves the warm pool (same guide).
 # kops' nodeup does the same (upup/pkg/fi/nodeup/command.go, getAWSConfigurationMode, kubernetes/kops).
 # Every network step retries under one deadline (default 12 min, inside the Cluster Autoscaler's 15 min
-# max-node-provision-time). On failure it logs one reason and exits 1; when a step ran out of time the instance is
-# handed back to its group (lifecycle action abandoned, or marked Unhealthy) so that it is replaced at once.
+# max-node-provision-time). On failure it logs one reason and exits 1, and leaves the instance to the autoscaler
+# (on_failure says why it is never handed back to its group).
 # Each phase is timed; the timeline goes to the log and to /run/dynk8s/timeline.json.
 # Test hooks: DYNK8S_ROOT prefixes /etc, /run and /var, DYNK8S_PROC replaces /proc, DYNK8S_JOIN_ENV names the
 # config, and lib.sh's endpoints.
@@ -36,7 +36,7 @@ load_env "${DYNK8S_JOIN_ENV:-$etc/dynk8s/join.env}" DYNK8S_API_SERVER_ENDPOINT D
   DYNK8S_UPDATE_REPOS
 deadline_start 720
 INSTANCE_ID='' ZONE='' NODE_IP='' INSTANCE_TYPE='' LIFECYCLE='' TOKEN='' GROUP=''
-MODE='' RESULT=failed REASON='' PREPULL_PID='' HANDING_BACK=''
+MODE='' RESULT=failed REASON='' PREPULL_PID=''
 now_ms START_MS
 trap 'finish' EXIT
 
@@ -50,12 +50,16 @@ finish() {
   timeline || log "could not write $run_dir/timeline.json"
 }
 
-# timeline: one log line with every phase, for `aws ec2 get-console-output`, and the same as JSON.
+# timeline: one log line with every phase, for `aws ec2 get-console-output` (the kernel log's copy too), and the same
+# as JSON.
 timeline() {
-  local end p line="" up=""  # up: seconds since boot, now
+  local end p line up="" level=5 # up: seconds since boot, now
   now_ms end
+  line="timeline: result=$RESULT mode=${MODE:-none} total=$(seconds $((end - START_MS)))s"
   for p in "${PHASES[@]}"; do line+=" ${p%%=*}=$(seconds "${p#*=}")s"; done
-  log "timeline: result=$RESULT mode=${MODE:-none} total=$(seconds $((end - START_MS)))s${line}"
+  log "$line"
+  [[ $RESULT != failed ]] || level=3
+  kmsg "$level" "$line"
   if [[ -r $proc/uptime ]]; then up=$(<"$proc/uptime") && up=${up%% *}; fi
   mkdir -p "$run_dir"
   python3 -c '
@@ -72,23 +76,29 @@ print()
     >"$run_dir/timeline.json.new" && mv -f "$run_dir/timeline.json.new" "$run_dir/timeline.json"
 }
 
-# on_failure (called by fail): when a step ran out of time the instance may be at fault, so it goes back to its group
-# at once instead of idling until the autoscaler's max-node-provision-time. A hard error (bad config, a malformed
-# token) would repeat on every replacement, so it is left to the autoscaler.
+# on_failure (called by fail): the instance is never handed back to its group (marked Unhealthy, or its lifecycle
+# action abandoned) to be replaced. What stops a boot on its deadline (the join token, the tunnel or the API server,
+# the package repositories, kubeadm join) is most often a fault every replacement meets too, and an instance the group
+# replaces is one the Cluster Autoscaler never times out: each replacement is younger than max-node-provision-time,
+# so the autoscaler neither removes it nor lowers the group, and the group replaces instance after instance for as
+# long as the pod is pending. Left in place, the instance stays unregistered: the autoscaler then times the scale-up
+# out (event ScaleUpTimedOut), backs the group off (5 minutes, doubling up to 30: --initial-node-group-backoff-duration,
+# --max-node-group-backoff-duration), tries other groups for the pods meanwhile, and removes the instance once it has
+# been unregistered for max-node-provision-time, lowering the desired capacity (cluster-autoscaler,
+# clusterstate.updateScaleRequests and static_autoscaler.removeOldUnregisteredNodes). A launch hook's action is
+# completed with CONTINUE all the same: its heartbeat would end with the default result, ABANDON, and the group
+# would replace the instance just as a hand-back does.
+COMPLETING=''
 on_failure() {
-  RESULT=failed REASON=$2
+  RESULT=failed REASON=$1
   phase_cut
-  (($1)) && [[ -n $INSTANCE_ID && -z $HANDING_BACK ]] || return 0
-  HANDING_BACK=1
+  [[ -n $DYNK8S_LAUNCH_HOOK && -n $INSTANCE_ID && -z $COMPLETING ]] || return 0
+  COMPLETING=1
   DEADLINE=$((SECONDS + 30))
-  if [[ -n $DYNK8S_LAUNCH_HOOK ]] && complete_lifecycle ABANDON && ((!NO_ACTION)); then
-    log "abandoned the lifecycle action of hook $DYNK8S_LAUNCH_HOOK: the group terminates this instance"
-  elif [[ $LIFECYCLE == Warmed:* ]]; then
-    log "could not hand the instance back: ${LAST_ERROR:-no launch hook}"
-  elif set_unhealthy; then
-    log "marked this instance Unhealthy in its group: it is replaced at once"
+  if complete_lifecycle CONTINUE; then
+    ((NO_ACTION)) || log "completed the lifecycle action of hook $DYNK8S_LAUNCH_HOOK with CONTINUE: the group keeps this instance, and the autoscaler removes it at max-node-provision-time"
   else
-    log "could not mark this instance Unhealthy: $LAST_ERROR"
+    log "could not complete the lifecycle action of hook $DYNK8S_LAUNCH_HOOK: $LAST_ERROR"
   fi
 }
 
@@ -401,11 +411,6 @@ complete_lifecycle() {
 lifecycle_continue() {
   [[ -n $DYNK8S_LAUNCH_HOOK ]] || return 0
   phase lifecycle retry "complete the lifecycle action of hook $DYNK8S_LAUNCH_HOOK" complete_lifecycle CONTINUE
-}
-
-set_unhealthy() {
-  autoscaling SetInstanceHealth InstanceId="$INSTANCE_ID" HealthStatus=Unhealthy ShouldRespectGracePeriod=false -- \
-    set-instance-health --instance-id "$INSTANCE_ID" --health-status Unhealthy --no-should-respect-grace-period
 }
 
 # dynk8s-join.timer runs this every 15 s while a Running or Hibernated warm instance waits: one IMDS read, and
