@@ -430,6 +430,8 @@ type fakeEC2 struct {
 
 	// instances are what DescribeInstances searches (guarded by aws.mu, as is everything below).
 	instances []fakeInstance
+	// nextToken, when set, ends every DescribeInstances answer as a page that more pages follow.
+	nextToken string
 	// gatewayID is the only instance StartInstances knows; gatewayState its state. While stoppingCalls is above
 	// zero, a start is refused with IncorrectInstanceState (the instance is still stopping); then it has stopped.
 	gatewayID     string
@@ -527,7 +529,11 @@ func (e *fakeEC2) describe(w http.ResponseWriter, form url.Values) {
 		}
 		b.WriteString(`</tagSet></item></instancesSet></item>`)
 	}
-	b.WriteString(`</reservationSet></DescribeInstancesResponse>`)
+	b.WriteString(`</reservationSet>`)
+	if e.nextToken != "" {
+		fmt.Fprintf(&b, `<nextToken>%s</nextToken>`, e.nextToken)
+	}
+	b.WriteString(`</DescribeInstancesResponse>`)
 	_, _ = io.WriteString(w, b.String())
 }
 

@@ -67,9 +67,18 @@ const (
 // resolvConf: kubeadm picks resolved's file itself only when the cluster's kubelet-config leaves resolvConf unset
 // (cmd/kubeadm/app/componentconfigs/kubelet.go, mutateResolverConfig); a cluster initialised on a host without
 // resolved may pin /etc/resolv.conf, which on Fedora hands pods with dnsPolicy Default the unusable stub.
+//
+// serializeImagePulls and maxParallelImagePulls: the kubelet pulls one image at a time by default, so a new node's
+// CNI, termination handler and fuse images queue behind each other before it is Ready; in parallel (at most
+// maxParallelImagePulls, which needs serializeImagePulls false: KubeletConfiguration, kubelet/config/v1beta1).
 type kubeletPatch struct {
-	ResolvConf string `json:"resolvConf"`
+	ResolvConf            string `json:"resolvConf"`
+	SerializeImagePulls   bool   `json:"serializeImagePulls"`
+	MaxParallelImagePulls int    `json:"maxParallelImagePulls"`
 }
+
+// maxParallelImagePulls bounds a new node's concurrent pulls (bandwidth shared with the packages and the pre-pull).
+const maxParallelImagePulls = 4
 
 // imdsRuleset keeps the instance metadata service (and with it the node role's credentials, hence the join token)
 // from everything but root and the listed users on the host, and from every pod in a network namespace of its own
@@ -107,7 +116,7 @@ type hostSetup struct {
 
 func hostConfig(in HostInput) (hostSetup, error) {
 	var h hostSetup
-	patch, err := yaml.Marshal(kubeletPatch{ResolvConf: resolvedResolvConf})
+	patch, err := yaml.Marshal(kubeletPatch{ResolvConf: resolvedResolvConf, MaxParallelImagePulls: maxParallelImagePulls})
 	if err != nil {
 		return h, fmt.Errorf("kubelet patch: %w", err)
 	}

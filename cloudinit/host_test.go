@@ -41,7 +41,9 @@ func TestNodeKubeletPatchSetsResolvConf(t *testing.T) {
 	patch := fileByPath(t, cc, "/etc/kubernetes/patches/kubeletconfiguration+merge.yaml")
 	var p map[string]any
 	assert.NilError(t, yaml.UnmarshalStrict([]byte(patch.Content), &p))
-	assert.Check(t, is.DeepEqual(p, map[string]any{"resolvConf": "/run/systemd/resolve/resolv.conf"}))
+	// Image pulls in parallel, so the DaemonSets' images do not queue behind each other on a new node (boot N3).
+	assert.Check(t, is.DeepEqual(p, map[string]any{"resolvConf": "/run/systemd/resolve/resolv.conf",
+		"serializeImagePulls": false, "maxParallelImagePulls": float64(4)}))
 
 	run := runScript(t, ud, joinScript, aws, nil, nil)
 	assert.Equal(t, run.exitCode, 0)
