@@ -348,15 +348,20 @@ join() {
 }
 
 join_cluster() {
-  phase checks join_requirements
-  swap_off
-  lock_metadata
+  phase checks ready_to_join
   phase token retry "read the join token from SSM parameter $DYNK8S_JOIN_TOKEN_PARAMETER" token
   phase api-server retry "reach the API server at $DYNK8S_API_SERVER_ENDPOINT" api_server
   render
   phase kubeadm-join retry "kubeadm join" join
   log "joined the cluster as $INSTANCE_ID"
   stop_timer
+}
+
+# ready_to_join: what must hold before kubeadm join starts the kubelet.
+ready_to_join() {
+  join_requirements
+  swap_off
+  lock_metadata
 }
 
 # swap_off: the kubelet refuses to start with swap on (failSwapOn). Only now, not while preparing: a warm pool
