@@ -348,6 +348,14 @@ func TestBootFailsWithoutAnyWayToSign(t *testing.T) {
 	assert.Check(t, is.Contains(failed[0], "curl cannot sign AWS requests (no --aws-sigv4: curl older than 7.75 or "+
 		"built without it) and there is no dynk8s-no-such-aws CLI to fall back to"))
 	assert.Check(t, is.Len(aws.autoscalingCalls(), 0), "a hard error is not handed back")
+
+	// In a group with a launch hook, completing the action cannot be signed either: still one reason, the first.
+	ud, aws = bootFixture(t, 0, withHook, fakeimds.Instance{LifecycleState: "InService"})
+	run = runScript(t, ud, joinScript, aws, map[string]string{"STUB_CURL_NO_SIGV4": "1",
+		"DYNK8S_AWS_CLI": "dynk8s-no-such-aws"}, nil)
+	assert.Check(t, run.exitCode != 0)
+	assert.Check(t, is.Len(failedLines(run.stderr), 1), run.stderr)
+	assert.Check(t, is.Contains(run.stderr, "while failing: curl cannot sign AWS requests"))
 }
 
 // A kernel without br_netfilter: the boot says so, installs kernel-modules-extra of the running kernel from Fedora's

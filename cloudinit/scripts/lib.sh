@@ -19,8 +19,15 @@ log() {
 }
 
 # fail logs the one reason the script stops and exits non-zero, to the kernel log too (console): a script may
-# define on_failure to act first (join.sh completes a waiting lifecycle action).
+# define on_failure to act first (join.sh completes a waiting lifecycle action). A failure inside on_failure is
+# logged as such, and the first reason stays the one.
+FAILING=''
 fail() {
+  if [[ -n $FAILING ]]; then
+    log "while failing: $*"
+    exit 1
+  fi
+  FAILING=1
   log "FAILED: $*"
   kmsg 3 "FAILED: $*"
   if declare -F on_failure >/dev/null; then on_failure "$*" || true; fi
