@@ -238,7 +238,9 @@ if [[ $1 == join ]]; then
   if ((n < ${STUB_KUBEADM_FAILURES:-0})); then echo "kubeadm stub: join $((n + 1)) fails" >&2; exit 1; fi
   mkdir -p "$DYNK8S_ROOT/etc/kubernetes" && touch "$DYNK8S_ROOT/etc/kubernetes/kubelet.conf"
 fi`,
-	"systemctl": `echo "systemctl $*" >>"$STUB_DIR/calls"`,
+	// systemctl fails the one command line given in STUB_SYSTEMCTL_FAILS ("start dynk8s-imds-lock.service").
+	"systemctl": `echo "systemctl $*" >>"$STUB_DIR/calls"
+[[ "$*" != "${STUB_SYSTEMCTL_FAILS:-}" ]]`,
 	// nft lists the counters the test wrote to $STUB_DIR/nft.json, or fails as with no such table.
 	// nft lists counters from nft.json (the gateway's idle check) and loads rulesets unless STUB_NFT_FAILS is set.
 	"nft": `echo "nft $*" >>"$STUB_DIR/calls"
@@ -255,11 +257,10 @@ if [[ -n ${STUB_DNF_NEEDS_REPO:-} && " $* " != *" --repo=$STUB_DNF_NEEDS_REPO "*
   echo "Error: nothing provides conntrack needed by kubelet (stub)" >&2; exit 1
 fi
 if [[ " $* " == *" kernel-modules-extra-"* ]]; then touch "$STUB_DIR/modules-installed"; fi`,
-	// Present: the image has dnf5, so dnf is dnf5 (Fedora 41 and later).
-	"dnf5": `echo "dnf5 $*" >>"$STUB_DIR/calls"`,
 	"modprobe": `echo "modprobe $*" >>"$STUB_DIR/calls"
 [[ " ${STUB_MODULES_MISSING:-} " != *" $1 "* || -e $STUB_DIR/modules-installed ]]`,
-	"sysctl": `echo "sysctl $*" >>"$STUB_DIR/calls"`,
+	"sysctl":  `echo "sysctl $*" >>"$STUB_DIR/calls"`,
+	"swapoff": `echo "swapoff $*" >>"$STUB_DIR/calls"`,
 	// STUB_CRICTL_AWAIT_JOIN: a pull takes until kubeadm join has run (10 s at most), as a big image would.
 	"crictl": `echo "crictl $*" >>"$STUB_DIR/calls"
 for ((i = 0; i < 100; i++)); do
@@ -429,6 +430,8 @@ type fakeEC2 struct {
 
 	// instances are what DescribeInstances searches (guarded by aws.mu, as is everything below).
 	instances []fakeInstance
+	// nextToken, when set, ends every DescribeInstances answer as a page that more pages follow.
+	nextToken string
 	// gatewayID is the only instance StartInstances knows; gatewayState its state. While stoppingCalls is above
 	// zero, a start is refused with IncorrectInstanceState (the instance is still stopping); then it has stopped.
 	gatewayID     string
@@ -526,7 +529,11 @@ func (e *fakeEC2) describe(w http.ResponseWriter, form url.Values) {
 		}
 		b.WriteString(`</tagSet></item></instancesSet></item>`)
 	}
-	b.WriteString(`</reservationSet></DescribeInstancesResponse>`)
+	b.WriteString(`</reservationSet>`)
+	if e.nextToken != "" {
+		fmt.Fprintf(&b, `<nextToken>%s</nextToken>`, e.nextToken)
+	}
+	b.WriteString(`</DescribeInstancesResponse>`)
 	_, _ = io.WriteString(w, b.String())
 }
 

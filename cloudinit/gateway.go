@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"net/netip"
+	"slices"
 	"strconv"
 	"strings"
 	"text/template"
@@ -54,9 +55,10 @@ const (
 	forwardedOut = "forwarded_out"
 )
 
-// gatewayPackages come from Fedora's repositories. cloud-init's own package step is not used: it runs once, and a
-// mirror hiccup at that moment would leave a gateway without wg-quick@.service that never brings the tunnel up and
-// is not retried on reboot (cloud-init's modules run once per instance).
+// gatewayPackages come from Fedora's repositories, the release repository alone first (the gateway boots the
+// release's GA image, like the nodes: see systemRepos), all of them after a failed attempt. cloud-init's own package
+// step is not used: it runs once, and a mirror hiccup at that moment would leave a gateway without wg-quick@.service
+// that never brings the tunnel up and is not retried on reboot (cloud-init's modules run once per instance).
 var gatewayPackages = []string{"nftables", "wireguard-tools"}
 
 // gatewayPackagesUnit runs gateway-packages.sh at every boot: a first boot installs (with retries), later boots only
@@ -168,8 +170,9 @@ func Gateway(in GatewayInput) ([]byte, error) {
 	}
 
 	pkgEnv, err := envFile("gateway-packages.sh", map[string]string{
-		"DYNK8S_PACKAGES": strings.Join(gatewayPackages, ","),
-		"DYNK8S_UNIT":     wgUnit,
+		"DYNK8S_PACKAGES":     strings.Join(gatewayPackages, ","),
+		"DYNK8S_SYSTEM_REPOS": strings.Join(systemRepos, ","),
+		"DYNK8S_UNIT":         wgUnit,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("gateway user data: %w", err)
@@ -196,8 +199,10 @@ func Gateway(in GatewayInput) ([]byte, error) {
 			{Path: libexecDir + "/lib.sh", Content: forUserData(libSh), Permissions: "0644"},
 		},
 		// The packages unit, enabled, installs what is missing (retrying) and then enables and starts the tunnel,
-		// which so comes back by itself after a reboot or an EC2 auto-recovery. `enable --now` blocks, so
-		// cloud-init's final status shows a first install that failed (the unit keeps retrying after that).
+		// which so comes back by itself after a reboot or an EC2 auto-recovery. `enable --now` blocks and is runcmd's
+		// last command (idleCheck inserts before it), so cloud-init's final status shows a first install that failed:
+		// runcmd is one shell script with no `set -e`, whose status is its last command's (runcmdFailsOnFailedUnits).
+		// The unit keeps retrying after that.
 		RunCmd: [][]string{
 			{"sysctl", "-q", "--system"},
 			{"systemctl", "daemon-reload"},
@@ -266,7 +271,9 @@ func idleCheck(in GatewayInput, cc *cloudConfig) error {
 		writeFile{Path: "/etc/systemd/system/" + idleTimerName, Content: timer, Permissions: "0644"},
 		writeFile{Path: libexecDir + "/gateway-idle.sh", Content: forUserData(gatewayIdleSh), Permissions: "0755"},
 	)
-	cc.RunCmd = append(cc.RunCmd, []string{"systemctl", "enable", "--now", idleTimerName})
+	last := len(cc.RunCmd) - 1
+	cc.RunCmd = slices.Concat(cc.RunCmd[:last], [][]string{{"systemctl", "enable", "--now", idleTimerName}},
+		cc.RunCmd[last:])
 	return nil
 }
 

@@ -87,21 +87,30 @@ var runtimeLabels = map[string]string{
 //     (cri-o/packaging README, "Add the CRI-O repository", 2026; the streams moved there from pkgs.k8s.io/addons).
 //
 // They are written disabled: join.sh enables them for its one dnf transaction only, so a later `dnf upgrade` cannot
-// move the node off its pinned versions.
+// move the node off its pinned versions. Their priority (1, against Fedora's default 99) keeps a package of the same
+// name in Fedora's repositories (cri-o, cri-tools) from ever winning on version in that transaction, with dnf4 and
+// dnf5 alike.
 const (
 	kubernetesRepoURL = "https://pkgs.k8s.io/core:/stable:/v1.%d/rpm/"
 	crioRepoURL       = "https://download.opensuse.org/repositories/isv:/cri-o:/stable:/v%s/rpm/"
 	repoKeyPath       = "repodata/repomd.xml.key"
 	kubernetesRepoID  = "dynk8s-kubernetes"
 	crioRepoID        = "dynk8s-cri-o"
+	upstreamPriority  = 1
 )
 
 // systemPackages are dependencies that come from Fedora rather than the upstream repos: CRI-O needs iptables and, on
-// SELinux-enforcing Fedora, container-selinux (cri-o/packaging installs it first). Fedora Cloud usually has both,
-// so join.sh fetches Fedora's repository metadata only when one is missing.
+// SELinux-enforcing Fedora, container-selinux (cri-o/packaging installs it first); the metadata lockdown runs nft
+// (imds-lock.sh), which nothing else pulls in. join.sh installs those the image lacks (rpm -q) in the same dnf
+// transaction as the upstream packages, from Fedora's release repository (systemRepos) alone: the stack boots the
+// release's GA image (infra/ami.go), whose packages that repository matches, so nothing drags in an update such as
+// a newer selinux-policy (container-selinux requires selinux-policy >= the one it was built against), and dnf reads
+// one repository's metadata, not two. updateRepos join only a transaction that failed without them (a custom image
+// newer than GA, a kernel from updates).
 var (
-	systemPackages = []string{"container-selinux", "iptables"}
-	systemRepos    = []string{"fedora", "updates"}
+	systemPackages = []string{"container-selinux", "iptables", "nftables"}
+	systemRepos    = []string{"fedora"}
+	updateRepos    = []string{"updates"}
 )
 
 // kernelModules and nodeSysctls are what the kubelet, kube-proxy (iptables mode) and bridge-based CNIs need.
@@ -142,6 +151,7 @@ func Node(in NodeInput) ([]byte, error) {
 		"DYNK8S_REPOS":                kubernetesRepoID + "," + crioRepoID,
 		"DYNK8S_SYSTEM_PACKAGES":      strings.Join(systemPackages, ","),
 		"DYNK8S_SYSTEM_REPOS":         strings.Join(systemRepos, ","),
+		"DYNK8S_UPDATE_REPOS":         strings.Join(updateRepos, ","),
 	})
 	if err != nil {
 		return nil, fmt.Errorf("node pool %q: %w", in.PoolName, err)
@@ -175,7 +185,8 @@ func Node(in NodeInput) ([]byte, error) {
 			{Path: "/etc/sysctl.d/90-dynk8s.conf", Content: sysctlFile(nodeSysctls), Permissions: "0644"},
 			{Path: "/etc/systemd/system/" + joinUnitName, Content: unit, Permissions: "0644"},
 			// Fedora Cloud swaps to zram, and the kubelet refuses to start with swap on. A zram-generator.conf with no
-			// [zram*] section creates no device from the next boot on; the unit turns this boot's swap off.
+			// [zram*] section creates no device from the next boot on; join.sh turns this boot's swap off before it
+			// joins (not while it prepares: a warm pool's hibernation needs swap).
 			{Path: "/etc/systemd/zram-generator.conf", Content: "", Permissions: "0644"},
 			// NetworkManager (Fedora Cloud's network stack) must leave the CNI's interfaces alone, or it can take
 			// their routes or links down (Calico's and Cilium's docs ask for the same).
@@ -184,21 +195,14 @@ func Node(in NodeInput) ([]byte, error) {
 			{Path: libexecDir + "/lib.sh", Content: forUserData(libSh), Permissions: "0644"},
 			{Path: libexecDir + "/wake-gateway.sh", Content: forUserData(wakeGatewaySh), Permissions: "0755"},
 		},
-		// The unit, not runcmd, runs the join: its output lands in the journal under its own name and on the
-		// console, its Condition makes a reboot of a joined node a no-op, and systemd enforces a hard timeout.
-		// `enable --now` blocks until the join is done; runcmdFailsOnFailedUnits makes a failed one cloud-init's.
-		RunCmd: [][]string{
-			{"systemctl", "daemon-reload"},
-			{"systemctl", "enable", "--now", joinUnitName},
-		},
 	}
 	host, err := hostConfig(in.Host)
 	if err != nil {
 		return nil, fmt.Errorf("node pool %q: %w", in.PoolName, err)
 	}
 	cc.WriteFiles = append(cc.WriteFiles, host.files...)
-	// The host's own steps go around the join: routes and DNS before it, the metadata lockdown after it.
-	cc.RunCmd = slices.Concat(cc.RunCmd[:1], host.beforeJoin, cc.RunCmd[1:], host.afterJoin)
+	enable := slices.Concat(host.enable, []string{joinUnitName})
+	var startTimer [][]string
 	if in.LaunchHook != "" {
 		// A warm pool's instance waiting Running or Hibernated enters service without booting: the timer runs the
 		// join again (it returns at once while the instance waits) until the node has joined.
@@ -208,9 +212,24 @@ func Node(in NodeInput) ([]byte, error) {
 		}
 		cc.WriteFiles = append(cc.WriteFiles, writeFile{Path: "/etc/systemd/system/" + joinTimerName, Content: timer,
 			Permissions: "0644"})
-		cc.RunCmd = append(cc.RunCmd, []string{"systemctl", "enable", "--now", joinTimerName})
+		enable = append(enable, joinTimerName)
+		// Started before the join: a successful join stops and disables it (join.sh), and nothing may start it again
+		// after that. Its clock runs from the join unit's first deactivation (OnUnitInactiveSec).
+		startTimer = [][]string{{"systemctl", "start", joinTimerName}}
 	}
-	cc.RunCmd = append(cc.RunCmd, runcmdFailsOnFailedUnits(routesUnitName, joinUnitName, imdsUnitName))
+	// Every unit is enabled for the boots to come before anything starts: a warm-pool instance prepares, completes
+	// its lifecycle action and may be stopped by its group at once, cutting runcmd short. The unit, not runcmd, runs
+	// the join: its output lands in the journal under its own name and on the console, its Condition makes a reboot
+	// of a joined node a no-op, and systemd enforces a hard timeout. `start` blocks until the join is done;
+	// runcmdFailsOnFailedUnits makes a failed one cloud-init's.
+	cc.RunCmd = slices.Concat(
+		[][]string{{"systemctl", "daemon-reload"}, append([]string{"systemctl", "enable"}, enable...)},
+		host.beforeJoin,
+		startTimer,
+		[][]string{
+			{"systemctl", "start", joinUnitName},
+			runcmdFailsOnFailedUnits(routesUnitName, joinUnitName, imdsUnitName),
+		})
 	out, err := cc.marshal()
 	if err != nil {
 		return nil, fmt.Errorf("node pool %q: %w", in.PoolName, err)
@@ -274,6 +293,7 @@ func upstreamRepo(name, base, stream string) yumRepo {
 		Enabled:  false,
 		GPGCheck: true,
 		GPGKey:   base + repoKeyPath,
+		Priority: upstreamPriority,
 	}
 }
 
@@ -287,12 +307,9 @@ func joinUnit(in NodeInput) unitFile {
 		}},
 		{Name: "Service", Entries: []unitEntry{
 			{"Type", "oneshot"},
-			// The files cloud-init wrote appeared after systemd loaded modules and sysctls at this first boot.
-			// Tolerant ("-", -e): a kernel without br_netfilter or an unknown key must not kill the unit before
-			// join.sh logs anything; kubeadm join itself checks only ip_forward, which needs no module.
-			{"ExecStartPre", "-/usr/sbin/modprobe -a " + strings.Join(kernelModules, " ")},
-			{"ExecStartPre", "/usr/sbin/sysctl -q -e --system"},
-			{"ExecStartPre", "/usr/sbin/swapoff -a"},
+			// No ExecStartPre: the modules, sysctls and swap that the files cloud-init wrote (after systemd loaded
+			// modules and sysctls at this first boot) call for are join.sh's, after its check that a warm instance
+			// still waits, so the timer's runs every 15 s on a waiting instance do nothing else.
 			{"ExecStart", libexecDir + "/join.sh"},
 			{"StandardOutput", "journal+console"},
 			{"StandardError", "journal+console"},

@@ -53,6 +53,9 @@ pool_instances() {
   POOL_INSTANCES=$(while read -r id state; do
     if [[ $state == pending || $state == running ]]; then printf '%s (%s) ' "$id" "$state"; fi
   done <<<"$POOL_INSTANCES")
+  # A page that names none but has a nextToken may have had its matches on the next page (EC2 may apply MaxResults
+  # before the filters): count it as busy rather than power off under a pool instance.
+  if [[ -z $POOL_INSTANCES && $BODY == *"<nextToken>"* ]]; then POOL_INSTANCES="(more on a next page) "; fi
 }
 
 # forwarded_packets: the packets forwarded into and out of wg0 so far, or -1 when the table is not loaded (the tunnel
