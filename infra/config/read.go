@@ -208,6 +208,12 @@ func (r *reader) value(path string, v any, dst reflect.Value) {
 			dst.Set(elem)
 		}
 	case reflect.String:
+		if f, ok := v.(float64); ok && f != math.Trunc(f) {
+			// YAML has read the digits as a number and dropped what made it text: 1.10 is 1.1, so a change from 1.1 to
+			// 1.10 (a new rotation value, say) would change nothing.
+			r.addf(path, "must be a string, got the number %v: quote it, or YAML drops its trailing zeros", f)
+			return
+		}
 		s, err := text(v)
 		if err != nil {
 			r.addf(path, "%v", err)

@@ -365,6 +365,9 @@ func validatePools(r *reader, c *Config) {
 				p.Name)
 		case first < i:
 			r.addf(pp+"name", "%q is already the name of nodePools[%d]", p.Name, first)
+		case IsStackResourceName(p.Name):
+			r.addf(pp+"name", "%q would name the pool's instances %s-%s, the Name of one of the stack's own "+
+				"resources: pick another name", p.Name, c.ClusterName, p.Name)
 		}
 		if p.Arch == "" {
 			r.addf(pp+"arch", "is required: x86_64 or arm64")
