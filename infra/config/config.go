@@ -42,6 +42,7 @@ type Config struct {
 	Identity           Identity           `key:"identity"`
 	Cleanup            Cleanup            `key:"cleanup"`
 	TerminationHandler TerminationHandler `key:"terminationHandler"`
+	Images             Images             `key:"images"`
 
 	// Derived are the values validation computes from the keys above.
 	Derived Derived
@@ -274,6 +275,23 @@ var removedKeys = map[string]string{
 type Cleanup struct {
 	// NotReadyAfter is how long a dynk8s node may stay NotReady before its Node object is deleted (at least 5m; the default outlasts a tunnel outage of less than half an hour).
 	NotReadyAfter time.Duration `key:"notReadyAfter" default:"30m"`
+}
+
+// Images is dynk8s:images: the images the stack runs, besides the fuse plugin's (fuse.images), each optional (empty:
+// the default, which names a tag; the addons and the node renderer hold the defaults). A reference with a digest
+// (name@sha256:<hex>, or name:tag@sha256:<hex>) pins the image: the runtime pulls exactly that content, whatever
+// the tag points at later.
+type Images struct {
+	// Autoscaler is the Cluster Autoscaler's image (default: registry.k8s.io's of Derived.AutoscalerVersion).
+	Autoscaler string `key:"autoscaler"`
+	// TerminationHandler is aws-node-termination-handler's image.
+	TerminationHandler string `key:"terminationHandler"`
+	// Scripts runs the token rotator, the stale-node cleanup and the fuse plugin's untaint container: it needs
+	// bash, kubectl, curl, jq and coreutils.
+	Scripts string `key:"scripts"`
+	// Pause is the nodes' sandbox image, which CRI-O runs in every pod and the boot pre-pulls (default:
+	// registry.k8s.io's of the Kubernetes minor).
+	Pause string `key:"pause"`
 }
 
 // TerminationHandler is dynk8s:terminationHandler.

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"maps"
 	"net/netip"
+	"reflect"
 	"regexp"
 	"slices"
 	"strings"
@@ -65,6 +66,7 @@ func validate(r *reader, c *Config) {
 	validatePools(r, c)
 	validateAutoscaler(r, c)
 	validateFuse(r, c)
+	validateImages(r, c.Images)
 	if c.Identity.AutoscalerKeyRotation == "" {
 		r.addf(ns+"identity.autoscalerKeyRotation", "must not be empty")
 	}
@@ -622,6 +624,18 @@ func validateFuse(r *reader, c *Config) {
 	for _, arch := range slices.Sorted(maps.Keys(c.Fuse.Images)) {
 		if _, err := kube.NormalizeImage(c.Fuse.Images[arch]); err != nil {
 			r.addf(childPath(Namespace+":fuse.images", string(arch)), "%v", err)
+		}
+	}
+}
+
+// validateImages parses every image the operator names, as the runtimes will (a digest must be a well-formed one).
+func validateImages(r *reader, images Images) {
+	v := reflect.ValueOf(images)
+	for i := range v.NumField() {
+		if ref := v.Field(i).String(); ref != "" {
+			if _, err := kube.NormalizeImage(ref); err != nil {
+				r.addf(Namespace+":images."+v.Type().Field(i).Tag.Get("key"), "%v", err)
+			}
 		}
 	}
 }
