@@ -130,6 +130,7 @@ func NewStack(ctx *pulumi.Context, cfg *config.Config) (*Stack, error) {
 		InstanceProfileName: s.Identity.GatewayInstanceProfileName,
 		GatewayRoleName:     s.Identity.GatewayRoleName,
 		NodeRoleName:        s.Identity.NodeRoleName,
+		Forward:             GatewayForward(cfg),
 	})
 	if err != nil {
 		return nil, err

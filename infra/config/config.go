@@ -126,6 +126,36 @@ type WireGuard struct {
 	// AllowPublicOnPremCIDRs accepts OnPremCIDRs outside the private ranges (RFC 1918, RFC 6598), for an on-prem
 	// network that really uses public addresses: the node security group admits them on every port.
 	AllowPublicOnPremCIDRs bool `key:"allowPublicOnPremCidrs" default:"false"`
+	// OnPremForward is what the gateway forwards from the VPC toward on-prem.
+	OnPremForward OnPremForward `key:"onPremForward"`
+}
+
+// What the gateway forwards from the VPC toward OnPremCIDRs (wireguard.onPremForward.mode).
+const (
+	// ForwardAll forwards every packet: a build on a pool node reaches every on-prem host and port in the ranges.
+	ForwardAll = "all"
+	// ForwardCluster forwards new connections only to what the nodes need of on-prem (the API server's port, the
+	// CNI's encapsulation, the on-prem name servers) and to the operator's Allow list; replies to connections that
+	// on-prem opens always pass.
+	ForwardCluster = "cluster"
+)
+
+// OnPremForward is dynk8s:wireguard.onPremForward: the gateway's filter on what it forwards into the tunnel.
+type OnPremForward struct {
+	// Mode is ForwardAll or ForwardCluster.
+	Mode string `key:"mode" default:"all"`
+	// Allow are further destinations new connections from the VPC may reach in ForwardCluster mode (optional).
+	Allow []ForwardAllow `key:"allow"`
+}
+
+// ForwardAllow is one entry of wireguard.onPremForward.allow: a range inside OnPremCIDRs, a protocol, and ports.
+type ForwardAllow struct {
+	// CIDR is the destination range, inside one of OnPremCIDRs (required).
+	CIDR netip.Prefix `key:"cidr"`
+	// Protocol is tcp, udp or all.
+	Protocol string `key:"protocol" default:"tcp"`
+	// Ports are the destination ports, "8080" or "8080,50000" or "8000-8100" (optional: every port; none with all).
+	Ports string `key:"ports"`
 }
 
 // Gateway is dynk8s:gateway.

@@ -176,6 +176,8 @@ func (r *reader) object(path string, v any, dst reflect.Value) {
 			r.value(fp, e, dst.Field(i))
 		} else if def, ok := f.Tag.Lookup("default"); ok {
 			r.value(fp, def, dst.Field(i))
+		} else if _, leaf := parsers[f.Type]; !leaf && f.Type.Kind() == reflect.Struct {
+			r.object(fp, map[string]any{}, dst.Field(i)) // an absent section still gets its defaults
 		}
 	}
 	slices.Sort(known)
