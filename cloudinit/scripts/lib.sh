@@ -153,7 +153,8 @@ imds() {
     [[ $STATUS == 200 && -n $BODY ]] || { LAST_ERROR="IMDSv2 token: HTTP $STATUS" && return 1; }
     IMDS_TOKEN=$BODY
   fi
-  fetch "" -H "X-aws-ec2-metadata-token: $IMDS_TOKEN" --max-time "$TMO" "$IMDS/latest/$2" || return 1
+  # The token goes to curl on stdin (-H @-: headers read from a file, curl 7.55+), not on its argv.
+  fetch "X-aws-ec2-metadata-token: $IMDS_TOKEN" -H @- --max-time "$TMO" "$IMDS/latest/$2" || return 1
   if [[ $STATUS == 401 ]]; then IMDS_TOKEN=; fi
   [[ $STATUS == 200 ]] || { LAST_ERROR="IMDS $2: HTTP $STATUS" && return 1; }
   printf -v "$1" '%s' "$BODY"
