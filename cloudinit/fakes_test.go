@@ -443,6 +443,10 @@ type fakeEC2 struct {
 	failStatus int
 	// actions are the actions called, in order.
 	actions []string
+	// emptyPages answers that many DescribeInstances pages with no instance and a NextToken first, as EC2 may with
+	// filters; tokens are the NextToken each DescribeInstances call sent ("" for none).
+	emptyPages int
+	tokens     []string
 }
 
 type fakeInstance struct {
@@ -516,6 +520,20 @@ func (e *fakeEC2) describe(w http.ResponseWriter, form url.Values) {
 		e.aws.problem("EC2 DescribeInstances: filters %v, want %v", filters, want)
 	}
 	var b strings.Builder
+	token := form.Get("NextToken")
+	e.tokens = append(e.tokens, token)
+	page := 0
+	if token != "" {
+		if _, err := fmt.Sscanf(token, "page-%d", &page); err != nil {
+			e.aws.problem("EC2 DescribeInstances: NextToken %q is none the fake gave", token)
+		}
+	}
+	if page < e.emptyPages {
+		fmt.Fprintf(&b, `<DescribeInstancesResponse %s><requestId>fake</requestId><reservationSet/>`+
+			`<nextToken>page-%d</nextToken></DescribeInstancesResponse>`, ec2NS, page+1)
+		_, _ = io.WriteString(w, b.String())
+		return
+	}
 	fmt.Fprintf(&b, `<DescribeInstancesResponse %s><requestId>fake</requestId><reservationSet>`, ec2NS)
 	for _, in := range e.instances {
 		match := in.Tags["dynk8s:cluster"] == testClusterName && slices.Contains(filters["instance-state-name"], in.State)

@@ -28,6 +28,9 @@ type GatewayInput struct {
 	// ClusterName is the dynk8s:cluster tag value of the pool instances the idle check looks for (required with
 	// IdleStop).
 	ClusterName string
+	// Forward, when set, limits what the gateway forwards from the VPC into the tunnel (forward.go); nil forwards
+	// everything.
+	Forward *GatewayForward
 }
 
 const (
@@ -53,6 +56,10 @@ const (
 const (
 	forwardedIn  = "forwarded_in"
 	forwardedOut = "forwarded_out"
+	// forwardRefused is the comment of the rules that count and drop what the forward filter (GatewayInput.Forward)
+	// refuses: a rule's own counter, not a named one, so the idle check's sum of the named counters stays the
+	// forwarded packets.
+	forwardRefused = "refused"
 )
 
 // gatewayPackages come from Fedora's repositories, the release repository alone first (the gateway boots the
@@ -108,7 +115,7 @@ table inet {{.Table}} {
     iifname "{{.Interface}}" meta nfproto ipv4 tcp flags syn / syn,rst tcp option maxseg size > {{.MSS4}} tcp option maxseg size set {{.MSS4}}
     iifname "{{.Interface}}" meta nfproto ipv6 tcp flags syn / syn,rst tcp option maxseg size > {{.MSS6}} tcp option maxseg size set {{.MSS6}}
   }
-}
+{{.Filter}}}
 `))
 
 // Gateway validates in and renders the WireGuard gateway's cloud-config: wireguard-tools and nftables from Fedora,
@@ -146,9 +153,10 @@ func Gateway(in GatewayInput) ([]byte, error) {
 
 	var nft strings.Builder
 	if err := mssRuleset.Execute(&nft, struct {
-		Table, Interface, In, Out string
-		MSS4, MSS6                int
-	}{wgMSSTable, wgInterface, forwardedIn, forwardedOut, in.MTU - 40, in.MTU - 60}); err != nil {
+		Table, Interface, In, Out, Filter string
+		MSS4, MSS6                        int
+	}{wgMSSTable, wgInterface, forwardedIn, forwardedOut, forwardChains(in.Forward, wgInterface, forwardRefused),
+		in.MTU - 40, in.MTU - 60}); err != nil {
 		return nil, fmt.Errorf("gateway user data: MSS ruleset: %w", err)
 	}
 	env, err := envFile("wg-key.sh", map[string]string{"DYNK8S_KEY_PARAMETER": in.PrivateKeyParameter})
@@ -303,6 +311,9 @@ func (in GatewayInput) validate() error {
 		e.add("IdleStop", fmt.Errorf("%s is not a whole number of seconds", in.IdleStop))
 	case in.IdleStop > 0:
 		e.add("ClusterName", validateDNSLabel(in.ClusterName))
+	}
+	if in.Forward != nil {
+		e.add("Forward", in.Forward.validate())
 	}
 	return e.join("gateway user data")
 }

@@ -29,6 +29,9 @@ type NodeInput struct {
 	// PrePullImages are pulled in the background as soon as CRI-O runs, besides the pause image and kube-proxy of
 	// KubernetesVersion, which are always pulled (optional; image references, normalized as the runtime does).
 	PrePullImages []string
+	// PauseImage is the sandbox image CRI-O runs in every pod and the boot pre-pulls (optional; empty:
+	// registry.k8s.io/pause of the minor's release, a tag; an operator's reference may pin it by digest).
+	PauseImage string
 	// LaunchHook is the name of the group's EC2_INSTANCE_LAUNCHING lifecycle hook, whose action the boot completes
 	// once prepared (in a warm pool) or joined (optional; empty: the group has no warm pool and no such hook). Its
 	// heartbeat timeout must be at least LaunchHookMinHeartbeat.
@@ -161,7 +164,7 @@ func Node(in NodeInput) ([]byte, error) {
 		return nil, fmt.Errorf("node pool %q: join unit: %w", in.PoolName, err)
 	}
 	var crio crioDropIn
-	crio.Crio.Image.PauseImage = "registry.k8s.io/pause:" + minor.Pause
+	crio.Crio.Image.PauseImage = pauseImage(in, minor)
 	crio.Crio.Network.PluginDirs = cniPluginDirs
 	crio.Crio.Runtime.CgroupManager = "systemd"
 	// SELinux stays enforcing on the host (host processes keep their confinement), but pods get no SELinux
@@ -276,7 +279,7 @@ func nodePackages(version kube.Version, minor kube.Minor) []string {
 // prePullImages are the images the boot pulls while it joins: the sandbox (pause) image and kube-proxy of the node's
 // version, which every node runs, then the pool's own, each once, in that order.
 func prePullImages(in NodeInput, minor kube.Minor) []string {
-	out := []string{"registry.k8s.io/pause:" + minor.Pause, "registry.k8s.io/kube-proxy:v" + in.KubernetesVersion.String()}
+	out := []string{pauseImage(in, minor), "registry.k8s.io/kube-proxy:v" + in.KubernetesVersion.String()}
 	for _, img := range in.PrePullImages {
 		// validate has parsed every one.
 		if n, err := kube.NormalizeImage(img); err == nil && !slices.Contains(out, n) {
@@ -284,6 +287,15 @@ func prePullImages(in NodeInput, minor kube.Minor) []string {
 		}
 	}
 	return out
+}
+
+// pauseImage is the node's sandbox image: the input's, fully qualified as CRI-O resolves no short names here, else
+// registry.k8s.io's of the minor.
+func pauseImage(in NodeInput, minor kube.Minor) string {
+	if n, err := kube.NormalizeImage(in.PauseImage); in.PauseImage != "" && err == nil { // validate has parsed it
+		return n
+	}
+	return "registry.k8s.io/pause:" + minor.Pause
 }
 
 func upstreamRepo(name, base, stream string) yumRepo {
@@ -478,6 +490,10 @@ func (in NodeInput) validate() (kube.Minor, error) {
 	for i, img := range in.PrePullImages {
 		_, err := kube.NormalizeImage(img)
 		e.add(fmt.Sprintf("PrePullImages[%d]", i), err)
+	}
+	if in.PauseImage != "" {
+		_, err := kube.NormalizeImage(in.PauseImage)
+		e.add("PauseImage", err)
 	}
 	if in.LaunchHook != "" && !lifecycleHookRE.MatchString(in.LaunchHook) {
 		e.add("LaunchHook", fmt.Errorf("%q is not a lifecycle hook name (1-255 of [A-Za-z0-9_/-])", in.LaunchHook))

@@ -96,7 +96,10 @@ func TestIdentityComponent(t *testing.T) {
 	assert.DeepEqual(t, rotator.Statement[0].Resource, []string{"arn:aws:ssm:us-west-2:123456789012:parameter/dynk8s/lab/join-token"})
 	doc := policy(t, mustFind(t, cloud, "aws:iam/userPolicy:UserPolicy", "id-autoscaler"), "policy")
 	assert.DeepEqual(t, doc.Statement[1].Condition["StringEquals"],
-		map[string]string{"autoscaling:ResourceTag/k8s.io/cluster-autoscaler/lab": "owned"})
+		map[string]string{"autoscaling:ResourceTag/k8s.io/cluster-autoscaler/lab": "owned", "aws:RequestedRegion": "us-west-2"})
+	assert.DeepEqual(t, doc.Statement[0].Condition, map[string]map[string]string{
+		"StringEquals": {"aws:RequestedRegion": "us-west-2"},
+	}) // the read statement is region-scoped too
 
 	// The node may hand its own boot back, on this cluster's groups only: the two write actions are scoped to the
 	// stack's region and account and to the cluster's group tag; the lookup of its group cannot be scoped.

@@ -94,6 +94,8 @@ type WireGuardGatewayArgs struct {
 	// NodeRoleName is the pool nodes' role, which with IdleStop may start this instance and no other (required
 	// with IdleStop).
 	NodeRoleName pulumi.StringInput
+	// Forward limits what the gateway forwards from the VPC toward on-prem (optional; nil: everything).
+	Forward *cloudinit.GatewayForward
 }
 
 // TunnelAddresses are the gateway's and the on-prem peer's tunnel addresses: the first two hosts of the tunnel's
@@ -170,6 +172,7 @@ func NewWireGuardGateway(ctx *pulumi.Context, name string, args *WireGuardGatewa
 			PrivateKeyParameter: keyParameter,
 			IdleStop:            args.IdleStop,
 			ClusterName:         args.ClusterName,
+			Forward:             args.Forward,
 		})
 		if err != nil {
 			return "", fmt.Errorf("wireguard gateway %q: user data: %w", name, err)

@@ -135,7 +135,7 @@ func NewIdentity(ctx *pulumi.Context, name string, args *IdentityArgs, opts ...p
 
 	// The Cluster Autoscaler and the stale-node cleanup run on-prem, so they cannot assume a role from instance
 	// metadata: each gets a user of its own with only its own policy.
-	autoscalerPolicy, err := AutoscalerPolicy(args.ClusterName).JSON()
+	autoscalerPolicy, err := AutoscalerPolicy(args.ClusterName, args.Region).JSON()
 	if err != nil {
 		return fail("autoscaler policy", err)
 	}

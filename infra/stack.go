@@ -130,6 +130,7 @@ func NewStack(ctx *pulumi.Context, cfg *config.Config) (*Stack, error) {
 		InstanceProfileName: s.Identity.GatewayInstanceProfileName,
 		GatewayRoleName:     s.Identity.GatewayRoleName,
 		NodeRoleName:        s.Identity.NodeRoleName,
+		Forward:             GatewayForward(cfg),
 	})
 	if err != nil {
 		return nil, err
@@ -207,6 +208,7 @@ func NodeInput(cfg *config.Config, pool config.NodePool, caHashes []string, toke
 		Labels:             pool.NodeLabels(),
 		Taints:             taints,
 		PrePullImages:      images,
+		PauseImage:         cfg.Images.Pause,
 		LaunchHook:         LaunchHook(pool),
 		Host: cloudinit.HostInput{
 			OnPremCIDRs: cfg.WireGuard.OnPremCIDRs,
@@ -240,6 +242,7 @@ func AddonsArgs(cfg *config.Config, creds Credentials) *addons.ClusterAddonsArgs
 		TerminationHandler:          cfg.TerminationHandler,
 		Pools:                       cfg.NodePools,
 		OnPremNodes:                 cfg.Kubernetes.OnPremNodes,
+		Images:                      cfg.Images,
 		AWSAccessKeyID:              creds.AutoscalerKeyID,
 		AWSSecretAccessKey:          creds.AutoscalerSecret,
 		CleanupAWSAccessKeyID:       creds.CleanupKeyID,

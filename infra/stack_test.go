@@ -594,12 +594,19 @@ func TestIdentityPolicies(t *testing.T) {
 		verb := a[strings.Index(a, ":")+1:]
 		assert.Check(t, strings.HasPrefix(verb, "Describe") || strings.HasPrefix(verb, "Get"), "read statement: %s", a)
 	}
-	assert.Check(t, read.Condition == nil)
+	// Region-scoped (security review M7): DescribeLaunchTemplateVersions returns user data, and a leaked key must
+	// read only the stack's region. aws:RequestedRegion is a global condition key, so every action takes it.
+	assert.DeepEqual(t, read.Condition, map[string]map[string]string{
+		"StringEquals": {"aws:RequestedRegion": "eu-central-1"},
+	})
 	assert.DeepEqual(t, write.Action, []string{
 		"autoscaling:SetDesiredCapacity", "autoscaling:TerminateInstanceInAutoScalingGroup",
 	})
 	assert.DeepEqual(t, write.Condition, map[string]map[string]string{
-		"StringEquals": {"autoscaling:ResourceTag/k8s.io/cluster-autoscaler/homelab": "owned"},
+		"StringEquals": {
+			"autoscaling:ResourceTag/k8s.io/cluster-autoscaler/homelab": "owned",
+			"aws:RequestedRegion": "eu-central-1",
+		},
 	})
 
 	// The stale-node cleanup's own user may only ask whether instances exist.
@@ -636,7 +643,13 @@ func TestJoinTokenAndKeyRotation(t *testing.T) {
 	assert.Equal(t, doc.Statement[0].Effect, "Allow")
 	assert.DeepEqual(t, doc.Statement[0].Action, []string{"ssm:PutParameter"})
 	assert.DeepEqual(t, doc.Statement[0].Resource, []string{arn})
-	assert.Check(t, doc.Statement[0].Condition == nil)
+	// Only an overwrite of the parameter Pulumi made, and never with parameter policies (an expiration policy
+	// would let a leaked key make the nodes' parameter vanish; security review L2). The rotator's request sends
+	// Overwrite: true and no Policies (rotate-token.sh).
+	assert.DeepEqual(t, doc.Statement[0].Condition, map[string]map[string]string{
+		"Bool": {"ssm:Overwrite": "true"},
+		"Null": {"ssm:Policies": "true"},
+	})
 	// The nodes read the very parameter the rotator writes.
 	read := policy(t, find(t, res, "aws:iam/rolePolicy:RolePolicy", "identity-node-read-parameter"), "policy")
 	assert.DeepEqual(t, read.Statement[0].Resource, []string{arn})

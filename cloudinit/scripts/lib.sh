@@ -170,7 +170,8 @@ imds() {
     [[ $STATUS == 200 && -n $BODY ]] || { LAST_ERROR="IMDSv2 token: HTTP $STATUS" && return 1; }
     IMDS_TOKEN=$BODY
   fi
-  fetch "" -H "X-aws-ec2-metadata-token: $IMDS_TOKEN" --max-time "$TMO" "$IMDS/latest/$2" || return 1
+  # The token goes to curl on stdin (-H @-: headers read from a file, curl 7.55+), not on its argv.
+  fetch "X-aws-ec2-metadata-token: $IMDS_TOKEN" -H @- --max-time "$TMO" "$IMDS/latest/$2" || return 1
   if [[ $STATUS == 401 ]]; then IMDS_TOKEN=; fi
   [[ $STATUS == 200 ]] || { LAST_ERROR="IMDS $2: HTTP $STATUS" && return 1; }
   printf -v "$1" '%s' "$BODY"
@@ -351,7 +352,8 @@ ec2_call() {
 
 # ec2_xml WHAT: reads an EC2 XML answer on stdin. "error" and "message" print the first error's code and message;
 # "instanceState" or "currentState" print "<instance-id> <state name>" for each instance of the answer's
-# instancesSet elements (DescribeInstances, StartInstances). Fails on input that is not XML.
+# instancesSet elements (DescribeInstances, StartInstances); "nextToken" prints the answer's NextToken, or nothing.
+# Fails on input that is not XML.
 ec2_xml() {
   python3 -c '
 import sys, xml.etree.ElementTree as ET
@@ -364,6 +366,8 @@ if what in ("error", "message"):
     if err is None:
         sys.exit(1)
     print(err.findtext("Code" if what == "error" else "Message") or "")
+elif what == "nextToken":
+    print(root.findtext("nextToken") or "")
 else:
     for instances in root.iter("instancesSet"):
         for item in instances.findall("item"):

@@ -66,6 +66,8 @@ type ClusterAddonsArgs struct {
 	// Pools are the node pools (optional): their names, arches, spot flags and taints decide where the DaemonSets
 	// run and what they tolerate.
 	Pools []config.NodePool
+	// Images overrides the images the component runs (optional; each empty field takes its default, a tag).
+	Images config.Images
 	// OnPremNodes are the on-prem Nodes a kubelet may register without the pool label (optional; empty: any).
 	OnPremNodes []string
 	// AWSAccessKeyID is the autoscaler IAM user's access key id (required).

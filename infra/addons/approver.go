@@ -126,7 +126,8 @@ func (b *builder) approver(creds *awsCredentials) error {
 	}
 	pools := poolNames(a.Pools)
 	spec := scriptPod{
-		name: ApproverName, container: "approve", shell: "/bin/bash", dir: approverScriptDir, key: approverScriptKey,
+		name: ApproverName, container: "approve", shell: "/bin/bash", image: a.scriptImage(), dir: approverScriptDir,
+		key: approverScriptKey,
 		env: corev1.EnvVarArray{
 			&corev1.EnvVarArgs{Name: pulumi.String("BOOTSTRAP_GROUP"), Value: pulumi.String(NodeBootstrapGroup)},
 			&corev1.EnvVarArgs{Name: pulumi.String("CLUSTER_NAME"), Value: pulumi.String(a.ClusterName)},

@@ -105,7 +105,7 @@ func rule(groups, resources, names []string, verbs ...string) *rbacv1.PolicyRule
 // autoscaler declares the Cluster Autoscaler and returns its image.
 func (b *builder) autoscaler() (string, error) {
 	a := b.args
-	image := "registry.k8s.io/autoscaling/cluster-autoscaler:v" + a.AutoscalerVersion.String()
+	image := a.autoscalerImage()
 
 	sa, err := b.serviceAccount("autoscaler-sa", autoscalerName, autoscalerName)
 	if err != nil {

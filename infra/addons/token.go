@@ -256,8 +256,8 @@ func (b *builder) tokenRotatorJobSpec(creds *awsCredentials) *batchv1.JobSpecArg
 func (b *builder) tokenRotatorPodSpec(creds *awsCredentials) *corev1.PodSpecArgs {
 	a := b.args
 	return scriptPod{
-		name: TokenRotatorName, container: "rotate", shell: "/bin/bash", dir: tokenRotatorScriptDir,
-		key: tokenRotatorScriptKey,
+		name: TokenRotatorName, container: "rotate", shell: "/bin/bash", image: a.scriptImage(),
+		dir: tokenRotatorScriptDir, key: tokenRotatorScriptKey,
 		env: corev1.EnvVarArray{
 			&corev1.EnvVarArgs{Name: pulumi.String("SSM_PARAMETER"), Value: pulumi.String(a.JoinTokenParameter)},
 			&corev1.EnvVarArgs{Name: pulumi.String("AWS_REGION"), Value: pulumi.String(a.Region)},
