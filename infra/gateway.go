@@ -94,6 +94,12 @@ type WireGuardGatewayArgs struct {
 	// NodeRoleName is the pool nodes' role, which with IdleStop may start this instance and no other (required
 	// with IdleStop).
 	NodeRoleName pulumi.StringInput
+	// FormerRouteParent is the component that declared the routes to on-prem before the gateway did, as
+	// <its name>-route-<cidr> (optional): each route keeps that URN as an alias, so a stack of that layout updates its
+	// routes in place rather than creating them beside the old ones (EC2: RouteAlreadyExists).
+	FormerRouteParent pulumi.Resource
+	// FormerRouteParentName is that component's name.
+	FormerRouteParentName string
 }
 
 // TunnelAddresses are the gateway's and the on-prem peer's tunnel addresses: the first two hosts of the tunnel's
@@ -230,11 +236,18 @@ func NewWireGuardGateway(ctx *pulumi.Context, name string, args *WireGuardGatewa
 	}
 	// The interface keeps its ID through every stop and start; a replacement instance updates the routes in place.
 	for _, cidr := range args.RoutedCIDRs {
+		routeOpts := []pulumi.ResourceOption{parent}
+		if args.FormerRouteParent != nil {
+			routeOpts = append(routeOpts, pulumi.Aliases([]pulumi.Alias{{
+				Name:   pulumi.String(args.FormerRouteParentName + "-route-" + routeKey(cidr)),
+				Parent: args.FormerRouteParent,
+			}}))
+		}
 		if _, err := ec2.NewRoute(ctx, name+"-route-"+routeKey(cidr), &ec2.RouteArgs{
 			RouteTableId:         args.RouteTableID,
 			DestinationCidrBlock: pulumi.String(cidr.String()),
 			NetworkInterfaceId:   instance.PrimaryNetworkInterfaceId,
-		}, parent); err != nil {
+		}, routeOpts...); err != nil {
 			return fail("route to "+cidr.String(), err)
 		}
 	}

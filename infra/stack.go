@@ -130,6 +130,9 @@ func NewStack(ctx *pulumi.Context, cfg *config.Config) (*Stack, error) {
 		InstanceProfileName: s.Identity.GatewayInstanceProfileName,
 		GatewayRoleName:     s.Identity.GatewayRoleName,
 		NodeRoleName:        s.Identity.NodeRoleName,
+		// The network declared these routes up to the layout where the gateway owns its interface.
+		FormerRouteParent:     s.Network,
+		FormerRouteParentName: "network",
 	})
 	if err != nil {
 		return nil, err

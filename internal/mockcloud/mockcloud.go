@@ -25,12 +25,19 @@ const Account = "123456789012"
 
 // Resource is one declared resource as the engine saw it.
 type Resource struct {
-	Type   string
-	Name   string
-	URN    string
-	Parent string // the parent's name; empty for resources parented to the stack
-	ID     string
-	Custom bool
+	Type string
+	Name string
+	// URN is the resource's URN as the engine computes it from its stack, project, parent, type and name.
+	URN string
+	// Aliases are the URNs the resource's aliases name, each resolved as the engine does (an alias spec's unset
+	// name, type or parent is the resource's own). The aliases a child inherits from its parent are not listed:
+	// AcceptedURNs adds them.
+	Aliases []string
+	Parent  string // the parent's name; empty for resources parented to the stack
+	// ParentURN is the parent's URN (the stack's for a resource without a parent of its own).
+	ParentURN string
+	ID        string
+	Custom    bool
 	// Inputs are the inputs as registered, secrets still wrapped as secrets.
 	Inputs resource.PropertyMap
 	// Outputs are what the mock answered: inputs plus computed fields.
@@ -134,8 +141,10 @@ func (c *Cloud) NewResource(args pulumi.MockResourceArgs) (string, resource.Prop
 		Read:    args.ReadRPC != nil,
 	}
 	if rpc := args.RegisterRPC; rpc != nil {
-		r.URN = ""
+		r.URN = childURN(rpc.GetParent(), args.TypeToken, args.Name)
+		r.Aliases = aliasURNs(rpc.GetParent(), args.TypeToken, args.Name, rpc.GetAliases())
 		r.Parent = urnName(rpc.GetParent())
+		r.ParentURN = rpc.GetParent()
 		r.IgnoreChanges = rpc.GetIgnoreChanges()
 		r.AdditionalSecretOutputs = rpc.GetAdditionalSecretOutputs()
 		r.ReplaceOnChanges = rpc.GetReplaceOnChanges()
