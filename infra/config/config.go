@@ -272,8 +272,12 @@ var removedKeys = map[string]string{
 
 // Cleanup is dynk8s:cleanup.
 type Cleanup struct {
-	// NotReadyAfter is how long a dynk8s node may stay NotReady before its Node object is deleted (at least 5m; the default outlasts a tunnel outage of less than half an hour).
-	NotReadyAfter time.Duration `key:"notReadyAfter" default:"30m"`
+	// NotReadyAfter is how long a dynk8s node may stay NotReady before its Node object is deleted, once EC2 says
+	// its instance is gone (at least 5m). EC2's answer, not the wait, keeps a rebooting or cut-off node: the
+	// default is the minimum, because a stale Node counts as unready for the Cluster Autoscaler, which stops
+	// scaling up while more than 3 nodes and 45% of the cluster are unready (--ok-total-unready-count,
+	// --max-total-unready-percentage).
+	NotReadyAfter time.Duration `key:"notReadyAfter" default:"5m"`
 }
 
 // TerminationHandler is dynk8s:terminationHandler.
