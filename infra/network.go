@@ -9,6 +9,7 @@ import (
 
 	"github.com/pulumi/pulumi-aws/sdk/v6/go/aws/ec2"
 	"github.com/pulumi/pulumi/sdk/v3/go/pulumi"
+	"github.com/pulumi/pulumi/sdk/v3/go/pulumix"
 
 	"github.com/dynk8s/dynk8s/infra/config"
 )
@@ -28,7 +29,8 @@ type Network struct {
 	GatewaySecurityGroupID pulumi.StringOutput      `pulumi:"gatewaySecurityGroupId"`
 	// RouteTableID is the subnets' route table, where the gateway routes the on-prem ranges to itself.
 	RouteTableID pulumi.StringOutput `pulumi:"routeTableId"`
-	// GatewaySubnetID is the first zone's subnet, where the gateway runs.
+	// GatewaySubnetID is the first zone's subnet, where the gateway runs. It, and that subnet's entry of SubnetIDs,
+	// resolve only once the gateway's address is reserved in it, so nothing launches there before.
 	GatewaySubnetID pulumi.StringOutput `pulumi:"gatewaySubnetId"`
 	// InternetGatewayID is the VPC's internet gateway: public addresses need it attached first.
 	InternetGatewayID pulumi.StringOutput `pulumi:"internetGatewayId"`
@@ -137,11 +139,16 @@ func NewNetwork(ctx *pulumi.Context, name string, args *NetworkArgs, opts ...pul
 		if err != nil {
 			return nil, fmt.Errorf("network %q: route table association %s: %w", name, zone, err)
 		}
+		subnetID := subnet.ID().ToStringOutput()
 		if firstSubnet == nil {
 			firstSubnet = subnet
 			comp.Internet = append(comp.Internet, rta)
+			if subnetID, err = reserveGatewayAddress(ctx, name, args, subnet, parent); err != nil {
+				return nil, fmt.Errorf("network %q: %w", name, err)
+			}
+			comp.GatewaySubnetID = subnetID
 		}
-		subnetIDs = append(subnetIDs, subnet.ID())
+		subnetIDs = append(subnetIDs, subnetID)
 	}
 
 	// The tunnel's own range counts as on-prem: an on-prem host that is itself the WireGuard peer (a control plane
@@ -209,7 +216,6 @@ func NewNetwork(ctx *pulumi.Context, name string, args *NetworkArgs, opts ...pul
 	comp.NodeSecurityGroupID = nodeSG.ID().ToStringOutput()
 	comp.GatewaySecurityGroupID = gatewaySG.ID().ToStringOutput()
 	comp.RouteTableID = rt.ID().ToStringOutput()
-	comp.GatewaySubnetID = firstSubnet.ID().ToStringOutput()
 	comp.InternetGatewayID = igw.ID().ToStringOutput()
 	comp.OnPremCIDRs = onPrem
 	if err := ctx.RegisterResourceOutputs(comp, pulumi.Map{
@@ -239,6 +245,31 @@ func ZoneSubnet(vpc netip.Prefix, zone string) (netip.Prefix, error) {
 	base := vpc.Addr().As4()
 	binary.BigEndian.PutUint32(base[:], binary.BigEndian.Uint32(base[:])+uint32(index)<<(32-bits))
 	return netip.PrefixFrom(netip.AddrFrom4(base), bits), nil
+}
+
+// reserveGatewayAddress keeps the gateway's fixed address (GatewayPrivateIP) out of EC2's automatic assignment in
+// the first subnet: an explicit subnet CIDR reservation, whose addresses only a launch that names them gets (Amazon
+// VPC User Guide, "Subnet CIDR reservations"; it may cover an address already in use, so a running gateway keeps
+// its own). Without it a node launched while the gateway is being replaced, or before its first launch, could take
+// the address, and the gateway's RunInstances would fail (InvalidIPAddress.InUse). It returns the subnet's id,
+// resolved once the reservation exists.
+func reserveGatewayAddress(ctx *pulumi.Context, name string, args *NetworkArgs, subnet *ec2.Subnet,
+	parent pulumi.ResourceOption) (pulumi.StringOutput, error) {
+	ip, err := GatewayPrivateIP(args.VPCCIDR, args.Zones[0])
+	if err != nil {
+		return pulumi.StringOutput{}, err
+	}
+	reservation, err := ec2.NewSubnetCidrReservation(ctx, name+"-gateway-address", &ec2.SubnetCidrReservationArgs{
+		SubnetId:        subnet.ID(),
+		CidrBlock:       pulumi.String(netip.PrefixFrom(ip, ip.BitLen()).String()),
+		ReservationType: pulumi.String("explicit"),
+		Description:     pulumi.String("dynk8s " + args.ClusterName + " WireGuard gateway's fixed address"),
+	}, parent)
+	if err != nil {
+		return pulumi.StringOutput{}, fmt.Errorf("gateway address reservation: %w", err)
+	}
+	return pulumix.Apply2(subnet.ID().ToStringOutput(), reservation.ID().ToStringOutput(),
+		func(subnet, _ string) string { return subnet }).Untyped().(pulumi.StringOutput), nil
 }
 
 // GatewayPrivateIP is the gateway's fixed address: the tenth address of the first zone's subnet (AWS reserves the

@@ -364,6 +364,17 @@ func TestNetwork(t *testing.T) {
 	assert.Equal(t, pmtu[0]["toPort"], float64(4))
 	assert.DeepEqual(t, pmtu[0]["cidrBlocks"], []any{"10.200.0.0/16"})
 
+	// The gateway's fixed address is reserved in its subnet, so EC2 never gives it to a node (AWS N9); the gateway
+	// and the groups launch into that subnet only once the reservation exists.
+	reservation := find(t, res, "aws:ec2/subnetCidrReservation:SubnetCidrReservation", "network-gateway-address")
+	assert.Equal(t, in(reservation, "subnetId"), in(gw, "subnetId"))
+	assert.Equal(t, in(reservation, "cidrBlock"), in(gw, "privateIp").(string)+"/32")
+	assert.Equal(t, in(reservation, "reservationType"), "explicit")
+	assert.Check(t, is.Contains(gw.InputDependencies["subnetId"], "network-gateway-address"))
+	for _, g := range res.Cloud.ByType("aws:autoscaling/group:Group") {
+		assert.Check(t, is.Contains(g.InputDependencies["vpcZoneIdentifiers"], "network-gateway-address"), g.Name)
+	}
+
 	// Node names are instance ids, never reused: a recycled private address cannot adopt a stale Node.
 	for _, sub := range res.Cloud.ByType("aws:ec2/subnet:Subnet") {
 		assert.Equal(t, in(&sub, "privateDnsHostnameTypeOnLaunch"), "resource-name", sub.Name)

@@ -50,6 +50,8 @@ type Resource struct {
 	Provider                string
 	// DependsOn are the names of the resources this one explicitly depends on (the dependsOn option).
 	DependsOn []string
+	// InputDependencies are, per input, the names of the resources its value came from.
+	InputDependencies map[string][]string
 	// Read is true for a resource read from the cloud (a Get*), not declared.
 	Read bool
 }
@@ -153,10 +155,13 @@ func (c *Cloud) NewResource(args pulumi.MockResourceArgs) (string, resource.Prop
 		r.Provider = rpc.GetProvider()
 		// Dependencies holds both the explicit dependsOn and those the inputs imply; only the explicit ones are kept.
 		implied := map[string]bool{}
-		for _, pd := range rpc.GetPropertyDependencies() {
+		r.InputDependencies = map[string][]string{}
+		for key, pd := range rpc.GetPropertyDependencies() {
 			for _, u := range pd.GetUrns() {
 				implied[u] = true
+				r.InputDependencies[key] = append(r.InputDependencies[key], urnName(u))
 			}
+			sort.Strings(r.InputDependencies[key])
 		}
 		for _, d := range rpc.GetDependencies() {
 			if !implied[d] {
