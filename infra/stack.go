@@ -70,6 +70,9 @@ func NewStack(ctx *pulumi.Context, cfg *config.Config) (*Stack, error) {
 	if err := checkPinnedImages(ctx, cfg); err != nil {
 		return nil, err
 	}
+	if err := checkEBSDefaultKey(ctx, cfg); err != nil {
+		return nil, err
+	}
 	// The on-prem cluster is read and checked before anything is declared in AWS (caCertHashes).
 	k8s, err := kubernetesProvider(ctx, cfg)
 	if err != nil {

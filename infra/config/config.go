@@ -256,6 +256,10 @@ type Identity struct {
 	// AutoscalerKeyRotation is an opaque value; changing it creates a new autoscaler access key before deleting
 	// the old one.
 	AutoscalerKeyRotation string `key:"autoscalerKeyRotation" default:"1"`
+	// CustomerManagedEBSKey states that the region's default EBS encryption key, which encrypts every volume the
+	// stack launches, is a customer-managed key whose policy lets the Auto Scaling service-linked role and the node
+	// role use it (README, "Encrypted volumes"). Without it such a key fails the preview.
+	CustomerManagedEBSKey bool `key:"customerManagedEbsKey" default:"false"`
 }
 
 // removedKeys are keys earlier versions read, with why they went and what to do instead: a stack file that still

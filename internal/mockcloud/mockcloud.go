@@ -72,6 +72,9 @@ type Cloud struct {
 	// ClusterVersion is the control plane's version in kube-system/kubeadm-config, e.g. "v1.34.4". Default
 	// v1.34.4.
 	ClusterVersion string
+	// EBSDefaultKey is the key ARN of the region's default EBS encryption key, a customer-managed key; empty: the
+	// AWS managed alias/aws/ebs, as in an account that never changed it.
+	EBSDefaultKey string
 
 	mu        sync.Mutex
 	resources []Resource
@@ -217,6 +220,14 @@ func (c *Cloud) Call(args pulumi.MockCallArgs) (resource.PropertyMap, error) {
 		return c.getInstanceType(args.Args)
 	case "aws:ec2/getInstanceTypeOfferings:getInstanceTypeOfferings":
 		return c.getInstanceTypeOfferings(args.Args)
+	case "aws:ebs/getDefaultKmsKey:getDefaultKmsKey":
+		key := c.EBSDefaultKey
+		if key == "" {
+			key = "arn:aws:kms:" + c.Region + ":" + Account + ":alias/aws/ebs"
+		}
+		return resource.NewPropertyMapFromMap(map[string]any{"keyArn": key, "id": c.Region}), nil
+	case "aws:kms/getKey:getKey":
+		return c.kmsKey(args.Args)
 	}
 	return nil, fmt.Errorf("mockcloud: no stand-in for invoke %s", args.Token)
 }

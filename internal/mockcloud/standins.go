@@ -392,3 +392,19 @@ func kubeadmConfig(out resource.PropertyMap, version string) error {
 	out["data"] = resource.NewPropertyValue(map[string]any{"ClusterConfiguration": string(cc)})
 	return nil
 }
+
+// kmsKey answers kms.LookupKey for the default EBS key: the AWS managed key behind alias/aws/ebs, or the
+// customer-managed key Cloud.EBSDefaultKey names.
+func (c *Cloud) kmsKey(args resource.PropertyMap) (resource.PropertyMap, error) {
+	id := args["keyId"].StringValue()
+	manager, arn := "CUSTOMER", id
+	if strings.HasSuffix(id, "alias/aws/ebs") {
+		manager = "AWS"
+		arn = "arn:aws:kms:" + c.Region + ":" + Account + ":key/" + shortHash("aws/ebs")
+	} else if id != c.EBSDefaultKey {
+		return nil, fmt.Errorf("mockcloud: NotFoundException: Key '%s' does not exist", id)
+	}
+	return resource.NewPropertyMapFromMap(map[string]any{
+		"id": arn, "arn": arn, "keyId": id, "keyManager": manager, "keyState": "Enabled", "enabled": true,
+	}), nil
+}
