@@ -174,11 +174,13 @@ func NewStack(ctx *pulumi.Context, cfg *config.Config) (*Stack, error) {
 		s.Pools = append(s.Pools, np)
 	}
 
-	s.Addons, err = addons.NewClusterAddons(ctx, "addons", AddonsArgs(cfg, Credentials{
+	addonsArgs := AddonsArgs(cfg, Credentials{
 		AutoscalerKeyID: s.Identity.AutoscalerAccessKeyID, AutoscalerSecret: s.Identity.AutoscalerSecretAccessKey,
 		CleanupKeyID: s.Identity.CleanupAccessKeyID, CleanupSecret: s.Identity.CleanupSecretAccessKey,
 		RotatorKeyID: s.Identity.TokenRotatorAccessKeyID, RotatorSecret: s.Identity.TokenRotatorSecretAccessKey,
-	}), pulumi.Providers(k8s))
+	})
+	addonsArgs.JoinTokenParameterResource = s.Identity.JoinTokenParameterResource
+	s.Addons, err = addons.NewClusterAddons(ctx, "addons", addonsArgs, pulumi.Providers(k8s))
 	if err != nil {
 		return nil, err
 	}

@@ -165,7 +165,11 @@ func (b *builder) tokenRotator() (string, error) {
 	if err != nil {
 		return "", fmt.Errorf("script config map: %w", err)
 	}
-	deps := pulumi.DependsOn([]pulumi.Resource{sa, binding, admission, creds.secret, script})
+	after := []pulumi.Resource{sa, binding, admission, creds.secret, script}
+	if a.JoinTokenParameterResource != nil {
+		after = append(after, a.JoinTokenParameterResource)
+	}
+	deps := pulumi.DependsOn(after)
 
 	_, err = batchv1.NewCronJob(b.ctx, b.childName("token-rotator"), &batchv1.CronJobArgs{
 		Metadata: b.objectMeta(TokenRotatorName, namespace, TokenRotatorName),
