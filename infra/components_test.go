@@ -90,7 +90,7 @@ func TestIdentityComponent(t *testing.T) {
 	token := mustFind(t, cloud, "aws:ssm/parameter:Parameter", "id-join-token")
 	assert.Equal(t, in(token, "name"), "/dynk8s/lab/join-token")
 	assert.Check(t, token.Inputs["value"].IsSecret() || token.Inputs["value"].ContainsSecrets())
-	assert.DeepEqual(t, token.IgnoreChanges, []string{"value"})
+	assert.DeepEqual(t, token.IgnoreChanges, []string{"value", "description"})
 	mustFind(t, cloud, "aws:iam/accessKey:AccessKey", "id-token-rotator-key-7")
 	rotator := policy(t, mustFind(t, cloud, "aws:iam/userPolicy:UserPolicy", "id-token-rotator"), "policy")
 	assert.DeepEqual(t, rotator.Statement[0].Resource, []string{"arn:aws:ssm:us-west-2:123456789012:parameter/dynk8s/lab/join-token"})
