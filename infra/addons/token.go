@@ -7,6 +7,7 @@ import (
 	"encoding/hex"
 	"fmt"
 	"strconv"
+	"strings"
 	"time"
 
 	batchv1 "github.com/pulumi/pulumi-kubernetes/sdk/v4/go/kubernetes/batch/v1"
@@ -227,6 +228,7 @@ func (b *builder) tokenRotatorPodSpec(creds *awsCredentials) *corev1.PodSpecArgs
 		env: corev1.EnvVarArray{
 			&corev1.EnvVarArgs{Name: pulumi.String("SSM_PARAMETER"), Value: pulumi.String(a.JoinTokenParameter)},
 			&corev1.EnvVarArgs{Name: pulumi.String("AWS_REGION"), Value: pulumi.String(a.Region)},
+			&corev1.EnvVarArgs{Name: pulumi.String("SSM_ENDPOINT"), Value: pulumi.String(ssmEndpoint(a.Region))},
 			&corev1.EnvVarArgs{
 				Name:  pulumi.String("TOKEN_TTL_SECONDS"),
 				Value: pulumi.String(strconv.Itoa(int(a.BootstrapTokenTTL.Seconds()))),
@@ -236,4 +238,15 @@ func (b *builder) tokenRotatorPodSpec(creds *awsCredentials) *corev1.PodSpecArgs
 			creds.env("AWS_SECRET_ACCESS_KEY", awsSecretKeyKey),
 		},
 	}.spec()
+}
+
+// ssmEndpoint is the regional SSM endpoint of region's partition: the China regions' domain is amazonaws.com.cn,
+// every other region config accepts (commercial and GovCloud) is under amazonaws.com (AWS General Reference,
+// "Service endpoints"; the partitions' dnsSuffix in the AWS SDKs' endpoints.json).
+func ssmEndpoint(region string) string {
+	domain := "amazonaws.com"
+	if strings.HasPrefix(region, "cn-") {
+		domain = "amazonaws.com.cn"
+	}
+	return "https://ssm." + region + "." + domain
 }
