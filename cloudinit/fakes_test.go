@@ -440,6 +440,9 @@ type fakeEC2 struct {
 	failStatus int
 	// actions are the actions called, in order.
 	actions []string
+	// emptyPages answers that many DescribeInstances pages first with no instance and a nextToken, as EC2 may for a
+	// filtered search (EC2 API guide, "Pagination"); the next page is asked for by NextToken=page-<n>.
+	emptyPages int
 }
 
 type fakeInstance struct {
@@ -514,6 +517,17 @@ func (e *fakeEC2) describe(w http.ResponseWriter, form url.Values) {
 	}
 	var b strings.Builder
 	fmt.Fprintf(&b, `<DescribeInstancesResponse %s><requestId>fake</requestId><reservationSet>`, ec2NS)
+	page := 0
+	if token := form.Get("NextToken"); token != "" {
+		if _, err := fmt.Sscanf(token, "page-%d", &page); err != nil || page < 1 || page > e.emptyPages {
+			e.aws.problem("EC2 DescribeInstances: NextToken %q was never handed out", token)
+		}
+	}
+	if page < e.emptyPages {
+		fmt.Fprintf(&b, `</reservationSet><nextToken>page-%d</nextToken></DescribeInstancesResponse>`, page+1)
+		_, _ = io.WriteString(w, b.String())
+		return
+	}
 	for _, in := range e.instances {
 		match := in.Tags["dynk8s:cluster"] == testClusterName && slices.Contains(filters["instance-state-name"], in.State)
 		if _, pool := in.Tags["dynk8s:pool"]; !match || !pool {

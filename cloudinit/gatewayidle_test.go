@@ -122,6 +122,27 @@ func TestGatewayIdleStaysUpWhilePoolInstancesRun(t *testing.T) {
 	}
 }
 
+// EC2 may answer a filtered search with an empty page and a nextToken: the check follows the tokens, so a pool
+// instance on a later page keeps the gateway up (AWS N13), and an empty search ends where the tokens end.
+func TestGatewayIdleFollowsNextToken(t *testing.T) {
+	t.Parallel()
+	ud, aws := idleFixture(t, fakeInstance{ID: "i-0ddddddddddddddd4", State: "running",
+		Tags: map[string]string{"dynk8s:cluster": testClusterName, "dynk8s:pool": "builders-arm"}})
+	aws.ec2.emptyPages = 2
+	run := runIdle(t, ud, aws, stateLine(time.Hour, 7), nftCounters(5, 2), nil)
+	assert.Equal(t, run.exitCode, 0)
+	assert.Check(t, !strings.Contains(run.file("calls"), "poweroff"))
+	assert.Check(t, is.Contains(run.stderr, "staying up: pool instances i-0ddddddddddddddd4 (running)"))
+	assert.Check(t, is.DeepEqual(aws.ec2Actions(), []string{"DescribeInstances", "DescribeInstances", "DescribeInstances"}))
+
+	ud, aws = idleFixture(t)
+	aws.ec2.emptyPages = 1
+	run = runIdle(t, ud, aws, stateLine(16*time.Minute, 7), nftCounters(5, 2), nil)
+	assert.Check(t, is.Contains(run.file("calls"), "systemctl poweroff\n"))
+	assert.Check(t, is.DeepEqual(aws.ec2Actions(), []string{"DescribeInstances", "DescribeInstances"}))
+	assert.Check(t, is.Len(failedLines(run.stderr), 0))
+}
+
 // No pool instance, but packets crossed the tunnel since the last run: the gateway stays up and the window restarts.
 // A counter that went down (the table was reloaded) counts as traffic too.
 func TestGatewayIdleStaysUpWhileTrafficFlows(t *testing.T) {

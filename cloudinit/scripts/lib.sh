@@ -334,7 +334,8 @@ ec2_call() {
 
 # ec2_xml WHAT: reads an EC2 XML answer on stdin. "error" and "message" print the first error's code and message;
 # "instanceState" or "currentState" print "<instance-id> <state name>" for each instance of the answer's
-# instancesSet elements (DescribeInstances, StartInstances). Fails on input that is not XML.
+# instancesSet elements (DescribeInstances, StartInstances); "nextToken" prints the token of the next page, if any.
+# Fails on input that is not XML.
 ec2_xml() {
   python3 -c '
 import sys, xml.etree.ElementTree as ET
@@ -347,6 +348,8 @@ if what in ("error", "message"):
     if err is None:
         sys.exit(1)
     print(err.findtext("Code" if what == "error" else "Message") or "")
+elif what == "nextToken":
+    print(root.findtext("nextToken") or "")
 else:
     for instances in root.iter("instancesSet"):
         for item in instances.findall("item"):
