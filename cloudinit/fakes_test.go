@@ -434,6 +434,9 @@ type fakeEC2 struct {
 	gatewayID     string
 	gatewayState  string
 	stoppingCalls int
+	// haltingCalls is the number of starts a running gateway still answers "running" while its OS powers off: after
+	// the last of them it is stopping.
+	haltingCalls int
 	// failures answers that many calls with failCode (HTTP failStatus) first; negative: every call.
 	failures   int
 	failCode   string
@@ -550,6 +553,11 @@ func (e *fakeEC2) start(w http.ResponseWriter, form url.Values) {
 	if id != e.gatewayID || form.Get("InstanceId.2") != "" {
 		e.fail(w, http.StatusBadRequest, "InvalidInstanceID.NotFound", fmt.Sprintf("The instance ID '%s' does not exist", id))
 		return
+	}
+	if e.gatewayState == "running" && e.haltingCalls > 0 {
+		if e.haltingCalls--; e.haltingCalls == 0 {
+			defer func() { e.gatewayState = "stopping" }()
+		}
 	}
 	if e.gatewayState == "stopping" {
 		if e.stoppingCalls > 0 {
