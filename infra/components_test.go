@@ -103,7 +103,7 @@ func TestIdentityComponent(t *testing.T) {
 	lifecycle := mustFind(t, cloud, "aws:iam/rolePolicy:RolePolicy", "id-node-lifecycle")
 	assert.Equal(t, in(lifecycle, "role"), "lab-node")
 	assert.DeepEqual(t, policy(t, lifecycle, "policy"), infra.PolicyDocument{Version: "2012-10-17", Statement: []infra.PolicyStatement{
-		{Sid: "FindOwnGroup", Effect: "Allow", Action: []string{"autoscaling:DescribeAutoScalingInstances"}, Resource: []string{"*"}},
+		{Sid: "FindOwnGroup", Effect: "Allow", Action: []string{"autoscaling:DescribeAutoScalingGroups", "autoscaling:DescribeAutoScalingInstances"}, Resource: []string{"*"}},
 		{
 			Sid: "HandOwnBootBackToThisClustersGroups", Effect: "Allow",
 			Action:   []string{"autoscaling:CompleteLifecycleAction", "autoscaling:SetInstanceHealth"},

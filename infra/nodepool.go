@@ -167,7 +167,9 @@ func NewNodePool(ctx *pulumi.Context, name string, args *NodePoolArgs, opts ...p
 		return nil, fmt.Errorf("node pool %q: launch template: %w", name, err)
 	}
 	// The group follows the template's newest version by number, not "$Latest": a new version then changes the
-	// group, so instances launched after `pulumi up` boot the new image and user data.
+	// group, so instances launched after `pulumi up` boot the new image and user data. A warm instance launched
+	// before keeps the old ones; its boot compares its version with the group's and hands itself back when older
+	// (cloudinit, join.sh).
 	version := lt.LatestVersion.ApplyT(strconv.Itoa).(pulumi.StringOutput)
 
 	var tags autoscaling.GroupTagArray
