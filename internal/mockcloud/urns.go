@@ -16,7 +16,7 @@ func childURN(parentURN, typ, name string) string {
 	}
 	stack, project := tokens.QName(""), tokens.PackageName(Project)
 	if parent != "" {
-		stack, project = tokens.QName(parent.Stack()), tokens.PackageName(parent.Project())
+		stack, project = parent.Stack(), parent.Project()
 	}
 	return string(resource.NewURN(stack, project, parentType, tokens.Type(typ), name))
 }
@@ -58,7 +58,7 @@ func rootURN(urn string) string {
 	if u == "" {
 		return ""
 	}
-	return string(resource.NewURN(tokens.QName(u.Stack()), tokens.PackageName(u.Project()), "",
+	return string(resource.NewURN(u.Stack(), u.Project(), "",
 		resource.RootStackType, string(u.Project())+"-"+string(u.Stack())))
 }
 
