@@ -9,7 +9,6 @@ import (
 
 	"github.com/pulumi/pulumi-aws/sdk/v6/go/aws/ec2"
 	"github.com/pulumi/pulumi/sdk/v3/go/pulumi"
-	"github.com/pulumi/pulumi/sdk/v3/go/pulumix"
 
 	"github.com/dynk8s/dynk8s/infra/config"
 )
@@ -29,9 +28,11 @@ type Network struct {
 	GatewaySecurityGroupID pulumi.StringOutput      `pulumi:"gatewaySecurityGroupId"`
 	// RouteTableID is the subnets' route table, where the gateway routes the on-prem ranges to itself.
 	RouteTableID pulumi.StringOutput `pulumi:"routeTableId"`
-	// GatewaySubnetID is the first zone's subnet, where the gateway runs. It, and that subnet's entry of SubnetIDs,
-	// resolve only once the gateway's address is reserved in it, so nothing launches there before.
+	// GatewaySubnetID is the first zone's subnet, where the gateway runs.
 	GatewaySubnetID pulumi.StringOutput `pulumi:"gatewaySubnetId"`
+	// GatewayAddress reserves the gateway's fixed address in that subnet: the gateway and the groups depend on it,
+	// so nothing launches there before it exists.
+	GatewayAddress pulumi.Resource
 	// InternetGatewayID is the VPC's internet gateway: public addresses need it attached first.
 	InternetGatewayID pulumi.StringOutput `pulumi:"internetGatewayId"`
 	// Internet are the resources an instance in the gateway's subnet needs to reach the internet (the internet
@@ -139,16 +140,14 @@ func NewNetwork(ctx *pulumi.Context, name string, args *NetworkArgs, opts ...pul
 		if err != nil {
 			return nil, fmt.Errorf("network %q: route table association %s: %w", name, zone, err)
 		}
-		subnetID := subnet.ID().ToStringOutput()
 		if firstSubnet == nil {
 			firstSubnet = subnet
 			comp.Internet = append(comp.Internet, rta)
-			if subnetID, err = reserveGatewayAddress(ctx, name, args, subnet, parent); err != nil {
+			if comp.GatewayAddress, err = reserveGatewayAddress(ctx, name, args, subnet, parent); err != nil {
 				return nil, fmt.Errorf("network %q: %w", name, err)
 			}
-			comp.GatewaySubnetID = subnetID
 		}
-		subnetIDs = append(subnetIDs, subnetID)
+		subnetIDs = append(subnetIDs, subnet.ID())
 	}
 
 	// The tunnel's own range counts as on-prem: an on-prem host that is itself the WireGuard peer (a control plane
@@ -216,6 +215,7 @@ func NewNetwork(ctx *pulumi.Context, name string, args *NetworkArgs, opts ...pul
 	comp.NodeSecurityGroupID = nodeSG.ID().ToStringOutput()
 	comp.GatewaySecurityGroupID = gatewaySG.ID().ToStringOutput()
 	comp.RouteTableID = rt.ID().ToStringOutput()
+	comp.GatewaySubnetID = firstSubnet.ID().ToStringOutput()
 	comp.InternetGatewayID = igw.ID().ToStringOutput()
 	comp.OnPremCIDRs = onPrem
 	if err := ctx.RegisterResourceOutputs(comp, pulumi.Map{
@@ -251,13 +251,14 @@ func ZoneSubnet(vpc netip.Prefix, zone string) (netip.Prefix, error) {
 // the first subnet: an explicit subnet CIDR reservation, whose addresses only a launch that names them gets (Amazon
 // VPC User Guide, "Subnet CIDR reservations"; it may cover an address already in use, so a running gateway keeps
 // its own). Without it a node launched while the gateway is being replaced, or before its first launch, could take
-// the address, and the gateway's RunInstances would fail (InvalidIPAddress.InUse). It returns the subnet's id,
-// resolved once the reservation exists.
+// the address, and the gateway's RunInstances would fail (InvalidIPAddress.InUse). Whatever launches into the subnet
+// depends on it explicitly rather than through the subnet's id: an id that waits for a reservation still to be
+// created would be unknown in the preview of an upgrade, which would then show the gateway replaced.
 func reserveGatewayAddress(ctx *pulumi.Context, name string, args *NetworkArgs, subnet *ec2.Subnet,
-	parent pulumi.ResourceOption) (pulumi.StringOutput, error) {
+	parent pulumi.ResourceOption) (*ec2.SubnetCidrReservation, error) {
 	ip, err := GatewayPrivateIP(args.VPCCIDR, args.Zones[0])
 	if err != nil {
-		return pulumi.StringOutput{}, err
+		return nil, err
 	}
 	reservation, err := ec2.NewSubnetCidrReservation(ctx, name+"-gateway-address", &ec2.SubnetCidrReservationArgs{
 		SubnetId:        subnet.ID(),
@@ -266,10 +267,9 @@ func reserveGatewayAddress(ctx *pulumi.Context, name string, args *NetworkArgs, 
 		Description:     pulumi.String("dynk8s " + args.ClusterName + " WireGuard gateway's fixed address"),
 	}, parent)
 	if err != nil {
-		return pulumi.StringOutput{}, fmt.Errorf("gateway address reservation: %w", err)
+		return nil, fmt.Errorf("gateway address reservation: %w", err)
 	}
-	return pulumix.Apply2(subnet.ID().ToStringOutput(), reservation.ID().ToStringOutput(),
-		func(subnet, _ string) string { return subnet }).Untyped().(pulumi.StringOutput), nil
+	return reservation, nil
 }
 
 // GatewayPrivateIP is the gateway's fixed address: the tenth address of the first zone's subnet (AWS reserves the

@@ -83,6 +83,9 @@ type NodePoolArgs struct {
 	SecurityGroupID pulumi.StringInput
 	// InstanceProfileARN is the node instance profile (required).
 	InstanceProfileARN pulumi.StringInput
+	// GatewayAddress reserves the gateway's address in one of the subnets (optional): the group is created after it,
+	// so that no instance it launches takes that address.
+	GatewayAddress pulumi.Resource
 }
 
 // NewNodePool declares one node pool.
@@ -270,7 +273,8 @@ func NewNodePool(ctx *pulumi.Context, name string, args *NodePoolArgs, opts ...p
 	// running group never replaces the group and terminates its nodes. The hook resource below owns the hook after
 	// creation.
 	group, err := autoscaling.NewGroup(ctx, name+"-asg", groupArgs, parent,
-		pulumi.IgnoreChanges([]string{"desiredCapacity", "initialLifecycleHooks"}))
+		pulumi.IgnoreChanges([]string{"desiredCapacity", "initialLifecycleHooks"}),
+		pulumi.DependsOn(launchAfter(nil, args.GatewayAddress)))
 	if err != nil {
 		return nil, fmt.Errorf("node pool %q: auto scaling group: %w", name, err)
 	}

@@ -128,6 +128,7 @@ func NewStack(ctx *pulumi.Context, cfg *config.Config) (*Stack, error) {
 		VPCCIDR:             cfg.Network.VPCCIDR,
 		IdleStop:            cfg.Gateway.IdleStop,
 		SubnetID:            s.Network.GatewaySubnetID,
+		AddressReservation:  s.Network.GatewayAddress,
 		SecurityGroupID:     s.Network.GatewaySecurityGroupID,
 		PrivateIP:           gatewayIP.String(),
 		RouteTableID:        s.Network.RouteTableID,
@@ -167,6 +168,7 @@ func NewStack(ctx *pulumi.Context, cfg *config.Config) (*Stack, error) {
 			SubnetIDs:          s.Network.SubnetIDs,
 			SecurityGroupID:    s.Network.NodeSecurityGroupID,
 			InstanceProfileARN: s.Identity.NodeInstanceProfileARN,
+			GatewayAddress:     s.Network.GatewayAddress,
 		})
 		if err != nil {
 			return nil, err
