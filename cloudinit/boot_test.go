@@ -141,6 +141,53 @@ func TestBootPreparesInTheWarmPoolThenJoins(t *testing.T) {
 	assert.Check(t, is.Equal(again.file("calls"), ""))
 }
 
+// A warm instance keeps the user data it was launched with: when the group launches a newer launch template version
+// by the time the instance enters service (a `pulumi up` replaced the gateway, or changed the CA pin or the
+// version), its boot abandons the launch hook's action instead of joining with stale values, and the group replaces
+// it (AWS N2). One of the current version joins; an answer without versions lets it join too.
+func TestBootHandsBackAStaleWarmInstance(t *testing.T) {
+	t.Parallel()
+	for name, c := range map[string]struct {
+		instance, group, result string
+	}{
+		"stale":   {"3", "4", "stale"},
+		"current": {"4", "4", "joined"},
+		"unknown": {"", "", "joined"},
+	} {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			ud, aws := bootFixture(t, 0, withHook, fakeimds.Instance{LifecycleState: "Warmed:Stopped"})
+			aws.pendingAction = true
+			aws.instanceVersion, aws.groupVersion = c.instance, c.group
+			env := newScriptEnv(t, ud, aws, nil, nil)
+			assert.Equal(t, env.run(t, joinScript).exitCode, 0)
+
+			reboot(t, env.root)
+			aws.imds.SetLifecycleState("InService")
+			aws.mu.Lock()
+			aws.pendingAction = true
+			aws.mu.Unlock()
+			assert.NilError(t, os.Remove(filepath.Join(env.stubDir, "calls")))
+			start := env.run(t, joinScript)
+			assert.Equal(t, start.exitCode, 0)
+			assert.Check(t, is.Equal(readTimeline(t, start).Result, c.result))
+			asg := aws.autoscalingCalls()
+			last := asg[len(asg)-1]
+			if c.result == "stale" {
+				assert.Check(t, is.Contains(start.stderr, "launched from version 3 of the launch template; the group launches version 4"))
+				assert.Check(t, is.Equal(last, "CompleteLifecycleAction AutoScalingGroupName="+fakeGroup+" InstanceId="+
+					fakeInstanceID+" LifecycleActionResult=ABANDON LifecycleHookName="+testHook))
+				assert.Check(t, !strings.Contains(start.file("calls"), "kubeadm"), "a stale instance joined")
+				assert.Check(t, is.Equal(aws.ssmRequests, 0), "a stale instance read the token")
+				return
+			}
+			assert.Check(t, is.Contains(start.file("calls"), "kubeadm join"))
+			assert.Check(t, is.Equal(last, "CompleteLifecycleAction AutoScalingGroupName="+fakeGroup+" InstanceId="+
+				fakeInstanceID+" LifecycleActionResult=CONTINUE LifecycleHookName="+testHook))
+		})
+	}
+}
+
 // A warm pool that waits Running (or Hibernated): the instance prepares once and then waits without a boot while
 // dynk8s-join.timer runs the join every 15 s; those runs return at once, quietly, touching nothing. When the group
 // puts the instance in service, the next run joins, on the same boot.

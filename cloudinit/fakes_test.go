@@ -60,6 +60,9 @@ type fakeAWS struct {
 	// for the instance, as in Pending:Wait or Warmed:Pending:Wait.
 	group         string
 	pendingAction bool
+	// instanceVersion and groupVersion are the launch template versions DescribeAutoScalingInstances gives the
+	// instance and DescribeAutoScalingGroups the group ("": none, and the group is not known).
+	instanceVersion, groupVersion string
 	// asgCalls are the Auto Scaling calls, one line each: the action and its sorted parameters but Action and
 	// Version.
 	asgCalls []string
@@ -182,8 +185,8 @@ func (f *fakeAWS) serveAutoScaling(w http.ResponseWriter, r *http.Request) {
 	case "DescribeAutoScalingInstances":
 		member := ""
 		if f.group != "" && form.Get("InstanceIds.member.1") == fakeInstanceID {
-			member = fmt.Sprintf("<member><InstanceId>%s</InstanceId><AutoScalingGroupName>%s</AutoScalingGroupName></member>",
-				fakeInstanceID, f.group)
+			member = fmt.Sprintf("<member><InstanceId>%s</InstanceId><AutoScalingGroupName>%s</AutoScalingGroupName>%s</member>",
+				fakeInstanceID, f.group, fakeTemplate(f.instanceVersion))
 		}
 		_, _ = fmt.Fprintf(w, `<DescribeAutoScalingInstancesResponse %s><DescribeAutoScalingInstancesResult><AutoScalingInstances>%s</AutoScalingInstances></DescribeAutoScalingInstancesResult></DescribeAutoScalingInstancesResponse>`, ns, member)
 	case "CompleteLifecycleAction":
@@ -193,11 +196,30 @@ func (f *fakeAWS) serveAutoScaling(w http.ResponseWriter, r *http.Request) {
 		}
 		f.pendingAction = false
 		_, _ = fmt.Fprintf(w, `<CompleteLifecycleActionResponse %s><CompleteLifecycleActionResult/></CompleteLifecycleActionResponse>`, ns)
+	case "DescribeAutoScalingGroups":
+		if f.groupVersion == "" || form.Get("AutoScalingGroupNames.member.1") != f.group {
+			fail("ValidationError", "fake autoscaling knows no such group")
+			return
+		}
+		// As EC2 Auto Scaling answers: the group's template, then its instances, each with its own template.
+		_, _ = fmt.Fprintf(w, `<DescribeAutoScalingGroupsResponse %s><DescribeAutoScalingGroupsResult><AutoScalingGroups><member>`+
+			`<AutoScalingGroupName>%s</AutoScalingGroupName>%s<Instances><member><InstanceId>%s</InstanceId>%s</member></Instances>`+
+			`</member></AutoScalingGroups></DescribeAutoScalingGroupsResult></DescribeAutoScalingGroupsResponse>`,
+			ns, f.group, fakeTemplate(f.groupVersion), fakeInstanceID, fakeTemplate(f.instanceVersion))
 	case "SetInstanceHealth":
 		_, _ = fmt.Fprintf(w, `<SetInstanceHealthResponse %s/>`, ns)
 	default:
 		fail("InvalidAction", "fake autoscaling knows no "+action)
 	}
+}
+
+// fakeTemplate is a LaunchTemplate element of an Auto Scaling answer, or nothing for version "".
+func fakeTemplate(version string) string {
+	if version == "" {
+		return ""
+	}
+	return "<LaunchTemplate><LaunchTemplateId>lt-0123456789abcdef0</LaunchTemplateId>" +
+		"<LaunchTemplateName>lab-x86-20260101</LaunchTemplateName><Version>" + version + "</Version></LaunchTemplate>"
 }
 
 func (f *fakeAWS) autoscalingCalls() []string {
@@ -437,6 +459,9 @@ type fakeEC2 struct {
 	gatewayID     string
 	gatewayState  string
 	stoppingCalls int
+	// haltingCalls is the number of starts a running gateway still answers "running" while its OS powers off: after
+	// the last of them it is stopping.
+	haltingCalls int
 	// failures answers that many calls with failCode (HTTP failStatus) first; negative: every call.
 	failures   int
 	failCode   string
@@ -561,6 +586,11 @@ func (e *fakeEC2) start(w http.ResponseWriter, form url.Values) {
 	if id != e.gatewayID || form.Get("InstanceId.2") != "" {
 		e.fail(w, http.StatusBadRequest, "InvalidInstanceID.NotFound", fmt.Sprintf("The instance ID '%s' does not exist", id))
 		return
+	}
+	if e.gatewayState == "running" && e.haltingCalls > 0 {
+		if e.haltingCalls--; e.haltingCalls == 0 {
+			defer func() { e.gatewayState = "stopping" }()
+		}
 	}
 	if e.gatewayState == "stopping" {
 		if e.stoppingCalls > 0 {

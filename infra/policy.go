@@ -159,13 +159,15 @@ func WakeGatewayPolicy(instanceARN, clusterName, gatewayName string) PolicyDocum
 // up without a hook, so the group replaces it at once. Both only on groups tagged as this cluster's, within
 // groupARNs (the stack's region and account); both support that scoping (the Service Authorization Reference for
 // EC2 Auto Scaling; kops scopes CompleteLifecycleAction by the same kind of tag, pkg/model/iam/iam_builder.go).
-// Finding its group's name takes DescribeAutoScalingInstances, which supports no resource-level permissions.
+// Finding its group's name takes DescribeAutoScalingInstances, and telling whether a warm instance was launched from
+// the group's current launch template version DescribeAutoScalingGroups; neither supports resource-level
+// permissions.
 func NodeLifecyclePolicy(clusterName, groupARNs string) PolicyDocument {
 	return PolicyDocument{Version: policyVersion, Statement: []PolicyStatement{
 		{
 			Sid:      "FindOwnGroup",
 			Effect:   "Allow",
-			Action:   []string{"autoscaling:DescribeAutoScalingInstances"},
+			Action:   []string{"autoscaling:DescribeAutoScalingGroups", "autoscaling:DescribeAutoScalingInstances"},
 			Resource: []string{"*"},
 		},
 		{

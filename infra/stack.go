@@ -67,6 +67,12 @@ func NewStack(ctx *pulumi.Context, cfg *config.Config) (*Stack, error) {
 	if err != nil {
 		return nil, err
 	}
+	if err := checkPinnedImages(ctx, cfg); err != nil {
+		return nil, err
+	}
+	if err := checkEBSDefaultKey(ctx, cfg); err != nil {
+		return nil, err
+	}
 	// The on-prem cluster is read and checked before anything is declared in AWS (caCertHashes).
 	k8s, err := kubernetesProvider(ctx, cfg)
 	if err != nil {
@@ -122,6 +128,7 @@ func NewStack(ctx *pulumi.Context, cfg *config.Config) (*Stack, error) {
 		VPCCIDR:             cfg.Network.VPCCIDR,
 		IdleStop:            cfg.Gateway.IdleStop,
 		SubnetID:            s.Network.GatewaySubnetID,
+		AddressReservation:  s.Network.GatewayAddress,
 		SecurityGroupID:     s.Network.GatewaySecurityGroupID,
 		PrivateIP:           gatewayIP.String(),
 		RouteTableID:        s.Network.RouteTableID,
@@ -131,6 +138,9 @@ func NewStack(ctx *pulumi.Context, cfg *config.Config) (*Stack, error) {
 		GatewayRoleName:     s.Identity.GatewayRoleName,
 		NodeRoleName:        s.Identity.NodeRoleName,
 		Forward:             GatewayForward(cfg),
+		// The network declared these routes up to the layout where the gateway owns its interface.
+		FormerRouteParent:     s.Network,
+		FormerRouteParentName: "network",
 	})
 	if err != nil {
 		return nil, err
@@ -159,6 +169,7 @@ func NewStack(ctx *pulumi.Context, cfg *config.Config) (*Stack, error) {
 			SubnetIDs:          s.Network.SubnetIDs,
 			SecurityGroupID:    s.Network.NodeSecurityGroupID,
 			InstanceProfileARN: s.Identity.NodeInstanceProfileARN,
+			GatewayAddress:     s.Network.GatewayAddress,
 		})
 		if err != nil {
 			return nil, err
@@ -166,11 +177,13 @@ func NewStack(ctx *pulumi.Context, cfg *config.Config) (*Stack, error) {
 		s.Pools = append(s.Pools, np)
 	}
 
-	s.Addons, err = addons.NewClusterAddons(ctx, "addons", AddonsArgs(cfg, Credentials{
+	addonsArgs := AddonsArgs(cfg, Credentials{
 		AutoscalerKeyID: s.Identity.AutoscalerAccessKeyID, AutoscalerSecret: s.Identity.AutoscalerSecretAccessKey,
 		CleanupKeyID: s.Identity.CleanupAccessKeyID, CleanupSecret: s.Identity.CleanupSecretAccessKey,
 		RotatorKeyID: s.Identity.TokenRotatorAccessKeyID, RotatorSecret: s.Identity.TokenRotatorSecretAccessKey,
-	}), pulumi.Providers(k8s))
+	})
+	addonsArgs.JoinTokenParameterResource = s.Identity.JoinTokenParameterResource
+	s.Addons, err = addons.NewClusterAddons(ctx, "addons", addonsArgs, pulumi.Providers(k8s))
 	if err != nil {
 		return nil, err
 	}

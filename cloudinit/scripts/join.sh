@@ -394,6 +394,67 @@ group() {
   [[ $GROUP =~ ^[^[:space:]]+$ && $GROUP != None ]] || { GROUP='' && LAST_ERROR="no group has $INSTANCE_ID" && return 1; }
 }
 
+# template_version VAR PATH: VAR gets the launch template version at PATH (ElementTree, from the answer's root) of
+# an Auto Scaling answer in BODY; the CLI's text output is the version itself.
+template_version() {
+  local v
+  if ((CURL_SIGNS)); then
+    v=$(printf '%s' "$BODY" | python3 -c '
+import sys, xml.etree.ElementTree as ET
+root = ET.fromstring(sys.stdin.read())
+for e in root.iter():
+    e.tag = e.tag.rsplit("}", 1)[-1]
+print(root.findtext(sys.argv[1]) or "")
+' "$2" 2>/dev/null) || v=''
+  else
+    v=$BODY
+  fi
+  [[ $v =~ ^[0-9]+$ ]] || { LAST_ERROR="no launch template version in the answer ('$v')" && return 1; }
+  printf -v "$1" '%s' "$v"
+}
+
+# stale_template: STALE=1 when this instance, prepared in the warm pool, was launched from an older version of its
+# group's launch template than the group launches now. A `pulumi up` since then may have changed what its user data
+# baked in (the gateway to wake, the CA pin, the Kubernetes version), and a warm instance keeps the user data it was
+# launched with (EC2 Auto Scaling User Guide, "Update the instances in a warm pool").
+STALE=0
+stale_template() {
+  local mine current
+  group || return 1
+  autoscaling DescribeAutoScalingInstances InstanceIds.member.1="$INSTANCE_ID" -- describe-auto-scaling-instances \
+    --instance-ids "$INSTANCE_ID" --query 'AutoScalingInstances[0].LaunchTemplate.Version' || return 1
+  template_version mine ./DescribeAutoScalingInstancesResult/AutoScalingInstances/member/LaunchTemplate/Version ||
+    return 1
+  autoscaling DescribeAutoScalingGroups AutoScalingGroupNames.member.1="$GROUP" -- describe-auto-scaling-groups \
+    --auto-scaling-group-names "$GROUP" --query 'AutoScalingGroups[0].LaunchTemplate.Version' || return 1
+  template_version current ./DescribeAutoScalingGroupsResult/AutoScalingGroups/member/LaunchTemplate/Version ||
+    return 1
+  log "launched from version $mine of the launch template; the group launches version $current"
+  if ((mine < current)); then STALE=1; fi
+  return 0
+}
+
+# hand_back_stale: a stale warm instance abandons its launch hook's action, so the group terminates it and
+# launches another (from the warm pool, or fresh with the current user data). One question each: an unanswered one
+# is no reason to give up a join that may well work.
+hand_back_stale() {
+  if ! stale_template; then
+    log "could not compare launch template versions ($LAST_ERROR); joining with the user data it has"
+    return 1
+  fi
+  ((STALE)) || return 1
+  RESULT=stale
+  if [[ -n $DYNK8S_LAUNCH_HOOK ]] && complete_lifecycle ABANDON && ((!NO_ACTION)); then
+    log "prepared from an older launch template: abandoned the lifecycle action of hook $DYNK8S_LAUNCH_HOOK, the group replaces this instance"
+  elif set_unhealthy; then
+    log "prepared from an older launch template: marked this instance Unhealthy, the group replaces it"
+  else
+    log "prepared from an older launch template, and could not hand it back ($LAST_ERROR): joining with the user data it has"
+    RESULT=failed
+    return 1
+  fi
+}
+
 # complete_lifecycle RESULT: CONTINUE or ABANDON the launch hook's action for this instance. NO_ACTION says that
 # none was waiting.
 NO_ACTION=0
@@ -454,6 +515,8 @@ Warmed:*)
   ;;
 InService)
   MODE='join'
+  # Prepared in the warm pool: on this boot (Running, Hibernated) or an earlier one (Stopped).
+  if [[ -e $warm_marker || -e $prepared_marker ]] && hand_back_stale; then exit 0; fi
   # The gateway may be asleep: it boots while this node prepares.
   "$(dirname "${BASH_SOURCE[0]}")/wake-gateway.sh" "$DYNK8S_GATEWAY_INSTANCE_ID" &
   if [[ -e $prepared_marker ]]; then

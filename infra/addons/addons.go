@@ -82,6 +82,10 @@ type ClusterAddonsArgs struct {
 	// JoinTokenParameter is the name of the SSM SecureString the nodes read their join token from (required); the
 	// token rotator overwrites it.
 	JoinTokenParameter string
+	// JoinTokenParameterResource is the Pulumi resource that declares that parameter (optional): the rotator runs
+	// after it exists, so its first PutParameter never creates the parameter before Pulumi does
+	// (ParameterAlreadyExists).
+	JoinTokenParameterResource pulumi.Resource
 	// BootstrapTokenTTL is the lifetime of each join token (required, at least config.MinBootstrapTokenTTL); the
 	// rotator issues a new one every config.BootstrapTokenRotationPeriod of it.
 	BootstrapTokenTTL time.Duration

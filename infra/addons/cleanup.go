@@ -24,9 +24,9 @@ const (
 	cleanupCredsName = "dynk8s-stale-node-cleanup-aws-credentials"
 	cleanupScriptKey = "cleanup.sh"
 	cleanupScriptDir = "/scripts"
-	// cleanupSchedule runs the job every five minutes, half the default threshold, so a stale node goes at most
-	// about five minutes after it qualifies.
-	cleanupSchedule = "*/5 * * * *"
+	// cleanupSchedule runs the job every two minutes, so a stale node goes at most about two minutes after it
+	// qualifies: until then the autoscaler counts it as unready (config: cleanup.notReadyAfter).
+	cleanupSchedule = "*/2 * * * *"
 	// defaultScriptImage runs the component's scripts (the cleanup, the token rotator, the fuse untaint sidecar), which
 	// need kubectl, the AWS CLI, curl, jq, sh and bash. registry.k8s.io/kubectl is distroless (no shell), and the
 	// Bitnami images left the free catalog in 2025; alpine/k8s (github.com/alpine-docker/k8s, its Dockerfile) is
@@ -88,7 +88,7 @@ func (b *builder) cleanup() (*awsCredentials, error) {
 				Spec: &batchv1.JobSpecArgs{
 					// No retries and a deadline below the schedule's period: a failed run is simply the next one.
 					BackoffLimit:          pulumi.Int(0),
-					ActiveDeadlineSeconds: pulumi.Int(240),
+					ActiveDeadlineSeconds: pulumi.Int(110),
 					Template: &corev1.PodTemplateSpecArgs{
 						Metadata: &metav1.ObjectMetaArgs{Labels: commonLabels(cleanupName)},
 						Spec:     cleanupPodSpec(threshold, a.Region, a.scriptImage(), creds),

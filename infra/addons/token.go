@@ -203,7 +203,11 @@ func (b *builder) tokenRotator() (string, error) {
 	if err != nil {
 		return "", fmt.Errorf("script config map: %w", err)
 	}
-	deps := pulumi.DependsOn([]pulumi.Resource{sa, binding, admission, creds.secret, script})
+	after := []pulumi.Resource{sa, binding, admission, creds.secret, script}
+	if a.JoinTokenParameterResource != nil {
+		after = append(after, a.JoinTokenParameterResource)
+	}
+	deps := pulumi.DependsOn(after)
 
 	_, err = batchv1.NewCronJob(b.ctx, b.childName("token-rotator"), &batchv1.CronJobArgs{
 		Metadata: b.objectMeta(TokenRotatorName, namespace, TokenRotatorName),
@@ -261,6 +265,7 @@ func (b *builder) tokenRotatorPodSpec(creds *awsCredentials) *corev1.PodSpecArgs
 		env: corev1.EnvVarArray{
 			&corev1.EnvVarArgs{Name: pulumi.String("SSM_PARAMETER"), Value: pulumi.String(a.JoinTokenParameter)},
 			&corev1.EnvVarArgs{Name: pulumi.String("AWS_REGION"), Value: pulumi.String(a.Region)},
+			&corev1.EnvVarArgs{Name: pulumi.String("SSM_ENDPOINT"), Value: pulumi.String(ssmEndpoint(a.Region))},
 			&corev1.EnvVarArgs{
 				Name:  pulumi.String("TOKEN_TTL_SECONDS"),
 				Value: pulumi.String(strconv.Itoa(int(a.BootstrapTokenTTL.Seconds()))),
@@ -270,4 +275,15 @@ func (b *builder) tokenRotatorPodSpec(creds *awsCredentials) *corev1.PodSpecArgs
 			creds.env("AWS_SECRET_ACCESS_KEY", awsSecretKeyKey),
 		},
 	}.spec()
+}
+
+// ssmEndpoint is the regional SSM endpoint of region's partition: the China regions' domain is amazonaws.com.cn,
+// every other region config accepts (commercial and GovCloud) is under amazonaws.com (AWS General Reference,
+// "Service endpoints"; the partitions' dnsSuffix in the AWS SDKs' endpoints.json).
+func ssmEndpoint(region string) string {
+	domain := "amazonaws.com"
+	if strings.HasPrefix(region, "cn-") {
+		domain = "amazonaws.com.cn"
+	}
+	return "https://ssm." + region + "." + domain
 }

@@ -131,6 +131,7 @@ func TestAddonsTokenRotator(t *testing.T) {
 	assert.DeepEqual(t, env, map[string]string{
 		"SSM_PARAMETER":         testTokenParameter,
 		"AWS_REGION":            "eu-central-1",
+		"SSM_ENDPOINT":          "https://ssm.eu-central-1.amazonaws.com",
 		"TOKEN_TTL_SECONDS":     "7200",
 		"HOME":                  "/tmp",
 		"AWS_ACCESS_KEY_ID":     "secret:" + TokenRotatorCredentialsName + "/aws_access_key_id",
@@ -143,6 +144,28 @@ func TestAddonsTokenRotator(t *testing.T) {
 
 // TestTokenRotatorJobName: the same config names the same Job (a second `pulumi up` leaves the finished Job alone);
 // a new rotation value or TTL names a new one, which runs.
+// TestTokenRotatorSSMEndpoint: the rotator talks to SSM in its region's partition, so a China region's
+// PutParameter goes to amazonaws.com.cn rather than to a domain where that region does not exist (AWS N11).
+func TestTokenRotatorSSMEndpoint(t *testing.T) {
+	for region, want := range map[string]string{
+		"cn-north-1":    "https://ssm.cn-north-1.amazonaws.com.cn",
+		"us-gov-west-1": "https://ssm.us-gov-west-1.amazonaws.com",
+		"eu-central-1":  "https://ssm.eu-central-1.amazonaws.com",
+	} {
+		args := testAddonsArgs()
+		args.Region = region
+		run := mustRunAddons(t, func() *ClusterAddonsArgs { return args })
+		c := containerNamed(t, run.object(t, typeCronJob, TokenRotatorName)["spec"].(map[string]any)["jobTemplate"].(map[string]any), "rotate")
+		var got string
+		for _, e := range c["env"].([]any) {
+			if e := e.(map[string]any); e["name"] == "SSM_ENDPOINT" {
+				got, _ = e["value"].(string)
+			}
+		}
+		assert.Equal(t, got, want, region)
+	}
+}
+
 func TestTokenRotatorJobName(t *testing.T) {
 	base := TokenRotatorJobName(testAddonsArgs())
 	assert.Check(t, regexp.MustCompile(`^`+TokenRotatorName+`-[0-9a-f]{10}$`).MatchString(base), base)

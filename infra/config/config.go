@@ -287,6 +287,10 @@ type Identity struct {
 	// AutoscalerKeyRotation is an opaque value; changing it creates a new autoscaler access key before deleting
 	// the old one.
 	AutoscalerKeyRotation string `key:"autoscalerKeyRotation" default:"1"`
+	// CustomerManagedEBSKey states that the region's default EBS encryption key, which encrypts every volume the
+	// stack launches, is a customer-managed key whose policy lets the Auto Scaling service-linked role and the node
+	// role use it (README, "Encrypted volumes"). Without it such a key fails the preview.
+	CustomerManagedEBSKey bool `key:"customerManagedEbsKey" default:"false"`
 }
 
 // removedKeys are keys earlier versions read, with why they went and what to do instead: a stack file that still
@@ -303,8 +307,12 @@ var removedKeys = map[string]string{
 
 // Cleanup is dynk8s:cleanup.
 type Cleanup struct {
-	// NotReadyAfter is how long a dynk8s node may stay NotReady before its Node object is deleted (at least 5m; the default outlasts a tunnel outage of less than half an hour).
-	NotReadyAfter time.Duration `key:"notReadyAfter" default:"30m"`
+	// NotReadyAfter is how long a dynk8s node may stay NotReady before its Node object is deleted, once EC2 says
+	// its instance is gone (at least 5m). EC2's answer, not the wait, keeps a rebooting or cut-off node: the
+	// default is the minimum, because a stale Node counts as unready for the Cluster Autoscaler, which stops
+	// scaling up while more than 3 nodes and 45% of the cluster are unready (--ok-total-unready-count,
+	// --max-total-unready-percentage).
+	NotReadyAfter time.Duration `key:"notReadyAfter" default:"5m"`
 }
 
 // Images is dynk8s:images: the images the stack runs, besides the fuse plugin's (fuse.images), each optional (empty:
