@@ -179,32 +179,15 @@ func TestNodeCSRApprover(t *testing.T) {
 	}
 }
 
-// approverObjects applies the dev stack's rendered approver and node bootstrap objects (its golden manifests, which
-// TestStackGolden holds current), and removes them when the test ends.
+// approverObjects applies the dev stack's rendered approver and node bootstrap objects, but not its Deployment
+// (the test runs its script), and removes them and every CSR when the test ends.
 func approverObjects(ctx context.Context, t *testing.T, c cluster) {
 	t.Helper()
-	files, err := filepath.Glob(filepath.Join("..", "testdata", "stacks", "dev", "manifests", "*"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	var mine []string
-	for _, f := range files {
-		b := filepath.Base(f)
-		if strings.Contains(b, addons.ApproverName) && !strings.HasPrefix(b, "deployment-") ||
-			strings.Contains(b, "dynk8s-node-bootstrap-") {
-			mine = append(mine, "-f", f)
-		}
-	}
-	if len(mine) < 2*6 {
-		t.Fatalf("the dev stack renders only %v of the approver", mine)
-	}
-	if out, err := c.kubectl(ctx, append([]string{"apply"}, mine...)...); err != nil {
-		t.Fatalf("apply the approver's objects: %v\n%s", err, out)
-	}
-	t.Cleanup(func() {
-		_, _ = c.kubectl(context.Background(), append([]string{"delete", "--ignore-not-found"}, mine...)...)
-		_, _ = c.kubectl(context.Background(), "delete", "csr", "--all")
-	})
+	t.Cleanup(func() { _, _ = c.kubectl(context.Background(), "delete", "csr", "--all") })
+	applyRendered(ctx, t, c, func(name string) bool {
+		return strings.Contains(name, addons.ApproverName) && !strings.HasPrefix(name, "deployment-") ||
+			strings.Contains(name, "dynk8s-node-bootstrap-")
+	}, 8)
 }
 
 // checkNodeBootstrapRBAC: the stack's node group holds every role the real kubeadm gave its own node group, except

@@ -143,3 +143,52 @@ func (b *builder) nodeAdmission() error {
 	})
 	return err
 }
+
+// nodeNameClaim is where the API server puts the node of the pod a bound ServiceAccount token was issued for
+// (KEP-4193, on by default since Kubernetes 1.32): request.userInfo.extra of the token's requests.
+const nodeNameClaim = "authentication.kubernetes.io/node-name"
+
+// ownNodeValidation holds a DaemonSet's ServiceAccount to the Node its pod runs on: RBAC can only grant Nodes
+// cluster-wide, so a token taken from one pool node could otherwise cordon, taint or relabel every Node of the
+// cluster. A token without the claim (not bound to a pod on a node) may change no Node at all. The pattern is the
+// per-node ValidatingAdmissionPolicy of the upstream documentation ("Validating Admission Policy", the
+// node-name claim example).
+func ownNodeValidation() validation {
+	return validation{
+		fmt.Sprintf("'%[1]s' in request.userInfo.extra && object.metadata.name == request.userInfo.extra['%[1]s'][0]",
+			nodeNameClaim),
+		"this ServiceAccount may change only the Node its pod runs on",
+	}
+}
+
+// ownNodePolicy declares a policy that holds the ServiceAccount sa to ownNodeValidation, and to more validations.
+func (b *builder) ownNodePolicy(resource, name, sa string, more ...validation) error {
+	_, err := b.admissionPolicy(admissionPolicy{
+		resource: resource, name: name, component: sa,
+		resources: "nodes", operations: []string{"UPDATE", "DELETE"},
+		who:           "its-service-account",
+		whoExpression: fmt.Sprintf("request.userInfo.username == 'system:serviceaccount:%s:%s'", namespace, sa),
+		validations:   append([]validation{ownNodeValidation()}, more...),
+	})
+	return err
+}
+
+// untaintValidation: the fuse untaint container's change to its Node is the removal of the fuse startup taint and
+// nothing else (labels, annotations, other taints and the spec stay).
+func untaintValidation() validation {
+	taints := func(obj string) string {
+		return fmt.Sprintf("(has(%[1]s.spec.taints) ? %[1]s.spec.taints : [])", obj)
+	}
+	meta := func(obj, field string) string {
+		return fmt.Sprintf("(has(%[1]s.metadata.%[2]s) ? %[1]s.metadata.%[2]s : {})", obj, field)
+	}
+	return validation{
+		fmt.Sprintf("request.operation == 'UPDATE' && %s == %s.filter(t, t.key != '%s') && %s == %s && %s == %s && "+
+			"(has(object.spec.unschedulable) && object.spec.unschedulable) == "+
+			"(has(oldObject.spec.unschedulable) && oldObject.spec.unschedulable)",
+			taints("object"), taints("oldObject"), kube.FuseStartupTaint.Key,
+			meta("object", "labels"), meta("oldObject", "labels"),
+			meta("object", "annotations"), meta("oldObject", "annotations")),
+		"the fuse untaint container may only remove the " + kube.FuseStartupTaint.Key + " taint",
+	}
+}

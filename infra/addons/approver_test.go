@@ -301,3 +301,24 @@ func TestApproverRefusesBadEnvironment(t *testing.T) {
 		assert.Check(t, !strings.Contains(string(out), "called"), "%s: kubectl ran: %s", name, out)
 	}
 }
+
+// TestOwnNodePolicies: the fuse untaint container's and the termination handler's ServiceAccounts are held to the
+// Node their pod runs on (the token's node-name claim), and the untaint one to removing the startup taint. The e2e
+// TestDaemonSetTokensActOnTheirOwnNode proves them against the real API server with bound tokens.
+func TestOwnNodePolicies(t *testing.T) {
+	run := mustRunAddons(t, testAddonsArgs)
+	for name, sa := range map[string]string{FuseNodePolicyName: fuseComponent,
+		TerminationHandlerNodePolicyName: nthName} {
+		policy := run.object(t, typeAdmissionPolicy, name)
+		assert.Equal(t, dig(t, policy, "spec", "matchConditions", 0, "expression"),
+			"request.userInfo.username == 'system:serviceaccount:kube-system:"+sa+"'")
+		assert.Equal(t, dig(t, policy, "spec", "validations", 0, "expression"),
+			"'authentication.kubernetes.io/node-name' in request.userInfo.extra && object.metadata.name == "+
+				"request.userInfo.extra['authentication.kubernetes.io/node-name'][0]")
+		assert.DeepEqual(t, dig(t, policy, "spec", "matchConstraints", "resourceRules", 0, "operations"),
+			[]any{"UPDATE", "DELETE"})
+	}
+	untaint := dig(t, run.object(t, typeAdmissionPolicy, FuseNodePolicyName), "spec", "validations", 1,
+		"expression").(string)
+	assert.Check(t, is.Contains(untaint, ".filter(t, t.key != 'startup-taint.cluster-autoscaler.kubernetes.io/fuse')"))
+}

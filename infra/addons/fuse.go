@@ -21,6 +21,9 @@ import (
 // RBAC objects.
 const fuseComponent = "fuse-device-plugin"
 
+// FuseNodePolicyName names the policy that holds the fuse untaint container to its own Node's startup taint.
+const FuseNodePolicyName = "dynk8s-fuse-untaint-own-node"
+
 // untaintScript removes the fuse startup taint once the node advertises the resource; see the file.
 //
 //go:embed scripts/untaint.sh
@@ -84,6 +87,9 @@ func (b *builder) fuse() error {
 	}
 	crb, _, err := b.bindRoles("fuse", fuseComponent, fuseComponent, fuseRules(), nil)
 	if err != nil {
+		return err
+	}
+	if err := b.ownNodePolicy("fuse-node-policy", FuseNodePolicyName, fuseComponent, untaintValidation()); err != nil {
 		return err
 	}
 	byArch := map[kube.Arch][]config.NodePool{}

@@ -16,6 +16,8 @@ import (
 
 const (
 	nthName = "aws-node-termination-handler"
+	// TerminationHandlerNodePolicyName names the policy that holds the termination handler to its own Node.
+	TerminationHandlerNodePolicyName = "dynk8s-termination-handler-own-node"
 	// defaultNTHImage is the latest release as of 2026-01 (aws/aws-node-termination-handler PR #1237, "v1.25.4 release
 	// prep"); the image is multi-arch (linux amd64 and arm64).
 	defaultNTHImage = "public.ecr.aws/aws-ec2/aws-node-termination-handler:v1.25.4"
@@ -88,6 +90,9 @@ func (b *builder) terminationHandler() error {
 	}
 	crb, _, err := b.bindRoles("nth", nthName, nthName, nthRules(), nil)
 	if err != nil {
+		return err
+	}
+	if err := b.ownNodePolicy("nth-node-policy", TerminationHandlerNodePolicyName, nthName); err != nil {
 		return err
 	}
 	_, err = appsv1.NewDaemonSet(b.ctx, b.childName("nth"), &appsv1.DaemonSetArgs{
