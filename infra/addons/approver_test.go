@@ -10,6 +10,7 @@ import (
 	"encoding/base64"
 	"encoding/json"
 	"encoding/pem"
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -143,7 +144,8 @@ printf '%%s\n' "$answer"
 	out, err := cmd.CombinedOutput()
 	realtools.CheckNoMissingCommand(t, string(out))
 	run := approverRun{output: string(out), decisions: map[string]map[string]string{}}
-	if exit, ok := err.(*exec.ExitError); ok {
+	var exit *exec.ExitError
+	if errors.As(err, &exit) {
 		run.status = exit.ExitCode()
 	} else {
 		assert.NilError(t, err)
