@@ -94,6 +94,8 @@ type WireGuardGatewayArgs struct {
 	// NodeRoleName is the pool nodes' role, which with IdleStop may start this instance and no other (required
 	// with IdleStop).
 	NodeRoleName pulumi.StringInput
+	// ParameterKeyARN is the KMS key of its key's SecureString ("" or unset: SSM's own; identity.parameterKey).
+	ParameterKeyARN pulumi.StringInput
 	// Forward limits what the gateway forwards from the VPC toward on-prem (optional; nil: everything).
 	Forward *cloudinit.GatewayForward
 	// AddressReservation keeps PrivateIP from EC2's automatic assignment (optional): the instance is created after it.
@@ -144,6 +146,7 @@ func NewWireGuardGateway(ctx *pulumi.Context, name string, args *WireGuardGatewa
 		Type:        pulumi.String("SecureString"),
 		Value:       gatewayKey.Private,
 		Description: pulumi.String("dynk8s WireGuard gateway private key, read by the gateway at boot"),
+		KeyId:       parameterKeyID(args.ParameterKeyARN),
 		Tags:        awsTags(config.IdentityTags(args.ClusterName, "", args.ClusterName+"-wireguard-gateway-key")),
 	}, parent)
 	if err != nil {
@@ -429,4 +432,18 @@ func launchAfter(deps []pulumi.Resource, reservation pulumi.Resource) []pulumi.R
 		return deps
 	}
 	return append(deps, reservation)
+}
+
+// parameterKeyID is a SecureString's KeyId: the key's ARN, or nil for SSM's own key (an empty KeyId is not the same
+// to the provider as none).
+func parameterKeyID(arn pulumi.StringInput) pulumi.StringPtrInput {
+	if arn == nil {
+		return nil
+	}
+	return arn.ToStringOutput().ApplyT(func(a string) *string {
+		if a == "" {
+			return nil
+		}
+		return &a
+	}).(pulumi.StringPtrOutput)
 }

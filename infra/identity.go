@@ -7,6 +7,7 @@ import (
 
 	"github.com/pulumi/pulumi-aws/sdk/v6/go/aws"
 	"github.com/pulumi/pulumi-aws/sdk/v6/go/aws/iam"
+	"github.com/pulumi/pulumi-aws/sdk/v6/go/aws/kms"
 	"github.com/pulumi/pulumi-aws/sdk/v6/go/aws/ssm"
 	"github.com/pulumi/pulumi/sdk/v3/go/pulumi"
 
@@ -52,6 +53,8 @@ type Identity struct {
 	TokenRotatorSecretAccessKey pulumi.StringOutput `pulumi:"tokenRotatorSecretAccessKey"`
 	// JoinTokenParameter is the SSM parameter name the nodes read the token from.
 	JoinTokenParameter pulumi.StringOutput `pulumi:"joinTokenParameter"`
+	// ParameterKeyARN is the KMS key of the SecureStrings, "" for SSM's own (identity.parameterKey).
+	ParameterKeyARN pulumi.StringOutput `pulumi:"parameterKeyArn"`
 	// JoinTokenParameterResource declares that parameter; the token rotator runs after it.
 	JoinTokenParameterResource pulumi.Resource
 }
@@ -68,6 +71,9 @@ type IdentityArgs struct {
 	// BootstrapTokenRotation: a new value makes a new access key for the join token rotator, created before the old
 	// one is deleted (required). The in-cluster half issues a new token for the same value.
 	BootstrapTokenRotation string
+	// ParameterKey is identity.parameterKey: config.ParameterKeyAWSManaged (or ""), config.ParameterKeyCreate, or a
+	// key ARN.
+	ParameterKey string
 }
 
 // NewIdentity declares the roles, the users and keys of the autoscaler and the token rotator, and the join token's
@@ -97,27 +103,16 @@ func NewIdentity(ctx *pulumi.Context, name string, args *IdentityArgs, opts ...p
 	}
 	ec2Service := pulumi.Sprintf("ec2.%s", partition.DnsSuffix())
 
-	// The join token's parameter. Pulumi declares it, with a placeholder, and never writes it again: the rotator in
-	// the cluster overwrites it with a fresh token every rotation period, so the value Pulumi last saw is stale by
-	// design and must not count as a change (a second `pulumi up` after rotations shows no diff). Any other change
-	// but tags would make the provider write the value again (PutParameter carries the value on every update),
-	// and that value is the one in state, not the live token: the description is ignored too, and type, tier and
-	// name must never change.
 	tokenParameter := JoinTokenParameter(args.ClusterName)
-	tokenParam, err := ssm.NewParameter(ctx, name+"-join-token", &ssm.ParameterArgs{
-		Name:        pulumi.String(tokenParameter),
-		Type:        pulumi.String("SecureString"),
-		Value:       pulumi.String(JoinTokenPlaceholder),
-		Description: pulumi.String("dynk8s kubeadm bootstrap token (<id>.<secret>) read by joining nodes; written by the token rotator in the cluster"),
-		Tags:        tags("join-token"),
-	}, parent, pulumi.IgnoreChanges([]string{"value", "description"}))
-	if err != nil {
-		return fail("join token parameter", err)
+	// The operator's key, when identity.parameterKey names one: the readers' and the writer's IAM policies grant its
+	// use for their parameter.
+	operatorKey := ""
+	if k := args.ParameterKey; k != "" && k != config.ParameterKeyAWSManaged && k != config.ParameterKeyCreate {
+		operatorKey = k
 	}
-	comp.JoinTokenParameterResource = tokenParam
 
 	nodeProfile, err := instanceRole(ctx, name+"-node", args.ClusterName+"-node", ec2Service,
-		parameterARN(tokenParameter), tags("node"), parent)
+		parameterARN(tokenParameter), operatorKey, tags("node"), parent)
 	if err != nil {
 		return fail("node role", err)
 	}
@@ -135,7 +130,7 @@ func NewIdentity(ctx *pulumi.Context, name string, args *IdentityArgs, opts ...p
 		return fail("node lifecycle policy", err)
 	}
 	gatewayProfile, err := instanceRole(ctx, name+"-gateway", args.ClusterName+"-gateway", ec2Service,
-		parameterARN(GatewayKeyParameter(args.ClusterName)), tags("gateway"), parent)
+		parameterARN(GatewayKeyParameter(args.ClusterName)), operatorKey, tags("gateway"), parent)
 	if err != nil {
 		return fail("gateway role", err)
 	}
@@ -165,13 +160,70 @@ func NewIdentity(ctx *pulumi.Context, name string, args *IdentityArgs, opts ...p
 	// The token rotator runs on-prem too. It may overwrite the one parameter and do nothing else in AWS. Its key is
 	// rotated with the token: an emergency rotation also retires the key that could write the parameter.
 	rotatorPolicy := parameterARN(tokenParameter).ApplyT(func(arn string) (string, error) {
-		return PutParameterPolicy(arn).JSON()
+		return PutParameterPolicy(arn, operatorKey).JSON()
 	}).(pulumi.StringOutput)
 	rotatorKey, err := onPremUser(ctx, name+"-token-rotator", args.ClusterName+"-join-token-rotator",
 		"join-token-rotator", "write-join-token", rotatorPolicy, args.BootstrapTokenRotation, tags, parent)
 	if err != nil {
 		return fail("token rotator user", err)
 	}
+
+	// The stack's own key (identity.parameterKey create), once its principals exist: KMS refuses a key policy that
+	// names a principal it cannot find. Then the join token's parameter, encrypted with it.
+	switch {
+	case args.ParameterKey == config.ParameterKeyCreate:
+		keyPolicy := pulumi.All(partition.Partition(), account, nodeProfile.Arn, gatewayProfile.Arn,
+			rotatorKey.User, parameterARN(tokenParameter), parameterARN(GatewayKeyParameter(args.ClusterName)),
+			partition.DnsSuffix()).ApplyT(func(v []any) (string, error) {
+			p, acct := v[0].(string), v[1].(string)
+			return ParameterKeyPolicy(ParameterKeyPrincipals{
+				Account:  fmt.Sprintf("arn:%s:iam::%s:root", p, acct),
+				NodeRole: v[2].(string), GatewayRole: v[3].(string),
+				Rotator:        fmt.Sprintf("arn:%s:iam::%s:user/dynk8s/%s", p, acct, v[4].(string)),
+				TokenParameter: v[5].(string), GatewayKeyParameter: v[6].(string),
+				SSMService: fmt.Sprintf("ssm.%s.%s", args.Region, v[7].(string)),
+			}).JSON()
+		}).(pulumi.StringOutput)
+		key, err := kms.NewKey(ctx, name+"-parameter-key", &kms.KeyArgs{
+			Description:          pulumi.Sprintf("dynk8s %s: encrypts the join token and the gateway key in SSM", args.ClusterName),
+			EnableKeyRotation:    pulumi.Bool(true),
+			DeletionWindowInDays: pulumi.Int(30),
+			Policy:               keyPolicy,
+			Tags:                 tags("parameter-key"),
+		}, parent, pulumi.DependsOn([]pulumi.Resource{rotatorKey}))
+		if err != nil {
+			return fail("parameter key", err)
+		}
+		if _, err := kms.NewAlias(ctx, name+"-parameter-key", &kms.AliasArgs{
+			Name:        pulumi.Sprintf("alias/dynk8s/%s/parameters", args.ClusterName),
+			TargetKeyId: key.KeyId,
+		}, parent); err != nil {
+			return fail("parameter key alias", err)
+		}
+		comp.ParameterKeyARN = key.Arn
+	case operatorKey != "":
+		comp.ParameterKeyARN = pulumi.String(operatorKey).ToStringOutput()
+	default:
+		comp.ParameterKeyARN = pulumi.String("").ToStringOutput()
+	}
+	// The join token's parameter. Pulumi declares it, with a placeholder, and never writes it again: the rotator in
+	// the cluster overwrites it with a fresh token every rotation period, so the value Pulumi last saw is stale by
+	// design and must not count as a change (a second `pulumi up` after rotations shows no diff). Any other change
+	// but tags would make the provider write the value again (PutParameter carries the value on every update),
+	// and that value is the one in state, not the live token: the description is ignored too, and type, tier and
+	// name must never change.
+	tokenParam, err := ssm.NewParameter(ctx, name+"-join-token", &ssm.ParameterArgs{
+		Name:        pulumi.String(tokenParameter),
+		Type:        pulumi.String("SecureString"),
+		Value:       pulumi.String(JoinTokenPlaceholder),
+		Description: pulumi.String("dynk8s kubeadm bootstrap token (<id>.<secret>) read by joining nodes; written by the token rotator in the cluster"),
+		KeyId:       parameterKeyID(comp.ParameterKeyARN),
+		Tags:        tags("join-token"),
+	}, parent, pulumi.IgnoreChanges([]string{"value", "description"}))
+	if err != nil {
+		return fail("join token parameter", err)
+	}
+	comp.JoinTokenParameterResource = tokenParam
 
 	comp.NodeInstanceProfileARN = nodeProfile.Profile.Arn
 	comp.GatewayInstanceProfileName = gatewayProfile.Profile.Name
@@ -196,6 +248,7 @@ func NewIdentity(ctx *pulumi.Context, name string, args *IdentityArgs, opts ...p
 		"tokenRotatorAccessKeyId":     comp.TokenRotatorAccessKeyID,
 		"tokenRotatorSecretAccessKey": comp.TokenRotatorSecretAccessKey,
 		"joinTokenParameter":          comp.JoinTokenParameter,
+		"parameterKeyArn":             comp.ParameterKeyARN,
 	}); err != nil {
 		return fail("outputs", err)
 	}
@@ -205,12 +258,13 @@ func NewIdentity(ctx *pulumi.Context, name string, args *IdentityArgs, opts ...p
 // roleProfile is an instance role and its profile.
 type roleProfile struct {
 	Role    pulumi.StringOutput // role name
+	Arn     pulumi.StringOutput
 	Profile *iam.InstanceProfile
 }
 
 // instanceRole declares a role only EC2 may assume, allowed to read exactly one SSM parameter, and its profile.
 func instanceRole(ctx *pulumi.Context, name, iamName string, service pulumi.StringOutput, parameterARN pulumi.StringOutput,
-	tags pulumi.StringMap, opts ...pulumi.ResourceOption) (*roleProfile, error) {
+	keyARN string, tags pulumi.StringMap, opts ...pulumi.ResourceOption) (*roleProfile, error) {
 	trust := service.ApplyT(func(s string) (string, error) { return AssumeRolePolicy(s).JSON() }).(pulumi.StringOutput)
 	role, err := iam.NewRole(ctx, name+"-role", &iam.RoleArgs{
 		Name:             pulumi.String(iamName),
@@ -221,7 +275,7 @@ func instanceRole(ctx *pulumi.Context, name, iamName string, service pulumi.Stri
 	if err != nil {
 		return nil, err
 	}
-	read := parameterARN.ApplyT(func(arn string) (string, error) { return ReadParameterPolicy(arn).JSON() }).(pulumi.StringOutput)
+	read := parameterARN.ApplyT(func(arn string) (string, error) { return ReadParameterPolicy(arn, keyARN).JSON() }).(pulumi.StringOutput)
 	if _, err := iam.NewRolePolicy(ctx, name+"-read-parameter", &iam.RolePolicyArgs{
 		Role:   role.Name,
 		Name:   pulumi.String("read-own-parameter"),
@@ -238,7 +292,7 @@ func instanceRole(ctx *pulumi.Context, name, iamName string, service pulumi.Stri
 	if err != nil {
 		return nil, err
 	}
-	return &roleProfile{Role: role.Name, Profile: profile}, nil
+	return &roleProfile{Role: role.Name, Arn: role.Arn, Profile: profile}, nil
 }
 
 // onPremUser declares an IAM user for a workload that runs on-prem (tagged as the stack's tagName), with one inline

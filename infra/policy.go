@@ -46,13 +46,72 @@ func AssumeRolePolicy(service string) PolicyDocument {
 }
 
 // ReadParameterPolicy allows reading (and decrypting, through SSM with the AWS managed key) exactly one parameter.
-func ReadParameterPolicy(parameterARN string) PolicyDocument {
-	return PolicyDocument{Version: policyVersion, Statement: []PolicyStatement{{
+func ReadParameterPolicy(parameterARN, keyARN string) PolicyDocument {
+	return PolicyDocument{Version: policyVersion, Statement: append([]PolicyStatement{{
 		Sid:      "ReadOneParameter",
 		Effect:   "Allow",
 		Action:   []string{"ssm:GetParameter"},
 		Resource: []string{parameterARN},
-	}}}
+	}}, parameterKeyStatement("DecryptOneParameter", "kms:Decrypt", parameterARN, keyARN)...)}
+}
+
+// parameterKeyStatement lets the policy's holder use keyARN (the operator's key of identity.parameterKey) through SSM
+// for parameterARN only: SSM passes the parameter's ARN as the encryption context PARAMETER_ARN ("How AWS Systems
+// Manager Parameter Store uses AWS KMS", AWS KMS Developer Guide). None for SSM's own key or the stack's, whose key
+// policy names its principals itself.
+func parameterKeyStatement(sid, action, parameterARN, keyARN string) []PolicyStatement {
+	if keyARN == "" {
+		return nil
+	}
+	return []PolicyStatement{{
+		Sid:      sid,
+		Effect:   "Allow",
+		Action:   []string{action},
+		Resource: []string{keyARN},
+		Condition: map[string]map[string]string{
+			"StringEquals": {"kms:EncryptionContext:PARAMETER_ARN": parameterARN},
+		},
+	}}
+}
+
+// ParameterKeyPrincipals are who may use the stack's own parameter key (identity.parameterKey create), by ARN.
+type ParameterKeyPrincipals struct {
+	// Account is the account's root ARN: key administration, and Pulumi's own writes and reads of the two
+	// parameters through principals whose IAM policies allow this key.
+	Account string
+	// NodeRole, GatewayRole and Rotator are the readers and the writer of the parameters.
+	NodeRole, GatewayRole, Rotator string
+	// TokenParameter and GatewayKeyParameter are the parameters' ARNs; SSMService is "ssm.<region>.<DNS suffix>".
+	TokenParameter, GatewayKeyParameter, SSMService string
+}
+
+// ParameterKeyPolicy is the key policy of the stack's parameter key: the account administers it but may not use it
+// except through SSM for the stack's two parameters (so Pulumi, whose principal is an IAM one of the account, can
+// write and read them back); the node role may decrypt only the join token, the gateway role only its key, and the
+// rotator encrypt only the join token, each through SSM. Unlike SSM's aws/ssm key, whose policy lets every principal
+// of the account that may call SSM use it, a principal with ssm:GetParameter on a parameter cannot decrypt it unless
+// it is one of these, or holds an IAM grant for this key.
+func ParameterKeyPolicy(p ParameterKeyPrincipals) PolicyDocument {
+	via := func(parameter string) map[string]map[string]string {
+		return map[string]map[string]string{"StringEquals": {
+			"kms:ViaService": p.SSMService, "kms:EncryptionContext:PARAMETER_ARN": parameter}}
+	}
+	use := func(sid, who string, actions []string, parameter string) PolicyStatement {
+		return PolicyStatement{Sid: sid, Effect: "Allow", Principal: map[string][]string{"AWS": {who}},
+			Action: actions, Resource: []string{"*"}, Condition: via(parameter)}
+	}
+	return PolicyDocument{Version: policyVersion, Statement: []PolicyStatement{
+		{Sid: "AdministerTheKey", Effect: "Allow", Principal: map[string][]string{"AWS": {p.Account}},
+			Action: []string{"kms:Create*", "kms:Describe*", "kms:Enable*", "kms:List*", "kms:Put*", "kms:Update*",
+				"kms:Revoke*", "kms:Disable*", "kms:Get*", "kms:Delete*", "kms:TagResource", "kms:UntagResource",
+				"kms:ScheduleKeyDeletion", "kms:CancelKeyDeletion", "kms:RotateKeyOnDemand"},
+			Resource: []string{"*"}},
+		use("PulumiWritesTheJoinToken", p.Account, []string{"kms:Encrypt", "kms:Decrypt"}, p.TokenParameter),
+		use("PulumiWritesTheGatewayKey", p.Account, []string{"kms:Encrypt", "kms:Decrypt"}, p.GatewayKeyParameter),
+		use("NodesReadTheJoinToken", p.NodeRole, []string{"kms:Decrypt"}, p.TokenParameter),
+		use("TheGatewayReadsItsKey", p.GatewayRole, []string{"kms:Decrypt"}, p.GatewayKeyParameter),
+		use("TheRotatorWritesTheJoinToken", p.Rotator, []string{"kms:Encrypt"}, p.TokenParameter),
+	}}
 }
 
 // PutParameterPolicy allows overwriting exactly one parameter, and nothing else: not reading it back, not deleting
@@ -60,8 +119,8 @@ func ReadParameterPolicy(parameterARN string) PolicyDocument {
 // SSM's two condition keys for it ("Preventing access to Parameter Store API operations", Systems Manager User
 // Guide) narrow it further: ssm:Overwrite true, so the key can only overwrite the parameter Pulumi created, never
 // create one; and no ssm:Policies, so it cannot attach an expiration policy that makes the parameter vanish.
-func PutParameterPolicy(parameterARN string) PolicyDocument {
-	return PolicyDocument{Version: policyVersion, Statement: []PolicyStatement{{
+func PutParameterPolicy(parameterARN, keyARN string) PolicyDocument {
+	return PolicyDocument{Version: policyVersion, Statement: append([]PolicyStatement{{
 		Sid:      "WriteOneParameter",
 		Effect:   "Allow",
 		Action:   []string{"ssm:PutParameter"},
@@ -70,7 +129,7 @@ func PutParameterPolicy(parameterARN string) PolicyDocument {
 			"Bool": {"ssm:Overwrite": "true"},
 			"Null": {"ssm:Policies": "true"},
 		},
-	}}}
+	}}, parameterKeyStatement("EncryptOneParameter", "kms:Encrypt", parameterARN, keyARN)...)}
 }
 
 // AutoscalerPolicy is the Cluster Autoscaler's policy for clusterName in region: the read calls of its AWS provider

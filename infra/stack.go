@@ -106,6 +106,7 @@ func NewStack(ctx *pulumi.Context, cfg *config.Config) (*Stack, error) {
 		Region:                 cfg.Region,
 		AutoscalerKeyRotation:  cfg.Identity.AutoscalerKeyRotation,
 		BootstrapTokenRotation: cfg.Kubernetes.BootstrapTokenRotation,
+		ParameterKey:           cfg.Identity.ParameterKey,
 	})
 	if err != nil {
 		return nil, err
@@ -136,6 +137,7 @@ func NewStack(ctx *pulumi.Context, cfg *config.Config) (*Stack, error) {
 		Internet:            s.Network.Internet,
 		InstanceProfileName: s.Identity.GatewayInstanceProfileName,
 		GatewayRoleName:     s.Identity.GatewayRoleName,
+		ParameterKeyARN:     s.Identity.ParameterKeyARN,
 		NodeRoleName:        s.Identity.NodeRoleName,
 		Forward:             GatewayForward(cfg),
 		// The network declared these routes up to the layout where the gateway owns its interface.

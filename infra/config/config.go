@@ -291,7 +291,18 @@ type Identity struct {
 	// stack launches, is a customer-managed key whose policy lets the Auto Scaling service-linked role and the node
 	// role use it (README, "Encrypted volumes"). Without it such a key fails the preview.
 	CustomerManagedEBSKey bool `key:"customerManagedEbsKey" default:"false"`
+	// ParameterKey is the KMS key that encrypts the two SecureStrings (the join token, the gateway's key):
+	// ParameterKeyAWSManaged (SSM's aws/ssm key, which every principal allowed ssm:GetParameter may decrypt with),
+	// ParameterKeyCreate (a customer-managed key of the stack's own, whose policy names the readers and writers), or
+	// the ARN of a key of the operator's in the stack's region (README, "Security model").
+	ParameterKey string `key:"parameterKey" default:"aws-managed"`
 }
+
+// The named values of identity.parameterKey; any other value is a key ARN.
+const (
+	ParameterKeyAWSManaged = "aws-managed"
+	ParameterKeyCreate     = "create"
+)
 
 // removedKeys are keys earlier versions read, with why they went and what to do instead: a stack file that still
 // sets one gets that reason rather than a bare "unknown key".

@@ -71,6 +71,7 @@ func validate(r *reader, c *Config) {
 	if c.Identity.AutoscalerKeyRotation == "" {
 		r.addf(ns+"identity.autoscalerKeyRotation", "must not be empty")
 	}
+	validateParameterKey(r, c)
 	if c.Cleanup.NotReadyAfter < 5*time.Minute {
 		r.addf(ns+"cleanup.notReadyAfter", "must be at least 5m: a node rebooting or briefly cut off must not lose "+
 			"its Node object, got %s", c.Cleanup.NotReadyAfter)
@@ -627,6 +628,27 @@ func validateFuse(r *reader, c *Config) {
 		if _, err := kube.NormalizeImage(c.Fuse.Images[arch]); err != nil {
 			r.addf(childPath(Namespace+":fuse.images", string(arch)), "%v", err)
 		}
+	}
+}
+
+// kmsKeyARN is a KMS key's ARN (not an alias's: IAM grants name keys).
+var kmsKeyARN = regexp.MustCompile(`^arn:aws(-cn|-us-gov)?:kms:([a-z0-9-]+):[0-9]{12}:key/[0-9a-f-]{36}$`)
+
+// validateParameterKey: aws-managed, create, or a key ARN in the stack's region (SSM encrypts a parameter with a
+// key of its own region only).
+func validateParameterKey(r *reader, c *Config) {
+	k := c.Identity.ParameterKey
+	if k == ParameterKeyAWSManaged || k == ParameterKeyCreate {
+		return
+	}
+	m := kmsKeyARN.FindStringSubmatch(k)
+	switch {
+	case m == nil:
+		r.addf(Namespace+":identity.parameterKey", "%q is none of %s, %s or a KMS key ARN "+
+			"(arn:aws:kms:<region>:<account>:key/<key id>)", k, ParameterKeyAWSManaged, ParameterKeyCreate)
+	case m[2] != c.Region:
+		r.addf(Namespace+":identity.parameterKey", "the key is in %s, not in the stack's region %s: SSM encrypts "+
+			"with a key of the parameter's own region", m[2], c.Region)
 	}
 }
 

@@ -93,14 +93,18 @@ func (c *Cloud) computed(typ, name, id string, in, out resource.PropertyMap) err
 		setSecret("hex", hex.EncodeToString(b))
 	case "aws:iam/role:Role":
 		set("name", nameOr())
-		set("arn", "arn:aws:iam::"+Account+":role/"+nameOr())
+		set("arn", "arn:aws:iam::"+Account+":role"+iamPath(in)+nameOr())
 		set("uniqueId", "AROA"+strings.ToUpper(shortHash(name)))
 	case "aws:iam/instanceProfile:InstanceProfile":
 		set("name", nameOr())
 		set("arn", "arn:aws:iam::"+Account+":instance-profile/"+nameOr())
 	case "aws:iam/user:User":
 		set("name", nameOr())
-		set("arn", "arn:aws:iam::"+Account+":user/"+nameOr())
+		set("arn", "arn:aws:iam::"+Account+":user"+iamPath(in)+nameOr())
+	case "aws:kms/key:Key":
+		keyID := uuidFrom(name)
+		set("keyId", keyID)
+		set("arn", "arn:aws:kms:"+c.Region+":"+Account+":key/"+keyID)
 	case "aws:iam/policy:Policy":
 		set("name", nameOr())
 		set("arn", "arn:aws:iam::"+Account+":policy/"+nameOr())
@@ -407,4 +411,20 @@ func (c *Cloud) kmsKey(args resource.PropertyMap) (resource.PropertyMap, error) 
 	return resource.NewPropertyMapFromMap(map[string]any{
 		"id": arn, "arn": arn, "keyId": id, "keyManager": manager, "keyState": "Enabled", "enabled": true,
 	}), nil
+}
+
+// iamPath is an IAM resource's path as its ARN holds it ("/" when none is given), as IAM puts it between the
+// resource type and the name.
+func iamPath(in resource.PropertyMap) string {
+	if v, ok := in["path"]; ok && v.IsString() && v.StringValue() != "" {
+		return v.StringValue()
+	}
+	return "/"
+}
+
+// uuidFrom is a UUID-shaped id derived from name, so the same program gets the same key ids.
+func uuidFrom(name string) string {
+	h := sha256.Sum256([]byte(name))
+	x := hex.EncodeToString(h[:16])
+	return x[0:8] + "-" + x[8:12] + "-" + x[12:16] + "-" + x[16:20] + "-" + x[20:32]
 }

@@ -22,6 +22,8 @@ const (
 	BillAlarm = "cloudwatch-alarm"
 	// BillInstance is a running EC2 instance, in instances (billed per hour of its type while it runs).
 	BillInstance = "instance"
+	// BillKMSKey is a customer-managed KMS key, in keys (billed per key-month while it exists).
+	BillKMSKey = "kms-key"
 )
 
 // IdleBill is what a stack bills, in quantities, while every pool is at zero nodes, and what running nodes add. It is
@@ -148,6 +150,11 @@ func (r *Result) IdleBill() IdleBill {
 	for _, a := range byType("aws:cloudwatch/metricAlarm:MetricAlarm") {
 		bill.Items = append(bill.Items, BillItem{Kind: BillAlarm, Quantity: 1, Resource: a.Name,
 			Note: "bills in every state, also with no data while its instance is stopped"})
+	}
+
+	for _, k := range byType("aws:kms/key:Key") {
+		bill.Items = append(bill.Items, BillItem{Kind: BillKMSKey, Quantity: 1, Resource: k.Name,
+			Note: "identity.parameterKey create: bills per month while it exists, and for its 30-day deletion window"})
 	}
 
 	templates := map[string]map[string]any{}
