@@ -107,10 +107,15 @@ func TestKubeletJoin(t *testing.T) {
 			t.Fatalf("join.sh succeeded with a wrong token:\n%s", run.output)
 		}
 		for _, want := range []string{"failed to verify JWS signature", "FAILED: kubeadm join: gave up",
-			"this instance Unhealthy"} {
+			"timeline: result=failed"} {
 			if !strings.Contains(run.output, want) {
 				t.Errorf("output lacks %q:\n%s", want, run.output)
 			}
+		}
+		// A failed boot is never handed back to its group (a fault every instance meets would become a replace
+		// loop): the autoscaler retires the instance once its provision time is up.
+		if strings.Contains(run.output, "Unhealthy") {
+			t.Errorf("the failed join handed the instance back:\n%s", run.output)
 		}
 		// join.sh's cleanup after each failed attempt (recorded only: see testdata/stubs/kubeadm-real).
 		if !strings.Contains(n.calls(t), "kubeadm reset --force") {
