@@ -103,6 +103,11 @@ func newBurst(t *testing.T) *burst {
 				"--grace-period=0", "--field-selector", "spec.nodeName="+n.hostname())
 		}
 	})
+	// The status the test checks is this autoscaler's, not one an earlier test's left in kube-system.
+	if _, err := c.kubectl(ctx, "-n", "kube-system", "delete", "configmap", "cluster-autoscaler-status",
+		"--ignore-not-found"); err != nil {
+		t.Fatal(err)
+	}
 	b.ca = startAutoscaler(ctx, t, c, s, b.aws, b.aws.users[s.userName])
 	return b
 }
