@@ -92,6 +92,8 @@ func TestBootPreparesInTheWarmPoolThenJoins(t *testing.T) {
 	assert.Check(t, is.Contains(calls, "crictl --runtime-endpoint unix:///var/run/crio/crio.sock pull registry.k8s.io/pause:3.10.1"))
 	assert.Check(t, !strings.Contains(calls, "\nkubeadm "), "kubeadm ran in the warm pool")
 	assert.Check(t, !strings.Contains(calls, imdsUnitName), "the metadata lock was started before the join")
+	assert.Check(t, !strings.Contains(calls, "swapoff"), "swap turned off while preparing (a hibernating warm pool needs it)")
+	assert.Check(t, is.Contains(calls, "sysctl -q -e --system\n"), "the sysctls cloud-init wrote were not applied")
 	assert.Check(t, is.Equal(aws.ssmRequests, 0), "the token was read in the warm pool")
 	assert.Check(t, is.DeepEqual(aws.autoscalingCalls(), []string{
 		"DescribeAutoScalingInstances InstanceIds.member.1=" + fakeInstanceID,
@@ -120,7 +122,7 @@ func TestBootPreparesInTheWarmPoolThenJoins(t *testing.T) {
 	assert.Check(t, !strings.Contains(calls, "crictl"), "images pulled again")
 	assert.Check(t, is.Contains(calls, "systemctl start crio.service\n"))
 	assert.Check(t, is.Contains(calls, "kubeadm join"))
-	checkLocksAfterJoin(t, calls)
+	checkLocksBeforeJoin(t, calls)
 	assert.Check(t, is.Contains(start.stderr, "prepared on an earlier boot"))
 	asg := aws.autoscalingCalls()
 	assert.Check(t, is.Equal(asg[len(asg)-1], "CompleteLifecycleAction AutoScalingGroupName="+fakeGroup+" InstanceId="+
@@ -137,6 +139,53 @@ func TestBootPreparesInTheWarmPoolThenJoins(t *testing.T) {
 	assert.Equal(t, again.exitCode, 0)
 	assert.Check(t, is.Contains(again.stderr, "already joined"))
 	assert.Check(t, is.Equal(again.file("calls"), ""))
+}
+
+// A warm instance keeps the user data it was launched with: when the group launches a newer launch template version
+// by the time the instance enters service (a `pulumi up` replaced the gateway, or changed the CA pin or the
+// version), its boot abandons the launch hook's action instead of joining with stale values, and the group replaces
+// it (AWS N2). One of the current version joins; an answer without versions lets it join too.
+func TestBootHandsBackAStaleWarmInstance(t *testing.T) {
+	t.Parallel()
+	for name, c := range map[string]struct {
+		instance, group, result string
+	}{
+		"stale":   {"3", "4", "stale"},
+		"current": {"4", "4", "joined"},
+		"unknown": {"", "", "joined"},
+	} {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			ud, aws := bootFixture(t, 0, withHook, fakeimds.Instance{LifecycleState: "Warmed:Stopped"})
+			aws.pendingAction = true
+			aws.instanceVersion, aws.groupVersion = c.instance, c.group
+			env := newScriptEnv(t, ud, aws, nil, nil)
+			assert.Equal(t, env.run(t, joinScript).exitCode, 0)
+
+			reboot(t, env.root)
+			aws.imds.SetLifecycleState("InService")
+			aws.mu.Lock()
+			aws.pendingAction = true
+			aws.mu.Unlock()
+			assert.NilError(t, os.Remove(filepath.Join(env.stubDir, "calls")))
+			start := env.run(t, joinScript)
+			assert.Equal(t, start.exitCode, 0)
+			assert.Check(t, is.Equal(readTimeline(t, start).Result, c.result))
+			asg := aws.autoscalingCalls()
+			last := asg[len(asg)-1]
+			if c.result == "stale" {
+				assert.Check(t, is.Contains(start.stderr, "launched from version 3 of the launch template; the group launches version 4"))
+				assert.Check(t, is.Equal(last, "CompleteLifecycleAction AutoScalingGroupName="+fakeGroup+" InstanceId="+
+					fakeInstanceID+" LifecycleActionResult=ABANDON LifecycleHookName="+testHook))
+				assert.Check(t, !strings.Contains(start.file("calls"), "kubeadm"), "a stale instance joined")
+				assert.Check(t, is.Equal(aws.ssmRequests, 0), "a stale instance read the token")
+				return
+			}
+			assert.Check(t, is.Contains(start.file("calls"), "kubeadm join"))
+			assert.Check(t, is.Equal(last, "CompleteLifecycleAction AutoScalingGroupName="+fakeGroup+" InstanceId="+
+				fakeInstanceID+" LifecycleActionResult=CONTINUE LifecycleHookName="+testHook))
+		})
+	}
 }
 
 // A warm pool that waits Running (or Hibernated): the instance prepares once and then waits without a boot while
@@ -161,7 +210,7 @@ func TestBootWaitsRunningInTheWarmPoolThenJoins(t *testing.T) {
 		assert.Check(t, is.Equal(tick.stderr, ""), "a waiting run logs nothing")
 	}
 	if calls, err := os.ReadFile(filepath.Join(env.stubDir, "calls")); err == nil {
-		for _, cmd := range []string{"dnf", "systemctl", "crictl", "kubeadm"} {
+		for _, cmd := range []string{"dnf", "systemctl", "crictl", "kubeadm", "sysctl", "modprobe", "swapoff"} {
 			assert.Check(t, !strings.Contains(string(calls), cmd), "a waiting run ran %s:\n%s", cmd, calls)
 		}
 	}
@@ -177,20 +226,25 @@ func TestBootWaitsRunningInTheWarmPoolThenJoins(t *testing.T) {
 	join := env.run(t, joinScript)
 	assert.Equal(t, join.exitCode, 0)
 	assert.Check(t, is.Contains(join.file("calls"), "kubeadm join"))
-	checkLocksAfterJoin(t, join.file("calls"))
+	checkLocksBeforeJoin(t, join.file("calls"))
+	stop := strings.Index(join.file("calls"), "systemctl disable --now --no-block "+joinTimerName+"\n")
+	assert.Check(t, stop > strings.Index(join.file("calls"), "kubeadm join"), "the joined node's timer was not stopped "+
+		"after the join:\n%s", join.file("calls"))
 	assert.Check(t, is.Equal(readTimeline(t, join).Result, "joined"))
 }
 
-// checkLocksAfterJoin: a join that ran without a boot (the timer's, on a Running or Hibernated warm instance) has
-// no boot to start the metadata lock, and on a boot the lock's condition skipped it before the join; so join.sh
-// queues it once kubeadm join has written kubelet.conf, without waiting on it (the join unit must never wait on
-// another unit's job).
-func checkLocksAfterJoin(t *testing.T, calls string) {
+// checkLocksBeforeJoin: every join (a boot's, or the timer's on a Running or Hibernated warm instance, which has no
+// boot) loads the metadata lockdown before kubeadm join starts the kubelet, and waits for it: a lockdown that fails
+// stops the join with its reason (TestJoinStopsWhenTheLockdownFails). Swap goes off there too, not while preparing.
+// After the join, the warm pool's timer is stopped and disabled (it would fire every 15 s for the node's life).
+func checkLocksBeforeJoin(t *testing.T, calls string) {
 	t.Helper()
 	join := strings.Index(calls, "kubeadm join")
-	lock := strings.Index(calls, "systemctl start --no-block "+imdsUnitName+"\n")
+	lock := strings.Index(calls, "systemctl start "+imdsUnitName+"\n")
+	swap := strings.Index(calls, "swapoff -a\n")
 	assert.Check(t, lock >= 0, "join.sh did not start %s:\n%s", imdsUnitName, calls)
-	assert.Check(t, join >= 0 && lock > join, "join.sh started %s before kubeadm join:\n%s", imdsUnitName, calls)
+	assert.Check(t, join > lock, "join.sh did not start %s before kubeadm join:\n%s", imdsUnitName, calls)
+	assert.Check(t, swap >= 0 && join > swap, "join.sh did not turn swap off before kubeadm join:\n%s", calls)
 }
 
 // The phase decision for every target lifecycle state IMDS can return ("" is an instance whose IMDS has none).
@@ -253,37 +307,42 @@ func TestBootWithNoPendingLifecycleAction(t *testing.T) {
 	assert.Check(t, is.Len(failedLines(run.stderr), 0))
 }
 
-// A boot that runs out of time when no lifecycle action waits (a reboot of an instance already in service) marks
-// the instance Unhealthy instead.
-func TestBootMarksUnhealthyWhenNoActionWaits(t *testing.T) {
+// A boot that runs out of time when no lifecycle action waits (a reboot of an instance already in service) does
+// not hand the instance back either: no SetInstanceHealth.
+func TestBootNeverMarksItselfUnhealthy(t *testing.T) {
 	t.Parallel()
 	ud, aws := bootFixture(t, 0, withHook, fakeimds.Instance{LifecycleState: "InService"})
 	aws.ssmFailures = -1
 	run := runScript(t, ud, joinScript, aws, map[string]string{"DYNK8S_DEADLINE_SECONDS": "2"}, nil)
 	assert.Check(t, run.exitCode != 0)
-	asg := aws.autoscalingCalls()
-	assert.Assert(t, len(asg) > 0)
-	assert.Check(t, is.Equal(asg[len(asg)-1], "SetInstanceHealth HealthStatus=Unhealthy InstanceId="+fakeInstanceID+
-		" ShouldRespectGracePeriod=false"))
-	assert.Check(t, !strings.Contains(run.stderr, "abandoned the lifecycle action"))
+	for _, call := range aws.autoscalingCalls() {
+		assert.Check(t, !strings.HasPrefix(call, "SetInstanceHealth"), "the instance was handed back: %s", call)
+	}
+	assert.Check(t, is.Contains(run.stderr, "no lifecycle action of hook "+testHook+" waits for this instance"))
 }
 
-// In the warm pool, a boot that runs out of time abandons the launch hook's action: the group terminates the
-// instance and launches another into the pool.
-func TestBootAbandonsTheLifecycleActionOnGivingUp(t *testing.T) {
+// A boot that runs out of time in a group with a launch hook completes the hook's action with CONTINUE, not
+// ABANDON: the group keeps the instance, and the hook's own timeout (default result ABANDON) cannot replace it
+// either, so a fault every instance meets (here the package repositories) does not become an endless replace loop;
+// the autoscaler's max-node-provision-time decides, in service as in the warm pool.
+func TestBootCompletesTheLifecycleActionOnGivingUp(t *testing.T) {
 	t.Parallel()
-	ud, aws := bootFixture(t, 0, withHook, fakeimds.Instance{LifecycleState: "Warmed:Stopped"})
-	aws.pendingAction = true
-	run := runScript(t, ud, joinScript, aws, map[string]string{"STUB_DNF_NEEDS_REPO": "no-such-repo",
-		"DYNK8S_DEADLINE_SECONDS": "2"}, nil)
-	assert.Check(t, run.exitCode != 0)
-	assert.Assert(t, is.Len(failedLines(run.stderr), 1), run.stderr)
-	asg := aws.autoscalingCalls()
-	assert.Assert(t, len(asg) > 0)
-	assert.Check(t, is.Equal(asg[len(asg)-1], "CompleteLifecycleAction AutoScalingGroupName="+fakeGroup+" InstanceId="+
-		fakeInstanceID+" LifecycleActionResult=ABANDON LifecycleHookName="+testHook))
-	assert.Check(t, is.Contains(run.stderr, "abandoned the lifecycle action of hook "+testHook))
-	assert.Check(t, is.Equal(readTimeline(t, run).Result, "failed"))
+	for _, state := range []string{"Warmed:Stopped", "InService"} {
+		ud, aws := bootFixture(t, 0, withHook, fakeimds.Instance{LifecycleState: state})
+		aws.pendingAction = true
+		run := runScript(t, ud, joinScript, aws, map[string]string{"STUB_DNF_NEEDS_REPO": "no-such-repo",
+			"DYNK8S_DEADLINE_SECONDS": "2"}, nil)
+		assert.Check(t, run.exitCode != 0, state)
+		assert.Assert(t, is.Len(failedLines(run.stderr), 1), run.stderr)
+		assert.Check(t, is.DeepEqual(aws.autoscalingCalls(), []string{
+			"DescribeAutoScalingInstances InstanceIds.member.1=" + fakeInstanceID,
+			"CompleteLifecycleAction AutoScalingGroupName=" + fakeGroup + " InstanceId=" + fakeInstanceID +
+				" LifecycleActionResult=CONTINUE LifecycleHookName=" + testHook,
+		}), state)
+		assert.Check(t, !aws.pendingAction, "%s: the hook still holds the instance (its timeout would abandon it)", state)
+		assert.Check(t, is.Contains(run.stderr, "completed the lifecycle action of hook "+testHook+" with CONTINUE"), state)
+		assert.Check(t, is.Equal(readTimeline(t, run).Result, "failed"), state)
+	}
 }
 
 // The endpoints follow the partition's DNS suffix from IMDS: in China, ssm.<region>.amazonaws.com.cn and
@@ -336,10 +395,18 @@ func TestBootFailsWithoutAnyWayToSign(t *testing.T) {
 	assert.Check(t, is.Contains(failed[0], "curl cannot sign AWS requests (no --aws-sigv4: curl older than 7.75 or "+
 		"built without it) and there is no dynk8s-no-such-aws CLI to fall back to"))
 	assert.Check(t, is.Len(aws.autoscalingCalls(), 0), "a hard error is not handed back")
+
+	// In a group with a launch hook, completing the action cannot be signed either: still one reason, the first.
+	ud, aws = bootFixture(t, 0, withHook, fakeimds.Instance{LifecycleState: "InService"})
+	run = runScript(t, ud, joinScript, aws, map[string]string{"STUB_CURL_NO_SIGV4": "1",
+		"DYNK8S_AWS_CLI": "dynk8s-no-such-aws"}, nil)
+	assert.Check(t, run.exitCode != 0)
+	assert.Check(t, is.Len(failedLines(run.stderr), 1), run.stderr)
+	assert.Check(t, is.Contains(run.stderr, "while failing: curl cannot sign AWS requests"))
 }
 
 // A kernel without br_netfilter: the boot says so, installs kernel-modules-extra of the running kernel from Fedora's
-// repositories (only then), loads the module and applies the sysctls again.
+// release repository (only then; a GA image runs the release's kernel), loads the module and applies the sysctls.
 func TestBootInstallsMissingKernelModules(t *testing.T) {
 	t.Parallel()
 	uname, err := exec.Command("uname", "-r").Output()
@@ -350,7 +417,7 @@ func TestBootInstallsMissingKernelModules(t *testing.T) {
 	calls := run.file("calls")
 	assert.Check(t, is.Contains(run.stderr, "kernel modules missing: br_netfilter; installing kernel-modules-extra-"))
 	assert.Check(t, is.Contains(calls, "modprobe br_netfilter\ndnf install -y "+dnfOptions+
-		" --repo=fedora --repo=updates kernel-modules-extra-"+strings.TrimSpace(string(uname))+"\nmodprobe br_netfilter\n"+
+		" --repo=fedora kernel-modules-extra-"+strings.TrimSpace(string(uname))+"\nmodprobe br_netfilter\n"+
 		"sysctl -q -e --system\n"))
 	assert.Check(t, !strings.Contains(run.stderr, "still missing"))
 }
@@ -364,6 +431,9 @@ func TestBootJoinsWithoutAModuleKubeadmDoesNotNeed(t *testing.T) {
 		"STUB_DNF_NEEDS_REPO": "dynk8s-kubernetes"}, nil)
 	assert.Equal(t, run.exitCode, 0)
 	assert.Check(t, is.Contains(run.stderr, "installing kernel-modules-extra failed: dnf install exited 1"))
+	// The release repository first, then its updates (a kernel newer than the GA image's), then the join goes on.
+	assert.Check(t, is.Contains(run.file("calls"), " --repo=fedora kernel-modules-extra-"))
+	assert.Check(t, is.Contains(run.file("calls"), " --repo=fedora --repo=updates kernel-modules-extra-"))
 	assert.Check(t, is.Contains(run.stderr, "still missing kernel modules: br_netfilter (kubeadm join does not need them"))
 	assert.Check(t, is.Contains(run.file("calls"), "kubeadm join"))
 }

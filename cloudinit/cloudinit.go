@@ -57,6 +57,10 @@ type yumRepo struct {
 	Enabled  bool   `json:"enabled"`
 	GPGCheck bool   `json:"gpgcheck"`
 	GPGKey   string `json:"gpgkey"`
+	// Priority: dnf picks a package from the repository with the lowest value among those that have it, "possibly
+	// despite being less convenient otherwise (e.g. by being a lower version)" (dnf.conf(5), dnf5.conf(5)); 0: unset,
+	// dnf's default 99.
+	Priority int `json:"priority,omitempty"`
 }
 
 func (c cloudConfig) marshal() ([]byte, error) {

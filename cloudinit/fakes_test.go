@@ -60,6 +60,9 @@ type fakeAWS struct {
 	// for the instance, as in Pending:Wait or Warmed:Pending:Wait.
 	group         string
 	pendingAction bool
+	// instanceVersion and groupVersion are the launch template versions DescribeAutoScalingInstances gives the
+	// instance and DescribeAutoScalingGroups the group ("": none, and the group is not known).
+	instanceVersion, groupVersion string
 	// asgCalls are the Auto Scaling calls, one line each: the action and its sorted parameters but Action and
 	// Version.
 	asgCalls []string
@@ -182,8 +185,8 @@ func (f *fakeAWS) serveAutoScaling(w http.ResponseWriter, r *http.Request) {
 	case "DescribeAutoScalingInstances":
 		member := ""
 		if f.group != "" && form.Get("InstanceIds.member.1") == fakeInstanceID {
-			member = fmt.Sprintf("<member><InstanceId>%s</InstanceId><AutoScalingGroupName>%s</AutoScalingGroupName></member>",
-				fakeInstanceID, f.group)
+			member = fmt.Sprintf("<member><InstanceId>%s</InstanceId><AutoScalingGroupName>%s</AutoScalingGroupName>%s</member>",
+				fakeInstanceID, f.group, fakeTemplate(f.instanceVersion))
 		}
 		_, _ = fmt.Fprintf(w, `<DescribeAutoScalingInstancesResponse %s><DescribeAutoScalingInstancesResult><AutoScalingInstances>%s</AutoScalingInstances></DescribeAutoScalingInstancesResult></DescribeAutoScalingInstancesResponse>`, ns, member)
 	case "CompleteLifecycleAction":
@@ -193,11 +196,30 @@ func (f *fakeAWS) serveAutoScaling(w http.ResponseWriter, r *http.Request) {
 		}
 		f.pendingAction = false
 		_, _ = fmt.Fprintf(w, `<CompleteLifecycleActionResponse %s><CompleteLifecycleActionResult/></CompleteLifecycleActionResponse>`, ns)
+	case "DescribeAutoScalingGroups":
+		if f.groupVersion == "" || form.Get("AutoScalingGroupNames.member.1") != f.group {
+			fail("ValidationError", "fake autoscaling knows no such group")
+			return
+		}
+		// As EC2 Auto Scaling answers: the group's template, then its instances, each with its own template.
+		_, _ = fmt.Fprintf(w, `<DescribeAutoScalingGroupsResponse %s><DescribeAutoScalingGroupsResult><AutoScalingGroups><member>`+
+			`<AutoScalingGroupName>%s</AutoScalingGroupName>%s<Instances><member><InstanceId>%s</InstanceId>%s</member></Instances>`+
+			`</member></AutoScalingGroups></DescribeAutoScalingGroupsResult></DescribeAutoScalingGroupsResponse>`,
+			ns, f.group, fakeTemplate(f.groupVersion), fakeInstanceID, fakeTemplate(f.instanceVersion))
 	case "SetInstanceHealth":
 		_, _ = fmt.Fprintf(w, `<SetInstanceHealthResponse %s/>`, ns)
 	default:
 		fail("InvalidAction", "fake autoscaling knows no "+action)
 	}
+}
+
+// fakeTemplate is a LaunchTemplate element of an Auto Scaling answer, or nothing for version "".
+func fakeTemplate(version string) string {
+	if version == "" {
+		return ""
+	}
+	return "<LaunchTemplate><LaunchTemplateId>lt-0123456789abcdef0</LaunchTemplateId>" +
+		"<LaunchTemplateName>lab-x86-20260101</LaunchTemplateName><Version>" + version + "</Version></LaunchTemplate>"
 }
 
 func (f *fakeAWS) autoscalingCalls() []string {
@@ -238,7 +260,9 @@ if [[ $1 == join ]]; then
   if ((n < ${STUB_KUBEADM_FAILURES:-0})); then echo "kubeadm stub: join $((n + 1)) fails" >&2; exit 1; fi
   mkdir -p "$DYNK8S_ROOT/etc/kubernetes" && touch "$DYNK8S_ROOT/etc/kubernetes/kubelet.conf"
 fi`,
-	"systemctl": `echo "systemctl $*" >>"$STUB_DIR/calls"`,
+	// systemctl fails the one command line given in STUB_SYSTEMCTL_FAILS ("start dynk8s-imds-lock.service").
+	"systemctl": `echo "systemctl $*" >>"$STUB_DIR/calls"
+[[ "$*" != "${STUB_SYSTEMCTL_FAILS:-}" ]]`,
 	// nft lists the counters the test wrote to $STUB_DIR/nft.json, or fails as with no such table.
 	// nft lists counters from nft.json (the gateway's idle check) and loads rulesets unless STUB_NFT_FAILS is set.
 	"nft": `echo "nft $*" >>"$STUB_DIR/calls"
@@ -255,11 +279,10 @@ if [[ -n ${STUB_DNF_NEEDS_REPO:-} && " $* " != *" --repo=$STUB_DNF_NEEDS_REPO "*
   echo "Error: nothing provides conntrack needed by kubelet (stub)" >&2; exit 1
 fi
 if [[ " $* " == *" kernel-modules-extra-"* ]]; then touch "$STUB_DIR/modules-installed"; fi`,
-	// Present: the image has dnf5, so dnf is dnf5 (Fedora 41 and later).
-	"dnf5": `echo "dnf5 $*" >>"$STUB_DIR/calls"`,
 	"modprobe": `echo "modprobe $*" >>"$STUB_DIR/calls"
 [[ " ${STUB_MODULES_MISSING:-} " != *" $1 "* || -e $STUB_DIR/modules-installed ]]`,
-	"sysctl": `echo "sysctl $*" >>"$STUB_DIR/calls"`,
+	"sysctl":  `echo "sysctl $*" >>"$STUB_DIR/calls"`,
+	"swapoff": `echo "swapoff $*" >>"$STUB_DIR/calls"`,
 	// STUB_CRICTL_AWAIT_JOIN: a pull takes until kubeadm join has run (10 s at most), as a big image would.
 	"crictl": `echo "crictl $*" >>"$STUB_DIR/calls"
 for ((i = 0; i < 100; i++)); do
@@ -429,17 +452,26 @@ type fakeEC2 struct {
 
 	// instances are what DescribeInstances searches (guarded by aws.mu, as is everything below).
 	instances []fakeInstance
+	// nextToken, when set, ends every DescribeInstances answer as a page that more pages follow.
+	nextToken string
 	// gatewayID is the only instance StartInstances knows; gatewayState its state. While stoppingCalls is above
 	// zero, a start is refused with IncorrectInstanceState (the instance is still stopping); then it has stopped.
 	gatewayID     string
 	gatewayState  string
 	stoppingCalls int
+	// haltingCalls is the number of starts a running gateway still answers "running" while its OS powers off: after
+	// the last of them it is stopping.
+	haltingCalls int
 	// failures answers that many calls with failCode (HTTP failStatus) first; negative: every call.
 	failures   int
 	failCode   string
 	failStatus int
 	// actions are the actions called, in order.
 	actions []string
+	// emptyPages answers that many DescribeInstances pages with no instance and a NextToken first, as EC2 may with
+	// filters; tokens are the NextToken each DescribeInstances call sent ("" for none).
+	emptyPages int
+	tokens     []string
 }
 
 type fakeInstance struct {
@@ -513,6 +545,20 @@ func (e *fakeEC2) describe(w http.ResponseWriter, form url.Values) {
 		e.aws.problem("EC2 DescribeInstances: filters %v, want %v", filters, want)
 	}
 	var b strings.Builder
+	token := form.Get("NextToken")
+	e.tokens = append(e.tokens, token)
+	page := 0
+	if token != "" {
+		if _, err := fmt.Sscanf(token, "page-%d", &page); err != nil {
+			e.aws.problem("EC2 DescribeInstances: NextToken %q is none the fake gave", token)
+		}
+	}
+	if page < e.emptyPages {
+		fmt.Fprintf(&b, `<DescribeInstancesResponse %s><requestId>fake</requestId><reservationSet/>`+
+			`<nextToken>page-%d</nextToken></DescribeInstancesResponse>`, ec2NS, page+1)
+		_, _ = io.WriteString(w, b.String())
+		return
+	}
 	fmt.Fprintf(&b, `<DescribeInstancesResponse %s><requestId>fake</requestId><reservationSet>`, ec2NS)
 	for _, in := range e.instances {
 		match := in.Tags["dynk8s:cluster"] == testClusterName && slices.Contains(filters["instance-state-name"], in.State)
@@ -526,7 +572,11 @@ func (e *fakeEC2) describe(w http.ResponseWriter, form url.Values) {
 		}
 		b.WriteString(`</tagSet></item></instancesSet></item>`)
 	}
-	b.WriteString(`</reservationSet></DescribeInstancesResponse>`)
+	b.WriteString(`</reservationSet>`)
+	if e.nextToken != "" {
+		fmt.Fprintf(&b, `<nextToken>%s</nextToken>`, e.nextToken)
+	}
+	b.WriteString(`</DescribeInstancesResponse>`)
 	_, _ = io.WriteString(w, b.String())
 }
 
@@ -536,6 +586,11 @@ func (e *fakeEC2) start(w http.ResponseWriter, form url.Values) {
 	if id != e.gatewayID || form.Get("InstanceId.2") != "" {
 		e.fail(w, http.StatusBadRequest, "InvalidInstanceID.NotFound", fmt.Sprintf("The instance ID '%s' does not exist", id))
 		return
+	}
+	if e.gatewayState == "running" && e.haltingCalls > 0 {
+		if e.haltingCalls--; e.haltingCalls == 0 {
+			defer func() { e.gatewayState = "stopping" }()
+		}
 	}
 	if e.gatewayState == "stopping" {
 		if e.stoppingCalls > 0 {

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"net/netip"
+	"slices"
 	"strconv"
 	"strings"
 	"text/template"
@@ -27,6 +28,9 @@ type GatewayInput struct {
 	// ClusterName is the dynk8s:cluster tag value of the pool instances the idle check looks for (required with
 	// IdleStop).
 	ClusterName string
+	// Forward, when set, limits what the gateway forwards from the VPC into the tunnel (forward.go); nil forwards
+	// everything.
+	Forward *GatewayForward
 }
 
 const (
@@ -52,11 +56,16 @@ const (
 const (
 	forwardedIn  = "forwarded_in"
 	forwardedOut = "forwarded_out"
+	// forwardRefused is the comment of the rules that count and drop what the forward filter (GatewayInput.Forward)
+	// refuses: a rule's own counter, not a named one, so the idle check's sum of the named counters stays the
+	// forwarded packets.
+	forwardRefused = "refused"
 )
 
-// gatewayPackages come from Fedora's repositories. cloud-init's own package step is not used: it runs once, and a
-// mirror hiccup at that moment would leave a gateway without wg-quick@.service that never brings the tunnel up and
-// is not retried on reboot (cloud-init's modules run once per instance).
+// gatewayPackages come from Fedora's repositories, the release repository alone first (the gateway boots the
+// release's GA image, like the nodes: see systemRepos), all of them after a failed attempt. cloud-init's own package
+// step is not used: it runs once, and a mirror hiccup at that moment would leave a gateway without wg-quick@.service
+// that never brings the tunnel up and is not retried on reboot (cloud-init's modules run once per instance).
 var gatewayPackages = []string{"nftables", "wireguard-tools"}
 
 // gatewayPackagesUnit runs gateway-packages.sh at every boot: a first boot installs (with retries), later boots only
@@ -106,7 +115,7 @@ table inet {{.Table}} {
     iifname "{{.Interface}}" meta nfproto ipv4 tcp flags syn / syn,rst tcp option maxseg size > {{.MSS4}} tcp option maxseg size set {{.MSS4}}
     iifname "{{.Interface}}" meta nfproto ipv6 tcp flags syn / syn,rst tcp option maxseg size > {{.MSS6}} tcp option maxseg size set {{.MSS6}}
   }
-}
+{{.Filter}}}
 `))
 
 // Gateway validates in and renders the WireGuard gateway's cloud-config: wireguard-tools and nftables from Fedora,
@@ -144,9 +153,10 @@ func Gateway(in GatewayInput) ([]byte, error) {
 
 	var nft strings.Builder
 	if err := mssRuleset.Execute(&nft, struct {
-		Table, Interface, In, Out string
-		MSS4, MSS6                int
-	}{wgMSSTable, wgInterface, forwardedIn, forwardedOut, in.MTU - 40, in.MTU - 60}); err != nil {
+		Table, Interface, In, Out, Filter string
+		MSS4, MSS6                        int
+	}{wgMSSTable, wgInterface, forwardedIn, forwardedOut, forwardChains(in.Forward, wgInterface, forwardRefused),
+		in.MTU - 40, in.MTU - 60}); err != nil {
 		return nil, fmt.Errorf("gateway user data: MSS ruleset: %w", err)
 	}
 	env, err := envFile("wg-key.sh", map[string]string{"DYNK8S_KEY_PARAMETER": in.PrivateKeyParameter})
@@ -168,8 +178,9 @@ func Gateway(in GatewayInput) ([]byte, error) {
 	}
 
 	pkgEnv, err := envFile("gateway-packages.sh", map[string]string{
-		"DYNK8S_PACKAGES": strings.Join(gatewayPackages, ","),
-		"DYNK8S_UNIT":     wgUnit,
+		"DYNK8S_PACKAGES":     strings.Join(gatewayPackages, ","),
+		"DYNK8S_SYSTEM_REPOS": strings.Join(systemRepos, ","),
+		"DYNK8S_UNIT":         wgUnit,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("gateway user data: %w", err)
@@ -196,8 +207,10 @@ func Gateway(in GatewayInput) ([]byte, error) {
 			{Path: libexecDir + "/lib.sh", Content: forUserData(libSh), Permissions: "0644"},
 		},
 		// The packages unit, enabled, installs what is missing (retrying) and then enables and starts the tunnel,
-		// which so comes back by itself after a reboot or an EC2 auto-recovery. `enable --now` blocks, so
-		// cloud-init's final status shows a first install that failed (the unit keeps retrying after that).
+		// which so comes back by itself after a reboot or an EC2 auto-recovery. `enable --now` blocks and is runcmd's
+		// last command (idleCheck inserts before it), so cloud-init's final status shows a first install that failed:
+		// runcmd is one shell script with no `set -e`, whose status is its last command's (runcmdFailsOnFailedUnits).
+		// The unit keeps retrying after that.
 		RunCmd: [][]string{
 			{"sysctl", "-q", "--system"},
 			{"systemctl", "daemon-reload"},
@@ -266,7 +279,9 @@ func idleCheck(in GatewayInput, cc *cloudConfig) error {
 		writeFile{Path: "/etc/systemd/system/" + idleTimerName, Content: timer, Permissions: "0644"},
 		writeFile{Path: libexecDir + "/gateway-idle.sh", Content: forUserData(gatewayIdleSh), Permissions: "0755"},
 	)
-	cc.RunCmd = append(cc.RunCmd, []string{"systemctl", "enable", "--now", idleTimerName})
+	last := len(cc.RunCmd) - 1
+	cc.RunCmd = slices.Concat(cc.RunCmd[:last], [][]string{{"systemctl", "enable", "--now", idleTimerName}},
+		cc.RunCmd[last:])
 	return nil
 }
 
@@ -296,6 +311,9 @@ func (in GatewayInput) validate() error {
 		e.add("IdleStop", fmt.Errorf("%s is not a whole number of seconds", in.IdleStop))
 	case in.IdleStop > 0:
 		e.add("ClusterName", validateDNSLabel(in.ClusterName))
+	}
+	if in.Forward != nil {
+		e.add("Forward", in.Forward.validate())
 	}
 	return e.join("gateway user data")
 }

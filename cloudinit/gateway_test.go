@@ -116,7 +116,7 @@ func TestGatewayIdleCheckRendered(t *testing.T) {
 	assert.Check(t, is.Contains(service, "ExecStart="+idleScript+"\n"))
 	assert.Check(t, is.Contains(service, "Type=oneshot\n"))
 	assert.Check(t, is.Equal(fileByPath(t, cc, idleScript).Permissions, "0755"))
-	assert.Check(t, is.DeepEqual(cc.RunCmd[len(cc.RunCmd)-1], []string{"systemctl", "enable", "--now", idleTimerName}))
+	assert.Check(t, is.DeepEqual(cc.RunCmd[len(cc.RunCmd)-2], []string{"systemctl", "enable", "--now", idleTimerName}))
 	nft := fileByPath(t, cc, wgMSSPath).Content
 	assert.Check(t, is.Contains(nft, `iifname "wg0" counter name "forwarded_in"`))
 	assert.Check(t, is.Contains(nft, `oifname "wg0" counter name "forwarded_out"`))
@@ -302,10 +302,12 @@ func TestGatewayPackagesUnitRetries(t *testing.T) {
 		assert.Check(t, is.Contains(unit, want))
 	}
 	env := parseEnv(t, fileByPath(t, cc, "/etc/dynk8s/gateway-packages.env").Content)
-	assert.Check(t, is.DeepEqual(env, map[string]string{"DYNK8S_PACKAGES": "nftables,wireguard-tools", "DYNK8S_UNIT": wgUnit}))
+	assert.Check(t, is.DeepEqual(env, map[string]string{"DYNK8S_PACKAGES": "nftables,wireguard-tools",
+		"DYNK8S_SYSTEM_REPOS": "fedora", "DYNK8S_UNIT": wgUnit}))
 }
 
-// Two failed installs, then one that works: the tunnel is started after it.
+// Two failed installs, then one that works: the tunnel is started after it. The first reads only Fedora's release
+// repository (the GA image's), the next ones every repository.
 func TestGatewayPackagesRetryThenStartTheTunnel(t *testing.T) {
 	t.Parallel()
 	aws := newFakeAWS(t, nil)
@@ -314,7 +316,9 @@ func TestGatewayPackagesRetryThenStartTheTunnel(t *testing.T) {
 	assert.Equal(t, run.exitCode, 0)
 	install := "dnf install -y --setopt=install_weak_deps=False nftables wireguard-tools\n"
 	calls := run.file("calls")
-	assert.Check(t, is.Equal(strings.Count(calls, install), 3), calls)
+	assert.Check(t, is.Contains(calls, "rpm -q --whatprovides wireguard-tools\ndnf install -y "+
+		"--setopt=install_weak_deps=False --repo=fedora nftables wireguard-tools\n"+install), calls)
+	assert.Check(t, is.Equal(strings.Count(calls, install), 2), calls)
 	assert.Check(t, is.Contains(run.stderr, "install nftables wireguard-tools: attempt 1 failed: dnf install exited 1"))
 	assert.Check(t, is.Contains(run.stderr, "succeeded on attempt 3"))
 	assert.Check(t, strings.HasSuffix(calls, install+"systemctl daemon-reload\nsystemctl enable --now --no-block wg-quick@wg0.service\n"), calls)
@@ -334,7 +338,7 @@ func TestGatewayPackagesInstallsOnlyWhatIsMissing(t *testing.T) {
 
 	partial := runScript(t, ud, gatewayPackagesScript, aws, map[string]string{"STUB_RPM_MISSING": "wireguard-tools"}, nil)
 	assert.Equal(t, partial.exitCode, 0)
-	assert.Check(t, is.Contains(partial.file("calls"), "dnf install -y --setopt=install_weak_deps=False wireguard-tools\n"))
+	assert.Check(t, is.Contains(partial.file("calls"), "dnf install -y --setopt=install_weak_deps=False --repo=fedora wireguard-tools\n"))
 }
 
 // A mirror that stays down: one reason, a non-zero exit (systemd restarts the unit), and no tunnel start.
@@ -349,4 +353,14 @@ func TestGatewayPackagesGiveUpWithOneReason(t *testing.T) {
 	assert.Check(t, is.Contains(failed[0], "install wireguard-tools: gave up after"))
 	assert.Check(t, is.Contains(failed[0], "dnf install exited 1"))
 	assert.Check(t, !strings.Contains(run.file("calls"), "systemctl enable"))
+}
+
+// runcmd's status is its last command's (one shell script, no `set -e`): that is the blocking start of the packages
+// unit, so a first install that fails is cloud-init's error, with the idle check's timer enabled before it.
+func TestGatewayRuncmdEndsWithThePackagesUnit(t *testing.T) {
+	t.Parallel()
+	for name, ud := range renderedGatewayUserData(t) {
+		rc := parseCloudConfig(t, ud).RunCmd
+		assert.Check(t, is.DeepEqual(rc[len(rc)-1], []string{"systemctl", "enable", "--now", gatewayPackagesUnitName}), name)
+	}
 }

@@ -15,7 +15,7 @@ import (
 )
 
 // The node's host settings beyond the join itself: what kubeadm patches into the kubelet's configuration, the
-// routes and DNS toward on-prem, and the lockdown of the instance metadata service once the node joined. Each is a
+// routes and DNS toward on-prem, and the lockdown of the instance metadata service before any kubelet runs. Each is a
 // file of its own and, where something must run, a unit and a script of its own, so join.sh stays about the join.
 
 // HostInput are the node's network and metadata settings; plain and public, like the rest of NodeInput.
@@ -52,6 +52,8 @@ const (
 	resolvedDropInPath = "/etc/systemd/resolved.conf.d/90-dynk8s-onprem.conf"
 	imdsRulesetPath    = "/etc/dynk8s/imds-lock.nft"
 	imdsUnitName       = "dynk8s-imds-lock.service"
+	// kubeletLockDropIn makes the kubelet's unit (from its package) require the lockdown, whoever starts it.
+	kubeletLockDropIn = "/etc/systemd/system/kubelet.service.d/90-dynk8s-imds-lock.conf"
 	// imdsTable and imdsUsersSet are also named by imds-lock.sh, which adds EC2 Instance Connect's user to the set.
 	imdsTable    = "dynk8s_imds_lock"
 	imdsUsersSet = "imds_users"
@@ -65,9 +67,18 @@ const (
 // resolvConf: kubeadm picks resolved's file itself only when the cluster's kubelet-config leaves resolvConf unset
 // (cmd/kubeadm/app/componentconfigs/kubelet.go, mutateResolverConfig); a cluster initialised on a host without
 // resolved may pin /etc/resolv.conf, which on Fedora hands pods with dnsPolicy Default the unusable stub.
+//
+// serializeImagePulls and maxParallelImagePulls: the kubelet pulls one image at a time by default, so a new node's
+// CNI, termination handler and fuse images queue behind each other before it is Ready; in parallel (at most
+// maxParallelImagePulls, which needs serializeImagePulls false: KubeletConfiguration, kubelet/config/v1beta1).
 type kubeletPatch struct {
-	ResolvConf string `json:"resolvConf"`
+	ResolvConf            string `json:"resolvConf"`
+	SerializeImagePulls   bool   `json:"serializeImagePulls"`
+	MaxParallelImagePulls int    `json:"maxParallelImagePulls"`
 }
+
+// maxParallelImagePulls bounds a new node's concurrent pulls (bandwidth shared with the packages and the pre-pull).
+const maxParallelImagePulls = 4
 
 // imdsRuleset keeps the instance metadata service (and with it the node role's credentials, hence the join token)
 // from everything but root and the listed users on the host, and from every pod in a network namespace of its own
@@ -95,16 +106,17 @@ table inet {{.Table}} {
 }
 `))
 
-// hostSetup is what hostConfig adds to a node's cloud-config: files, and systemctl commands for runcmd before and
-// after the join unit's.
+// hostSetup is what hostConfig adds to a node's cloud-config: files, the units runcmd enables for the boots to come,
+// and the commands runcmd runs before it starts the join unit.
 type hostSetup struct {
-	files                 []writeFile
-	beforeJoin, afterJoin [][]string
+	files      []writeFile
+	enable     []string
+	beforeJoin [][]string
 }
 
 func hostConfig(in HostInput) (hostSetup, error) {
 	var h hostSetup
-	patch, err := yaml.Marshal(kubeletPatch{ResolvConf: resolvedResolvConf})
+	patch, err := yaml.Marshal(kubeletPatch{ResolvConf: resolvedResolvConf, MaxParallelImagePulls: maxParallelImagePulls})
 	if err != nil {
 		return h, fmt.Errorf("kubelet patch: %w", err)
 	}
@@ -136,6 +148,10 @@ func hostConfig(in HostInput) (hostSetup, error) {
 	if err != nil {
 		return h, fmt.Errorf("metadata lock unit: %w", err)
 	}
+	kubeletLock, err := kubeletNeedsLock().marshal()
+	if err != nil {
+		return h, fmt.Errorf("kubelet drop-in: %w", err)
+	}
 	h.files = []writeFile{
 		{Path: kubeadmPatchDir + "/kubeletconfiguration+merge.yaml", Content: string(patch), Permissions: "0644"},
 		{Path: networkEnvPath, Content: env, Permissions: "0644"},
@@ -143,9 +159,14 @@ func hostConfig(in HostInput) (hostSetup, error) {
 		{Path: libexecDir + "/onprem-routes.sh", Content: forUserData(onpremRoutesSh), Permissions: "0755"},
 		{Path: imdsRulesetPath, Content: nft.String(), Permissions: "0644"},
 		{Path: "/etc/systemd/system/" + imdsUnitName, Content: lock, Permissions: "0644"},
+		{Path: kubeletLockDropIn, Content: kubeletLock, Permissions: "0644"},
 		{Path: libexecDir + "/imds-lock.sh", Content: forUserData(imdsLockSh), Permissions: "0755"},
 	}
-	h.beforeJoin = [][]string{{"systemctl", "enable", "--now", routesUnitName}}
+	h.enable = []string{routesUnitName}
+	// NetworkManager read its configuration before cloud-init wrote the CNI drop-in (node.go): without a reload it
+	// would apply only from the next boot, which most nodes never have. A no-op where NetworkManager does not run.
+	h.beforeJoin = [][]string{{"systemctl", "start", routesUnitName},
+		{"systemctl", "try-reload-or-restart", "NetworkManager.service"}}
 	if len(in.DNSServers) > 0 {
 		dropIn, err := resolvedDropIn(in).marshal()
 		if err != nil {
@@ -155,8 +176,6 @@ func hostConfig(in HostInput) (hostSetup, error) {
 		// resolved read its configuration before cloud-init wrote the drop-in.
 		h.beforeJoin = append(h.beforeJoin, []string{"systemctl", "try-restart", "systemd-resolved.service"})
 	}
-	// Enabled for the boots to come (join.sh has started it if the join ran).
-	h.afterJoin = [][]string{{"systemctl", "enable", "--now", imdsUnitName}}
 	return h, nil
 }
 
@@ -184,19 +203,18 @@ func routesUnit() unitFile {
 	}
 }
 
-// imdsUnit loads the metadata lockdown once the node has joined (join.sh reads the token from SSM with the role's
-// credentials first): join.sh starts it right after kubeadm join, on every path that joins (a cold boot, a Stopped
-// warm instance's next boot, a Running or Hibernated one's timer), and every later boot starts it before the
-// kubelet starts any pod. It is never ordered after the join unit: on a boot that starts the join with kubelet
-// already enabled (a Stopped warm instance entering service), kubelet's start job would wait for this unit's, which
-// would wait for the join, whose kubeadm waits for kubelet's restart (TestNodeUnitsNeverOrderWhatTheJoinStartsAfterTheJoin).
-// On such a boot its condition skips it at once, and the join starts it again once there is a kubelet.conf.
+// imdsUnit loads the metadata lockdown. Nothing enables it: the kubelet requires it (kubeletNeedsLock), so every
+// start of the kubelet, at a boot or by kubeadm join, loads it first or fails, and join.sh starts it before kubeadm
+// join on every path that joins (a cold boot, a Stopped warm instance's boot into service, a Running or Hibernated
+// one's timer) so that a failure stops the join with its reason. Everything before the kubelet runs as root, which
+// the lockdown lets through (join.sh, dnf, CRI-O's pulls, the gateway wake-up). It is ordered after nothing but
+// systemd's defaults: on a boot that starts the join with kubelet already enabled (a Stopped warm instance entering
+// service), a lock ordered after the join would hold kubelet's start job, and kubeadm's blocking restart of the
+// kubelet with it (TestNodeUnitsNeverOrderWhatTheJoinStartsAfterTheJoin).
 func imdsUnit() unitFile {
 	return unitFile{
 		{Name: "Unit", Entries: []unitEntry{
-			{"Description", "dynk8s: keep the instance metadata service from pods and non-root users once joined"},
-			{"Before", "kubelet.service"},
-			{"ConditionPathExists", "/etc/kubernetes/kubelet.conf"},
+			{"Description", "dynk8s: keep the instance metadata service from pods and non-root users"},
 		}},
 		{Name: "Service", Entries: []unitEntry{
 			{"Type", "oneshot"},
@@ -205,10 +223,18 @@ func imdsUnit() unitFile {
 			{"StandardOutput", "journal+console"},
 			{"StandardError", "journal+console"},
 		}},
-		{Name: "Install", Entries: []unitEntry{
-			{"WantedBy", "multi-user.target"},
-		}},
 	}
+}
+
+// kubeletNeedsLock is a drop-in for the kubelet's unit: the kubelet starts only once the lockdown is loaded, and not
+// at all when it failed (systemd.unit(5), Requires=: "If one of the other units fails to activate, and an ordering
+// dependency After= on the failing unit is set, this unit will not be started"). So no pod runs on a node whose
+// metadata service is open: the lockdown fails closed.
+func kubeletNeedsLock() unitFile {
+	return unitFile{{Name: "Unit", Entries: []unitEntry{
+		{"Requires", imdsUnitName},
+		{"After", imdsUnitName},
+	}}}
 }
 
 // resolvedDropIn gives systemd-resolved's global scope the on-prem servers with the on-prem domains as route-only

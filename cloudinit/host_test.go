@@ -41,7 +41,9 @@ func TestNodeKubeletPatchSetsResolvConf(t *testing.T) {
 	patch := fileByPath(t, cc, "/etc/kubernetes/patches/kubeletconfiguration+merge.yaml")
 	var p map[string]any
 	assert.NilError(t, yaml.UnmarshalStrict([]byte(patch.Content), &p))
-	assert.Check(t, is.DeepEqual(p, map[string]any{"resolvConf": "/run/systemd/resolve/resolv.conf"}))
+	// Image pulls in parallel, so the DaemonSets' images do not queue behind each other on a new node (boot N3).
+	assert.Check(t, is.DeepEqual(p, map[string]any{"resolvConf": "/run/systemd/resolve/resolv.conf",
+		"serializeImagePulls": false, "maxParallelImagePulls": float64(4)}))
 
 	run := runScript(t, ud, joinScript, aws, nil, nil)
 	assert.Equal(t, run.exitCode, 0)
@@ -56,23 +58,27 @@ const (
 	imdsScript   = libexecDir + "/imds-lock.sh"
 )
 
-// runcmd runs the host's steps around the join: the routes (and DNS) before it, the metadata lockdown after it.
+// runcmd enables the units for the boots to come, then runs the host's steps before the join: the routes (and DNS),
+// and NetworkManager's reload. The metadata lockdown is no step of runcmd's: the kubelet requires it, so it is
+// loaded before any kubelet runs, on every path, and no kubelet runs when it failed.
 func TestNodeHostStepsAroundTheJoin(t *testing.T) {
 	t.Parallel()
 	general, err := Node(generalPool())
 	assert.NilError(t, err)
 	assert.Check(t, is.DeepEqual(parseCloudConfig(t, general).RunCmd, [][]string{
 		{"systemctl", "daemon-reload"},
-		{"systemctl", "enable", "--now", "dynk8s-onprem-routes.service"},
-		{"systemctl", "enable", "--now", "dynk8s-join.service"},
-		{"systemctl", "enable", "--now", "dynk8s-imds-lock.service"},
+		{"systemctl", "enable", "dynk8s-onprem-routes.service", "dynk8s-join.service"},
+		{"systemctl", "start", "dynk8s-onprem-routes.service"},
+		{"systemctl", "try-reload-or-restart", "NetworkManager.service"},
+		{"systemctl", "start", "dynk8s-join.service"},
 		{"sh", "-c", "! systemctl is-failed --quiet dynk8s-onprem-routes.service dynk8s-join.service dynk8s-imds-lock.service"},
 	}))
 	spot, err := Node(spotPool())
 	assert.NilError(t, err)
 	cc := parseCloudConfig(t, spot)
-	assert.Check(t, is.DeepEqual(cc.RunCmd[1:3], [][]string{
-		{"systemctl", "enable", "--now", "dynk8s-onprem-routes.service"},
+	assert.Check(t, is.DeepEqual(cc.RunCmd[2:5], [][]string{
+		{"systemctl", "start", "dynk8s-onprem-routes.service"},
+		{"systemctl", "try-reload-or-restart", "NetworkManager.service"},
 		{"systemctl", "try-restart", "systemd-resolved.service"},
 	}))
 
@@ -81,13 +87,17 @@ func TestNodeHostStepsAroundTheJoin(t *testing.T) {
 		"RemainAfterExit=yes\n", "WantedBy=multi-user.target\n"} {
 		assert.Check(t, is.Contains(routes, want))
 	}
-	lock := fileByPath(t, cc, "/etc/systemd/system/dynk8s-imds-lock.service").Content
-	assert.Check(t, !strings.Contains(lock, "After="), "the lock is ordered after something:\n%s", lock)
-	for _, want := range []string{"Before=kubelet.service\n",
-		"ConditionPathExists=/etc/kubernetes/kubelet.conf\n", "ExecStart=/usr/local/libexec/dynk8s/imds-lock.sh\n",
-		"WantedBy=multi-user.target\n"} {
-		assert.Check(t, is.Contains(lock, want))
-	}
+	lock := parseUnit(t, imdsUnitName, fileByPath(t, cc, "/etc/systemd/system/dynk8s-imds-lock.service").Content)
+	assert.Check(t, is.DeepEqual(lock, parsedUnit{
+		"Unit.Description":        strings.Fields("dynk8s: keep the instance metadata service from pods and non-root users"),
+		"Service.Type":            {"oneshot"},
+		"Service.RemainAfterExit": {"yes"},
+		"Service.ExecStart":       {"/usr/local/libexec/dynk8s/imds-lock.sh"},
+		"Service.StandardOutput":  {"journal+console"},
+		"Service.StandardError":   {"journal+console"},
+	}), "the lock has a condition, an ordering or an [Install] of its own")
+	kubelet := parseUnit(t, kubeletLockDropIn, fileByPath(t, cc, kubeletLockDropIn).Content)
+	assert.Check(t, is.DeepEqual(kubelet, parsedUnit{"Unit.Requires": {imdsUnitName}, "Unit.After": {imdsUnitName}}))
 }
 
 // On-prem names go to the on-prem servers, through systemd-resolved's route-only domains; a pool without on-prem

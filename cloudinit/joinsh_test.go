@@ -94,9 +94,10 @@ func TestJoinRetriesThenJoins(t *testing.T) {
 	calls := run.file("calls")
 	// One transaction, from the pinned repos only: the image has the system packages, so no Fedora metadata.
 	assert.Check(t, is.Contains(calls, "dnf install -y "+dnfOptions+" --repo=dynk8s-kubernetes --repo=dynk8s-cri-o "+
-		"--from-repo=dynk8s-kubernetes,dynk8s-cri-o kubelet-1.34.4 kubeadm-1.34.4 cri-tools-1.34.* cri-o-1.34.*\n"))
+		"kubelet-1.34.4 kubeadm-1.34.4 cri-tools-1.34.* cri-o-1.34.*\n"))
 	assert.Check(t, is.Equal(strings.Count(calls, "dnf install"), 1), "one package transaction")
-	assert.Check(t, is.Contains(run.stderr, "the image has container-selinux iptables (rpm -q): no Fedora repository metadata needed"))
+	assert.Check(t, is.Contains(run.stderr, "the image has container-selinux iptables nftables (rpm -q): no Fedora "+
+		"repository metadata needed"))
 	assert.Check(t, !strings.Contains(calls, "kernel-modules-extra"), "the kernel has its modules: nothing to install")
 	// umask 077 is for the token's file only: dnf (and its scriptlets) run with the unit's umask.
 	assert.Check(t, !strings.Contains(run.file("dnf-umask"), "0077"), "dnf ran under umask %s", run.file("dnf-umask"))
@@ -105,7 +106,7 @@ func TestJoinRetriesThenJoins(t *testing.T) {
 	joinCmd := "kubeadm join --config " + filepath.Join(run.root, "run/dynk8s/kubeadm-join.yaml") + "\n"
 	assert.Check(t, is.Contains(calls, joinCmd+"kubeadm reset --force\n"), "a failed join is reset before the next")
 	assert.Check(t, is.Equal(strings.Count(calls, joinCmd), 2))
-	checkLocksAfterJoin(t, calls)
+	checkLocksBeforeJoin(t, calls)
 
 	bt := jc.Discovery.BootstrapToken
 	assert.Check(t, is.Equal(bt.Token, testToken))
@@ -161,50 +162,37 @@ func TestJoinRetriesThenJoins(t *testing.T) {
 	aws.mu.Unlock()
 }
 
-// Fedora's repositories are added to the one dnf transaction only when the image lacks a system dependency.
-func TestJoinInstallsMissingSystemPackagesFromFedora(t *testing.T) {
+// The image lacks system dependencies (a stock Fedora Cloud image has neither container-selinux nor nftables): they
+// join the upstream packages' one transaction, from Fedora's release repository alone, which matches the GA image
+// the stack boots (no updates metadata, no selinux-policy upgrade). The lockdown's nft is among them.
+func TestJoinInstallsMissingSystemPackagesFromTheRelease(t *testing.T) {
 	t.Parallel()
 	ud, aws := joinFixture(t, 0)
-	run := runScript(t, ud, joinScript, aws, map[string]string{"STUB_RPM_MISSING": "container-selinux"}, nil)
-	assert.Equal(t, run.exitCode, 0)
-	// The missing system package alone from Fedora's repositories, then the upstream packages from theirs only.
-	assert.Check(t, is.Contains(run.file("calls"), "dnf install -y "+dnfOptions+" --repo=fedora --repo=updates container-selinux\n"+
-		"dnf install -y "+dnfOptions+" --repo=dynk8s-kubernetes --repo=dynk8s-cri-o --from-repo=dynk8s-kubernetes,dynk8s-cri-o "+
-		"kubelet-1.34.4 kubeadm-1.34.4 cri-tools-1.34.* cri-o-1.34.*\n"))
-	assert.Check(t, is.Contains(run.stderr, "the image lacks container-selinux (rpm -q): installing from Fedora's repositories"))
-}
-
-// A dependency missing from the upstream repos and not foreseen as a system package: the first transaction fails,
-// the next one adds Fedora's repositories for dependencies, while --from-repo keeps the named packages on the
-// upstream repos (dnf5-install(8)), so a Fedora cri-o cannot win on version.
-func TestJoinFallsBackToFedoraRepos(t *testing.T) {
-	t.Parallel()
-	ud, aws := joinFixture(t, 0)
-	run := runScript(t, ud, joinScript, aws, map[string]string{"STUB_DNF_NEEDS_REPO": "fedora"}, nil)
+	run := runScript(t, ud, joinScript, aws, map[string]string{"STUB_RPM_MISSING": "container-selinux nftables"}, nil)
 	assert.Equal(t, run.exitCode, 0)
 	calls := run.file("calls")
-	upstream := "dnf install -y " + dnfOptions + " --repo=dynk8s-kubernetes --repo=dynk8s-cri-o --from-repo=dynk8s-kubernetes,dynk8s-cri-o"
+	assert.Check(t, is.Contains(calls, "dnf install -y "+dnfOptions+" --repo=dynk8s-kubernetes --repo=dynk8s-cri-o "+
+		"--repo=fedora kubelet-1.34.4 kubeadm-1.34.4 cri-tools-1.34.* cri-o-1.34.* container-selinux nftables\n"))
+	assert.Check(t, is.Equal(strings.Count(calls, "dnf install"), 1), "one package transaction")
+	assert.Check(t, !strings.Contains(calls, "--repo=updates"), "updates' metadata read on a GA image")
+	assert.Check(t, is.Contains(run.stderr, "the image lacks container-selinux nftables (rpm -q): Fedora's release "+
+		"repository joins the transaction"))
+}
+
+// A transaction that fails (a dependency none foresaw, or an image newer than GA) is retried with Fedora's
+// repositories and their updates; the upstream repos' priority still keeps Fedora's cri-o out
+// (TestNodeRoundTrip checks the priority).
+func TestJoinFallsBackToFedoraUpdates(t *testing.T) {
+	t.Parallel()
+	ud, aws := joinFixture(t, 0)
+	run := runScript(t, ud, joinScript, aws, map[string]string{"STUB_DNF_NEEDS_REPO": "updates"}, nil)
+	assert.Equal(t, run.exitCode, 0)
+	calls := run.file("calls")
+	upstream := "dnf install -y " + dnfOptions + " --repo=dynk8s-kubernetes --repo=dynk8s-cri-o"
 	assert.Check(t, is.Contains(calls, upstream+" kubelet-1.34.4"))
 	assert.Check(t, is.Contains(calls, upstream+" --repo=fedora --repo=updates kubelet-1.34.4"))
 	assert.Check(t, is.Equal(strings.Count(calls, "dnf install"), 2))
-	assert.Check(t, is.Contains(run.stderr, "the next attempt adds Fedora's repositories for dependencies"))
-}
-
-// dnf4 (Fedora 40 and older) has no --from-repo: the upstream packages' transaction never gets Fedora's repositories,
-// so a dependency only Fedora has ends the boot with dnf's reason rather than risk a Fedora cri-o.
-func TestJoinWithDNF4KeepsFedoraOut(t *testing.T) {
-	t.Parallel()
-	ud, aws := joinFixture(t, 0)
-	run := runScript(t, ud, joinScript, aws, map[string]string{"STUB_OMIT": "dnf5", "STUB_DNF_NEEDS_REPO": "fedora",
-		"DYNK8S_DEADLINE_SECONDS": "2"}, nil)
-	assert.Check(t, run.exitCode != 0)
-	calls := run.file("calls")
-	assert.Check(t, is.Contains(calls, "dnf install -y "+dnfOptions+" --repo=dynk8s-kubernetes --repo=dynk8s-cri-o kubelet-1.34.4"))
-	assert.Check(t, !strings.Contains(calls, "--from-repo"), "dnf4 has no --from-repo")
-	assert.Check(t, !strings.Contains(calls, "--repo=fedora"), "Fedora's repositories in the upstream transaction")
-	failed := failedLines(run.stderr)
-	assert.Assert(t, is.Len(failed, 1), run.stderr)
-	assert.Check(t, is.Contains(failed[0], "install kubelet-1.34.4 kubeadm-1.34.4 cri-tools-1.34.* cri-o-1.34.*: gave up"))
+	assert.Check(t, is.Contains(run.stderr, "the next attempt adds Fedora's repositories and their updates"))
 }
 
 // The join trusts only the pinned cluster CA: kubeadm gets the pin in the JoinConfiguration, which does not skip
@@ -236,15 +224,15 @@ func TestJoinPinsTheClusterCA(t *testing.T) {
 	assert.Check(t, is.Equal(joins, 1))
 }
 
-// When SSM keeps refusing, the script stops at its deadline with one reason, never runs kubeadm, and hands the
-// instance back: marked Unhealthy in its group (no launch hook here), so the group replaces it at once.
+// When SSM keeps refusing, the script stops at its deadline with one reason, never runs kubeadm, and does not hand
+// the instance back to its group (no SetInstanceHealth): every replacement would meet the same fault, so the
+// autoscaler's max-node-provision-time, which times the scale-up out and backs the group off, decides.
 func TestJoinGivesUpAtDeadline(t *testing.T) {
 	t.Parallel()
 	ud, aws := joinFixture(t, 0)
 	aws.ssmFailures = -1
 	run := runScript(t, ud, joinScript, aws, map[string]string{"DYNK8S_DEADLINE_SECONDS": "3"}, nil)
 	assert.Check(t, run.exitCode != 0)
-	// The hand-back has 30 s of its own after the deadline; here it takes a few.
 	assert.Check(t, run.elapsed < 20*time.Second, "took %s past a 3 s deadline", run.elapsed)
 	// And it kept trying until then: the retry gives up only when no pause (at most 200 ms here) fits before the
 	// deadline, which bash's whole-second clock reaches 2 to 3 s after the start.
@@ -263,10 +251,7 @@ func TestJoinGivesUpAtDeadline(t *testing.T) {
 	for _, call := range strings.Split(run.file("calls"), "\n") {
 		assert.Check(t, !strings.HasPrefix(call, "kubeadm "), "kubeadm ran: %s", call)
 	}
-	assert.Check(t, is.DeepEqual(aws.autoscalingCalls(), []string{
-		"SetInstanceHealth HealthStatus=Unhealthy InstanceId=" + fakeInstanceID + " ShouldRespectGracePeriod=false",
-	}))
-	assert.Check(t, is.Contains(run.stderr, "marked this instance Unhealthy in its group: it is replaced at once"))
+	assert.Check(t, is.Len(aws.autoscalingCalls(), 0), "the instance was handed back to its group")
 	tl := readTimeline(t, run)
 	assert.Check(t, is.Equal(tl.Result, "failed"))
 	assert.Check(t, is.Contains(tl.Reason, "read the join token from SSM parameter"))
@@ -356,4 +341,48 @@ func TestJoinDoesNothingWhenAlreadyJoined(t *testing.T) {
 	assert.Check(t, is.Contains(run.stderr, "already joined"))
 	assert.Check(t, is.Equal(run.file("calls"), ""), "no command ran")
 	assert.Check(t, is.Equal(aws.imds.Requests()+aws.ssmRequests, 0))
+}
+
+// The lockdown fails closed: when dynk8s-imds-lock.service does not start (no nft, a ruleset nft refuses), the join
+// stops with that reason before it reads the token or runs kubeadm join, which would start a kubelet (the kubelet's
+// drop-in would refuse to start it anyway: TestNodeHostStepsAroundTheJoin).
+func TestJoinStopsWhenTheLockdownFails(t *testing.T) {
+	t.Parallel()
+	ud, aws := joinFixture(t, 0)
+	run := runScript(t, ud, joinScript, aws, map[string]string{"STUB_SYSTEMCTL_FAILS": "start " + imdsUnitName}, nil)
+	assert.Equal(t, run.exitCode, 1)
+	assert.Check(t, is.DeepEqual(failedLines(run.stderr), []string{"dynk8s-join: FAILED: the instance metadata " +
+		"lockdown did not load (journalctl -u dynk8s-imds-lock): no kubelet may run without it"}))
+	assert.Check(t, !strings.Contains(run.file("calls"), "\nkubeadm "), "kubeadm ran without the lockdown")
+	assert.Check(t, is.Equal(aws.ssmRequests, 0), "the token was read without the lockdown")
+}
+
+// The failure and the timeline also go to the kernel log, which reaches every console the kernel registered: on
+// Fedora 43's aarch64 EC2 images /dev/console (the unit's journal+console) names a UART Graviton does not have, while
+// the kernel's SPCR console is the one `aws ec2 get-console-output` shows. Errors at printk level 3, a success's
+// timeline at 5.
+func TestJoinWritesTheOutcomeToTheKernelLog(t *testing.T) {
+	t.Parallel()
+	withKmsg := func(root string) {
+		assert.NilError(t, os.MkdirAll(filepath.Join(root, "dev"), 0o755))
+		assert.NilError(t, os.WriteFile(filepath.Join(root, "dev/kmsg"), nil, 0o644))
+	}
+	ud, aws := joinFixture(t, 0)
+	aws.ssmFailures = -1
+	run := runScript(t, ud, joinScript, aws, map[string]string{"DYNK8S_DEADLINE_SECONDS": "2"}, withKmsg)
+	assert.Check(t, run.exitCode != 0)
+	kmsg, err := os.ReadFile(filepath.Join(run.root, "dev/kmsg"))
+	assert.NilError(t, err)
+	lines := strings.Split(strings.TrimSuffix(string(kmsg), "\n"), "\n")
+	assert.Assert(t, is.Len(lines, 2), "%s", kmsg)
+	assert.Check(t, strings.HasPrefix(lines[0], "<3>dynk8s-join: FAILED: read the join token from SSM parameter "), lines[0])
+	assert.Check(t, strings.HasPrefix(lines[1], "<3>dynk8s-join: timeline: result=failed mode=join "), lines[1])
+
+	ud, aws = joinFixture(t, 0)
+	run = runScript(t, ud, joinScript, aws, nil, withKmsg)
+	assert.Equal(t, run.exitCode, 0)
+	kmsg, err = os.ReadFile(filepath.Join(run.root, "dev/kmsg"))
+	assert.NilError(t, err)
+	assert.Check(t, strings.HasPrefix(string(kmsg), "<5>dynk8s-join: timeline: result=joined mode=join "), "%s", kmsg)
+	assert.Check(t, is.Equal(strings.Count(string(kmsg), "\n"), 1), "%s", kmsg)
 }

@@ -29,6 +29,9 @@ type NodeInput struct {
 	// PrePullImages are pulled in the background as soon as CRI-O runs, besides the pause image and kube-proxy of
 	// KubernetesVersion, which are always pulled (optional; image references, normalized as the runtime does).
 	PrePullImages []string
+	// PauseImage is the sandbox image CRI-O runs in every pod and the boot pre-pulls (optional; empty:
+	// registry.k8s.io/pause of the minor's release, a tag; an operator's reference may pin it by digest).
+	PauseImage string
 	// LaunchHook is the name of the group's EC2_INSTANCE_LAUNCHING lifecycle hook, whose action the boot completes
 	// once prepared (in a warm pool) or joined (optional; empty: the group has no warm pool and no such hook). Its
 	// heartbeat timeout must be at least LaunchHookMinHeartbeat.
@@ -87,21 +90,30 @@ var runtimeLabels = map[string]string{
 //     (cri-o/packaging README, "Add the CRI-O repository", 2026; the streams moved there from pkgs.k8s.io/addons).
 //
 // They are written disabled: join.sh enables them for its one dnf transaction only, so a later `dnf upgrade` cannot
-// move the node off its pinned versions.
+// move the node off its pinned versions. Their priority (1, against Fedora's default 99) keeps a package of the same
+// name in Fedora's repositories (cri-o, cri-tools) from ever winning on version in that transaction, with dnf4 and
+// dnf5 alike.
 const (
 	kubernetesRepoURL = "https://pkgs.k8s.io/core:/stable:/v1.%d/rpm/"
 	crioRepoURL       = "https://download.opensuse.org/repositories/isv:/cri-o:/stable:/v%s/rpm/"
 	repoKeyPath       = "repodata/repomd.xml.key"
 	kubernetesRepoID  = "dynk8s-kubernetes"
 	crioRepoID        = "dynk8s-cri-o"
+	upstreamPriority  = 1
 )
 
 // systemPackages are dependencies that come from Fedora rather than the upstream repos: CRI-O needs iptables and, on
-// SELinux-enforcing Fedora, container-selinux (cri-o/packaging installs it first). Fedora Cloud usually has both,
-// so join.sh fetches Fedora's repository metadata only when one is missing.
+// SELinux-enforcing Fedora, container-selinux (cri-o/packaging installs it first); the metadata lockdown runs nft
+// (imds-lock.sh), which nothing else pulls in. join.sh installs those the image lacks (rpm -q) in the same dnf
+// transaction as the upstream packages, from Fedora's release repository (systemRepos) alone: the stack boots the
+// release's GA image (infra/ami.go), whose packages that repository matches, so nothing drags in an update such as
+// a newer selinux-policy (container-selinux requires selinux-policy >= the one it was built against), and dnf reads
+// one repository's metadata, not two. updateRepos join only a transaction that failed without them (a custom image
+// newer than GA, a kernel from updates).
 var (
-	systemPackages = []string{"container-selinux", "iptables"}
-	systemRepos    = []string{"fedora", "updates"}
+	systemPackages = []string{"container-selinux", "iptables", "nftables"}
+	systemRepos    = []string{"fedora"}
+	updateRepos    = []string{"updates"}
 )
 
 // kernelModules and nodeSysctls are what the kubelet, kube-proxy (iptables mode) and bridge-based CNIs need.
@@ -142,6 +154,7 @@ func Node(in NodeInput) ([]byte, error) {
 		"DYNK8S_REPOS":                kubernetesRepoID + "," + crioRepoID,
 		"DYNK8S_SYSTEM_PACKAGES":      strings.Join(systemPackages, ","),
 		"DYNK8S_SYSTEM_REPOS":         strings.Join(systemRepos, ","),
+		"DYNK8S_UPDATE_REPOS":         strings.Join(updateRepos, ","),
 	})
 	if err != nil {
 		return nil, fmt.Errorf("node pool %q: %w", in.PoolName, err)
@@ -151,7 +164,7 @@ func Node(in NodeInput) ([]byte, error) {
 		return nil, fmt.Errorf("node pool %q: join unit: %w", in.PoolName, err)
 	}
 	var crio crioDropIn
-	crio.Crio.Image.PauseImage = "registry.k8s.io/pause:" + minor.Pause
+	crio.Crio.Image.PauseImage = pauseImage(in, minor)
 	crio.Crio.Network.PluginDirs = cniPluginDirs
 	crio.Crio.Runtime.CgroupManager = "systemd"
 	// SELinux stays enforcing on the host (host processes keep their confinement), but pods get no SELinux
@@ -175,7 +188,8 @@ func Node(in NodeInput) ([]byte, error) {
 			{Path: "/etc/sysctl.d/90-dynk8s.conf", Content: sysctlFile(nodeSysctls), Permissions: "0644"},
 			{Path: "/etc/systemd/system/" + joinUnitName, Content: unit, Permissions: "0644"},
 			// Fedora Cloud swaps to zram, and the kubelet refuses to start with swap on. A zram-generator.conf with no
-			// [zram*] section creates no device from the next boot on; the unit turns this boot's swap off.
+			// [zram*] section creates no device from the next boot on; join.sh turns this boot's swap off before it
+			// joins (not while it prepares: a warm pool's hibernation needs swap).
 			{Path: "/etc/systemd/zram-generator.conf", Content: "", Permissions: "0644"},
 			// NetworkManager (Fedora Cloud's network stack) must leave the CNI's interfaces alone, or it can take
 			// their routes or links down (Calico's and Cilium's docs ask for the same).
@@ -184,21 +198,14 @@ func Node(in NodeInput) ([]byte, error) {
 			{Path: libexecDir + "/lib.sh", Content: forUserData(libSh), Permissions: "0644"},
 			{Path: libexecDir + "/wake-gateway.sh", Content: forUserData(wakeGatewaySh), Permissions: "0755"},
 		},
-		// The unit, not runcmd, runs the join: its output lands in the journal under its own name and on the
-		// console, its Condition makes a reboot of a joined node a no-op, and systemd enforces a hard timeout.
-		// `enable --now` blocks until the join is done; runcmdFailsOnFailedUnits makes a failed one cloud-init's.
-		RunCmd: [][]string{
-			{"systemctl", "daemon-reload"},
-			{"systemctl", "enable", "--now", joinUnitName},
-		},
 	}
 	host, err := hostConfig(in.Host)
 	if err != nil {
 		return nil, fmt.Errorf("node pool %q: %w", in.PoolName, err)
 	}
 	cc.WriteFiles = append(cc.WriteFiles, host.files...)
-	// The host's own steps go around the join: routes and DNS before it, the metadata lockdown after it.
-	cc.RunCmd = slices.Concat(cc.RunCmd[:1], host.beforeJoin, cc.RunCmd[1:], host.afterJoin)
+	enable := slices.Concat(host.enable, []string{joinUnitName})
+	var startTimer [][]string
 	if in.LaunchHook != "" {
 		// A warm pool's instance waiting Running or Hibernated enters service without booting: the timer runs the
 		// join again (it returns at once while the instance waits) until the node has joined.
@@ -208,9 +215,24 @@ func Node(in NodeInput) ([]byte, error) {
 		}
 		cc.WriteFiles = append(cc.WriteFiles, writeFile{Path: "/etc/systemd/system/" + joinTimerName, Content: timer,
 			Permissions: "0644"})
-		cc.RunCmd = append(cc.RunCmd, []string{"systemctl", "enable", "--now", joinTimerName})
+		enable = append(enable, joinTimerName)
+		// Started before the join: a successful join stops and disables it (join.sh), and nothing may start it again
+		// after that. Its clock runs from the join unit's first deactivation (OnUnitInactiveSec).
+		startTimer = [][]string{{"systemctl", "start", joinTimerName}}
 	}
-	cc.RunCmd = append(cc.RunCmd, runcmdFailsOnFailedUnits(routesUnitName, joinUnitName, imdsUnitName))
+	// Every unit is enabled for the boots to come before anything starts: a warm-pool instance prepares, completes
+	// its lifecycle action and may be stopped by its group at once, cutting runcmd short. The unit, not runcmd, runs
+	// the join: its output lands in the journal under its own name and on the console, its Condition makes a reboot
+	// of a joined node a no-op, and systemd enforces a hard timeout. `start` blocks until the join is done;
+	// runcmdFailsOnFailedUnits makes a failed one cloud-init's.
+	cc.RunCmd = slices.Concat(
+		[][]string{{"systemctl", "daemon-reload"}, append([]string{"systemctl", "enable"}, enable...)},
+		host.beforeJoin,
+		startTimer,
+		[][]string{
+			{"systemctl", "start", joinUnitName},
+			runcmdFailsOnFailedUnits(routesUnitName, joinUnitName, imdsUnitName),
+		})
 	out, err := cc.marshal()
 	if err != nil {
 		return nil, fmt.Errorf("node pool %q: %w", in.PoolName, err)
@@ -257,7 +279,7 @@ func nodePackages(version kube.Version, minor kube.Minor) []string {
 // prePullImages are the images the boot pulls while it joins: the sandbox (pause) image and kube-proxy of the node's
 // version, which every node runs, then the pool's own, each once, in that order.
 func prePullImages(in NodeInput, minor kube.Minor) []string {
-	out := []string{"registry.k8s.io/pause:" + minor.Pause, "registry.k8s.io/kube-proxy:v" + in.KubernetesVersion.String()}
+	out := []string{pauseImage(in, minor), "registry.k8s.io/kube-proxy:v" + in.KubernetesVersion.String()}
 	for _, img := range in.PrePullImages {
 		// validate has parsed every one.
 		if n, err := kube.NormalizeImage(img); err == nil && !slices.Contains(out, n) {
@@ -267,6 +289,15 @@ func prePullImages(in NodeInput, minor kube.Minor) []string {
 	return out
 }
 
+// pauseImage is the node's sandbox image: the input's, fully qualified as CRI-O resolves no short names here, else
+// registry.k8s.io's of the minor.
+func pauseImage(in NodeInput, minor kube.Minor) string {
+	if n, err := kube.NormalizeImage(in.PauseImage); in.PauseImage != "" && err == nil { // validate has parsed it
+		return n
+	}
+	return "registry.k8s.io/pause:" + minor.Pause
+}
+
 func upstreamRepo(name, base, stream string) yumRepo {
 	return yumRepo{
 		Name:     fmt.Sprintf("%s v%s (dynk8s)", name, stream),
@@ -274,6 +305,7 @@ func upstreamRepo(name, base, stream string) yumRepo {
 		Enabled:  false,
 		GPGCheck: true,
 		GPGKey:   base + repoKeyPath,
+		Priority: upstreamPriority,
 	}
 }
 
@@ -287,12 +319,9 @@ func joinUnit(in NodeInput) unitFile {
 		}},
 		{Name: "Service", Entries: []unitEntry{
 			{"Type", "oneshot"},
-			// The files cloud-init wrote appeared after systemd loaded modules and sysctls at this first boot.
-			// Tolerant ("-", -e): a kernel without br_netfilter or an unknown key must not kill the unit before
-			// join.sh logs anything; kubeadm join itself checks only ip_forward, which needs no module.
-			{"ExecStartPre", "-/usr/sbin/modprobe -a " + strings.Join(kernelModules, " ")},
-			{"ExecStartPre", "/usr/sbin/sysctl -q -e --system"},
-			{"ExecStartPre", "/usr/sbin/swapoff -a"},
+			// No ExecStartPre: the modules, sysctls and swap that the files cloud-init wrote (after systemd loaded
+			// modules and sysctls at this first boot) call for are join.sh's, after its check that a warm instance
+			// still waits, so the timer's runs every 15 s on a waiting instance do nothing else.
 			{"ExecStart", libexecDir + "/join.sh"},
 			{"StandardOutput", "journal+console"},
 			{"StandardError", "journal+console"},
@@ -349,6 +378,9 @@ type bootstrapTokenDiscovery struct {
 }
 
 type nodeRegistration struct {
+	// Name is the Node's name and its kubelet's identity (system:node:<name>): the instance id, which the CSR
+	// approver finds in EC2, rather than the hostname, which the image and the VPC's DNS settings decide.
+	Name      string `json:"name"`
 	CRISocket string `json:"criSocket"`
 	// KubeletExtraArgs is a list of {name, value} in v1beta4 (a map in v1beta3).
 	KubeletExtraArgs []kubeletArg `json:"kubeletExtraArgs"`
@@ -391,6 +423,7 @@ func joinTemplate(in NodeInput) (string, error) {
 			Token:             phToken,
 		}},
 		NodeRegistration: nodeRegistration{
+			Name:      phInstanceID,
 			CRISocket: criSocket,
 			KubeletExtraArgs: []kubeletArg{
 				{Name: "node-ip", Value: phNodeIP},
@@ -457,6 +490,10 @@ func (in NodeInput) validate() (kube.Minor, error) {
 	for i, img := range in.PrePullImages {
 		_, err := kube.NormalizeImage(img)
 		e.add(fmt.Sprintf("PrePullImages[%d]", i), err)
+	}
+	if in.PauseImage != "" {
+		_, err := kube.NormalizeImage(in.PauseImage)
+		e.add("PauseImage", err)
 	}
 	if in.LaunchHook != "" && !lifecycleHookRE.MatchString(in.LaunchHook) {
 		e.add("LaunchHook", fmt.Errorf("%q is not a lifecycle hook name (1-255 of [A-Za-z0-9_/-])", in.LaunchHook))

@@ -101,8 +101,11 @@ func TestNodeRoundTrip(t *testing.T) {
 	cc := parseCloudConfig(t, ud)
 
 	assert.DeepEqual(t, cc.RunCmd, [][]string{{"systemctl", "daemon-reload"},
-		{"systemctl", "enable", "--now", "dynk8s-onprem-routes.service"}, {"systemctl", "try-restart", "systemd-resolved.service"},
-		{"systemctl", "enable", "--now", "dynk8s-join.service"}, {"systemctl", "enable", "--now", "dynk8s-imds-lock.service"},
+		{"systemctl", "enable", "dynk8s-onprem-routes.service", "dynk8s-join.service"},
+		{"systemctl", "start", "dynk8s-onprem-routes.service"},
+		{"systemctl", "try-reload-or-restart", "NetworkManager.service"},
+		{"systemctl", "try-restart", "systemd-resolved.service"},
+		{"systemctl", "start", "dynk8s-join.service"},
 		{"sh", "-c", "! systemctl is-failed --quiet dynk8s-onprem-routes.service dynk8s-join.service dynk8s-imds-lock.service"}})
 	assert.Check(t, is.Len(cc.Packages, 0), "packages are installed by join.sh, under its deadline")
 	for id, r := range cc.YumRepos {
@@ -110,6 +113,7 @@ func TestNodeRoundTrip(t *testing.T) {
 		assert.Check(t, !r.Enabled, "%s: enabled globally; a dnf upgrade could move the pinned packages", id)
 		assert.Check(t, strings.HasPrefix(r.BaseURL, "https://") && strings.Contains(r.BaseURL, "v1.34"), "%s: %s", id, r.BaseURL)
 		assert.Check(t, is.Equal(r.GPGKey, r.BaseURL+"repodata/repomd.xml.key"))
+		assert.Check(t, is.Equal(r.Priority, 1), "%s: a Fedora package of the same name could win on version", id)
 	}
 	assert.Check(t, is.Len(cc.YumRepos, 2))
 
@@ -117,6 +121,10 @@ func TestNodeRoundTrip(t *testing.T) {
 	assert.Check(t, is.Equal(env["DYNK8S_PACKAGES"], "kubelet-1.34.4,kubeadm-1.34.4,cri-tools-1.34.*,cri-o-1.34.*"))
 	assert.Check(t, is.Equal(env["DYNK8S_JOIN_TOKEN_PARAMETER"], "/dynk8s/homelab/join-token"))
 	assert.Check(t, is.Equal(env["DYNK8S_REPOS"], "dynk8s-kubernetes,dynk8s-cri-o"))
+	// The metadata lockdown's nft is installed where the image lacks it, from the release repository first.
+	assert.Check(t, is.Equal(env["DYNK8S_SYSTEM_PACKAGES"], "container-selinux,iptables,nftables"))
+	assert.Check(t, is.Equal(env["DYNK8S_SYSTEM_REPOS"], "fedora"))
+	assert.Check(t, is.Equal(env["DYNK8S_UPDATE_REPOS"], "updates"))
 	assert.Check(t, is.Equal(env["DYNK8S_PREPULL_IMAGES"], "registry.k8s.io/pause:3.10.1,registry.k8s.io/kube-proxy:v1.34.4"))
 	assert.Check(t, is.Equal(env["DYNK8S_LAUNCH_HOOK"], ""), "no warm pool, no launch hook")
 	assert.Check(t, is.Equal(env["DYNK8S_KERNEL_MODULES"], "overlay,br_netfilter"))
@@ -150,6 +158,8 @@ func TestNodeRoundTrip(t *testing.T) {
 			Token:             "abcdef.0123456789abcdef",
 		}},
 		NodeRegistration: nodeRegistration{
+			// The Node is named after the instance: the name the CSR approver checks against EC2.
+			Name:      "i-0123456789abcdef0",
 			CRISocket: "unix:///var/run/crio/crio.sock",
 			KubeletExtraArgs: []kubeletArg{
 				{Name: "node-ip", Value: "10.100.1.23"},
@@ -172,17 +182,23 @@ func TestNodeWithoutTaintsSaysSoExplicitly(t *testing.T) {
 	assert.Check(t, is.Contains(tmpl, "  taints: []\n"))
 }
 
-// TestNodeBootToleratesTheImage: a kernel without br_netfilter (Fedora Cloud ships a minimal module set) or an
-// unknown sysctl key must not kill the join unit before join.sh can log anything; and NetworkManager leaves the CNI's
-// interfaces alone, or it can take their routes and links down.
+// TestNodeBootToleratesTheImage: the join unit runs nothing before join.sh, which logs what it does (a kernel
+// without br_netfilter, Fedora Cloud's minimal module set, or an unknown sysctl key is join.sh's to report, and the
+// timer's runs on a waiting warm instance must do nothing else); and NetworkManager leaves the CNI's interfaces
+// alone, or it can take their routes and links down, from this first boot on: runcmd has it read the drop-in
+// cloud-init wrote after it started, before the join.
 func TestNodeBootToleratesTheImage(t *testing.T) {
 	t.Parallel()
 	ud, err := Node(generalPool())
 	assert.NilError(t, err)
 	cc := parseCloudConfig(t, ud)
 	unit := fileByPath(t, cc, "/etc/systemd/system/"+joinUnitName).Content
-	assert.Check(t, is.Contains(unit, "ExecStartPre=-/usr/sbin/modprobe -a overlay br_netfilter\n"))
-	assert.Check(t, is.Contains(unit, "ExecStartPre=/usr/sbin/sysctl -q -e --system\n"))
+	assert.Check(t, !strings.Contains(unit, "ExecStartPre"), "the join unit runs something before join.sh:\n%s", unit)
+	reload := slices.IndexFunc(cc.RunCmd, func(c []string) bool {
+		return slices.Equal(c, []string{"systemctl", "try-reload-or-restart", "NetworkManager.service"})
+	})
+	join := slices.IndexFunc(cc.RunCmd, func(c []string) bool { return slices.Contains(c, "start") && slices.Contains(c, joinUnitName) })
+	assert.Check(t, reload >= 0 && reload < join, "NetworkManager is not reloaded before the join: %v", cc.RunCmd)
 	nm := fileByPath(t, cc, "/etc/NetworkManager/conf.d/90-dynk8s-cni.conf").Content
 	assert.Check(t, strings.HasPrefix(nm, "[keyfile]\nunmanaged-devices="))
 	for _, iface := range []string{"cali*", "tunl*", "vxlan.calico", "flannel*", "cni0", "veth*", "cilium*", "lxc*"} {
@@ -403,8 +419,10 @@ func TestNodeJoinConfigurationPassesKubeadmValidate(t *testing.T) {
 	}
 }
 
-// A pool with a warm pool gets dynk8s-join.timer, enabled after the join unit: its Running and Hibernated instances
-// enter service without a boot. A cold pool has none.
+// A pool with a warm pool gets dynk8s-join.timer: its Running and Hibernated instances enter service without a boot.
+// runcmd enables it with the other units, before anything starts (a prompt stop of a warm instance after its
+// lifecycle action must not cut an enable short), and starts it before the join unit, since a successful join stops
+// and disables it for good. A cold pool has none.
 func TestWarmPoolNodesGetTheJoinTimer(t *testing.T) {
 	t.Parallel()
 	cold, err := Node(generalPool())
@@ -420,9 +438,12 @@ func TestWarmPoolNodesGetTheJoinTimer(t *testing.T) {
 	timer := fileByPath(t, cc, "/etc/systemd/system/"+joinTimerName).Content
 	assert.Check(t, is.Contains(timer, "OnUnitInactiveSec=15s\n"))
 	assert.Check(t, is.Contains(timer, "Unit="+joinUnitName+"\n"))
-	assert.DeepEqual(t, cc.RunCmd[len(cc.RunCmd)-2], []string{"systemctl", "enable", "--now", joinTimerName})
-	assert.Check(t, slices.IndexFunc(cc.RunCmd, func(c []string) bool { return slices.Contains(c, joinUnitName) }) <
-		len(cc.RunCmd)-2, "the timer is enabled after the join unit ran")
+	assert.DeepEqual(t, cc.RunCmd[1], []string{"systemctl", "enable", routesUnitName, joinUnitName, joinTimerName})
+	assert.DeepEqual(t, cc.RunCmd[len(cc.RunCmd)-3:len(cc.RunCmd)-1], [][]string{
+		{"systemctl", "start", joinTimerName}, {"systemctl", "start", joinUnitName}})
+	for i, c := range cc.RunCmd[2:] {
+		assert.Check(t, c[0] != "systemctl" || c[1] != "enable", "runcmd[%d] enables a unit after the first start: %v", i+2, c)
+	}
 }
 
 // runcmd is one shell script whose status is its last command's: that command fails exactly when a unit runcmd

@@ -165,12 +165,29 @@ func renderedNodeUserData(t *testing.T) map[string][]byte {
 	return out
 }
 
-// fedoraCommands are the commands the written units run that the user data does not write: the image's (kmod,
-// procps-ng and util-linux on Fedora; wireguard-tools' wg-quick@.service runs wg-quick, wg and bash). The verify
-// root gets an executable placeholder at each of these paths, and only at these, with /bin a link to usr/bin as on
+// fedoraCommands are the commands the written units run that the user data does not write: the packages' (the
+// kubelet's unit runs the kubelet; wireguard-tools' wg-quick@.service runs wg-quick, wg and bash). The verify root
+// gets an executable placeholder at each of these paths, and only at these, with /bin a link to usr/bin as on
 // Fedora (merged /usr): a unit naming any other path outside the user data fails the check.
-var fedoraCommands = []string{"/usr/sbin/modprobe", "/usr/sbin/sysctl", "/usr/sbin/swapoff", "/usr/bin/wg-quick",
-	"/usr/bin/wg", "/usr/bin/bash"}
+var fedoraCommands = []string{"/usr/bin/kubelet", "/usr/bin/wg-quick", "/usr/bin/wg", "/usr/bin/bash"}
+
+// kubeletPackageUnit is the unit the kubelet package installs (kubernetes/release,
+// cmd/krel/templates/latest/kubelet/kubelet.service), which the node's drop-in extends.
+const kubeletPackageUnit = `[Unit]
+Description=kubelet: The Kubernetes Node Agent
+Documentation=https://kubernetes.io/docs/
+Wants=network-online.target
+After=network-online.target
+
+[Service]
+ExecStart=/usr/bin/kubelet
+Restart=always
+StartLimitInterval=0
+RestartSec=10
+
+[Install]
+WantedBy=multi-user.target
+`
 
 // hostUnitsDir holds the units systemd itself ships (the targets every unit orders against) and wireguard-tools'
 // wg-quick@.service, which the gateway's drop-in extends.
@@ -226,7 +243,7 @@ func TestSystemdAnalyzeVerifyRejectsBadUnits(t *testing.T) {
 }
 
 // verifyRoot is a directory systemd-analyze can take as the node's root: the user data's files, the host's systemd
-// units and a placeholder for each of fedoraCommands.
+// units, the kubelet package's unit and a placeholder for each of fedoraCommands.
 func verifyRoot(t *testing.T, userData []byte) string {
 	t.Helper()
 	root := t.TempDir()
@@ -235,6 +252,7 @@ func verifyRoot(t *testing.T, userData []byte) string {
 	assert.NilError(t, os.MkdirAll(filepath.Dir(units), 0o755))
 	out, err := exec.Command("cp", "-a", hostUnitsDir, units).CombinedOutput()
 	assert.NilError(t, err, "copy the host's units: %s", out)
+	assert.NilError(t, os.WriteFile(filepath.Join(units, "kubelet.service"), []byte(kubeletPackageUnit), 0o644))
 	assert.NilError(t, os.Symlink("usr/bin", filepath.Join(root, "bin")))
 	for _, c := range fedoraCommands {
 		p := filepath.Join(root, c)

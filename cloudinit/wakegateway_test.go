@@ -37,17 +37,28 @@ func runWake(t *testing.T, ud []byte, aws *fakeAWS, env map[string]string, id st
 	return newScriptEnv(t, ud, aws, env, nil).run(t, wakeScript, id)
 }
 
-// A stopped gateway is started once; a running one is "started" again, which EC2 answers without a change.
+// A stopped gateway is started once; a running one is "started" again, which EC2 answers without a change, and
+// again through the settle window (a running gateway may be powering itself off), always without a change.
 func TestWakeGatewayStartsIt(t *testing.T) {
 	t.Parallel()
 	for state, want := range map[string]string{"stopped": "was stopped, now pending", "running": "was running, now running"} {
 		t.Run(state, func(t *testing.T) {
 			t.Parallel()
 			ud, aws := wakeFixture(t, state)
-			run := runWake(t, ud, aws, nil, testGatewayID)
+			run := runWake(t, ud, aws, wakeSettle, testGatewayID)
 			assert.Equal(t, run.exitCode, 0)
 			assert.Check(t, is.Contains(run.stderr, "gateway "+testGatewayID+" "+want))
-			assert.Check(t, is.DeepEqual(aws.ec2Actions(), []string{"StartInstances"}))
+			if state == "running" {
+				// Once or twice more, as the 1 s ticks of bash's SECONDS fall.
+				assert.Check(t, is.Contains(run.stderr, "gateway "+testGatewayID+" stayed running for 2s: it is up"))
+				actions := aws.ec2Actions()
+				assert.Check(t, len(actions) == 2 || len(actions) == 3, "%v", actions)
+				for _, a := range actions {
+					assert.Check(t, is.Equal(a, "StartInstances"))
+				}
+			} else {
+				assert.Check(t, is.DeepEqual(aws.ec2Actions(), []string{"StartInstances"}))
+			}
 			assert.Check(t, is.Equal(aws.ec2.gatewayState, "running"))
 			for _, secret := range []string{fakeSecretKey, fakeSession} {
 				assert.Check(t, !strings.Contains(run.file("calls"), secret), "a secret is in some command's argv")
@@ -55,6 +66,25 @@ func TestWakeGatewayStartsIt(t *testing.T) {
 			}
 		})
 	}
+}
+
+// wakeSettle shortens the settle window to 2 s, a start a second.
+var wakeSettle = map[string]string{"DYNK8S_WAKE_SETTLE_SECONDS": "2", "DYNK8S_WAKE_INTERVAL_SECONDS": "1"}
+
+// The race of AWS N6: the gateway's idle check ran before this node existed and its OS is powering off, which EC2
+// still shows as running, so the first start changes nothing. The wake-up starts it again through the settle
+// window, sees it stopping, retries, and starts it once it has stopped.
+func TestWakeGatewayOutlastsAPowerOff(t *testing.T) {
+	t.Parallel()
+	ud, aws := wakeFixture(t, "running")
+	aws.ec2.haltingCalls, aws.ec2.stoppingCalls = 1, 1
+	run := runWake(t, ud, aws, wakeSettle, testGatewayID)
+	assert.Equal(t, run.exitCode, 0)
+	assert.Check(t, is.Contains(run.stderr, "was running, now running"))
+	assert.Check(t, is.Contains(run.stderr, "(stopping): EC2 StartInstances: HTTP 400 IncorrectInstanceState"))
+	assert.Check(t, is.Contains(run.stderr, "was stopped, now pending"))
+	assert.Check(t, is.Equal(aws.ec2.gatewayState, "running"))
+	assert.Check(t, is.Len(aws.ec2Actions(), 3))
 }
 
 // A gateway that is still stopping (it has just decided it was idle) refuses to start; the wake-up retries until it

@@ -309,7 +309,8 @@ func (n *boxNode) unitProp(ctx context.Context, t *testing.T, unit, prop string)
 	return strings.TrimSpace(out)
 }
 
-// checkLockBeforeKubelet: on a boot after the join, the lockdown was loaded before the kubelet started.
+// checkLockBeforeKubelet: the lockdown was loaded before the kubelet of this boot started (on every path: the
+// kubelet's drop-in requires it, and join.sh starts it before kubeadm join).
 func (n *boxNode) checkLockBeforeKubelet(ctx context.Context, t *testing.T) {
 	t.Helper()
 	lock, err1 := strconv.ParseInt(n.unitProp(ctx, t, "dynk8s-imds-lock.service", "ActiveEnterTimestampMonotonic"), 10, 64)
@@ -347,6 +348,7 @@ func TestBoxNodeColdThenReboot(t *testing.T) {
 			t.Errorf("timeline: result %q mode %q, want joined, join", result, mode)
 		}
 		n.checkMetadataLocked(ctx, t)
+		n.checkLockBeforeKubelet(ctx, t)
 	})
 	if t.Failed() {
 		return
@@ -374,6 +376,31 @@ func TestBoxNodeColdThenReboot(t *testing.T) {
 		n.checkCloudInit(t)
 		n.checkMetadataLocked(ctx, t)
 		n.checkLockBeforeKubelet(ctx, t)
+	})
+	if t.Failed() {
+		return
+	}
+	// The lockdown fails closed: with a ruleset nft refuses, the next boot starts no kubelet at all.
+	t.Run("reboot with a broken lockdown", func(t *testing.T) {
+		if err := n.poweroff(time.Minute); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(n.root, "/etc/dynk8s/imds-lock.nft"), []byte("table inet {\n"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		n.boot(t)
+		if err := n.waitBooted(ctx, 2*time.Minute); err != nil {
+			t.Fatal(err)
+		}
+		if !n.unitFailed(ctx, "dynk8s-imds-lock.service") {
+			t.Errorf("dynk8s-imds-lock.service did not fail on a broken ruleset")
+		}
+		if got := n.unitProp(ctx, t, "kubelet.service", "ExecMainStartTimestampMonotonic"); got != "0" {
+			t.Errorf("the kubelet started without the lockdown (at %s µs)", got)
+		}
+		if _, err := n.exec(ctx, "curl", "-fsS", "-m", "2", "http://127.0.0.1:10248/healthz"); err == nil {
+			t.Errorf("a kubelet answers on a node without the lockdown")
+		}
 	})
 	t.Logf("box boots (nspawn start to exit): %v", n.boots)
 }
@@ -556,6 +583,8 @@ func TestBoxNodeWarmStopped(t *testing.T) {
 			t.Errorf("the action the group held the instance in was not completed:\n%s", asg.callLog())
 		}
 		n.checkMetadataLocked(ctx, t)
+		n.checkLockBeforeKubelet(ctx, t)
+		n.checkTimerStopped(ctx, t)
 	})
 	t.Logf("box boots (nspawn start to exit): %v", n.boots)
 }
@@ -594,6 +623,23 @@ func TestBoxNodeWarmRunning(t *testing.T) {
 	}
 	n.checkSettled(ctx, t)
 	n.checkMetadataLocked(ctx, t)
+	n.checkLockBeforeKubelet(ctx, t)
+	n.checkTimerStopped(ctx, t)
+}
+
+// checkTimerStopped: a joined node's join timer is stopped and disabled (it would otherwise fire every 15 s for the
+// node's life, each run skipped by the join unit's condition).
+func (n *boxNode) checkTimerStopped(ctx context.Context, t *testing.T) {
+	t.Helper()
+	err := n.wait(ctx, 30*time.Second, "dynk8s-join.timer stopped", func(ctx context.Context) bool {
+		return n.unitProp(ctx, t, "dynk8s-join.timer", "ActiveState") == "inactive"
+	})
+	if err != nil {
+		t.Error(err)
+	}
+	if got := n.unitProp(ctx, t, "dynk8s-join.timer", "UnitFileState"); got != "disabled" {
+		t.Errorf("dynk8s-join.timer is %s after the join, want disabled", got)
+	}
 }
 
 // TestBoxNodeFailedJoinIsCloudInitsError is the negative of the cold boot's "cloud-init finished with no error":

@@ -48,8 +48,8 @@ func TestCleanupAsksEC2(t *testing.T) {
 
 	env := cleanupEnv(t, s.cleanup)
 	threshold := env["NOT_READY_AFTER_SECONDS"]
-	if threshold != "1800" {
-		t.Fatalf("the dev stack's cleanup threshold is %q s, want 1800 (cleanup.notReadyAfter 30m)", threshold)
+	if threshold != "300" {
+		t.Fatalf("the dev stack's cleanup threshold is %q s, want 300 (cleanup.notReadyAfter 5m)", threshold)
 	}
 	hourAgo := time.Now().Add(-time.Hour).UTC().Format(time.RFC3339)
 	nodes := map[string]struct{ instance, since string }{

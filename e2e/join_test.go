@@ -142,6 +142,13 @@ func TestJoinDiscovery(t *testing.T) {
 // token, which discovery needs.
 func kubeadmInit(ctx context.Context, t *testing.T, c cluster, token string) {
 	t.Helper()
+	kubeadmInitGroup(ctx, t, c, token, "system:bootstrappers:kubeadm:default-node-token")
+}
+
+// kubeadmInitGroup is kubeadmInit with a token that authenticates with group rather than kubeadm's node group (the
+// RBAC kubeadm creates is for its own group all the same).
+func kubeadmInitGroup(ctx context.Context, t *testing.T, c cluster, token, group string) {
+	t.Helper()
 	id, _, _ := strings.Cut(token, ".")
 	type bootstrapToken struct {
 		Token  string   `json:"token"`
@@ -161,7 +168,7 @@ func kubeadmInit(ctx context.Context, t *testing.T, c cluster, token string) {
 			Token:  token,
 			TTL:    "1h",
 			Usages: []string{"signing", "authentication"},
-			Groups: []string{"system:bootstrappers:kubeadm:default-node-token"},
+			Groups: []string{group},
 		}},
 	})
 	if err != nil {

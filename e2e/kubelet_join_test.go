@@ -92,7 +92,8 @@ func TestKubeletJoin(t *testing.T) {
 	}
 
 	n := bootNode(ctx, t, userData, realKubeadm, []string{c.Server, imds.URL, ssm.url})
-	nodeName := n.hostname
+	// The JoinConfiguration names the Node after its instance, whatever the hostname.
+	nodeName := fakeInstanceID
 	t.Cleanup(func() {
 		_, _ = c.kubectl(context.Background(), "delete", "node", nodeName, "--ignore-not-found", "--wait=false")
 	})

@@ -249,7 +249,15 @@ func liveRotator(ctx context.Context, t *testing.T, c cluster, ssmURL string) *r
 	r.env["HOME"] = r.dir
 	r.env["SSM_ENDPOINT"] = ssmURL
 
-	token, err := c.kubectl(ctx, "-n", "kube-system", "create", "token", addons.TokenRotatorName, "--duration", "20m")
+	r.env["KUBECONFIG"] = serviceAccountKubeconfig(ctx, t, c, addons.TokenRotatorName, r.dir)
+	return r
+}
+
+// serviceAccountKubeconfig writes a kubeconfig into dir with a token (20 minutes) of the ServiceAccount sa of
+// kube-system, so that a script runs with exactly its RBAC, and returns its path.
+func serviceAccountKubeconfig(ctx context.Context, t *testing.T, c cluster, sa, dir string) string {
+	t.Helper()
+	token, err := c.kubectl(ctx, "-n", "kube-system", "create", "token", sa, "--duration", "20m")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -258,22 +266,20 @@ func liveRotator(ctx context.Context, t *testing.T, c cluster, ssmURL string) *r
 		t.Fatal(err)
 	}
 	kubeconfig, err := yaml.Marshal(map[string]any{
-		"apiVersion": "v1", "kind": "Config", "current-context": "rotator",
+		"apiVersion": "v1", "kind": "Config", "current-context": sa,
 		"clusters": []any{map[string]any{"name": "e2e", "cluster": map[string]any{
 			"server": c.Server, "certificate-authority-data": base64.StdEncoding.EncodeToString(ca)}}},
-		"users": []any{map[string]any{"name": "rotator", "user": map[string]any{
-			"token": strings.TrimSpace(token)}}},
-		"contexts": []any{map[string]any{"name": "rotator", "context": map[string]any{
-			"cluster": "e2e", "user": "rotator"}}},
+		"users":    []any{map[string]any{"name": sa, "user": map[string]any{"token": strings.TrimSpace(token)}}},
+		"contexts": []any{map[string]any{"name": sa, "context": map[string]any{"cluster": "e2e", "user": sa}}},
 	})
 	if err != nil {
 		t.Fatal(err)
 	}
-	r.env["KUBECONFIG"] = filepath.Join(r.dir, "kubeconfig")
-	if err := os.WriteFile(r.env["KUBECONFIG"], kubeconfig, 0o600); err != nil {
+	path := filepath.Join(dir, "kubeconfig")
+	if err := os.WriteFile(path, kubeconfig, 0o600); err != nil {
 		t.Fatal(err)
 	}
-	return r
+	return path
 }
 
 // issued is one token a rotator run made.
@@ -343,7 +349,7 @@ func checkIssued(ctx context.Context, t *testing.T, c cluster, tok issued, ttl t
 	}
 	if sec.Type != "bootstrap.kubernetes.io/token" || data["token-id"] != tok.id ||
 		data["usage-bootstrap-authentication"] != "true" || data["usage-bootstrap-signing"] != "true" ||
-		data["auth-extra-groups"] != "system:bootstrappers:kubeadm:default-node-token" {
+		data["auth-extra-groups"] != addons.NodeBootstrapGroup {
 		t.Errorf("%s: type %s, data %v", tok.name, sec.Type, redactedKeys(data))
 	}
 	exp, err := time.Parse(time.RFC3339, data["expiration"])
@@ -355,7 +361,7 @@ func checkIssued(ctx context.Context, t *testing.T, c cluster, tok issued, ttl t
 	}
 }
 
-// checkWhoAmI asks the API server who a token is: a kubeadm node join token, or (valid false) nobody.
+// checkWhoAmI asks the API server who a token is: a dynk8s node join token, or (valid false) nobody.
 func checkWhoAmI(ctx context.Context, t *testing.T, c cluster, token string, valid bool) {
 	t.Helper()
 	out, err := c.kubectl(ctx, "auth", "whoami", "--token", token, "-o", "json")
@@ -382,7 +388,7 @@ func checkWhoAmI(ctx context.Context, t *testing.T, c cluster, token string, val
 	}
 	id, _, _ := strings.Cut(token, ".")
 	u := who.Status.UserInfo
-	if u.Username != "system:bootstrap:"+id || !slices.Contains(u.Groups, "system:bootstrappers:kubeadm:default-node-token") {
+	if u.Username != "system:bootstrap:"+id || !slices.Contains(u.Groups, addons.NodeBootstrapGroup) {
 		t.Errorf("the issued token authenticates as %s %v", u.Username, u.Groups)
 	}
 }
@@ -458,9 +464,22 @@ func checkRotatorAdmission(ctx context.Context, t *testing.T, c cluster) {
 	as := "--as=system:serviceaccount:kube-system:" + addons.TokenRotatorName
 	// The dev stack's TTL is the default, 2h.
 	inTTL := time.Now().UTC().Add(2 * time.Hour).Format(time.RFC3339)
+	expires := "a join token expires, as a UTC RFC 3339 time in whole seconds, within 2h10m0s of its creation"
 	for name, tc := range map[string]struct{ manifest, want string }{
 		"a token of another group": {rotatorToken("bootstrap-token-e2egr1", "e2egr1", inTTL,
-			addons.JoinTokenGroup+",system:masters"), "a join token authenticates with exactly the group"},
+			addons.NodeBootstrapGroup+",system:masters"), "a join token authenticates with exactly the group"},
+		"a token of kubeadm's auto-approved group": {rotatorToken("bootstrap-token-e2egr2", "e2egr2", inTTL,
+			"system:bootstrappers:kubeadm:default-node-token"), "a join token authenticates with exactly the group"},
+		"a token expiring in year 9999": {rotatorToken("bootstrap-token-e2eex1", "e2eex1", "9999-12-31T23:59:59Z",
+			addons.NodeBootstrapGroup), expires},
+		"a token expiring a day on": {rotatorToken("bootstrap-token-e2eex2", "e2eex2",
+			time.Now().UTC().Add(24*time.Hour).Format(time.RFC3339), addons.NodeBootstrapGroup), expires},
+		"a token expiring past the TTL and its slack": {rotatorToken("bootstrap-token-e2eex3", "e2eex3",
+			time.Now().UTC().Add(2*time.Hour+11*time.Minute).Format(time.RFC3339), addons.NodeBootstrapGroup), expires},
+		"a token with a fractional expiration": {rotatorToken("bootstrap-token-e2eex4", "e2eex4",
+			time.Now().UTC().Add(time.Hour).Format(time.RFC3339Nano), addons.NodeBootstrapGroup), expires},
+		"a token with an expiration of another zone": {rotatorToken("bootstrap-token-e2eex5", "e2eex5",
+			time.Now().In(time.FixedZone("x", 3600)).Format(time.RFC3339), addons.NodeBootstrapGroup), expires},
 	} {
 		file := filepath.Join(t.TempDir(), "secret.json")
 		if err := os.WriteFile(file, []byte(tc.manifest), 0o600); err != nil {
@@ -479,15 +498,23 @@ func checkRotatorAdmission(ctx context.Context, t *testing.T, c cluster) {
 		}
 		_, _ = c.kubectl(ctx, "-n", "kube-system", "delete", "-f", file, "--ignore-not-found")
 	}
-	// The positive twin, once the denials above show the policy is in force.
-	file := filepath.Join(t.TempDir(), "secret.json")
-	if err := os.WriteFile(file, []byte(rotatorToken("bootstrap-token-e2eok1", "e2eok1", inTTL, addons.JoinTokenGroup)), 0o600); err != nil {
-		t.Fatal(err)
+	// The positive twins, once the denials above show the policy is in force: the token as the rotator makes it,
+	// one at the end of its slack, and one already expired (which no rule needs to refuse).
+	for name, expiration := range map[string]string{
+		"e2eok1": inTTL,
+		"e2eok2": time.Now().UTC().Add(2*time.Hour + 9*time.Minute).Format(time.RFC3339),
+		"e2eok3": time.Now().UTC().Add(-time.Minute).Format(time.RFC3339),
+	} {
+		file := filepath.Join(t.TempDir(), "secret.json")
+		if err := os.WriteFile(file, []byte(rotatorToken("bootstrap-token-"+name, name, expiration,
+			addons.NodeBootstrapGroup)), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := c.kubectl(ctx, as, "create", "-f", file); err != nil {
+			t.Errorf("the rotator may not create a token expiring %s: %v", expiration, err)
+		}
+		_, _ = c.kubectl(ctx, "-n", "kube-system", "delete", "-f", file, "--ignore-not-found")
 	}
-	if _, err := c.kubectl(ctx, as, "create", "-f", file); err != nil {
-		t.Errorf("the rotator may not create a token as it makes them: %v", err)
-	}
-	_, _ = c.kubectl(ctx, "-n", "kube-system", "delete", "-f", file, "--ignore-not-found")
 }
 
 const e2eOnPremNode = "e2e-onprem-1"
@@ -496,12 +523,13 @@ const e2eOnPremNode = "e2e-onprem-1"
 // NodeRestriction, each kubelet impersonated with its own node identity. Denied: a kubelet registering an unlabelled
 // Node whose name is not in kubernetes.onPremNodes, one labelled with a pool the stack does not have, a pool node
 // removing its pool label and an on-prem node adding one. Admitted, each refusal's twin: the listed on-prem name, a
-// Node of one of the stack's pools, and a kubelet changing a label of its own that is not the pool's.
+// Node of one of the stack's pools named after its instance (a pool Node named otherwise is denied), and a kubelet
+// changing a label of its own that is not the pool's.
 func checkNodeAdmission(ctx context.Context, t *testing.T, c cluster, pool string) {
 	t.Helper()
-	const poolNode, rogue, wrongPool = "i-0e2e0000000000a01", "e2e-rogue", "i-0e2e0000000000a02"
+	const poolNode, rogue, wrongPool, badName = "i-0e2e0000000000a01", "e2e-rogue", "i-0e2e0000000000a02", "ip-10-0-0-1"
 	t.Cleanup(func() {
-		for _, n := range []string{poolNode, rogue, wrongPool, e2eOnPremNode} {
+		for _, n := range []string{poolNode, rogue, wrongPool, badName, e2eOnPremNode} {
 			_, _ = c.kubectl(context.Background(), "delete", "node", n, "--ignore-not-found", "--wait=false")
 		}
 	})
@@ -544,6 +572,7 @@ func checkNodeAdmission(ctx context.Context, t *testing.T, c cluster, pool strin
 	}
 	denied("a Node of a pool the stack lacks", register(wrongPool, "no-such-pool"),
 		"names one of this stack's pools")
+	denied("a pool Node not named after an instance", register(badName, pool), "is named after its EC2 instance id")
 	if err := register(poolNode, pool); err != nil {
 		t.Fatalf("a node of pool %s cannot register: %v", pool, err)
 	}

@@ -3,6 +3,7 @@ package infra
 import (
 	"fmt"
 	"regexp"
+	"strings"
 
 	"github.com/pulumi/pulumi-aws/sdk/v6/go/aws/ec2"
 	"github.com/pulumi/pulumi/sdk/v3/go/pulumi"
@@ -55,6 +56,38 @@ func FedoraImage(release int, arch kube.Arch, region string) (FedoraImageQuery, 
 // Matches reports whether an image name is one the query accepts (the API's glob is looser than the regex).
 func (q FedoraImageQuery) Matches(name string) bool {
 	return regexp.MustCompile(q.NameRegex).MatchString(name)
+}
+
+// checkPinnedImages asks EC2 about every pool's amiId before anything is declared: an image of another
+// architecture than its pool's would fail every launch of the group (RunInstances refuses the mismatch), and the
+// autoscaler would only back the group off; an image the account cannot see would fail at the first launch.
+func checkPinnedImages(ctx *pulumi.Context, cfg *config.Config) error {
+	var problems []config.FieldError
+	for i, pool := range cfg.NodePools {
+		if pool.AMIID == "" {
+			continue
+		}
+		path := fmt.Sprintf("%s:nodePools[%d].amiId", config.Namespace, i)
+		image, err := ec2.LookupAmi(ctx, &ec2.LookupAmiArgs{
+			Filters: []ec2.GetAmiFilter{{Name: "image-id", Values: []string{pool.AMIID}}},
+		})
+		switch {
+		case err != nil && strings.Contains(err.Error(), "returned no results"):
+			problems = append(problems, config.FieldError{Path: path,
+				Msg: fmt.Sprintf("EC2 knows no image %s in %s that this account may launch", pool.AMIID, cfg.Region)})
+		case err != nil:
+			// Not a configuration problem: EC2 could not be asked.
+			return fmt.Errorf("%s: asking EC2 about image %s: %w", path, pool.AMIID, err)
+		case kube.Arch(image.Architecture) != pool.Arch:
+			problems = append(problems, config.FieldError{Path: path,
+				Msg: fmt.Sprintf("image %s is %s, the pool's instance types are %s", pool.AMIID, image.Architecture,
+					pool.Arch)})
+		}
+	}
+	if len(problems) > 0 {
+		return &config.Error{Errors: problems}
+	}
+	return nil
 }
 
 // lookupImage finds the image a pool or the gateway boots: the newest GA Fedora image of the pinned release and

@@ -1,13 +1,17 @@
 package infra_test
 
 import (
+	"errors"
 	"testing"
 
 	"gotest.tools/v3/assert"
+	is "gotest.tools/v3/assert/cmp"
 
 	"github.com/dynk8s/dynk8s/infra"
+	"github.com/dynk8s/dynk8s/infra/config"
 	"github.com/dynk8s/dynk8s/internal/kube"
 	"github.com/dynk8s/dynk8s/internal/mockcloud"
+	"github.com/dynk8s/dynk8s/internal/plan"
 )
 
 // Real Fedora image names, both upload schemes, and which query each must and must not satisfy.
@@ -111,4 +115,24 @@ func TestPoolImageIsTheGAImage(t *testing.T) {
 	res = runStack(t, c)
 	assert.Equal(t, in(find(t, res, "aws:ec2/launchTemplate:LaunchTemplate", "pool-builders-x86-lt"), "imageId"),
 		"ami-0123456789abcdef0")
+}
+
+// TestPinnedImageArchitecture: a pool's amiId of another architecture than the pool's types fails the preview on
+// that key, before anything is declared (AWS N10); one of the right architecture passes.
+func TestPinnedImageArchitecture(t *testing.T) {
+	c := devConfig(t)
+	pool(c, 1)["amiId"] = "ami-0123456789abcdef0" // x86_64, on the arm64 pool
+	cfg, err := mockcloud.ConfigFromMap(c)
+	assert.NilError(t, err)
+	res, err := plan.RunConfig("dev", cfg)
+	var cfgErr *config.Error
+	assert.Assert(t, errors.As(err, &cfgErr), "got %v", err)
+	assert.Equal(t, cfgErr.Errors[0].Path, "dynk8s:nodePools[1].amiId")
+	assert.Check(t, is.Contains(cfgErr.Errors[0].Msg, "image ami-0123456789abcdef0 is x86_64, the pool's instance types are arm64"))
+	assert.Equal(t, len(res.Cloud.Resources()), 0, "nothing declared")
+
+	pool(c, 1)["amiId"] = mockcloud.PinnedArmImage
+	res = runStack(t, c)
+	assert.Equal(t, in(find(t, res, "aws:ec2/launchTemplate:LaunchTemplate", "pool-builders-arm-lt"), "imageId"),
+		mockcloud.PinnedArmImage)
 }

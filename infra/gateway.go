@@ -94,6 +94,16 @@ type WireGuardGatewayArgs struct {
 	// NodeRoleName is the pool nodes' role, which with IdleStop may start this instance and no other (required
 	// with IdleStop).
 	NodeRoleName pulumi.StringInput
+	// Forward limits what the gateway forwards from the VPC toward on-prem (optional; nil: everything).
+	Forward *cloudinit.GatewayForward
+	// AddressReservation keeps PrivateIP from EC2's automatic assignment (optional): the instance is created after it.
+	AddressReservation pulumi.Resource
+	// FormerRouteParent is the component that declared the routes to on-prem before the gateway did, as
+	// <its name>-route-<cidr> (optional): each route keeps that URN as an alias, so a stack of that layout updates its
+	// routes in place rather than creating them beside the old ones (EC2: RouteAlreadyExists).
+	FormerRouteParent pulumi.Resource
+	// FormerRouteParentName is that component's name.
+	FormerRouteParentName string
 }
 
 // TunnelAddresses are the gateway's and the on-prem peer's tunnel addresses: the first two hosts of the tunnel's
@@ -170,6 +180,7 @@ func NewWireGuardGateway(ctx *pulumi.Context, name string, args *WireGuardGatewa
 			PrivateKeyParameter: keyParameter,
 			IdleStop:            args.IdleStop,
 			ClusterName:         args.ClusterName,
+			Forward:             args.Forward,
 		})
 		if err != nil {
 			return "", fmt.Errorf("wireguard gateway %q: user data: %w", name, err)
@@ -223,18 +234,26 @@ func NewWireGuardGateway(ctx *pulumi.Context, name string, args *WireGuardGatewa
 		// Its fixed address allows one instance at a time: a replacement must terminate the old one first, which
 		// costs the tunnel the minutes of a new boot (README, "On-prem side").
 		pulumi.DeleteBeforeReplace(true),
-		// Its first boot installs packages and reads its key from SSM: the parameter and the way out must exist.
-		pulumi.DependsOn(append([]pulumi.Resource{param}, args.Internet...)))
+		// Its first boot installs packages and reads its key from SSM: the parameter and the way out must exist;
+		// and its address must be reserved.
+		pulumi.DependsOn(launchAfter(append([]pulumi.Resource{param}, args.Internet...), args.AddressReservation)))
 	if err != nil {
 		return fail("instance", err)
 	}
 	// The interface keeps its ID through every stop and start; a replacement instance updates the routes in place.
 	for _, cidr := range args.RoutedCIDRs {
+		routeOpts := []pulumi.ResourceOption{parent}
+		if args.FormerRouteParent != nil {
+			routeOpts = append(routeOpts, pulumi.Aliases([]pulumi.Alias{{
+				Name:   pulumi.String(args.FormerRouteParentName + "-route-" + routeKey(cidr)),
+				Parent: args.FormerRouteParent,
+			}}))
+		}
 		if _, err := ec2.NewRoute(ctx, name+"-route-"+routeKey(cidr), &ec2.RouteArgs{
 			RouteTableId:         args.RouteTableID,
 			DestinationCidrBlock: pulumi.String(cidr.String()),
 			NetworkInterfaceId:   instance.PrimaryNetworkInterfaceId,
-		}, parent); err != nil {
+		}, routeOpts...); err != nil {
 			return fail("route to "+cidr.String(), err)
 		}
 	}
@@ -402,4 +421,12 @@ func newKeyPair(ctx *pulumi.Context, name string, opts ...pulumi.ResourceOption)
 		// A public key derived from a secret is itself secret to Pulumi; it is meant to be published.
 		Public: pulumi.Unsecret(public).(pulumi.StringOutput),
 	}, nil
+}
+
+// launchAfter is deps and, when set, the reservation of the address a launch may need.
+func launchAfter(deps []pulumi.Resource, reservation pulumi.Resource) []pulumi.Resource {
+	if reservation == nil {
+		return deps
+	}
+	return append(deps, reservation)
 }

@@ -52,6 +52,8 @@ type Identity struct {
 	TokenRotatorSecretAccessKey pulumi.StringOutput `pulumi:"tokenRotatorSecretAccessKey"`
 	// JoinTokenParameter is the SSM parameter name the nodes read the token from.
 	JoinTokenParameter pulumi.StringOutput `pulumi:"joinTokenParameter"`
+	// JoinTokenParameterResource declares that parameter; the token rotator runs after it.
+	JoinTokenParameterResource pulumi.Resource
 }
 
 // IdentityArgs are the inputs of Identity: plain decisions from the validated config.
@@ -97,17 +99,22 @@ func NewIdentity(ctx *pulumi.Context, name string, args *IdentityArgs, opts ...p
 
 	// The join token's parameter. Pulumi declares it, with a placeholder, and never writes it again: the rotator in
 	// the cluster overwrites it with a fresh token every rotation period, so the value Pulumi last saw is stale by
-	// design and must not count as a change (a second `pulumi up` after rotations shows no diff).
+	// design and must not count as a change (a second `pulumi up` after rotations shows no diff). Any other change
+	// but tags would make the provider write the value again (PutParameter carries the value on every update),
+	// and that value is the one in state, not the live token: the description is ignored too, and type, tier and
+	// name must never change.
 	tokenParameter := JoinTokenParameter(args.ClusterName)
-	if _, err := ssm.NewParameter(ctx, name+"-join-token", &ssm.ParameterArgs{
+	tokenParam, err := ssm.NewParameter(ctx, name+"-join-token", &ssm.ParameterArgs{
 		Name:        pulumi.String(tokenParameter),
 		Type:        pulumi.String("SecureString"),
 		Value:       pulumi.String(JoinTokenPlaceholder),
 		Description: pulumi.String("dynk8s kubeadm bootstrap token (<id>.<secret>) read by joining nodes; written by the token rotator in the cluster"),
 		Tags:        tags("join-token"),
-	}, parent, pulumi.IgnoreChanges([]string{"value"})); err != nil {
+	}, parent, pulumi.IgnoreChanges([]string{"value", "description"}))
+	if err != nil {
 		return fail("join token parameter", err)
 	}
+	comp.JoinTokenParameterResource = tokenParam
 
 	nodeProfile, err := instanceRole(ctx, name+"-node", args.ClusterName+"-node", ec2Service,
 		parameterARN(tokenParameter), tags("node"), parent)
@@ -135,7 +142,7 @@ func NewIdentity(ctx *pulumi.Context, name string, args *IdentityArgs, opts ...p
 
 	// The Cluster Autoscaler and the stale-node cleanup run on-prem, so they cannot assume a role from instance
 	// metadata: each gets a user of its own with only its own policy.
-	autoscalerPolicy, err := AutoscalerPolicy(args.ClusterName).JSON()
+	autoscalerPolicy, err := AutoscalerPolicy(args.ClusterName, args.Region).JSON()
 	if err != nil {
 		return fail("autoscaler policy", err)
 	}

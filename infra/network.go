@@ -30,6 +30,9 @@ type Network struct {
 	RouteTableID pulumi.StringOutput `pulumi:"routeTableId"`
 	// GatewaySubnetID is the first zone's subnet, where the gateway runs.
 	GatewaySubnetID pulumi.StringOutput `pulumi:"gatewaySubnetId"`
+	// GatewayAddress reserves the gateway's fixed address in that subnet: the gateway and the groups depend on it,
+	// so nothing launches there before it exists.
+	GatewayAddress pulumi.Resource
 	// InternetGatewayID is the VPC's internet gateway: public addresses need it attached first.
 	InternetGatewayID pulumi.StringOutput `pulumi:"internetGatewayId"`
 	// Internet are the resources an instance in the gateway's subnet needs to reach the internet (the internet
@@ -140,6 +143,9 @@ func NewNetwork(ctx *pulumi.Context, name string, args *NetworkArgs, opts ...pul
 		if firstSubnet == nil {
 			firstSubnet = subnet
 			comp.Internet = append(comp.Internet, rta)
+			if comp.GatewayAddress, err = reserveGatewayAddress(ctx, name, args, subnet, parent); err != nil {
+				return nil, fmt.Errorf("network %q: %w", name, err)
+			}
 		}
 		subnetIDs = append(subnetIDs, subnet.ID())
 	}
@@ -239,6 +245,31 @@ func ZoneSubnet(vpc netip.Prefix, zone string) (netip.Prefix, error) {
 	base := vpc.Addr().As4()
 	binary.BigEndian.PutUint32(base[:], binary.BigEndian.Uint32(base[:])+uint32(index)<<(32-bits))
 	return netip.PrefixFrom(netip.AddrFrom4(base), bits), nil
+}
+
+// reserveGatewayAddress keeps the gateway's fixed address (GatewayPrivateIP) out of EC2's automatic assignment in
+// the first subnet: an explicit subnet CIDR reservation, whose addresses only a launch that names them gets (Amazon
+// VPC User Guide, "Subnet CIDR reservations"; it may cover an address already in use, so a running gateway keeps
+// its own). Without it a node launched while the gateway is being replaced, or before its first launch, could take
+// the address, and the gateway's RunInstances would fail (InvalidIPAddress.InUse). Whatever launches into the subnet
+// depends on it explicitly rather than through the subnet's id: an id that waits for a reservation still to be
+// created would be unknown in the preview of an upgrade, which would then show the gateway replaced.
+func reserveGatewayAddress(ctx *pulumi.Context, name string, args *NetworkArgs, subnet *ec2.Subnet,
+	parent pulumi.ResourceOption) (*ec2.SubnetCidrReservation, error) {
+	ip, err := GatewayPrivateIP(args.VPCCIDR, args.Zones[0])
+	if err != nil {
+		return nil, err
+	}
+	reservation, err := ec2.NewSubnetCidrReservation(ctx, name+"-gateway-address", &ec2.SubnetCidrReservationArgs{
+		SubnetId:        subnet.ID(),
+		CidrBlock:       pulumi.String(netip.PrefixFrom(ip, ip.BitLen()).String()),
+		ReservationType: pulumi.String("explicit"),
+		Description:     pulumi.String("dynk8s " + args.ClusterName + " WireGuard gateway's fixed address"),
+	}, parent)
+	if err != nil {
+		return nil, fmt.Errorf("gateway address reservation: %w", err)
+	}
+	return reservation, nil
 }
 
 // GatewayPrivateIP is the gateway's fixed address: the tenth address of the first zone's subnet (AWS reserves the

@@ -34,6 +34,12 @@ const LaunchHookName = "dynk8s-launch"
 // (cloudinit.JoinTimeout) and a margin, so the hook never abandons an instance whose boot is still within it.
 const launchHookHeartbeatSeconds = int(cloudinit.JoinTimeout/time.Second) + drainMarginSeconds
 
+// The launch hook's transition, and its result when the heartbeat ends: the group terminates the instance.
+const (
+	launchTransition    = "autoscaling:EC2_INSTANCE_LAUNCHING"
+	launchDefaultResult = "ABANDON"
+)
+
 // LaunchHook is the launch lifecycle hook a pool's boot must complete: LaunchHookName with a warm pool, "" without
 // one (then the group has no launch hook and nothing waits for the boot).
 func LaunchHook(pool config.NodePool) string {
@@ -77,6 +83,9 @@ type NodePoolArgs struct {
 	SecurityGroupID pulumi.StringInput
 	// InstanceProfileARN is the node instance profile (required).
 	InstanceProfileARN pulumi.StringInput
+	// GatewayAddress reserves the gateway's address in one of the subnets (optional): the group is created after it,
+	// so that no instance it launches takes that address.
+	GatewayAddress pulumi.Resource
 }
 
 // NewNodePool declares one node pool.
@@ -161,7 +170,9 @@ func NewNodePool(ctx *pulumi.Context, name string, args *NodePoolArgs, opts ...p
 		return nil, fmt.Errorf("node pool %q: launch template: %w", name, err)
 	}
 	// The group follows the template's newest version by number, not "$Latest": a new version then changes the
-	// group, so instances launched after `pulumi up` boot the new image and user data.
+	// group, so instances launched after `pulumi up` boot the new image and user data. A warm instance launched
+	// before keeps the old ones; its boot compares its version with the group's and hands itself back when older
+	// (cloudinit, join.sh).
 	version := lt.LatestVersion.ApplyT(strconv.Itoa).(pulumi.StringOutput)
 
 	var tags autoscaling.GroupTagArray
@@ -195,8 +206,23 @@ func NewNodePool(ctx *pulumi.Context, name string, args *NodePoolArgs, opts ...p
 			PoolState:                pulumi.String(w.State),
 			MinSize:                  pulumi.Int(w.Size),
 			MaxGroupPreparedCapacity: pulumi.Int(w.Size),
-			// A scaled-in node is terminated, never returned to the pool (config: reuseOnScaleIn is refused).
-			InstanceReusePolicy: &autoscaling.GroupWarmPoolInstanceReusePolicyArgs{ReuseOnScaleIn: pulumi.Bool(false)},
+			// No instance reuse policy: without one a scaled-in node is terminated, never returned to the pool
+			// (PutWarmPool API reference; config refuses reuseOnScaleIn). A policy spelled out as false may not be
+			// echoed by DescribeWarmPool, and would then diff at every `pulumi up`.
+		}
+	}
+	launch := LaunchHook(pool)
+	if launch != "" {
+		// The launch hook is in place before the group launches anything: declared with the group, CreateAutoScalingGroup
+		// attaches it before the warm pool's first fill (pulumi-aws autoscaling.Group, initialLifecycleHooks), so
+		// no first instance is stopped in the middle of its preparation.
+		groupArgs.InitialLifecycleHooks = autoscaling.GroupInitialLifecycleHookArray{
+			&autoscaling.GroupInitialLifecycleHookArgs{
+				Name:                pulumi.String(launch),
+				LifecycleTransition: pulumi.String(launchTransition),
+				HeartbeatTimeout:    pulumi.Int(launchHookHeartbeatSeconds),
+				DefaultResult:       pulumi.String(launchDefaultResult),
+			},
 		}
 	}
 	if mixed {
@@ -242,8 +268,13 @@ func NewNodePool(ctx *pulumi.Context, name string, args *NodePoolArgs, opts ...p
 	// The Cluster Autoscaler owns the desired capacity: dynk8s never sets it, and a later `pulumi up` must not
 	// reset what the autoscaler chose. The option sits on the group itself; a component's
 	// ignoreChanges would not reach it.
+	// initialLifecycleHooks forces a new group when it changes (terraform-provider-aws, aws_autoscaling_group
+	// schema: ForceNew), and it acts only at creation: ignored afterwards, so that adding it, or a warm pool, to a
+	// running group never replaces the group and terminates its nodes. The hook resource below owns the hook after
+	// creation.
 	group, err := autoscaling.NewGroup(ctx, name+"-asg", groupArgs, parent,
-		pulumi.IgnoreChanges([]string{"desiredCapacity"}))
+		pulumi.IgnoreChanges([]string{"desiredCapacity", "initialLifecycleHooks"}),
+		pulumi.DependsOn(launchAfter(nil, args.GatewayAddress)))
 	if err != nil {
 		return nil, fmt.Errorf("node pool %q: auto scaling group: %w", name, err)
 	}
@@ -262,16 +293,17 @@ func NewNodePool(ctx *pulumi.Context, name string, args *NodePoolArgs, opts ...p
 		return nil, fmt.Errorf("node pool %q: termination hook: %w", name, err)
 	}
 
-	// The launch hook, a resource of its own for the reason above. An instance the warm pool launches in the
-	// seconds before the hook exists (its first fill, right after the group gets the warm pool) is stopped without
-	// waiting; its boot prepares again on its next start, which is then slower, not wrong.
-	if hook := LaunchHook(pool); hook != "" {
+	// The launch hook, also a resource of its own, which owns it after the group's creation (PutLifecycleHook
+	// creates or updates). A warm pool added to a group that already runs gets its hook only after PutWarmPool:
+	// the instances of that first fill may be stopped in the middle of their preparation, and prepare again on
+	// their next start, which is then slower, not wrong (README, "Scale-up: cold or warm").
+	if launch != "" {
 		if _, err := autoscaling.NewLifecycleHook(ctx, name+"-launch", &autoscaling.LifecycleHookArgs{
 			AutoscalingGroupName: group.Name,
-			Name:                 pulumi.String(hook),
-			LifecycleTransition:  pulumi.String("autoscaling:EC2_INSTANCE_LAUNCHING"),
+			Name:                 pulumi.String(launch),
+			LifecycleTransition:  pulumi.String(launchTransition),
 			HeartbeatTimeout:     pulumi.Int(launchHookHeartbeatSeconds),
-			DefaultResult:        pulumi.String("ABANDON"),
+			DefaultResult:        pulumi.String(launchDefaultResult),
 		}, parent); err != nil {
 			return nil, fmt.Errorf("node pool %q: launch hook: %w", name, err)
 		}

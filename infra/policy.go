@@ -56,21 +56,30 @@ func ReadParameterPolicy(parameterARN string) PolicyDocument {
 }
 
 // PutParameterPolicy allows overwriting exactly one parameter, and nothing else: not reading it back, not deleting
-// it, not tagging it. It is the join token rotator's whole AWS permission.
+// it, not tagging it. It is the join token rotator's whole AWS permission. PutParameter takes more than a value, and
+// SSM's two condition keys for it ("Preventing access to Parameter Store API operations", Systems Manager User
+// Guide) narrow it further: ssm:Overwrite true, so the key can only overwrite the parameter Pulumi created, never
+// create one; and no ssm:Policies, so it cannot attach an expiration policy that makes the parameter vanish.
 func PutParameterPolicy(parameterARN string) PolicyDocument {
 	return PolicyDocument{Version: policyVersion, Statement: []PolicyStatement{{
 		Sid:      "WriteOneParameter",
 		Effect:   "Allow",
 		Action:   []string{"ssm:PutParameter"},
 		Resource: []string{parameterARN},
+		Condition: map[string]map[string]string{
+			"Bool": {"ssm:Overwrite": "true"},
+			"Null": {"ssm:Policies": "true"},
+		},
 	}}}
 }
 
-// AutoscalerPolicy is the Cluster Autoscaler's policy for clusterName: the read calls of its AWS provider (its
-// README's "full features" policy, minus eks:DescribeNodegroup, which only matters on EKS) on everything, as Describe
-// calls support no resource-level permissions; and the only two calls that change anything, only on groups tagged
-// as this cluster's.
-func AutoscalerPolicy(clusterName string) PolicyDocument {
+// AutoscalerPolicy is the Cluster Autoscaler's policy for clusterName in region: the read calls of its AWS provider
+// (its README's "full features" policy, minus eks:DescribeNodegroup, which only matters on EKS) on everything, as
+// Describe calls support no resource-level permissions; and the only two calls that change anything, only on groups
+// tagged as this cluster's. Both only in the stack's region, through the global condition key aws:RequestedRegion
+// (IAM User Guide, "AWS global condition context keys"): ec2:DescribeLaunchTemplateVersions returns every launch
+// template's user data, so a leaked key should not read the account's other regions.
+func AutoscalerPolicy(clusterName, region string) PolicyDocument {
 	read := []string{
 		"autoscaling:DescribeAutoScalingGroups",
 		"autoscaling:DescribeAutoScalingInstances",
@@ -84,19 +93,21 @@ func AutoscalerPolicy(clusterName string) PolicyDocument {
 	write := []string{"autoscaling:SetDesiredCapacity", "autoscaling:TerminateInstanceInAutoScalingGroup"}
 	return PolicyDocument{Version: policyVersion, Statement: []PolicyStatement{
 		{
-			Sid:      "DiscoverGroupsAndShapes",
-			Effect:   "Allow",
-			Action:   read,
-			Resource: []string{"*"},
+			Sid:       "DiscoverGroupsAndShapes",
+			Effect:    "Allow",
+			Action:    read,
+			Resource:  []string{"*"},
+			Condition: map[string]map[string]string{"StringEquals": {"aws:RequestedRegion": region}},
 		},
 		{
 			Sid:      "ScaleOnlyThisClustersGroups",
 			Effect:   "Allow",
 			Action:   write,
 			Resource: []string{"*"},
-			Condition: map[string]map[string]string{
-				"StringEquals": {"autoscaling:ResourceTag/" + config.AutoscalerClusterTag(clusterName): "owned"},
-			},
+			Condition: map[string]map[string]string{"StringEquals": {
+				"autoscaling:ResourceTag/" + config.AutoscalerClusterTag(clusterName): "owned",
+				"aws:RequestedRegion": region,
+			}},
 		},
 	}}
 }
@@ -148,13 +159,15 @@ func WakeGatewayPolicy(instanceARN, clusterName, gatewayName string) PolicyDocum
 // up without a hook, so the group replaces it at once. Both only on groups tagged as this cluster's, within
 // groupARNs (the stack's region and account); both support that scoping (the Service Authorization Reference for
 // EC2 Auto Scaling; kops scopes CompleteLifecycleAction by the same kind of tag, pkg/model/iam/iam_builder.go).
-// Finding its group's name takes DescribeAutoScalingInstances, which supports no resource-level permissions.
+// Finding its group's name takes DescribeAutoScalingInstances, and telling whether a warm instance was launched from
+// the group's current launch template version DescribeAutoScalingGroups; neither supports resource-level
+// permissions.
 func NodeLifecyclePolicy(clusterName, groupARNs string) PolicyDocument {
 	return PolicyDocument{Version: policyVersion, Statement: []PolicyStatement{
 		{
 			Sid:      "FindOwnGroup",
 			Effect:   "Allow",
-			Action:   []string{"autoscaling:DescribeAutoScalingInstances"},
+			Action:   []string{"autoscaling:DescribeAutoScalingGroups", "autoscaling:DescribeAutoScalingInstances"},
 			Resource: []string{"*"},
 		},
 		{

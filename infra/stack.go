@@ -67,6 +67,12 @@ func NewStack(ctx *pulumi.Context, cfg *config.Config) (*Stack, error) {
 	if err != nil {
 		return nil, err
 	}
+	if err := checkPinnedImages(ctx, cfg); err != nil {
+		return nil, err
+	}
+	if err := checkEBSDefaultKey(ctx, cfg); err != nil {
+		return nil, err
+	}
 	// The on-prem cluster is read and checked before anything is declared in AWS (caCertHashes).
 	k8s, err := kubernetesProvider(ctx, cfg)
 	if err != nil {
@@ -122,6 +128,7 @@ func NewStack(ctx *pulumi.Context, cfg *config.Config) (*Stack, error) {
 		VPCCIDR:             cfg.Network.VPCCIDR,
 		IdleStop:            cfg.Gateway.IdleStop,
 		SubnetID:            s.Network.GatewaySubnetID,
+		AddressReservation:  s.Network.GatewayAddress,
 		SecurityGroupID:     s.Network.GatewaySecurityGroupID,
 		PrivateIP:           gatewayIP.String(),
 		RouteTableID:        s.Network.RouteTableID,
@@ -130,6 +137,10 @@ func NewStack(ctx *pulumi.Context, cfg *config.Config) (*Stack, error) {
 		InstanceProfileName: s.Identity.GatewayInstanceProfileName,
 		GatewayRoleName:     s.Identity.GatewayRoleName,
 		NodeRoleName:        s.Identity.NodeRoleName,
+		Forward:             GatewayForward(cfg),
+		// The network declared these routes up to the layout where the gateway owns its interface.
+		FormerRouteParent:     s.Network,
+		FormerRouteParentName: "network",
 	})
 	if err != nil {
 		return nil, err
@@ -158,6 +169,7 @@ func NewStack(ctx *pulumi.Context, cfg *config.Config) (*Stack, error) {
 			SubnetIDs:          s.Network.SubnetIDs,
 			SecurityGroupID:    s.Network.NodeSecurityGroupID,
 			InstanceProfileARN: s.Identity.NodeInstanceProfileARN,
+			GatewayAddress:     s.Network.GatewayAddress,
 		})
 		if err != nil {
 			return nil, err
@@ -165,11 +177,13 @@ func NewStack(ctx *pulumi.Context, cfg *config.Config) (*Stack, error) {
 		s.Pools = append(s.Pools, np)
 	}
 
-	s.Addons, err = addons.NewClusterAddons(ctx, "addons", AddonsArgs(cfg, Credentials{
+	addonsArgs := AddonsArgs(cfg, Credentials{
 		AutoscalerKeyID: s.Identity.AutoscalerAccessKeyID, AutoscalerSecret: s.Identity.AutoscalerSecretAccessKey,
 		CleanupKeyID: s.Identity.CleanupAccessKeyID, CleanupSecret: s.Identity.CleanupSecretAccessKey,
 		RotatorKeyID: s.Identity.TokenRotatorAccessKeyID, RotatorSecret: s.Identity.TokenRotatorSecretAccessKey,
-	}), pulumi.Providers(k8s))
+	})
+	addonsArgs.JoinTokenParameterResource = s.Identity.JoinTokenParameterResource
+	s.Addons, err = addons.NewClusterAddons(ctx, "addons", addonsArgs, pulumi.Providers(k8s))
 	if err != nil {
 		return nil, err
 	}
@@ -207,6 +221,7 @@ func NodeInput(cfg *config.Config, pool config.NodePool, caHashes []string, toke
 		Labels:             pool.NodeLabels(),
 		Taints:             taints,
 		PrePullImages:      images,
+		PauseImage:         cfg.Images.Pause,
 		LaunchHook:         LaunchHook(pool),
 		Host: cloudinit.HostInput{
 			OnPremCIDRs: cfg.WireGuard.OnPremCIDRs,
@@ -240,6 +255,7 @@ func AddonsArgs(cfg *config.Config, creds Credentials) *addons.ClusterAddonsArgs
 		TerminationHandler:          cfg.TerminationHandler,
 		Pools:                       cfg.NodePools,
 		OnPremNodes:                 cfg.Kubernetes.OnPremNodes,
+		Images:                      cfg.Images,
 		AWSAccessKeyID:              creds.AutoscalerKeyID,
 		AWSSecretAccessKey:          creds.AutoscalerSecret,
 		CleanupAWSAccessKeyID:       creds.CleanupKeyID,

@@ -364,6 +364,20 @@ func TestNetwork(t *testing.T) {
 	assert.Equal(t, pmtu[0]["toPort"], float64(4))
 	assert.DeepEqual(t, pmtu[0]["cidrBlocks"], []any{"10.200.0.0/16"})
 
+	// The gateway's fixed address is reserved in its subnet, so EC2 never gives it to a node (AWS N9); the gateway
+	// and the groups launch into that subnet only once the reservation exists.
+	reservation := find(t, res, "aws:ec2/subnetCidrReservation:SubnetCidrReservation", "network-gateway-address")
+	assert.Equal(t, in(reservation, "subnetId"), in(gw, "subnetId"))
+	assert.Equal(t, in(reservation, "cidrBlock"), in(gw, "privateIp").(string)+"/32")
+	assert.Equal(t, in(reservation, "reservationType"), "explicit")
+	// Explicitly, not through the subnet ids, which would then be unknown in the preview of an upgrade that adds
+	// the reservation and show the gateway replaced (subnetId forces a new instance).
+	assert.Check(t, is.Contains(gw.DependsOn, "network-gateway-address"))
+	assert.Check(t, !slices.Contains(gw.InputDependencies["subnetId"], "network-gateway-address"))
+	for _, g := range res.Cloud.ByType("aws:autoscaling/group:Group") {
+		assert.Check(t, is.Contains(g.DependsOn, "network-gateway-address"), g.Name)
+	}
+
 	// Node names are instance ids, never reused: a recycled private address cannot adopt a stale Node.
 	for _, sub := range res.Cloud.ByType("aws:ec2/subnet:Subnet") {
 		assert.Equal(t, in(&sub, "privateDnsHostnameTypeOnLaunch"), "resource-name", sub.Name)
@@ -594,12 +608,19 @@ func TestIdentityPolicies(t *testing.T) {
 		verb := a[strings.Index(a, ":")+1:]
 		assert.Check(t, strings.HasPrefix(verb, "Describe") || strings.HasPrefix(verb, "Get"), "read statement: %s", a)
 	}
-	assert.Check(t, read.Condition == nil)
+	// Region-scoped (security review M7): DescribeLaunchTemplateVersions returns user data, and a leaked key must
+	// read only the stack's region. aws:RequestedRegion is a global condition key, so every action takes it.
+	assert.DeepEqual(t, read.Condition, map[string]map[string]string{
+		"StringEquals": {"aws:RequestedRegion": "eu-central-1"},
+	})
 	assert.DeepEqual(t, write.Action, []string{
 		"autoscaling:SetDesiredCapacity", "autoscaling:TerminateInstanceInAutoScalingGroup",
 	})
 	assert.DeepEqual(t, write.Condition, map[string]map[string]string{
-		"StringEquals": {"autoscaling:ResourceTag/k8s.io/cluster-autoscaler/homelab": "owned"},
+		"StringEquals": {
+			"autoscaling:ResourceTag/k8s.io/cluster-autoscaler/homelab": "owned",
+			"aws:RequestedRegion": "eu-central-1",
+		},
 	})
 
 	// The stale-node cleanup's own user may only ask whether instances exist.
@@ -623,7 +644,20 @@ func TestJoinTokenAndKeyRotation(t *testing.T) {
 	assert.Equal(t, in(param, "name"), "/dynk8s/homelab/join-token")
 	assert.Equal(t, in(param, "type"), "SecureString")
 	assert.Equal(t, in(param, "value"), infra.JoinTokenPlaceholder)
-	assert.DeepEqual(t, param.IgnoreChanges, []string{"value"})
+	// A changed description would make the provider put the state's value over the live token: ignored too (AWS
+	// N12).
+	assert.DeepEqual(t, param.IgnoreChanges, []string{"value", "description"})
+	// The rotator's Job and CronJob run after the parameter exists, so their PutParameter never creates it first.
+	rotators := 0
+	for _, typ := range []string{"kubernetes:batch/v1:Job", "kubernetes:batch/v1:CronJob"} {
+		for _, r := range res.Cloud.ByType(typ) {
+			if strings.Contains(r.Name, "token-rotator") {
+				rotators++
+				assert.Check(t, is.Contains(r.DependsOn, "identity-join-token"), r.Name)
+			}
+		}
+	}
+	assert.Equal(t, rotators, 2, "the rotator's CronJob and its first Job")
 	assert.Check(t, !regexp.MustCompile(`[a-z0-9]{6}\.[a-z0-9]{16}`).MatchString(infra.JoinTokenPlaceholder),
 		"the placeholder looks like a token")
 	assert.Equal(t, len(res.Cloud.ByType("random:index/randomString:RandomString")), 0, "a token drawn in Pulumi")
@@ -636,7 +670,13 @@ func TestJoinTokenAndKeyRotation(t *testing.T) {
 	assert.Equal(t, doc.Statement[0].Effect, "Allow")
 	assert.DeepEqual(t, doc.Statement[0].Action, []string{"ssm:PutParameter"})
 	assert.DeepEqual(t, doc.Statement[0].Resource, []string{arn})
-	assert.Check(t, doc.Statement[0].Condition == nil)
+	// Only an overwrite of the parameter Pulumi made, and never with parameter policies (an expiration policy
+	// would let a leaked key make the nodes' parameter vanish; security review L2). The rotator's request sends
+	// Overwrite: true and no Policies (rotate-token.sh).
+	assert.DeepEqual(t, doc.Statement[0].Condition, map[string]map[string]string{
+		"Bool": {"ssm:Overwrite": "true"},
+		"Null": {"ssm:Policies": "true"},
+	})
 	// The nodes read the very parameter the rotator writes.
 	read := policy(t, find(t, res, "aws:iam/rolePolicy:RolePolicy", "identity-node-read-parameter"), "policy")
 	assert.DeepEqual(t, read.Statement[0].Resource, []string{arn})

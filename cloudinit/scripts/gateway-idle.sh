@@ -40,19 +40,30 @@ if [[ -r $state_file ]]; then
   fi
 fi
 
-# pool_instances: the stack's pool instances that are pending or running, as "<id> <state>" lines. Pool instances
+# pool_instances: the stack's pool instances that are pending or running, as "<id> (<state>) " words. Pool instances
 # carry dynk8s:cluster and dynk8s:pool (the gateway has no pool tag); the states are filtered by EC2 and again here.
+# One instance is enough to stay up, so it reads pages until one shows an instance or no NextToken is left: a
+# filtered page may be empty while more follow ("Pagination in the Amazon EC2 API", EC2 developer guide). Pages
+# without end are no answer.
 pool_instances() {
-  local id state
-  ec2_call DescribeInstances MaxResults=5 \
-    Filter.1.Name=tag:dynk8s:cluster "Filter.1.Value.1=$DYNK8S_CLUSTER_NAME" \
-    Filter.2.Name=tag-key Filter.2.Value.1=dynk8s:pool \
-    Filter.3.Name=instance-state-name Filter.3.Value.1=pending Filter.3.Value.2=running || return 1
-  POOL_INSTANCES=$(printf '%s' "$BODY" | ec2_xml instanceState) ||
-    { LAST_ERROR="EC2 DescribeInstances: the answer is not XML" && return 1; }
-  POOL_INSTANCES=$(while read -r id state; do
-    if [[ $state == pending || $state == running ]]; then printf '%s (%s) ' "$id" "$state"; fi
-  done <<<"$POOL_INSTANCES")
+  local id state found token='' page
+  POOL_INSTANCES=''
+  for ((page = 1; page <= 20; page++)); do
+    ec2_call DescribeInstances MaxResults=5 \
+      Filter.1.Name=tag:dynk8s:cluster "Filter.1.Value.1=$DYNK8S_CLUSTER_NAME" \
+      Filter.2.Name=tag-key Filter.2.Value.1=dynk8s:pool \
+      Filter.3.Name=instance-state-name Filter.3.Value.1=pending Filter.3.Value.2=running \
+      ${token:+"NextToken=$token"} || return 1
+    found=$(printf '%s' "$BODY" | ec2_xml instanceState) ||
+      { LAST_ERROR="EC2 DescribeInstances: the answer is not XML" && return 1; }
+    POOL_INSTANCES=$(while read -r id state; do
+      if [[ $state == pending || $state == running ]]; then printf '%s (%s) ' "$id" "$state"; fi
+    done <<<"$found")
+    token=$(printf '%s' "$BODY" | ec2_xml nextToken) || token=''
+    if [[ -n $POOL_INSTANCES || -z $token ]]; then return 0; fi
+  done
+  LAST_ERROR="EC2 DescribeInstances: still a NextToken after $((page - 1)) pages"
+  return 1
 }
 
 # forwarded_packets: the packets forwarded into and out of wg0 so far, or -1 when the table is not loaded (the tunnel

@@ -9,7 +9,8 @@ LOG_TAG=dynk8s-gateway-packages
 # shellcheck source=lib.sh
 . "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 
-load_env "${DYNK8S_GATEWAY_ENV:-$DYNK8S_ROOT/etc/dynk8s/gateway-packages.env}" DYNK8S_PACKAGES DYNK8S_UNIT
+load_env "${DYNK8S_GATEWAY_ENV:-$DYNK8S_ROOT/etc/dynk8s/gateway-packages.env}" DYNK8S_PACKAGES DYNK8S_SYSTEM_REPOS \
+  DYNK8S_UNIT
 deadline_start 600
 IFS=, read -ra wanted <<<"$DYNK8S_PACKAGES"
 missing=()
@@ -17,12 +18,18 @@ for p in "${wanted[@]}"; do
   rpm -q --whatprovides "$p" >/dev/null 2>&1 || missing+=("$p")
 done
 
+# install: the first attempt reads only the release repository's metadata (the image is the release's GA image, whose
+# packages it matches); the next ones every enabled repository, updates included.
+repos=()
+IFS=, read -ra release <<<"$DYNK8S_SYSTEM_REPOS"
+for r in "${release[@]}"; do repos+=("--repo=$r"); done
 install() {
   local rc=0
   set_timeout 0
-  timeout -k 10 "$TMO" dnf install -y --setopt=install_weak_deps=False "${missing[@]}" || rc=$?
+  timeout -k 10 "$TMO" dnf install -y --setopt=install_weak_deps=False "${repos[@]}" "${missing[@]}" || rc=$?
   ((rc == 0)) && return 0
   LAST_ERROR="dnf install exited $rc"
+  repos=()
   return 1
 }
 

@@ -8,8 +8,8 @@
 #              the instance in Pending:Wait again when it leaves the warm pool (same guide).
 # kops' nodeup does the same (upup/pkg/fi/nodeup/command.go, getAWSConfigurationMode, kubernetes/kops).
 # Every network step retries under one deadline (default 12 min, inside the Cluster Autoscaler's 15 min
-# max-node-provision-time). On failure it logs one reason and exits 1; when a step ran out of time the instance is
-# handed back to its group (lifecycle action abandoned, or marked Unhealthy) so that it is replaced at once.
+# max-node-provision-time). On failure it logs one reason and exits 1, and leaves the instance to the autoscaler
+# (on_failure says why it is never handed back to its group).
 # Each phase is timed; the timeline goes to the log and to /run/dynk8s/timeline.json.
 # Test hooks: DYNK8S_ROOT prefixes /etc, /run and /var, DYNK8S_PROC replaces /proc, DYNK8S_JOIN_ENV names the
 # config, and lib.sh's endpoints.
@@ -32,10 +32,11 @@ if [[ -e $etc/kubernetes/kubelet.conf ]]; then
 fi
 load_env "${DYNK8S_JOIN_ENV:-$etc/dynk8s/join.env}" DYNK8S_API_SERVER_ENDPOINT DYNK8S_CLUSTER_NAME \
   DYNK8S_CRI_SOCKET DYNK8S_GATEWAY_INSTANCE_ID DYNK8S_JOIN_TOKEN_PARAMETER DYNK8S_KERNEL_MODULES DYNK8S_LAUNCH_HOOK \
-  DYNK8S_PACKAGES DYNK8S_POOL_NAME DYNK8S_PREPULL_IMAGES DYNK8S_REPOS DYNK8S_SYSTEM_PACKAGES DYNK8S_SYSTEM_REPOS
+  DYNK8S_PACKAGES DYNK8S_POOL_NAME DYNK8S_PREPULL_IMAGES DYNK8S_REPOS DYNK8S_SYSTEM_PACKAGES DYNK8S_SYSTEM_REPOS \
+  DYNK8S_UPDATE_REPOS
 deadline_start 720
 INSTANCE_ID='' ZONE='' NODE_IP='' INSTANCE_TYPE='' LIFECYCLE='' TOKEN='' GROUP=''
-MODE='' RESULT=failed REASON='' PREPULL_PID='' HANDING_BACK=''
+MODE='' RESULT=failed REASON='' PREPULL_PID=''
 now_ms START_MS
 trap 'finish' EXIT
 
@@ -49,12 +50,16 @@ finish() {
   timeline || log "could not write $run_dir/timeline.json"
 }
 
-# timeline: one log line with every phase, for `aws ec2 get-console-output`, and the same as JSON.
+# timeline: one log line with every phase, for `aws ec2 get-console-output` (the kernel log's copy too), and the same
+# as JSON.
 timeline() {
-  local end p line="" up=""  # up: seconds since boot, now
+  local end p line up="" level=5 # up: seconds since boot, now
   now_ms end
+  line="timeline: result=$RESULT mode=${MODE:-none} total=$(seconds $((end - START_MS)))s"
   for p in "${PHASES[@]}"; do line+=" ${p%%=*}=$(seconds "${p#*=}")s"; done
-  log "timeline: result=$RESULT mode=${MODE:-none} total=$(seconds $((end - START_MS)))s${line}"
+  log "$line"
+  [[ $RESULT != failed ]] || level=3
+  kmsg "$level" "$line"
   if [[ -r $proc/uptime ]]; then up=$(<"$proc/uptime") && up=${up%% *}; fi
   mkdir -p "$run_dir"
   python3 -c '
@@ -71,23 +76,29 @@ print()
     >"$run_dir/timeline.json.new" && mv -f "$run_dir/timeline.json.new" "$run_dir/timeline.json"
 }
 
-# on_failure (called by fail): when a step ran out of time the instance may be at fault, so it goes back to its group
-# at once instead of idling until the autoscaler's max-node-provision-time. A hard error (bad config, a malformed
-# token) would repeat on every replacement, so it is left to the autoscaler.
+# on_failure (called by fail): the instance is never handed back to its group (marked Unhealthy, or its lifecycle
+# action abandoned) to be replaced. What stops a boot on its deadline (the join token, the tunnel or the API server,
+# the package repositories, kubeadm join) is most often a fault every replacement meets too, and an instance the group
+# replaces is one the Cluster Autoscaler never times out: each replacement is younger than max-node-provision-time,
+# so the autoscaler neither removes it nor lowers the group, and the group replaces instance after instance for as
+# long as the pod is pending. Left in place, the instance stays unregistered: the autoscaler then times the scale-up
+# out (event ScaleUpTimedOut), backs the group off (5 minutes, doubling up to 30: --initial-node-group-backoff-duration,
+# --max-node-group-backoff-duration), tries other groups for the pods meanwhile, and removes the instance once it has
+# been unregistered for max-node-provision-time, lowering the desired capacity (cluster-autoscaler,
+# clusterstate.updateScaleRequests and static_autoscaler.removeOldUnregisteredNodes). A launch hook's action is
+# completed with CONTINUE all the same: its heartbeat would end with the default result, ABANDON, and the group
+# would replace the instance just as a hand-back does.
+COMPLETING=''
 on_failure() {
-  RESULT=failed REASON=$2
+  RESULT=failed REASON=$1
   phase_cut
-  (($1)) && [[ -n $INSTANCE_ID && -z $HANDING_BACK ]] || return 0
-  HANDING_BACK=1
+  [[ -n $DYNK8S_LAUNCH_HOOK && -n $INSTANCE_ID && -z $COMPLETING ]] || return 0
+  COMPLETING=1
   DEADLINE=$((SECONDS + 30))
-  if [[ -n $DYNK8S_LAUNCH_HOOK ]] && complete_lifecycle ABANDON && ((!NO_ACTION)); then
-    log "abandoned the lifecycle action of hook $DYNK8S_LAUNCH_HOOK: the group terminates this instance"
-  elif [[ $LIFECYCLE == Warmed:* ]]; then
-    log "could not hand the instance back: ${LAST_ERROR:-no launch hook}"
-  elif set_unhealthy; then
-    log "marked this instance Unhealthy in its group: it is replaced at once"
+  if complete_lifecycle CONTINUE; then
+    ((NO_ACTION)) || log "completed the lifecycle action of hook $DYNK8S_LAUNCH_HOOK with CONTINUE: the group keeps this instance, and the autoscaler removes it at max-node-provision-time"
   else
-    log "could not mark this instance Unhealthy: $LAST_ERROR"
+    log "could not complete the lifecycle action of hook $DYNK8S_LAUNCH_HOOK: $LAST_ERROR"
   fi
 }
 
@@ -118,13 +129,14 @@ list() {
   IFS=, read -ra "$1" <<<"$2"
 }
 
-# Fedora's repositories (tens of MB of metadata) are used only when the image lacks something (rpm -q, modprobe).
-# fedora_repos ARRAY: appends --repo=ID for each of Fedora's repositories to the array named ARRAY.
-fedora_repos() {
+# Fedora's repositories (tens of MB of metadata each) are used only when the image lacks something (rpm -q,
+# modprobe), and its release repository first: the image is the release's GA image.
+# repo_args ARRAY LIST: appends --repo=ID for each ID of the comma-separated LIST to the array named ARRAY.
+repo_args() {
   local -n into=$1
   local -a ids
   local id
-  list ids "$DYNK8S_SYSTEM_REPOS"
+  list ids "$2"
   for id in "${ids[@]}"; do into+=("--repo=$id"); done
 }
 
@@ -142,67 +154,61 @@ dnf_install() {
 # missing from a cloud kernel; Fedora's kernel-modules-extra of the running kernel has the rest of the modules (it
 # requires kernel-modules of the same release, kernel.spec). Only then is it installed. kubeadm join checks neither
 # module (cmd/kubeadm/app/preflight/checks.go at v1.34.4, JoinNodeChecks), so a module still missing is logged, not
-# fatal.
+# fatal. The sysctls (some need br_netfilter) are applied once the modules are in: cloud-init wrote them after
+# systemd-sysctl ran at this first boot. Tolerant (-e): an unknown key must not stop the boot.
 kernel_modules() {
   local -a modules missing=() still=() repos=()
   local m
   list modules "$DYNK8S_KERNEL_MODULES"
   for m in "${modules[@]}"; do modprobe "$m" 2>/dev/null || missing+=("$m"); done
-  ((${#missing[@]})) || return 0
-  log "kernel modules missing: ${missing[*]}; installing kernel-modules-extra-$(uname -r) from Fedora's repositories"
-  fedora_repos repos
-  dnf_install "${repos[@]}" "kernel-modules-extra-$(uname -r)" ||
-    log "installing kernel-modules-extra failed: $LAST_ERROR"
-  for m in "${missing[@]}"; do modprobe "$m" 2>/dev/null || still+=("$m"); done
+  if ((${#missing[@]})); then
+    log "kernel modules missing: ${missing[*]}; installing kernel-modules-extra-$(uname -r) from Fedora's repositories"
+    # A GA image runs the release's kernel, whose modules the release repository has; a newer kernel's are in updates.
+    repo_args repos "$DYNK8S_SYSTEM_REPOS"
+    if ! dnf_install "${repos[@]}" "kernel-modules-extra-$(uname -r)"; then
+      repo_args repos "$DYNK8S_UPDATE_REPOS"
+      dnf_install "${repos[@]}" "kernel-modules-extra-$(uname -r)" ||
+        log "installing kernel-modules-extra failed: $LAST_ERROR"
+    fi
+    for m in "${missing[@]}"; do modprobe "$m" 2>/dev/null || still+=("$m"); done
+  fi
   if ((${#still[@]})); then
     log "still missing kernel modules: ${still[*]} (kubeadm join does not need them; bridge CNIs need br_netfilter, CRI-O's overlay storage needs overlay)"
   fi
   sysctl -q -e --system || true
 }
 
-# system_packages: the Fedora dependencies the image may lack (container-selinux, iptables), from Fedora's
-# repositories in a transaction of their own, so that the upstream packages never resolve against Fedora's.
-system_packages() {
-  local -a sys missing=() repos=()
-  local p
-  list sys "$DYNK8S_SYSTEM_PACKAGES"
-  for p in "${sys[@]}"; do rpm -q --whatprovides "$p" >/dev/null 2>&1 || missing+=("$p"); done
-  if ((${#missing[@]} == 0)); then
-    log "the image has ${sys[*]} (rpm -q): no Fedora repository metadata needed"
-    return 0
-  fi
-  log "the image lacks ${missing[*]} (rpm -q): installing from Fedora's repositories"
-  fedora_repos repos
-  dnf_install "${repos[@]}" "${missing[@]}"
-}
-
-# upstream_packages: kubelet, kubeadm, cri-tools and CRI-O from the pinned upstream repos. With dnf5 (Fedora 41+),
-# --from-repo looks the named packages up only in those repos while dependencies may come from any enabled one
-# (dnf5-install(8)); so after a failure for a dependency the image lacks, the next attempt may add Fedora's
-# repositories without letting a Fedora cri-o win on version. dnf4 has no such option: its transaction stays on the
-# upstream repos.
-WITH_FEDORA=0
-upstream_packages() {
-  local -a repos pkgs args=()
-  local r
-  list repos "$DYNK8S_REPOS"
+# install_packages: kubelet, kubeadm, cri-tools and CRI-O from the pinned upstream repos, and the Fedora dependencies
+# the image lacks (rpm -q: container-selinux, iptables, nftables), in one dnf transaction. The upstream repos' priority
+# (1, Fedora's 99) keeps a Fedora package of the same name from winning on version (dnf.conf(5), priority). Fedora's
+# release repository joins only when the image lacks one of those; after a failed attempt the next adds Fedora's
+# repositories and their updates, for a dependency the image lacks and none foresaw, or a newer image than GA.
+MISSING=() WITH_UPDATES=0
+install_packages() {
+  local -a pkgs args=()
   list pkgs "$DYNK8S_PACKAGES"
-  for r in "${repos[@]}"; do args+=("--repo=$r"); done
-  if command -v dnf5 >/dev/null; then
-    args+=("--from-repo=$DYNK8S_REPOS")
-    if ((WITH_FEDORA)); then fedora_repos args; fi
-  fi
-  dnf_install "${args[@]}" "${pkgs[@]}" && return 0
-  if ((!WITH_FEDORA)) && command -v dnf5 >/dev/null; then
-    WITH_FEDORA=1
-    LAST_ERROR+="; the next attempt adds Fedora's repositories for dependencies"
+  repo_args args "$DYNK8S_REPOS"
+  if ((${#MISSING[@]} || WITH_UPDATES)); then repo_args args "$DYNK8S_SYSTEM_REPOS"; fi
+  if ((WITH_UPDATES)); then repo_args args "$DYNK8S_UPDATE_REPOS"; fi
+  dnf_install "${args[@]}" "${pkgs[@]}" "${MISSING[@]}" && return 0
+  if ((!WITH_UPDATES)); then
+    WITH_UPDATES=1
+    LAST_ERROR+="; the next attempt adds Fedora's repositories and their updates"
   fi
   return 1
 }
 
 packages() {
-  retry "install ${DYNK8S_SYSTEM_PACKAGES//,/ } where missing" system_packages
-  retry "install ${DYNK8S_PACKAGES//,/ }" upstream_packages
+  local -a sys
+  local p
+  list sys "$DYNK8S_SYSTEM_PACKAGES"
+  for p in "${sys[@]}"; do rpm -q --whatprovides "$p" >/dev/null 2>&1 || MISSING+=("$p"); done
+  if ((${#MISSING[@]})); then
+    log "the image lacks ${MISSING[*]} (rpm -q): Fedora's release repository joins the transaction"
+  else
+    log "the image has ${sys[*]} (rpm -q): no Fedora repository metadata needed"
+  fi
+  retry "install ${DYNK8S_PACKAGES//,/ }${MISSING[*]:+ ${MISSING[*]}}" install_packages
 }
 
 crio() {
@@ -342,21 +348,42 @@ join() {
 }
 
 join_cluster() {
-  phase checks join_requirements
+  phase checks ready_to_join
   phase token retry "read the join token from SSM parameter $DYNK8S_JOIN_TOKEN_PARAMETER" token
   phase api-server retry "reach the API server at $DYNK8S_API_SERVER_ENDPOINT" api_server
   render
   phase kubeadm-join retry "kubeadm join" join
   log "joined the cluster as $INSTANCE_ID"
+  stop_timer
+}
+
+# ready_to_join: what must hold before kubeadm join starts the kubelet.
+ready_to_join() {
+  join_requirements
+  swap_off
   lock_metadata
 }
 
-# lock_metadata: the metadata lockdown's unit runs only once there is a kubelet.conf, which kubeadm join just wrote;
-# no boot starts it on a warm instance that joins through the timer, and on a boot it was skipped before the join.
-# --no-block: this runs inside the join unit, and nothing may make the join wait on another unit's job.
+# swap_off: the kubelet refuses to start with swap on (failSwapOn). Only now, not while preparing: a warm pool
+# instance that hibernates needs its swap for that.
+swap_off() {
+  swapoff -a || fail "could not turn swap off (swapoff -a): the kubelet refuses to start with swap on"
+}
+
+# lock_metadata: the kubelet requires dynk8s-imds-lock.service (its drop-in), so kubeadm join's start of the kubelet
+# would load the lockdown anyway; starting it here first makes a failure this script's, with its reason, instead of
+# a kubelet that never starts. The lock's unit is ordered after nothing this unit waits for, so waiting is safe.
 lock_metadata() {
-  systemctl start --no-block dynk8s-imds-lock.service ||
-    fail "could not start dynk8s-imds-lock.service: the instance metadata stays open to host-network pods"
+  systemctl start dynk8s-imds-lock.service ||
+    fail "the instance metadata lockdown did not load (journalctl -u dynk8s-imds-lock): no kubelet may run without it"
+}
+
+# stop_timer: a joined node needs no timer; the join unit's Condition would skip its runs, but a skipped run leaves
+# the timer's base where it was, so it would fire every 15 s for the node's life. --no-block: nothing may make the
+# join wait on another unit's job.
+stop_timer() {
+  [[ -e $etc/systemd/system/dynk8s-join.timer ]] || return 0
+  systemctl disable --now --no-block dynk8s-join.timer || log "could not stop dynk8s-join.timer (harmless: its runs are skipped)"
 }
 
 group() {
@@ -365,6 +392,67 @@ group() {
     --instance-ids "$INSTANCE_ID" --query 'AutoScalingInstances[0].AutoScalingGroupName' || return 1
   if ((CURL_SIGNS)); then xml_text GROUP AutoScalingGroupName || GROUP=''; else GROUP=$BODY; fi
   [[ $GROUP =~ ^[^[:space:]]+$ && $GROUP != None ]] || { GROUP='' && LAST_ERROR="no group has $INSTANCE_ID" && return 1; }
+}
+
+# template_version VAR PATH: VAR gets the launch template version at PATH (ElementTree, from the answer's root) of
+# an Auto Scaling answer in BODY; the CLI's text output is the version itself.
+template_version() {
+  local v
+  if ((CURL_SIGNS)); then
+    v=$(printf '%s' "$BODY" | python3 -c '
+import sys, xml.etree.ElementTree as ET
+root = ET.fromstring(sys.stdin.read())
+for e in root.iter():
+    e.tag = e.tag.rsplit("}", 1)[-1]
+print(root.findtext(sys.argv[1]) or "")
+' "$2" 2>/dev/null) || v=''
+  else
+    v=$BODY
+  fi
+  [[ $v =~ ^[0-9]+$ ]] || { LAST_ERROR="no launch template version in the answer ('$v')" && return 1; }
+  printf -v "$1" '%s' "$v"
+}
+
+# stale_template: STALE=1 when this instance, prepared in the warm pool, was launched from an older version of its
+# group's launch template than the group launches now. A `pulumi up` since then may have changed what its user data
+# baked in (the gateway to wake, the CA pin, the Kubernetes version), and a warm instance keeps the user data it was
+# launched with (EC2 Auto Scaling User Guide, "Update the instances in a warm pool").
+STALE=0
+stale_template() {
+  local mine current
+  group || return 1
+  autoscaling DescribeAutoScalingInstances InstanceIds.member.1="$INSTANCE_ID" -- describe-auto-scaling-instances \
+    --instance-ids "$INSTANCE_ID" --query 'AutoScalingInstances[0].LaunchTemplate.Version' || return 1
+  template_version mine ./DescribeAutoScalingInstancesResult/AutoScalingInstances/member/LaunchTemplate/Version ||
+    return 1
+  autoscaling DescribeAutoScalingGroups AutoScalingGroupNames.member.1="$GROUP" -- describe-auto-scaling-groups \
+    --auto-scaling-group-names "$GROUP" --query 'AutoScalingGroups[0].LaunchTemplate.Version' || return 1
+  template_version current ./DescribeAutoScalingGroupsResult/AutoScalingGroups/member/LaunchTemplate/Version ||
+    return 1
+  log "launched from version $mine of the launch template; the group launches version $current"
+  if ((mine < current)); then STALE=1; fi
+  return 0
+}
+
+# hand_back_stale: a stale warm instance abandons its launch hook's action, so the group terminates it and
+# launches another (from the warm pool, or fresh with the current user data). One question each: an unanswered one
+# is no reason to give up a join that may well work.
+hand_back_stale() {
+  if ! stale_template; then
+    log "could not compare launch template versions ($LAST_ERROR); joining with the user data it has"
+    return 1
+  fi
+  ((STALE)) || return 1
+  RESULT=stale
+  if [[ -n $DYNK8S_LAUNCH_HOOK ]] && complete_lifecycle ABANDON && ((!NO_ACTION)); then
+    log "prepared from an older launch template: abandoned the lifecycle action of hook $DYNK8S_LAUNCH_HOOK, the group replaces this instance"
+  elif set_unhealthy; then
+    log "prepared from an older launch template: marked this instance Unhealthy, the group replaces it"
+  else
+    log "prepared from an older launch template, and could not hand it back ($LAST_ERROR): joining with the user data it has"
+    RESULT=failed
+    return 1
+  fi
 }
 
 # complete_lifecycle RESULT: CONTINUE or ABANDON the launch hook's action for this instance. NO_ACTION says that
@@ -389,11 +477,6 @@ complete_lifecycle() {
 lifecycle_continue() {
   [[ -n $DYNK8S_LAUNCH_HOOK ]] || return 0
   phase lifecycle retry "complete the lifecycle action of hook $DYNK8S_LAUNCH_HOOK" complete_lifecycle CONTINUE
-}
-
-set_unhealthy() {
-  autoscaling SetInstanceHealth InstanceId="$INSTANCE_ID" HealthStatus=Unhealthy ShouldRespectGracePeriod=false -- \
-    set-instance-health --instance-id "$INSTANCE_ID" --health-status Unhealthy --no-should-respect-grace-period
 }
 
 # dynk8s-join.timer runs this every 15 s while a Running or Hibernated warm instance waits: one IMDS read, and
@@ -432,6 +515,8 @@ Warmed:*)
   ;;
 InService)
   MODE='join'
+  # Prepared in the warm pool: on this boot (Running, Hibernated) or an earlier one (Stopped).
+  if [[ -e $warm_marker || -e $prepared_marker ]] && hand_back_stale; then exit 0; fi
   # The gateway may be asleep: it boots while this node prepares.
   "$(dirname "${BASH_SOURCE[0]}")/wake-gateway.sh" "$DYNK8S_GATEWAY_INSTANCE_ID" &
   if [[ -e $prepared_marker ]]; then

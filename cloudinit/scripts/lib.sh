@@ -18,13 +18,31 @@ log() {
   fi
 }
 
-# fail logs the one reason the script stops and exits non-zero. A script may define on_failure to act first (join.sh
-# hands the instance back to its group); GAVE_UP says whether a step ran out of time rather than met a hard error.
-GAVE_UP=0
+# fail logs the one reason the script stops and exits non-zero, to the kernel log too (console): a script may
+# define on_failure to act first (join.sh completes a waiting lifecycle action). A failure inside on_failure is
+# logged as such, and the first reason stays the one.
+FAILING=''
 fail() {
+  if [[ -n $FAILING ]]; then
+    log "while failing: $*"
+    exit 1
+  fi
+  FAILING=1
   log "FAILED: $*"
-  if declare -F on_failure >/dev/null; then on_failure "$GAVE_UP" "$*" || true; fi
+  kmsg 3 "FAILED: $*"
+  if declare -F on_failure >/dev/null; then on_failure "$*" || true; fi
   exit 1
+}
+
+# kmsg LEVEL MESSAGE: one line to the kernel log (printk level LEVEL: 3 error, 5 notice), which reaches every console
+# the kernel registered, the EC2 serial console of `aws ec2 get-console-output` included. The unit's journal+console
+# follows /dev/console, the last console= of the kernel command line, and Fedora 43's aarch64 EC2 images name
+# ttyAMA0 there, a PL011 that Graviton does not have (its UART is a 16550, ttyS0, which the kernel still registers
+# from the ACPI SPCR table). Best effort: a kernel log that cannot be written loses only this copy.
+kmsg() {
+  local dev=${DYNK8S_ROOT}/dev/kmsg
+  [[ -w $dev ]] || return 0
+  printf '<%d>%s: %s\n' "$1" "$LOG_TAG" "${2:0:900}" >>"$dev" 2>/dev/null || true
 }
 
 # load_env FILE KEY...: reads the KEY=value lines the renderer wrote, without executing anything. Exactly the
@@ -78,7 +96,6 @@ retry() {
     LAST_ERROR=${LAST_ERROR:-exit status $rc}
     if (((DEADLINE - SECONDS) * 1000 <= delay)); then
       ((soft)) && return 1
-      GAVE_UP=1
       fail "$desc: gave up after $attempt attempts (deadline ${DEADLINE_SECONDS}s): $LAST_ERROR"
     fi
     printf -v pause '%d.%03d' $((delay / 1000)) $((delay % 1000))
@@ -153,7 +170,8 @@ imds() {
     [[ $STATUS == 200 && -n $BODY ]] || { LAST_ERROR="IMDSv2 token: HTTP $STATUS" && return 1; }
     IMDS_TOKEN=$BODY
   fi
-  fetch "" -H "X-aws-ec2-metadata-token: $IMDS_TOKEN" --max-time "$TMO" "$IMDS/latest/$2" || return 1
+  # The token goes to curl on stdin (-H @-: headers read from a file, curl 7.55+), not on its argv.
+  fetch "X-aws-ec2-metadata-token: $IMDS_TOKEN" -H @- --max-time "$TMO" "$IMDS/latest/$2" || return 1
   if [[ $STATUS == 401 ]]; then IMDS_TOKEN=; fi
   [[ $STATUS == 200 ]] || { LAST_ERROR="IMDS $2: HTTP $STATUS" && return 1; }
   printf -v "$1" '%s' "$BODY"
@@ -334,7 +352,8 @@ ec2_call() {
 
 # ec2_xml WHAT: reads an EC2 XML answer on stdin. "error" and "message" print the first error's code and message;
 # "instanceState" or "currentState" print "<instance-id> <state name>" for each instance of the answer's
-# instancesSet elements (DescribeInstances, StartInstances). Fails on input that is not XML.
+# instancesSet elements (DescribeInstances, StartInstances); "nextToken" prints the answer's NextToken, or nothing.
+# Fails on input that is not XML.
 ec2_xml() {
   python3 -c '
 import sys, xml.etree.ElementTree as ET
@@ -347,6 +366,8 @@ if what in ("error", "message"):
     if err is None:
         sys.exit(1)
     print(err.findtext("Code" if what == "error" else "Message") or "")
+elif what == "nextToken":
+    print(root.findtext("nextToken") or "")
 else:
     for instances in root.iter("instancesSet"):
         for item in instances.findall("item"):

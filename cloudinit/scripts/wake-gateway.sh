@@ -7,7 +7,14 @@
 # retry cannot change (no permission, no such instance) fails at once. An empty id means the gateway never sleeps
 # (gateway.idleStop 0). Exit status: 0 when the gateway is pending or running; the join does not depend on it, but
 # its log says why the tunnel stays down.
-# Test hooks: lib.sh's endpoints and DYNK8S_DEADLINE_SECONDS.
+#
+# A gateway that answers "was running, now running" may be powering itself off: its idle check ran before this node
+# existed, and EC2 shows an instance running until its OS halts, so that start changed nothing. The start is then
+# repeated through a settle window longer than a poweroff takes, until EC2 shows the gateway stopping (refused,
+# retried) and then starting from stopped. A gateway still running at the end of the window stays up: its idle
+# check now sees this node.
+# Test hooks: lib.sh's endpoints, DYNK8S_DEADLINE_SECONDS, DYNK8S_WAKE_SETTLE_SECONDS (the window, 180 s) and
+# DYNK8S_WAKE_INTERVAL_SECONDS (between starts, 20 s).
 set -euo pipefail
 umask 077
 LOG_TAG=dynk8s-wake-gateway
@@ -22,7 +29,10 @@ fi
 [[ $gateway =~ ^i-[0-9a-f]{8}([0-9a-f]{9})?$ ]] || fail "'$gateway' is not an EC2 instance id"
 # Inside the join's own 12-minute deadline: a gateway that cannot start by then fails the join anyway.
 deadline_start 600
-REGION=''
+REGION='' PREVIOUS=''
+settle=${DYNK8S_WAKE_SETTLE_SECONDS:-180} interval=${DYNK8S_WAKE_INTERVAL_SECONDS:-20}
+[[ $settle =~ ^[0-9]+$ && $interval =~ ^[1-9][0-9]*$ ]] ||
+  fail "DYNK8S_WAKE_SETTLE_SECONDS=$settle or DYNK8S_WAKE_INTERVAL_SECONDS=$interval is not a whole number of seconds"
 
 start() {
   local id state previous
@@ -36,6 +46,7 @@ start() {
   fi
   read -r id state < <(printf '%s' "$BODY" | ec2_xml currentState) || true
   read -r _ previous < <(printf '%s' "$BODY" | ec2_xml previousState) || true
+  PREVIOUS=${previous:-}
   case ${state:-} in
   pending | running) log "gateway $id was ${previous:-in an unknown state}, now $state" ;;
   *)
@@ -47,3 +58,12 @@ start() {
 
 retry "read the region and the partition's domain from IMDS" aws_location
 retry "start the WireGuard gateway $gateway" start
+if [[ $PREVIOUS == running ]]; then
+  until_settled=$((SECONDS + settle))
+  while ((SECONDS + interval <= until_settled)); do
+    sleep "$interval"
+    retry "start the WireGuard gateway $gateway again" start
+    if [[ $PREVIOUS != running ]]; then exit 0; fi
+  done
+  log "gateway $gateway stayed running for ${settle}s: it is up"
+fi

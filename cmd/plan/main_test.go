@@ -205,11 +205,23 @@ func TestPlanIdleBillDialOut(t *testing.T) {
 		assert.Check(t, is.Equal(quantities(bill.WhileNodesRun)[plan.BillPublicIPv4], 1), name)
 	}
 
+	// A pool with a minimum keeps a sleeping gateway awake: its hours and its dial-out address bill at zero
+	// nodes too, not only while nodes run (AWS N14).
+	kept := strings.Replace(dialOut, "      minSize: 0\n      maxSize: 4\n", "      minSize: 1\n      maxSize: 4\n", 1)
+	assert.Assert(t, kept != dialOut, "the dev stack's pool bounds moved")
+	assert.NilError(t, os.WriteFile(file, []byte(kept), 0o644))
+	bill := idleBill(t, "-config", file)
+	assert.DeepEqual(t, quantities(bill.Items), map[string]int{
+		plan.BillVolume: 5 + 80, plan.BillPublicIPv4: 1 + 1, plan.BillAlarm: 1,
+		plan.BillInstance + " t4g.micro": 1, plan.BillInstance + " c7i.2xlarge": 1,
+	})
+	assert.Check(t, is.Len(bill.WhileNodesRun, 0))
+
 	// An always-on gateway bills its hours at zero nodes, and a pool with a minimum bills its nodes.
 	always := strings.Replace(dialOut, "    instanceType: t4g.micro\n", "    instanceType: t4g.micro\n    idleStop: \"0\"\n", 1)
 	always = strings.Replace(always, "      minSize: 0\n      maxSize: 4\n", "      minSize: 1\n      maxSize: 4\n", 1)
 	assert.NilError(t, os.WriteFile(file, []byte(always), 0o644))
-	bill := idleBill(t, "-config", file)
+	bill = idleBill(t, "-config", file)
 	assert.DeepEqual(t, quantities(bill.Items), map[string]int{
 		plan.BillVolume: 5 + 80, plan.BillPublicIPv4: 1 + 1, plan.BillAlarm: 1,
 		plan.BillInstance + " t4g.micro": 1, plan.BillInstance + " c7i.2xlarge": 1,
@@ -226,8 +238,9 @@ func TestPlanIdleBillWarmPool(t *testing.T) {
 	file := filepath.Join(t.TempDir(), "Pulumi.warm.yaml")
 	for state, want := range map[string]map[string]int{
 		"Stopped": {plan.BillVolume: 5 + 2*80, plan.BillPublicIPv4: 1, plan.BillAlarm: 1, plan.BillInstance + " t4g.micro": 0},
+		// The Running instances keep the gateway awake: it bills its hours (AWS N14).
 		"Running": {plan.BillVolume: 5 + 2*80, plan.BillPublicIPv4: 1 + 2, plan.BillAlarm: 1,
-			plan.BillInstance + " t4g.micro": 0, plan.BillInstance + " c7i.2xlarge": 2},
+			plan.BillInstance + " t4g.micro": 1, plan.BillInstance + " c7i.2xlarge": 2},
 	} {
 		warm := strings.Replace(string(src), "    - name: builders-x86\n",
 			"    - name: builders-x86\n      warmPool: {size: 2, state: "+state+"}\n", 1)

@@ -228,7 +228,16 @@ def fleet(endpoint, region, key, secret, template):
     json.dump({"terminated": ids[0], "stopped": ids[1], "running": ids[2]}, sys.stdout)
 
 
+def launch(endpoint, region, key, secret, group, count):
+    """Raises a group's desired capacity to count and prints its instance ids, for the CSR approver test."""
+    asg = boto3.client("autoscaling", region_name=region, endpoint_url=endpoint, aws_access_key_id=key,
+                       aws_secret_access_key=secret)
+    asg.set_desired_capacity(AutoScalingGroupName=group, DesiredCapacity=int(count))
+    g = asg.describe_auto_scaling_groups(AutoScalingGroupNames=[group])["AutoScalingGroups"][0]
+    json.dump(sorted(i["InstanceId"] for i in g["Instances"]), sys.stdout)
+
+
 if __name__ == "__main__":
     cmd, args = sys.argv[1], sys.argv[2:]
     {"setup": setup, "groups": groups, "instances": instances, "ec2-instances": ec2_instances, "vcpus": vcpus,
-     "fleet": fleet}[cmd](*args)
+     "fleet": fleet, "launch": launch}[cmd](*args)

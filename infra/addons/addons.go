@@ -66,6 +66,8 @@ type ClusterAddonsArgs struct {
 	// Pools are the node pools (optional): their names, arches, spot flags and taints decide where the DaemonSets
 	// run and what they tolerate.
 	Pools []config.NodePool
+	// Images overrides the images the component runs (optional; each empty field takes its default, a tag).
+	Images config.Images
 	// OnPremNodes are the on-prem Nodes a kubelet may register without the pool label (optional; empty: any).
 	OnPremNodes []string
 	// AWSAccessKeyID is the autoscaler IAM user's access key id (required).
@@ -80,6 +82,10 @@ type ClusterAddonsArgs struct {
 	// JoinTokenParameter is the name of the SSM SecureString the nodes read their join token from (required); the
 	// token rotator overwrites it.
 	JoinTokenParameter string
+	// JoinTokenParameterResource is the Pulumi resource that declares that parameter (optional): the rotator runs
+	// after it exists, so its first PutParameter never creates the parameter before Pulumi does
+	// (ParameterAlreadyExists).
+	JoinTokenParameterResource pulumi.Resource
 	// BootstrapTokenTTL is the lifetime of each join token (required, at least config.MinBootstrapTokenTTL); the
 	// rotator issues a new one every config.BootstrapTokenRotationPeriod of it.
 	BootstrapTokenTTL time.Duration
@@ -121,8 +127,12 @@ func NewClusterAddons(ctx *pulumi.Context, name string, args *ClusterAddonsArgs,
 	if err != nil {
 		return nil, fmt.Errorf("cluster addons %q: join token rotator: %w", name, err)
 	}
-	if err := b.cleanup(); err != nil {
+	cleanupCreds, err := b.cleanup()
+	if err != nil {
 		return nil, fmt.Errorf("cluster addons %q: stale-node cleanup: %w", name, err)
+	}
+	if err := b.approver(cleanupCreds); err != nil {
+		return nil, fmt.Errorf("cluster addons %q: node CSR approver: %w", name, err)
 	}
 	if err := b.terminationHandler(); err != nil {
 		return nil, fmt.Errorf("cluster addons %q: termination handler: %w", name, err)

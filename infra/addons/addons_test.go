@@ -365,7 +365,7 @@ func TestAddonsAutoscalerDeployment(t *testing.T) {
 	assert.Equal(t, dig(t, dep, "spec", "replicas"), float64(1))
 	assert.Equal(t, dig(t, dep, "metadata", "namespace"), testKubeSystem)
 	// The pod template changes with the access key, so a rotated key restarts the autoscaler.
-	checksum, _ := dig(t, dep, "spec", "template", "metadata", "annotations", autoscalerKeyChecksumAnnotation).(string)
+	checksum, _ := dig(t, dep, "spec", "template", "metadata", "annotations", awsKeyChecksumAnnotation).(string)
 	assert.Equal(t, len(checksum), 16)
 	assert.Check(t, !strings.Contains(checksum, testAWSKeyID))
 
@@ -521,7 +521,7 @@ func TestAddonsArgsValidation(t *testing.T) {
 func TestScriptsShellcheck(t *testing.T) {
 	realtools.Require(t, "shellcheck")
 	for name, script := range map[string]string{"cleanup.sh": cleanupScript, "untaint.sh": untaintScript,
-		"rotate-token.sh": rotateTokenScript} {
+		"rotate-token.sh": rotateTokenScript, "approve-csr.sh": approveCSRScript} {
 		shell := "sh"
 		if strings.HasPrefix(script, "#!/usr/bin/env bash\n") {
 			shell = "bash"

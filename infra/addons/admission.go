@@ -2,7 +2,6 @@ package addons
 
 import (
 	"fmt"
-	"slices"
 	"strings"
 
 	admissionv1 "github.com/pulumi/pulumi-kubernetes/sdk/v4/go/kubernetes/admissionregistration/v1"
@@ -19,8 +18,13 @@ type admissionPolicy struct {
 	resources                 string
 	operations                []string
 	who, whoExpression        string
-	validations               []validation
+	// variables are named CEL expressions the validations read as variables.<name>, in order.
+	variables   []variable
+	validations []validation
 }
+
+// variable is one entry of a policy's spec.variables.
+type variable struct{ name, expression string }
 
 // admissionPolicy declares the policy and its binding; the binding is what the workloads it guards depend on.
 func (b *builder) admissionPolicy(p admissionPolicy) (pulumi.Resource, error) {
@@ -29,6 +33,13 @@ func (b *builder) admissionPolicy(p admissionPolicy) (pulumi.Resource, error) {
 		validations = append(validations, &admissionv1.ValidationArgs{
 			Expression: pulumi.String(v.expression),
 			Message:    pulumi.String(v.message),
+		})
+	}
+	var variables admissionv1.VariableArray
+	for _, v := range p.variables {
+		variables = append(variables, &admissionv1.VariableArgs{
+			Name:       pulumi.String(v.name),
+			Expression: pulumi.String(v.expression),
 		})
 	}
 	policy, err := admissionv1.NewValidatingAdmissionPolicy(b.ctx, b.childName(p.resource),
@@ -48,6 +59,7 @@ func (b *builder) admissionPolicy(p admissionPolicy) (pulumi.Resource, error) {
 					Name:       pulumi.String(p.who),
 					Expression: pulumi.String(p.whoExpression),
 				}},
+				Variables:   variables,
 				Validations: validations,
 			},
 		}, b.parent)
@@ -67,6 +79,9 @@ func (b *builder) admissionPolicy(p admissionPolicy) (pulumi.Resource, error) {
 	}
 	return binding, nil
 }
+
+// instanceIDPattern is an EC2 instance id, of the old (8 hex digits) or the current (17) form.
+const instanceIDPattern = "^i-[0-9a-f]{8}([0-9a-f]{9})?$"
 
 // NodeAdmissionName names the policy that holds kubelets to the pool label.
 const NodeAdmissionName = "dynk8s-node-registration"
@@ -101,6 +116,11 @@ func nodeValidations(pools, onPremNodes []string) []validation {
 			celList(pools)),
 			fmt.Sprintf("a Node a kubelet registers with %s names one of this stack's pools: %s", kube.LabelPool,
 				strings.Join(pools, ", "))},
+		// A pool node is named after its instance (the JoinConfiguration's nodeRegistration.name), the name the
+		// CSR approver checks against EC2.
+		{fmt.Sprintf("request.operation != 'CREATE' || !%s || object.metadata.name.matches('%s')", hasPool("object"),
+			instanceIDPattern),
+			"a Node a kubelet registers with " + kube.LabelPool + " is named after its EC2 instance id"},
 	}
 	if len(onPremNodes) > 0 {
 		vs = append(vs, validation{
@@ -114,11 +134,7 @@ func nodeValidations(pools, onPremNodes []string) []validation {
 
 // nodeAdmission holds kubelets to nodeValidations.
 func (b *builder) nodeAdmission() error {
-	pools := make([]string, len(b.args.Pools))
-	for i, p := range b.args.Pools {
-		pools[i] = p.Name
-	}
-	slices.Sort(pools)
+	pools := poolNames(b.args.Pools)
 	_, err := b.admissionPolicy(admissionPolicy{
 		resource: "node-policy", name: NodeAdmissionName, component: NodeAdmissionName,
 		resources: "nodes", operations: []string{"CREATE", "UPDATE"},

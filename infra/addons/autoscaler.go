@@ -22,10 +22,10 @@ const (
 	autoscalerUID = 65534
 	// autoscalerMetricsPort serves /metrics and /health-check.
 	autoscalerMetricsPort = 8085
-	// autoscalerKeyChecksumAnnotation changes with the access key id, so that a rotated key rolls the pod: the
+	// awsKeyChecksumAnnotation changes with the access key id, so that a rotated key rolls the pod: the
 	// environment from a secretKeyRef is read only when the container starts, and the old key is deleted soon
 	// after the new one exists.
-	autoscalerKeyChecksumAnnotation = "dynk8s.io/aws-access-key-id-sha256"
+	awsKeyChecksumAnnotation = "dynk8s.io/aws-access-key-id-sha256"
 )
 
 // autoscalerArgs are the autoscaler's command-line flags.
@@ -105,7 +105,7 @@ func rule(groups, resources, names []string, verbs ...string) *rbacv1.PolicyRule
 // autoscaler declares the Cluster Autoscaler and returns its image.
 func (b *builder) autoscaler() (string, error) {
 	a := b.args
-	image := "registry.k8s.io/autoscaling/cluster-autoscaler:v" + a.AutoscalerVersion.String()
+	image := a.autoscalerImage()
 
 	sa, err := b.serviceAccount("autoscaler-sa", autoscalerName, autoscalerName)
 	if err != nil {
@@ -133,9 +133,9 @@ func (b *builder) autoscaler() (string, error) {
 				Metadata: &metav1.ObjectMetaArgs{
 					Labels: commonLabels(autoscalerName),
 					Annotations: pulumi.StringMap{
-						"prometheus.io/scrape":          pulumi.String("true"),
-						"prometheus.io/port":            pulumi.String(fmt.Sprint(autoscalerMetricsPort)),
-						autoscalerKeyChecksumAnnotation: creds.checksum,
+						"prometheus.io/scrape":   pulumi.String("true"),
+						"prometheus.io/port":     pulumi.String(fmt.Sprint(autoscalerMetricsPort)),
+						awsKeyChecksumAnnotation: creds.checksum,
 					},
 				},
 				Spec: &corev1.PodSpecArgs{

@@ -24,17 +24,17 @@ const (
 	cleanupCredsName = "dynk8s-stale-node-cleanup-aws-credentials"
 	cleanupScriptKey = "cleanup.sh"
 	cleanupScriptDir = "/scripts"
-	// cleanupSchedule runs the job every five minutes, half the default threshold, so a stale node goes at most
-	// about five minutes after it qualifies.
-	cleanupSchedule = "*/5 * * * *"
-	// scriptImage runs the component's scripts (the cleanup, the token rotator, the fuse untaint sidecar), which
+	// cleanupSchedule runs the job every two minutes, so a stale node goes at most about two minutes after it
+	// qualifies: until then the autoscaler counts it as unready (config: cleanup.notReadyAfter).
+	cleanupSchedule = "*/2 * * * *"
+	// defaultScriptImage runs the component's scripts (the cleanup, the token rotator, the fuse untaint sidecar), which
 	// need kubectl, the AWS CLI, curl, jq, sh and bash. registry.k8s.io/kubectl is distroless (no shell), and the
 	// Bitnami images left the free catalog in 2025; alpine/k8s (github.com/alpine-docker/k8s, its Dockerfile) is
 	// built for linux/amd64 and linux/arm64 with kubectl, the AWS CLI v1, bash, curl, jq and coreutils (this tag
 	// replaced the distroless kubectl image for the same reason in devantler-tech/platform PR #2380, 2026-07). The
 	// scripts use core/v1 Nodes and Secrets only, which every kubectl of the last years handles against any
 	// supported API server.
-	scriptImage = "docker.io/alpine/k8s:1.36.2"
+	defaultScriptImage = "docker.io/alpine/k8s:1.36.2"
 	// scriptUID is an unprivileged user; the image's default is root.
 	scriptUID = 65534
 )
@@ -47,28 +47,29 @@ func cleanupRules() rbacv1.PolicyRuleArray {
 	}
 }
 
-// cleanup declares the stale-node cleanup CronJob with its script and RBAC.
-func (b *builder) cleanup() error {
+// cleanup declares the stale-node cleanup CronJob with its script and RBAC; it returns its AWS key's Secret, which
+// the CSR approver shares.
+func (b *builder) cleanup() (*awsCredentials, error) {
 	a := b.args
 	sa, err := b.serviceAccount("cleanup-sa", cleanupName, cleanupName)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	crb, _, err := b.bindRoles("cleanup", cleanupName, cleanupName, cleanupRules(), nil)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	creds, err := b.awsCredentials("cleanup-credentials", cleanupCredsName, cleanupName, a.CleanupAWSAccessKeyID,
 		a.CleanupAWSSecretAccessKey)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	script, err := corev1.NewConfigMap(b.ctx, b.childName("cleanup-script"), &corev1.ConfigMapArgs{
 		Metadata: b.objectMeta(cleanupName, namespace, cleanupName),
 		Data:     pulumi.StringMap{cleanupScriptKey: pulumi.String(cleanupScript)},
 	}, b.parent)
 	if err != nil {
-		return fmt.Errorf("script config map: %w", err)
+		return nil, fmt.Errorf("script config map: %w", err)
 	}
 
 	threshold := int(a.Cleanup.NotReadyAfter.Seconds())
@@ -87,27 +88,28 @@ func (b *builder) cleanup() error {
 				Spec: &batchv1.JobSpecArgs{
 					// No retries and a deadline below the schedule's period: a failed run is simply the next one.
 					BackoffLimit:          pulumi.Int(0),
-					ActiveDeadlineSeconds: pulumi.Int(240),
+					ActiveDeadlineSeconds: pulumi.Int(110),
 					Template: &corev1.PodTemplateSpecArgs{
 						Metadata: &metav1.ObjectMetaArgs{Labels: commonLabels(cleanupName)},
-						Spec:     cleanupPodSpec(threshold, a.Region, creds),
+						Spec:     cleanupPodSpec(threshold, a.Region, a.scriptImage(), creds),
 					},
 				},
 			},
 		},
 	}, b.parent, pulumi.DependsOn([]pulumi.Resource{sa, crb, script, creds.secret}))
 	if err != nil {
-		return fmt.Errorf("cron job: %w", err)
+		return nil, fmt.Errorf("cron job: %w", err)
 	}
-	return nil
+	return creds, nil
 }
 
 // cleanupPodSpec runs the script on an on-prem node with the cleanup service account and its own AWS key. Stale
 // nodes count towards the autoscaler's unready limits, so the cleanup must run even in a full cluster; and the nodes
 // it judges are the ones that come and go.
-func cleanupPodSpec(thresholdSeconds int, region string, creds *awsCredentials) *corev1.PodSpecArgs {
+func cleanupPodSpec(thresholdSeconds int, region, image string, creds *awsCredentials) *corev1.PodSpecArgs {
 	return scriptPod{
-		name: cleanupName, container: "cleanup", shell: "/bin/sh", dir: cleanupScriptDir, key: cleanupScriptKey,
+		name: cleanupName, container: "cleanup", shell: "/bin/sh", image: image, dir: cleanupScriptDir,
+		key: cleanupScriptKey,
 		env: corev1.EnvVarArray{
 			&corev1.EnvVarArgs{Name: pulumi.String("POOL_LABEL"), Value: pulumi.String(kube.LabelPool)},
 			&corev1.EnvVarArgs{
@@ -123,10 +125,10 @@ func cleanupPodSpec(thresholdSeconds int, region string, creds *awsCredentials) 
 }
 
 // scriptPod is a pod that runs one of the component's shell scripts (the cleanup, the token rotator) from the
-// ConfigMap of its name, as the ServiceAccount of its name: in scriptImage as an unprivileged user with a read-only
+// ConfigMap of its name, as the ServiceAccount of its name: in image (images.scripts) as an unprivileged user with a read-only
 // root, at system-cluster-critical priority, so that it runs even in a full cluster, and never on a pool node.
 type scriptPod struct {
-	name, container, shell string
+	name, container, shell, image string
 	// dir is where the ConfigMap is mounted and key the script's file in it.
 	dir, key string
 	env      corev1.EnvVarArray
@@ -146,7 +148,7 @@ func (s scriptPod) spec() *corev1.PodSpecArgs {
 		Containers: corev1.ContainerArray{
 			&corev1.ContainerArgs{
 				Name:            pulumi.String(s.container),
-				Image:           pulumi.String(scriptImage),
+				Image:           pulumi.String(s.image),
 				Command:         pulumi.StringArray{pulumi.String(s.shell), pulumi.String(s.dir + "/" + s.key)},
 				Env:             s.env,
 				Resources:       resources("10m", "32Mi", "200m", "128Mi"),

@@ -104,7 +104,7 @@ func (b *builder) fuse() error {
 				Selector: &metav1.LabelSelectorArgs{MatchLabels: fusePodSelector(kubeArch)},
 				Template: &corev1.PodTemplateSpecArgs{
 					Metadata: &metav1.ObjectMetaArgs{Labels: fusePodLabels(kubeArch)},
-					Spec:     fusePodSpec(image, kubeArch, a.Fuse.Capacity, byArch[arch]),
+					Spec:     fusePodSpec(image, a.scriptImage(), kubeArch, a.Fuse.Capacity, byArch[arch]),
 				},
 			},
 		}, b.parent, pulumi.DependsOn([]pulumi.Resource{sa, crb}))
@@ -128,8 +128,9 @@ func fusePodLabels(kubeArch string) pulumi.StringMap {
 	return labels
 }
 
-// fusePodSpec runs the plugin on the dynk8s pool nodes of one arch.
-func fusePodSpec(image, kubeArch string, capacity int, pools []config.NodePool) *corev1.PodSpecArgs {
+// fusePodSpec runs the plugin (image) and its untaint container (untaintImage) on the dynk8s pool nodes of one
+// arch.
+func fusePodSpec(image, untaintImage, kubeArch string, capacity int, pools []config.NodePool) *corev1.PodSpecArgs {
 	return &corev1.PodSpecArgs{
 		// The resource appears only once the plugin runs, after the node is Ready; until then the autoscaler may
 		// think the node lacks it and add more. Highest node priority, tolerating the pool taints, keeps that window
@@ -148,7 +149,7 @@ func fusePodSpec(image, kubeArch string, capacity int, pools []config.NodePool) 
 		ServiceAccountName:           pulumi.String(fuseComponent),
 		AutomountServiceAccountToken: pulumi.Bool(false),
 		Containers: corev1.ContainerArray{
-			untaintContainer(),
+			untaintContainer(untaintImage),
 			&corev1.ContainerArgs{
 				Name:    pulumi.String(fuseComponent),
 				Image:   pulumi.String(image),
@@ -187,10 +188,10 @@ func fusePodSpec(image, kubeArch string, capacity int, pools []config.NodePool) 
 
 // untaintContainer runs untaint.sh beside the plugin: it lifts the node's fuse startup taint once the node
 // advertises the resource.
-func untaintContainer() *corev1.ContainerArgs {
+func untaintContainer(image string) *corev1.ContainerArgs {
 	return &corev1.ContainerArgs{
 		Name:    pulumi.String("untaint"),
-		Image:   pulumi.String(scriptImage),
+		Image:   pulumi.String(image),
 		Command: pulumi.StringArray{pulumi.String("/bin/sh"), pulumi.String("-c"), pulumi.String(untaintScript)},
 		Env: corev1.EnvVarArray{
 			&corev1.EnvVarArgs{Name: pulumi.String("NODE_NAME"), ValueFrom: &corev1.EnvVarSourceArgs{

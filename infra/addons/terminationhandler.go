@@ -16,9 +16,9 @@ import (
 
 const (
 	nthName = "aws-node-termination-handler"
-	// nthImage is the latest release as of 2026-01 (aws/aws-node-termination-handler PR #1237, "v1.25.4 release
+	// defaultNTHImage is the latest release as of 2026-01 (aws/aws-node-termination-handler PR #1237, "v1.25.4 release
 	// prep"); the image is multi-arch (linux amd64 and arm64).
-	nthImage = "public.ecr.aws/aws-ec2/aws-node-termination-handler:v1.25.4"
+	defaultNTHImage = "public.ecr.aws/aws-ec2/aws-node-termination-handler:v1.25.4"
 	// nthUID is the user the upstream chart runs the handler as.
 	nthUID = TerminationHandlerUID
 )
@@ -112,7 +112,7 @@ func (b *builder) terminationHandler() error {
 					Containers: corev1.ContainerArray{
 						&corev1.ContainerArgs{
 							Name:            pulumi.String(nthName),
-							Image:           pulumi.String(nthImage),
+							Image:           pulumi.String(a.terminationHandlerImage()),
 							Env:             nthEnv(),
 							Resources:       resources("50m", "64Mi", "100m", "128Mi"),
 							SecurityContext: restrictedContainer(nthUID),

@@ -7,6 +7,7 @@ import (
 	"encoding/hex"
 	"fmt"
 	"strconv"
+	"strings"
 	"time"
 
 	batchv1 "github.com/pulumi/pulumi-kubernetes/sdk/v4/go/kubernetes/batch/v1"
@@ -45,30 +46,66 @@ func tokenRotatorRules() rbacv1.PolicyRuleArray {
 	}
 }
 
-// JoinTokenGroup is the group a join token authenticates with besides system:bootstrappers (its Secret's
-// auth-extra-groups, which rotate-token.sh writes): kubeadm's node group, which kubeadm's RoleBindings let join.
-const JoinTokenGroup = "system:bootstrappers:kubeadm:default-node-token"
-
 type validation struct{ expression, message string }
+
+// tokenExpirationSlack is what a token's expiration may exceed its creation plus the TTL by: the rotator reads its
+// own clock, the API server stamps creationTimestamp with its own, and on-prem clocks drift.
+const tokenExpirationSlack = 10 * time.Minute
 
 // tokenRotatorValidations are what every Secret the rotator creates or changes must be, checked at admission where
 // RBAC cannot look: a bootstrap token (type, and the name prefix kubeadm and the token authenticator expect; a name
-// whose id differs from its token-id authenticates nothing, as the authenticator compares them) that carries an
-// expiration and authenticates with exactly JoinTokenGroup. A leaked rotator identity can so mint no Secret of
-// another kind, no token without an expiration, and none that joins another group (say system:masters).
+// whose id differs from its token-id authenticates nothing, as the authenticator compares them) that expires
+// within the TTL (plus tokenExpirationSlack) of its creation and authenticates with exactly NodeBootstrapGroup. A
+// leaked rotator identity can so mint no Secret of another kind, no token that outlives the leak by more than a TTL,
+// and none that joins another group (say system:masters, or kubeadm's auto-approved node group).
 //
-// What admission cannot check is the expiration's value: CEL sees a Secret's data as the base64 text of the API
-// (an object.data value is a string such as 'YWJj' for "abc", measured against the real API server, Kubernetes
-// 1.34) and Kubernetes' CEL has no base64 decoding, so no rule can read the timestamp. A group is compared in its
-// base64 form instead, which is exact because the value is exact bytes.
-func tokenRotatorValidations() []validation {
-	group := base64.StdEncoding.EncodeToString([]byte(JoinTokenGroup))
+// CEL sees a Secret's data as the base64 text of the API (an object.data value is a string such as 'YWJj' for
+// "abc", measured against the real API server, Kubernetes 1.34), and Kubernetes' CEL has no base64 library. A
+// group is compared in its base64 form, which is exact because the value is exact bytes; the expiration, whose
+// value is not known in advance, is decoded by tokenExpirationVariables.
+func tokenRotatorValidations(ttl time.Duration) []validation {
+	group := base64.StdEncoding.EncodeToString([]byte(NodeBootstrapGroup))
+	bound := strconv.Itoa(int((ttl + tokenExpirationSlack).Seconds()))
 	return []validation{
 		{"object.type == 'bootstrap.kubernetes.io/token'", "the join token rotator may create bootstrap token Secrets only"},
 		{"object.metadata.name.startsWith('bootstrap-token-')", "a bootstrap token Secret is named bootstrap-token-<id>"},
-		{"has(object.data) && 'expiration' in object.data", "a join token must carry an expiration"},
+		{"has(object.data) && 'expiration' in object.data && size(object.data['expiration']) == 28 && " +
+			"timestamp(variables.expiration) <= timestamp(object.metadata.creationTimestamp) + duration('" + bound + "s')",
+			fmt.Sprintf("a join token expires, as a UTC RFC 3339 time in whole seconds, within %s of its creation",
+				ttl+tokenExpirationSlack)},
 		{"has(object.data) && 'auth-extra-groups' in object.data && object.data['auth-extra-groups'] == '" + group + "'",
-			"a join token authenticates with exactly the group " + JoinTokenGroup},
+			"a join token authenticates with exactly the group " + NodeBootstrapGroup},
+	}
+}
+
+// tokenExpirationVariables decode the expiration of a token Secret in CEL: the base64 text of the 20 bytes of
+// "2006-01-02T15:04:05Z" (the form rotate-token.sh writes) is 28 characters, 6 full groups of four and one with
+// padding. Each group becomes its 24 bits by a table of the base64 alphabet (RFC 4648, section 4), the bits its
+// bytes, and each byte a character by a table of the only ones such a timestamp holds; any other character fails
+// the lookup, and a policy that fails to evaluate denies (failurePolicy Fail). The result is a string that CEL's
+// timestamp() parses.
+func tokenExpirationVariables() []variable {
+	const alphabet = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/"
+	b64 := make([]string, 0, len(alphabet)+1)
+	for i, c := range alphabet {
+		b64 = append(b64, fmt.Sprintf("'%c': %d", c, i))
+	}
+	b64 = append(b64, "'=': 0")
+	var ascii []string
+	for _, c := range "-0123456789:TZ" {
+		ascii = append(ascii, fmt.Sprintf("%d: '%c'", c, c))
+	}
+	return []variable{
+		{"expirationBase64", "has(object.data) && 'expiration' in object.data && " +
+			"size(object.data['expiration']) == 28 ? object.data['expiration'] : 'MDAwMC0wMC0wMFQwMDowMDowMFo='"},
+		{"base64Digits", "{" + strings.Join(b64, ", ") + "}"},
+		{"expirationBits", "[0, 1, 2, 3, 4, 5, 6].map(g, " +
+			"variables.base64Digits[variables.expirationBase64.charAt(4 * g)] * 262144 + " +
+			"variables.base64Digits[variables.expirationBase64.charAt(4 * g + 1)] * 4096 + " +
+			"variables.base64Digits[variables.expirationBase64.charAt(4 * g + 2)] * 64 + " +
+			"variables.base64Digits[variables.expirationBase64.charAt(4 * g + 3)])"},
+		{"expiration", "[0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17, 18, 19].map(i, " +
+			"{" + strings.Join(ascii, ", ") + "}[variables.expirationBits[i / 3] / [65536, 256, 1][i % 3] % 256]).join()"},
 	}
 }
 
@@ -80,7 +117,8 @@ func (b *builder) tokenRotatorAdmission() (pulumi.Resource, error) {
 		who: "the-join-token-rotator",
 		whoExpression: fmt.Sprintf("request.userInfo.username == 'system:serviceaccount:%s:%s'", namespace,
 			TokenRotatorName),
-		validations: tokenRotatorValidations(),
+		variables:   tokenExpirationVariables(),
+		validations: tokenRotatorValidations(b.args.BootstrapTokenTTL),
 	})
 }
 
@@ -165,7 +203,11 @@ func (b *builder) tokenRotator() (string, error) {
 	if err != nil {
 		return "", fmt.Errorf("script config map: %w", err)
 	}
-	deps := pulumi.DependsOn([]pulumi.Resource{sa, binding, admission, creds.secret, script})
+	after := []pulumi.Resource{sa, binding, admission, creds.secret, script}
+	if a.JoinTokenParameterResource != nil {
+		after = append(after, a.JoinTokenParameterResource)
+	}
+	deps := pulumi.DependsOn(after)
 
 	_, err = batchv1.NewCronJob(b.ctx, b.childName("token-rotator"), &batchv1.CronJobArgs{
 		Metadata: b.objectMeta(TokenRotatorName, namespace, TokenRotatorName),
@@ -218,11 +260,12 @@ func (b *builder) tokenRotatorJobSpec(creds *awsCredentials) *batchv1.JobSpecArg
 func (b *builder) tokenRotatorPodSpec(creds *awsCredentials) *corev1.PodSpecArgs {
 	a := b.args
 	return scriptPod{
-		name: TokenRotatorName, container: "rotate", shell: "/bin/bash", dir: tokenRotatorScriptDir,
-		key: tokenRotatorScriptKey,
+		name: TokenRotatorName, container: "rotate", shell: "/bin/bash", image: a.scriptImage(),
+		dir: tokenRotatorScriptDir, key: tokenRotatorScriptKey,
 		env: corev1.EnvVarArray{
 			&corev1.EnvVarArgs{Name: pulumi.String("SSM_PARAMETER"), Value: pulumi.String(a.JoinTokenParameter)},
 			&corev1.EnvVarArgs{Name: pulumi.String("AWS_REGION"), Value: pulumi.String(a.Region)},
+			&corev1.EnvVarArgs{Name: pulumi.String("SSM_ENDPOINT"), Value: pulumi.String(ssmEndpoint(a.Region))},
 			&corev1.EnvVarArgs{
 				Name:  pulumi.String("TOKEN_TTL_SECONDS"),
 				Value: pulumi.String(strconv.Itoa(int(a.BootstrapTokenTTL.Seconds()))),
@@ -232,4 +275,15 @@ func (b *builder) tokenRotatorPodSpec(creds *awsCredentials) *corev1.PodSpecArgs
 			creds.env("AWS_SECRET_ACCESS_KEY", awsSecretKeyKey),
 		},
 	}.spec()
+}
+
+// ssmEndpoint is the regional SSM endpoint of region's partition: the China regions' domain is amazonaws.com.cn,
+// every other region config accepts (commercial and GovCloud) is under amazonaws.com (AWS General Reference,
+// "Service endpoints"; the partitions' dnsSuffix in the AWS SDKs' endpoints.json).
+func ssmEndpoint(region string) string {
+	domain := "amazonaws.com"
+	if strings.HasPrefix(region, "cn-") {
+		domain = "amazonaws.com.cn"
+	}
+	return "https://ssm." + region + "." + domain
 }

@@ -47,20 +47,36 @@ func TestAddonsTokenRotator(t *testing.T) {
 	// above all, the backstop against a token that never expires) fails here by name. The real API server's verdict
 	// on them is the e2e test's (TestTokenRotator, checkRotatorAdmission). Secret data is base64 text in CEL: the
 	// group rule compares the base64 of kubeadm's node group, the group the script writes.
-	group := base64.StdEncoding.EncodeToString([]byte("system:bootstrappers:kubeadm:default-node-token"))
+	group := base64.StdEncoding.EncodeToString([]byte("system:bootstrappers:dynk8s:pool-nodes"))
 	assert.DeepEqual(t, dig(t, policy, "spec", "validations"), []any{
 		map[string]any{"expression": "object.type == 'bootstrap.kubernetes.io/token'",
 			"message": "the join token rotator may create bootstrap token Secrets only"},
 		map[string]any{"expression": "object.metadata.name.startsWith('bootstrap-token-')",
 			"message": "a bootstrap token Secret is named bootstrap-token-<id>"},
-		map[string]any{"expression": "has(object.data) && 'expiration' in object.data",
-			"message": "a join token must carry an expiration"},
+		// The test args' TTL is 2h; 10 minutes of slack.
+		map[string]any{"expression": "has(object.data) && 'expiration' in object.data && " +
+			"size(object.data['expiration']) == 28 && timestamp(variables.expiration) <= " +
+			"timestamp(object.metadata.creationTimestamp) + duration('7800s')",
+			"message": "a join token expires, as a UTC RFC 3339 time in whole seconds, within 2h10m0s of its creation"},
 		map[string]any{"expression": "has(object.data) && 'auth-extra-groups' in object.data && " +
 			"object.data['auth-extra-groups'] == '" + group + "'",
-			"message": "a join token authenticates with exactly the group system:bootstrappers:kubeadm:default-node-token"},
+			"message": "a join token authenticates with exactly the group system:bootstrappers:dynk8s:pool-nodes"},
 	})
-	assert.Check(t, is.Contains(rotateTokenScript, `"auth-extra-groups": "`+JoinTokenGroup+`"`),
+	assert.Check(t, is.Contains(rotateTokenScript, `"auth-extra-groups": "`+NodeBootstrapGroup+`"`),
 		"the script issues tokens of another group than the policy admits")
+	// The decoding tables, against encoding/base64: the digit of value v is the first character of the byte v<<2.
+	vars := dig(t, policy, "spec", "variables").([]any)
+	names := make([]string, len(vars))
+	for i, v := range vars {
+		names[i] = v.(map[string]any)["name"].(string)
+	}
+	assert.DeepEqual(t, names, []string{"expirationBase64", "base64Digits", "expirationBits", "expiration"})
+	digits := vars[1].(map[string]any)["expression"].(string)
+	for v := range 64 {
+		c := base64.StdEncoding.EncodeToString([]byte{byte(v << 2)})[0]
+		assert.Check(t, is.Contains(digits, fmt.Sprintf("'%c': %d,", c, v)), "base64 digit %d", v)
+	}
+	assert.Check(t, is.Contains(rotateTokenScript, `$t | todate`), "the script's expiration is no longer jq's todate form")
 	vap := run.object(t, typeAdmissionBinding, TokenRotatorName)
 	assert.Equal(t, dig(t, vap, "spec", "policyName"), TokenRotatorName)
 	assert.DeepEqual(t, dig(t, vap, "spec", "validationActions"), []any{"Deny"})
@@ -115,6 +131,7 @@ func TestAddonsTokenRotator(t *testing.T) {
 	assert.DeepEqual(t, env, map[string]string{
 		"SSM_PARAMETER":         testTokenParameter,
 		"AWS_REGION":            "eu-central-1",
+		"SSM_ENDPOINT":          "https://ssm.eu-central-1.amazonaws.com",
 		"TOKEN_TTL_SECONDS":     "7200",
 		"HOME":                  "/tmp",
 		"AWS_ACCESS_KEY_ID":     "secret:" + TokenRotatorCredentialsName + "/aws_access_key_id",
@@ -127,6 +144,28 @@ func TestAddonsTokenRotator(t *testing.T) {
 
 // TestTokenRotatorJobName: the same config names the same Job (a second `pulumi up` leaves the finished Job alone);
 // a new rotation value or TTL names a new one, which runs.
+// TestTokenRotatorSSMEndpoint: the rotator talks to SSM in its region's partition, so a China region's
+// PutParameter goes to amazonaws.com.cn rather than to a domain where that region does not exist (AWS N11).
+func TestTokenRotatorSSMEndpoint(t *testing.T) {
+	for region, want := range map[string]string{
+		"cn-north-1":    "https://ssm.cn-north-1.amazonaws.com.cn",
+		"us-gov-west-1": "https://ssm.us-gov-west-1.amazonaws.com",
+		"eu-central-1":  "https://ssm.eu-central-1.amazonaws.com",
+	} {
+		args := testAddonsArgs()
+		args.Region = region
+		run := mustRunAddons(t, func() *ClusterAddonsArgs { return args })
+		c := containerNamed(t, run.object(t, typeCronJob, TokenRotatorName)["spec"].(map[string]any)["jobTemplate"].(map[string]any), "rotate")
+		var got string
+		for _, e := range c["env"].([]any) {
+			if e := e.(map[string]any); e["name"] == "SSM_ENDPOINT" {
+				got, _ = e["value"].(string)
+			}
+		}
+		assert.Equal(t, got, want, region)
+	}
+}
+
 func TestTokenRotatorJobName(t *testing.T) {
 	base := TokenRotatorJobName(testAddonsArgs())
 	assert.Check(t, regexp.MustCompile(`^`+TokenRotatorName+`-[0-9a-f]{10}$`).MatchString(base), base)
@@ -295,7 +334,7 @@ func TestRotateTokenScript(t *testing.T) {
 		assert.Equal(t, m["type"], "bootstrap.kubernetes.io/token")
 		assert.Equal(t, sd["usage-bootstrap-authentication"], "true")
 		assert.Equal(t, sd["usage-bootstrap-signing"], "true")
-		assert.Equal(t, sd["auth-extra-groups"], "system:bootstrappers:kubeadm:default-node-token")
+		assert.Equal(t, sd["auth-extra-groups"], NodeBootstrapGroup)
 		expiration, ok := sd["expiration"].(string)
 		assert.Assert(t, ok, "the bootstrap token Secret carries no expiration: %v", sd["expiration"])
 		exp, err := time.Parse(time.RFC3339, expiration)
@@ -362,7 +401,7 @@ func TestNodeAdmission(t *testing.T) {
 	a := testAddonsArgs()
 	slices.Reverse(a.Pools)
 	exprs, _ := rules(a)
-	assert.Equal(t, len(exprs), 2, "without OnPremNodes, an unlabelled Node is not judged by name")
+	assert.Equal(t, len(exprs), 3, "without OnPremNodes, an unlabelled Node is not judged by name")
 	names := make([]string, len(a.Pools))
 	for i, p := range a.Pools {
 		names[i] = p.Name
@@ -370,11 +409,13 @@ func TestNodeAdmission(t *testing.T) {
 	slices.Sort(names)
 	assert.Check(t, is.Contains(exprs[1], "object.metadata.labels['dynk8s.io/pool'] in "+celList(names)))
 	assert.Check(t, strings.HasPrefix(exprs[0], "request.operation != 'UPDATE' || "))
+	assert.Check(t, is.Contains(exprs[2], "object.metadata.name.matches('^i-[0-9a-f]{8}([0-9a-f]{9})?$')"),
+		"a pool Node is named after its instance")
 
 	a = testAddonsArgs()
 	a.OnPremNodes = []string{"cp-1", "worker-1"}
 	exprs, messages := rules(a)
-	assert.Equal(t, len(exprs), 3)
-	assert.Check(t, is.Contains(exprs[2], "object.metadata.name in ['cp-1', 'worker-1']"))
+	assert.Equal(t, len(exprs), 4)
+	assert.Check(t, is.Contains(exprs[3], "object.metadata.name in ['cp-1', 'worker-1']"))
 	assert.Check(t, is.Contains(messages, "add its name there first"))
 }

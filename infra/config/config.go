@@ -42,6 +42,7 @@ type Config struct {
 	Identity           Identity           `key:"identity"`
 	Cleanup            Cleanup            `key:"cleanup"`
 	TerminationHandler TerminationHandler `key:"terminationHandler"`
+	Images             Images             `key:"images"`
 
 	// Derived are the values validation computes from the keys above.
 	Derived Derived
@@ -125,6 +126,36 @@ type WireGuard struct {
 	// AllowPublicOnPremCIDRs accepts OnPremCIDRs outside the private ranges (RFC 1918, RFC 6598), for an on-prem
 	// network that really uses public addresses: the node security group admits them on every port.
 	AllowPublicOnPremCIDRs bool `key:"allowPublicOnPremCidrs" default:"false"`
+	// OnPremForward is what the gateway forwards from the VPC toward on-prem.
+	OnPremForward OnPremForward `key:"onPremForward"`
+}
+
+// What the gateway forwards from the VPC toward OnPremCIDRs (wireguard.onPremForward.mode).
+const (
+	// ForwardAll forwards every packet: a build on a pool node reaches every on-prem host and port in the ranges.
+	ForwardAll = "all"
+	// ForwardCluster forwards new connections only to what the nodes need of on-prem (the API server's port, the
+	// CNI's encapsulation, the on-prem name servers) and to the operator's Allow list; replies to connections that
+	// on-prem opens always pass.
+	ForwardCluster = "cluster"
+)
+
+// OnPremForward is dynk8s:wireguard.onPremForward: the gateway's filter on what it forwards into the tunnel.
+type OnPremForward struct {
+	// Mode is ForwardAll or ForwardCluster.
+	Mode string `key:"mode" default:"all"`
+	// Allow are further destinations new connections from the VPC may reach in ForwardCluster mode (optional).
+	Allow []ForwardAllow `key:"allow"`
+}
+
+// ForwardAllow is one entry of wireguard.onPremForward.allow: a range inside OnPremCIDRs, a protocol, and ports.
+type ForwardAllow struct {
+	// CIDR is the destination range, inside one of OnPremCIDRs (required).
+	CIDR netip.Prefix `key:"cidr"`
+	// Protocol is tcp, udp or all.
+	Protocol string `key:"protocol" default:"tcp"`
+	// Ports are the destination ports, "8080" or "8080,50000" or "8000-8100" (optional: every port; none with all).
+	Ports string `key:"ports"`
 }
 
 // Gateway is dynk8s:gateway.
@@ -256,6 +287,10 @@ type Identity struct {
 	// AutoscalerKeyRotation is an opaque value; changing it creates a new autoscaler access key before deleting
 	// the old one.
 	AutoscalerKeyRotation string `key:"autoscalerKeyRotation" default:"1"`
+	// CustomerManagedEBSKey states that the region's default EBS encryption key, which encrypts every volume the
+	// stack launches, is a customer-managed key whose policy lets the Auto Scaling service-linked role and the node
+	// role use it (README, "Encrypted volumes"). Without it such a key fails the preview.
+	CustomerManagedEBSKey bool `key:"customerManagedEbsKey" default:"false"`
 }
 
 // removedKeys are keys earlier versions read, with why they went and what to do instead: a stack file that still
@@ -272,8 +307,29 @@ var removedKeys = map[string]string{
 
 // Cleanup is dynk8s:cleanup.
 type Cleanup struct {
-	// NotReadyAfter is how long a dynk8s node may stay NotReady before its Node object is deleted (at least 5m; the default outlasts a tunnel outage of less than half an hour).
-	NotReadyAfter time.Duration `key:"notReadyAfter" default:"30m"`
+	// NotReadyAfter is how long a dynk8s node may stay NotReady before its Node object is deleted, once EC2 says
+	// its instance is gone (at least 5m). EC2's answer, not the wait, keeps a rebooting or cut-off node: the
+	// default is the minimum, because a stale Node counts as unready for the Cluster Autoscaler, which stops
+	// scaling up while more than 3 nodes and 45% of the cluster are unready (--ok-total-unready-count,
+	// --max-total-unready-percentage).
+	NotReadyAfter time.Duration `key:"notReadyAfter" default:"5m"`
+}
+
+// Images is dynk8s:images: the images the stack runs, besides the fuse plugin's (fuse.images), each optional (empty:
+// the default, which names a tag; the addons and the node renderer hold the defaults). A reference with a digest
+// (name@sha256:<hex>, or name:tag@sha256:<hex>) pins the image: the runtime pulls exactly that content, whatever
+// the tag points at later.
+type Images struct {
+	// Autoscaler is the Cluster Autoscaler's image (default: registry.k8s.io's of Derived.AutoscalerVersion).
+	Autoscaler string `key:"autoscaler"`
+	// TerminationHandler is aws-node-termination-handler's image.
+	TerminationHandler string `key:"terminationHandler"`
+	// Scripts runs the token rotator, the stale-node cleanup and the fuse plugin's untaint container: it needs
+	// bash, kubectl, curl, jq and coreutils.
+	Scripts string `key:"scripts"`
+	// Pause is the nodes' sandbox image, which CRI-O runs in every pod and the boot pre-pulls (default:
+	// registry.k8s.io's of the Kubernetes minor).
+	Pause string `key:"pause"`
 }
 
 // TerminationHandler is dynk8s:terminationHandler.

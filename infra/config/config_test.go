@@ -94,7 +94,9 @@ func TestDefaultsApplied(t *testing.T) {
 	assert.Check(t, cfg.NodePools[0].Autoscaling.ScaleDownUnneededTime == nil, "no per-pool option unless given")
 	assert.Check(t, cfg.Fuse.Enabled)
 	assert.Equal(t, cfg.Fuse.Capacity, 5000)
-	assert.Equal(t, cfg.Cleanup.NotReadyAfter, 30*time.Minute)
+	// The shortest wait the config allows: a stale Node of a reclaimed instance holds the autoscaler's
+	// cluster-health gate until the cleanup deletes it (AWS N5).
+	assert.Equal(t, cfg.Cleanup.NotReadyAfter, 5*time.Minute)
 	assert.Equal(t, cfg.Kubernetes.BootstrapTokenTTL, 2*time.Hour)
 	assert.Equal(t, cfg.Kubernetes.BootstrapTokenRotation, "1")
 	assert.Check(t, cfg.TerminationHandler.Enabled)

@@ -176,6 +176,8 @@ func (r *reader) object(path string, v any, dst reflect.Value) {
 			r.value(fp, e, dst.Field(i))
 		} else if def, ok := f.Tag.Lookup("default"); ok {
 			r.value(fp, def, dst.Field(i))
+		} else if _, leaf := parsers[f.Type]; !leaf && f.Type.Kind() == reflect.Struct {
+			r.object(fp, map[string]any{}, dst.Field(i)) // an absent section still gets its defaults
 		}
 	}
 	slices.Sort(known)
@@ -208,6 +210,12 @@ func (r *reader) value(path string, v any, dst reflect.Value) {
 			dst.Set(elem)
 		}
 	case reflect.String:
+		if f, ok := v.(float64); ok && f != math.Trunc(f) {
+			// YAML has read the digits as a number and dropped what made it text: 1.10 is 1.1, so a change from 1.1 to
+			// 1.10 (a new rotation value, say) would change nothing.
+			r.addf(path, "must be a string, got the number %v: quote it, or YAML drops its trailing zeros", f)
+			return
+		}
 		s, err := text(v)
 		if err != nil {
 			r.addf(path, "%v", err)

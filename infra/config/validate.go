@@ -4,8 +4,10 @@ import (
 	"fmt"
 	"maps"
 	"net/netip"
+	"reflect"
 	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -65,6 +67,7 @@ func validate(r *reader, c *Config) {
 	validatePools(r, c)
 	validateAutoscaler(r, c)
 	validateFuse(r, c)
+	validateImages(r, c.Images)
 	if c.Identity.AutoscalerKeyRotation == "" {
 		r.addf(ns+"identity.autoscalerKeyRotation", "must not be empty")
 	}
@@ -302,6 +305,7 @@ func validateWireGuard(r *reader, c *Config) {
 			validateOnPremEndpoint(r, c, a.Unmap())
 		}
 	}
+	validateOnPremForward(r, c)
 	addr, isIP := c.Kubernetes.APIServerEndpoint.Addr()
 	if isIP && !r.failed(wp+"onPremCidrs") && !slices.ContainsFunc(w.OnPremCIDRs, func(p netip.Prefix) bool {
 		return p.Contains(addr)
@@ -365,6 +369,9 @@ func validatePools(r *reader, c *Config) {
 				p.Name)
 		case first < i:
 			r.addf(pp+"name", "%q is already the name of nodePools[%d]", p.Name, first)
+		case IsStackResourceName(p.Name):
+			r.addf(pp+"name", "%q would name the pool's instances %s-%s, the Name of one of the stack's own "+
+				"resources: pick another name", p.Name, c.ClusterName, p.Name)
 		}
 		if p.Arch == "" {
 			r.addf(pp+"arch", "is required: x86_64 or arm64")
@@ -619,6 +626,80 @@ func validateFuse(r *reader, c *Config) {
 	for _, arch := range slices.Sorted(maps.Keys(c.Fuse.Images)) {
 		if _, err := kube.NormalizeImage(c.Fuse.Images[arch]); err != nil {
 			r.addf(childPath(Namespace+":fuse.images", string(arch)), "%v", err)
+		}
+	}
+}
+
+// validateImages parses every image the operator names, as the runtimes will (a digest must be a well-formed one).
+func validateImages(r *reader, images Images) {
+	v := reflect.ValueOf(images)
+	for i := range v.NumField() {
+		if ref := v.Field(i).String(); ref != "" {
+			if _, err := kube.NormalizeImage(ref); err != nil {
+				r.addf(Namespace+":images."+v.Type().Field(i).Tag.Get("key"), "%v", err)
+			}
+		}
+	}
+}
+
+// portsRE is a list of destination ports or ranges as wireguard.onPremForward.allow[i].ports takes them.
+var portsRE = regexp.MustCompile(`^[0-9]+(-[0-9]+)?(,[0-9]+(-[0-9]+)?)*$`)
+
+// ForwardProtocols are the protocols an onPremForward.allow entry may name.
+var ForwardProtocols = []string{"tcp", "udp", "all"}
+
+// validateOnPremForward checks the gateway's forward filter: a known mode, and allow entries only with the filter
+// on, each inside a range the tunnel carries (any other destination is never forwarded at all).
+func validateOnPremForward(r *reader, c *Config) {
+	fp := Namespace + ":wireguard.onPremForward."
+	f := c.WireGuard.OnPremForward
+	switch f.Mode {
+	case ForwardAll, ForwardCluster:
+	default:
+		r.addf(fp+"mode", "must be %s or %s, got %q", ForwardAll, ForwardCluster, f.Mode)
+		return
+	}
+	if f.Mode == ForwardAll && len(f.Allow) > 0 {
+		r.addf(fp+"allow", "has no effect with mode %s, which forwards everything: set mode %s", ForwardAll,
+			ForwardCluster)
+		return
+	}
+	for i, a := range f.Allow {
+		ap := fmt.Sprintf("%sallow[%d].", fp, i)
+		if !a.CIDR.IsValid() {
+			r.addf(ap+"cidr", "is required: the on-prem range new connections may reach")
+		} else if !slices.ContainsFunc(c.WireGuard.OnPremCIDRs, func(p netip.Prefix) bool {
+			return p.Bits() <= a.CIDR.Bits() && p.Contains(a.CIDR.Addr())
+		}) {
+			r.addf(ap+"cidr", "%s is not inside any of wireguard.onPremCidrs: the tunnel carries nothing else", a.CIDR)
+		}
+		switch {
+		case !slices.Contains(ForwardProtocols, a.Protocol):
+			r.addf(ap+"protocol", "must be one of %s, got %q", strings.Join(ForwardProtocols, ", "), a.Protocol)
+		case a.Protocol == "all" && a.Ports != "":
+			r.addf(ap+"ports", "must be empty with protocol all (every protocol and port)")
+		case a.Ports != "":
+			validatePorts(r, ap+"ports", a.Ports)
+		}
+	}
+}
+
+// validatePorts checks "80,443,8000-8100": ports 1..65535, each range low to high.
+func validatePorts(r *reader, path, ports string) {
+	if !portsRE.MatchString(ports) {
+		r.addf(path, "%q must be ports and ranges, e.g. 8080,50000 or 8000-8100", ports)
+		return
+	}
+	for _, item := range strings.Split(ports, ",") {
+		lo, hi, isRange := strings.Cut(item, "-")
+		if !isRange {
+			hi = lo
+		}
+		l, errL := strconv.Atoi(lo)
+		h, errH := strconv.Atoi(hi)
+		if errL != nil || errH != nil || l < 1 || h > 65535 || l > h {
+			r.addf(path, "%q: ports are 1..65535, a range low-high", item)
+			return
 		}
 	}
 }

@@ -25,12 +25,19 @@ const Account = "123456789012"
 
 // Resource is one declared resource as the engine saw it.
 type Resource struct {
-	Type   string
-	Name   string
-	URN    string
-	Parent string // the parent's name; empty for resources parented to the stack
-	ID     string
-	Custom bool
+	Type string
+	Name string
+	// URN is the resource's URN as the engine computes it from its stack, project, parent, type and name.
+	URN string
+	// Aliases are the URNs the resource's aliases name, each resolved as the engine does (an alias spec's unset
+	// name, type or parent is the resource's own). The aliases a child inherits from its parent are not listed:
+	// AcceptedURNs adds them.
+	Aliases []string
+	Parent  string // the parent's name; empty for resources parented to the stack
+	// ParentURN is the parent's URN (the stack's for a resource without a parent of its own).
+	ParentURN string
+	ID        string
+	Custom    bool
 	// Inputs are the inputs as registered, secrets still wrapped as secrets.
 	Inputs resource.PropertyMap
 	// Outputs are what the mock answered: inputs plus computed fields.
@@ -43,6 +50,8 @@ type Resource struct {
 	Provider                string
 	// DependsOn are the names of the resources this one explicitly depends on (the dependsOn option).
 	DependsOn []string
+	// InputDependencies are, per input, the names of the resources its value came from.
+	InputDependencies map[string][]string
 	// Read is true for a resource read from the cloud (a Get*), not declared.
 	Read bool
 }
@@ -63,6 +72,9 @@ type Cloud struct {
 	// ClusterVersion is the control plane's version in kube-system/kubeadm-config, e.g. "v1.34.4". Default
 	// v1.34.4.
 	ClusterVersion string
+	// EBSDefaultKey is the key ARN of the region's default EBS encryption key, a customer-managed key; empty: the
+	// AWS managed alias/aws/ebs, as in an account that never changed it.
+	EBSDefaultKey string
 
 	mu        sync.Mutex
 	resources []Resource
@@ -134,8 +146,10 @@ func (c *Cloud) NewResource(args pulumi.MockResourceArgs) (string, resource.Prop
 		Read:    args.ReadRPC != nil,
 	}
 	if rpc := args.RegisterRPC; rpc != nil {
-		r.URN = ""
+		r.URN = childURN(rpc.GetParent(), args.TypeToken, args.Name)
+		r.Aliases = aliasURNs(rpc.GetParent(), args.TypeToken, args.Name, rpc.GetAliases())
 		r.Parent = urnName(rpc.GetParent())
+		r.ParentURN = rpc.GetParent()
 		r.IgnoreChanges = rpc.GetIgnoreChanges()
 		r.AdditionalSecretOutputs = rpc.GetAdditionalSecretOutputs()
 		r.ReplaceOnChanges = rpc.GetReplaceOnChanges()
@@ -144,10 +158,13 @@ func (c *Cloud) NewResource(args pulumi.MockResourceArgs) (string, resource.Prop
 		r.Provider = rpc.GetProvider()
 		// Dependencies holds both the explicit dependsOn and those the inputs imply; only the explicit ones are kept.
 		implied := map[string]bool{}
-		for _, pd := range rpc.GetPropertyDependencies() {
+		r.InputDependencies = map[string][]string{}
+		for key, pd := range rpc.GetPropertyDependencies() {
 			for _, u := range pd.GetUrns() {
 				implied[u] = true
+				r.InputDependencies[key] = append(r.InputDependencies[key], urnName(u))
 			}
+			sort.Strings(r.InputDependencies[key])
 		}
 		for _, d := range rpc.GetDependencies() {
 			if !implied[d] {
@@ -203,6 +220,14 @@ func (c *Cloud) Call(args pulumi.MockCallArgs) (resource.PropertyMap, error) {
 		return c.getInstanceType(args.Args)
 	case "aws:ec2/getInstanceTypeOfferings:getInstanceTypeOfferings":
 		return c.getInstanceTypeOfferings(args.Args)
+	case "aws:ebs/getDefaultKmsKey:getDefaultKmsKey":
+		key := c.EBSDefaultKey
+		if key == "" {
+			key = "arn:aws:kms:" + c.Region + ":" + Account + ":alias/aws/ebs"
+		}
+		return resource.NewPropertyMapFromMap(map[string]any{"keyArn": key, "id": c.Region}), nil
+	case "aws:kms/getKey:getKey":
+		return c.kmsKey(args.Args)
 	}
 	return nil, fmt.Errorf("mockcloud: no stand-in for invoke %s", args.Token)
 }

@@ -29,6 +29,8 @@ type StackConfig struct {
 	// ClusterVersion overrides the control plane version the stand-in kubeadm-config names (Cloud.ClusterVersion);
 	// by default the plan takes the configured kubernetes.version.
 	ClusterVersion string
+	// EBSDefaultKey sets Cloud.EBSDefaultKey: a customer-managed default EBS key.
+	EBSDefaultKey string
 }
 
 // Run runs program under the mock engine for stack with cfg and returns the recorded cloud. A program error is

@@ -255,6 +255,9 @@ func SelectImage(images []Image, owners []string, nameGlob, arch, nameRegex stri
 	return *best, nil
 }
 
+// PinnedArmImage is the one image id the stand-in answers as arm64; every other id pinned by amiId is x86_64.
+const PinnedArmImage = "ami-0a64a64a64a64a64a"
+
 // fedoraAMI answers an ec2.LookupAmi from FedoraCatalog, or an image pinned by id.
 func (c *Cloud) fedoraAMI(args resource.PropertyMap) (resource.PropertyMap, error) {
 	filters := map[string]string{}
@@ -270,8 +273,12 @@ func (c *Cloud) fedoraAMI(args resource.PropertyMap) (resource.PropertyMap, erro
 		}
 	}
 	if id := filters["image-id"]; id != "" {
+		arch := "x86_64"
+		if id == PinnedArmImage {
+			arch = "arm64"
+		}
 		return resource.NewPropertyMapFromMap(map[string]any{
-			"id": id, "imageId": id, "name": "pinned-image", "architecture": "x86_64",
+			"id": id, "imageId": id, "name": "pinned-image", "architecture": arch,
 			"rootDeviceName": "/dev/xvda", "rootDeviceType": "ebs", "virtualizationType": "hvm",
 			"state": "available", "blockDeviceMappings": rootMapping("/dev/xvda", id, 8),
 		}), nil
@@ -384,4 +391,20 @@ func kubeadmConfig(out resource.PropertyMap, version string) error {
 	}
 	out["data"] = resource.NewPropertyValue(map[string]any{"ClusterConfiguration": string(cc)})
 	return nil
+}
+
+// kmsKey answers kms.LookupKey for the default EBS key: the AWS managed key behind alias/aws/ebs, or the
+// customer-managed key Cloud.EBSDefaultKey names.
+func (c *Cloud) kmsKey(args resource.PropertyMap) (resource.PropertyMap, error) {
+	id := args["keyId"].StringValue()
+	manager, arn := "CUSTOMER", id
+	if strings.HasSuffix(id, "alias/aws/ebs") {
+		manager = "AWS"
+		arn = "arn:aws:kms:" + c.Region + ":" + Account + ":key/" + shortHash("aws/ebs")
+	} else if id != c.EBSDefaultKey {
+		return nil, fmt.Errorf("mockcloud: NotFoundException: Key '%s' does not exist", id)
+	}
+	return resource.NewPropertyMapFromMap(map[string]any{
+		"id": arn, "arn": arn, "keyId": id, "keyManager": manager, "keyState": "Enabled", "enabled": true,
+	}), nil
 }

@@ -89,6 +89,22 @@ func (r *Result) IdleBill() IdleBill {
 		}
 	}
 
+	// A pool instance that never goes (a group's minimum, or a warm pool that waits Running) keeps a gateway that
+	// would sleep awake: its idle check counts every pending or running pool instance (cloudinit, gateway-idle.sh).
+	keptAwake := ""
+	for _, g := range byType("aws:autoscaling/group:Group") {
+		in := inputs[g.Type+"/"+g.Name]
+		warm, _ := in["warmPool"].(map[string]any)
+		if minSize, _ := in["minSize"].(float64); minSize > 0 {
+			keptAwake = fmt.Sprintf("never stops: %s keeps %g instance(s) running (minSize)", g.Name, minSize)
+			break
+		}
+		if warm != nil && warm["poolState"] == "Running" {
+			keptAwake = "never stops: " + g.Name + "'s warm pool waits Running"
+			break
+		}
+	}
+
 	for _, inst := range byType("aws:ec2/instance:Instance") {
 		in := inputs[inst.Type+"/"+inst.Name]
 		root, _ := in["rootBlockDevice"].(map[string]any)
@@ -108,14 +124,21 @@ func (r *Result) IdleBill() IdleBill {
 		}
 		tags, _ := in["tags"].(map[string]any)
 		idleStop, _ := tags[infra.IdleStopTag].(string)
-		if sleeps := idleStop != "" && idleStop != "0s" && in["instanceInitiatedShutdownBehavior"] == "stop"; sleeps {
+		sleeps := idleStop != "" && idleStop != "0s" && in["instanceInitiatedShutdownBehavior"] == "stop"
+		switch {
+		case sleeps && keptAwake != "":
+			for i := range running {
+				running[i].Note = joinNotes(running[i].Note, keptAwake)
+			}
+			bill.Items = append(bill.Items, running...)
+		case sleeps:
 			for i := range running {
 				running[i].Note = joinNotes(running[i].Note, "stops after "+idleStop+" idle")
 			}
 			bill.WhileNodesRun = append(bill.WhileNodesRun, running...)
 			bill.Items = append(bill.Items, BillItem{Kind: BillInstance, Quantity: 0, Detail: running[0].Detail,
 				Resource: inst.Name, Note: "stopped: it stops itself after " + idleStop + " idle"})
-		} else {
+		default:
 			for i := range running {
 				running[i].Note = joinNotes(running[i].Note, "always on")
 			}

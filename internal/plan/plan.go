@@ -64,6 +64,7 @@ func RunConfig(stack string, cfg mockcloud.StackConfig) (*Result, error) {
 	if cfg.ClusterVersion != "" {
 		cloud.ClusterVersion = cfg.ClusterVersion
 	}
+	cloud.EBSDefaultKey = cfg.EBSDefaultKey
 	res := &Result{Stack: stack, Cloud: cloud, Outputs: map[string]Output{}}
 	err := mockcloud.Run(func(ctx *pulumi.Context) error {
 		exports, err := infra.Program(ctx, slices.Sorted(maps.Keys(cfg.Values)))

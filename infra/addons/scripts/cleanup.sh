@@ -9,6 +9,7 @@
 # A Node is deleted only when all of these hold:
 #   - it carries the label POOL_LABEL, which every dynk8s pool node sets, and its providerID is an AWS one
 #     (aws:///<zone>/<instance-id>), so an on-prem node is never touched even if someone labels it;
+#   - that zone is in AWS_DEFAULT_REGION, the one region whose EC2 it asks;
 #   - its Ready condition is False or Unknown;
 #   - that condition last changed more than NOT_READY_AFTER_SECONDS ago;
 #   - and EC2 says the instance is gone: ec2:DescribeInstances answers terminated or shutting-down, or no longer
@@ -115,6 +116,19 @@ while IFS='|' read -r name provider status since; do
 	if [ "$age" -le "$NOT_READY_AFTER_SECONDS" ]; then
 		echo "keep $name: Ready=$status for ${age}s, not more than ${NOT_READY_AFTER_SECONDS}s"
 		continue
+	fi
+	# Only this region's EC2 is asked, and it knows no other region's instance: a zone of another region (another
+	# stack's node) would look gone. A zone is the region and a letter, or a Local Zone, the region and -<city>-...
+	zone=${provider#aws:///}
+	zone=${zone%%/*}
+	if [ -n "${AWS_DEFAULT_REGION:-}" ]; then
+		case $zone in
+		"$AWS_DEFAULT_REGION"[a-z] | "$AWS_DEFAULT_REGION"-[a-z]*) ;;
+		*)
+			echo "skip $name: zone $zone is not in $AWS_DEFAULT_REGION, whose EC2 this cleanup asks"
+			continue
+			;;
+		esac
 	fi
 	instance=${provider##*/}
 	case $instance in

@@ -77,7 +77,7 @@ printf '%s' "$secret" | jq -R --arg id "$id" --arg ns "$namespace" --arg exp "$e
 		"expiration": $exp,
 		"usage-bootstrap-authentication": "true",
 		"usage-bootstrap-signing": "true",
-		"auth-extra-groups": "system:bootstrappers:kubeadm:default-node-token"
+		"auth-extra-groups": "system:bootstrappers:dynk8s:pool-nodes"
 	}
 }' | kubectl create --filename - --output name >/dev/null || fail "could not create Secret $namespace/$name"
 log "created Secret $namespace/$name, expiring $expiration"

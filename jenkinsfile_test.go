@@ -1,0 +1,60 @@
+package main
+
+import (
+	"regexp"
+	"strings"
+	"testing"
+
+	"gotest.tools/v3/assert"
+	is "gotest.tools/v3/assert/cmp"
+)
+
+// jenkinsStages splits the Jenkinsfile's pipeline into its stages, by name.
+func jenkinsStages(t *testing.T, jenkinsfile string) map[string]string {
+	t.Helper()
+	pipeline := jenkinsfile[:strings.Index(jenkinsfile, "\ndef ")]
+	starts := regexp.MustCompile(`stage\('([^']+)'\)`).FindAllStringSubmatchIndex(pipeline, -1)
+	stages := map[string]string{}
+	for i, m := range starts {
+		end := len(pipeline)
+		if i+1 < len(starts) {
+			end = starts[i+1][0]
+		}
+		stages[pipeline[m[2]:m[3]]] = pipeline[m[0]:end]
+	}
+	assert.Assert(t, len(stages) >= 4, "no stages found in the Jenkinsfile")
+	return stages
+}
+
+// TestJenkinsNeverHandsCredentialsToUnreviewedCode (security review H4): no credential is in the pipeline's
+// environment, where `make test` (a branch's or a pull request's own code) would read it; each is bound with
+// withCredentials only in a stage that runs on main; every stage that runs pulumi runs on main only; and `pulumi
+// up` runs only after the preview gate (cmd/previewgate, review M9), whose -allow comes from the approver.
+func TestJenkinsNeverHandsCredentialsToUnreviewedCode(t *testing.T) {
+	jenkinsfile := readFile(t, "Jenkinsfile")
+	assert.Check(t, !strings.Contains(jenkinsfile, "credentials("),
+		"credentials(...) in an environment block puts a secret into every step of the pipeline or stage")
+	onMain := "when { branch 'main' }"
+	for name, stage := range jenkinsStages(t, jenkinsfile) {
+		for _, needsMain := range []string{"withCredentials", "pulumi ", "input("} {
+			if strings.Contains(stage, needsMain) {
+				assert.Check(t, strings.Contains(stage, onMain), "stage %s uses %s on any branch", name, needsMain)
+			}
+		}
+	}
+	stages := jenkinsStages(t, jenkinsfile)
+	assert.Check(t, is.Contains(stages["Test"], "sh 'make test'"))
+	assert.Check(t, !strings.Contains(stages["Test"]+stages["Build"]+stages["Plan"], "withCredentials"))
+
+	up := stages["Up"]
+	gate := strings.Index(up, "build/previewgate -allow=\"$ALLOW_TUNNEL_OUTAGE\"")
+	apply := strings.Index(up, "pulumi up ")
+	assert.Check(t, gate > 0 && apply > gate, "pulumi up must run after the preview gate, with the approver's -allow")
+	assert.Check(t, is.Contains(stages["Approve"], "booleanParam(name: 'ALLOW_TUNNEL_OUTAGE', defaultValue: false"))
+
+	// The bindings name every variable the deploy needs, so no stage falls back to a credential in the environment.
+	binding := jenkinsfile[strings.Index(jenkinsfile, "def deployCredentials()"):]
+	for _, v := range []string{"PULUMI_BACKEND_URL", "PULUMI_CONFIG_PASSPHRASE", "KUBECONFIG", "AmazonWebServicesCredentialsBinding"} {
+		assert.Check(t, is.Contains(binding, v))
+	}
+}
