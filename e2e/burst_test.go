@@ -350,15 +350,34 @@ func applyAddons(ctx context.Context, t *testing.T, c cluster, cfg *config.Confi
 	t.Helper()
 	pools := slices.Clone(cfg.NodePools)
 	st := newStack(ctx, t, c, addonsProgram(c, cfg, &pools))
+	var objs []k8sObject
 	t.Cleanup(func() {
 		dctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 		defer cancel()
 		if _, err := st.Destroy(dctx, optdestroy.ProgressStreams(st.log)); err != nil {
 			t.Errorf("destroy the addons: %v", err)
 		}
+		// The engine does not wait (SkipAwait) for what the API server deletes in the background (a DaemonSet
+		// waits for its pods); the next test's addons must not meet it.
+		for _, o := range objs {
+			for deadline := time.Now().Add(time.Minute); ; time.Sleep(500 * time.Millisecond) {
+				_, err := c.kubectl(dctx, append([]string{"get"}, o.args()...)...)
+				if isNotFound(err) {
+					break
+				}
+				if time.Now().After(deadline) {
+					t.Errorf("%s still there a minute after the destroy (%v)", o, err)
+					break
+				}
+			}
+		}
 	})
 	if _, err := st.Up(ctx, optup.ProgressStreams(st.log), optup.ErrorProgressStreams(st.log)); err != nil {
 		t.Fatalf("up: %v", err)
+	}
+	var err error
+	if objs, err = st.objects(ctx); err != nil {
+		t.Fatal(err)
 	}
 	return st
 }
