@@ -34,21 +34,49 @@ const (
 // it joins.
 type boxNode struct {
 	*box
-	c        cluster
-	imds     *fakeimds.Server
-	cfg      *config.Config
-	pool     config.NodePool
-	zone     string
-	userData []byte
-	moto     *motoSSM
-	param    string
+	*boxJoin
+	boxInstance
+	imds *fakeimds.Server
 }
 
-// newBoxNode renders the pool's user data as the stack does (the API server endpoint is the test's control plane)
-// and makes its box, with the fake IMDS in target lifecycle state state, moto for SSM (holding the join token) and
-// the Auto Scaling endpoint autoscaling ("" for moto's).
+// boxJoin is what every instance of a pool needs to join: the control plane as kubeadm init leaves it, moto as SSM
+// holding the join token, and the pool's user data rendered as the stack does (the API server endpoint is the
+// test's control plane); autoscaling is the Auto Scaling endpoint the join unit calls.
+type boxJoin struct {
+	c           cluster
+	cfg         *config.Config
+	pool        config.NodePool
+	userData    []byte
+	moto        *motoSSM
+	param       string
+	autoscaling string
+}
+
+// boxInstance is what EC2 tells an instance about itself (IMDS) and the provider ID its Node gets.
+type boxInstance struct {
+	id, zone, ip string
+	// state is the Auto Scaling target lifecycle state; "" for none.
+	state string
+}
+
+func (i boxInstance) providerID() string { return "aws:///" + i.zone + "/" + i.id }
+
+// hostname is the instance's name as EC2's resource naming by IP gives it, and its Node's.
+func (i boxInstance) hostname() string { return "ip-" + strings.ReplaceAll(i.ip, ".", "-") }
+
+// newBoxNode makes the box of one instance (the fake one of the join tests) of the pool, with the fake IMDS in
+// target lifecycle state state, moto for SSM (holding the join token) and the Auto Scaling endpoint autoscaling
+// ("" for moto's).
 func newBoxNode(ctx context.Context, t *testing.T, c cluster, cfg *config.Config, pool config.NodePool, name,
 	state, autoscaling string) *boxNode {
+	t.Helper()
+	j := newBoxJoin(ctx, t, c, cfg, pool, autoscaling)
+	return j.newNode(t, name, boxInstance{id: fakeInstanceID, zone: cfg.Region + fakeZoneSuffix, ip: fakeNodeIP,
+		state: state})
+}
+
+func newBoxJoin(ctx context.Context, t *testing.T, c cluster, cfg *config.Config, pool config.NodePool,
+	autoscaling string) *boxJoin {
 	t.Helper()
 	moto := startMoto(ctx, t, requireTool(t, "moto_server"))
 	token := boxTokenID + "." + boxTokenSecret
@@ -56,14 +84,6 @@ func newBoxNode(ctx context.Context, t *testing.T, c cluster, cfg *config.Config
 	kubeadmUploadConfig(ctx, t, c)
 	param := infra.JoinTokenParameter(cfg.ClusterName)
 	moto.putSecureString(t, cfg.Region, param, token)
-
-	zone := cfg.Region + fakeZoneSuffix
-	imds := fakeimds.New(t, fakeimds.Instance{
-		ID: fakeInstanceID, Zone: zone, Region: cfg.Region, PrivateIP: fakeNodeIP,
-		Type: fakeInstanceType, Role: fakeRole, AccessKeyID: "ASIAE2EFAKEROLEKEY01",
-		SecretAccessKey: "e2e/fake/role/secret/key/000000000000", SessionToken: "e2e-fake-session-token",
-		LifecycleState: state,
-	})
 	endpoint, err := config.ParseEndpoint(strings.TrimPrefix(c.Server, "https://"))
 	if err != nil {
 		t.Fatal(err)
@@ -76,25 +96,38 @@ func newBoxNode(ctx context.Context, t *testing.T, c cluster, cfg *config.Config
 	if autoscaling == "" {
 		autoscaling = moto.url
 	}
-	forwards := []string{strings.TrimPrefix(c.Server, "https://"), strings.TrimPrefix(moto.url, "http://")}
-	if a := strings.TrimPrefix(autoscaling, "http://"); a != forwards[1] {
+	return &boxJoin{c: c, cfg: cfg, pool: pool, userData: userData, moto: moto, param: param,
+		autoscaling: autoscaling}
+}
+
+// newNode makes the box of instance inst, named name (see boxSpec), with a fake IMDS of its own.
+func (j *boxJoin) newNode(t *testing.T, name string, inst boxInstance) *boxNode {
+	t.Helper()
+	imds := fakeimds.New(t, fakeimds.Instance{
+		ID: inst.id, Zone: inst.zone, Region: j.cfg.Region, PrivateIP: inst.ip,
+		Type: fakeInstanceType, Role: fakeRole, AccessKeyID: "ASIAE2EFAKEROLEKEY01",
+		SecretAccessKey: "e2e/fake/role/secret/key/000000000000", SessionToken: "e2e-fake-session-token",
+		LifecycleState: inst.state,
+	})
+	forwards := []string{strings.TrimPrefix(j.c.Server, "https://"), strings.TrimPrefix(j.moto.url, "http://")}
+	if a := strings.TrimPrefix(j.autoscaling, "http://"); a != forwards[1] {
 		forwards = append(forwards, a)
 	}
 	b := newBox(t, boxSpec{
-		name: name, instanceID: fakeInstanceID, hostname: "ip-" + strings.ReplaceAll(fakeNodeIP, ".", "-"),
-		nodeIP: fakeNodeIP, userData: launchTemplateUserData(t, userData), imds: strings.TrimPrefix(imds.URL, "http://"),
+		name: name, instanceID: inst.id, hostname: inst.hostname(),
+		nodeIP: inst.ip, userData: launchTemplateUserData(t, j.userData), imds: strings.TrimPrefix(imds.URL, "http://"),
 		forwards: forwards,
 		endpoints: map[string]string{
-			"DYNK8S_SSM_ENDPOINT": moto.url, "DYNK8S_AUTOSCALING_ENDPOINT": autoscaling, "DYNK8S_EC2_ENDPOINT": moto.url,
+			"DYNK8S_SSM_ENDPOINT": j.moto.url, "DYNK8S_AUTOSCALING_ENDPOINT": j.autoscaling,
+			"DYNK8S_EC2_ENDPOINT": j.moto.url,
 		},
 	})
 	t.Cleanup(func() {
-		if name, err := findNode(context.Background(), c, "aws:///"+zone+"/"+fakeInstanceID); err == nil && name != "" {
-			_, _ = c.kubectl(context.Background(), "delete", "node", name, "--wait=false")
+		if name, err := findNode(context.Background(), j.c, inst.providerID()); err == nil && name != "" {
+			_, _ = j.c.kubectl(context.Background(), "delete", "node", name, "--wait=false")
 		}
 	})
-	return &boxNode{box: b, c: c, imds: imds, cfg: cfg, pool: pool, zone: zone, userData: userData, moto: moto,
-		param: param}
+	return &boxNode{box: b, boxJoin: j, boxInstance: inst, imds: imds}
 }
 
 // findNode is the name of the Node with providerID, "" if there is none.
@@ -126,7 +159,7 @@ func (n *boxNode) waitReady(ctx context.Context, t *testing.T, timeout time.Dura
 		if n.unitFailed(ctx, "dynk8s-join.service") {
 			t.Fatal("dynk8s-join.service failed")
 		}
-		name, err := findNode(ctx, n.c, "aws:///"+n.zone+"/"+fakeInstanceID)
+		name, err := findNode(ctx, n.c, n.providerID())
 		if err != nil || name == "" {
 			return false
 		}
@@ -505,7 +538,7 @@ func (n *boxNode) prepareInWarmPool(ctx context.Context, t *testing.T, asg *life
 	if result, mode := n.timeline(ctx, t); result != "prepared" || mode != "prepare" {
 		t.Errorf("timeline: result %q mode %q, want prepared, prepare", result, mode)
 	}
-	if name, err := findNode(ctx, n.c, "aws:///"+n.zone+"/"+fakeInstanceID); err != nil || name != "" {
+	if name, err := findNode(ctx, n.c, n.providerID()); err != nil || name != "" {
 		t.Errorf("a Node registered from the warm pool: %q %v", name, err)
 	}
 }

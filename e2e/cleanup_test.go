@@ -64,20 +64,7 @@ func TestCleanupAsksEC2(t *testing.T) {
 			nodes[name].since)
 	}
 
-	run := func(key awsKey) (string, error) {
-		dir := t.TempDir()
-		script := filepath.Join(dir, "cleanup.sh")
-		if err := os.WriteFile(script, []byte(s.cleanupScript), 0o755); err != nil {
-			t.Fatal(err)
-		}
-		cmd := exec.CommandContext(ctx, "/bin/sh", script)
-		cmd.Env = append(os.Environ(), "KUBECONFIG="+c.Kubeconfig, "HOME="+dir, "TMPDIR="+dir,
-			"POOL_LABEL="+env["POOL_LABEL"], "NOT_READY_AFTER_SECONDS="+threshold,
-			"AWS_ACCESS_KEY_ID="+key.Key, "AWS_SECRET_ACCESS_KEY="+key.Secret,
-			"AWS_DEFAULT_REGION="+env["AWS_DEFAULT_REGION"], "EC2_ENDPOINT_URL="+a.url)
-		out, err := cmd.CombinedOutput()
-		return string(out), err
-	}
+	run := func(key awsKey) (string, error) { return runCleanup(ctx, t, c, s, threshold, key, a.url) }
 
 	out, err := run(a.users["cleanup-denied"])
 	if err == nil {
@@ -112,6 +99,26 @@ func TestCleanupAsksEC2(t *testing.T) {
 			t.Errorf("output lacks %q:\n%s", line, out)
 		}
 	}
+}
+
+// runCleanup runs the rendered cleanup script once, as its CronJob's container would, with the rendered
+// environment, Nodes older than threshold seconds counted stale, and key's AWS user asking ec2URL.
+func runCleanup(ctx context.Context, t *testing.T, c cluster, s stackAutoscaling, threshold string, key awsKey,
+	ec2URL string) (string, error) {
+	t.Helper()
+	env := cleanupEnv(t, s.cleanup)
+	dir := t.TempDir()
+	script := filepath.Join(dir, "cleanup.sh")
+	if err := os.WriteFile(script, []byte(s.cleanupScript), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.CommandContext(ctx, "/bin/sh", script)
+	cmd.Env = append(os.Environ(), "KUBECONFIG="+c.Kubeconfig, "HOME="+dir, "TMPDIR="+dir,
+		"POOL_LABEL="+env["POOL_LABEL"], "NOT_READY_AFTER_SECONDS="+threshold,
+		"AWS_ACCESS_KEY_ID="+key.Key, "AWS_SECRET_ACCESS_KEY="+key.Secret,
+		"AWS_DEFAULT_REGION="+env["AWS_DEFAULT_REGION"], "EC2_ENDPOINT_URL="+ec2URL)
+	out, err := cmd.CombinedOutput()
+	return string(out), err
 }
 
 // cleanupEnv is the plain environment of the cleanup CronJob's container, as rendered.

@@ -667,7 +667,8 @@ type kubeNode struct {
 		Taints     []kube.Taint `json:"taints"`
 	} `json:"spec"`
 	Status struct {
-		Addresses []struct {
+		Allocatable map[string]string `json:"allocatable"`
+		Addresses   []struct {
 			Type    string `json:"type"`
 			Address string `json:"address"`
 		} `json:"addresses"`
@@ -677,6 +678,11 @@ type kubeNode struct {
 			Message string `json:"message"`
 		} `json:"conditions"`
 	} `json:"status"`
+}
+
+// hasTaint: the Node carries a taint with key.
+func (n kubeNode) hasTaint(key string) bool {
+	return slices.ContainsFunc(n.Spec.Taints, func(t kube.Taint) bool { return t.Key == key })
 }
 
 func (n kubeNode) ready() bool {

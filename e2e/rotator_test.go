@@ -17,7 +17,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/pulumi/pulumi/sdk/v3/go/auto/optdestroy"
 	"github.com/pulumi/pulumi/sdk/v3/go/auto/optup"
 	"sigs.k8s.io/yaml"
 
@@ -63,22 +62,13 @@ func TestTokenRotator(t *testing.T) {
 
 	// The on-prem Node names the node admission policy lets a kubelet register without a pool label.
 	cfg.Kubernetes.OnPremNodes = []string{e2eOnPremNode}
-	pools := slices.Clone(cfg.NodePools)
-	s := newStack(ctx, t, c, addonsProgram(c, cfg, &pools))
+	s := applyAddons(ctx, t, c, cfg)
 	t.Cleanup(func() {
-		dctx, dcancel := context.WithTimeout(context.Background(), 3*time.Minute)
-		defer dcancel()
-		if _, err := s.Destroy(dctx, optdestroy.ProgressStreams(s.log)); err != nil {
-			t.Logf("cleanup destroy: %v", err)
-		}
 		// The issued tokens outlive the stack until they expire; the other tests want a clean kube-system.
-		if _, err := c.kubectl(dctx, "-n", "kube-system", "delete", "secret", "-l", rotatorIssued); err != nil {
+		if _, err := c.kubectl(context.Background(), "-n", "kube-system", "delete", "secret", "-l", rotatorIssued); err != nil {
 			t.Logf("cleanup of issued tokens: %v", err)
 		}
 	})
-	if _, err := s.Up(ctx, optup.ProgressStreams(s.log), optup.ErrorProgressStreams(s.log)); err != nil {
-		t.Fatalf("up: %v", err)
-	}
 	r := liveRotator(ctx, t, c, ssm.url)
 	if r.env["TOKEN_TTL_SECONDS"] != "7200" || r.env["SSM_PARAMETER"] != param || r.env["AWS_REGION"] != cfg.Region {
 		t.Fatalf("the CronJob runs the script with %v", r.env)
@@ -103,7 +93,7 @@ func TestTokenRotator(t *testing.T) {
 	}
 	checkWhoAmI(ctx, t, c, second.token, true)
 	checkRotatorAdmission(ctx, t, c)
-	checkNodeAdmission(ctx, t, c, pools[0].Name)
+	checkNodeAdmission(ctx, t, c, cfg.NodePools[0].Name)
 	if t.Failed() {
 		t.FailNow()
 	}

@@ -3,8 +3,8 @@
 # warm), starts a throwaway etcd + kube-apiserver + kube-controller-manager on loopback (hack/start-kube.sh, which
 # stops them again however the tests end), and runs the e2e-tagged tests against it. A missing tool fails the run
 # instead of skipping it, unless the caller sets DYNK8S_REQUIRE_TOOLS to empty.
-# TestKubeletJoin and the box tests (TestBoxNode..., TestBoxGateway...) need root (namespaces, mounts, systemd-nspawn); they leave
-# nothing behind on the host.
+# TestKubeletJoin, the box tests (TestBoxNode..., TestBoxGateway...) and TestBurst... need root (namespaces, mounts,
+# systemd-nspawn); they leave nothing behind on the host.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 start=$SECONDS

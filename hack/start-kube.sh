@@ -12,8 +12,9 @@
 #   DYNK8S_E2E_DIR        the run dir (logs/ has each component's log)
 # Tools come from hack/tools.sh's cache (run it first) ahead of anything else on PATH.
 #
-# There is no kubelet or scheduler: pods stay Pending. The controller manager runs so that namespaces finish
-# deleting, service accounts appear, and bootstrap tokens get signed into cluster-info and cleaned up on expiry.
+# There is no kubelet or scheduler: pods stay Pending (the burst test runs a kube-scheduler of its own while it
+# runs). The controller manager runs so that namespaces finish deleting, service accounts appear, and bootstrap
+# tokens get signed into cluster-info and cleaned up on expiry.
 # Authorization, admission and certificate signing are set as kubeadm sets them, so that a test can join a real
 # kubelet: Node and RBAC authorization, NodeRestriction, bootstrap-token authentication, and the controller manager
 # signing (and, with the RBAC kubeadm creates, approving) kubelet client certificates with the cluster CA.
@@ -114,14 +115,16 @@ pki=$run/pki
 start=$SECONDS
 
 # PKI: one CA that signs the serving certificate, so clients verify TLS as a real node would (kubeadm's discovery
-# pins this CA's public key), plus the service-account signing key pair the apiserver requires.
+# pins this CA's public key), plus the service-account signing key pair the apiserver requires. The kubernetes
+# Service's address (the first of --service-cluster-ip-range) is a name of the certificate too, as kubeadm makes it:
+# a pod on a box node reaches the API server there, as in-cluster clients do.
 openssl_q() { openssl "$@" 2>/dev/null; }
 openssl_q req -x509 -newkey rsa:2048 -nodes -days 2 -subj "/CN=dynk8s-e2e-ca" \
 	-addext "basicConstraints=critical,CA:TRUE" -addext "keyUsage=critical,keyCertSign,cRLSign" \
 	-keyout "$pki/ca.key" -out "$pki/ca.crt"
 openssl_q req -newkey rsa:2048 -nodes -subj "/CN=kube-apiserver" -keyout "$pki/apiserver.key" -out "$pki/apiserver.csr"
 openssl_q x509 -req -in "$pki/apiserver.csr" -CA "$pki/ca.crt" -CAkey "$pki/ca.key" -CAcreateserial -days 2 \
-	-extfile <(printf '%s\n' "subjectAltName=IP:127.0.0.1,DNS:localhost,DNS:kubernetes,DNS:kubernetes.default.svc" \
+	-extfile <(printf '%s\n' "subjectAltName=IP:127.0.0.1,IP:10.96.0.1,DNS:localhost,DNS:kubernetes,DNS:kubernetes.default.svc" \
 		"extendedKeyUsage=serverAuth" "keyUsage=critical,digitalSignature,keyEncipherment") \
 	-out "$pki/apiserver.crt"
 openssl_q genpkey -algorithm RSA -pkeyopt rsa_keygen_bits:2048 -out "$pki/sa.key"

@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Builds the real tools that the e2e tests run (Pulumi CLI, its Go language host, the Kubernetes provider plugin,
-# kube-apiserver, kube-controller-manager, kubectl, kubeadm, kubelet, wireguard-go) from the Go module proxy and the
-# Cluster
-# Autoscaler from its source (see build_autoscaler), once per version, installs the Debian packages they use
+# kube-apiserver, kube-controller-manager, kube-scheduler, kubectl, kubeadm, kubelet, wireguard-go) from the Go module
+# proxy, and the Cluster Autoscaler and the fuse device plugin from their source (see build_autoscaler,
+# build_fuse_plugin), once per version, installs the Debian packages they use
 # (etcd-server; for the tunnel tests wireguard-tools, nftables, iproute2, iputils-ping; for the kubelet join test
 # containerd, runc and the CNI plugins), and caches them under
 # ${XDG_CACHE_HOME:-$HOME/.cache}/dynk8s/tools/<tool>-<version>/bin. Nothing is published as a binary we can
@@ -29,14 +29,17 @@ readonly K8S_PROVIDER_MODULE_VERSION=v4.0.0-20260115033456-f47bc2d6f199
 readonly KUBE_VERSION=v1.34.4
 # Staging modules (k8s.io/api, client-go, ...) are versioned v0.<minor>.<patch> alongside k8s.io/kubernetes.
 readonly KUBE_STAGING_VERSION=v0.34.4
-readonly KUBE_TOOLS=(kube-apiserver kube-controller-manager kubectl kubeadm kubelet)
+readonly KUBE_TOOLS=(kube-apiserver kube-controller-manager kube-scheduler kubectl kubeadm kubelet)
 # The patch the stack deploys for Kubernetes 1.34 (internal/kube's table); the e2e tests run this very build.
 readonly AUTOSCALER_VERSION=1.34.5
 readonly AUTOSCALER_TAG=cluster-autoscaler-$AUTOSCALER_VERSION
 readonly AUTOSCALER_REPO=https://github.com/kubernetes/autoscaler
-
-REPO_ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
-readonly REPO_ROOT
+# The fuse device plugin the stack deploys (infra/addons/fuse.go), which the burst test runs for real: its upstream
+# commit "Add fuse-device-plugin support for arm64", the newest. Not in the module proxy either (see
+# build_fuse_plugin).
+readonly FUSE_PLUGIN_COMMIT=014e1c46e8a622d387322f006b17de304fdd5015
+readonly FUSE_PLUGIN_VERSION=${FUSE_PLUGIN_COMMIT:0:7}
+readonly FUSE_PLUGIN_REPO=https://github.com/kuberenetes-learning-group/fuse-device-plugin
 
 # The userspace WireGuard the tunnel tests run (the kernel here has no WireGuard module). Its module is the main
 # package; the proxy serves no tagged version, and this pseudo-version is the 0.0.20250522 release
@@ -68,6 +71,7 @@ all_bins() {
 	local t
 	for t in "${KUBE_TOOLS[@]}"; do tool_dir "$t" "$KUBE_VERSION"; done
 	tool_dir cluster-autoscaler "$AUTOSCALER_VERSION"
+	tool_dir fuse-device-plugin "$FUSE_PLUGIN_VERSION"
 	tool_dir wireguard-go "$WIREGUARD_GO_VERSION"
 }
 
@@ -216,6 +220,7 @@ kube_main() {
 	case $1 in
 	kube-apiserver) echo cmd/kube-apiserver/apiserver.go ;;
 	kube-controller-manager) echo cmd/kube-controller-manager/controller-manager.go ;;
+	kube-scheduler) echo cmd/kube-scheduler/scheduler.go ;;
 	kubectl) echo cmd/kubectl/kubectl.go ;;
 	kubeadm) echo cmd/kubeadm/kubeadm.go ;;
 	kubelet) echo cmd/kubelet/kubelet.go ;;
@@ -284,17 +289,12 @@ kube_ldflags() {
 }
 
 # autoscaler_src: the autoscaler's module directory. The module proxy refuses k8s.io/autoscaler/cluster-autoscaler
-# (every version), so the source is a directory: $DYNK8S_AUTOSCALER_SRC, else the pruned copy of the tag that the
-# project's CI checkout has beside the repository, else a shallow clone of the upstream tag (its cluster-autoscaler
-# directory). Prints the directory; a clone goes under $WORK.
+# (every version), so the source is a directory: $DYNK8S_AUTOSCALER_SRC (a local copy of the tag's
+# cluster-autoscaler directory, set by the caller), else a shallow clone of the upstream tag. Prints the directory; a
+# clone goes under $WORK.
 autoscaler_src() {
 	if [[ -n ${DYNK8S_AUTOSCALER_SRC:-} ]]; then
 		printf '%s\n' "$DYNK8S_AUTOSCALER_SRC"
-		return
-	fi
-	local shared="$REPO_ROOT/../shared/third_party/cluster-autoscaler-$AUTOSCALER_VERSION"
-	if [[ -f $shared/go.mod ]]; then
-		printf '%s\n' "$shared"
 		return
 	fi
 	log "cloning $AUTOSCALER_REPO at $AUTOSCALER_TAG"
@@ -329,6 +329,47 @@ build_autoscaler() {
 	)
 	install_bin cluster-autoscaler "$AUTOSCALER_VERSION" "$w/cluster-autoscaler"
 	log "cluster-autoscaler $AUTOSCALER_VERSION built in $((SECONDS - start)) s"
+}
+
+# fuse_plugin_src: the plugin's source directory (its main package and go.mod): $DYNK8S_FUSE_PLUGIN_SRC (a local copy
+# of the commit, set by the caller), else a clone of the upstream repository at the commit. A clone goes under $WORK.
+fuse_plugin_src() {
+	if [[ -n ${DYNK8S_FUSE_PLUGIN_SRC:-} ]]; then
+		printf '%s\n' "$DYNK8S_FUSE_PLUGIN_SRC"
+		return
+	fi
+	log "cloning $FUSE_PLUGIN_REPO at $FUSE_PLUGIN_VERSION"
+	git clone -q "$FUSE_PLUGIN_REPO" "$WORK/fuse-plugin" >&2 &&
+		git -C "$WORK/fuse-plugin" checkout -q "$FUSE_PLUGIN_COMMIT" >&2 || return 1
+	printf '%s\n' "$WORK/fuse-plugin"
+}
+
+# build_fuse_plugin: a static binary (no cgo), so that an image of the binary alone runs it. The module proxy refuses
+# the module (named plain fuse-device-plugin); its vendor/ folder does not match its go.mod, hence -mod=mod (the
+# script's GOFLAGS), which takes the dependencies from the proxy. Under a minute.
+build_fuse_plugin() {
+	if have fuse-device-plugin "$FUSE_PLUGIN_VERSION"; then
+		log "fuse-device-plugin $FUSE_PLUGIN_VERSION cached"
+		return
+	fi
+	local start=$SECONDS src w
+	src=$(fuse_plugin_src)
+	[[ -f $src/go.mod && -f $src/main.go ]] || {
+		echo "tools.sh: no fuse-device-plugin source at $src (set DYNK8S_FUSE_PLUGIN_SRC)" >&2
+		return 1
+	}
+	w=$(mktemp -d "$WORK/fuse-plugin-build.XXXX")
+	log "building fuse-device-plugin $FUSE_PLUGIN_VERSION from $src in $w"
+	# A copy: the source may be read-only, and -mod=mod rewrites go.sum.
+	cp -R "$src/." "$w/src"
+	chmod -R u+w "$w/src"
+	(
+		cd "$w/src"
+		run_timed "fuse-device-plugin: go build" env CGO_ENABLED=0 go build -trimpath -ldflags "-s -w" \
+			-o "$w/fuse-device-plugin" .
+	)
+	install_bin fuse-device-plugin "$FUSE_PLUGIN_VERSION" "$w/fuse-device-plugin"
+	log "fuse-device-plugin $FUSE_PLUGIN_VERSION built in $((SECONDS - start)) s"
 }
 
 build_wireguard_go() {
@@ -477,6 +518,7 @@ main() {
 		local t
 		for t in "${KUBE_TOOLS[@]}"; do have "$t" "$KUBE_VERSION" || ok=1; done
 		have cluster-autoscaler "$AUTOSCALER_VERSION" || ok=1
+		have fuse-device-plugin "$FUSE_PLUGIN_VERSION" || ok=1
 		have wireguard-go "$WIREGUARD_GO_VERSION" || ok=1
 		[[ -z $(missing_debian) ]] || ok=1
 		have_node_runtime || ok=1
@@ -516,6 +558,7 @@ main() {
 	build_language_go
 	build_k8s_provider
 	build_autoscaler
+	build_fuse_plugin
 	build_box
 	log "all tools ready in $((SECONDS - start)) s; PATH entries: $(print_path)"
 }

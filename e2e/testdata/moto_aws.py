@@ -189,6 +189,25 @@ def instances(endpoint, region, key, secret):
     json.dump(out, sys.stdout)
 
 
+def ec2_instances(endpoint, region, key, secret):
+    """Every instance EC2 knows, as the burst test's launcher reads them: state, zone, private IP, and for a member of
+    an Auto Scaling group its group and lifecycle state."""
+    ec2 = boto3.client("ec2", region_name=region, endpoint_url=endpoint, aws_access_key_id=key,
+                       aws_secret_access_key=secret)
+    asg = boto3.client("autoscaling", region_name=region, endpoint_url=endpoint, aws_access_key_id=key,
+                       aws_secret_access_key=secret)
+    members = {}
+    for g in asg.get_paginator("describe_auto_scaling_groups").paginate().build_full_result()["AutoScalingGroups"]:
+        for i in g.get("Instances", []):
+            members[i["InstanceId"]] = {"group": g["AutoScalingGroupName"], "lifecycle": i["LifecycleState"]}
+    out = {}
+    for r in ec2.describe_instances()["Reservations"]:
+        for i in r["Instances"]:
+            out[i["InstanceId"]] = {"state": i["State"]["Name"], "zone": i["Placement"]["AvailabilityZone"],
+                                    "ip": i.get("PrivateIpAddress", ""), **members.get(i["InstanceId"], {})}
+    json.dump(out, sys.stdout)
+
+
 def vcpus(endpoint, region, key, secret, *types):
     ec2 = boto3.client("ec2", region_name=region, endpoint_url=endpoint, aws_access_key_id=key,
                        aws_secret_access_key=secret)
@@ -220,5 +239,5 @@ def launch(endpoint, region, key, secret, group, count):
 
 if __name__ == "__main__":
     cmd, args = sys.argv[1], sys.argv[2:]
-    {"setup": setup, "groups": groups, "instances": instances, "vcpus": vcpus, "fleet": fleet,
-     "launch": launch}[cmd](*args)
+    {"setup": setup, "groups": groups, "instances": instances, "ec2-instances": ec2_instances, "vcpus": vcpus,
+     "fleet": fleet, "launch": launch}[cmd](*args)

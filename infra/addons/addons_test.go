@@ -1,6 +1,7 @@
 package addons
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
 	"maps"
@@ -11,6 +12,7 @@ import (
 	"slices"
 	"sort"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -706,6 +708,75 @@ func TestFuseRBACNodesOnly(t *testing.T) {
 	}}))
 }
 
+// untaintCommand runs the embedded script for node ip-1 with PATH=dir, polling without pause, env added.
+func untaintCommand(dir string, env ...string) *exec.Cmd {
+	run := exec.Command("/bin/sh", "-c", untaintScript)
+	run.Env = append([]string{"PATH=" + dir, "NODE_NAME=ip-1",
+		"TAINT_KEY=" + kube.FuseStartupTaint.Key, "RESOURCE=" + kube.FuseResource, "POLL_SECONDS=0"}, env...)
+	return run
+}
+
+// runUntaint runs the script against the kubectl stub script (and a sleep that returns at once) to its end, which
+// must be a success, and returns its output.
+func runUntaint(t *testing.T, dir, kubectl string, env ...string) string {
+	t.Helper()
+	realtools.WriteStub(t, dir, "kubectl", kubectl)
+	realtools.WriteStub(t, dir, "sleep", "#!/bin/sh\nexit 0\n")
+	output, err := untaintCommand(dir, env...).CombinedOutput()
+	assert.NilError(t, err, "%s", output)
+	realtools.CheckNoMissingCommand(t, string(output))
+	return string(output)
+}
+
+// TestUntaintScriptOutlastsTheAPI: a node whose API server cannot be reached yet (the pod network still coming up)
+// is not a node without the taint. The script keeps asking and removes the taint once it can read the node.
+func TestUntaintScriptOutlastsTheAPI(t *testing.T) {
+	dir := realtools.ClosedPath(t)
+	log := filepath.Join(dir, "kubectl.log")
+	// The first two reads fail as kubectl does without a route to the server; then the node is tainted and
+	// advertises devices.
+	kubectl := fmt.Sprintf(`#!/bin/sh
+printf '%%s\n' "$*" >> %[1]q
+case "$*" in
+*spec.taints*)
+	[ "$(grep -c spec.taints %[1]q)" -le 2 ] && { echo "Unable to connect to the server: network is unreachable" >&2; exit 1; }
+	[ -e %[2]q ] || echo %[3]s ;;
+*allocatable*) echo 5000 ;;
+"taint node ip-1 %[3]s-") touch %[2]q ;;
+*) exit 3 ;;
+esac
+exit 0
+`, log, filepath.Join(dir, "removed"), kube.FuseStartupTaint.Key)
+	output := runUntaint(t, dir, kubectl)
+	_, err := os.Stat(filepath.Join(dir, "removed"))
+	assert.NilError(t, err, "the taint was not removed:\n%s", output)
+	assert.Check(t, is.Contains(output, "cannot read node ip-1"))
+}
+
+// TestUntaintScriptStopsOnSIGTERM: once idle, the sidecar exits 0 on SIGTERM. As its container's PID 1 a shell (or
+// a sleep it execs) ignores SIGTERM unless it traps it, and then every stop of the pod (a drain, the node's
+// shutdown) waits out the grace period before the runtime kills it.
+func TestUntaintScriptStopsOnSIGTERM(t *testing.T) {
+	dir := realtools.ClosedPath(t)
+	// The node carries no taint: the script goes straight to idling.
+	realtools.WriteStub(t, dir, "kubectl", "#!/bin/sh\nexit 0\n")
+	run := untaintCommand(dir)
+	var out bytes.Buffer
+	run.Stdout, run.Stderr = &out, &out
+	assert.NilError(t, run.Start())
+	done := make(chan error, 1)
+	go func() { done <- run.Wait() }()
+	time.Sleep(500 * time.Millisecond)
+	assert.NilError(t, run.Process.Signal(syscall.SIGTERM))
+	select {
+	case err := <-done:
+		assert.NilError(t, err, "the idle sidecar did not exit 0 on SIGTERM: %s", out.String())
+	case <-time.After(5 * time.Second):
+		_ = run.Process.Kill()
+		t.Fatalf("the idle sidecar ignored SIGTERM: %s", out.String())
+	}
+}
+
 // TestUntaintScript runs the embedded script against a stub kubectl: it keeps the taint while the node advertises
 // no fuse devices, removes it once it does, and idles (here: the stub sleep returns) once the taint is gone.
 func TestUntaintScript(t *testing.T) {
@@ -723,14 +794,7 @@ case "$*" in
 esac
 exit 0
 `, log, filepath.Join(dir, "removed"), kube.FuseStartupTaint.Key)
-	realtools.WriteStub(t, dir, "kubectl", kubectl)
-	realtools.WriteStub(t, dir, "sleep", "#!/bin/sh\nexit 0\n")
-	run := exec.Command("/bin/sh", "-c", untaintScript)
-	run.Env = []string{"PATH=" + dir, "NODE_NAME=ip-1",
-		"TAINT_KEY=" + kube.FuseStartupTaint.Key, "RESOURCE=" + kube.FuseResource, "POLL_SECONDS=0"}
-	output, err := run.CombinedOutput()
-	assert.NilError(t, err, "%s", output)
-	realtools.CheckNoMissingCommand(t, string(output))
+	output := runUntaint(t, dir, kubectl)
 	calls, err := os.ReadFile(log)
 	assert.NilError(t, err)
 	var taints []string
@@ -741,20 +805,14 @@ exit 0
 	}
 	assert.DeepEqual(t, taints, []string{"taint node ip-1 " + kube.FuseStartupTaint.Key + "-"})
 	assert.Check(t, is.Contains(string(calls), `get node ip-1 --output jsonpath={.status.allocatable.github\.com/fuse}`))
-	assert.Check(t, is.Contains(string(output), "offers 5000 github.com/fuse"))
+	assert.Check(t, is.Contains(output, "offers 5000 github.com/fuse"))
 
 	// A plugin that never advertises: the taint still goes, after the give-up time, with a warning.
 	assert.NilError(t, os.Remove(filepath.Join(dir, "removed")))
 	assert.NilError(t, os.WriteFile(log, []byte("allocatable\nallocatable\nallocatable\n"), 0o644))
 	kubectl = strings.Replace(kubectl, `*allocatable*) [ "$n" -ge 3 ] && echo 5000 ;;`, `*allocatable*) ;;`, 1)
-	realtools.WriteStub(t, dir, "kubectl", kubectl)
-	run = exec.Command("/bin/sh", "-c", untaintScript)
-	run.Env = append(run.Env, "PATH="+dir+string(os.PathListSeparator)+os.Getenv("PATH"), "NODE_NAME=ip-1",
-		"TAINT_KEY="+kube.FuseStartupTaint.Key, "RESOURCE="+kube.FuseResource, "POLL_SECONDS=0", "GIVE_UP_SECONDS=0")
-	output, err = run.CombinedOutput()
-	assert.NilError(t, err, "%s", output)
-	realtools.CheckNoMissingCommand(t, string(output))
-	assert.Check(t, is.Contains(string(output), "WARNING: node ip-1 advertises no github.com/fuse"))
+	output = runUntaint(t, dir, kubectl, "GIVE_UP_SECONDS=0")
+	assert.Check(t, is.Contains(output, "WARNING: node ip-1 advertises no github.com/fuse"))
 	_, err = os.Stat(filepath.Join(dir, "removed"))
 	assert.NilError(t, err, "the taint was not removed")
 }

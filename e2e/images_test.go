@@ -1,0 +1,188 @@
+//go:build e2e
+
+package e2e
+
+import (
+	"archive/tar"
+	"bytes"
+	"debug/elf"
+	"errors"
+	"io"
+	"maps"
+	"os"
+	"os/exec"
+	"path"
+	"path/filepath"
+	"runtime"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/google/go-containerregistry/pkg/name"
+	v1 "github.com/google/go-containerregistry/pkg/v1"
+	"github.com/google/go-containerregistry/pkg/v1/empty"
+	"github.com/google/go-containerregistry/pkg/v1/mutate"
+	"github.com/google/go-containerregistry/pkg/v1/tarball"
+)
+
+// No image can be pulled here, so the pods of a box run images the test builds and imports into the box's runtime
+// before its kubelet starts, each tagged with the name the stack's manifests (or the rendered CRI-O config) give it.
+// Each is one layer of the files its container runs, nothing else.
+
+// podImage is one image: its name, its default command, and its files (path in the image: file on this machine).
+type podImage struct {
+	ref        string
+	entrypoint []string
+	files      map[string]string
+}
+
+// staticBinary builds a main package of this repository (CGO off: it runs in an image with no libc) into dir.
+func staticBinary(t *testing.T, pkg, dir string) string {
+	t.Helper()
+	out := filepath.Join(dir, path.Base(pkg))
+	cmd := exec.Command("go", "build", "-trimpath", "-o", out, pkg)
+	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
+	if b, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("go build %s: %v\n%s", pkg, err, b)
+	}
+	return out
+}
+
+// withSharedLibs adds to files what the dynamically linked ones among them need to run: their ELF interpreter and
+// every shared library they (and those libraries) name, found where this machine's loader finds them, at the same
+// paths in the image.
+func withSharedLibs(t *testing.T, files map[string]string) map[string]string {
+	t.Helper()
+	out := maps.Clone(files)
+	queue := slices.Sorted(maps.Keys(files))
+	for len(queue) > 0 {
+		p := queue[0]
+		queue = queue[1:]
+		interp, libs, err := elfNeeds(out[p])
+		if err != nil {
+			t.Fatalf("%s: %v", out[p], err)
+		}
+		if interp != "" {
+			libs = append(libs, interp)
+		}
+		for _, lib := range libs {
+			found := lib
+			if !filepath.IsAbs(lib) {
+				if found = findLib(lib); found == "" {
+					t.Fatalf("%s needs %s, which is in none of the loader's directories", out[p], lib)
+				}
+			}
+			if _, ok := out[found]; !ok {
+				out[found] = found
+				queue = append(queue, found)
+			}
+		}
+	}
+	return out
+}
+
+// elfNeeds is an ELF file's interpreter (PT_INTERP; "" for a static binary) and its DT_NEEDED libraries.
+func elfNeeds(file string) (interp string, libs []string, err error) {
+	f, err := elf.Open(file)
+	if err != nil {
+		return "", nil, err
+	}
+	defer f.Close()
+	for _, p := range f.Progs {
+		if p.Type == elf.PT_INTERP {
+			b, err := io.ReadAll(p.Open())
+			if err != nil {
+				return "", nil, err
+			}
+			interp = strings.TrimRight(string(b), "\x00")
+		}
+	}
+	libs, err = f.ImportedLibraries()
+	if errors.Is(err, elf.ErrNoSymbols) {
+		err = nil
+	}
+	return interp, libs, err
+}
+
+// libDirs are the directories Debian's loader searches without an ld.so.cache (its multiarch system directories).
+var libDirs = []string{"/lib/x86_64-linux-gnu", "/usr/lib/x86_64-linux-gnu", "/lib/aarch64-linux-gnu",
+	"/usr/lib/aarch64-linux-gnu", "/lib64", "/lib", "/usr/lib"}
+
+func findLib(soname string) string {
+	for _, d := range libDirs {
+		p := filepath.Join(d, soname)
+		if _, err := os.Stat(p); err == nil {
+			return p
+		}
+	}
+	return ""
+}
+
+// archive writes the image as a docker-archive tarball (what `ctr images import` reads) to file.
+func (img podImage) archive(t *testing.T, file string) {
+	t.Helper()
+	layerTar := imageLayer(t, img.files)
+	layer, err := tarball.LayerFromOpener(func() (io.ReadCloser, error) {
+		return io.NopCloser(bytes.NewReader(layerTar)), nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	i, err := mutate.AppendLayers(empty.Image, layer)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cf, err := i.ConfigFile()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cf = cf.DeepCopy()
+	cf.Architecture, cf.OS = runtime.GOARCH, "linux"
+	cf.Config = v1.Config{Entrypoint: img.entrypoint, Env: []string{"PATH=/usr/local/bin:/usr/bin:/bin"}}
+	if i, err = mutate.ConfigFile(i, cf); err != nil {
+		t.Fatal(err)
+	}
+	tag, err := name.NewTag(img.ref)
+	if err != nil {
+		t.Fatalf("image name %s: %v", img.ref, err)
+	}
+	if err := tarball.WriteToFile(file, tag, i); err != nil {
+		t.Fatalf("write %s: %v", file, err)
+	}
+}
+
+// imageLayer is a tar of files (image path: source), with their parent directories, owned by root, in a stable order.
+func imageLayer(t *testing.T, files map[string]string) []byte {
+	t.Helper()
+	var buf bytes.Buffer
+	tw := tar.NewWriter(&buf)
+	dirs := map[string]bool{}
+	for _, p := range slices.Sorted(maps.Keys(files)) {
+		for d := path.Dir(p); d != "/" && !dirs[d]; d = path.Dir(d) {
+			dirs[d] = true
+		}
+	}
+	for _, d := range slices.Sorted(maps.Keys(dirs)) {
+		if err := tw.WriteHeader(&tar.Header{Typeflag: tar.TypeDir, Name: strings.TrimPrefix(d, "/") + "/",
+			Mode: 0o755}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, p := range slices.Sorted(maps.Keys(files)) {
+		content, err := os.ReadFile(files[p])
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := tw.WriteHeader(&tar.Header{Typeflag: tar.TypeReg, Name: strings.TrimPrefix(p, "/"), Mode: 0o755,
+			Size: int64(len(content))}); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := tw.Write(content); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := tw.Close(); err != nil {
+		t.Fatal(err)
+	}
+	return buf.Bytes()
+}

@@ -1,0 +1,94 @@
+//go:build e2e
+
+package e2e
+
+import (
+	"context"
+	"maps"
+	"slices"
+	"strings"
+	"testing"
+)
+
+// launcher plays EC2 for the boxes: each instance moto starts in the watched group gets a box that boots the
+// pool's user data, with that instance's id, zone, private IP and Auto Scaling lifecycle state in its fake IMDS; a
+// box whose instance moto stops or terminates is powered off, and booted again (a start of the same instance) when
+// moto runs it again.
+type launcher struct {
+	aws      *awsEnv
+	join     *boxJoin
+	group    string
+	archives []string
+	boxes    map[string]*boxNode
+	// stopping: the instances whose boxes have been told to power off and still run.
+	stopping map[string]bool
+}
+
+// ec2Instance is one instance as moto's EC2 and Auto Scaling describe it (testdata/moto_aws.py ec2-instances).
+type ec2Instance struct {
+	State     string `json:"state"`
+	Zone      string `json:"zone"`
+	IP        string `json:"ip"`
+	Group     string `json:"group"`
+	Lifecycle string `json:"lifecycle"`
+}
+
+func (a *awsEnv) ec2Instances(ctx context.Context, t *testing.T) map[string]ec2Instance {
+	t.Helper()
+	var out map[string]ec2Instance
+	a.python(ctx, t, nil, &out, "ec2-instances", a.admin.Key, a.admin.Secret)
+	return out
+}
+
+func newLauncher(t *testing.T, a *awsEnv, j *boxJoin, group string, archives []string) *launcher {
+	t.Helper()
+	return &launcher{aws: a, join: j, group: group, archives: archives, boxes: map[string]*boxNode{},
+		stopping: map[string]bool{}}
+}
+
+// sync makes the boxes follow moto's instances once.
+func (l *launcher) sync(ctx context.Context, t *testing.T) {
+	t.Helper()
+	for id, inst := range l.aws.ec2Instances(ctx, t) {
+		n, known := l.boxes[id]
+		up := known && n.cur != nil && n.running()
+		switch {
+		case inst.State == "pending" || inst.State == "running":
+			if !known {
+				if inst.Group != l.group {
+					continue
+				}
+				if inst.IP == "" {
+					t.Fatalf("moto gave instance %s no private IP", id)
+				}
+				n = l.join.newNode(t, "burst-"+strings.TrimPrefix(id, "i-")[:8], boxInstance{id: id, zone: inst.Zone, ip: inst.IP,
+					state: inst.Lifecycle})
+				n.runsPods(t, l.archives)
+				l.boxes[id] = n
+			}
+			if !up {
+				t.Logf("launcher: %s is %s in %s: booting its box", id, inst.State, inst.Group)
+				n.boot(t)
+			}
+		case up && !l.stopping[id]:
+			// As EC2 stops an instance: an orderly shutdown from outside; the test sees it end (box.running).
+			t.Logf("launcher: %s is %s: powering its box off", id, inst.State)
+			if out, err := n.exec(ctx, "systemctl", "poweroff"); err != nil && n.running() {
+				t.Fatalf("box of %s: systemctl poweroff: %v: %s", id, err, out)
+			}
+			l.stopping[id] = true
+		}
+		if !up {
+			delete(l.stopping, id)
+		}
+	}
+}
+
+// only is the one box the launcher has booted, nil before it has.
+func (l *launcher) only() *boxNode {
+	ids := slices.Sorted(maps.Keys(l.boxes))
+	if len(ids) == 0 {
+		return nil
+	}
+	return l.boxes[ids[0]]
+}
