@@ -528,8 +528,9 @@ const e2eOnPremNode = "e2e-onprem-1"
 func checkNodeAdmission(ctx context.Context, t *testing.T, c cluster, pool string) {
 	t.Helper()
 	const poolNode, rogue, wrongPool, badName = "i-0e2e0000000000a01", "e2e-rogue", "i-0e2e0000000000a02", "ip-10-0-0-1"
+	const unlabelledID = "i-0e2e0000000000a03"
 	t.Cleanup(func() {
-		for _, n := range []string{poolNode, rogue, wrongPool, badName, e2eOnPremNode} {
+		for _, n := range []string{poolNode, rogue, wrongPool, badName, unlabelledID, e2eOnPremNode} {
 			_, _ = c.kubectl(context.Background(), "delete", "node", n, "--ignore-not-found", "--wait=false")
 		}
 	})
@@ -573,6 +574,8 @@ func checkNodeAdmission(ctx context.Context, t *testing.T, c cluster, pool strin
 	denied("a Node of a pool the stack lacks", register(wrongPool, "no-such-pool"),
 		"names one of this stack's pools")
 	denied("a pool Node not named after an instance", register(badName, pool), "is named after its EC2 instance id")
+	denied("an unlabelled Node named after an instance", register(unlabelledID, ""),
+		"registers under an EC2 instance id carries "+kube.LabelPool)
 	if err := register(poolNode, pool); err != nil {
 		t.Fatalf("a node of pool %s cannot register: %v", pool, err)
 	}

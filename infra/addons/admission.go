@@ -121,6 +121,12 @@ func nodeValidations(pools, onPremNodes []string) []validation {
 		{fmt.Sprintf("request.operation != 'CREATE' || !%s || object.metadata.name.matches('%s')", hasPool("object"),
 			instanceIDPattern),
 			"a Node a kubelet registers with " + kube.LabelPool + " is named after its EC2 instance id"},
+		// The converse: the only certificates a join token can get are for instance ids (the CSR approver), so an
+		// unlabelled Node of such a name is a token holder's, come to draw the on-prem-only pods (the autoscaler,
+		// the rotator, the cleanup, the approver, with their AWS keys), which keep off the pool label.
+		{fmt.Sprintf("request.operation != 'CREATE' || %s || !object.metadata.name.matches('%s')", hasPool("object"),
+			instanceIDPattern),
+			"a Node a kubelet registers under an EC2 instance id carries " + kube.LabelPool},
 	}
 	if len(onPremNodes) > 0 {
 		vs = append(vs, validation{

@@ -401,7 +401,7 @@ func TestNodeAdmission(t *testing.T) {
 	a := testAddonsArgs()
 	slices.Reverse(a.Pools)
 	exprs, _ := rules(a)
-	assert.Equal(t, len(exprs), 3, "without OnPremNodes, an unlabelled Node is not judged by name")
+	assert.Equal(t, len(exprs), 4, "without OnPremNodes, an unlabelled Node is judged by name only if it is an instance id")
 	names := make([]string, len(a.Pools))
 	for i, p := range a.Pools {
 		names[i] = p.Name
@@ -411,11 +411,13 @@ func TestNodeAdmission(t *testing.T) {
 	assert.Check(t, strings.HasPrefix(exprs[0], "request.operation != 'UPDATE' || "))
 	assert.Check(t, is.Contains(exprs[2], "object.metadata.name.matches('^i-[0-9a-f]{8}([0-9a-f]{9})?$')"),
 		"a pool Node is named after its instance")
+	assert.Check(t, is.Contains(exprs[3], "!object.metadata.name.matches('^i-[0-9a-f]{8}([0-9a-f]{9})?$')"),
+		"an unlabelled Node is not named after an instance")
 
 	a = testAddonsArgs()
 	a.OnPremNodes = []string{"cp-1", "worker-1"}
 	exprs, messages := rules(a)
-	assert.Equal(t, len(exprs), 4)
-	assert.Check(t, is.Contains(exprs[3], "object.metadata.name in ['cp-1', 'worker-1']"))
+	assert.Equal(t, len(exprs), 5)
+	assert.Check(t, is.Contains(exprs[4], "object.metadata.name in ['cp-1', 'worker-1']"))
 	assert.Check(t, is.Contains(messages, "add its name there first"))
 }
