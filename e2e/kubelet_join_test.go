@@ -106,17 +106,7 @@ func TestKubeletJoin(t *testing.T) {
 		if run.err == nil {
 			t.Fatalf("join.sh succeeded with a wrong token:\n%s", run.output)
 		}
-		for _, want := range []string{"failed to verify JWS signature", "FAILED: kubeadm join: gave up",
-			"timeline: result=failed"} {
-			if !strings.Contains(run.output, want) {
-				t.Errorf("output lacks %q:\n%s", want, run.output)
-			}
-		}
-		// A failed boot is never handed back to its group (a fault every instance meets would become a replace
-		// loop): the autoscaler retires the instance once its provision time is up.
-		if strings.Contains(run.output, "Unhealthy") {
-			t.Errorf("the failed join handed the instance back:\n%s", run.output)
-		}
+		checkRefusedJoin(t, run.output)
 		// join.sh's cleanup after each failed attempt (recorded only: see testdata/stubs/kubeadm-real).
 		if !strings.Contains(n.calls(t), "kubeadm reset --force") {
 			t.Errorf("no kubeadm reset after the refused join:\n%s", n.calls(t))
@@ -197,6 +187,22 @@ func TestKubeletJoin(t *testing.T) {
 				after.ready())
 		}
 	})
+}
+
+// checkRefusedJoin: a join refused for its token gives up with kubeadm's reason and a failed timeline, and is not
+// handed back to its group (a fault every instance meets would become a replace loop): the autoscaler retires the
+// instance once its provision time is up.
+func checkRefusedJoin(t *testing.T, output string) {
+	t.Helper()
+	for _, want := range []string{"failed to verify JWS signature", "FAILED: kubeadm join: gave up",
+		"timeline: result=failed"} {
+		if !strings.Contains(output, want) {
+			t.Errorf("output lacks %q:\n%s", want, output)
+		}
+	}
+	if strings.Contains(output, "Unhealthy") {
+		t.Errorf("the failed join handed the instance back:\n%s", output)
+	}
 }
 
 // checkKubeletPatched asserts the node's own kubelet settings, which kubeadm patched in over the cluster's

@@ -147,15 +147,7 @@ func (r *Result) IdleBill() IdleBill {
 			bill.Items = append(bill.Items, running...)
 		}
 	}
-	for _, a := range byType("aws:cloudwatch/metricAlarm:MetricAlarm") {
-		bill.Items = append(bill.Items, BillItem{Kind: BillAlarm, Quantity: 1, Resource: a.Name,
-			Note: "bills in every state, also with no data while its instance is stopped"})
-	}
-
-	for _, k := range byType("aws:kms/key:Key") {
-		bill.Items = append(bill.Items, BillItem{Kind: BillKMSKey, Quantity: 1, Resource: k.Name,
-			Note: "identity.parameterKey create: bills per month while it exists, and for its 30-day deletion window"})
-	}
+	bill.Items = append(bill.Items, monthlyItems(byType)...)
 
 	templates := map[string]map[string]any{}
 	for _, lt := range byType("aws:ec2/launchTemplate:LaunchTemplate") {
@@ -298,4 +290,18 @@ func (b IdleBill) WriteIdleBill(w io.Writer) error {
 			strings.Join(h.InstanceTypes, " or "), capacity, h.VolumeGiB, h.PublicIPv4)
 	}
 	return tw.Flush()
+}
+
+// monthlyItems are the resources that bill a flat monthly fee while they exist: alarms and KMS keys.
+func monthlyItems(byType func(string) []mockcloud.Resource) []BillItem {
+	var items []BillItem
+	for _, a := range byType("aws:cloudwatch/metricAlarm:MetricAlarm") {
+		items = append(items, BillItem{Kind: BillAlarm, Quantity: 1, Resource: a.Name,
+			Note: "bills in every state, also with no data while its instance is stopped"})
+	}
+	for _, k := range byType("aws:kms/key:Key") {
+		items = append(items, BillItem{Kind: BillKMSKey, Quantity: 1, Resource: k.Name,
+			Note: "identity.parameterKey create: bills per month while it exists, and for its 30-day deletion window"})
+	}
+	return items
 }
