@@ -35,7 +35,9 @@ type ForwardAllow struct {
 var (
 	cniUDPPorts  = []int{4789, 6081, 8472}
 	cniTCPPorts  = []int{179}
-	cniProtocols = []string{"ipip"}
+	// cniProtocols are IP protocol numbers (IANA): 4 is IP-in-IP. By number, because nft resolves a protocol name
+	// through /etc/protocols, which an image may lack (Debian's minimal roots do: nft then refuses "ipip").
+	cniProtocols = []string{"4"}
 )
 
 var forwardPortsRE = regexp.MustCompile(`^[0-9]+(-[0-9]+)?(,[0-9]+(-[0-9]+)?)*$`)

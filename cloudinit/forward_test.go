@@ -46,7 +46,7 @@ func TestGatewayForwardFilter(t *testing.T) {
 		"ct state established,related accept",
 		"tcp dport { 179, 6443 } accept",
 		"udp dport { 4789, 6081, 8472 } accept",
-		"ip protocol { ipip } accept",
+		"ip protocol { 4 } accept",
 		"ip daddr { 192.168.1.53 } udp dport 53 accept",
 		"ip daddr { 192.168.1.53 } tcp dport 53 accept",
 		"ip daddr 192.168.10.20/32 tcp dport { 8080, 50000 } accept",
