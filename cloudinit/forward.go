@@ -33,8 +33,8 @@ type ForwardAllow struct {
 // port (Calico's VXLAN mode) and on the Linux kernel's old default (Flannel's and Cilium's), Geneve (Cilium,
 // OVN), IP-in-IP (Calico's IPIP mode) with the BGP sessions that mode needs between every pair of nodes.
 var (
-	cniUDPPorts  = []int{4789, 6081, 8472}
-	cniTCPPorts  = []int{179}
+	cniUDPPorts = []int{4789, 6081, 8472}
+	cniTCPPorts = []int{179}
 	// cniProtocols are IP protocol numbers (IANA): 4 is IP-in-IP. By number, because nft resolves a protocol name
 	// through /etc/protocols, which an image may lack (Debian's minimal roots do: nft then refuses "ipip").
 	cniProtocols = []string{"4"}
