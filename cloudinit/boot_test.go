@@ -109,13 +109,7 @@ func TestBootPreparesInTheWarmPoolThenJoins(t *testing.T) {
 	_, err := os.Stat(filepath.Join(env.root, "var/lib/dynk8s/prepared"))
 	assert.Check(t, err, "no marker of the preparation")
 
-	reboot(t, env.root)
-	aws.imds.SetLifecycleState("InService")
-	aws.mu.Lock()
-	aws.pendingAction = true
-	aws.mu.Unlock()
-	assert.NilError(t, os.Remove(filepath.Join(env.stubDir, "calls")))
-	start := env.run(t, joinScript)
+	start := startFromTheWarmPool(t, env, aws)
 	assert.Equal(t, start.exitCode, 0)
 	calls = start.file("calls")
 	assert.Check(t, !strings.Contains(calls, "dnf "), "packages installed again")
@@ -162,13 +156,7 @@ func TestBootHandsBackAStaleWarmInstance(t *testing.T) {
 			env := newScriptEnv(t, ud, aws, nil, nil)
 			assert.Equal(t, env.run(t, joinScript).exitCode, 0)
 
-			reboot(t, env.root)
-			aws.imds.SetLifecycleState("InService")
-			aws.mu.Lock()
-			aws.pendingAction = true
-			aws.mu.Unlock()
-			assert.NilError(t, os.Remove(filepath.Join(env.stubDir, "calls")))
-			start := env.run(t, joinScript)
+			start := startFromTheWarmPool(t, env, aws)
 			assert.Equal(t, start.exitCode, 0)
 			assert.Check(t, is.Equal(readTimeline(t, start).Result, c.result))
 			asg := aws.autoscalingCalls()
@@ -483,4 +471,17 @@ func TestBootPrePullsWhileJoining(t *testing.T) {
 	tl := readTimeline(t, run)
 	assert.Check(t, is.Equal(tl.Result, "joined"))
 	assert.Check(t, is.Equal(tl.Phases[len(tl.Phases)-1].Name, "pre-pull"), "%+v", tl.Phases)
+}
+
+// startFromTheWarmPool is the prepared instance's start into service: a new boot (run markers gone), IMDS saying
+// InService, a launch lifecycle action pending, and the join run again from a fresh record of calls.
+func startFromTheWarmPool(t *testing.T, env *scriptEnv, aws *fakeAWS) scriptRun {
+	t.Helper()
+	reboot(t, env.root)
+	aws.imds.SetLifecycleState("InService")
+	aws.mu.Lock()
+	aws.pendingAction = true
+	aws.mu.Unlock()
+	assert.NilError(t, os.Remove(filepath.Join(env.stubDir, "calls")))
+	return env.run(t, joinScript)
 }

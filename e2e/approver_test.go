@@ -24,10 +24,8 @@ import (
 
 	"sigs.k8s.io/yaml"
 
-	"github.com/dynk8s/dynk8s/cloudinit"
 	"github.com/dynk8s/dynk8s/infra"
 	"github.com/dynk8s/dynk8s/infra/addons"
-	"github.com/dynk8s/dynk8s/infra/config"
 	"github.com/dynk8s/dynk8s/internal/fakeimds"
 )
 
@@ -100,20 +98,8 @@ func TestNodeCSRApprover(t *testing.T) {
 	param := infra.JoinTokenParameter(cfg.ClusterName)
 	ssm.putSecureString(t, cfg.Region, param, token)
 	zone := cfg.Region + fakeZoneSuffix
-	imds := fakeimds.New(t, fakeimds.Instance{
-		ID: live[0], Zone: zone, Region: cfg.Region, PrivateIP: fakeNodeIP,
-		Type: fakeInstanceType, Role: fakeRole, AccessKeyID: "ASIAE2EFAKEROLEKEY01",
-		SecretAccessKey: "e2e/fake/role/secret/key/000000000000", SessionToken: "e2e-fake-session-token",
-	})
-	endpoint, err := config.ParseEndpoint(strings.TrimPrefix(c.Server, "https://"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg.Kubernetes.APIServerEndpoint = endpoint
-	userData, err := cloudinit.Node(infra.NodeInput(cfg, pool, []string{clusterInfoCAHash(ctx, t, c)}, param))
-	if err != nil {
-		t.Fatalf("render user data: %v", err)
-	}
+	imds := fakeimds.New(t, fakeRoleInstance(live[0], zone, cfg.Region, fakeNodeIP, ""))
+	userData := renderNodeUserData(ctx, t, c, cfg, pool, param)
 	n := bootNode(ctx, t, userData, realKubeadm, []string{c.Server, imds.URL, ssm.url})
 	t.Cleanup(func() {
 		_, _ = c.kubectl(context.Background(), "delete", "node", live[0], "--ignore-not-found", "--wait=false")

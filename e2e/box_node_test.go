@@ -18,7 +18,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/dynk8s/dynk8s/cloudinit"
 	"github.com/dynk8s/dynk8s/infra"
 	"github.com/dynk8s/dynk8s/infra/config"
 	"github.com/dynk8s/dynk8s/internal/fakeimds"
@@ -84,15 +83,7 @@ func newBoxJoin(ctx context.Context, t *testing.T, c cluster, cfg *config.Config
 	kubeadmUploadConfig(ctx, t, c)
 	param := infra.JoinTokenParameter(cfg.ClusterName)
 	moto.putSecureString(t, cfg.Region, param, token)
-	endpoint, err := config.ParseEndpoint(strings.TrimPrefix(c.Server, "https://"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg.Kubernetes.APIServerEndpoint = endpoint
-	userData, err := cloudinit.Node(infra.NodeInput(cfg, pool, []string{clusterInfoCAHash(ctx, t, c)}, param))
-	if err != nil {
-		t.Fatalf("render user data: %v", err)
-	}
+	userData := renderNodeUserData(ctx, t, c, cfg, pool, param)
 	if autoscaling == "" {
 		autoscaling = moto.url
 	}
@@ -103,12 +94,7 @@ func newBoxJoin(ctx context.Context, t *testing.T, c cluster, cfg *config.Config
 // newNode makes the box of instance inst, named name (see boxSpec), with a fake IMDS of its own.
 func (j *boxJoin) newNode(t *testing.T, name string, inst boxInstance) *boxNode {
 	t.Helper()
-	imds := fakeimds.New(t, fakeimds.Instance{
-		ID: inst.id, Zone: inst.zone, Region: j.cfg.Region, PrivateIP: inst.ip,
-		Type: fakeInstanceType, Role: fakeRole, AccessKeyID: "ASIAE2EFAKEROLEKEY01",
-		SecretAccessKey: "e2e/fake/role/secret/key/000000000000", SessionToken: "e2e-fake-session-token",
-		LifecycleState: inst.state,
-	})
+	imds := fakeimds.New(t, fakeRoleInstance(inst.id, inst.zone, j.cfg.Region, inst.ip, inst.state))
 	forwards := []string{strings.TrimPrefix(j.c.Server, "https://"), strings.TrimPrefix(j.moto.url, "http://")}
 	if a := strings.TrimPrefix(j.autoscaling, "http://"); a != forwards[1] {
 		forwards = append(forwards, a)

@@ -57,12 +57,7 @@ func TestJoinDiscovery(t *testing.T) {
 	ssm := startMoto(ctx, t, moto)
 	param := infra.JoinTokenParameter(cfg.ClusterName)
 	ssm.putSecureString(t, cfg.Region, param, token)
-	// moto accepts any credentials; the role's are shaped like real ones.
-	imds := fakeimds.New(t, fakeimds.Instance{
-		ID: fakeInstanceID, Zone: cfg.Region + fakeZoneSuffix, Region: cfg.Region, PrivateIP: fakeNodeIP,
-		Type: fakeInstanceType, Role: fakeRole, AccessKeyID: "ASIAE2EFAKEROLEKEY01",
-		SecretAccessKey: "e2e/fake/role/secret/key/000000000000", SessionToken: "e2e-fake-session-token",
-	})
+	imds := fakeimds.New(t, fakeRoleInstance(fakeInstanceID, cfg.Region+fakeZoneSuffix, cfg.Region, fakeNodeIP, ""))
 
 	// The pin the stack computes when kubernetes.caCertHash is unset: from kube-public/cluster-info, as written by the
 	// real kubeadm. kubeadm's own discovery below accepting it is the proof that the two agree.
@@ -71,10 +66,7 @@ func TestJoinDiscovery(t *testing.T) {
 		t.Fatalf("hash from cluster-info %s, from the CA file %s", caHash, want)
 	}
 	// The dev stack's first pool, as the stack renders it, joining the local API server instead of the on-prem one.
-	endpoint, err := config.ParseEndpoint(strings.TrimPrefix(c.Server, "https://"))
-	if err != nil {
-		t.Fatal(err)
-	}
+	endpoint := apiServerEndpoint(t, c)
 	cfg.Kubernetes.APIServerEndpoint = endpoint
 	input := func(hash string) cloudinit.NodeInput {
 		return infra.NodeInput(cfg, cfg.NodePools[0], []string{hash}, param)
@@ -134,6 +126,40 @@ func TestJoinDiscovery(t *testing.T) {
 			}
 		}
 	})
+}
+
+// fakeRoleInstance is an instance as the fake IMDS serves it, in a target lifecycle state ("" for none), with the
+// node role's credentials shaped like real ones (moto accepts any).
+func fakeRoleInstance(id, zone, region, ip, state string) fakeimds.Instance {
+	return fakeimds.Instance{
+		ID: id, Zone: zone, Region: region, PrivateIP: ip,
+		Type: fakeInstanceType, Role: fakeRole, AccessKeyID: "ASIAE2EFAKEROLEKEY01",
+		SecretAccessKey: "e2e/fake/role/secret/key/000000000000", SessionToken: "e2e-fake-session-token",
+		LifecycleState: state,
+	}
+}
+
+// apiServerEndpoint is the throwaway control plane's API server, as kubernetes.apiServerEndpoint names it.
+func apiServerEndpoint(t *testing.T, c cluster) config.Endpoint {
+	t.Helper()
+	endpoint, err := config.ParseEndpoint(strings.TrimPrefix(c.Server, "https://"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return endpoint
+}
+
+// renderNodeUserData renders a pool's user data as the stack does, for joining the throwaway control plane: its
+// endpoint (set in cfg) and the CA pin from its cluster-info.
+func renderNodeUserData(ctx context.Context, t *testing.T, c cluster, cfg *config.Config, pool config.NodePool,
+	param string) []byte {
+	t.Helper()
+	cfg.Kubernetes.APIServerEndpoint = apiServerEndpoint(t, c)
+	userData, err := cloudinit.Node(infra.NodeInput(cfg, pool, []string{clusterInfoCAHash(ctx, t, c)}, param))
+	if err != nil {
+		t.Fatalf("render user data: %v", err)
+	}
+	return userData
 }
 
 // kubeadmInit does what `kubeadm init` does for joining nodes, with the real kubeadm: the bootstrap token, the

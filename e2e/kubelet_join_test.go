@@ -27,7 +27,6 @@ import (
 	"golang.org/x/sys/unix"
 	"sigs.k8s.io/yaml"
 
-	"github.com/dynk8s/dynk8s/cloudinit"
 	"github.com/dynk8s/dynk8s/infra"
 	"github.com/dynk8s/dynk8s/infra/config"
 	"github.com/dynk8s/dynk8s/internal/fakeimds"
@@ -75,21 +74,8 @@ func TestKubeletJoin(t *testing.T) {
 	ssm := startMoto(ctx, t, moto)
 	param := infra.JoinTokenParameter(cfg.ClusterName)
 	zone := cfg.Region + fakeZoneSuffix
-	imds := fakeimds.New(t, fakeimds.Instance{
-		ID: fakeInstanceID, Zone: zone, Region: cfg.Region, PrivateIP: fakeNodeIP,
-		Type: fakeInstanceType, Role: fakeRole, AccessKeyID: "ASIAE2EFAKEROLEKEY01",
-		SecretAccessKey: "e2e/fake/role/secret/key/000000000000", SessionToken: "e2e-fake-session-token",
-	})
-	endpoint, err := config.ParseEndpoint(strings.TrimPrefix(c.Server, "https://"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg.Kubernetes.APIServerEndpoint = endpoint
-	input := infra.NodeInput(cfg, pool, []string{clusterInfoCAHash(ctx, t, c)}, param)
-	userData, err := cloudinit.Node(input)
-	if err != nil {
-		t.Fatalf("render user data: %v", err)
-	}
+	imds := fakeimds.New(t, fakeRoleInstance(fakeInstanceID, zone, cfg.Region, fakeNodeIP, ""))
+	userData := renderNodeUserData(ctx, t, c, cfg, pool, param)
 
 	n := bootNode(ctx, t, userData, realKubeadm, []string{c.Server, imds.URL, ssm.url})
 	// The JoinConfiguration names the Node after its instance, whatever the hostname.

@@ -99,15 +99,8 @@ func TestTokenRotator(t *testing.T) {
 	}
 
 	// 2. A node joins with what SSM holds.
-	imds := fakeimds.New(t, fakeimds.Instance{
-		ID: fakeInstanceID, Zone: cfg.Region + fakeZoneSuffix, Region: cfg.Region, PrivateIP: fakeNodeIP,
-		Type: fakeInstanceType, Role: fakeRole, AccessKeyID: "ASIAE2EFAKEROLEKEY01",
-		SecretAccessKey: "e2e/fake/role/secret/key/000000000000", SessionToken: "e2e-fake-session-token",
-	})
-	endpoint, err := config.ParseEndpoint(strings.TrimPrefix(c.Server, "https://"))
-	if err != nil {
-		t.Fatal(err)
-	}
+	imds := fakeimds.New(t, fakeRoleInstance(fakeInstanceID, cfg.Region+fakeZoneSuffix, cfg.Region, fakeNodeIP, ""))
+	endpoint := apiServerEndpoint(t, c)
 	nodeCfg := *cfg
 	nodeCfg.Kubernetes.APIServerEndpoint = endpoint
 	input := infra.NodeInput(&nodeCfg, cfg.NodePools[0], []string{clusterInfoCAHash(ctx, t, c)}, param)
