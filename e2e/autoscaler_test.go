@@ -70,6 +70,12 @@ type stackAutoscaling struct {
 	// command, args and env are the autoscaler container's, as rendered (env: the plain values only).
 	command, args []string
 	env           map[string]string
+	// rolePolicies are the inline policy documents of each IAM role, by role name (the node's, the gateway's).
+	rolePolicies map[string][]string
+	// gateway is the gateway instance as declared.
+	gateway *replayInstance
+	// profileRoles are the instance profiles' roles, by profile name.
+	profileRoles map[string]string
 }
 
 // declaredGroup is one group's node-template, read from its declared tags.
@@ -89,6 +95,22 @@ type replayPlan struct {
 	LaunchTemplates  []map[string]any `json:"launchTemplates"`
 	Groups           []map[string]any `json:"groups"`
 	Users            []replayUser     `json:"users"`
+	// Roles are instance roles to create and assume (their temporary credentials come back in awsEnv.roles).
+	Roles []replayRole `json:"roles,omitempty"`
+	// Gateway, when set, is the gateway instance to launch and leave stopped.
+	Gateway *replayInstance `json:"gateway,omitempty"`
+}
+
+// replayInstance is a declared instance: the mock engine's id and its inputs.
+type replayInstance struct {
+	ID     string         `json:"id"`
+	Inputs map[string]any `json:"inputs"`
+}
+
+// replayRole is an IAM role with its inline policies.
+type replayRole struct {
+	Name     string   `json:"name"`
+	Policies []string `json:"policies"`
 }
 
 type replayUser struct {
@@ -103,7 +125,8 @@ func loadStackAutoscaling(t *testing.T) stackAutoscaling {
 	if err != nil {
 		t.Fatalf("dev stack under the mock engine: %v", err)
 	}
-	s := stackAutoscaling{region: res.Cloud.Region, groups: map[string]declaredGroup{}}
+	s := stackAutoscaling{region: res.Cloud.Region, groups: map[string]declaredGroup{}, rolePolicies: map[string][]string{},
+		profileRoles: map[string]string{}}
 	plain := func(r mockcloud.Resource) map[string]any { return mockcloud.PlainMap(r.Inputs, true) }
 	str := func(m map[string]any, k string) string { v, _ := m[k].(string); return v }
 	for _, r := range res.Resources() {
@@ -119,6 +142,7 @@ func loadStackAutoscaling(t *testing.T) stackAutoscaling {
 				map[string]any{"id": r.ID, "name": r.Name, "vpcId": in["vpcId"]})
 		case "aws:iam/instanceProfile:InstanceProfile":
 			s.replay.InstanceProfiles = append(s.replay.InstanceProfiles, str(in, "name"))
+			s.profileRoles[str(in, "name")] = str(in, "role")
 		case launchTemplateType:
 			s.replay.LaunchTemplates = append(s.replay.LaunchTemplates,
 				map[string]any{"id": r.ID, "name": r.Name, "inputs": in})
@@ -133,6 +157,10 @@ func loadStackAutoscaling(t *testing.T) stackAutoscaling {
 			case "node-cleanup":
 				s.cleanupUser, s.cleanupPolicy = str(in, "user"), str(in, "policy")
 			}
+		case "aws:iam/rolePolicy:RolePolicy":
+			s.rolePolicies[str(in, "role")] = append(s.rolePolicies[str(in, "role")], str(in, "policy"))
+		case "aws:ec2/instance:Instance":
+			s.gateway = &replayInstance{ID: r.ID, Inputs: in}
 		case "kubernetes:batch/v1:CronJob", "kubernetes:core/v1:ConfigMap":
 			meta, _ := in["metadata"].(map[string]any)
 			if str(meta, "name") != cleanupSA {
@@ -282,11 +310,17 @@ type awsEnv struct {
 	script      string
 	admin       awsKey
 	users       map[string]awsKey
+	// roles are the temporary credentials of the replayed roles, each assumed once, by role name.
+	roles map[string]awsKey
+	// ids are moto's ids of the replayed resources, by the mock engine's.
+	ids map[string]string
 }
 
 type awsKey struct {
 	Key    string `json:"key"`
 	Secret string `json:"secret"`
+	// Token is the session token of temporary credentials.
+	Token string `json:"token,omitempty"`
 }
 
 type groupState struct {
@@ -323,9 +357,11 @@ func startAWS(ctx context.Context, t *testing.T, s stackAutoscaling, users []rep
 	var out struct {
 		Admin awsKey            `json:"admin"`
 		Users map[string]awsKey `json:"users"`
+		Roles map[string]awsKey `json:"roles"`
+		IDs   map[string]string `json:"ids"`
 	}
 	a.python(ctx, t, in, &out, "setup")
-	a.admin, a.users = out.Admin, out.Users
+	a.admin, a.users, a.roles, a.ids = out.Admin, out.Users, out.Roles, out.IDs
 	return a
 }
 
@@ -613,14 +649,20 @@ func createPendingPod(ctx context.Context, t *testing.T, c cluster, p podSpec) {
 // applyJSON creates an object from its JSON form.
 func applyJSON(ctx context.Context, t *testing.T, c cluster, obj any) {
 	t.Helper()
+	kubectlJSON(ctx, t, c, "create", obj)
+}
+
+// kubectlJSON runs kubectl verb (create, replace) with obj as its input.
+func kubectlJSON(ctx context.Context, t *testing.T, c cluster, verb string, obj any) {
+	t.Helper()
 	doc, err := json.Marshal(obj)
 	if err != nil {
 		t.Fatal(err)
 	}
-	cmd := exec.CommandContext(ctx, "kubectl", "--kubeconfig", c.Kubeconfig, "create", "-f", "-")
+	cmd := exec.CommandContext(ctx, "kubectl", "--kubeconfig", c.Kubeconfig, verb, "-f", "-")
 	cmd.Stdin = bytes.NewReader(doc)
 	if out, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("kubectl create: %v\n%s\n%s", err, out, doc)
+		t.Fatalf("kubectl %s: %v\n%s\n%s", verb, err, out, doc)
 	}
 }
 
@@ -969,4 +1011,54 @@ func TestAutoscalerNeedsSetDesiredCapacity(t *testing.T) {
 		!strings.Contains(log, "status code: 403") {
 		t.Errorf("the autoscaler logged no refused scale-up:\n%s", tail(log, 60))
 	}
+}
+
+// instanceRoles are the stack's roles of the node's and the gateway's instance profiles, with their inline
+// policies, for moto to create and assume: what IMDS hands an instance are that role's temporary credentials, which
+// moto's IAM enforcement checks against the role's policies.
+func (s stackAutoscaling) instanceRoles(t *testing.T) []replayRole {
+	t.Helper()
+	var roles []replayRole
+	for _, name := range []string{s.nodeRole(t), s.gatewayRole(t)} {
+		if len(s.rolePolicies[name]) == 0 {
+			t.Fatalf("the dev stack declares no policy for role %s", name)
+		}
+		roles = append(roles, replayRole{Name: name, Policies: s.rolePolicies[name]})
+	}
+	return roles
+}
+
+// stopInstance stops an instance as EC2 does when the instance shuts itself down (its shutdown behaviour "stop").
+func (a *awsEnv) stopInstance(ctx context.Context, t *testing.T, id string) {
+	t.Helper()
+	var state string
+	a.python(ctx, t, nil, &state, "stop", a.admin.Key, a.admin.Secret, id)
+}
+
+// gatewayRole is the role of the gateway instance's profile.
+func (s stackAutoscaling) gatewayRole(t *testing.T) string {
+	t.Helper()
+	profile, _ := s.gateway.Inputs["iamInstanceProfile"].(string)
+	role := s.profileRoles[profile]
+	if role == "" {
+		t.Fatalf("the gateway's instance profile %q has no declared role", profile)
+	}
+	return role
+}
+
+// nodeRole is the role of the profile every pool's launch template names (by ARN: .../instance-profile/NAME).
+func (s stackAutoscaling) nodeRole(t *testing.T) string {
+	t.Helper()
+	var role string
+	for _, lt := range s.replay.LaunchTemplates {
+		inputs, _ := lt["inputs"].(map[string]any)
+		prof, _ := inputs["iamInstanceProfile"].(map[string]any)
+		arn, _ := prof["arn"].(string)
+		r := s.profileRoles[arn[strings.LastIndexByte(arn, '/')+1:]]
+		if r == "" || (role != "" && r != role) {
+			t.Fatalf("launch template %v names profile %q: no declared role, or not the other pools' (%s)", lt["name"], arn, role)
+		}
+		role = r
+	}
+	return role
 }

@@ -16,7 +16,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/dynk8s/dynk8s/infra/config"
 	"github.com/dynk8s/dynk8s/internal/fakeimds"
 )
 
@@ -44,10 +43,26 @@ type boxGateway struct {
 	moto *motoSSM
 }
 
+// gatewayInstance is what a gateway box may be told of the EC2 around it; the zero value is a gateway of its own
+// (a made-up instance id and role key, the box's own moto for EC2, a VPC router where nothing leaves).
+type gatewayInstance struct {
+	// id is the instance's id; "" for boxGatewayInstanceID.
+	id string
+	// ec2 is the EC2 endpoint the gateway calls (its idle check); "" for the box's own moto.
+	ec2 string
+	// role is what the fake IMDS hands out as the instance role's credentials; nil for made-up ones.
+	role *awsKey
+	// router is the VPC's router (see boxSpec.router).
+	router *vpcRouter
+}
+
 // newBoxGateway makes the gateway's box (named name) from the rendered plan p and the on-prem namespace, and puts the
 // gateway's key into moto's SSM unless withKey is false.
-func newBoxGateway(ctx context.Context, t *testing.T, p tunnelPlan, name string, withKey bool) *boxGateway {
+func newBoxGateway(ctx context.Context, t *testing.T, p tunnelPlan, name string, withKey bool, inst gatewayInstance) *boxGateway {
 	t.Helper()
+	if inst.id == "" {
+		inst.id = boxGatewayInstanceID
+	}
 	for _, tool := range []string{"ip", "nft", "wg", "wg-quick", "ping", "unshare", "nsenter"} {
 		requireTool(t, tool)
 	}
@@ -58,19 +73,29 @@ func newBoxGateway(ctx context.Context, t *testing.T, p tunnelPlan, name string,
 	if withKey {
 		moto.putSecureString(t, p.region, p.keyParameter, p.keyValue)
 	}
+	role := awsKey{Key: "ASIAE2EFAKEGATEWAY01", Secret: "e2e/fake/gateway/secret/key/000000000",
+		Token: "e2e-fake-gateway-session"}
+	if inst.role != nil {
+		role = *inst.role
+	}
 	imds := fakeimds.New(t, fakeimds.Instance{
-		ID: boxGatewayInstanceID, Zone: p.region + "a", Region: p.region, PrivateIP: p.gatewayIP.String(),
-		Type: "t4g.micro", Role: "dynk8s-homelab-gateway", AccessKeyID: "ASIAE2EFAKEGATEWAY01",
-		SecretAccessKey: "e2e/fake/gateway/secret/key/000000000", SessionToken: "e2e-fake-gateway-session",
+		ID: inst.id, Zone: p.region + "a", Region: p.region, PrivateIP: p.gatewayIP.String(),
+		Type: "t4g.micro", Role: "dynk8s-homelab-gateway", AccessKeyID: role.Key,
+		SecretAccessKey: role.Secret, SessionToken: role.Token,
 	})
+	forwards := []string{strings.TrimPrefix(moto.url, "http://")}
+	if inst.ec2 == "" {
+		inst.ec2 = moto.url
+	} else {
+		forwards = append(forwards, strings.TrimPrefix(inst.ec2, "http://"))
+	}
 	b := newBox(t, boxSpec{
-		name: name, instanceID: boxGatewayInstanceID,
+		name: name, instanceID: inst.id,
 		hostname: "ip-" + strings.ReplaceAll(p.gatewayIP.String(), ".", "-"), nodeIP: p.gatewayIP.String(),
-		userData: userData, imds: strings.TrimPrefix(imds.URL, "http://"),
-		forwards: []string{strings.TrimPrefix(moto.url, "http://")},
+		userData: userData, imds: strings.TrimPrefix(imds.URL, "http://"), forwards: forwards, router: inst.router,
 	})
 	endpoints := "[Service]\nEnvironment=DYNK8S_SSM_ENDPOINT=" + moto.url + "\nEnvironment=DYNK8S_EC2_ENDPOINT=" +
-		moto.url + "\n"
+		inst.ec2 + "\n"
 	rpm, err := os.ReadFile(filepath.Join("testdata", "box", "rpm-gateway"))
 	if err != nil {
 		t.Fatal(err)
@@ -183,7 +208,7 @@ func (g *boxGateway) waitTunnel(ctx context.Context, t *testing.T, timeout time.
 func TestBoxGatewayTunnel(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
-	g := newBoxGateway(ctx, t, renderTunnel(t, false), "box-gw", true)
+	g := newBoxGateway(ctx, t, renderTunnel(t, false), "box-gw", true, gatewayInstance{})
 	start := time.Now()
 	g.boot(t)
 	g.waitTunnel(ctx, t, 2*time.Minute)
@@ -226,60 +251,6 @@ func TestBoxGatewayTunnel(t *testing.T) {
 		t.Errorf("the gateway's wg0 transferred rx %d tx %d bytes", rx, tx)
 	}
 	t.Logf("gateway box: done %.1f s after the box started", time.Since(start).Seconds())
-}
-
-// TestBoxGatewayIdleStop boots the gateway rendered with the shortest gateway.idleStop the config allows
-// (config.MinIdleStop) in a box, with its tunnel up to the on-prem peer (handshaken, nothing forwarded through it) and
-// no pool instance in moto's EC2: the idle check, run by its timer once a minute from a minute after boot, finds the
-// gateway idle and powers the box off, not before idleStop has passed since its first run. The first run opens the
-// window and the timer's runs come about 70 s apart (OnUnitActiveSec=1min, AccuracySec=10s), so this takes about
-// 7 minutes.
-func TestBoxGatewayIdleStop(t *testing.T) {
-	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute+30*time.Second)
-	defer cancel()
-	idleStop := config.MinIdleStop
-	p := renderTunnelEdited(t, false, func(t *testing.T, values map[string]any) {
-		gw, ok := values["dynk8s:gateway"].(map[string]any)
-		if !ok {
-			t.Fatal("Pulumi.dev.yaml has no dynk8s:gateway object")
-		}
-		gw["idleStop"] = idleStop.String()
-	})
-	if env := userDataFile(t, p.gatewayUserData, "/etc/dynk8s/gateway-idle.env"); !strings.Contains(env,
-		"DYNK8S_IDLE_STOP_SECONDS="+strconv.Itoa(int(idleStop/time.Second))+"\n") {
-		t.Fatalf("the gateway's idle check is not rendered with idleStop %s:\n%s", idleStop, env)
-	}
-	g := newBoxGateway(ctx, t, p, "box-gwidle", true)
-	start := time.Now()
-	g.boot(t)
-	g.waitTunnel(ctx, t, 2*time.Minute)
-	g.tn.upOnPrem(ctx, t, false)
-	g.tn.waitHandshake(ctx, t)
-	// The first check runs a minute after boot and opens the window; the box stops at the first run that finds
-	// idleStop passed since, up to a run (and the timer's accuracy) later.
-	if err := g.waitStopped(time.Minute + idleStop + 2*time.Minute); err != nil {
-		out, _ := g.exec(ctx, "journalctl", "--no-pager", "-o", "short-monotonic", "-u", "dynk8s-gateway-idle.service")
-		t.Fatalf("%v; the idle check's journal:\n%s", err, out)
-	}
-	up := time.Since(start)
-	t.Logf("gateway box: powered itself off %.1f s after it started", up.Seconds())
-	if up < time.Minute+idleStop {
-		t.Errorf("the gateway stopped %s after boot, before its first check and idleStop (%s) had passed", up, idleStop)
-	}
-	journal := g.journal(ctx, t, "-u", "dynk8s-gateway-idle.service")
-	if !strings.Contains(journal, "stopping: idle for") {
-		t.Errorf("the idle check never decided to stop; its journal:\n%s", journal)
-	}
-	if !strings.Contains(journal, "staying up: idle for") {
-		t.Errorf("the idle check never ran while the gateway was idle yet within idleStop; its journal:\n%s", journal)
-	}
-	var decisions []string
-	for _, line := range strings.Split(journal, "\n") {
-		if strings.Contains(line, "dynk8s-gateway-idle: ") {
-			decisions = append(decisions, line)
-		}
-	}
-	t.Logf("the idle check's decisions:\n%s", strings.Join(decisions, "\n"))
 }
 
 // journal is the box's journal (all its boots) read from its disk, with journalctl's arguments args.

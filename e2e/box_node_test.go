@@ -49,6 +49,9 @@ type boxJoin struct {
 	moto        *motoSSM
 	param       string
 	autoscaling string
+	// vpc, when set, is the VPC the instances are in, through whose gateway they reach the API server; nil: they
+	// reach it directly, through a forwarder in their box (see vpcWithGateway).
+	vpc *vpcWithGateway
 }
 
 // boxInstance is what EC2 tells an instance about itself (IMDS) and the provider ID its Node gets.
@@ -77,35 +80,53 @@ func newBoxNode(ctx context.Context, t *testing.T, c cluster, cfg *config.Config
 func newBoxJoin(ctx context.Context, t *testing.T, c cluster, cfg *config.Config, pool config.NodePool,
 	autoscaling string) *boxJoin {
 	t.Helper()
+	j := prepareBoxJoin(ctx, t, c, cfg, pool, autoscaling)
+	j.userData = renderNodeUserData(ctx, t, c, cfg, pool, j.param)
+	return j
+}
+
+// prepareBoxJoin is newBoxJoin without the user data: the control plane ready for joins, moto holding the token.
+func prepareBoxJoin(ctx context.Context, t *testing.T, c cluster, cfg *config.Config, pool config.NodePool,
+	autoscaling string) *boxJoin {
+	t.Helper()
 	moto := startMoto(ctx, t, requireTool(t, "moto_server"))
 	token := boxTokenID + "." + boxTokenSecret
 	kubeadmInit(ctx, t, c, token)
 	kubeadmUploadConfig(ctx, t, c)
 	param := infra.JoinTokenParameter(cfg.ClusterName)
 	moto.putSecureString(t, cfg.Region, param, token)
-	userData := renderNodeUserData(ctx, t, c, cfg, pool, param)
 	if autoscaling == "" {
 		autoscaling = moto.url
 	}
-	return &boxJoin{c: c, cfg: cfg, pool: pool, userData: userData, moto: moto, param: param,
-		autoscaling: autoscaling}
+	return &boxJoin{c: c, cfg: cfg, pool: pool, moto: moto, param: param, autoscaling: autoscaling}
 }
 
 // newNode makes the box of instance inst, named name (see boxSpec), with a fake IMDS of its own.
 func (j *boxJoin) newNode(t *testing.T, name string, inst boxInstance) *boxNode {
 	t.Helper()
-	imds := fakeimds.New(t, fakeRoleInstance(inst.id, inst.zone, j.cfg.Region, inst.ip, inst.state))
+	role := fakeRoleInstance(inst.id, inst.zone, j.cfg.Region, inst.ip, inst.state)
 	forwards := []string{strings.TrimPrefix(j.c.Server, "https://"), strings.TrimPrefix(j.moto.url, "http://")}
-	if a := strings.TrimPrefix(j.autoscaling, "http://"); a != forwards[1] {
+	ec2 := j.moto.url
+	var router *vpcRouter
+	if j.vpc != nil {
+		// The API server only through the tunnel; EC2 (the gateway's wake-up) is the VPC's.
+		forwards = forwards[1:]
+		ec2, router = j.vpc.aws.url, j.vpc.router
+		forwards = append(forwards, strings.TrimPrefix(ec2, "http://"))
+		role.AccessKeyID, role.SecretAccessKey, role.SessionToken = j.vpc.nodeRole.Key, j.vpc.nodeRole.Secret,
+			j.vpc.nodeRole.Token
+	}
+	if a := strings.TrimPrefix(j.autoscaling, "http://"); !slices.Contains(forwards, a) {
 		forwards = append(forwards, a)
 	}
+	imds := fakeimds.New(t, role)
 	b := newBox(t, boxSpec{
 		name: name, instanceID: inst.id, hostname: inst.hostname(),
 		nodeIP: inst.ip, userData: launchTemplateUserData(t, j.userData), imds: strings.TrimPrefix(imds.URL, "http://"),
-		forwards: forwards,
+		forwards: forwards, router: router,
 		endpoints: map[string]string{
 			"DYNK8S_SSM_ENDPOINT": j.moto.url, "DYNK8S_AUTOSCALING_ENDPOINT": j.autoscaling,
-			"DYNK8S_EC2_ENDPOINT": j.moto.url,
+			"DYNK8S_EC2_ENDPOINT": ec2,
 		},
 	})
 	t.Cleanup(func() {

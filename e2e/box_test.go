@@ -64,6 +64,9 @@ type boxSpec struct {
 	imds string
 	// endpoints: the lib.sh endpoint overrides for the join unit (DYNK8S_SSM_ENDPOINT=...).
 	endpoints map[string]string
+	// router is the "VPC router" the box's interface leads to: a network namespace of the test's shared by the
+	// boxes of one VPC (see vpcRouter); "" for one of the box's own, in its namespace, where nothing leaves.
+	router *vpcRouter
 }
 
 // launchTemplateUserData is what EC2 gives an instance of a launch template whose user data is cloudinit.Encode's.
@@ -129,8 +132,8 @@ func newBox(t *testing.T, spec boxSpec) *box {
 }
 
 // network makes the box's network namespace: the instance's interface with its private IP and a default route via
-// the "VPC router" (the veth's other end, in the same namespace: nothing leaves it), and the metadata service's
-// address, where a forwarder answers for the fake IMDS.
+// the "VPC router" (the veth's other end: in the same namespace, where nothing leaves it, or in spec.router's), and
+// the metadata service's address, where a forwarder answers for the fake IMDS.
 func (b *box) network(t *testing.T, spec boxSpec) {
 	t.Helper()
 	run(t, "ip", "netns", "add", spec.name)
@@ -140,18 +143,29 @@ func (b *box) network(t *testing.T, spec boxSpec) {
 		}
 	})
 	gw := spec.nodeIP[:strings.LastIndexByte(spec.nodeIP, '.')] + ".1"
-	for _, args := range [][]string{
+	peer := "vpc0"
+	if spec.router != nil {
+		peer = spec.router.port()
+	}
+	steps := [][]string{
 		{"link", "set", "lo", "up"},
 		{"addr", "add", "169.254.169.254/32", "dev", "lo"},
-		{"link", "add", "eth0", "type", "veth", "peer", "name", "vpc0"},
+		{"link", "add", "eth0", "type", "veth", "peer", "name", peer},
 		{"addr", "add", spec.nodeIP + "/24", "dev", "eth0"},
-		{"addr", "add", gw + "/24", "dev", "vpc0"},
-		{"link", "set", "eth0", "up"},
-		{"link", "set", "vpc0", "up"},
-		{"route", "add", "default", "via", gw, "dev", "eth0"},
-	} {
+	}
+	if spec.router == nil {
+		steps = append(steps, []string{"addr", "add", gw + "/24", "dev", peer}, []string{"link", "set", peer, "up"})
+	} else {
+		steps = append(steps, []string{"link", "set", peer, "netns", spec.router.name})
+	}
+	steps = append(steps, []string{"link", "set", "eth0", "up"})
+	for _, args := range steps {
 		run(t, "ip", append([]string{"-n", spec.name}, args...)...)
 	}
+	if spec.router != nil {
+		spec.router.attach(t, peer, spec.nodeIP, gw)
+	}
+	run(t, "ip", "-n", spec.name, "route", "add", "default", "via", gw, "dev", "eth0")
 	forwardIntoNetnsFile(t, b.netns, "169.254.169.254:80", spec.imds)
 	for _, addr := range spec.forwards {
 		forwardIntoNetnsFile(t, b.netns, addr, addr)

@@ -42,13 +42,22 @@ import (
 //     machine's /bin/sh, sed, date and sleep and the kubectl hack/tools.sh built, with their shared libraries;
 //   - the build pod's image, the test's own: testdata/images/build, a static Go program.
 //
-// What stands in, besides the box's own (box_test.go): the box reaches the API server through the test's forwarder,
-// not through the gateway's tunnel (the tunnel tests and the gateway's box prove that path, not with a node behind
-// it); the kubernetes Service's address is translated to that forwarder by a box-only nftables rule, where a cluster
-// has kube-proxy or its CNI; the node's SSM is a moto of its own (the join reads the token with the instance role's
-// key, which the IAM-enforcing moto of the autoscaler does not know); the stale-node cleanup runs its rendered
-// script from the test, as its CronJob would on an on-prem node (none runs here), with a shorter NotReady threshold.
-// The gateway's wake-up and idle stop are not part of this loop (the gateway's box test proves the idle stop).
+// The network is the stack's (vpc_test.go): the node's box and the gateway's box hang off one VPC router, which sends
+// the on-prem ranges to the gateway; the gateway instance is in moto, stopped when the burst begins, and the node's
+// boot starts it (the wake-up, with the node role's policy under moto's IAM enforcement); the launcher boots the
+// gateway's box, whose real wg-quick and wireguard-go bring the tunnel up to the on-prem namespace running the
+// rendered on-prem config; the API server answers there, at the dev stack's own apiServerEndpoint, which
+// cluster-info names as kubeadm's would. The node's join, its kubelet and its pods reach the API server only through
+// that tunnel. Once the node is gone, the gateway's idle check (gateway.idleStop at its shortest, 5 minutes), with
+// the gateway role's policy, finds no pool instance and nothing forwarded and powers the gateway off, and EC2 (the
+// launcher) stops the instance.
+//
+// What stands in, besides the box's own (box_test.go, box_gateway_test.go): the kubernetes Service's address is
+// translated to the API server's on-prem endpoint by a box-only nftables rule, where a cluster has kube-proxy or its
+// CNI; the instance roles' credentials are moto's, of the roles replayed with their policies and assumed once by the
+// test (moto's IAM enforcement checks actions, not resources or conditions); the node's SSM (the join token) and the
+// gateway's (its key) are motos of their own; the stale-node cleanup runs its rendered script from the test, as its
+// CronJob would on an on-prem node (none runs here), with a shorter NotReady threshold.
 
 // burstCleanupThreshold is the NotReady seconds after which the test's cleanup runs delete a Node whose instance is
 // gone (the dev stack's cleanup.notReadyAfter: 30 minutes).
@@ -69,6 +78,7 @@ type burst struct {
 	pool     config.NodePool
 	group    string
 	aws      *awsEnv
+	vpc      *vpcWithGateway
 	ca       *autoscalerProcess
 	launcher *launcher
 	phases   *phaseLog
@@ -79,7 +89,7 @@ func newBurst(t *testing.T) *burst {
 	c := requireCluster(t)
 	requireTool(t, "kube-scheduler")
 	requireTool(t, "aws")
-	ctx, cancel := context.WithTimeout(context.Background(), 12*time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Minute)
 	t.Cleanup(cancel)
 	keepEtcKubernetesClean(t)
 	cfg := devConfig(t)
@@ -90,9 +100,14 @@ func newBurst(t *testing.T) *burst {
 
 	applyAddons(ctx, t, c, cfg)
 	startScheduler(t, c)
+	s.replay.Roles, s.replay.Gateway = s.instanceRoles(t), s.gateway
 	b.aws = startAWS(ctx, t, s, []replayUser{{Name: s.userName, Policy: s.policy},
 		{Name: s.cleanupUser, Policy: s.cleanupPolicy}})
-	j := newBoxJoin(ctx, t, c, cfg, pool, "")
+	b.vpc = newVPCWithGateway(ctx, t, c, cfg, s, b.aws)
+	j := prepareBoxJoin(ctx, t, c, cfg, pool, "")
+	j.vpc = b.vpc
+	b.vpc.serveClusterInfo(ctx, t, c)
+	j.userData = b.vpc.renderNodeUserData(ctx, t, c, cfg, pool, j.param)
 	b.launcher = newLauncher(t, b.aws, j, b.group, burstImages(ctx, t, c, j))
 	// Before the addons' destroy: the pods bound to the boxes' Nodes, which no kubelet will confirm gone once the
 	// Node is. The pod GC would delete them only after its quarantine, and a DaemonSet being deleted waits for its
@@ -133,6 +148,12 @@ func (b *burst) run(t *testing.T) {
 	b.wait(t, time.Minute, "instance booting", func() bool {
 		box = b.launcher.only()
 		return box != nil
+	})
+	b.wait(t, 2*time.Minute, "gateway woken", func() bool { return b.launcher.gatewayBooted })
+	b.wait(t, 2*time.Minute, "tunnel up", func() bool {
+		out, err := b.vpc.gateway.tn.wg(ctx, b.vpc.gateway.tn.onprem, "show", onPremIface, "latest-handshakes")
+		f := strings.Fields(out)
+		return err == nil && len(f) == 2 && f[1] != "0"
 	})
 	var node string
 	b.wait(t, 3*time.Minute, "Node registered", func() bool {
@@ -191,16 +212,43 @@ func (b *burst) run(t *testing.T) {
 		name, err := findNode(ctx, c, box.providerID())
 		return err == nil && name == ""
 	})
-	for id, inst := range b.aws.ec2Instances(ctx, t) {
-		if inst.State == "running" || inst.State == "pending" {
-			t.Errorf("instance %s still %s in moto", id, inst.State)
-		}
-	}
 	if d := b.aws.desired(ctx, t); !allZero(d) {
 		t.Errorf("desired capacities %v at the end, want all 0", d)
 	}
 	if left := poolNodes(ctx, t, c); len(left) > 0 {
 		t.Errorf("Nodes of a pool left: %v", left)
+	}
+	b.backToSleep(t)
+	for id, inst := range b.aws.ec2Instances(ctx, t) {
+		if inst.State == "running" || inst.State == "pending" {
+			t.Errorf("instance %s still %s in moto at the end", id, inst.State)
+		}
+	}
+}
+
+// backToSleep waits for the gateway's idle check to stop the gateway once the pool's instance is gone, and checks it
+// did not before gateway.idleStop had passed: its window opens at the last check that saw the instance running, at
+// most one timer period (OnUnitActiveSec=1min plus AccuracySec) before the instance was terminated.
+func (b *burst) backToSleep(t *testing.T) {
+	t.Helper()
+	const checkPeriod = 80 * time.Second
+	b.wait(t, config.MinIdleStop+checkPeriod+2*time.Minute, "gateway stopped", func() bool {
+		return b.aws.ec2Instances(b.ctx, t)[b.vpc.gatewayID].State == "stopped"
+	})
+	terminated, _ := b.phases.when("instance terminated")
+	stopped, _ := b.phases.when("gateway stopped")
+	if after := terminated - stopped; after < config.MinIdleStop-checkPeriod {
+		t.Errorf("the gateway stopped %s after the pool's instance was terminated, before gateway.idleStop (%s) "+
+			"less one check could have passed", after, config.MinIdleStop)
+	}
+	journal := b.vpc.gateway.journal(b.ctx, t, "-u", "dynk8s-gateway-idle.service")
+	// Whether a check saw the pool's instance running depends on the timer's phase (the node may be gone before the
+	// first check, a minute after the gateway's boot); the node's traffic through the tunnel it saw either way.
+	for _, want := range []string{"staying up: packets forwarded through wg0", "staying up: idle for",
+		"stopping: idle for"} {
+		if !strings.Contains(journal, want) {
+			t.Errorf("the idle check never logged %q; its journal:\n%s", want, journal)
+		}
 	}
 }
 
@@ -518,8 +566,9 @@ func burstImages(ctx context.Context, t *testing.T, c cluster, j *boxJoin) []str
 
 // runsPods makes the box able to run pods from the image archives: they are imported into its runtime before its
 // kubelet starts (testdata/box/90-box-pods.conf), the runtime's sandbox image is the one the rendered CRI-O config
-// names, the host's /dev/fuse is the box's, and the kubernetes Service's address leads to the API server (through a
-// forwarder on the instance's address: a pod cannot be sent to the box's loopback).
+// names, the host's /dev/fuse is the box's, and the kubernetes Service's address leads to the API server: through
+// the tunnel in a VPC with a gateway, else through a forwarder on the instance's address (a pod cannot be sent to
+// the box's loopback).
 func (n *boxNode) runsPods(t *testing.T, archives []string) {
 	t.Helper()
 	for i, a := range archives {
@@ -541,20 +590,31 @@ func (n *boxNode) runsPods(t *testing.T, archives []string) {
 		t.Fatal(err)
 	}
 	n.writeFile(t, "/etc/systemd/system/crio.service.d/90-box-pods.conf", dropIn, 0o644)
-	_, port, err := splitHostPort(strings.TrimPrefix(n.c.Server, "https://"))
-	if err != nil {
-		t.Fatal(err)
+	var api string
+	if n.vpc != nil {
+		api = n.vpc.api.String() // on-prem, through the tunnel, as kube-proxy would send it to the endpoint
+	} else {
+		_, port, err := splitHostPort(strings.TrimPrefix(n.c.Server, "https://"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		api = fmt.Sprintf("%s:%d", n.ip, port)
+		forwardIntoNetnsFile(t, n.netns, api, strings.TrimPrefix(n.c.Server, "https://"))
 	}
-	api := fmt.Sprintf("%s:%d", n.ip, port)
+	// The pods' traffic leaves the node masqueraded, as the stack requires of a CNI whose pod addresses the VPC and
+	// on-prem do not route (README, the CNI section); the box's bridge (testdata/box/10-box-bridge.conflist) does not.
 	n.writeFile(t, "/etc/dynk8s-box/services.nft", []byte(fmt.Sprintf(`table ip dynk8s_box_services {
 	chain prerouting {
 		type nat hook prerouting priority dstnat;
 		ip daddr %s tcp dport 443 dnat to %s
 	}
+	chain postrouting {
+		type nat hook postrouting priority srcnat;
+		oifname "eth0" ip saddr %s masquerade
+	}
 }
-`, kubernetesServiceIP, api)), 0o644)
+`, kubernetesServiceIP, api, boxPodRange)), 0o644)
 	n.binds = append(n.binds, "--bind=/dev/fuse")
-	forwardIntoNetnsFile(t, n.netns, api, strings.TrimPrefix(n.c.Server, "https://"))
 }
 
 // renderedPauseImage is the sandbox image the pool's rendered CRI-O drop-in names.
@@ -575,6 +635,9 @@ func renderedPauseImage(t *testing.T, userData []byte) string {
 	}
 	return crio.Crio.Image.PauseImage
 }
+
+// boxPodRange is the pod addresses of a box's bridge (testdata/box/10-box-bridge.conflist).
+const boxPodRange = "10.244.0.0/24"
 
 // kubernetesServiceIP is the kubernetes Service's address: the first of hack/start-kube.sh's service range.
 const kubernetesServiceIP = "10.96.0.1"

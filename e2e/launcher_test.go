@@ -14,6 +14,10 @@ import (
 // pool's user data, with that instance's id, zone, private IP and Auto Scaling lifecycle state in its fake IMDS; a
 // box whose instance moto stops or terminates is powered off, and booted again (a start of the same instance) when
 // moto runs it again.
+//
+// With a VPC (boxJoin.vpc), the launcher also plays EC2 for its gateway: moto's start of the gateway instance (a
+// node's wake-up call) boots the gateway's box, and the box's powering itself off (the idle check's poweroff, with
+// the instance's shutdown behaviour "stop") stops the instance in moto.
 type launcher struct {
 	aws      *awsEnv
 	join     *boxJoin
@@ -22,6 +26,8 @@ type launcher struct {
 	boxes    map[string]*boxNode
 	// stopping: the instances whose boxes have been told to power off and still run.
 	stopping map[string]bool
+	// gatewayBooted: the gateway's box was booted for the instance's current run.
+	gatewayBooted bool
 }
 
 // ec2Instance is one instance as moto's EC2 and Auto Scaling describe it (testdata/moto_aws.py ec2-instances).
@@ -50,6 +56,10 @@ func newLauncher(t *testing.T, a *awsEnv, j *boxJoin, group string, archives []s
 func (l *launcher) sync(ctx context.Context, t *testing.T) {
 	t.Helper()
 	for id, inst := range l.aws.ec2Instances(ctx, t) {
+		if l.join.vpc != nil && id == l.join.vpc.gatewayID {
+			l.syncGateway(ctx, t, inst.State)
+			continue
+		}
 		n, known := l.boxes[id]
 		up := known && n.cur != nil && n.running()
 		switch {
@@ -81,6 +91,29 @@ func (l *launcher) sync(ctx context.Context, t *testing.T) {
 		if !up {
 			delete(l.stopping, id)
 		}
+	}
+}
+
+// syncGateway makes the gateway's box follow its instance's state.
+func (l *launcher) syncGateway(ctx context.Context, t *testing.T, state string) {
+	t.Helper()
+	g := l.join.vpc.gateway
+	up := g.cur != nil && g.running()
+	switch {
+	case (state == "pending" || state == "running") && !up && !l.gatewayBooted:
+		t.Logf("launcher: gateway %s is %s: booting its box", l.join.vpc.gatewayID, state)
+		g.boot(t)
+		l.gatewayBooted = true
+	case (state == "pending" || state == "running") && !up:
+		t.Logf("launcher: the gateway's box powered itself off: EC2 stops instance %s", l.join.vpc.gatewayID)
+		l.aws.stopInstance(ctx, t, l.join.vpc.gatewayID)
+		l.gatewayBooted = false
+	case state == "stopping" || state == "stopped":
+		if up {
+			t.Fatalf("gateway %s is %s in moto while its box runs: nothing in the burst stops it from outside",
+				l.join.vpc.gatewayID, state)
+		}
+		l.gatewayBooted = false
 	}
 }
 

@@ -117,14 +117,17 @@ start=$SECONDS
 # PKI: one CA that signs the serving certificate, so clients verify TLS as a real node would (kubeadm's discovery
 # pins this CA's public key), plus the service-account signing key pair the apiserver requires. The kubernetes
 # Service's address (the first of --service-cluster-ip-range) is a name of the certificate too, as kubeadm makes it:
-# a pod on a box node reaches the API server there, as in-cluster clients do.
+# a pod on a box node reaches the API server there, as in-cluster clients do. So is the on-prem address the burst's
+# nodes reach it at through the tunnel, where the test's on-prem namespace forwards to loopback: the dev stack's
+# kubernetes.apiServerEndpoint host (Pulumi.dev.yaml), or DYNK8S_E2E_ONPREM_API_IP.
+onprem_api_ip=${DYNK8S_E2E_ONPREM_API_IP:-192.168.10.10}
 openssl_q() { openssl "$@" 2>/dev/null; }
 openssl_q req -x509 -newkey rsa:2048 -nodes -days 2 -subj "/CN=dynk8s-e2e-ca" \
 	-addext "basicConstraints=critical,CA:TRUE" -addext "keyUsage=critical,keyCertSign,cRLSign" \
 	-keyout "$pki/ca.key" -out "$pki/ca.crt"
 openssl_q req -newkey rsa:2048 -nodes -subj "/CN=kube-apiserver" -keyout "$pki/apiserver.key" -out "$pki/apiserver.csr"
 openssl_q x509 -req -in "$pki/apiserver.csr" -CA "$pki/ca.crt" -CAkey "$pki/ca.key" -CAcreateserial -days 2 \
-	-extfile <(printf '%s\n' "subjectAltName=IP:127.0.0.1,IP:10.96.0.1,DNS:localhost,DNS:kubernetes,DNS:kubernetes.default.svc" \
+	-extfile <(printf '%s\n' "subjectAltName=IP:127.0.0.1,IP:10.96.0.1,IP:$onprem_api_ip,DNS:localhost,DNS:kubernetes,DNS:kubernetes.default.svc" \
 		"extendedKeyUsage=serverAuth" "keyUsage=critical,digitalSignature,keyEncipherment") \
 	-out "$pki/apiserver.crt"
 openssl_q genpkey -algorithm RSA -pkeyopt rsa_keygen_bits:2048 -out "$pki/sa.key"

@@ -124,7 +124,7 @@ def setup(endpoint, region):
     plan = json.load(sys.stdin)
     kw = dict(region_name=region, endpoint_url=endpoint)
     boot = boto3.client("iam", aws_access_key_id="bootstrap", aws_secret_access_key="bootstrap", **kw)
-    boot.create_user(UserName="e2e-admin")  # unauthenticated call 1 of 3
+    admin_arn = boot.create_user(UserName="e2e-admin")["User"]["Arn"]  # unauthenticated call 1 of 3
     boot.put_user_policy(UserName="e2e-admin", PolicyName="all", PolicyDocument=json.dumps(  # call 2
         {"Version": "2012-10-17", "Statement": [{"Effect": "Allow", "Action": "*", "Resource": "*"}]}))
     key = boot.create_access_key(UserName="e2e-admin")["AccessKey"]  # call 3; from here on, signed
@@ -162,8 +162,34 @@ def setup(endpoint, region):
         iam.put_user_policy(UserName=u["name"], PolicyName="policy", PolicyDocument=u["policy"])
         k = iam.create_access_key(UserName=u["name"])["AccessKey"]
         users[u["name"]] = {"key": k["AccessKeyId"], "secret": k["SecretAccessKey"]}
+    if "gateway" in plan:
+        ids[plan["gateway"]["id"]] = run_stopped(ec2, substitute(plan["gateway"]["inputs"], ids))
+
+    roles = {}
+    sts = boto3.client("sts", **admin)
+    # The role trusts the admin, who assumes it as EC2 would for an instance of its profile (moto 5.2.1 cannot
+    # evaluate a service principal: moto/sts/models.py raises on it).
+    trust = json.dumps({"Version": "2012-10-17", "Statement": [
+        {"Effect": "Allow", "Principal": {"AWS": admin_arn}, "Action": "sts:AssumeRole"}]})
+    for r in plan.get("roles", []):
+        arn = iam.create_role(RoleName=r["name"], AssumeRolePolicyDocument=trust)["Role"]["Arn"]
+        for i, doc in enumerate(r["policies"]):
+            iam.put_role_policy(RoleName=r["name"], PolicyName=f"policy-{i}", PolicyDocument=actions_only(doc))
+        c = sts.assume_role(RoleArn=arn, RoleSessionName="e2e-instance")["Credentials"]
+        roles[r["name"]] = {"key": c["AccessKeyId"], "secret": c["SecretAccessKey"], "token": c["SessionToken"]}
     json.dump({"admin": {"key": key["AccessKeyId"], "secret": key["SecretAccessKey"]}, "users": users,
-               "ids": ids}, sys.stdout)
+               "roles": roles, "ids": ids}, sys.stdout)
+
+
+def actions_only(doc):
+    """A policy document's statements with their actions and effect only. moto 5.2.1 checks a request against the
+    resource "*" and without the request's resource tags (moto/iam/access_control.py, is_action_permitted and
+    _check_conditions), so a statement scoped to an ARN or a tag never matches there: what moto checks of the role is
+    which actions it may call. The scoping is pinned by the policy tests under the mock engine instead."""
+    policy = json.loads(doc)
+    policy["Statement"] = [{"Effect": st["Effect"], "Action": st["Action"], "Resource": "*"}
+                           for st in policy["Statement"]]
+    return json.dumps(policy)
 
 
 def groups(endpoint, region, key, secret):
@@ -237,7 +263,25 @@ def launch(endpoint, region, key, secret, group, count):
     json.dump(sorted(i["InstanceId"] for i in g["Instances"]), sys.stdout)
 
 
+def run_stopped(ec2, inputs):
+    """Launches an instance as declared and stops it, returning its id: the burst test's gateway, idle when the burst
+    begins."""
+    tags = [{"Key": k, "Value": v} for k, v in sorted(inputs.get("tags", {}).items())]
+    i = ec2.run_instances(ImageId=inputs["ami"], InstanceType=inputs["instanceType"], MinCount=1, MaxCount=1,
+                          SubnetId=inputs["subnetId"], PrivateIpAddress=inputs["privateIp"],
+                          SecurityGroupIds=inputs.get("vpcSecurityGroupIds", []),
+                          TagSpecifications=[{"ResourceType": "instance", "Tags": tags}])["Instances"][0]
+    ec2.stop_instances(InstanceIds=[i["InstanceId"]])
+    return i["InstanceId"]
+
+
+def stop(endpoint, region, key, secret, instance):
+    ec2 = boto3.client("ec2", region_name=region, endpoint_url=endpoint, aws_access_key_id=key,
+                       aws_secret_access_key=secret)
+    json.dump(ec2.stop_instances(InstanceIds=[instance])["StoppingInstances"][0]["CurrentState"]["Name"], sys.stdout)
+
+
 if __name__ == "__main__":
     cmd, args = sys.argv[1], sys.argv[2:]
     {"setup": setup, "groups": groups, "instances": instances, "ec2-instances": ec2_instances, "vcpus": vcpus,
-     "fleet": fleet, "launch": launch}[cmd](*args)
+     "fleet": fleet, "launch": launch, "stop": stop}[cmd](*args)
