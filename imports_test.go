@@ -19,6 +19,8 @@ var importRules = map[string][]string{
 	module + "/cloudinit":     {"github.com/pulumi/", module + "/infra"},
 	module + "/wireguard":     {"github.com/pulumi/", module + "/"},
 	module + "/infra/addons":  {"github.com/pulumi/pulumi-aws/", module + "/infra/"},
+	// The reference generator reads the config types' source; it needs the config package only for its namespace.
+	module + "/internal/configdoc": {"github.com/pulumi/", module + "/infra/addons"},
 }
 
 // exempt are allowed although a rule's prefix matches them: infra/addons takes the config types.
