@@ -1,8 +1,11 @@
 package main
 
 import (
+	"fmt"
 	"os"
+	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"testing"
 
@@ -51,14 +54,114 @@ func TestConfigReferenceIsCurrent(t *testing.T) {
 	}
 }
 
-func TestReadmeQuickStartCommandsExist(t *testing.T) {
-	readme := readFile(t, "README.md")
-	section := readme[strings.Index(readme, "## Quick start"):]
-	section = section[:strings.Index(section[1:], "\n## ")+1]
-	assert.Check(t, commandsExist(t, section) >= 2, "the quick start lost its commands")
-	realUse := readme[strings.Index(readme, "## Real use"):]
-	realUse = realUse[:strings.Index(realUse[1:], "\n## ")+1]
-	assert.Check(t, commandsExist(t, realUse) >= 2, "the real-use section lost its make commands")
+// docPages are the repository's Markdown pages: the README, CONTRIBUTING.md and docs/.
+func docPages(t *testing.T) []string {
+	t.Helper()
+	pages, err := filepath.Glob("docs/*.md")
+	assert.NilError(t, err)
+	return append([]string{"README.md", "CONTRIBUTING.md"}, pages...)
+}
+
+// TestDocCommandsExist: every `make TARGET` and `go run ./cmd/X` in the pages' code blocks exists, and the README's
+// first hour and CONTRIBUTING.md's commands are there.
+func TestDocCommandsExist(t *testing.T) {
+	for _, page := range docPages(t) {
+		text := readFile(t, page)
+		lines := codeBlocks(text)
+		for _, m := range commandCell.FindAllStringSubmatch(text, -1) {
+			lines = append(lines, m[1])
+		}
+		n := commandsExist(t, strings.Join(lines, "\n"))
+		switch page {
+		case "README.md":
+			assert.Check(t, n >= 3, "the README lost its plan, preview and up commands (%d found)", n)
+		case "CONTRIBUTING.md":
+			assert.Check(t, n >= 2, "CONTRIBUTING.md lost its make commands (%d found)", n)
+		}
+	}
+}
+
+// commandCell is a table row's first cell that is a command.
+var commandCell = regexp.MustCompile("(?m)^\\| `((?:make|go run) [^`]*)`")
+
+// codeBlocks are the lines inside the fenced code blocks of a Markdown page.
+func codeBlocks(page string) []string {
+	var lines []string
+	in := false
+	for _, line := range strings.Split(page, "\n") {
+		if strings.HasPrefix(line, "```") {
+			in = !in
+			continue
+		}
+		if in {
+			lines = append(lines, line)
+		}
+	}
+	return lines
+}
+
+// TestDocLinksResolve: every relative link of the pages names a file of the repository and, with a #fragment, a
+// heading of that page, as GitHub renders its anchor.
+func TestDocLinksResolve(t *testing.T) {
+	link := regexp.MustCompile(`\]\(([^)\s]+)\)`)
+	code := regexp.MustCompile("`[^`]*`")
+	links := 0
+	for _, page := range docPages(t) {
+		prose := strings.Join(proseLines(readFile(t, page)), "\n")
+		for _, m := range link.FindAllStringSubmatch(code.ReplaceAllString(prose, "``"), -1) {
+			target := m[1]
+			if strings.Contains(target, "://") || strings.HasPrefix(target, "mailto:") {
+				continue
+			}
+			links++
+			file, fragment, _ := strings.Cut(target, "#")
+			if file == "" {
+				file = page
+			} else {
+				file = filepath.Join(filepath.Dir(page), file)
+			}
+			info, err := os.Stat(file)
+			if !assert.Check(t, err == nil, "%s links to %s, which does not exist", page, target) || fragment == "" {
+				continue
+			}
+			assert.Check(t, !info.IsDir() && slices.Contains(anchors(readFile(t, file)), fragment),
+				"%s links to %s: no such heading in %s", page, target, file)
+		}
+	}
+	assert.Check(t, links > 30, "only %d links found", links)
+}
+
+// proseLines are the lines outside fenced code blocks.
+func proseLines(page string) []string {
+	var lines []string
+	in := false
+	for _, line := range strings.Split(page, "\n") {
+		if strings.HasPrefix(line, "```") {
+			in = !in
+		} else if !in {
+			lines = append(lines, line)
+		}
+	}
+	return lines
+}
+
+// anchors are the fragments GitHub gives a page's headings, a repeated one suffixed -1, -2, ...
+func anchors(page string) []string {
+	var out []string
+	seen := map[string]int{}
+	for _, line := range proseLines(page) {
+		if !strings.HasPrefix(line, "#") {
+			continue
+		}
+		a := configdoc.Anchor(strings.TrimSpace(strings.TrimLeft(line, "#")))
+		if n := seen[a]; n > 0 {
+			out = append(out, fmt.Sprintf("%s-%d", a, n))
+		} else {
+			out = append(out, a)
+		}
+		seen[a]++
+	}
+	return out
 }
 
 // TestJenkinsfileUsesMakeTargets: the pipeline runs only make targets that exist.

@@ -30,7 +30,7 @@ var upgradeCases = map[string]func(values map[string]any){
 // and creating a new one (a renamed node pool group would terminate its nodes; a renamed route would collide with
 // the old one). testdata/upgrade/NAME.urns lists the URNs of the landed plans, one a line. `go test -update` adds
 // the URNs of the current plan and never removes one: a resource dropped on purpose is taken out of the list by
-// hand, with a line in the README's upgrade notes.
+// hand, with a line in docs/operations.md's upgrade notes.
 func TestUpgradeKeepsEveryResource(t *testing.T) {
 	for _, name := range slices.Sorted(maps.Keys(upgradeCases)) {
 		t.Run(name, func(t *testing.T) {

@@ -201,7 +201,7 @@ func NewNodePool(ctx *pulumi.Context, name string, args *NodePoolArgs, opts ...p
 		// MinSize and MaxGroupPreparedCapacity both at Size: the warm pool then has that absolute size (PutWarmPool
 		// API reference) and refills after every scale-up, rather than shrinking as the group grows. The
 		// Cluster Autoscaler neither counts nor sees warm instances: it reads the group's Instances from
-		// DescribeAutoScalingGroups, which lists no warm pool instance (see README, "Scale-up: cold or warm").
+		// DescribeAutoScalingGroups, which lists no warm pool instance (see docs/warm-pools.md).
 		groupArgs.WarmPool = &autoscaling.GroupWarmPoolArgs{
 			PoolState:                pulumi.String(w.State),
 			MinSize:                  pulumi.Int(w.Size),
@@ -296,7 +296,7 @@ func NewNodePool(ctx *pulumi.Context, name string, args *NodePoolArgs, opts ...p
 	// The launch hook, also a resource of its own, which owns it after the group's creation (PutLifecycleHook
 	// creates or updates). A warm pool added to a group that already runs gets its hook only after PutWarmPool:
 	// the instances of that first fill may be stopped in the middle of their preparation, and prepare again on
-	// their next start, which is then slower, not wrong (README, "Scale-up: cold or warm").
+	// their next start, which is then slower, not wrong (docs/warm-pools.md).
 	if launch != "" {
 		if _, err := autoscaling.NewLifecycleHook(ctx, name+"-launch", &autoscaling.LifecycleHookArgs{
 			AutoscalingGroupName: group.Name,

@@ -58,7 +58,7 @@ type Config struct {
 	TerminationHandler TerminationHandler `key:"terminationHandler"`
 	// Images are the images the stack runs, besides the fuse plugin's (fuse.images). Each default names a tag, which
 	// its publisher can move; a reference with a digest (name@sha256:<hex> or name:tag@sha256:<hex>) pins it
-	// (docs/operations.md, "Pin the images").
+	// (docs/operations.md, the task "Pin the images").
 	Images Images `key:"images"`
 
 	// Derived are the values validation computes from the keys above.
@@ -116,7 +116,7 @@ type Network struct {
 	// AvailabilityZones are a count of the region's zones, or zone names.
 	AvailabilityZones Zones `key:"availabilityZones" default:"2"`
 	// OnPremDNS sends the nodes' lookups of on-prem domains to on-prem name servers through the tunnel
-	// (docs/networking.md, "DNS").
+	// (docs/networking.md, "DNS and MTU").
 	OnPremDNS OnPremDNS `key:"onPremDns"`
 }
 
@@ -140,9 +140,9 @@ type WireGuard struct {
 	// ListenPort is the gateway's UDP port.
 	ListenPort int `key:"listenPort" default:"51820"`
 	// OnPremCIDRs are the on-prem ranges routed from the VPC through the tunnel: they must contain every on-prem
-	// node's IP and the API server's address (README, "The on-prem side"). Private (RFC 1918 or 100.64.0.0/10)
-	// unless allowPublicOnPremCidrs, since the node security group admits them on every port. Loopback, link-local,
-	// multicast, 0.0.0.0/8 and 240.0.0.0/4 are refused for every range key.
+	// node's IP and the API server's address (README, "1. Prepare the on-prem side"). Private (RFC 1918 or
+	// 100.64.0.0/10) unless allowPublicOnPremCidrs, since the node security group admits them on every port.
+	// Loopback, link-local, multicast, 0.0.0.0/8 and 240.0.0.0/4 are refused for every range key.
 	OnPremCIDRs []netip.Prefix `key:"onPremCidrs" required:"true"`
 	// TunnelCIDR is the tunnel's own range, private: the gateway takes the first host, on-prem the second.
 	TunnelCIDR netip.Prefix `key:"tunnelCidr" default:"10.201.0.0/30"`

@@ -2,8 +2,10 @@ package configdoc
 
 import (
 	"fmt"
+	"regexp"
 	"strconv"
 	"strings"
+	"unicode"
 )
 
 // PulumiMarker is the line of Pulumi.yaml from which the generator owns the file: what is above it is written by
@@ -134,7 +136,7 @@ func Markdown(keys []*Key, intro string) string {
 	for _, k := range keys {
 		fmt.Fprintf(&b, "\n## `%s`\n\n", k.Path)
 		if len(k.Keys) > 0 {
-			b.WriteString(sentence(k.Doc) + "\n\n")
+			b.WriteString(linked(sentence(k.Doc)) + "\n\n")
 		}
 		b.WriteString("| key | type | default | meaning |\n| --- | --- | --- | --- |\n")
 		Walk([]*Key{k}, func(c *Key) {
@@ -156,4 +158,39 @@ func mdDefault(k *Key) string {
 	return "none"
 }
 
-func cell(s string) string { return strings.ReplaceAll(s, "|", `\|`) }
+func cell(s string) string { return linked(strings.ReplaceAll(s, "|", `\|`)) }
+
+// pageRef is a doc comment's reference to a page, with the heading it points at: (docs/security.md, "Node
+// identity") or (README, "Prepare the on-prem side").
+var pageRef = regexp.MustCompile(`(docs/([a-z-]+\.md)|README)(, "([^"]+)")?`)
+
+// linked turns the page references of a doc comment into links from docs/configuration.md, so that the docs test
+// checks they resolve.
+func linked(s string) string {
+	return pageRef.ReplaceAllStringFunc(s, func(ref string) string {
+		m := pageRef.FindStringSubmatch(ref)
+		target, text := m[2], m[2]
+		if m[1] == "README" {
+			target, text = "../README.md", "README"
+		}
+		if m[4] != "" {
+			target += "#" + Anchor(m[4])
+			text += ", " + m[4]
+		}
+		return "[" + text + "](" + target + ")"
+	})
+}
+
+// Anchor is the fragment GitHub gives a heading (without the -1, -2 of a repeated one).
+func Anchor(heading string) string {
+	var b strings.Builder
+	for _, r := range strings.ToLower(heading) {
+		switch {
+		case r == ' ':
+			b.WriteRune('-')
+		case r == '-' || r == '_' || unicode.IsLetter(r) || unicode.IsDigit(r):
+			b.WriteRune(r)
+		}
+	}
+	return b.String()
+}
