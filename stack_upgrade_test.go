@@ -11,6 +11,7 @@ import (
 	"gotest.tools/v3/assert"
 	"gotest.tools/v3/golden"
 
+	"github.com/dynk8s/dynk8s/infra/config"
 	"github.com/dynk8s/dynk8s/internal/mockcloud"
 	"github.com/dynk8s/dynk8s/internal/plan"
 )
@@ -35,7 +36,7 @@ func TestUpgradeKeepsEveryResource(t *testing.T) {
 	for _, name := range slices.Sorted(maps.Keys(upgradeCases)) {
 		t.Run(name, func(t *testing.T) {
 			stack, _, _ := strings.Cut(name, "-")
-			values, err := mockcloud.ReadStackFile("Pulumi." + stack + ".yaml")
+			values, err := config.ReadStackFile("Pulumi." + stack + ".yaml")
 			assert.NilError(t, err)
 			if mutate := upgradeCases[name]; mutate != nil {
 				mutate(values)

@@ -13,6 +13,7 @@ import (
 
 	"github.com/dynk8s/dynk8s/cloudinit"
 	"github.com/dynk8s/dynk8s/infra/config"
+	"github.com/dynk8s/dynk8s/internal/kube"
 )
 
 // NodePoolType is the type token of the NodePool component.
@@ -31,8 +32,8 @@ const drainMarginSeconds = 60
 const LaunchHookName = "dynk8s-launch"
 
 // launchHookHeartbeatSeconds is how long a launching instance may hold its hook: the boot's own deadline
-// (cloudinit.JoinTimeout) and a margin, so the hook never abandons an instance whose boot is still within it.
-const launchHookHeartbeatSeconds = int(cloudinit.JoinTimeout/time.Second) + drainMarginSeconds
+// (kube.JoinTimeout) and a margin, so the hook never abandons an instance whose boot is still within it.
+const launchHookHeartbeatSeconds = int(kube.JoinTimeout/time.Second) + drainMarginSeconds
 
 // The launch hook's transition, and its result when the heartbeat ends: the group terminates the instance.
 const (

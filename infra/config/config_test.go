@@ -12,15 +12,15 @@ import (
 	"gotest.tools/v3/assert"
 	is "gotest.tools/v3/assert/cmp"
 
-	"github.com/dynk8s/dynk8s/cloudinit"
 	"github.com/dynk8s/dynk8s/infra/config"
+	"github.com/dynk8s/dynk8s/internal/kube"
 	"github.com/dynk8s/dynk8s/internal/mockcloud"
 )
 
 // devConfig is Pulumi.dev.yaml's config map, read afresh each call.
 func devConfig(t *testing.T) map[string]any {
 	t.Helper()
-	values, err := mockcloud.ReadStackFile("../../Pulumi.dev.yaml")
+	values, err := config.ReadStackFile("../../Pulumi.dev.yaml")
 	assert.NilError(t, err)
 	return values
 }
@@ -388,8 +388,8 @@ func TestBootstrapTokenTTLBounds(t *testing.T) {
 func TestBootstrapTokenTTLFloorOutlivesAJoin(t *testing.T) {
 	ttl := config.MinBootstrapTokenTTL
 	left := ttl - config.BootstrapTokenRotationPeriod(ttl)
-	assert.Check(t, left > cloudinit.JoinTimeout, "a %s token read one period (%s) after it was issued has %s left, "+
-		"not more than the join timeout %s", ttl, config.BootstrapTokenRotationPeriod(ttl), left, cloudinit.JoinTimeout)
+	assert.Check(t, left > kube.JoinTimeout, "a %s token read one period (%s) after it was issued has %s left, "+
+		"not more than the join timeout %s", ttl, config.BootstrapTokenRotationPeriod(ttl), left, kube.JoinTimeout)
 }
 
 // TestPoolAutoscalingOptionsBecomeTags: the autoscaler reads per-group options from the group's tags.
