@@ -80,7 +80,7 @@ golden:
 e2e:
 	./hack/e2e.sh
 
-## fresh: `make test` on a clean clone of HEAD in a fresh Debian root with only the README's prerequisites (root).
+## fresh: `make test` on a clean clone of HEAD in a fresh Debian root with only CONTRIBUTING.md's prerequisites (root).
 fresh:
 	./hack/fresh.sh
 

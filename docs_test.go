@@ -1,7 +1,9 @@
 package main
 
 import (
+	"fmt"
 	"os"
+	"path/filepath"
 	"regexp"
 	"slices"
 	"strings"
@@ -11,10 +13,10 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/dynk8s/dynk8s/infra/config"
+	"github.com/dynk8s/dynk8s/internal/configdoc"
 )
 
-// The docs check: the configuration reference (Pulumi.yaml) and the README's config table cover exactly the keys
-// the program reads, and the README's quick start names only commands that exist.
+// The docs checks: the configuration reference is generated and current, and the commands the docs name exist.
 
 func readFile(t *testing.T, name string) string {
 	t.Helper()
@@ -23,115 +25,143 @@ func readFile(t *testing.T, name string) string {
 	return string(b)
 }
 
-// leafKeys are the known keys that hold a value rather than more keys.
-func leafKeys() []config.Key {
-	known := config.Keys()
-	var leaves []config.Key
-	for _, k := range known {
-		parent := false
-		for _, other := range known {
-			if strings.HasPrefix(other.Path, k.Path+".") || strings.HasPrefix(other.Path, k.Path+"[") {
-				parent = true
-				break
-			}
-		}
-		if !parent {
-			leaves = append(leaves, k)
-		}
-	}
-	return leaves
-}
+// TestConfigReferenceIsCurrent: Pulumi.yaml's config block and docs/configuration.md are what `go generate
+// ./infra/config` writes from the config types' source, so every key is documented once, where it is declared.
+func TestConfigReferenceIsCurrent(t *testing.T) {
+	l, err := configdoc.NewLoader(".")
+	assert.NilError(t, err)
+	project := readFile(t, "Pulumi.yaml")
+	pulumi, md, err := configdoc.Generate(l, project)
+	assert.NilError(t, err)
+	const regenerate = "is not what the config types say: run go generate ./infra/config"
+	assert.Check(t, project == pulumi, "Pulumi.yaml %s", regenerate)
+	assert.Check(t, readFile(t, "docs/configuration.md") == md, "docs/configuration.md %s", regenerate)
 
-// knownPath reports whether the program reads the key path.
-func knownPath(path string) bool {
-	return slices.ContainsFunc(config.Keys(), func(k config.Key) bool { return k.Path == path })
-}
-
-// readmeConfigKeys are the keys in the first column of the README's configuration table.
-func readmeConfigKeys(t *testing.T) map[string]string {
-	t.Helper()
-	readme := readFile(t, "README.md")
-	section := readme[strings.Index(readme, "## Configuration"):]
-	section = section[:strings.Index(section[1:], "\n## ")+1]
-	rows := map[string]string{}
-	row := regexp.MustCompile("(?m)^\\| `([^`]+)` \\|(.*)$")
-	for _, m := range row.FindAllStringSubmatch(section, -1) {
-		rows[m[1]] = m[2]
-	}
-	assert.Assert(t, len(rows) > 20, "no config table found in README.md")
-	return rows
-}
-
-func TestReadmeDocumentsEveryConfigKey(t *testing.T) {
-	rows := readmeConfigKeys(t)
-	for _, leaf := range leafKeys() {
-		key := leaf.Path
-		if parent, field, ok := strings.Cut(key, ".taints[i]."); ok {
-			// Taint fields are documented in their list's row as {key, value, effect}.
-			assert.Check(t, strings.Contains(rows[parent+".taints"], field), "README: %s.taints row does not mention %s", parent, field)
-			continue
-		}
-		row, ok := rows[key]
-		if !assert.Check(t, ok, "README's config table has no row for %s", key) || !leaf.HasDefault {
-			continue
-		}
-		// The row is "| `key` | type | default | meaning |"; after the key: type, then the default, which must be the
-		// code's.
-		cells := strings.Split(row, "|")
-		assert.Check(t, len(cells) > 1 && strings.TrimSpace(cells[1]) == "`"+leaf.Default+"`",
-			"README: the default of %s is `%s` in the code, the table says %q", key, leaf.Default, cells[1])
-	}
-	for key := range rows {
-		assert.Check(t, knownPath(key), "README documents %s, which the program does not read", key)
-	}
-}
-
-func TestPulumiYamlDocumentsEveryConfigKey(t *testing.T) {
-	var project struct {
+	// And the generated block is a project file Pulumi reads: every top-level key declared with a type.
+	var decl struct {
 		Config map[string]struct {
 			Type        string `json:"type"`
 			Description string `json:"description"`
 		} `json:"config"`
 	}
-	assert.NilError(t, yaml.Unmarshal([]byte(readFile(t, "Pulumi.yaml")), &project))
+	assert.NilError(t, yaml.Unmarshal([]byte(pulumi), &decl))
 	for _, k := range config.Keys() {
-		key := k.Path
-		if !strings.HasPrefix(key, config.Namespace+":") {
-			continue // aws:region belongs to the aws provider's namespace
-		}
-		top, rest, nested := strings.Cut(key, ".")
+		top, _, _ := strings.Cut(k.Path, ".")
 		top, _, _ = strings.Cut(top, "[")
-		decl, ok := project.Config[top]
-		if !assert.Check(t, ok, "Pulumi.yaml declares no %s", top) {
-			continue
+		if strings.HasPrefix(top, config.Namespace+":") {
+			assert.Check(t, decl.Config[top].Type != "" && decl.Config[top].Description != "", "Pulumi.yaml: %s", top)
 		}
-		assert.Check(t, decl.Type != "" && decl.Description != "", "Pulumi.yaml: %s needs a type and a description", top)
-		if nested {
-			leaf := rest[strings.LastIndex(rest, ".")+1:]
-			assert.Check(t, strings.Contains(decl.Description, leaf+" ") || strings.Contains(decl.Description, leaf+","),
-				"Pulumi.yaml: the description of %s does not document %s", top, key)
-			// "leaf (type, default VALUE)": the stated default is the code's.
-			stated := regexp.MustCompile(`\b` + regexp.QuoteMeta(leaf) + ` \([^)]*?default "?([^",)]*)`).
-				FindStringSubmatch(decl.Description)
-			if k.HasDefault {
-				assert.Check(t, stated != nil && stated[1] == k.Default,
-					"Pulumi.yaml: the default of %s is %s in the code, the description says %v", key, k.Default, stated)
-			}
-		}
-	}
-	for key := range project.Config {
-		assert.Check(t, knownPath(key), "Pulumi.yaml declares %s, which the program does not read", key)
 	}
 }
 
-func TestReadmeQuickStartCommandsExist(t *testing.T) {
-	readme := readFile(t, "README.md")
-	section := readme[strings.Index(readme, "## Quick start"):]
-	section = section[:strings.Index(section[1:], "\n## ")+1]
-	assert.Check(t, commandsExist(t, section) >= 2, "the quick start lost its commands")
-	realUse := readme[strings.Index(readme, "## Real use"):]
-	realUse = realUse[:strings.Index(realUse[1:], "\n## ")+1]
-	assert.Check(t, commandsExist(t, realUse) >= 2, "the real-use section lost its make commands")
+// docPages are the repository's Markdown pages: the README, CONTRIBUTING.md and docs/.
+func docPages(t *testing.T) []string {
+	t.Helper()
+	pages, err := filepath.Glob("docs/*.md")
+	assert.NilError(t, err)
+	return append([]string{"README.md", "CONTRIBUTING.md"}, pages...)
+}
+
+// TestDocCommandsExist: every `make TARGET` and `go run ./cmd/X` in the pages' code blocks exists, and the README's
+// first hour and CONTRIBUTING.md's commands are there.
+func TestDocCommandsExist(t *testing.T) {
+	for _, page := range docPages(t) {
+		text := readFile(t, page)
+		lines := codeBlocks(text)
+		for _, m := range commandCell.FindAllStringSubmatch(text, -1) {
+			lines = append(lines, m[1])
+		}
+		n := commandsExist(t, strings.Join(lines, "\n"))
+		switch page {
+		case "README.md":
+			assert.Check(t, n >= 3, "the README lost its plan, preview and up commands (%d found)", n)
+		case "CONTRIBUTING.md":
+			assert.Check(t, n >= 2, "CONTRIBUTING.md lost its make commands (%d found)", n)
+		}
+	}
+}
+
+// commandCell is a table row's first cell that is a command.
+var commandCell = regexp.MustCompile("(?m)^\\| `((?:make|go run) [^`]*)`")
+
+// codeBlocks are the lines inside the fenced code blocks of a Markdown page.
+func codeBlocks(page string) []string {
+	var lines []string
+	in := false
+	for _, line := range strings.Split(page, "\n") {
+		if strings.HasPrefix(line, "```") {
+			in = !in
+			continue
+		}
+		if in {
+			lines = append(lines, line)
+		}
+	}
+	return lines
+}
+
+// TestDocLinksResolve: every relative link of the pages names a file of the repository and, with a #fragment, a
+// heading of that page, as GitHub renders its anchor.
+func TestDocLinksResolve(t *testing.T) {
+	link := regexp.MustCompile(`\]\(([^)\s]+)\)`)
+	code := regexp.MustCompile("`[^`]*`")
+	links := 0
+	for _, page := range docPages(t) {
+		prose := strings.Join(proseLines(readFile(t, page)), "\n")
+		for _, m := range link.FindAllStringSubmatch(code.ReplaceAllString(prose, "``"), -1) {
+			target := m[1]
+			if strings.Contains(target, "://") || strings.HasPrefix(target, "mailto:") {
+				continue
+			}
+			links++
+			file, fragment, _ := strings.Cut(target, "#")
+			if file == "" {
+				file = page
+			} else {
+				file = filepath.Join(filepath.Dir(page), file)
+			}
+			info, err := os.Stat(file)
+			if !assert.Check(t, err == nil, "%s links to %s, which does not exist", page, target) || fragment == "" {
+				continue
+			}
+			assert.Check(t, !info.IsDir() && slices.Contains(anchors(readFile(t, file)), fragment),
+				"%s links to %s: no such heading in %s", page, target, file)
+		}
+	}
+	assert.Check(t, links > 30, "only %d links found", links)
+}
+
+// proseLines are the lines outside fenced code blocks.
+func proseLines(page string) []string {
+	var lines []string
+	in := false
+	for _, line := range strings.Split(page, "\n") {
+		if strings.HasPrefix(line, "```") {
+			in = !in
+		} else if !in {
+			lines = append(lines, line)
+		}
+	}
+	return lines
+}
+
+// anchors are the fragments GitHub gives a page's headings, a repeated one suffixed -1, -2, ...
+func anchors(page string) []string {
+	var out []string
+	seen := map[string]int{}
+	for _, line := range proseLines(page) {
+		if !strings.HasPrefix(line, "#") {
+			continue
+		}
+		a := configdoc.Anchor(strings.TrimSpace(strings.TrimLeft(line, "#")))
+		if n := seen[a]; n > 0 {
+			out = append(out, fmt.Sprintf("%s-%d", a, n))
+		} else {
+			out = append(out, a)
+		}
+		seen[a]++
+	}
+	return out
 }
 
 // TestJenkinsfileUsesMakeTargets: the pipeline runs only make targets that exist.

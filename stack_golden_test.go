@@ -7,18 +7,21 @@ import (
 	"path/filepath"
 	"regexp"
 	"slices"
+	"strings"
 	"testing"
 
 	"gotest.tools/v3/assert"
 	"gotest.tools/v3/golden"
 
 	"github.com/dynk8s/dynk8s/internal/plan"
+	"github.com/dynk8s/dynk8s/internal/scriptstub"
 )
 
 // The whole-stack golden, as kops keeps one per cluster (kubernetes/kops tests/integration/update_cluster): for each
 // example stack, what `go run ./cmd/plan -stack NAME -out DIR` writes, under testdata/stacks/NAME: plan.json (every
 // resource with its inputs and options, embedded documents replaced by a pointer to their file), the decoded user
-// data, every IAM policy document, every in-cluster manifest and the on-prem WireGuard config. Any change to what
+// data (each embedded boot script as its name, sha256 and line count: internal/scriptstub), every IAM policy
+// document, every in-cluster manifest and the on-prem WireGuard config. Any change to what
 // the stack declares shows here as a reviewable diff; `make golden` rewrites the files.
 
 // privateKeyLine matches a wg-quick private key: a stand-in in the plan, but nothing that looks like a key belongs
@@ -34,6 +37,13 @@ func TestWholeStackGolden(t *testing.T) {
 			assert.NilError(t, err)
 			if conf, ok := files[plan.OnPremConfigFile]; ok {
 				files[plan.OnPremConfigFile] = privateKeyLine.ReplaceAll(conf, []byte("PrivateKey = [secret]"))
+			}
+			for rel, ud := range files {
+				if strings.HasPrefix(rel, "userdata/") {
+					stubbed, err := scriptstub.Stub(string(ud), filepath.Join("cloudinit", "scripts"))
+					assert.NilError(t, err, rel)
+					files[rel] = []byte(stubbed)
+				}
 			}
 			dir := filepath.Join("stacks", stack)
 			for _, rel := range slices.Sorted(maps.Keys(files)) {

@@ -11,6 +11,7 @@ import (
 	"gotest.tools/v3/assert"
 	"gotest.tools/v3/golden"
 
+	"github.com/dynk8s/dynk8s/infra/config"
 	"github.com/dynk8s/dynk8s/internal/mockcloud"
 	"github.com/dynk8s/dynk8s/internal/plan"
 )
@@ -30,12 +31,12 @@ var upgradeCases = map[string]func(values map[string]any){
 // and creating a new one (a renamed node pool group would terminate its nodes; a renamed route would collide with
 // the old one). testdata/upgrade/NAME.urns lists the URNs of the landed plans, one a line. `go test -update` adds
 // the URNs of the current plan and never removes one: a resource dropped on purpose is taken out of the list by
-// hand, with a line in the README's upgrade notes.
+// hand, with a line in docs/operations.md's upgrade notes.
 func TestUpgradeKeepsEveryResource(t *testing.T) {
 	for _, name := range slices.Sorted(maps.Keys(upgradeCases)) {
 		t.Run(name, func(t *testing.T) {
 			stack, _, _ := strings.Cut(name, "-")
-			values, err := mockcloud.ReadStackFile("Pulumi." + stack + ".yaml")
+			values, err := config.ReadStackFile("Pulumi." + stack + ".yaml")
 			assert.NilError(t, err)
 			if mutate := upgradeCases[name]; mutate != nil {
 				mutate(values)

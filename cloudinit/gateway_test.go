@@ -55,7 +55,7 @@ func TestGatewayGolden(t *testing.T) {
 	t.Parallel()
 	for name, ud := range renderedGatewayUserData(t) {
 		t.Run(name, func(t *testing.T) {
-			golden.Assert(t, string(ud), name+".golden")
+			golden.Assert(t, stubScripts(t, ud), name+".golden")
 		})
 	}
 }

@@ -6,8 +6,19 @@ import (
 	"strings"
 	"testing"
 
+	"gotest.tools/v3/assert"
 	"sigs.k8s.io/yaml"
+
+	"github.com/dynk8s/dynk8s/internal/scriptstub"
 )
+
+// stubScripts is user data as its golden file holds it: each embedded script as its name, hash and line count.
+func stubScripts(t *testing.T, userData []byte) string {
+	t.Helper()
+	s, err := scriptstub.Stub(string(userData), "scripts")
+	assert.NilError(t, err)
+	return s
+}
 
 // parseCloudConfig reads rendered user data back into the renderer's types, refusing unknown fields, so a key the
 // renderer did not mean to write (or a typo cloud-init's schema would let through) fails the test.

@@ -11,6 +11,7 @@ import (
 
 	"sigs.k8s.io/yaml"
 
+	"github.com/dynk8s/dynk8s/internal/kube"
 	"github.com/dynk8s/dynk8s/wireguard"
 )
 
@@ -34,10 +35,6 @@ type HostInput struct {
 	// (optional): the termination handler's, which polls it from the host network in IMDS mode.
 	MetadataUIDs []int
 }
-
-// MaxDNSServers is what a resolv.conf holds (glibc's MAXNS); the kubelet hands pods with dnsPolicy Default the
-// first three servers of the node's resolver list and drops the rest.
-const MaxDNSServers = 3
 
 // Where the host settings go on the node.
 const (
@@ -270,8 +267,8 @@ func (in HostInput) validate(e *errs) {
 	if in.TunnelMTU < wireguard.MinMTU || in.TunnelMTU > wireguard.MaxMTU {
 		e.add("Host.TunnelMTU", fmt.Errorf("%d is not in %d..%d", in.TunnelMTU, wireguard.MinMTU, wireguard.MaxMTU))
 	}
-	if len(in.DNSServers) > MaxDNSServers {
-		e.add("Host.DNSServers", fmt.Errorf("%d servers, at most %d", len(in.DNSServers), MaxDNSServers))
+	if len(in.DNSServers) > kube.MaxDNSServers {
+		e.add("Host.DNSServers", fmt.Errorf("%d servers, at most %d", len(in.DNSServers), kube.MaxDNSServers))
 	}
 	for i, a := range in.DNSServers {
 		field := fmt.Sprintf("Host.DNSServers[%d]", i)
@@ -290,7 +287,7 @@ func (in HostInput) validate(e *errs) {
 	for i, d := range in.DNSDomains {
 		field := fmt.Sprintf("Host.DNSDomains[%d]", i)
 		switch {
-		case len(d) > 253 || !dnsSubdomRE.MatchString(d):
+		case !kube.IsDNSSubdomain(d):
 			e.add(field, fmt.Errorf("%q is not a DNS domain (lower case, no leading '~' or trailing '.')", d))
 		case slices.Index(in.DNSDomains, d) < i:
 			e.add(field, fmt.Errorf("%q is listed twice", d))

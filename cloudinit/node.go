@@ -8,7 +8,6 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"time"
 
 	"sigs.k8s.io/yaml"
 
@@ -41,7 +40,7 @@ type NodeInput struct {
 
 // LaunchHookMinHeartbeat is the shortest heartbeat a launch lifecycle hook may have: the boot completes the action
 // only after it has joined, which may take until the join unit's timeout.
-const LaunchHookMinHeartbeat = JoinTimeout
+const LaunchHookMinHeartbeat = kube.JoinTimeout
 
 // Where the node's files go. The scripts derive the same paths (under DYNK8S_ROOT in tests).
 const (
@@ -52,11 +51,6 @@ const (
 	joinTimerName    = "dynk8s-join.timer"
 	criSocket        = "unix:///var/run/crio/crio.sock"
 )
-
-// JoinTimeout is how long a node's boot may take to prepare and join: the join unit's hard timeout, which backs up join.sh's own
-// 12-minute deadline. The autoscaler's max-node-provision-time must exceed it, or the autoscaler gives up on nodes
-// that would still join.
-const JoinTimeout = 14 * time.Minute
 
 // Placeholders in the JoinConfiguration template, for what only the instance knows at boot; join.sh checks each
 // value against a strict pattern before it substitutes it.
@@ -74,9 +68,9 @@ const (
 // lifecycleHookRE is the EC2 Auto Scaling API's pattern for LifecycleHookName (API reference, PutLifecycleHook).
 var lifecycleHookRE = regexp.MustCompile(`^[A-Za-z0-9_/-]{1,255}$`)
 
-// runtimeLabels are set from IMDS by join.sh, matching the labels the Cluster Autoscaler puts on its template node,
-// so a pool may not set them itself.
-var runtimeLabels = map[string]string{
+// bootLabelValues are the placeholders join.sh fills from IMDS for the labels the boot sets (kube.SetByBoot, the
+// one list of them).
+var bootLabelValues = map[string]string{
 	kube.LabelZone:         phZone,
 	kube.LabelRegion:       phRegion,
 	kube.LabelInstanceType: phInstanceType,
@@ -326,7 +320,7 @@ func joinUnit(in NodeInput) unitFile {
 			{"StandardOutput", "journal+console"},
 			{"StandardError", "journal+console"},
 			{"SyslogIdentifier", "dynk8s-join"},
-			{"TimeoutStartSec", strconv.Itoa(int(JoinTimeout.Minutes())) + "min"},
+			{"TimeoutStartSec", strconv.Itoa(int(kube.JoinTimeout.Minutes())) + "min"},
 		}},
 		{Name: "Install", Entries: []unitEntry{
 			{"WantedBy", "multi-user.target"},
@@ -395,11 +389,15 @@ type kubeletArg struct {
 
 // joinTemplate renders the JoinConfiguration with placeholders for the token and the instance's identity.
 func joinTemplate(in NodeInput) (string, error) {
-	labels := make(map[string]string, len(in.Labels)+len(runtimeLabels))
-	for k, v := range in.Labels {
-		labels[k] = v
+	labels := maps.Clone(in.Labels)
+	if labels == nil {
+		labels = map[string]string{}
 	}
-	for k, v := range runtimeLabels {
+	for _, k := range kube.SetByBoot() {
+		v, ok := bootLabelValues[k]
+		if !ok {
+			return "", fmt.Errorf("label %s: the boot has no value for it", k)
+		}
 		labels[k] = v
 	}
 	keys := slices.Sorted(maps.Keys(labels))
@@ -466,7 +464,7 @@ func (in NodeInput) validate() (kube.Minor, error) {
 	e.add("PoolName", validateDNSLabel(in.PoolName))
 	for _, k := range slices.Sorted(maps.Keys(in.Labels)) {
 		field := fmt.Sprintf("Labels[%q]", k)
-		if _, ok := runtimeLabels[k]; ok {
+		if slices.Contains(kube.SetByBoot(), k) {
 			e.add(field, errors.New("is set at boot from the instance's metadata; remove it from the pool"))
 			continue
 		}

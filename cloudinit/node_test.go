@@ -62,7 +62,7 @@ func TestNodeGolden(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			ud, err := Node(in)
 			assert.NilError(t, err)
-			golden.Assert(t, string(ud), "node-"+name+".golden")
+			golden.Assert(t, stubScripts(t, ud), "node-"+name+".golden")
 		})
 	}
 }

@@ -8,11 +8,11 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
+
+	"github.com/dynk8s/dynk8s/internal/kube"
 )
 
 var (
-	dnsLabelRE  = regexp.MustCompile(`^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$`)
-	dnsSubdomRE = regexp.MustCompile(`^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$`)
 	// ssmNameRE is SSM's parameter-name alphabet; the scripts also pass the name through their config file.
 	ssmNameRE = regexp.MustCompile(`^[A-Za-z0-9_./-]+$`)
 
@@ -52,7 +52,7 @@ func noSecret(s string) error {
 }
 
 func validateDNSLabel(s string) error {
-	if !dnsLabelRE.MatchString(s) {
+	if !kube.IsDNSLabel(s) {
 		return fmt.Errorf("%q is not a DNS label (lower-case letters, digits, '-', at most 63)", s)
 	}
 	return nil
@@ -84,7 +84,7 @@ func validateHostPort(s string) error {
 	if _, err := netip.ParseAddr(host); err == nil {
 		return nil
 	}
-	if len(host) > 253 || !dnsSubdomRE.MatchString(strings.ToLower(host)) {
+	if !kube.IsDNSSubdomain(strings.ToLower(host)) {
 		return fmt.Errorf("%q: host %q is neither an IP address nor a DNS name", s, host)
 	}
 	return nil

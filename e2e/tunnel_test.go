@@ -148,7 +148,7 @@ func renderTunnel(t *testing.T, dialOut bool) tunnelPlan {
 // renderTunnelEdited is renderTunnel with the dev stack's config values changed by edit first (nil: none).
 func renderTunnelEdited(t *testing.T, dialOut bool, edit func(t *testing.T, values map[string]any)) tunnelPlan {
 	t.Helper()
-	values, err := mockcloud.ReadStackFile(filepath.Join("..", "Pulumi.dev.yaml"))
+	values, err := config.ReadStackFile(filepath.Join("..", "Pulumi.dev.yaml"))
 	if err != nil {
 		t.Fatal(err)
 	}

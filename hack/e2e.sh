@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# `make e2e`: builds the real tools that are not cached yet (hack/tools.sh; about an hour cold on 2 cores (README), seconds
+# `make e2e`: builds the real tools that are not cached yet (hack/tools.sh; about an hour cold on 2 cores (CONTRIBUTING.md), seconds
 # warm), starts a throwaway etcd + kube-apiserver + kube-controller-manager on loopback (hack/start-kube.sh, which
 # stops them again however the tests end), and runs the e2e-tagged tests against it. A missing tool fails the run
 # instead of skipping it, unless the caller sets DYNK8S_REQUIRE_TOOLS to empty.

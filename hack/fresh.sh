@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# The fresh-machine check: runs the README's test command (`make test`) on a clean clone of the committed HEAD,
-# inside a Debian bookworm root that holds only the README's prerequisites (git, make, ca-certificates; the Go
+# The fresh-machine check: runs the test command (`make test`) on a clean clone of the committed HEAD,
+# inside a Debian bookworm root that holds only CONTRIBUTING.md's prerequisites (git, make, ca-certificates; the Go
 # toolchain bound in read-only). Whatever else the tests need, the repository must install itself (`make tools`), so
 # this fails when an install step is missing, which no run on a developer's or CI's long-lived machine can see.
 #
@@ -19,7 +19,7 @@
 set -euo pipefail
 
 readonly SUITE=bookworm
-# The README's prerequisites that Debian packages (the Go toolchain is bound in, as the machine has it in /usr/local/go).
+# CONTRIBUTING.md's prerequisites that Debian packages (the Go toolchain is bound in, as the machine has it in /usr/local/go).
 readonly PACKAGES=(git make ca-certificates)
 readonly BOX_GOROOT=/usr/local/go
 readonly BOX_MODULES=/var/cache/dynk8s-host-modules

@@ -364,7 +364,7 @@ func TestNodePoolWarmPool(t *testing.T) {
 	assert.Equal(t, in(hook, "lifecycleTransition"), "autoscaling:EC2_INSTANCE_LAUNCHING")
 	assert.Equal(t, in(hook, "defaultResult"), "ABANDON", "an instance whose boot never completes is replaced")
 	heartbeat := in(hook, "heartbeatTimeout").(float64)
-	assert.Check(t, heartbeat > cloudinit.JoinTimeout.Seconds() && heartbeat <= 7200,
+	assert.Check(t, heartbeat > kube.JoinTimeout.Seconds() && heartbeat <= 7200,
 		"the hook outlasts the boot's own deadline, within AWS's 7200 s: %v", heartbeat)
 	// The group is created with the same hook, so it holds the warm pool's first fill too (AWS N4); the option
 	// forces a new group when it changes, so it is ignored after creation and never replaces a running group.

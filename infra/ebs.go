@@ -35,5 +35,5 @@ func checkEBSDefaultKey(ctx *pulumi.Context, cfg *config.Config) error {
 	return clusterError(config.Namespace+":identity.customerManagedEbsKey",
 		"the default EBS encryption key of %s is the customer-managed key %s, which the Auto Scaling service-linked "+
 			"role cannot use unless its key policy lets it (every launch would fail): grant it and the node role "+
-			"as the README's \"Encrypted volumes\" shows, then set this key to true", cfg.Region, key.Arn)
+			"as docs/security.md, \"Encrypted volumes\", shows, then set this key to true", cfg.Region, key.Arn)
 }

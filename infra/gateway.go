@@ -235,7 +235,7 @@ func NewWireGuardGateway(ctx *pulumi.Context, name string, args *WireGuardGatewa
 		VolumeTags:              tags,
 	}, parent,
 		// Its fixed address allows one instance at a time: a replacement must terminate the old one first, which
-		// costs the tunnel the minutes of a new boot (README, "On-prem side").
+		// costs the tunnel the minutes of a new boot (docs/networking.md, "When the gateway is replaced").
 		pulumi.DeleteBeforeReplace(true),
 		// Its first boot installs packages and reads its key from SSM: the parameter and the way out must exist;
 		// and its address must be reserved.

@@ -5,13 +5,14 @@ import (
 
 	"gotest.tools/v3/assert"
 
+	"github.com/dynk8s/dynk8s/infra/config"
 	"github.com/dynk8s/dynk8s/internal/mockcloud"
 )
 
 // devConfig is Pulumi.dev.yaml's config map, read afresh each call.
 func devConfig(t *testing.T) map[string]any {
 	t.Helper()
-	values, err := mockcloud.ReadStackFile("../Pulumi.dev.yaml")
+	values, err := config.ReadStackFile("../Pulumi.dev.yaml")
 	assert.NilError(t, err)
 	return values
 }

@@ -103,13 +103,13 @@ func TestEveryImageCanBePinned(t *testing.T) {
 	}
 }
 
-// TestDefaultImagesAreTags: without images.*, the defaults run, each a tag (the README says so, and that pinning
+// TestDefaultImagesAreTags: without images.*, the defaults run, each a tag (docs/operations.md says so, and that pinning
 // is the operator's: mutable tags are what M8 is about).
 func TestDefaultImagesAreTags(t *testing.T) {
 	res := runStack(t, devConfig(t))
 	for name, list := range containerImages(t, res) {
 		for _, img := range list {
-			assert.Check(t, !strings.Contains(img, "@"), "%s runs %s, not a tag: the README names the defaults as tags",
+			assert.Check(t, !strings.Contains(img, "@"), "%s runs %s, not a tag: docs/operations.md names the defaults as tags",
 				name, img)
 		}
 	}

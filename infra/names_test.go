@@ -37,7 +37,7 @@ func nameTags(v any, out map[string]bool) {
 // config refuses as a pool name, so the list behind that refusal (security review L5) cannot fall behind the code.
 func TestPoolNamesNeverTakeAStackName(t *testing.T) {
 	for _, stack := range []string{"dev", "prod"} {
-		values, err := mockcloud.ReadStackFile("../Pulumi." + stack + ".yaml")
+		values, err := config.ReadStackFile("../Pulumi." + stack + ".yaml")
 		assert.NilError(t, err)
 		res := runStack(t, values)
 		cfg, err := mockcloud.ConfigFromMap(values)

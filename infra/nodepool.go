@@ -13,6 +13,7 @@ import (
 
 	"github.com/dynk8s/dynk8s/cloudinit"
 	"github.com/dynk8s/dynk8s/infra/config"
+	"github.com/dynk8s/dynk8s/internal/kube"
 )
 
 // NodePoolType is the type token of the NodePool component.
@@ -31,8 +32,8 @@ const drainMarginSeconds = 60
 const LaunchHookName = "dynk8s-launch"
 
 // launchHookHeartbeatSeconds is how long a launching instance may hold its hook: the boot's own deadline
-// (cloudinit.JoinTimeout) and a margin, so the hook never abandons an instance whose boot is still within it.
-const launchHookHeartbeatSeconds = int(cloudinit.JoinTimeout/time.Second) + drainMarginSeconds
+// (kube.JoinTimeout) and a margin, so the hook never abandons an instance whose boot is still within it.
+const launchHookHeartbeatSeconds = int(kube.JoinTimeout/time.Second) + drainMarginSeconds
 
 // The launch hook's transition, and its result when the heartbeat ends: the group terminates the instance.
 const (
@@ -201,7 +202,7 @@ func NewNodePool(ctx *pulumi.Context, name string, args *NodePoolArgs, opts ...p
 		// MinSize and MaxGroupPreparedCapacity both at Size: the warm pool then has that absolute size (PutWarmPool
 		// API reference) and refills after every scale-up, rather than shrinking as the group grows. The
 		// Cluster Autoscaler neither counts nor sees warm instances: it reads the group's Instances from
-		// DescribeAutoScalingGroups, which lists no warm pool instance (see README, "Scale-up: cold or warm").
+		// DescribeAutoScalingGroups, which lists no warm pool instance (see docs/warm-pools.md).
 		groupArgs.WarmPool = &autoscaling.GroupWarmPoolArgs{
 			PoolState:                pulumi.String(w.State),
 			MinSize:                  pulumi.Int(w.Size),
@@ -296,7 +297,7 @@ func NewNodePool(ctx *pulumi.Context, name string, args *NodePoolArgs, opts ...p
 	// The launch hook, also a resource of its own, which owns it after the group's creation (PutLifecycleHook
 	// creates or updates). A warm pool added to a group that already runs gets its hook only after PutWarmPool:
 	// the instances of that first fill may be stopped in the middle of their preparation, and prepare again on
-	// their next start, which is then slower, not wrong (README, "Scale-up: cold or warm").
+	// their next start, which is then slower, not wrong (docs/warm-pools.md).
 	if launch != "" {
 		if _, err := autoscaling.NewLifecycleHook(ctx, name+"-launch", &autoscaling.LifecycleHookArgs{
 			AutoscalingGroupName: group.Name,

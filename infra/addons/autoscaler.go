@@ -33,7 +33,7 @@ func autoscalerArgs(clusterName string, cfg config.Autoscaler) []string {
 	return []string{
 		"--cloud-provider=aws",
 		// Both tag keys must be on an ASG; the second keeps clusters that share an account apart.
-		"--node-group-auto-discovery=asg:tag=k8s.io/cluster-autoscaler/enabled,k8s.io/cluster-autoscaler/" + clusterName,
+		"--node-group-auto-discovery=asg:tag=" + config.AutoscalerEnabledTag + "," + config.AutoscalerClusterTag(clusterName),
 		"--expander=" + cfg.Expander,
 		// Pools of one shape in several zones are balanced instead of filling one zone.
 		"--balance-similar-node-groups=true",

@@ -23,26 +23,43 @@ const Namespace = "dynk8s"
 const DrainGraceSeconds = 120
 
 // Config is the whole stack configuration (namespace "dynk8s" plus aws:region), with defaults applied and validated.
-// Every decision in the program is taken from it; nothing reads the Pulumi config after Parse.
+// Every decision in the program is taken from it; nothing reads the Pulumi config after Parse. The doc comment of
+// each keyed field is the operator's reference (docs/configuration.md and Pulumi.yaml are generated from them), so
+// it says what the key does in the operator's words and names other keys by their key paths.
 type Config struct {
-	// Region is aws:region (required).
-	Region string `key:"aws:region"`
-	// ClusterName is the Cluster Autoscaler tag segment and the prefix of AWS names (required).
-	ClusterName string `key:"clusterName"`
+	// Region is the AWS region of the VPC and the node pools (aws:region, the AWS provider's key).
+	Region string `key:"aws:region" required:"true"`
+	// ClusterName is the on-prem cluster's name, 1-32 of [a-z0-9-]: it names the Cluster Autoscaler's discovery tag
+	// k8s.io/cluster-autoscaler/<clusterName>=owned and prefixes the IAM names, SSM parameters and instance names.
+	// One per AWS account: IAM names are account-wide.
+	ClusterName string `key:"clusterName" required:"true"`
 
+	// Kubernetes is the on-prem cluster the nodes join.
 	Kubernetes Kubernetes `key:"kubernetes"`
-	Network    Network    `key:"network"`
-	WireGuard  WireGuard  `key:"wireguard"`
-	Gateway    Gateway    `key:"gateway"`
-	Fedora     Fedora     `key:"fedora"`
-	// NodePools are the pools, at least one, in config order.
-	NodePools          []NodePool         `key:"nodePools"`
-	Autoscaler         Autoscaler         `key:"autoscaler"`
-	Fuse               Fuse               `key:"fuse"`
-	Identity           Identity           `key:"identity"`
-	Cleanup            Cleanup            `key:"cleanup"`
+	// Network is the stack's VPC, and how nodes resolve on-prem names.
+	Network Network `key:"network"`
+	// WireGuard is the site-to-site tunnel between the gateway and the on-prem peer.
+	WireGuard WireGuard `key:"wireguard"`
+	// Gateway is the WireGuard gateway instance.
+	Gateway Gateway `key:"gateway"`
+	// Fedora is the operating system of the nodes and the gateway.
+	Fedora Fedora `key:"fedora"`
+	// NodePools are the pools, at least one, in config order: one launch template and Auto Scaling Group each.
+	NodePools []NodePool `key:"nodePools" required:"true"`
+	// Autoscaler is the Cluster Autoscaler the stack runs on-prem.
+	Autoscaler Autoscaler `key:"autoscaler"`
+	// Fuse is the fuse device plugin and the github.com/fuse extended resource.
+	Fuse Fuse `key:"fuse"`
+	// Identity is IAM and the keys that encrypt the stack's secrets.
+	Identity Identity `key:"identity"`
+	// Cleanup is the stale-node cleanup.
+	Cleanup Cleanup `key:"cleanup"`
+	// TerminationHandler is the drain before a node goes away.
 	TerminationHandler TerminationHandler `key:"terminationHandler"`
-	Images             Images             `key:"images"`
+	// Images are the images the stack runs, besides the fuse plugin's (fuse.images). Each default names a tag, which
+	// its publisher can move; a reference with a digest (name@sha256:<hex> or name:tag@sha256:<hex>) pins it
+	// (docs/operations.md, the task "Pin the images").
+	Images Images `key:"images"`
 
 	// Derived are the values validation computes from the keys above.
 	Derived Derived
@@ -58,47 +75,57 @@ type Derived struct {
 
 // Kubernetes is dynk8s:kubernetes: the on-prem cluster the nodes join.
 type Kubernetes struct {
-	// Version is the exact Kubernetes version of the nodes (required).
-	Version kube.Version `key:"version"`
-	// APIServerEndpoint is host:port of the API server as reached through the tunnel (required).
-	APIServerEndpoint Endpoint `key:"apiServerEndpoint"`
-	// CACertHash is kubeadm's CA pin, sha256:<64 hex> (optional: read from kube-public/cluster-info when empty).
+	// Version is the exact Kubernetes version of the nodes, e.g. 1.34.4 (1.31 or newer); CRI-O and the autoscaler
+	// follow its minor. It must not be of a newer minor than the control plane's (kube-system/kubeadm-config): nodes
+	// may trail the control plane, never lead it.
+	Version kube.Version `key:"version" required:"true"`
+	// APIServerEndpoint is host:port of the API server as reached through the tunnel; an address must be inside
+	// wireguard.onPremCidrs.
+	APIServerEndpoint Endpoint `key:"apiServerEndpoint" required:"true"`
+	// CACertHash is kubeadm's CA pin for the nodes' discovery, sha256:<64 hex>; when empty, the preview computes it
+	// from the cluster's kube-public/cluster-info through the kubeconfig.
 	CACertHash string `key:"caCertHash"`
-	// PodCIDR is the cluster's pod range (required; overlap checks).
-	PodCIDR netip.Prefix `key:"podCidr"`
-	// ServiceCIDR is the cluster's service range (overlap checks); the default is kubeadm's.
+	// PodCIDR is the cluster's pod range (checked not to overlap the stack's ranges).
+	PodCIDR netip.Prefix `key:"podCidr" required:"true"`
+	// ServiceCIDR is the cluster's service range (checked not to overlap the stack's ranges); the default is
+	// kubeadm's.
 	ServiceCIDR netip.Prefix `key:"serviceCidr" default:"10.96.0.0/12"`
-	// Kubeconfig is the admin kubeconfig of the on-prem cluster (optional, secret; nil: the ambient one).
+	// Kubeconfig is the admin kubeconfig of the on-prem cluster, set as a secret (pulumi config set --secret); when
+	// unset, the ambient kubeconfig.
 	Kubeconfig *string `key:"kubeconfig"`
-	// ServerNameResolvesInVpc states that the API server name kube-public/cluster-info gives (when it is a name)
-	// resolves from the VPC to an address the tunnel reaches; without it, such a name fails the preview.
+	// ServerNameResolvesInVpc states that the API server name kube-public/cluster-info gives resolves from the VPC
+	// to an address the tunnel reaches; without it, a name there (rather than apiServerEndpoint's address) fails the
+	// preview, because joining nodes talk to the server cluster-info names.
 	ServerNameResolvesInVpc bool `key:"serverNameResolvesInVpc" default:"false"`
-	// BootstrapTokenTTL is how long each join token the in-cluster rotator issues stays valid; the rotator issues
-	// a new one every BootstrapTokenRotationPeriod.
+	// BootstrapTokenTTL is the lifetime of each node join token, 30m..24h. A CronJob in the cluster issues a new
+	// token every third of it and writes it to SSM; the controller manager's token cleaner deletes expired ones.
 	BootstrapTokenTTL time.Duration `key:"bootstrapTokenTTL" default:"2h"`
-	// BootstrapTokenRotation is an opaque value; changing it makes the rotator issue a new join token at once (an
-	// emergency "rotate now") and gives it a new AWS access key.
+	// BootstrapTokenRotation is an opaque value: change it to issue a new join token at once (an emergency "rotate
+	// now"; tokens issued before stay valid until they expire) and a new AWS access key for the rotator.
 	BootstrapTokenRotation string `key:"bootstrapTokenRotation" default:"1"`
-	// OnPremNodes are the names of the on-prem Nodes (optional): with it set, a kubelet may register a Node without
-	// the pool label only under one of these names.
+	// OnPremNodes are the names of the cluster's on-prem Nodes. With it set, a kubelet may register a Node without
+	// the dynk8s.io/pool label only under one of these names (add a new on-prem node here before it joins); without
+	// it, under any. Kubelets may never add, change or remove dynk8s.io/pool (docs/security.md, "Node identity").
 	OnPremNodes []string `key:"onPremNodes"`
 }
 
 // Network is dynk8s:network.
 type Network struct {
-	// VPCCIDR is the VPC's range, /16 to /24.
+	// VPCCIDR is the VPC's range, /16 to /24; one subnet per zone is carved from it.
 	VPCCIDR netip.Prefix `key:"vpcCidr" default:"10.200.0.0/16"`
-	// AvailabilityZones are zone names, or a count of the region's zones.
+	// AvailabilityZones are a count of the region's zones, or zone names.
 	AvailabilityZones Zones `key:"availabilityZones" default:"2"`
-	// OnPremDNS sends the nodes' lookups of on-prem domains to on-prem name servers (optional).
+	// OnPremDNS sends the nodes' lookups of on-prem domains to on-prem name servers through the tunnel
+	// (docs/networking.md, "DNS and MTU").
 	OnPremDNS OnPremDNS `key:"onPremDns"`
 }
 
 // OnPremDNS is dynk8s:network.onPremDns: name servers reached through the tunnel, and the domains they answer for.
 type OnPremDNS struct {
-	// Servers are IPv4 addresses inside wireguard.onPremCidrs (optional, at most 3; required with Domains).
+	// Servers are the on-prem name servers, IPv4 addresses inside wireguard.onPremCidrs, at most 3 (required with
+	// domains).
 	Servers []netip.Addr `key:"servers"`
-	// Domains are the on-prem domains asked of Servers alone (optional; required with Servers).
+	// Domains are the on-prem domains, e.g. corp.example.com, asked of the servers alone (required with servers).
 	Domains []string `key:"domains"`
 }
 
@@ -112,21 +139,29 @@ type Zones struct {
 type WireGuard struct {
 	// ListenPort is the gateway's UDP port.
 	ListenPort int `key:"listenPort" default:"51820"`
-	// OnPremCIDRs are routed from the VPC through the tunnel (required, at least one).
-	OnPremCIDRs []netip.Prefix `key:"onPremCidrs"`
-	// TunnelCIDR holds the two tunnel addresses: the gateway takes the first host, on-prem the second.
+	// OnPremCIDRs are the on-prem ranges routed from the VPC through the tunnel: they must contain every on-prem
+	// node's IP and the API server's address (README, "1. Prepare the on-prem side"). Private (RFC 1918 or
+	// 100.64.0.0/10) unless allowPublicOnPremCidrs, since the node security group admits them on every port.
+	// Loopback, link-local, multicast, 0.0.0.0/8 and 240.0.0.0/4 are refused for every range key.
+	OnPremCIDRs []netip.Prefix `key:"onPremCidrs" required:"true"`
+	// TunnelCIDR is the tunnel's own range, private: the gateway takes the first host, on-prem the second.
 	TunnelCIDR netip.Prefix `key:"tunnelCidr" default:"10.201.0.0/30"`
-	// MTU of the tunnel on both ends: 1500 minus WireGuard's 80 bytes of IPv6+UDP overhead.
+	// MTU is the tunnel's MTU on both ends, 1280..8920: 1500 minus WireGuard's 80 bytes of IPv6+UDP overhead by
+	// default. Set the cluster CNI's MTU below it.
 	MTU int `key:"mtu" default:"1420"`
-	// OnPremPublicKey is the on-prem peer's public key (optional; nil: the stack generates the pair).
+	// OnPremPublicKey is the on-prem peer's public key, to bring your own key pair; when unset, the stack generates
+	// the pair.
 	OnPremPublicKey *wgtypes.Key `key:"onPremPublicKey"`
-	// OnPremEndpoint is host:port of the on-prem peer (optional; nil: the on-prem side dials out). An address must
-	// be public and outside OnPremCIDRs: the gateway reaches it through the internet gateway.
+	// OnPremEndpoint is host:port where the gateway reaches the on-prem peer over the internet; an address must be
+	// public and outside onPremCidrs, tunnelCidr and the VPC (the gateway would send its handshakes into the tunnel
+	// they are to build). When unset, the on-prem peer dials out to the gateway (which works behind NAT).
 	OnPremEndpoint *Endpoint `key:"onPremEndpoint"`
-	// AllowPublicOnPremCIDRs accepts OnPremCIDRs outside the private ranges (RFC 1918, RFC 6598), for an on-prem
-	// network that really uses public addresses: the node security group admits them on every port.
+	// AllowPublicOnPremCIDRs accepts public onPremCidrs, for an on-prem network that really uses public addresses:
+	// the nodes, which have public IPs, then admit those ranges on every port from the internet as well as through
+	// the tunnel.
 	AllowPublicOnPremCIDRs bool `key:"allowPublicOnPremCidrs" default:"false"`
-	// OnPremForward is what the gateway forwards from the VPC toward on-prem.
+	// OnPremForward is what the gateway forwards from the VPC toward onPremCidrs (docs/security.md, "What the
+	// gateway forwards").
 	OnPremForward OnPremForward `key:"onPremForward"`
 }
 
@@ -142,28 +177,35 @@ const (
 
 // OnPremForward is dynk8s:wireguard.onPremForward: the gateway's filter on what it forwards into the tunnel.
 type OnPremForward struct {
-	// Mode is ForwardAll or ForwardCluster.
+	// Mode is all or cluster. All forwards everything, so a build on a pool node reaches every on-prem host and
+	// port in onPremCidrs; cluster forwards new connections only to the API server's ports (the endpoint's and
+	// 6443), the CNI's encapsulation (UDP 4789, 6081, 8472, IP-in-IP, BGP TCP 179), the network.onPremDns servers on
+	// port 53, ICMP, and allow. Replies always pass.
 	Mode string `key:"mode" default:"all"`
-	// Allow are further destinations new connections from the VPC may reach in ForwardCluster mode (optional).
+	// Allow are further destinations new connections from the VPC may reach in mode cluster (a Jenkins controller,
+	// a registry).
 	Allow []ForwardAllow `key:"allow"`
 }
 
 // ForwardAllow is one entry of wireguard.onPremForward.allow: a range inside OnPremCIDRs, a protocol, and ports.
 type ForwardAllow struct {
-	// CIDR is the destination range, inside one of OnPremCIDRs (required).
-	CIDR netip.Prefix `key:"cidr"`
+	// CIDR is the destination range, inside one of onPremCidrs.
+	CIDR netip.Prefix `key:"cidr" required:"true"`
 	// Protocol is tcp, udp or all.
 	Protocol string `key:"protocol" default:"tcp"`
-	// Ports are the destination ports, "8080" or "8080,50000" or "8000-8100" (optional: every port; none with all).
+	// Ports are the destination ports, e.g. 8080,50000 or 8000-8100; when unset, every port (none with protocol
+	// all).
 	Ports string `key:"ports"`
 }
 
 // Gateway is dynk8s:gateway.
 type Gateway struct {
-	// InstanceType of the WireGuard gateway; its architecture picks the image.
+	// InstanceType is the gateway's EC2 type; its architecture picks the Fedora image. Size it for the traffic the
+	// builds send through the tunnel (docs/networking.md, "Sizing the gateway").
 	InstanceType string `key:"instanceType" default:"t4g.micro"`
 	// IdleStop is how long no pool instance may be pending or running, and no packet cross the tunnel, before the
-	// gateway stops itself (a booting node starts it again); 0 keeps it running.
+	// gateway stops itself; a booting node starts it again. 0 keeps it running, else at least 5m (docs/costs.md,
+	// "The gateway sleeps").
 	IdleStop time.Duration `key:"idleStop" default:"15m"`
 }
 
@@ -174,39 +216,49 @@ const MinIdleStop = 5 * time.Minute
 
 // Fedora is dynk8s:fedora.
 type Fedora struct {
-	// Release is the pinned Fedora release, e.g. 42 (required).
-	Release int `key:"release"`
+	// Release is the pinned Fedora Cloud release, e.g. 42 (28..45). Pin a maintained one (Fedora keeps a release
+	// about 13 months, until four weeks after the next-but-one is out): an end-of-life release still boots, but its
+	// GA image and packages get no fixes and its repositories move to the slower archive mirrors the boot then reads.
+	// The example stacks' 42 is end-of-life since mid-2026.
+	Release int `key:"release" required:"true"`
 }
 
 // NodePool is one entry of dynk8s:nodePools: one launch template and one Auto Scaling Group.
 type NodePool struct {
-	// Name is a DNS label, unique among pools (required).
-	Name string `key:"name"`
-	// Arch is x86_64 or arm64 (required).
-	Arch kube.Arch `key:"arch"`
-	// InstanceTypes are the EC2 types of the pool, all of one shape (required, at least one).
-	InstanceTypes []string `key:"instanceTypes"`
-	// MinSize and MaxSize bound the group.
+	// Name is a DNS label, unique among pools, not the name of one of the stack's own resources (vpc,
+	// wireguard-gateway, subnet-...). Its nodes carry the label dynk8s.io/pool=<name>, its instances are named
+	// <clusterName>-<name>.
+	Name string `key:"name" required:"true"`
+	// Arch is x86_64 or arm64.
+	Arch kube.Arch `key:"arch" required:"true"`
+	// InstanceTypes are the EC2 types of the pool, of that arch and all of one vCPU and memory shape, checked with
+	// EC2 at preview.
+	InstanceTypes []string `key:"instanceTypes" required:"true"`
+	// MinSize is the group's minimum.
 	MinSize int `key:"minSize" default:"0"`
+	// MaxSize is the group's maximum.
 	MaxSize int `key:"maxSize" default:"3"`
-	// Spot makes the pool a spot pool.
+	// Spot makes the pool a spot pool (price-capacity-optimized; no capacity rebalancing).
 	Spot bool `key:"spot" default:"false"`
-	// VolumeSizeGiB is the root volume size.
+	// VolumeSizeGiB is the size of the encrypted gp3 root volume.
 	VolumeSizeGiB int `key:"volumeSizeGiB" default:"50"`
-	// Labels are the pool's node labels, as the kubelet sets them (optional).
+	// Labels are the pool's node labels, as the kubelet sets them (NodeRestriction-safe keys only).
 	Labels map[string]string `key:"labels"`
-	// Taints are the pool's node taints (optional).
+	// Taints are the pool's node taints.
 	Taints []kube.Taint `key:"taints"`
-	// AMIID skips the Fedora image lookup (optional).
+	// AMIID boots this image instead of the Fedora image lookup.
 	AMIID string `key:"amiId"`
-	// InstanceRefresh opts the pool into group instance refresh on launch template changes.
+	// InstanceRefresh replaces the pool's nodes on launch template changes: each node is drained first, but the
+	// builds running there end, so opt in only if that is acceptable.
 	InstanceRefresh bool `key:"instanceRefresh" default:"false"`
-	// Autoscaling are the autoscaler's options for this pool (optional).
+	// Autoscaling are the autoscaler's options for this pool, as node-template tags.
 	Autoscaling PoolAutoscaling `key:"autoscaling"`
-	// WarmPool keeps prepared, stopped instances beside the group (optional; nil: every scale-up boots cold).
+	// WarmPool keeps prepared instances waiting beside the group, so a scale-up only joins; on-demand pools of one
+	// instance type only (AWS refuses a warm pool with spot or mixed instances). When unset, every scale-up boots
+	// cold (docs/warm-pools.md).
 	WarmPool *WarmPool `key:"warmPool"`
-	// PrePullImages are pulled at boot, in the background as soon as CRI-O runs, besides the pause, kube-proxy and
-	// fuse plugin images (optional; image references).
+	// PrePullImages are image references (at most 20) each node pulls at boot, in the background as soon as CRI-O
+	// runs, besides the pause, kube-proxy and fuse plugin images; a failed pull never fails the boot.
 	PrePullImages []string `key:"prePullImages"`
 }
 
@@ -220,14 +272,15 @@ const (
 // WarmPool is dynk8s:nodePools[i].warmPool: the group's warm pool. Its instances boot, prepare (everything that does
 // not need the cluster) and wait in State; a scale-up takes one from there and it only joins.
 type WarmPool struct {
-	// Size is how many prepared instances wait, whatever the group runs: the warm pool's minimum size and its
-	// maximum prepared capacity both (only then is the warm pool's size absolute, per the PutWarmPool API).
+	// Size is how many prepared instances wait, 1..maxSize, whatever the group runs: the warm pool's minimum size
+	// and its maximum prepared capacity both (only then is the warm pool's size absolute, per the PutWarmPool API).
 	Size int `key:"size" default:"1"`
-	// State is what they wait in: Stopped (volumes billed), Hibernated (volumes billed, memory kept) or Running
-	// (billed as a running instance).
+	// State is what they wait in: Stopped (volumes billed), Hibernated (volumes billed, memory kept: an x86_64 type,
+	// RAM up to 150 GiB, a root volume with room for it, and amiId naming an image configured for hibernation) or
+	// Running (billed as a running instance).
 	State string `key:"state" default:"Stopped"`
-	// ReuseOnScaleIn would return a scaled-in node to the warm pool instead of terminating it: refused, see
-	// validateWarmPool.
+	// ReuseOnScaleIn is refused when true: a scaled-in node keeps its kubelet credentials and its cordoned Node, so
+	// scaled-in nodes are terminated rather than returned to the warm pool.
 	ReuseOnScaleIn bool `key:"reuseOnScaleIn" default:"false"`
 }
 
@@ -242,14 +295,16 @@ func (p NodePool) WarmInstances() int {
 
 // Autoscaler is dynk8s:autoscaler.
 type Autoscaler struct {
-	// Version overrides the Cluster Autoscaler version (optional; Derived.AutoscalerVersion is the one to run).
+	// Version is the Cluster Autoscaler version, e.g. 1.34.5; when unset, the known latest patch of the Kubernetes
+	// minor (Derived.AutoscalerVersion is the one to run).
 	Version string `key:"version"`
-	// ScaleDownUnneededTime is how long a node is unneeded before removal, as the autoscaler's flag takes it.
+	// ScaleDownUnneededTime is how long a node is unneeded before it is removed, as the autoscaler's flag takes it.
 	ScaleDownUnneededTime string `key:"scaleDownUnneededTime" default:"10m"`
-	// Expander is the autoscaler's expander, or a comma-separated chain.
+	// Expander is the autoscaler's expander: least-waste, least-nodes, most-pods, priority or random, or a
+	// comma-separated chain (not price: the AWS provider has no pricing).
 	Expander string `key:"expander" default:"least-waste"`
 	// MaxNodeProvisionTime is how long the autoscaler waits for a launched node to register before it gives up on
-	// it; it must exceed the join's own timeout.
+	// it; it must exceed the nodes' 14-minute join timeout.
 	MaxNodeProvisionTime time.Duration `key:"maxNodeProvisionTime" default:"15m"`
 	// ScaleDownDelayAfterAdd is how long after a scale-up no node is removed.
 	ScaleDownDelayAfterAdd time.Duration `key:"scaleDownDelayAfterAdd" default:"10m"`
@@ -258,17 +313,17 @@ type Autoscaler struct {
 	// NewPodScaleUpDelay is how old a pending pod must be before it counts for a scale-up.
 	NewPodScaleUpDelay time.Duration `key:"newPodScaleUpDelay" default:"0s"`
 	// SkipNodesWithSystemPods keeps nodes that run kube-system pods (other than DaemonSets) from scaling down. Off
-	// here: a CoreDNS replica that landed on a pool node must not keep it billing.
+	// by default: a stray CoreDNS replica on a pool node must not keep it billing.
 	SkipNodesWithSystemPods bool `key:"skipNodesWithSystemPods" default:"false"`
 }
 
 // PoolAutoscaling is dynk8s:nodePools[i].autoscaling: the autoscaler's per-group options, which it reads from the
 // group's node-template autoscaling-options tags (cloudprovider/aws/aws_manager.go at cluster-autoscaler-1.34.5).
 type PoolAutoscaling struct {
-	// ScaleDownUnneededTime overrides autoscaler.scaleDownUnneededTime for the pool (optional).
+	// ScaleDownUnneededTime is this pool's idle time before scale-down, overriding autoscaler.scaleDownUnneededTime.
 	ScaleDownUnneededTime *time.Duration `key:"scaleDownUnneededTime"`
-	// ScaleDownUtilizationThreshold is the utilization under which a node of the pool counts as unneeded
-	// (optional; the autoscaler's default is 0.5).
+	// ScaleDownUtilizationThreshold is the utilization, in (0, 1], under which a node of the pool counts as
+	// unneeded (the autoscaler's default is 0.5).
 	ScaleDownUtilizationThreshold *float64 `key:"scaleDownUtilizationThreshold"`
 }
 
@@ -278,23 +333,25 @@ type Fuse struct {
 	Enabled bool `key:"enabled" default:"true"`
 	// Capacity is the number of github.com/fuse devices per node: what the upstream plugin image advertises.
 	Capacity int `key:"capacity" default:"5000"`
-	// Images are the device plugin images by arch (optional; the addons hold the defaults).
+	// Images are the device plugin images by arch (x86_64, arm64). The defaults are tags of
+	// soolaugust/fuse-device-plugin, the arm64 one unverified (infra/addons, defaultFuseImage): mirror an image you
+	// trust and set it here.
 	Images map[kube.Arch]string `key:"images"`
 }
 
 // Identity is dynk8s:identity.
 type Identity struct {
-	// AutoscalerKeyRotation is an opaque value; changing it creates a new autoscaler access key before deleting
-	// the old one.
+	// AutoscalerKeyRotation is an opaque value: change it to rotate the on-prem IAM users' access keys, the
+	// autoscaler's and the node cleanup's (each new key is created before the old one is deleted).
 	AutoscalerKeyRotation string `key:"autoscalerKeyRotation" default:"1"`
 	// CustomerManagedEBSKey states that the region's default EBS encryption key, which encrypts every volume the
 	// stack launches, is a customer-managed key whose policy lets the Auto Scaling service-linked role and the node
-	// role use it (README, "Encrypted volumes"). Without it such a key fails the preview.
+	// role use it (docs/security.md, "Encrypted volumes"). Without it such a key fails the preview.
 	CustomerManagedEBSKey bool `key:"customerManagedEbsKey" default:"false"`
-	// ParameterKey is the KMS key that encrypts the two SecureStrings (the join token, the gateway's key):
-	// ParameterKeyAWSManaged (SSM's aws/ssm key, which every principal allowed ssm:GetParameter may decrypt with),
-	// ParameterKeyCreate (a customer-managed key of the stack's own, whose policy names the readers and writers), or
-	// the ARN of a key of the operator's in the stack's region (README, "Security model").
+	// ParameterKey is the KMS key of the two SecureStrings, the join token and the gateway's key: aws-managed (SSM's
+	// aws/ssm key; whoever may read the parameter may decrypt it), create (a key of the stack's own that only the
+	// node and gateway roles may decrypt with, about $1 a month) or a key ARN in the stack's region
+	// (docs/security.md, "Secrets at rest").
 	ParameterKey string `key:"parameterKey" default:"aws-managed"`
 }
 
@@ -309,7 +366,7 @@ const (
 var removedKeys = map[string]string{
 	Namespace + ":identity.sessionManager": "was removed: Session Manager needs amazon-ssm-agent, which Fedora " +
 		"Cloud does not ship, so the policy only widened the node role; reach a node with EC2 Instance Connect " +
-		"through the tunnel instead (README, \"When a node does not join\")",
+		"through the tunnel instead (docs/troubleshooting.md)",
 	Namespace + ":identity.ecrReadOnly": "was removed: since Kubernetes 1.27 the kubelet pulls from ECR only " +
 		"through the ecr-credential-provider plugin, which dynk8s cannot install with a verified checksum, so the " +
 		"policy granted nothing the kubelet could use; pull private images with an imagePullSecret, or boot an " +
@@ -319,9 +376,9 @@ var removedKeys = map[string]string{
 // Cleanup is dynk8s:cleanup.
 type Cleanup struct {
 	// NotReadyAfter is how long a dynk8s node may stay NotReady before its Node object is deleted, once EC2 says
-	// its instance is gone (at least 5m). EC2's answer, not the wait, keeps a rebooting or cut-off node: the
-	// default is the minimum, because a stale Node counts as unready for the Cluster Autoscaler, which stops
-	// scaling up while more than 3 nodes and 45% of the cluster are unready (--ok-total-unready-count,
+	// its instance is gone; at least 5m. EC2's answer, not the wait, keeps a rebooting or cut-off node: the default
+	// is the minimum, because a stale Node counts as unready for the Cluster Autoscaler, which stops scaling up
+	// while more than 3 nodes and 45% of the cluster are unready (--ok-total-unready-count,
 	// --max-total-unready-percentage).
 	NotReadyAfter time.Duration `key:"notReadyAfter" default:"5m"`
 }
@@ -331,21 +388,23 @@ type Cleanup struct {
 // (name@sha256:<hex>, or name:tag@sha256:<hex>) pins the image: the runtime pulls exactly that content, whatever
 // the tag points at later.
 type Images struct {
-	// Autoscaler is the Cluster Autoscaler's image (default: registry.k8s.io's of Derived.AutoscalerVersion).
+	// Autoscaler is the Cluster Autoscaler's image; default
+	// registry.k8s.io/autoscaling/cluster-autoscaler:v<the autoscaler's version>.
 	Autoscaler string `key:"autoscaler"`
-	// TerminationHandler is aws-node-termination-handler's image.
+	// TerminationHandler is aws-node-termination-handler's image; default
+	// public.ecr.aws/aws-ec2/aws-node-termination-handler at the tag infra/addons pins (go run ./cmd/plan shows it).
 	TerminationHandler string `key:"terminationHandler"`
-	// Scripts runs the token rotator, the stale-node cleanup and the fuse plugin's untaint container: it needs
-	// bash, kubectl, curl, jq and coreutils.
+	// Scripts is the image that runs the token rotator, the stale-node cleanup and the fuse plugin's untaint
+	// container: it needs bash, kubectl, curl, jq and coreutils; default docker.io/alpine/k8s at the tag infra/addons pins.
 	Scripts string `key:"scripts"`
-	// Pause is the nodes' sandbox image, which CRI-O runs in every pod and the boot pre-pulls (default:
-	// registry.k8s.io's of the Kubernetes minor).
+	// Pause is the nodes' sandbox image, CRI-O's pause_image, which it runs in every pod and the boot pre-pulls;
+	// default registry.k8s.io/pause:<the Kubernetes minor's>.
 	Pause string `key:"pause"`
 }
 
 // TerminationHandler is dynk8s:terminationHandler.
 type TerminationHandler struct {
-	// Enabled deploys aws-node-termination-handler on every pool node: it drains on spot interruptions, scheduled
-	// events and terminations the group starts.
+	// Enabled runs aws-node-termination-handler on every pool node: it drains the node on a spot interruption, a
+	// scheduled event, or a termination the group starts itself.
 	Enabled bool `key:"enabled" default:"true"`
 }

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"net/netip"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -11,15 +12,15 @@ import (
 	"gotest.tools/v3/assert"
 	is "gotest.tools/v3/assert/cmp"
 
-	"github.com/dynk8s/dynk8s/cloudinit"
 	"github.com/dynk8s/dynk8s/infra/config"
+	"github.com/dynk8s/dynk8s/internal/kube"
 	"github.com/dynk8s/dynk8s/internal/mockcloud"
 )
 
 // devConfig is Pulumi.dev.yaml's config map, read afresh each call.
 func devConfig(t *testing.T) map[string]any {
 	t.Helper()
-	values, err := mockcloud.ReadStackFile("../../Pulumi.dev.yaml")
+	values, err := config.ReadStackFile("../../Pulumi.dev.yaml")
 	assert.NilError(t, err)
 	return values
 }
@@ -387,8 +388,8 @@ func TestBootstrapTokenTTLBounds(t *testing.T) {
 func TestBootstrapTokenTTLFloorOutlivesAJoin(t *testing.T) {
 	ttl := config.MinBootstrapTokenTTL
 	left := ttl - config.BootstrapTokenRotationPeriod(ttl)
-	assert.Check(t, left > cloudinit.JoinTimeout, "a %s token read one period (%s) after it was issued has %s left, "+
-		"not more than the join timeout %s", ttl, config.BootstrapTokenRotationPeriod(ttl), left, cloudinit.JoinTimeout)
+	assert.Check(t, left > kube.JoinTimeout, "a %s token read one period (%s) after it was issued has %s left, "+
+		"not more than the join timeout %s", ttl, config.BootstrapTokenRotationPeriod(ttl), left, kube.JoinTimeout)
 }
 
 // TestPoolAutoscalingOptionsBecomeTags: the autoscaler reads per-group options from the group's tags.
@@ -502,4 +503,79 @@ func TestEveryProblemReportedAtOnce(t *testing.T) {
 	})
 	assert.Check(t, is.Contains(err.Error(), "dynk8s:nodePools[1].maxSize: must be >= minSize (0)"))
 	assert.Check(t, is.Contains(err.Error(), "3 problems"))
+}
+
+// TestRequiredTagsAreRequired: the `required` tag, which the configuration reference shows, is what validation
+// enforces: a valid config without a key so tagged fails on that key with "is required", and one without any other
+// key does not.
+func TestRequiredTagsAreRequired(t *testing.T) {
+	full := func() map[string]any {
+		values := devConfig(t)
+		wg := obj(values, "wireguard")
+		wg["onPremForward"] = map[string]any{"mode": "cluster", "allow": []any{
+			map[string]any{"cidr": wg["onPremCidrs"].([]any)[0]},
+		}}
+		return values
+	}
+	_, err := parse(t, full())
+	assert.NilError(t, err, "the fixture must be valid")
+	required := 0
+	for _, k := range config.Keys() {
+		values := full()
+		if !deleteKey(values, k.Path) {
+			continue // a key the fixture does not set
+		}
+		_, err := parse(t, values)
+		var cfgErr *config.Error
+		missing := errors.As(err, &cfgErr) && slices.ContainsFunc(cfgErr.Errors, func(e config.FieldError) bool {
+			return strings.ReplaceAll(e.Path, "[0]", "[i]") == k.Path && strings.HasPrefix(e.Msg, "is required") &&
+				!strings.HasPrefix(e.Msg, "is required with") // required with another key: optional alone
+		})
+		assert.Check(t, missing == k.Required, "%s: tagged required %v, but without it the config gives %v",
+			k.Path, k.Required, err)
+		if k.Required {
+			required++
+		}
+	}
+	assert.Check(t, required >= 10, "only %d required keys checked", required)
+}
+
+// deleteKey removes the key at path (list entries as [i], the first entry taken) from a stack's config map.
+func deleteKey(values map[string]any, path string) bool {
+	ns, rest, _ := strings.Cut(path, ":")
+	top, rest, nested := strings.Cut(rest, ".")
+	top, list := strings.CutSuffix(top, "[i]")
+	if !nested {
+		_, ok := values[ns+":"+top]
+		delete(values, ns+":"+top)
+		return ok && !list
+	}
+	node := values[ns+":"+top]
+	if list {
+		entries, _ := node.([]any)
+		if len(entries) == 0 {
+			return false
+		}
+		node = entries[0]
+	}
+	segments := strings.Split(rest, ".")
+	for _, seg := range segments[:len(segments)-1] {
+		m, _ := node.(map[string]any)
+		name, list := strings.CutSuffix(seg, "[i]")
+		node = m[name]
+		if list {
+			entries, _ := node.([]any)
+			if len(entries) == 0 {
+				return false
+			}
+			node = entries[0]
+		}
+	}
+	m, ok := node.(map[string]any)
+	last := segments[len(segments)-1]
+	if _, set := m[last]; !ok || !set {
+		return false
+	}
+	delete(m, last)
+	return true
 }

@@ -4,8 +4,10 @@ import (
 	"fmt"
 	"net"
 	"net/netip"
-	"regexp"
 	"strconv"
+	"strings"
+
+	"github.com/dynk8s/dynk8s/internal/kube"
 )
 
 // Endpoint is a validated host:port whose host is an IP address or a DNS name.
@@ -13,8 +15,6 @@ type Endpoint struct {
 	Host string
 	Port uint16
 }
-
-var dnsNameRE = regexp.MustCompile(`^([a-zA-Z0-9]([-a-zA-Z0-9]{0,61}[a-zA-Z0-9])?\.)*[a-zA-Z0-9]([-a-zA-Z0-9]{0,61}[a-zA-Z0-9])?$`)
 
 // ParseEndpoint parses host:port.
 func ParseEndpoint(s string) (Endpoint, error) {
@@ -26,7 +26,7 @@ func ParseEndpoint(s string) (Endpoint, error) {
 	if err != nil || n < 1 || n > 65535 {
 		return Endpoint{}, fmt.Errorf("%q: port must be 1..65535", s)
 	}
-	if _, err := netip.ParseAddr(host); err != nil && (len(host) > 253 || !dnsNameRE.MatchString(host)) {
+	if _, err := netip.ParseAddr(host); err != nil && !kube.IsDNSSubdomain(strings.ToLower(host)) {
 		return Endpoint{}, fmt.Errorf("%q: host must be an IP address or a DNS name", s)
 	}
 	return Endpoint{Host: host, Port: uint16(n)}, nil

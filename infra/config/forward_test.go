@@ -10,7 +10,7 @@ import (
 )
 
 // TestOnPremForwardDefaultsToAll: without wireguard.onPremForward the gateway forwards everything (the default the
-// README states with its risk); mode cluster takes an allow list, each entry with tcp as its default protocol.
+// docs/security.md states with its risk); mode cluster takes an allow list, each entry with tcp as its default protocol.
 func TestOnPremForwardDefaultsToAll(t *testing.T) {
 	cfg, err := parse(t, devConfig(t))
 	assert.NilError(t, err)

@@ -1,5 +1,7 @@
 package config
 
+//go:generate go run ../../internal/configdoc/gen -pulumi ../../Pulumi.yaml -md ../../docs/configuration.md
+
 import (
 	"reflect"
 	"slices"
@@ -13,6 +15,8 @@ type Key struct {
 	// Default is the value an absent key takes (the `default` tag), when HasDefault.
 	Default    string
 	HasDefault bool
+	// Required is the `required` tag: validation reports the key missing (whatever else the key's doc says).
+	Required bool
 }
 
 // Keys lists every key dynk8s reads, in path order, found from the Config type itself: the reference the
@@ -32,7 +36,7 @@ func Keys() []Key {
 
 func appendKeys(out []Key, path string, f reflect.StructField) []Key {
 	def, hasDef := f.Tag.Lookup("default")
-	out = append(out, Key{Path: path, Default: def, HasDefault: hasDef})
+	out = append(out, Key{Path: path, Default: def, HasDefault: hasDef, Required: f.Tag.Get("required") == "true"})
 	t := f.Type
 	if t.Kind() == reflect.Pointer {
 		t = t.Elem() // an optional value: its keys are those of what it points to

@@ -60,18 +60,38 @@ func (p NodePool) NodeLabels() map[string]string {
 }
 
 // templateLabels are the labels the Cluster Autoscaler's template node of the pool must carry to match real nodes:
-// the kubelet's own labels plus the static ones the join script sets. The zone is left out on purpose: a pool spans
-// several zones, and the autoscaler derives the zone of its template node from the group itself.
+// the pool's labels and every label of kube.EveryNode but those the autoscaler sets itself (NotOnTemplate: the zone,
+// since a pool spans several zones and the autoscaler derives it from the group).
 func (p NodePool) templateLabels(region string) map[string]string {
 	labels := p.NodeLabels()
-	labels[kube.LabelArch] = p.Arch.Label()
-	labels[kube.LabelOS] = "linux"
-	labels[kube.LabelRegion] = region
-	if len(p.InstanceTypes) > 0 {
-		// The autoscaler sizes a group by its first instance type; the label follows the same choice.
-		labels[kube.LabelInstanceType] = p.InstanceTypes[0]
+	for _, l := range kube.EveryNode {
+		if v, ok := p.templateLabel(l.Key, region); ok && !l.NotOnTemplate {
+			labels[l.Key] = v
+		}
 	}
 	return labels
+}
+
+// templateLabel is the value a real node of the pool gets for one of kube.EveryNode's labels, as far as the group
+// knows it (the pool's own labels, NodeLabels, are already in place).
+func (p NodePool) templateLabel(key, region string) (string, bool) {
+	switch key {
+	case kube.LabelArch:
+		return p.Arch.Label(), true
+	case kube.LabelOS:
+		return "linux", true
+	case kube.LabelRegion:
+		return region, true
+	case kube.LabelInstanceType:
+		// The autoscaler sizes a group by its first instance type; the label follows the same choice.
+		if len(p.InstanceTypes) > 0 {
+			return p.InstanceTypes[0], true
+		}
+	case kube.LabelPool, kube.LabelCapacityType:
+		v, ok := p.NodeLabels()[key]
+		return v, ok
+	}
+	return "", false
 }
 
 // Estimates of what a node of a pool really reports as allocatable, below the nominal size of its type, for the

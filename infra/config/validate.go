@@ -13,7 +13,6 @@ import (
 
 	"k8s.io/apimachinery/pkg/util/validation"
 
-	"github.com/dynk8s/dynk8s/cloudinit"
 	"github.com/dynk8s/dynk8s/internal/kube"
 	"github.com/dynk8s/dynk8s/wireguard"
 )
@@ -215,17 +214,14 @@ func validateRanges(r *reader, c *Config) {
 	}
 }
 
-// domainRE is a DNS domain as systemd-resolved takes it: lower-case labels, no trailing dot.
-var domainRE = regexp.MustCompile(`^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?(\.[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?)*$`)
-
 // validateOnPremDNS checks that the on-prem name servers are reached through the tunnel and that servers and domains
 // come together.
 func validateOnPremDNS(r *reader, c *Config) {
 	dp := Namespace + ":network.onPremDns."
 	d := c.Network.OnPremDNS
-	if len(d.Servers) > cloudinit.MaxDNSServers {
+	if len(d.Servers) > kube.MaxDNSServers {
 		r.addf(dp+"servers", "%d servers, at most %d (a resolv.conf holds three, and the kubelet passes only three "+
-			"on to pods)", len(d.Servers), cloudinit.MaxDNSServers)
+			"on to pods)", len(d.Servers), kube.MaxDNSServers)
 	}
 	for i, a := range d.Servers {
 		sp := fmt.Sprintf("%sservers[%d]", dp, i)
@@ -247,7 +243,7 @@ func validateOnPremDNS(r *reader, c *Config) {
 	for i, dom := range d.Domains {
 		dmp := fmt.Sprintf("%sdomains[%d]", dp, i)
 		switch {
-		case len(dom) > 253 || !domainRE.MatchString(dom):
+		case !kube.IsDNSSubdomain(dom):
 			r.addf(dmp, "%q is not a DNS domain (lower-case labels such as corp.example.com; no leading '~', no "+
 				"trailing '.')", dom)
 		case slices.Index(d.Domains, dom) < i:
@@ -502,7 +498,7 @@ func validateLabelsAndTaints(r *reader, pp string, p NodePool) {
 		lp := childPath(pp+"labels", key)
 		if err := kube.CheckKey(key); err != nil {
 			r.addf(lp, "%v", err)
-		} else if slices.Contains(kube.SetOnEveryNode, key) {
+		} else if kube.SetOnEveryNode(key) {
 			r.addf(lp, "is set by dynk8s on every pool node; remove it from the pool")
 		} else if err := kube.CheckValue(p.Labels[key]); err != nil {
 			r.addf(lp, "value %v", err)
@@ -590,9 +586,9 @@ func validateAutoscaler(r *reader, c *Config) {
 		}
 	}
 	a := c.Autoscaler
-	if a.MaxNodeProvisionTime <= cloudinit.JoinTimeout {
+	if a.MaxNodeProvisionTime <= kube.JoinTimeout {
 		r.addf(ap+"maxNodeProvisionTime", "must be longer than a node's join timeout (%s): the autoscaler would "+
-			"give up on nodes that still join, got %s", cloudinit.JoinTimeout, a.MaxNodeProvisionTime)
+			"give up on nodes that still join, got %s", kube.JoinTimeout, a.MaxNodeProvisionTime)
 	}
 	if a.ScaleDownDelayAfterAdd < 0 {
 		r.addf(ap+"scaleDownDelayAfterAdd", "must not be negative, got %s", a.ScaleDownDelayAfterAdd)

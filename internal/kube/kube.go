@@ -1,7 +1,8 @@
 // Package kube holds the Kubernetes facts dynk8s depends on, each in one place: the node architectures, the labels
 // and taints a joining kubelet may set on itself (with the NodeRestriction rule), the labels dynk8s sets on its
-// nodes, and one table of what each supported Kubernetes minor needs (pause image, Cluster Autoscaler release, CRI-O
-// stream). It is a leaf: it imports nothing of this module, and nothing of Pulumi.
+// nodes (EveryNode, with who sets each), the DNS-name rule, the node boot's deadline that the config validates
+// against, and one table of what each supported Kubernetes minor needs (pause image, Cluster Autoscaler release,
+// CRI-O stream). It is a leaf: it imports nothing of this module, and nothing of Pulumi.
 package kube
 
 import "fmt"

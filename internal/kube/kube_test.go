@@ -2,6 +2,7 @@ package kube
 
 import (
 	"strconv"
+	"strings"
 	"testing"
 
 	"gotest.tools/v3/assert"
@@ -112,4 +113,31 @@ func TestAutoscalerVersion(t *testing.T) {
 	assert.ErrorContains(t, err, "not supported")
 	_, err = AutoscalerVersion(Version{1, 34, 4}, "v1.34.5")
 	assert.ErrorContains(t, err, "exact version")
+}
+
+// TestIsDNSSubdomain: the one DNS-name rule: lower-case RFC 1123 labels of at most 63, at most 253 in all.
+func TestIsDNSSubdomain(t *testing.T) {
+	long := strings.Repeat("a", 63)
+	for name, want := range map[string]bool{
+		"corp.example.com": true, "a": true, "a-b.c0": true, long + ".example": true,
+		strings.Repeat(long+".", 3) + strings.Repeat("a", 61): true,  // 253
+		strings.Repeat(long+".", 3) + strings.Repeat("a", 62): false, // 254
+		long + "a.example": false, "": false, "Corp.example.com": false, "-a.example": false, "a-.example": false,
+		"a..example": false, "example.com.": false, "~corp": false, "a_b": false,
+	} {
+		assert.Check(t, IsDNSSubdomain(name) == want, "IsDNSSubdomain(%q) = %v", name, !want)
+	}
+}
+
+// TestEveryNodeLabel: the one list of the labels every pool node carries has each once, and SetOnEveryNode and
+// SetByBoot read it.
+func TestEveryNodeLabel(t *testing.T) {
+	seen := map[string]bool{}
+	for _, l := range EveryNode {
+		assert.Check(t, !seen[l.Key], "%s listed twice", l.Key)
+		seen[l.Key] = true
+		assert.Check(t, SetOnEveryNode(l.Key))
+	}
+	assert.Check(t, !SetOnEveryNode("example.com/team"))
+	assert.DeepEqual(t, SetByBoot(), []string{LabelInstanceType, LabelRegion, LabelZone})
 }

@@ -3,6 +3,7 @@ package kube
 import (
 	"fmt"
 	"regexp"
+	"slices"
 	"strings"
 )
 
@@ -31,11 +32,56 @@ const (
 // FuseResource is the extended resource the fuse device plugin advertises on a node.
 const FuseResource = "github.com/fuse"
 
-// SetOnEveryNode are the labels that every dynk8s pool node gets without the pool asking: from the kubelet itself
-// (hostname, arch, os), from the join script out of the instance's metadata (zone, region, instance type), and from
-// dynk8s (pool, capacity type). A pool may not set them.
-var SetOnEveryNode = []string{
-	LabelArch, LabelCapacityType, LabelHostname, LabelInstanceType, LabelOS, LabelPool, LabelRegion, LabelZone,
+// LabelSource is who sets a label that every pool node carries.
+type LabelSource int
+
+const (
+	// ByKubelet labels the kubelet sets on its own Node.
+	ByKubelet LabelSource = iota
+	// ByBoot labels the node's boot sets through the kubelet's --node-labels, from the instance's metadata.
+	ByBoot
+	// ByPool labels dynk8s sets through --node-labels from the pool's config.
+	ByPool
+)
+
+// NodeLabel is a label every dynk8s pool node carries without the pool asking for it.
+type NodeLabel struct {
+	Key string
+	By  LabelSource
+	// NotOnTemplate: the Cluster Autoscaler gives its template node of a group this label itself (the zone, from
+	// the group's zones; the hostname, the template node's own name), so the group's node-template tags leave it out.
+	NotOnTemplate bool
+}
+
+// EveryNode is the one list of the labels every pool node carries: validation refuses them in a pool's labels,
+// the boot sets the ByBoot ones, and the group's node-template tags carry them (but the NotOnTemplate ones) so that
+// the autoscaler's template node matches the nodes the group really gets.
+var EveryNode = []NodeLabel{
+	{Key: LabelArch, By: ByKubelet},
+	{Key: LabelCapacityType, By: ByPool},
+	{Key: LabelHostname, By: ByKubelet, NotOnTemplate: true},
+	{Key: LabelInstanceType, By: ByBoot},
+	{Key: LabelOS, By: ByKubelet},
+	{Key: LabelPool, By: ByPool},
+	{Key: LabelRegion, By: ByBoot},
+	{Key: LabelZone, By: ByBoot, NotOnTemplate: true},
+}
+
+// SetOnEveryNode reports whether every pool node carries the label key without the pool asking, so that a pool may
+// not set it.
+func SetOnEveryNode(key string) bool {
+	return slices.ContainsFunc(EveryNode, func(l NodeLabel) bool { return l.Key == key })
+}
+
+// SetByBoot are the keys of the labels the boot sets from the instance's metadata, sorted.
+func SetByBoot() []string {
+	var keys []string
+	for _, l := range EveryNode {
+		if l.By == ByBoot {
+			keys = append(keys, l.Key)
+		}
+	}
+	return keys
 }
 
 // kubeletLabels and kubeletLabelNamespaces are what a kubelet may set on its own Node in the kubernetes.io and
@@ -54,7 +100,7 @@ var (
 var (
 	labelNameRE  = regexp.MustCompile(`^([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]$`)
 	labelValueRE = regexp.MustCompile(`^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$`)
-	dnsSubdomRE  = regexp.MustCompile(`^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$`)
+	dnsLabelRE   = regexp.MustCompile(`^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$`)
 )
 
 // CheckKey says why key cannot be a label or taint key that a joining kubelet sets on its own Node, or returns nil:
@@ -99,7 +145,7 @@ func checkQualifiedName(key string) error {
 		return fmt.Errorf("%q is not a valid key: the name part must be at most 63 characters of letters, "+
 			"digits, '-', '_', '.'", key)
 	}
-	if hasPrefix && (len(prefix) > 253 || !dnsSubdomRE.MatchString(prefix)) {
+	if hasPrefix && !IsDNSSubdomain(prefix) {
 		return fmt.Errorf("%q is not a valid key: the prefix must be a DNS subdomain", key)
 	}
 	return nil
@@ -118,3 +164,23 @@ func CheckValue(v string) error {
 	}
 	return nil
 }
+
+// IsDNSSubdomain reports whether s is a DNS name as Kubernetes and systemd-resolved take it (RFC 1123): lower-case
+// labels of 1 to 63 of [a-z0-9-], neither starting nor ending with '-', joined by dots, at most 253 characters, no
+// trailing dot. The one rule for label prefixes, on-prem domains and API server names (compare a name lower-cased:
+// DNS is case-insensitive).
+func IsDNSSubdomain(s string) bool {
+	if s == "" || len(s) > 253 {
+		return false
+	}
+	for _, label := range strings.Split(s, ".") {
+		if !IsDNSLabel(label) {
+			return false
+		}
+	}
+	return true
+}
+
+// IsDNSLabel reports whether s is one label of such a name: 1 to 63 of [a-z0-9-], neither starting nor ending with
+// '-'.
+func IsDNSLabel(s string) bool { return dnsLabelRE.MatchString(s) }

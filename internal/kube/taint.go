@@ -27,9 +27,12 @@ func ParseTaintEffect(s string) (TaintEffect, error) {
 
 // Taint is a node taint. Its JSON form is the Kubernetes one; the key tags name its config keys.
 type Taint struct {
-	Key    string      `json:"key" key:"key"`
-	Value  string      `json:"value,omitempty" key:"value"`
-	Effect TaintEffect `json:"effect" key:"effect"`
+	// Key is the taint's key, a label key such as dedicated or example.com/gpu.
+	Key string `json:"key" key:"key" required:"true"`
+	// Value is the taint's value.
+	Value string `json:"value,omitempty" key:"value"`
+	// Effect is NoSchedule, PreferNoSchedule or NoExecute.
+	Effect TaintEffect `json:"effect" key:"effect" required:"true"`
 }
 
 // String is the kubectl form, key=value:effect (key:effect without a value).

@@ -27,8 +27,8 @@ const (
 )
 
 // IdleBill is what a stack bills, in quantities, while every pool is at zero nodes, and what running nodes add. It is
-// read from the declared resources (not from the config), so it follows whatever the program declares; the README's
-// "Costs" table prices the same kinds.
+// read from the declared resources (not from the config), so it follows whatever the program declares;
+// docs/costs.md prices the same kinds.
 type IdleBill struct {
 	// Items bill while every pool is at zero (at its minimum, when that is not zero).
 	Items []BillItem `json:"items"`
@@ -254,9 +254,9 @@ func list(v any) []any {
 // units names a kind's quantity in the table.
 var units = map[string]string{BillVolume: "GiB", BillPublicIPv4: "address", BillAlarm: "alarm", BillInstance: "running"}
 
-// WriteIdleBill writes the bill as a table: quantities only, to be priced with the README's "Costs" table.
+// WriteIdleBill writes the bill as a table: quantities only, to be priced with docs/costs.md's table.
 func (b IdleBill) WriteIdleBill(w io.Writer) error {
-	fmt.Fprintln(w, "\nIdle bill, every pool at zero (quantities; the README's \"Costs\" prices them):")
+	fmt.Fprintln(w, "\nIdle bill, every pool at zero (quantities; docs/costs.md prices them):")
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	row := func(it BillItem) {
 		q := fmt.Sprintf("%d %s", it.Quantity, units[it.Kind])

@@ -12,7 +12,6 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/dynk8s/dynk8s/infra/config"
-	"github.com/dynk8s/dynk8s/internal/mockcloud"
 )
 
 // Main is cmd/timeline: it parses args, reads the pool from the stack file, runs the timeline against the cluster of
@@ -76,7 +75,7 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 
 // options reads the pool's taints and the nodes' pause image from a stack file.
 func options(file, pool string) (Options, error) {
-	sc, err := mockcloud.LoadStackFile(file)
+	sc, err := config.LoadStackFile(file)
 	if err != nil {
 		return Options{}, fmt.Errorf("read %s: %w", file, err)
 	}

@@ -20,8 +20,8 @@
 # (on-prem kubelets, certificate renewals, serving certificates) are not this script's and are never touched.
 #
 # What the API server cannot tell: the address a CSR came from (a CertificateSigningRequest records the requester's
-# user, groups and uid, not its connection), so the instance's private IP is not compared; see the README's security
-# model for what a token holder can still do.
+# user, groups and uid, not its connection), so the instance's private IP is not compared; see docs/security.md,
+# "Node identity", for what a token holder can still do.
 #
 # Environment: BOOTSTRAP_GROUP, CLUSTER_NAME, POOLS (space-separated pool names); the AWS CLI reads
 # AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY and AWS_DEFAULT_REGION (an IAM user allowed ec2:DescribeInstances);

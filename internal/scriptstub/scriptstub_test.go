@@ -1,0 +1,39 @@
+package scriptstub
+
+import (
+	"os"
+	"path/filepath"
+	"testing"
+
+	"gotest.tools/v3/assert"
+)
+
+func scriptsDir(t *testing.T) string {
+	t.Helper()
+	dir := t.TempDir()
+	script := "#!/bin/bash\n# a comment the renderer drops\nset -eu\necho hi\n"
+	assert.NilError(t, os.WriteFile(filepath.Join(dir, "hello.sh"), []byte(script), 0o644))
+	return dir
+}
+
+func TestStubReplacesAnEmbeddedScript(t *testing.T) {
+	ud := "#cloud-config\nwrite_files:\n- content: |\n    #!/bin/bash\n    set -eu\n    echo hi\n" +
+		"  path: /usr/local/libexec/x/hello.sh\n- content: |\n    keep me\n  path: /etc/x.conf\n"
+	got, err := Stub(ud, scriptsDir(t))
+	assert.NilError(t, err)
+	assert.Equal(t, got, "#cloud-config\nwrite_files:\n- content: <script hello.sh sha256:26e6e62baf543bbf 3 lines>\n"+
+		"  path: /usr/local/libexec/x/hello.sh\n- content: |\n    keep me\n  path: /etc/x.conf\n")
+}
+
+// TestStubShowsAnythingElseWhole: a file named like a script but not made of its lines is an error, not a stub.
+func TestStubShowsAnythingElseWhole(t *testing.T) {
+	ud := "#cloud-config\nwrite_files:\n- content: |\n    echo generated\n  path: /usr/local/libexec/x/hello.sh\n"
+	_, err := Stub(ud, scriptsDir(t))
+	assert.ErrorContains(t, err, "is not the script hello.sh")
+}
+
+// TestStubRefusesWhatItWouldReformat: user data that does not marshal back to itself would change beyond its scripts.
+func TestStubRefusesWhatItWouldReformat(t *testing.T) {
+	_, err := Stub("#cloud-config\nwrite_files: [{path: /a, content: b}]\n", scriptsDir(t))
+	assert.ErrorContains(t, err, "does not marshal back to itself")
+}
