@@ -23,6 +23,7 @@ import (
 
 	"github.com/dynk8s/dynk8s/infra/config"
 	"github.com/dynk8s/dynk8s/internal/kube"
+	"github.com/dynk8s/dynk8s/internal/timeline"
 )
 
 // The burst, end to end: a build pod that no node can run makes the real Cluster Autoscaler raise the group of the
@@ -134,6 +135,7 @@ func (b *burst) run(t *testing.T) {
 	pod := "e2e-burst-build"
 	createBuildPod(ctx, t, c, pod, b.pool)
 	b.phases.start()
+	operator := b.startTimeline(t)
 
 	b.wait(t, 2*time.Minute, "scale-up decision", func() bool {
 		return b.aws.desired(ctx, t)[b.group] == 1
@@ -187,6 +189,7 @@ func (b *burst) run(t *testing.T) {
 	if p.Spec.NodeName != node {
 		t.Errorf("pod %s ran on %q, want the new node %s", pod, p.Spec.NodeName, node)
 	}
+	operator.wait(t)
 	b.wait(t, 2*time.Minute, "pod Succeeded", func() bool {
 		p = getPod(ctx, c, pod)
 		if p.Status.Phase == "Failed" {
@@ -223,6 +226,39 @@ func (b *burst) run(t *testing.T) {
 		if inst.State == "running" || inst.State == "pending" {
 			t.Errorf("instance %s still %s in moto at the end", id, inst.State)
 		}
+	}
+}
+
+// operatorTimeline is cmd/timeline run beside the build, as an operator would run it during a burst: its own
+// pending pod (the pause image, one fuse device, the pool's taints tolerated) aimed at the same pool, watched with
+// nothing but the API, until it runs on the new node.
+type operatorTimeline struct {
+	out  *syncBuffer
+	done chan struct{}
+	tr   *timeline.Tracker
+	err  error
+}
+
+func (b *burst) startTimeline(t *testing.T) *operatorTimeline {
+	t.Helper()
+	o := &operatorTimeline{out: &syncBuffer{}, done: make(chan struct{})}
+	opts := timeline.Options{Namespace: "default", Pool: b.pool.Name, Taints: b.pool.Taints, Fuse: true,
+		Image: renderedPauseImage(t, b.launcher.join.userData), Limit: 5 * time.Minute}
+	client := clientFor(t, b.c)
+	go func() {
+		defer close(o.done)
+		o.tr, o.err = timeline.Run(b.ctx, client, opts, o.out)
+	}()
+	return o
+}
+
+// wait waits for the timeline to end and fails the test unless its pod ran, logging what it printed.
+func (o *operatorTimeline) wait(t *testing.T) {
+	t.Helper()
+	<-o.done
+	t.Logf("cmd/timeline beside the build:\n%s", o.out.String())
+	if o.err != nil || o.tr == nil || !o.tr.Done() {
+		t.Errorf("cmd/timeline's pod did not run: %v", o.err)
 	}
 }
 
