@@ -50,6 +50,8 @@ const (
 	ephemeralStorage    = "ephemeral-storage"
 	setDesiredCapacity  = "autoscaling:SetDesiredCapacity"
 	toBeDeletedTaintKey = "ToBeDeletedByClusterAutoscaler"
+	// priorityExpanderConfigMap is the ConfigMap in kube-system the priority expander reads.
+	priorityExpanderConfigMap = "cluster-autoscaler-priority-expander"
 	// The test's shortened scale-down timing: the stack's default unneeded time is 10 minutes.
 	testUnneededTime = "10s"
 )
@@ -67,6 +69,8 @@ type stackAutoscaling struct {
 	// its CronJob as rendered, and cleanupScript the script its ConfigMap holds.
 	cleanupUser, cleanupPolicy, cleanupScript string
 	cleanup                                   map[string]any
+	// priorities is the priority expander's ConfigMap as rendered (nil without the priority expander).
+	priorities map[string]any
 	// command, args and env are the autoscaler container's, as rendered (env: the plain values only).
 	command, args []string
 	env           map[string]string
@@ -99,7 +103,29 @@ type replayUser struct {
 // loadStackAutoscaling runs the dev stack under the mock engine.
 func loadStackAutoscaling(t *testing.T) stackAutoscaling {
 	t.Helper()
-	res, err := plan.Run("dev", filepath.Join("..", "Pulumi.dev.yaml"))
+	return loadStackVariant(t, func(map[string]any) {})
+}
+
+// devStackValues is the dev stack file's config map, for a test to change.
+func devStackValues(t *testing.T) map[string]any {
+	t.Helper()
+	values, err := mockcloud.ReadStackFile(filepath.Join("..", "Pulumi.dev.yaml"))
+	if err != nil {
+		t.Fatalf("read dev stack: %v", err)
+	}
+	return values
+}
+
+// loadStackVariant runs the dev stack, changed by change (its config map), under the mock engine.
+func loadStackVariant(t *testing.T, change func(values map[string]any)) stackAutoscaling {
+	t.Helper()
+	values := devStackValues(t)
+	change(values)
+	sc, err := mockcloud.ConfigFromMap(values)
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, err := plan.RunConfig("dev", sc)
 	if err != nil {
 		t.Fatalf("dev stack under the mock engine: %v", err)
 	}
@@ -135,6 +161,9 @@ func loadStackAutoscaling(t *testing.T) stackAutoscaling {
 			}
 		case "kubernetes:batch/v1:CronJob", "kubernetes:core/v1:ConfigMap":
 			meta, _ := in["metadata"].(map[string]any)
+			if str(meta, "name") == priorityExpanderConfigMap {
+				s.priorities = in
+			}
 			if str(meta, "name") != cleanupSA {
 				break
 			}

@@ -270,6 +270,12 @@ type PoolAutoscaling struct {
 	// ScaleDownUtilizationThreshold is the utilization under which a node of the pool counts as unneeded
 	// (optional; the autoscaler's default is 0.5).
 	ScaleDownUtilizationThreshold *float64 `key:"scaleDownUtilizationThreshold"`
+	// Priority ranks the pool for the priority expander (autoscaler.expander priority, alone or first in a chain):
+	// of the pools that fit a pending pod, the autoscaler raises one of the highest rank, and a pool it has backed
+	// off after a failed launch (spot without capacity) is no option, so the next rank takes over. Equal ranks leave
+	// the choice to the next expander of the chain. Required on every pool with the priority expander, refused
+	// without it (optional otherwise; 0 or more, higher wins).
+	Priority *int `key:"priority"`
 }
 
 // Fuse is dynk8s:fuse.
