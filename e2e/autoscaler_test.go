@@ -461,6 +461,9 @@ func startAutoscaler(ctx context.Context, t *testing.T, c cluster, s stackAutosc
 		// take seconds instead of minutes; what the loop decides is unchanged.
 		"--scan-interval=2s",
 		"--scale-down-delay-after-add=0s",
+		// A node found unremovable (its bare pod running) is weighed again only after this (default 5 minutes):
+		// shortened so that the scale-down test sees the node go soon after its pod finished.
+		"--unremovable-node-recheck-timeout=5s",
 	)
 	cmd := exec.Command(autoscalerName, args...)
 	cmd.Env = append(os.Environ(), "AWS_ACCESS_KEY_ID="+key.Key, "AWS_SECRET_ACCESS_KEY="+key.Secret,
@@ -593,6 +596,28 @@ type podSpec struct {
 // when no node fits, which is what the autoscaler's unschedulable-pod lister selects.
 func createPendingPod(ctx context.Context, t *testing.T, c cluster, p podSpec) {
 	t.Helper()
+	applyJSON(ctx, t, c, podObject(p))
+	t.Cleanup(func() {
+		_, _ = c.kubectl(context.Background(), "-n", "default", "delete", "pod", p.name, "--ignore-not-found",
+			"--wait=false")
+	})
+	status := map[string]any{"status": map[string]any{"conditions": []map[string]any{{
+		"type": "PodScheduled", "status": "False", "reason": "Unschedulable",
+		"message":            "0/0 nodes are available (written by the e2e test: no kube-scheduler runs here)",
+		"lastTransitionTime": time.Now().UTC().Format(time.RFC3339),
+	}}}}
+	patch, err := json.Marshal(status)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.kubectl(ctx, "-n", "default", "patch", "pod", p.name, "--subresource=status", "--type=merge",
+		"-p", string(patch)); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// podObject is the pod p describes, in the default namespace, as JSON-ready data.
+func podObject(p podSpec) map[string]any {
 	var tolerations []map[string]string
 	for _, tt := range p.tolerate {
 		tolerations = append(tolerations, map[string]string{"key": tt.key, "operator": "Equal", "value": tt.value,
@@ -619,24 +644,7 @@ func createPendingPod(ctx context.Context, t *testing.T, c cluster, p podSpec) {
 			}},
 		},
 	}
-	applyJSON(ctx, t, c, pod)
-	t.Cleanup(func() {
-		_, _ = c.kubectl(context.Background(), "-n", "default", "delete", "pod", p.name, "--ignore-not-found",
-			"--wait=false")
-	})
-	status := map[string]any{"status": map[string]any{"conditions": []map[string]any{{
-		"type": "PodScheduled", "status": "False", "reason": "Unschedulable",
-		"message":            "0/0 nodes are available (written by the e2e test: no kube-scheduler runs here)",
-		"lastTransitionTime": time.Now().UTC().Format(time.RFC3339),
-	}}}}
-	patch, err := json.Marshal(status)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := c.kubectl(ctx, "-n", "default", "patch", "pod", p.name, "--subresource=status", "--type=merge",
-		"-p", string(patch)); err != nil {
-		t.Fatal(err)
-	}
+	return pod
 }
 
 // applyJSON creates an object from its JSON form.
@@ -829,22 +837,43 @@ func TestAutoscalerScalesTheStacksGroups(t *testing.T) {
 		deletePod(ctx, t, c, p.name)
 	})
 
-	t.Run("idle node removed after the unneeded time", func(t *testing.T) {
+	t.Run("node kept while its bare pod runs, removed after the unneeded time once it finished", func(t *testing.T) {
 		if instanceID == "" {
 			t.Skip("no instance: the scale-up failed")
 		}
 		node := registerStandInNode(ctx, t, c, g, zone, instanceID)
-		registered := time.Now()
-		// The autoscaler reads the groups' instances once a minute, so it may take that long to know the node's
-		// group, then the unneeded time, then 5 s between the deletion taint and the termination.
-		waitDesired(ctx, t, a, ca, 2*time.Minute, spot+" back to 0", allZero)
-		elapsed := time.Since(registered)
 		unneeded, err := time.ParseDuration(testUnneededTime)
 		if err != nil {
 			t.Fatal(err)
 		}
+		// A build agent as the Jenkins kubernetes plugin starts it: a pod of no controller, with an emptyDir. The
+		// autoscaler's Replicated drainability rule blocks the removal of a node that runs one
+		// (simulator/drainability/rules/replicated/rule.go at cluster-autoscaler-1.34.5); the emptyDir does not,
+		// with --skip-nodes-with-local-storage=false.
+		agent := fitsPod("e2e-bare-agent", g, true)
+		runBarePod(ctx, t, c, agent, node)
+		// The autoscaler reads the groups' instances once a minute, so it may take that long to know the node's
+		// group and weigh it for removal.
+		blocked := "Node " + node + " cannot be removed: default/" + agent.name + " is not replicated"
+		ca.waitLog(ctx, t, 2*time.Minute, func(log string) bool { return strings.Contains(log, blocked) })
+		// Three unneeded times more, the node is still there: the pod keeps it.
+		for hold := time.Now().Add(3 * unneeded); time.Now().Before(hold); time.Sleep(time.Second) {
+			if d := a.desired(ctx, t); d[spot] != 1 {
+				t.Fatalf("group %s desired %d while the bare pod %s runs on its node; autoscaler log:\n%s", spot,
+					d[spot], agent.name, tail(ca.logs.String(), 60))
+			}
+		}
+		if taints := nodeTaintKeys(ctx, t, c, node); slices.Contains(taints, toBeDeletedTaintKey) {
+			t.Fatalf("node %s has the %s taint while the bare pod runs", node, toBeDeletedTaintKey)
+		}
+
+		setPodPhase(ctx, t, c, agent.name, "Succeeded")
+		finished := time.Now()
+		// Then the unneeded time, and 5 s between the deletion taint and the termination.
+		waitDesired(ctx, t, a, ca, 2*time.Minute, spot+" back to 0", allZero)
+		elapsed := time.Since(finished)
 		if elapsed < unneeded {
-			t.Errorf("scaled down %s after registration, before the unneeded time %s", elapsed, unneeded)
+			t.Errorf("scaled down %s after the pod finished, before the unneeded time %s", elapsed, unneeded)
 		}
 		if state := a.instances(ctx, t)[instanceID]; state != "terminated" && state != "shutting-down" {
 			t.Errorf("instance %s is %q in moto, want terminated", instanceID, state)
@@ -855,25 +884,69 @@ func TestAutoscalerScalesTheStacksGroups(t *testing.T) {
 			t.Errorf("no TerminateInstanceInAutoScalingGroup activity for %s in the autoscaler log:\n%s", instanceID,
 				tail(log, 60))
 		}
-		var n struct {
-			Spec struct {
-				Taints []struct {
-					Key string `json:"key"`
-				} `json:"taints"`
-			} `json:"spec"`
+		if taints := nodeTaintKeys(ctx, t, c, node); !slices.Contains(taints, toBeDeletedTaintKey) {
+			t.Errorf("node %s lacks the autoscaler's %s taint: %v", node, toBeDeletedTaintKey, taints)
 		}
-		if err := c.getJSON(ctx, &n, "node", node); err != nil {
-			t.Fatal(err)
-		}
-		if !slices.ContainsFunc(n.Spec.Taints, func(tt struct {
-			Key string `json:"key"`
-		}) bool {
-			return tt.Key == toBeDeletedTaintKey
-		}) {
-			t.Errorf("node %s lacks the autoscaler's %s taint: %+v", node, toBeDeletedTaintKey, n.Spec.Taints)
-		}
-		t.Logf("scaled down %.1f s after the node registered (unneeded time %s)", elapsed.Seconds(), unneeded)
+		t.Logf("scaled down %.1f s after the bare pod finished (unneeded time %s)", elapsed.Seconds(), unneeded)
 	})
+}
+
+// nodeTaintKeys are the keys of the node's taints.
+func nodeTaintKeys(ctx context.Context, t *testing.T, c cluster, node string) []string {
+	t.Helper()
+	var n struct {
+		Spec struct {
+			Taints []struct {
+				Key string `json:"key"`
+			} `json:"taints"`
+		} `json:"spec"`
+	}
+	if err := c.getJSON(ctx, &n, "node", node); err != nil {
+		t.Fatal(err)
+	}
+	var keys []string
+	for _, tt := range n.Spec.Taints {
+		keys = append(keys, tt.Key)
+	}
+	return keys
+}
+
+// runBarePod creates p bound to node, with no owner and an emptyDir, and writes the Running status its kubelet
+// would (none runs here).
+func runBarePod(ctx context.Context, t *testing.T, c cluster, p podSpec, node string) {
+	t.Helper()
+	pod := podObject(p)
+	spec := pod["spec"].(map[string]any)
+	spec["nodeName"] = node
+	spec["volumes"] = []map[string]any{{"name": "workspace", "emptyDir": map[string]any{}}}
+	spec["containers"].([]map[string]any)[0]["volumeMounts"] = []map[string]any{
+		{"name": "workspace", "mountPath": "/home/jenkins/agent"}}
+	applyJSON(ctx, t, c, pod)
+	t.Cleanup(func() {
+		_, _ = c.kubectl(context.Background(), "-n", "default", "delete", "pod", p.name, "--ignore-not-found",
+			"--force", "--grace-period=0", "--wait=false")
+	})
+	setPodPhase(ctx, t, c, p.name, "Running")
+}
+
+// setPodPhase writes the pod's phase, as its kubelet would.
+func setPodPhase(ctx context.Context, t *testing.T, c cluster, name, phase string) {
+	t.Helper()
+	now := time.Now().UTC().Format(time.RFC3339)
+	ready := map[bool]string{true: "True", false: "False"}[phase == "Running"]
+	status := map[string]any{"status": map[string]any{"phase": phase, "startTime": now,
+		"conditions": []map[string]any{
+			{"type": "PodScheduled", "status": "True", "lastTransitionTime": now},
+			{"type": "Ready", "status": ready, "lastTransitionTime": now},
+		}}}
+	patch, err := json.Marshal(status)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.kubectl(ctx, "-n", "default", "patch", "pod", name, "--subresource=status", "--type=merge",
+		"-p", string(patch)); err != nil {
+		t.Fatal(err)
+	}
 }
 
 // registerStandInNode creates the Node the instance's kubelet would register: the pool's labels and taints, the

@@ -181,6 +181,10 @@ func (a *ClusterAddonsArgs) validate() error {
 		errs = append(errs, fmt.Errorf("invalid Autoscaler.MaxNodeProvisionTime %s: must be > 0",
 			a.Autoscaler.MaxNodeProvisionTime))
 	}
+	if a.Autoscaler.ScaleDownUnreadyTime <= 0 {
+		errs = append(errs, fmt.Errorf("invalid Autoscaler.ScaleDownUnreadyTime %s: must be > 0",
+			a.Autoscaler.ScaleDownUnreadyTime))
+	}
 	if a.Fuse.Enabled && a.Fuse.Capacity <= 0 {
 		errs = append(errs, fmt.Errorf("invalid Fuse.Capacity %d: must be > 0 when fuse is enabled", a.Fuse.Capacity))
 	}

@@ -46,6 +46,8 @@ func autoscalerArgs(clusterName string, cfg config.Autoscaler) []string {
 		"--skip-nodes-with-local-storage=false",
 		"--scale-down-unneeded-time=" + cfg.ScaleDownUnneededTime,
 		"--scale-down-delay-after-add=" + cfg.ScaleDownDelayAfterAdd.String(),
+		// A node cut off by a tunnel outage is NotReady but runs its builds on; it is removed only after this long.
+		"--scale-down-unready-time=" + cfg.ScaleDownUnreadyTime.String(),
 		// Above the nodes' join timeout, so a slow boot is waited for and a failed one reclaimed.
 		"--max-node-provision-time=" + cfg.MaxNodeProvisionTime.String(),
 		// A launch AWS cannot fulfil (spot without capacity) fails the group's scaling activity; the AWS provider

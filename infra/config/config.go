@@ -257,6 +257,13 @@ type Autoscaler struct {
 	MaxNodesTotal int `key:"maxNodesTotal" default:"0"`
 	// NewPodScaleUpDelay is how old a pending pod must be before it counts for a scale-up.
 	NewPodScaleUpDelay time.Duration `key:"newPodScaleUpDelay" default:"0s"`
+	// ScaleDownUnreadyTime is how long a node may be NotReady before the autoscaler removes it (its flag's default is
+	// 20 minutes). Well above the tunnel outages the gateway recovers from by itself: a hung gateway fails its
+	// instance status check, its alarm reboots it after 3 failed minutes, and the boot and the tunnel take a few
+	// more; a failed host is recovered by EC2 in minutes. A pool node cut off meanwhile keeps running its builds,
+	// and removing it would end them. The cost of the margin: a node whose kubelet really died bills up to this
+	// long before it goes.
+	ScaleDownUnreadyTime time.Duration `key:"scaleDownUnreadyTime" default:"1h"`
 	// SkipNodesWithSystemPods keeps nodes that run kube-system pods (other than DaemonSets) from scaling down. Off
 	// here: a CoreDNS replica that landed on a pool node must not keep it billing.
 	SkipNodesWithSystemPods bool `key:"skipNodesWithSystemPods" default:"false"`

@@ -89,6 +89,7 @@ func TestDefaultsApplied(t *testing.T) {
 	assert.Equal(t, cfg.Derived.Kubernetes.Minor, 34)
 	assert.Equal(t, cfg.Autoscaler.ScaleDownUnneededTime, "10m")
 	assert.Equal(t, cfg.Autoscaler.Expander, "least-waste")
+	assert.Equal(t, cfg.Autoscaler.ScaleDownUnreadyTime, time.Hour)
 	assert.Equal(t, cfg.Autoscaler.MaxNodeProvisionTime, 15*time.Minute)
 	assert.Check(t, !cfg.Autoscaler.SkipNodesWithSystemPods)
 	assert.Check(t, cfg.NodePools[0].Autoscaling.ScaleDownUnneededTime == nil, "no per-pool option unless given")
@@ -288,6 +289,7 @@ func TestBadConfig(t *testing.T) {
 			obj(c, "fuse")["images"] = map[string]any{"arm64": "Example.com/Fuse:v1"}
 		}, "dynk8s:fuse.images.arm64", "is not an image reference"},
 		{"provision time under the join timeout", func(c map[string]any) { obj(c, "autoscaler")["maxNodeProvisionTime"] = "10m" }, "dynk8s:autoscaler.maxNodeProvisionTime", "join timeout"},
+		{"unready time under the gateway's recovery", func(c map[string]any) { obj(c, "autoscaler")["scaleDownUnreadyTime"] = "10m" }, "dynk8s:autoscaler.scaleDownUnreadyTime", "at least 20m0s"},
 		{"max nodes negative", func(c map[string]any) { obj(c, "autoscaler")["maxNodesTotal"] = -1 }, "dynk8s:autoscaler.maxNodesTotal", "0 (no cap)"},
 		{"system pods flag not a boolean", func(c map[string]any) { obj(c, "autoscaler")["skipNodesWithSystemPods"] = "sometimes" }, "dynk8s:autoscaler.skipNodesWithSystemPods", "true or false"},
 		{"pool utilization above one", func(c map[string]any) {

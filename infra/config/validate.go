@@ -597,6 +597,11 @@ func validateAutoscaler(r *reader, c *Config) {
 	if a.ScaleDownDelayAfterAdd < 0 {
 		r.addf(ap+"scaleDownDelayAfterAdd", "must not be negative, got %s", a.ScaleDownDelayAfterAdd)
 	}
+	if a.ScaleDownUnreadyTime < MinScaleDownUnreadyTime {
+		r.addf(ap+"scaleDownUnreadyTime", "must be at least %s: a node cut off by a tunnel outage the gateway "+
+			"recovers from (its alarm reboots it after 3 failed minutes) must not be removed with its builds, got %s",
+			MinScaleDownUnreadyTime, a.ScaleDownUnreadyTime)
+	}
 	if a.NewPodScaleUpDelay < 0 {
 		r.addf(ap+"newPodScaleUpDelay", "must not be negative, got %s", a.NewPodScaleUpDelay)
 	}
@@ -620,6 +625,10 @@ func validateAutoscaler(r *reader, c *Config) {
 	}
 	validatePriorities(r, c, slices.Contains(chain, PriorityExpander))
 }
+
+// MinScaleDownUnreadyTime is the shortest autoscaler.scaleDownUnreadyTime: twice the 10 minutes or so a hung
+// gateway takes to be rebooted by its alarm and bring the tunnel back.
+const MinScaleDownUnreadyTime = 20 * time.Minute
 
 // PriorityExpander is the expander that ranks pools by nodePools[i].autoscaling.priority.
 const PriorityExpander = "priority"
