@@ -18,6 +18,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/dynk8s/dynk8s/infra/config"
 	"github.com/dynk8s/dynk8s/internal/mockcloud"
 	"github.com/dynk8s/dynk8s/internal/plan"
 )
@@ -58,6 +59,8 @@ const (
 
 // stackAutoscaling is what the dev stack declares for the autoscaler, read from the mock engine's record.
 type stackAutoscaling struct {
+	// cfg is the stack's parsed config, for cmd/explain's package.
+	cfg    *config.Config
 	region string
 	// groups are the Auto Scaling groups by name, as declared.
 	groups map[string]declaredGroup
@@ -129,7 +132,11 @@ func loadStackVariant(t *testing.T, change func(values map[string]any)) stackAut
 	if err != nil {
 		t.Fatalf("dev stack under the mock engine: %v", err)
 	}
-	s := stackAutoscaling{region: res.Cloud.Region, groups: map[string]declaredGroup{}}
+	cfg, err := config.ParseValues(sc.Values)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := stackAutoscaling{cfg: cfg, region: res.Cloud.Region, groups: map[string]declaredGroup{}}
 	plain := func(r mockcloud.Resource) map[string]any { return mockcloud.PlainMap(r.Inputs, true) }
 	str := func(m map[string]any, k string) string { v, _ := m[k].(string); return v }
 	for _, r := range res.Resources() {
@@ -545,7 +552,8 @@ func tail(s string, n int) string {
 // nominalMemoryRaisesNothing: a node reports less memory than its type's nominal size; the group's resources/memory
 // tag says so, and the autoscaler must not add a node for a pod that fits the nominal size but not the real node (it
 // would add node after node for it). The request is 512Mi under the nominal 16 GiB of the dev pools' types.
-func nominalMemoryRaisesNothing(ctx context.Context, t *testing.T, c cluster, a *awsEnv, g declaredGroup, spot string,
+func nominalMemoryRaisesNothing(ctx context.Context, t *testing.T, c cluster, s stackAutoscaling, a *awsEnv,
+	g declaredGroup, spot string,
 	start time.Time) {
 	t.Helper()
 	// A node reports less memory than its type's nominal size; the group's resources/memory tag says so, and
@@ -556,18 +564,20 @@ func nominalMemoryRaisesNothing(ctx context.Context, t *testing.T, c cluster, a 
 	}
 	p := fitsPod("e2e-nominal-memory", g, false)
 	p.requests["memory"] = "15872Mi"
-	expectNoScaleUp(ctx, t, c, a, p, start, "Insufficient memory")
+	expectNoScaleUp(ctx, t, c, s, a, p, start, "Insufficient memory")
 }
 
 // expectNoScaleUp creates the pending pod p and expects the autoscaler to refuse it: a NotTriggerScaleUp event
 // that says why, and no group raised.
-func expectNoScaleUp(ctx context.Context, t *testing.T, c cluster, a *awsEnv, p podSpec, start time.Time, why string) {
+func expectNoScaleUp(ctx context.Context, t *testing.T, c cluster, s stackAutoscaling, a *awsEnv, p podSpec,
+	start time.Time, why string) {
 	t.Helper()
 	createPendingPod(ctx, t, c, p)
 	msg := waitEvent(ctx, t, c, "default", p.name, "NotTriggerScaleUp", start, 30*time.Second)
 	if !strings.Contains(msg, why) {
 		t.Errorf("NotTriggerScaleUp says %q, want %q", msg, why)
 	}
+	explainAgreesWhy(ctx, t, c, s, p.name, "", why)
 	if d := a.desired(ctx, t); !allZero(d) {
 		t.Errorf("desired capacities %v after pod %s, which no group can run", d, p.name)
 	}
@@ -772,7 +782,7 @@ func TestAutoscalerScalesTheStacksGroups(t *testing.T) {
 	t.Run("untolerated taint raises nothing", func(t *testing.T) {
 		p := fitsPod("e2e-no-toleration", g, false)
 		p.tolerate = nil
-		expectNoScaleUp(ctx, t, c, a, p, start, "untolerated taint")
+		expectNoScaleUp(ctx, t, c, s, a, p, start, "untolerated taint")
 	})
 
 	t.Run("larger than the pool's allocatable raises nothing", func(t *testing.T) {
@@ -786,11 +796,11 @@ func TestAutoscalerScalesTheStacksGroups(t *testing.T) {
 			t.Fatalf("moto knows no vCPU count for %q: %v", typ, cpus)
 		}
 		p.requests["cpu"] = strconv.Itoa(cpus[typ] + 1)
-		expectNoScaleUp(ctx, t, c, a, p, start, "Insufficient cpu")
+		expectNoScaleUp(ctx, t, c, s, a, p, start, "Insufficient cpu")
 	})
 
 	t.Run("between the real node's memory and the nominal raises nothing", func(t *testing.T) {
-		nominalMemoryRaisesNothing(ctx, t, c, a, g, spot, start)
+		nominalMemoryRaisesNothing(ctx, t, c, s, a, g, spot, start)
 	})
 
 	// A build agent asks for ephemeral storage: without the group's node-template/resources/ephemeral-storage tag
@@ -821,6 +831,7 @@ func TestAutoscalerScalesTheStacksGroups(t *testing.T) {
 		if !strings.Contains(msg, spot+" 0->1") {
 			t.Errorf("TriggeredScaleUp says %q, want %s 0->1", msg, spot)
 		}
+		explainAgrees(ctx, t, c, s, p.name, spot)
 		for name := range s.groups {
 			if name != spot && strings.Contains(msg, name) {
 				t.Errorf("TriggeredScaleUp names %s too: %q", name, msg)
@@ -1060,6 +1071,8 @@ func TestAutoscalerNeedsSetDesiredCapacity(t *testing.T) {
 	if !strings.Contains(msg, spot) {
 		t.Errorf("FailedToScaleUpGroup says %q, want group %s", msg, spot)
 	}
+	// The autoscaler chose the spot group (and was refused): explain chooses it too.
+	explainAgrees(ctx, t, c, s, "e2e-denied-agent", spot)
 	if d := a.desired(ctx, t); d[spot] != 0 {
 		t.Errorf("group %s desired %d without SetDesiredCapacity", spot, d[spot])
 	}

@@ -70,6 +70,7 @@ func TestAutoscalerPriorityExpander(t *testing.T) {
 			if !strings.Contains(msg, winner+" 0->1") {
 				t.Errorf("TriggeredScaleUp says %q, want %s 0->1", msg, winner)
 			}
+			explainAgrees(ctx, t, c, s, p.name, winner)
 			// Both groups were options, and the priority expander chose: it logs its choice
 			// (expander/priority/priority.go at cluster-autoscaler-1.34.5) and no unmatched group.
 			log := ca.logs.String()
