@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 
@@ -137,6 +138,12 @@ func readPods(files []string) ([]*corev1.Pod, error) {
 		ps, err := DecodePods(r)
 		if err != nil {
 			return nil, fmt.Errorf("%s: %w", name, err)
+		}
+		for i, p := range ps {
+			if p.Name == "" {
+				// A pod template, which the plugin names: named after its file for the report.
+				p.Name = fmt.Sprintf("%s[%d]", filepath.Base(name), i)
+			}
 		}
 		pods = append(pods, ps...)
 	}
