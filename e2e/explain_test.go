@@ -8,6 +8,7 @@ import (
 	"strings"
 	"testing"
 
+	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 
 	"github.com/dynk8s/dynk8s/internal/explain"
@@ -34,6 +35,13 @@ func explainAgreesWhy(ctx context.Context, t *testing.T, c cluster, s stackAutos
 	if err != nil {
 		t.Fatal(err)
 	}
+	// The DaemonSets the cluster runs (the stack's, in the burst test), as the autoscaler counts them on the
+	// template nodes and explain -pending reads them.
+	var sets appsv1.DaemonSetList
+	if err := c.getJSON(ctx, &sets, "daemonsets", "--all-namespaces"); err != nil {
+		t.Fatal(err)
+	}
+	templates = explain.WithDaemonSets(templates, sets.Items)
 	report := explain.Explain(s.cfg, templates, &p)
 	if raised == "" {
 		if len(report.Raise) > 0 {
@@ -56,5 +64,6 @@ func explainAgreesWhy(ctx context.Context, t *testing.T, c cluster, s stackAutos
 	if len(report.Raise) > 1 {
 		t.Logf("explain leaves a tie %v, which the autoscaler broke for %s", report.Raise, pool)
 	}
-	t.Logf("explain agrees with the autoscaler on %s:\n%s", pod, report)
+	t.Logf("explain agrees with the autoscaler on %s (DaemonSets counted: %v):\n%s", pod,
+		templates[0].DaemonSetPods, report)
 }

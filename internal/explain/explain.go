@@ -6,8 +6,8 @@
 //
 // What it leaves out, as a scale-up from zero sees it (cluster-autoscaler/cloudprovider/aws/aws_manager.go
 // buildNodeFromTemplate at cluster-autoscaler-1.34.5): the zone label (the autoscaler takes it from the group's
-// zones), the requests of the DaemonSet pods the autoscaler adds to a template node, pod affinity and topology
-// spread, volumes, host ports, and groups at their maxSize or backed off.
+// zones), the DaemonSet pods unless the caller hands them over (WithDaemonSets), pod affinity and topology spread,
+// volumes, host ports, and groups at their maxSize or backed off.
 package explain
 
 import (
@@ -18,6 +18,7 @@ import (
 	"strconv"
 	"strings"
 
+	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -55,6 +56,36 @@ func CatalogShape(instanceType string) (config.InstanceType, bool) {
 type Template struct {
 	Pool config.NodePool
 	Node *corev1.Node
+	// DaemonSets are the requests of the DaemonSet pods that would run on the node, which the autoscaler counts on
+	// a template node too (WithDaemonSets; none without it), and DaemonSetPods their DaemonSets' names.
+	DaemonSets    corev1.ResourceList
+	DaemonSetPods []string
+}
+
+// WithDaemonSets returns the templates with the requests of those of sets whose pods would run on each template
+// node (its taints tolerated, its labels matched), as the autoscaler adds DaemonSet pods to a template node
+// (simulator/node_info_utils.go at cluster-autoscaler-1.34.5).
+func WithDaemonSets(templates []Template, sets []appsv1.DaemonSet) []Template {
+	out := slices.Clone(templates)
+	for i := range out {
+		t := &out[i]
+		t.DaemonSets, t.DaemonSetPods = corev1.ResourceList{}, nil
+		for _, ds := range sets {
+			pod := &corev1.Pod{ObjectMeta: ds.Spec.Template.ObjectMeta, Spec: ds.Spec.Template.Spec}
+			pod = withDefaultRequests(pod)
+			if len(taintReasons(pod, t.Node)) > 0 || len(affinityReasons(pod, t.Node)) > 0 {
+				continue
+			}
+			for name, q := range resourcehelper.PodRequests(pod, resourcehelper.PodResourcesOptions{}) {
+				sum := t.DaemonSets[name]
+				sum.Add(q)
+				t.DaemonSets[name] = sum
+			}
+			t.DaemonSetPods = append(t.DaemonSetPods, ds.Namespace+"/"+ds.Name)
+		}
+		slices.Sort(t.DaemonSetPods)
+	}
+	return out
 }
 
 // Templates builds the template node of every pool of cfg, in config order. shapes sizes each pool's first
@@ -123,7 +154,7 @@ func Check(pod *corev1.Pod, t Template) Verdict {
 	v := Verdict{Pool: t.Pool.Name}
 	v.Reasons = append(v.Reasons, taintReasons(pod, t.Node)...)
 	v.Reasons = append(v.Reasons, affinityReasons(pod, t.Node)...)
-	v.Reasons = append(v.Reasons, resourceReasons(pod, t.Node)...)
+	v.Reasons = append(v.Reasons, resourceReasons(pod, t)...)
 	v.Fits = len(v.Reasons) == 0
 	return v
 }
@@ -217,9 +248,9 @@ func labelMismatch(what, key, want, got string, has bool) string {
 	return fmt.Sprintf("%s %s=%s: the pool's nodes have %s=%s", subject, key, want, key, got)
 }
 
-// resourceReasons: each resource the pod requests beyond the template node's allocatable (init containers and
-// overhead counted as the scheduler counts them, resourcehelper.PodRequests).
-func resourceReasons(pod *corev1.Pod, node *corev1.Node) []string {
+// resourceReasons: each resource the pod requests beyond the template node's allocatable less its DaemonSet pods'
+// requests (init containers and overhead counted as the scheduler counts them, resourcehelper.PodRequests).
+func resourceReasons(pod *corev1.Pod, t Template) []string {
 	requests := resourcehelper.PodRequests(pod, resourcehelper.PodResourcesOptions{})
 	var out []string
 	for _, name := range slices.Sorted(maps.Keys(requests)) {
@@ -227,13 +258,20 @@ func resourceReasons(pod *corev1.Pod, node *corev1.Node) []string {
 		if want.IsZero() {
 			continue
 		}
-		have, ok := node.Status.Allocatable[name]
+		have, ok := t.Node.Status.Allocatable[name]
+		taken := t.DaemonSets[name]
+		total := want.DeepCopy()
+		total.Add(taken)
 		switch {
 		case !ok:
 			out = append(out, fmt.Sprintf("%s: requests %s, the pool's template node has none", name, quantity(want)))
-		case want.Cmp(have) > 0:
+		case total.Cmp(have) > 0 && taken.IsZero():
 			out = append(out, fmt.Sprintf("%s: requests %s, the pool's template node has %s allocatable", name,
 				quantity(want), quantity(have)))
+		case total.Cmp(have) > 0:
+			out = append(out, fmt.Sprintf("%s: requests %s, the pool's template node has %s allocatable, %s of "+
+				"it for the pods of %s", name, quantity(want), quantity(have), quantity(taken),
+				strings.Join(t.DaemonSetPods, ", ")))
 		}
 	}
 	return out

@@ -6,6 +6,7 @@ import (
 
 	"gotest.tools/v3/assert"
 	is "gotest.tools/v3/assert/cmp"
+	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -150,4 +151,37 @@ func TestPickFollowsTheExpander(t *testing.T) {
 		mockcloud.Pool(v, 0)["instanceTypes"] = []any{"c7i.4xlarge"}
 	})
 	assert.DeepEqual(t, Pick("least-waste", pod, templates), []string{"builders-arm"})
+}
+
+// TestDaemonSetsTakeTheirShare: the requests of the DaemonSets whose pods would run on a pool's node count against
+// its allocatable, as on the autoscaler's template node; one that would not run there (another arch, an untolerated
+// taint) does not.
+func TestDaemonSetsTakeTheirShare(t *testing.T) {
+	cfg, templates := devStack(t, func(map[string]any) {})
+	daemon := func(name string, selector map[string]string, tolerations []corev1.Toleration) appsv1.DaemonSet {
+		return appsv1.DaemonSet{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "kube-system"},
+			Spec: appsv1.DaemonSetSpec{Template: corev1.PodTemplateSpec{Spec: corev1.PodSpec{
+				NodeSelector: selector, Tolerations: tolerations,
+				Containers: []corev1.Container{{Name: "d", Resources: corev1.ResourceRequirements{
+					Requests: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("1")}}}},
+			}}}}
+	}
+	everywhere := []corev1.Toleration{{Operator: corev1.TolerationOpExists}}
+	sets := []appsv1.DaemonSet{
+		daemon("cni", nil, everywhere),
+		daemon("plugin-arm64", map[string]string{"kubernetes.io/arch": "arm64"}, everywhere),
+		daemon("plugin-amd64", map[string]string{"kubernetes.io/arch": "amd64"}, everywhere),
+		daemon("untolerating", nil, nil),
+	}
+	withDS := WithDaemonSets(templates, sets)
+	assert.DeepEqual(t, withDS[1].DaemonSetPods, []string{"kube-system/cni", "kube-system/plugin-arm64"})
+	assert.DeepEqual(t, withDS[0].DaemonSetPods, []string{"kube-system/cni", "kube-system/plugin-amd64",
+		"kube-system/untolerating"})
+
+	pod := agent()
+	pod.Spec.Containers[0].Resources.Requests[corev1.ResourceCPU] = resource.MustParse("6500m")
+	assert.Check(t, verdict(t, Explain(cfg, templates, pod), "builders-arm").Fits)
+	arm := verdict(t, Explain(cfg, withDS, pod), "builders-arm")
+	assert.DeepEqual(t, arm.Reasons, []string{"cpu: requests 6500m, the pool's template node has 8 allocatable, 2 " +
+		"of it for the pods of kube-system/cni, kube-system/plugin-arm64"})
 }

@@ -190,6 +190,11 @@ func explainPending(ctx context.Context, client kubernetes.Interface, cfg *confi
 	if err != nil {
 		return fmt.Errorf("pending pods: %w", err)
 	}
+	sets, err := client.AppsV1().DaemonSets("").List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return fmt.Errorf("daemon sets: %w", err)
+	}
+	templates = WithDaemonSets(templates, sets.Items)
 	found := 0
 	for i := range list.Items {
 		pod := &list.Items[i]
