@@ -18,6 +18,7 @@ require (
 	k8s.io/api v0.34.9
 	k8s.io/apimachinery v0.34.9
 	k8s.io/client-go v0.34.9
+	k8s.io/component-helpers v0.34.9
 	sigs.k8s.io/yaml v1.6.0
 )
 

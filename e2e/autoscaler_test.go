@@ -18,6 +18,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/dynk8s/dynk8s/infra/config"
 	"github.com/dynk8s/dynk8s/internal/mockcloud"
 	"github.com/dynk8s/dynk8s/internal/plan"
 )
@@ -50,12 +51,16 @@ const (
 	ephemeralStorage    = "ephemeral-storage"
 	setDesiredCapacity  = "autoscaling:SetDesiredCapacity"
 	toBeDeletedTaintKey = "ToBeDeletedByClusterAutoscaler"
+	// priorityExpanderConfigMap is the ConfigMap in kube-system the priority expander reads.
+	priorityExpanderConfigMap = "cluster-autoscaler-priority-expander"
 	// The test's shortened scale-down timing: the stack's default unneeded time is 10 minutes.
 	testUnneededTime = "10s"
 )
 
 // stackAutoscaling is what the dev stack declares for the autoscaler, read from the mock engine's record.
 type stackAutoscaling struct {
+	// cfg is the stack's parsed config, for cmd/explain's package.
+	cfg    *config.Config
 	region string
 	// groups are the Auto Scaling groups by name, as declared.
 	groups map[string]declaredGroup
@@ -67,6 +72,8 @@ type stackAutoscaling struct {
 	// its CronJob as rendered, and cleanupScript the script its ConfigMap holds.
 	cleanupUser, cleanupPolicy, cleanupScript string
 	cleanup                                   map[string]any
+	// priorities is the priority expander's ConfigMap as rendered (nil without the priority expander).
+	priorities map[string]any
 	// command, args and env are the autoscaler container's, as rendered (env: the plain values only).
 	command, args []string
 	env           map[string]string
@@ -121,12 +128,38 @@ type replayUser struct {
 // loadStackAutoscaling runs the dev stack under the mock engine.
 func loadStackAutoscaling(t *testing.T) stackAutoscaling {
 	t.Helper()
-	res, err := plan.Run("dev", filepath.Join("..", "Pulumi.dev.yaml"))
+	return loadStackVariant(t, func(map[string]any) {})
+}
+
+// devStackValues is the dev stack file's config map, for a test to change.
+func devStackValues(t *testing.T) map[string]any {
+	t.Helper()
+	values, err := config.ReadStackFile(filepath.Join("..", "Pulumi.dev.yaml"))
+	if err != nil {
+		t.Fatalf("read dev stack: %v", err)
+	}
+	return values
+}
+
+// loadStackVariant runs the dev stack, changed by change (its config map), under the mock engine.
+func loadStackVariant(t *testing.T, change func(values map[string]any)) stackAutoscaling {
+	t.Helper()
+	values := devStackValues(t)
+	change(values)
+	sc, err := mockcloud.ConfigFromMap(values)
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, err := plan.RunConfig("dev", sc)
 	if err != nil {
 		t.Fatalf("dev stack under the mock engine: %v", err)
 	}
-	s := stackAutoscaling{region: res.Cloud.Region, groups: map[string]declaredGroup{}, rolePolicies: map[string][]string{},
-		profileRoles: map[string]string{}}
+	cfg, err := config.ParseValues(sc.Values)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := stackAutoscaling{cfg: cfg, region: res.Cloud.Region, groups: map[string]declaredGroup{},
+		rolePolicies: map[string][]string{}, profileRoles: map[string]string{}}
 	plain := func(r mockcloud.Resource) map[string]any { return mockcloud.PlainMap(r.Inputs, true) }
 	str := func(m map[string]any, k string) string { v, _ := m[k].(string); return v }
 	for _, r := range res.Resources() {
@@ -163,6 +196,9 @@ func loadStackAutoscaling(t *testing.T) stackAutoscaling {
 			s.gateway = &replayInstance{ID: r.ID, Inputs: in}
 		case "kubernetes:batch/v1:CronJob", "kubernetes:core/v1:ConfigMap":
 			meta, _ := in["metadata"].(map[string]any)
+			if str(meta, "name") == priorityExpanderConfigMap {
+				s.priorities = in
+			}
 			if str(meta, "name") != cleanupSA {
 				break
 			}
@@ -468,6 +504,9 @@ func startAutoscaler(ctx context.Context, t *testing.T, c cluster, s stackAutosc
 		// take seconds instead of minutes; what the loop decides is unchanged.
 		"--scan-interval=2s",
 		"--scale-down-delay-after-add=0s",
+		// A node found unremovable (its bare pod running) is weighed again only after this (default 5 minutes):
+		// shortened so that the scale-down test sees the node go soon after its pod finished.
+		"--unremovable-node-recheck-timeout=5s",
 	)
 	cmd := exec.Command(autoscalerName, args...)
 	cmd.Env = append(os.Environ(), "AWS_ACCESS_KEY_ID="+key.Key, "AWS_SECRET_ACCESS_KEY="+key.Secret,
@@ -549,7 +588,8 @@ func tail(s string, n int) string {
 // nominalMemoryRaisesNothing: a node reports less memory than its type's nominal size; the group's resources/memory
 // tag says so, and the autoscaler must not add a node for a pod that fits the nominal size but not the real node (it
 // would add node after node for it). The request is 512Mi under the nominal 16 GiB of the dev pools' types.
-func nominalMemoryRaisesNothing(ctx context.Context, t *testing.T, c cluster, a *awsEnv, g declaredGroup, spot string,
+func nominalMemoryRaisesNothing(ctx context.Context, t *testing.T, c cluster, s stackAutoscaling, a *awsEnv,
+	g declaredGroup, spot string,
 	start time.Time) {
 	t.Helper()
 	// A node reports less memory than its type's nominal size; the group's resources/memory tag says so, and
@@ -560,18 +600,20 @@ func nominalMemoryRaisesNothing(ctx context.Context, t *testing.T, c cluster, a 
 	}
 	p := fitsPod("e2e-nominal-memory", g, false)
 	p.requests["memory"] = "15872Mi"
-	expectNoScaleUp(ctx, t, c, a, p, start, "Insufficient memory")
+	expectNoScaleUp(ctx, t, c, s, a, p, start, "Insufficient memory")
 }
 
 // expectNoScaleUp creates the pending pod p and expects the autoscaler to refuse it: a NotTriggerScaleUp event
 // that says why, and no group raised.
-func expectNoScaleUp(ctx context.Context, t *testing.T, c cluster, a *awsEnv, p podSpec, start time.Time, why string) {
+func expectNoScaleUp(ctx context.Context, t *testing.T, c cluster, s stackAutoscaling, a *awsEnv, p podSpec,
+	start time.Time, why string) {
 	t.Helper()
 	createPendingPod(ctx, t, c, p)
 	msg := waitEvent(ctx, t, c, "default", p.name, "NotTriggerScaleUp", start, 30*time.Second)
 	if !strings.Contains(msg, why) {
 		t.Errorf("NotTriggerScaleUp says %q, want %q", msg, why)
 	}
+	explainAgreesWhy(ctx, t, c, s, p.name, "", why)
 	if d := a.desired(ctx, t); !allZero(d) {
 		t.Errorf("desired capacities %v after pod %s, which no group can run", d, p.name)
 	}
@@ -600,6 +642,28 @@ type podSpec struct {
 // when no node fits, which is what the autoscaler's unschedulable-pod lister selects.
 func createPendingPod(ctx context.Context, t *testing.T, c cluster, p podSpec) {
 	t.Helper()
+	applyJSON(ctx, t, c, podObject(p))
+	t.Cleanup(func() {
+		_, _ = c.kubectl(context.Background(), "-n", "default", "delete", "pod", p.name, "--ignore-not-found",
+			"--wait=false")
+	})
+	status := map[string]any{"status": map[string]any{"conditions": []map[string]any{{
+		"type": "PodScheduled", "status": "False", "reason": "Unschedulable",
+		"message":            "0/0 nodes are available (written by the e2e test: no kube-scheduler runs here)",
+		"lastTransitionTime": time.Now().UTC().Format(time.RFC3339),
+	}}}}
+	patch, err := json.Marshal(status)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.kubectl(ctx, "-n", "default", "patch", "pod", p.name, "--subresource=status", "--type=merge",
+		"-p", string(patch)); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// podObject is the pod p describes, in the default namespace, as JSON-ready data.
+func podObject(p podSpec) map[string]any {
 	var tolerations []map[string]string
 	for _, tt := range p.tolerate {
 		tolerations = append(tolerations, map[string]string{"key": tt.key, "operator": "Equal", "value": tt.value,
@@ -626,24 +690,7 @@ func createPendingPod(ctx context.Context, t *testing.T, c cluster, p podSpec) {
 			}},
 		},
 	}
-	applyJSON(ctx, t, c, pod)
-	t.Cleanup(func() {
-		_, _ = c.kubectl(context.Background(), "-n", "default", "delete", "pod", p.name, "--ignore-not-found",
-			"--wait=false")
-	})
-	status := map[string]any{"status": map[string]any{"conditions": []map[string]any{{
-		"type": "PodScheduled", "status": "False", "reason": "Unschedulable",
-		"message":            "0/0 nodes are available (written by the e2e test: no kube-scheduler runs here)",
-		"lastTransitionTime": time.Now().UTC().Format(time.RFC3339),
-	}}}}
-	patch, err := json.Marshal(status)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := c.kubectl(ctx, "-n", "default", "patch", "pod", p.name, "--subresource=status", "--type=merge",
-		"-p", string(patch)); err != nil {
-		t.Fatal(err)
-	}
+	return pod
 }
 
 // applyJSON creates an object from its JSON form.
@@ -777,7 +824,7 @@ func TestAutoscalerScalesTheStacksGroups(t *testing.T) {
 	t.Run("untolerated taint raises nothing", func(t *testing.T) {
 		p := fitsPod("e2e-no-toleration", g, false)
 		p.tolerate = nil
-		expectNoScaleUp(ctx, t, c, a, p, start, "untolerated taint")
+		expectNoScaleUp(ctx, t, c, s, a, p, start, "untolerated taint")
 	})
 
 	t.Run("larger than the pool's allocatable raises nothing", func(t *testing.T) {
@@ -791,11 +838,11 @@ func TestAutoscalerScalesTheStacksGroups(t *testing.T) {
 			t.Fatalf("moto knows no vCPU count for %q: %v", typ, cpus)
 		}
 		p.requests["cpu"] = strconv.Itoa(cpus[typ] + 1)
-		expectNoScaleUp(ctx, t, c, a, p, start, "Insufficient cpu")
+		expectNoScaleUp(ctx, t, c, s, a, p, start, "Insufficient cpu")
 	})
 
 	t.Run("between the real node's memory and the nominal raises nothing", func(t *testing.T) {
-		nominalMemoryRaisesNothing(ctx, t, c, a, g, spot, start)
+		nominalMemoryRaisesNothing(ctx, t, c, s, a, g, spot, start)
 	})
 
 	// A build agent asks for ephemeral storage: without the group's node-template/resources/ephemeral-storage tag
@@ -826,6 +873,7 @@ func TestAutoscalerScalesTheStacksGroups(t *testing.T) {
 		if !strings.Contains(msg, spot+" 0->1") {
 			t.Errorf("TriggeredScaleUp says %q, want %s 0->1", msg, spot)
 		}
+		explainAgrees(ctx, t, c, s, p.name, spot)
 		for name := range s.groups {
 			if name != spot && strings.Contains(msg, name) {
 				t.Errorf("TriggeredScaleUp names %s too: %q", name, msg)
@@ -842,22 +890,43 @@ func TestAutoscalerScalesTheStacksGroups(t *testing.T) {
 		deletePod(ctx, t, c, p.name)
 	})
 
-	t.Run("idle node removed after the unneeded time", func(t *testing.T) {
+	t.Run("node kept while its bare pod runs, removed after the unneeded time once it finished", func(t *testing.T) {
 		if instanceID == "" {
 			t.Skip("no instance: the scale-up failed")
 		}
 		node := registerStandInNode(ctx, t, c, g, zone, instanceID)
-		registered := time.Now()
-		// The autoscaler reads the groups' instances once a minute, so it may take that long to know the node's
-		// group, then the unneeded time, then 5 s between the deletion taint and the termination.
-		waitDesired(ctx, t, a, ca, 2*time.Minute, spot+" back to 0", allZero)
-		elapsed := time.Since(registered)
 		unneeded, err := time.ParseDuration(testUnneededTime)
 		if err != nil {
 			t.Fatal(err)
 		}
+		// A build agent as the Jenkins kubernetes plugin starts it: a pod of no controller, with an emptyDir. The
+		// autoscaler's Replicated drainability rule blocks the removal of a node that runs one
+		// (simulator/drainability/rules/replicated/rule.go at cluster-autoscaler-1.34.5); the emptyDir does not,
+		// with --skip-nodes-with-local-storage=false.
+		agent := fitsPod("e2e-bare-agent", g, true)
+		runBarePod(ctx, t, c, agent, node)
+		// The autoscaler reads the groups' instances once a minute, so it may take that long to know the node's
+		// group and weigh it for removal.
+		blocked := "Node " + node + " cannot be removed: default/" + agent.name + " is not replicated"
+		ca.waitLog(ctx, t, 2*time.Minute, func(log string) bool { return strings.Contains(log, blocked) })
+		// Three unneeded times more, the node is still there: the pod keeps it.
+		for hold := time.Now().Add(3 * unneeded); time.Now().Before(hold); time.Sleep(time.Second) {
+			if d := a.desired(ctx, t); d[spot] != 1 {
+				t.Fatalf("group %s desired %d while the bare pod %s runs on its node; autoscaler log:\n%s", spot,
+					d[spot], agent.name, tail(ca.logs.String(), 60))
+			}
+		}
+		if taints := nodeTaintKeys(ctx, t, c, node); slices.Contains(taints, toBeDeletedTaintKey) {
+			t.Fatalf("node %s has the %s taint while the bare pod runs", node, toBeDeletedTaintKey)
+		}
+
+		setPodPhase(ctx, t, c, agent.name, "Succeeded")
+		finished := time.Now()
+		// Then the unneeded time, and 5 s between the deletion taint and the termination.
+		waitDesired(ctx, t, a, ca, 2*time.Minute, spot+" back to 0", allZero)
+		elapsed := time.Since(finished)
 		if elapsed < unneeded {
-			t.Errorf("scaled down %s after registration, before the unneeded time %s", elapsed, unneeded)
+			t.Errorf("scaled down %s after the pod finished, before the unneeded time %s", elapsed, unneeded)
 		}
 		if state := a.instances(ctx, t)[instanceID]; state != "terminated" && state != "shutting-down" {
 			t.Errorf("instance %s is %q in moto, want terminated", instanceID, state)
@@ -868,25 +937,69 @@ func TestAutoscalerScalesTheStacksGroups(t *testing.T) {
 			t.Errorf("no TerminateInstanceInAutoScalingGroup activity for %s in the autoscaler log:\n%s", instanceID,
 				tail(log, 60))
 		}
-		var n struct {
-			Spec struct {
-				Taints []struct {
-					Key string `json:"key"`
-				} `json:"taints"`
-			} `json:"spec"`
+		if taints := nodeTaintKeys(ctx, t, c, node); !slices.Contains(taints, toBeDeletedTaintKey) {
+			t.Errorf("node %s lacks the autoscaler's %s taint: %v", node, toBeDeletedTaintKey, taints)
 		}
-		if err := c.getJSON(ctx, &n, "node", node); err != nil {
-			t.Fatal(err)
-		}
-		if !slices.ContainsFunc(n.Spec.Taints, func(tt struct {
-			Key string `json:"key"`
-		}) bool {
-			return tt.Key == toBeDeletedTaintKey
-		}) {
-			t.Errorf("node %s lacks the autoscaler's %s taint: %+v", node, toBeDeletedTaintKey, n.Spec.Taints)
-		}
-		t.Logf("scaled down %.1f s after the node registered (unneeded time %s)", elapsed.Seconds(), unneeded)
+		t.Logf("scaled down %.1f s after the bare pod finished (unneeded time %s)", elapsed.Seconds(), unneeded)
 	})
+}
+
+// nodeTaintKeys are the keys of the node's taints.
+func nodeTaintKeys(ctx context.Context, t *testing.T, c cluster, node string) []string {
+	t.Helper()
+	var n struct {
+		Spec struct {
+			Taints []struct {
+				Key string `json:"key"`
+			} `json:"taints"`
+		} `json:"spec"`
+	}
+	if err := c.getJSON(ctx, &n, "node", node); err != nil {
+		t.Fatal(err)
+	}
+	var keys []string
+	for _, tt := range n.Spec.Taints {
+		keys = append(keys, tt.Key)
+	}
+	return keys
+}
+
+// runBarePod creates p bound to node, with no owner and an emptyDir, and writes the Running status its kubelet
+// would (none runs here).
+func runBarePod(ctx context.Context, t *testing.T, c cluster, p podSpec, node string) {
+	t.Helper()
+	pod := podObject(p)
+	spec := pod["spec"].(map[string]any)
+	spec["nodeName"] = node
+	spec["volumes"] = []map[string]any{{"name": "workspace", "emptyDir": map[string]any{}}}
+	spec["containers"].([]map[string]any)[0]["volumeMounts"] = []map[string]any{
+		{"name": "workspace", "mountPath": "/home/jenkins/agent"}}
+	applyJSON(ctx, t, c, pod)
+	t.Cleanup(func() {
+		_, _ = c.kubectl(context.Background(), "-n", "default", "delete", "pod", p.name, "--ignore-not-found",
+			"--force", "--grace-period=0", "--wait=false")
+	})
+	setPodPhase(ctx, t, c, p.name, "Running")
+}
+
+// setPodPhase writes the pod's phase, as its kubelet would.
+func setPodPhase(ctx context.Context, t *testing.T, c cluster, name, phase string) {
+	t.Helper()
+	now := time.Now().UTC().Format(time.RFC3339)
+	ready := map[bool]string{true: "True", false: "False"}[phase == "Running"]
+	status := map[string]any{"status": map[string]any{"phase": phase, "startTime": now,
+		"conditions": []map[string]any{
+			{"type": "PodScheduled", "status": "True", "lastTransitionTime": now},
+			{"type": "Ready", "status": ready, "lastTransitionTime": now},
+		}}}
+	patch, err := json.Marshal(status)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.kubectl(ctx, "-n", "default", "patch", "pod", name, "--subresource=status", "--type=merge",
+		"-p", string(patch)); err != nil {
+		t.Fatal(err)
+	}
 }
 
 // registerStandInNode creates the Node the instance's kubelet would register: the pool's labels and taints, the
@@ -1000,6 +1113,8 @@ func TestAutoscalerNeedsSetDesiredCapacity(t *testing.T) {
 	if !strings.Contains(msg, spot) {
 		t.Errorf("FailedToScaleUpGroup says %q, want group %s", msg, spot)
 	}
+	// The autoscaler chose the spot group (and was refused): explain chooses it too.
+	explainAgrees(ctx, t, c, s, "e2e-denied-agent", spot)
 	if d := a.desired(ctx, t); d[spot] != 0 {
 		t.Errorf("group %s desired %d without SetDesiredCapacity", spot, d[spot])
 	}

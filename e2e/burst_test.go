@@ -146,6 +146,7 @@ func (b *burst) run(t *testing.T) {
 			t.Errorf("group %s raised to %d too", name, n)
 		}
 	}
+	explainAgrees(ctx, t, c, b.s, pod, b.group)
 	var box *boxNode
 	b.wait(t, time.Minute, "instance booting", func() bool {
 		box = b.launcher.only()

@@ -185,6 +185,7 @@ func NewStack(ctx *pulumi.Context, cfg *config.Config) (*Stack, error) {
 		RotatorKeyID: s.Identity.TokenRotatorAccessKeyID, RotatorSecret: s.Identity.TokenRotatorSecretAccessKey,
 	})
 	addonsArgs.JoinTokenParameterResource = s.Identity.JoinTokenParameterResource
+	addonsArgs.GroupNames = s.groupNames()
 	s.Addons, err = addons.NewClusterAddons(ctx, "addons", addonsArgs, pulumi.Providers(k8s))
 	if err != nil {
 		return nil, err
@@ -279,10 +280,7 @@ type Export struct {
 // Exports are the stack outputs, in a fixed order. The on-prem WireGuard config is secret; the rest is not. The
 // gateway's instance id lets an operator start or stop it by hand (`aws ec2 start-instances`).
 func (s *Stack) Exports() []Export {
-	groups := pulumi.StringMap{}
-	for _, p := range s.Pools {
-		groups[p.Name] = p.GroupName
-	}
+	groups := s.groupNames()
 	exports := []Export{
 		{"autoscalerVersion", pulumi.String(s.cfg.Derived.AutoscalerVersion.String())},
 		{"gatewayInstanceId", s.Gateway.InstanceID},
@@ -299,6 +297,15 @@ func (s *Stack) Exports() []Export {
 		{"onPremWireGuardConfig", s.Gateway.OnPremConfig},
 		{"vpcId", s.Network.VPCID},
 	}...)
+}
+
+// groupNames are the pools' Auto Scaling group names, by pool name.
+func (s *Stack) groupNames() pulumi.StringMap {
+	groups := pulumi.StringMap{}
+	for _, p := range s.Pools {
+		groups[p.Name] = p.GroupName
+	}
+	return groups
 }
 
 // availabilityZones returns the configured zone names, or the first N available zones of the region. The names are

@@ -66,6 +66,9 @@ type ClusterAddonsArgs struct {
 	// Pools are the node pools (optional): their names, arches, spot flags and taints decide where the DaemonSets
 	// run and what they tolerate.
 	Pools []config.NodePool
+	// GroupNames are the Auto Scaling group of each pool, by pool name (required with the priority expander, whose
+	// ConfigMap ranks the groups by name).
+	GroupNames pulumi.StringMapInput
 	// Images overrides the images the component runs (optional; each empty field takes its default, a tag).
 	Images config.Images
 	// OnPremNodes are the on-prem Nodes a kubelet may register without the pool label (optional; empty: any).
@@ -168,12 +171,19 @@ func (a *ClusterAddonsArgs) validate() error {
 	if a.Autoscaler.Expander == "" {
 		errs = append(errs, errors.New("missing Autoscaler.Expander"))
 	}
+	if usesPriorityExpander(a.Autoscaler) && a.GroupNames == nil {
+		errs = append(errs, errors.New("missing GroupNames: the priority expander ranks the pools' groups by name"))
+	}
 	if a.Autoscaler.ScaleDownUnneededTime == "" {
 		errs = append(errs, errors.New("missing Autoscaler.ScaleDownUnneededTime"))
 	}
 	if a.Autoscaler.MaxNodeProvisionTime <= 0 {
 		errs = append(errs, fmt.Errorf("invalid Autoscaler.MaxNodeProvisionTime %s: must be > 0",
 			a.Autoscaler.MaxNodeProvisionTime))
+	}
+	if a.Autoscaler.ScaleDownUnreadyTime <= 0 {
+		errs = append(errs, fmt.Errorf("invalid Autoscaler.ScaleDownUnreadyTime %s: must be > 0",
+			a.Autoscaler.ScaleDownUnreadyTime))
 	}
 	if a.Fuse.Enabled && a.Fuse.Capacity <= 0 {
 		errs = append(errs, fmt.Errorf("invalid Fuse.Capacity %d: must be > 0 when fuse is enabled", a.Fuse.Capacity))

@@ -66,7 +66,7 @@ func testAddonsArgs() *ClusterAddonsArgs {
 		Region:      "eu-central-1",
 		Autoscaler: config.Autoscaler{
 			ScaleDownUnneededTime: "10m", Expander: "least-waste", MaxNodeProvisionTime: 15 * time.Minute,
-			ScaleDownDelayAfterAdd: 10 * time.Minute,
+			ScaleDownDelayAfterAdd: 10 * time.Minute, ScaleDownUnreadyTime: time.Hour,
 		},
 		AutoscalerVersion: kube.Version{Major: 1, Minor: 34, Patch: 5},
 		Fuse:              config.Fuse{Enabled: true, Capacity: 5000},
@@ -325,7 +325,7 @@ func TestAddonsAutoscalerDeployment(t *testing.T) {
 	for _, want := range []string{
 		"--cloud-provider=aws",
 		"--node-group-auto-discovery=asg:tag=k8s.io/cluster-autoscaler/enabled,k8s.io/cluster-autoscaler/dev",
-		"--expander=least-waste", "--scale-down-unneeded-time=10m",
+		"--expander=least-waste", "--scale-down-unneeded-time=10m", "--scale-down-unready-time=1h0m0s",
 	} {
 		assert.Check(t, slices.Contains(args, any(want)), "args lack %s", want)
 	}
@@ -474,7 +474,7 @@ func TestAddonsArgsValidation(t *testing.T) {
 		for _, want := range []string{
 			"missing ClusterName", "missing Region", "missing AutoscalerVersion", "missing Autoscaler.Expander",
 			"missing Autoscaler.ScaleDownUnneededTime", "invalid Autoscaler.MaxNodeProvisionTime 0s",
-			"invalid Cleanup.NotReadyAfter 0s", "missing AWSAccessKeyID",
+			"invalid Cleanup.NotReadyAfter 0s", "invalid Autoscaler.ScaleDownUnreadyTime 0s", "missing AWSAccessKeyID",
 			"missing AWSSecretAccessKey", "missing CleanupAWSAccessKeyID", "missing CleanupAWSSecretAccessKey",
 			"missing TokenRotatorAccessKeyID", "missing TokenRotatorSecretAccessKey",
 			"missing JoinTokenParameter", "missing BootstrapTokenRotation", "invalid BootstrapTokenTTL 0s",

@@ -1,8 +1,13 @@
 package addons
 
 import (
+	"encoding/json"
 	"fmt"
+	"maps"
+	"regexp"
+	"slices"
 	"strconv"
+	"strings"
 
 	appsv1 "github.com/pulumi/pulumi-kubernetes/sdk/v4/go/kubernetes/apps/v1"
 	corev1 "github.com/pulumi/pulumi-kubernetes/sdk/v4/go/kubernetes/core/v1"
@@ -41,14 +46,91 @@ func autoscalerArgs(clusterName string, cfg config.Autoscaler) []string {
 		"--skip-nodes-with-local-storage=false",
 		"--scale-down-unneeded-time=" + cfg.ScaleDownUnneededTime,
 		"--scale-down-delay-after-add=" + cfg.ScaleDownDelayAfterAdd.String(),
+		// A node cut off by a tunnel outage is NotReady but runs its builds on; it is removed only after this long.
+		"--scale-down-unready-time=" + cfg.ScaleDownUnreadyTime.String(),
 		// Above the nodes' join timeout, so a slow boot is waited for and a failed one reclaimed.
 		"--max-node-provision-time=" + cfg.MaxNodeProvisionTime.String(),
+		// A launch AWS cannot fulfil (spot without capacity) fails the group's scaling activity; the AWS provider
+		// sees it when it next reads the groups (every minute) and reports the missing instances as out of
+		// resources (cloudprovider/aws/auto_scaling_groups.go, createPlaceholdersForDesiredNonStartedInstances), so
+		// the autoscaler backs the group off and raises the next fitting group in the same minute, long before
+		// --max-node-provision-time. The backoff decides how soon the failed group is tried again: each retry
+		// while spot is still short costs the pods it catches about a minute, so it starts at 5 minutes and
+		// doubles up to 30, and forgets after 3 quiet hours. Upstream's values, pinned: the fallback the docs
+		// describe does not change with a release's defaults.
+		"--initial-node-group-backoff-duration=5m0s",
+		"--max-node-group-backoff-duration=30m0s",
+		"--node-group-backoff-reset-timeout=3h0m0s",
 		"--max-nodes-total=" + strconv.Itoa(cfg.MaxNodesTotal),
 		"--new-pod-scale-up-delay=" + cfg.NewPodScaleUpDelay.String(),
 		"--skip-nodes-with-system-pods=" + strconv.FormatBool(cfg.SkipNodesWithSystemPods),
 		"--stderrthreshold=info",
 		"--v=4",
 	}
+}
+
+// priorityExpanderName and priorityExpanderKey are the ConfigMap in kube-system the priority expander reads on every
+// scale-up, and its key (expander/priority/priority.go at cluster-autoscaler-1.34.5).
+const (
+	priorityExpanderName = "cluster-autoscaler-priority-expander"
+	priorityExpanderKey  = "priorities"
+)
+
+// usesPriorityExpander reports whether the expander chain has the priority expander.
+func usesPriorityExpander(cfg config.Autoscaler) bool {
+	return slices.Contains(strings.Split(cfg.Expander, ","), config.PriorityExpander)
+}
+
+// priorityExpanderConfig is the priority expander's document: each rank with the regular expressions of the node
+// groups it holds, highest rank first (expander/priority/readme.md at cluster-autoscaler-1.34.5). An AWS node
+// group's id is its Auto Scaling group's name, which Pulumi makes from the prefix <cluster>-<pool>- and a unique
+// suffix; each pool's group is matched by its whole name, anchored and quoted, because a pattern on the prefix
+// would also match the group of a pool whose name extends this one's (builders and builders-x86). groups are the
+// group names by pool name.
+func priorityExpanderConfig(pools []config.NodePool, groups map[string]string) (string, error) {
+	ranks := map[int][]string{}
+	for _, p := range pools {
+		if p.Autoscaling.Priority == nil {
+			return "", fmt.Errorf("pool %s has no autoscaling.priority", p.Name)
+		}
+		group, ok := groups[p.Name]
+		if !ok || group == "" {
+			return "", fmt.Errorf("pool %s: no Auto Scaling group name", p.Name)
+		}
+		// JSON quoting is YAML's double-quoted form, so the backslashes of an escaped name survive.
+		quoted, err := json.Marshal("^" + regexp.QuoteMeta(group) + "$")
+		if err != nil {
+			return "", err
+		}
+		ranks[*p.Autoscaling.Priority] = append(ranks[*p.Autoscaling.Priority], string(quoted))
+	}
+	var b strings.Builder
+	for _, rank := range slices.Backward(slices.Sorted(maps.Keys(ranks))) {
+		fmt.Fprintf(&b, "%d:\n", rank)
+		for _, re := range slices.Sorted(slices.Values(ranks[rank])) {
+			fmt.Fprintf(&b, "  - %s\n", re)
+		}
+	}
+	return b.String(), nil
+}
+
+// priorityExpander declares the priority expander's ConfigMap, when the expander chain has it.
+func (b *builder) priorityExpander() (pulumi.Resource, error) {
+	a := b.args
+	if !usesPriorityExpander(a.Autoscaler) {
+		return nil, nil
+	}
+	doc := a.GroupNames.ToStringMapOutput().ApplyT(func(groups map[string]string) (string, error) {
+		return priorityExpanderConfig(a.Pools, groups)
+	}).(pulumi.StringOutput)
+	cm, err := corev1.NewConfigMap(b.ctx, b.childName("autoscaler-priorities"), &corev1.ConfigMapArgs{
+		Metadata: b.objectMeta(priorityExpanderName, namespace, autoscalerName),
+		Data:     pulumi.StringMap{priorityExpanderKey: doc},
+	}, b.parent)
+	if err != nil {
+		return nil, fmt.Errorf("priority expander config map: %w", err)
+	}
+	return cm, nil
 }
 
 // autoscalerClusterRules are the ClusterRole rules of the upstream AWS example
@@ -113,6 +195,11 @@ func (b *builder) autoscaler() (string, error) {
 	}
 	crb, rb, err := b.bindRoles("autoscaler", autoscalerName, autoscalerName, autoscalerClusterRules(),
 		autoscalerNamespaceRules())
+	if err != nil {
+		return "", err
+	}
+
+	priorities, err := b.priorityExpander()
 	if err != nil {
 		return "", err
 	}
@@ -185,7 +272,7 @@ func (b *builder) autoscaler() (string, error) {
 				},
 			},
 		},
-	}, b.parent, pulumi.DependsOn(dependsOn(sa, crb, rb, creds.secret)))
+	}, b.parent, pulumi.DependsOn(dependsOn(sa, crb, rb, creds.secret, priorities)))
 	if err != nil {
 		return "", fmt.Errorf("deployment: %w", err)
 	}

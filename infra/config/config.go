@@ -312,6 +312,13 @@ type Autoscaler struct {
 	MaxNodesTotal int `key:"maxNodesTotal" default:"0"`
 	// NewPodScaleUpDelay is how old a pending pod must be before it counts for a scale-up.
 	NewPodScaleUpDelay time.Duration `key:"newPodScaleUpDelay" default:"0s"`
+	// ScaleDownUnreadyTime is how long a node may be NotReady before the autoscaler removes it (its flag's default is
+	// 20 minutes). Well above the tunnel outages the gateway recovers from by itself: a hung gateway fails its
+	// instance status check, its alarm reboots it after 3 failed minutes, and the boot and the tunnel take a few
+	// more; a failed host is recovered by EC2 in minutes. A pool node cut off meanwhile keeps running its builds,
+	// and removing it would end them. The cost of the margin: a node whose kubelet really died bills up to this
+	// long before it goes.
+	ScaleDownUnreadyTime time.Duration `key:"scaleDownUnreadyTime" default:"1h"`
 	// SkipNodesWithSystemPods keeps nodes that run kube-system pods (other than DaemonSets) from scaling down. Off
 	// by default: a stray CoreDNS replica on a pool node must not keep it billing.
 	SkipNodesWithSystemPods bool `key:"skipNodesWithSystemPods" default:"false"`
@@ -325,6 +332,12 @@ type PoolAutoscaling struct {
 	// ScaleDownUtilizationThreshold is the utilization, in (0, 1], under which a node of the pool counts as
 	// unneeded (the autoscaler's default is 0.5).
 	ScaleDownUtilizationThreshold *float64 `key:"scaleDownUtilizationThreshold"`
+	// Priority ranks the pool for the priority expander (autoscaler.expander priority, alone or first in a chain):
+	// of the pools that fit a pending pod, the autoscaler raises one of the highest rank, and a pool it has backed
+	// off after a failed launch (spot without capacity) is no option, so the next rank takes over. Equal ranks leave
+	// the choice to the next expander of the chain. Required on every pool with the priority expander, refused
+	// without it (optional otherwise; 0 or more, higher wins).
+	Priority *int `key:"priority"`
 }
 
 // Fuse is dynk8s:fuse.

@@ -90,6 +90,7 @@ func TestDefaultsApplied(t *testing.T) {
 	assert.Equal(t, cfg.Derived.Kubernetes.Minor, 34)
 	assert.Equal(t, cfg.Autoscaler.ScaleDownUnneededTime, "10m")
 	assert.Equal(t, cfg.Autoscaler.Expander, "least-waste")
+	assert.Equal(t, cfg.Autoscaler.ScaleDownUnreadyTime, time.Hour)
 	assert.Equal(t, cfg.Autoscaler.MaxNodeProvisionTime, 15*time.Minute)
 	assert.Check(t, !cfg.Autoscaler.SkipNodesWithSystemPods)
 	assert.Check(t, cfg.NodePools[0].Autoscaling.ScaleDownUnneededTime == nil, "no per-pool option unless given")
@@ -273,7 +274,7 @@ func TestBadConfig(t *testing.T) {
 		{"autoscaler version malformed", func(c map[string]any) { obj(c, "autoscaler")["version"] = "latest" }, "dynk8s:autoscaler.version", "exact version"},
 		{"scale-down time not a duration", func(c map[string]any) { obj(c, "autoscaler")["scaleDownUnneededTime"] = "ten minutes" }, "dynk8s:autoscaler.scaleDownUnneededTime", "duration"},
 		{"expander unknown", func(c map[string]any) { obj(c, "autoscaler")["expander"] = "cheapest" }, "dynk8s:autoscaler.expander", "not a Cluster Autoscaler expander"},
-		{"price expander on AWS", func(c map[string]any) { obj(c, "autoscaler")["expander"] = "priority,price" }, "dynk8s:autoscaler.expander", "lacks"},
+		{"price expander on AWS", func(c map[string]any) { obj(c, "autoscaler")["expander"] = "least-waste,price" }, "dynk8s:autoscaler.expander", "lacks"},
 		{"label key too long for an ASG tag", func(c map[string]any) {
 			pool(c, 0)["labels"] = map[string]any{strings.Repeat("a", 40) + ".example.com/" + strings.Repeat("b", 50): "x"}
 		}, `dynk8s:nodePools[0].labels["` + strings.Repeat("a", 40) + ".example.com/" + strings.Repeat("b", 50) + `"]`, "at most 128"},
@@ -289,6 +290,7 @@ func TestBadConfig(t *testing.T) {
 			obj(c, "fuse")["images"] = map[string]any{"arm64": "Example.com/Fuse:v1"}
 		}, "dynk8s:fuse.images.arm64", "is not an image reference"},
 		{"provision time under the join timeout", func(c map[string]any) { obj(c, "autoscaler")["maxNodeProvisionTime"] = "10m" }, "dynk8s:autoscaler.maxNodeProvisionTime", "join timeout"},
+		{"unready time under the gateway's recovery", func(c map[string]any) { obj(c, "autoscaler")["scaleDownUnreadyTime"] = "10m" }, "dynk8s:autoscaler.scaleDownUnreadyTime", "at least 20m0s"},
 		{"max nodes negative", func(c map[string]any) { obj(c, "autoscaler")["maxNodesTotal"] = -1 }, "dynk8s:autoscaler.maxNodesTotal", "0 (no cap)"},
 		{"system pods flag not a boolean", func(c map[string]any) { obj(c, "autoscaler")["skipNodesWithSystemPods"] = "sometimes" }, "dynk8s:autoscaler.skipNodesWithSystemPods", "true or false"},
 		{"pool utilization above one", func(c map[string]any) {
@@ -410,14 +412,49 @@ func TestPoolAutoscalingOptionsBecomeTags(t *testing.T) {
 	}
 }
 
-// TestExpandersForAWS: every expander the AWS provider runs is accepted, alone and chained.
+// TestExpandersForAWS: every expander the AWS provider runs is accepted, alone and chained (the priority expander
+// with a rank on every pool).
 func TestExpandersForAWS(t *testing.T) {
 	for _, e := range []string{"least-nodes", "least-waste", "most-pods", "priority", "random", "priority,least-waste"} {
 		c := devConfig(t)
 		obj(c, "autoscaler")["expander"] = e
+		if strings.Contains(e, "priority") {
+			pool(c, 0)["autoscaling"] = map[string]any{"priority": 10}
+			pool(c, 1)["autoscaling"] = map[string]any{"priority": 20}
+		}
 		_, err := parse(t, c)
 		assert.NilError(t, err, e)
 	}
+}
+
+// TestPriorityExpanderRanks: with the priority expander every pool needs a rank, each error naming the pool's key;
+// a rank without the expander, and a negative one, are refused too.
+func TestPriorityExpanderRanks(t *testing.T) {
+	c := devConfig(t)
+	obj(c, "autoscaler")["expander"] = "priority,least-waste"
+	_, err := parse(t, c)
+	assert.ErrorContains(t, err, "dynk8s:nodePools[0].autoscaling.priority: is required with autoscaler.expander")
+	assert.ErrorContains(t, err, "dynk8s:nodePools[1].autoscaling.priority: is required")
+
+	pool(c, 1)["autoscaling"] = map[string]any{"priority": 20}
+	_, err = parse(t, c)
+	assert.ErrorContains(t, err, "dynk8s:nodePools[0].autoscaling.priority: is required")
+	assert.Check(t, !strings.Contains(err.Error(), "nodePools[1].autoscaling.priority"), err.Error())
+
+	pool(c, 0)["autoscaling"] = map[string]any{"priority": -1}
+	_, err = parse(t, c)
+	assert.ErrorContains(t, err, "dynk8s:nodePools[0].autoscaling.priority: must be 0 or more, got -1")
+
+	pool(c, 0)["autoscaling"] = map[string]any{"priority": 10}
+	cfg, err := parse(t, c)
+	assert.NilError(t, err)
+	assert.Equal(t, *cfg.NodePools[0].Autoscaling.Priority, 10)
+	assert.Equal(t, *cfg.NodePools[1].Autoscaling.Priority, 20)
+
+	obj(c, "autoscaler")["expander"] = "least-waste"
+	_, err = parse(t, c)
+	assert.ErrorContains(t, err, "dynk8s:nodePools[0].autoscaling.priority: ranks the pool for the priority "+
+		"expander, which autoscaler.expander \"least-waste\" does not use")
 }
 
 // TestUnknownTopLevelKey: a key of the dynk8s namespace that the program does not read is refused at the top level,

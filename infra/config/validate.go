@@ -593,6 +593,11 @@ func validateAutoscaler(r *reader, c *Config) {
 	if a.ScaleDownDelayAfterAdd < 0 {
 		r.addf(ap+"scaleDownDelayAfterAdd", "must not be negative, got %s", a.ScaleDownDelayAfterAdd)
 	}
+	if a.ScaleDownUnreadyTime < MinScaleDownUnreadyTime {
+		r.addf(ap+"scaleDownUnreadyTime", "must be at least %s: a node cut off by a tunnel outage the gateway "+
+			"recovers from (its alarm reboots it after 3 failed minutes) must not be removed with its builds, got %s",
+			MinScaleDownUnreadyTime, a.ScaleDownUnreadyTime)
+	}
 	if a.NewPodScaleUpDelay < 0 {
 		r.addf(ap+"newPodScaleUpDelay", "must not be negative, got %s", a.NewPodScaleUpDelay)
 	}
@@ -603,7 +608,8 @@ func validateAutoscaler(r *reader, c *Config) {
 		r.addf(ap+"scaleDownUnneededTime", "must be a positive duration such as 10m, got %q",
 			c.Autoscaler.ScaleDownUnneededTime)
 	}
-	for _, e := range strings.Split(c.Autoscaler.Expander, ",") {
+	chain := strings.Split(c.Autoscaler.Expander, ",")
+	for _, e := range chain {
 		switch {
 		case e == "price":
 			r.addf(ap+"expander", "price needs cloud pricing, which the autoscaler's AWS provider lacks: the "+
@@ -611,6 +617,38 @@ func validateAutoscaler(r *reader, c *Config) {
 		case !slices.Contains(expanders, e):
 			r.addf(ap+"expander", "%q is not a Cluster Autoscaler expander for AWS (one or a comma-separated chain "+
 				"of: %s)", e, strings.Join(expanders, ", "))
+		}
+	}
+	validatePriorities(r, c, slices.Contains(chain, PriorityExpander))
+}
+
+// MinScaleDownUnreadyTime is the shortest autoscaler.scaleDownUnreadyTime: twice the 10 minutes or so a hung
+// gateway takes to be rebooted by its alarm and bring the tunnel back.
+const MinScaleDownUnreadyTime = 20 * time.Minute
+
+// PriorityExpander is the expander that ranks pools by nodePools[i].autoscaling.priority.
+const PriorityExpander = "priority"
+
+// validatePriorities: with the priority expander every pool has a rank, and without it none has. The expander
+// raises no group its ConfigMap does not rank while a ranked one fits (it logs a warning event for it on every
+// scale-up), so a pool left out would be a pool silently never raised; a rank without the expander would be a
+// setting that does nothing.
+func validatePriorities(r *reader, c *Config, ranked bool) {
+	for i, p := range c.NodePools {
+		path := fmt.Sprintf("%s:nodePools[%d].autoscaling.priority", Namespace, i)
+		switch rank := p.Autoscaling.Priority; {
+		case ranked && rank == nil:
+			r.addf(path, "is required with autoscaler.expander %q: the priority expander ranks every pool "+
+				"(0 or more, higher first), and one it does not rank is not raised while a ranked pool fits",
+				c.Autoscaler.Expander)
+		case !ranked && rank != nil:
+			r.addf(path, "ranks the pool for the priority expander, which autoscaler.expander %q does not use: "+
+				"set autoscaler.expander to priority (or a chain with it), or drop the rank",
+				c.Autoscaler.Expander)
+		case rank != nil && *rank < 0:
+			// The expander starts from -1 as the best rank seen (expander/priority/priority.go): a pool ranked
+			// below that is never chosen.
+			r.addf(path, "must be 0 or more, got %d", *rank)
 		}
 	}
 }

@@ -171,3 +171,11 @@ func filterValues(args resource.PropertyMap) map[string][]string {
 	}
 	return out
 }
+
+// Shape is the vCPUs and MiB of memory of an instance type in the stand-in's catalog, as getInstanceType answers
+// them; ok is false for a type the catalog lacks. For the offline tools (cmd/explain) that size a pool as the
+// offline plan does.
+func Shape(name string) (vcpu, memoryMiB int, ok bool) {
+	t, ok := lookupInstanceType(name)
+	return t.vcpu, t.mib, ok
+}

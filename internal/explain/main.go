@@ -1,0 +1,263 @@
+package explain
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
+	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/clientcmd"
+
+	"github.com/dynk8s/dynk8s/infra/config"
+	"github.com/dynk8s/dynk8s/internal/mockcloud"
+)
+
+const usage = `usage: explain [-stack NAME | -config FILE] POD.yaml...
+       explain [-stack NAME | -config FILE] -pending [-kubeconfig FILE] [-context NAME] [-namespace NS]
+
+For each pod, says for every node pool of the stack whether a new node of that pool would run it, every reason
+why not (an untolerated taint, a node selector or required node affinity the pool's nodes do not match, the
+architecture, each resource beyond the pool's template node: cpu, memory, ephemeral-storage, github.com/fuse),
+and which pool the stack's autoscaler.expander would raise. The template nodes are built from the node-template
+tags the stack renders for the pools' Auto Scaling groups, as the Cluster Autoscaler builds them for a group at
+zero. POD.yaml holds Pod manifests (several YAML documents, or "-" for stdin).
+
+With -pending it reads the cluster's pending, unschedulable pods instead, and shows the autoscaler's own word on
+each: the pod's latest TriggeredScaleUp and NotTriggerScaleUp events.
+
+Exit status: 0 with every pod explained, 1 on an error, 2 on bad usage.
+
+Flags:
+`
+
+// Main is cmd/explain; it returns the exit status.
+func Main(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	fs := flag.NewFlagSet("explain", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.Usage = func() {
+		fmt.Fprint(stderr, usage)
+		fs.PrintDefaults()
+	}
+	stack := fs.String("stack", "dev", "stack name: reads Pulumi.<stack>.yaml")
+	configFile := fs.String("config", "", "stack config file to read instead of Pulumi.<stack>.yaml")
+	pending := fs.Bool("pending", false, "explain the cluster's pending, unschedulable pods")
+	kubeconfig := fs.String("kubeconfig", "", "with -pending: kubeconfig of the cluster (default: $KUBECONFIG, "+
+		"else ~/.kube/config)")
+	kubeContext := fs.String("context", "", "with -pending: kubeconfig context (default: the current one)")
+	namespace := fs.String("namespace", "", "with -pending: only this namespace (default: every namespace)")
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return 0
+		}
+		return 2
+	}
+	if *pending == (fs.NArg() > 0) {
+		fmt.Fprintln(stderr, "explain: give pod manifests or -pending (explain -h)")
+		return 2
+	}
+	file := *configFile
+	if file == "" {
+		file = "Pulumi." + *stack + ".yaml"
+	}
+	cfg, templates, err := Load(file)
+	if err != nil {
+		fmt.Fprintf(stderr, "explain: %v\n", err)
+		return 1
+	}
+	if !*pending {
+		pods, err := readPods(fs.Args())
+		if err != nil {
+			fmt.Fprintf(stderr, "explain: %v\n", err)
+			return 1
+		}
+		for _, pod := range pods {
+			fmt.Fprint(stdout, Explain(cfg, templates, pod).String())
+		}
+		return 0
+	}
+	rules := clientcmd.NewDefaultClientConfigLoadingRules()
+	rules.ExplicitPath = *kubeconfig
+	rest, err := clientcmd.NewNonInteractiveDeferredLoadingClientConfig(rules,
+		&clientcmd.ConfigOverrides{CurrentContext: *kubeContext}).ClientConfig()
+	if err != nil {
+		fmt.Fprintf(stderr, "explain: kubeconfig: %v\n", err)
+		return 1
+	}
+	client, err := kubernetes.NewForConfig(rest)
+	if err != nil {
+		fmt.Fprintf(stderr, "explain: client: %v\n", err)
+		return 1
+	}
+	if err := explainPending(ctx, client, cfg, templates, *namespace, stdout); err != nil {
+		fmt.Fprintf(stderr, "explain: %v\n", err)
+		return 1
+	}
+	return 0
+}
+
+// Load reads and validates a stack file and builds its pools' template nodes.
+func Load(file string) (*config.Config, []Template, error) {
+	sc, err := mockcloud.LoadStackFile(file)
+	if err != nil {
+		return nil, nil, err
+	}
+	cfg, err := config.ParseValues(sc.Values)
+	if err != nil {
+		return nil, nil, err
+	}
+	templates, err := Templates(cfg, CatalogShape)
+	if err != nil {
+		return nil, nil, err
+	}
+	return cfg, templates, nil
+}
+
+// readPods reads every Pod of the files ("-": stdin), each a stream of YAML or JSON documents.
+func readPods(files []string) ([]*corev1.Pod, error) {
+	var pods []*corev1.Pod
+	for _, name := range files {
+		var r io.Reader = os.Stdin
+		if name != "-" {
+			f, err := os.Open(name)
+			if err != nil {
+				return nil, err
+			}
+			defer f.Close()
+			r = f
+		}
+		ps, err := DecodePods(r)
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", name, err)
+		}
+		for i, p := range ps {
+			if p.Name == "" {
+				// A pod template, which the plugin names: named after its file for the report.
+				p.Name = fmt.Sprintf("%s[%d]", filepath.Base(name), i)
+			}
+		}
+		pods = append(pods, ps...)
+	}
+	return pods, nil
+}
+
+// DecodePods decodes a stream of Pod manifests (YAML or JSON documents); any other kind is an error.
+func DecodePods(r io.Reader) ([]*corev1.Pod, error) {
+	dec := utilyaml.NewYAMLOrJSONDecoder(r, 4096)
+	var pods []*corev1.Pod
+	for i := 1; ; i++ {
+		var pod corev1.Pod
+		if err := dec.Decode(&pod); errors.Is(err, io.EOF) {
+			break
+		} else if err != nil {
+			return nil, fmt.Errorf("document %d: %w", i, err)
+		}
+		if pod.Kind == "" && pod.Name == "" {
+			continue // an empty document
+		}
+		if pod.Kind != "Pod" {
+			return nil, fmt.Errorf("document %d: kind %q, want Pod", i, pod.Kind)
+		}
+		if pod.Namespace == "" {
+			pod.Namespace = metav1.NamespaceDefault
+		}
+		pods = append(pods, &pod)
+	}
+	if len(pods) == 0 {
+		return nil, errors.New("no Pod in it")
+	}
+	return pods, nil
+}
+
+// autoscalerReasons are the events the Cluster Autoscaler writes on a pending pod it has weighed.
+var autoscalerReasons = []string{"TriggeredScaleUp", "NotTriggerScaleUp"}
+
+// explainPending explains every pending pod the scheduler found no node for (what the autoscaler acts on), with the
+// autoscaler's latest events on it.
+func explainPending(ctx context.Context, client kubernetes.Interface, cfg *config.Config, templates []Template,
+	namespace string, out io.Writer) error {
+	list, err := client.CoreV1().Pods(namespace).List(ctx, metav1.ListOptions{
+		FieldSelector: fields.Set{"status.phase": string(corev1.PodPending), "spec.nodeName": ""}.String()})
+	if err != nil {
+		return fmt.Errorf("pending pods: %w", err)
+	}
+	sets, err := client.AppsV1().DaemonSets("").List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return fmt.Errorf("daemon sets: %w", err)
+	}
+	templates = WithDaemonSets(templates, sets.Items)
+	found := 0
+	for i := range list.Items {
+		pod := &list.Items[i]
+		if !unschedulable(pod) {
+			continue
+		}
+		found++
+		fmt.Fprint(out, Explain(cfg, templates, pod).String())
+		events, err := client.CoreV1().Events(pod.Namespace).List(ctx, metav1.ListOptions{
+			FieldSelector: fields.Set{"involvedObject.uid": string(pod.UID)}.String()})
+		if err != nil {
+			return fmt.Errorf("events of %s/%s: %w", pod.Namespace, pod.Name, err)
+		}
+		mine := slices.DeleteFunc(events.Items, func(e corev1.Event) bool { return e.InvolvedObject.UID != pod.UID })
+		for _, line := range autoscalerView(mine) {
+			fmt.Fprintf(out, "  autoscaler: %s\n", line)
+		}
+	}
+	if found == 0 {
+		fmt.Fprintln(out, "no pending pod that the scheduler found no node for")
+	}
+	return nil
+}
+
+// unschedulable: the scheduler wrote PodScheduled=False, Unschedulable, the condition the autoscaler looks for.
+func unschedulable(pod *corev1.Pod) bool {
+	return slices.ContainsFunc(pod.Status.Conditions, func(c corev1.PodCondition) bool {
+		return c.Type == corev1.PodScheduled && c.Status == corev1.ConditionFalse &&
+			c.Reason == corev1.PodReasonUnschedulable
+	})
+}
+
+// autoscalerView is the latest autoscaler event of each reason, oldest first, or a line saying there is none.
+func autoscalerView(events []corev1.Event) []string {
+	latest := map[string]corev1.Event{}
+	for _, e := range events {
+		if !slices.Contains(autoscalerReasons, e.Reason) {
+			continue
+		}
+		if prev, ok := latest[e.Reason]; !ok || eventTime(e).After(eventTime(prev).Time) {
+			latest[e.Reason] = e
+		}
+	}
+	if len(latest) == 0 {
+		return []string{"no " + strings.Join(autoscalerReasons, " or ") + " event yet (its loop runs every 10 s)"}
+	}
+	var picked []corev1.Event
+	for _, e := range latest {
+		picked = append(picked, e)
+	}
+	slices.SortFunc(picked, func(a, b corev1.Event) int { return eventTime(a).Compare(eventTime(b).Time) })
+	var lines []string
+	for _, e := range picked {
+		lines = append(lines, fmt.Sprintf("%s (%dx, last %s): %s", e.Reason, max(e.Count, 1),
+			eventTime(e).UTC().Format("2006-01-02T15:04:05Z"), e.Message))
+	}
+	return lines
+}
+
+// eventTime is when an event was last seen: lastTimestamp, or eventTime for events written through events.k8s.io.
+func eventTime(e corev1.Event) metav1.Time {
+	if !e.LastTimestamp.IsZero() {
+		return e.LastTimestamp
+	}
+	return metav1.Time{Time: e.EventTime.Time}
+}
