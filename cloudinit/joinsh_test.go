@@ -15,7 +15,7 @@ import (
 	is "gotest.tools/v3/assert/cmp"
 
 	"github.com/dynk8s/dynk8s/internal/fakeimds"
-	"github.com/dynk8s/dynk8s/internal/kube"
+	"github.com/dynk8s/dynk8s/internal/nodeconfig"
 )
 
 const (
@@ -119,7 +119,7 @@ func TestJoinRetriesThenJoins(t *testing.T) {
 			"node.kubernetes.io/lifecycle=spot,topology.kubernetes.io/region=eu-central-1,topology.kubernetes.io/zone=eu-central-1a"},
 		{Name: "provider-id", Value: "aws:///eu-central-1a/i-0123456789abcdef0"},
 	}))
-	assert.Check(t, is.DeepEqual(jc.NodeRegistration.Taints, []kube.Taint{{Key: "dynk8s.io/capacity-type", Value: "spot", Effect: "NoSchedule"}}))
+	assert.Check(t, is.DeepEqual(jc.NodeRegistration.Taints, []nodeconfig.Taint{{Key: "dynk8s.io/capacity-type", Value: "spot", Effect: "NoSchedule"}}))
 	assert.Check(t, is.Equal(strings.TrimSpace(run.file("join-config.mode")), "600"))
 	_, err := os.Stat(filepath.Join(run.root, "run/dynk8s/kubeadm-join.yaml"))
 	assert.Check(t, os.IsNotExist(err), "the rendered JoinConfiguration (with the token) is left in /run: %v", err)

@@ -8,11 +8,11 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"time"
 
 	"sigs.k8s.io/yaml"
 
 	"github.com/dynk8s/dynk8s/internal/kube"
+	"github.com/dynk8s/dynk8s/internal/nodeconfig"
 )
 
 // NodeInput is everything a node pool's user data depends on. All values are plain and public: nothing secret.
@@ -56,7 +56,7 @@ const (
 // JoinTimeout is how long a node's boot may take to prepare and join: the join unit's hard timeout, which backs up join.sh's own
 // 12-minute deadline. The autoscaler's max-node-provision-time must exceed it, or the autoscaler gives up on nodes
 // that would still join.
-const JoinTimeout = 14 * time.Minute
+const JoinTimeout = nodeconfig.JoinDeadline + nodeconfig.UnitSlack
 
 // Placeholders in the JoinConfiguration template, for what only the instance knows at boot; join.sh checks each
 // value against a strict pattern before it substitutes it.
@@ -136,7 +136,7 @@ func Node(in NodeInput) ([]byte, error) {
 	if err != nil {
 		return nil, err
 	}
-	tmpl, err := joinTemplate(in)
+	tmpl, err := joinTemplate(in, minor)
 	if err != nil {
 		return nil, fmt.Errorf("node pool %q: %w", in.PoolName, err)
 	}
@@ -352,89 +352,60 @@ func joinTimer() unitFile {
 	}
 }
 
-// joinConfiguration is the subset of kubeadm.k8s.io/v1beta4 JoinConfiguration dynk8s writes (field names and JSON
-// tags as in cmd/kubeadm/app/apis/kubeadm/v1beta4/types.go).
-type joinConfiguration struct {
-	APIVersion       string           `json:"apiVersion"`
-	Kind             string           `json:"kind"`
-	Discovery        discovery        `json:"discovery"`
-	NodeRegistration nodeRegistration `json:"nodeRegistration"`
-	Patches          kubeadmPatches   `json:"patches"`
+// The JoinConfiguration's types are the agent's (internal/nodeconfig): the renderer writes the same document the
+// agent marshals at boot.
+type (
+	joinConfiguration       = nodeconfig.JoinConfiguration
+	kubeadmPatches          = nodeconfig.Patches
+	discovery               = nodeconfig.Discovery
+	bootstrapTokenDiscovery = nodeconfig.BootstrapTokenDiscovery
+	nodeRegistration        = nodeconfig.NodeRegistration
+	kubeletArg              = nodeconfig.KubeletArg
+)
+
+// NodeConfig validates in and returns the node's configuration as the agent reads it (/etc/dynk8s/node.json).
+func NodeConfig(in NodeInput) (nodeconfig.Node, error) {
+	minor, err := in.validate()
+	if err != nil {
+		return nodeconfig.Node{}, err
+	}
+	return nodeConfig(in, minor), nil
 }
 
-type kubeadmPatches struct {
-	// Directory holds kubeadm patch files, "target[suffix][+patchtype].extension".
-	Directory string `json:"directory"`
-}
-
-type discovery struct {
-	BootstrapToken bootstrapTokenDiscovery `json:"bootstrapToken"`
-}
-
-type bootstrapTokenDiscovery struct {
-	APIServerEndpoint string   `json:"apiServerEndpoint"`
-	CACertHashes      []string `json:"caCertHashes"`
-	Token             string   `json:"token"`
-}
-
-type nodeRegistration struct {
-	// Name is the Node's name and its kubelet's identity (system:node:<name>): the instance id, which the CSR
-	// approver finds in EC2, rather than the hostname, which the image and the VPC's DNS settings decide.
-	Name      string `json:"name"`
-	CRISocket string `json:"criSocket"`
-	// KubeletExtraArgs is a list of {name, value} in v1beta4 (a map in v1beta3).
-	KubeletExtraArgs []kubeletArg `json:"kubeletExtraArgs"`
-	// Taints is always a list: for a worker, kubeadm treats nil and [] alike, and [] says "none" plainly.
-	Taints []kube.Taint `json:"taints"`
-}
-
-type kubeletArg struct {
-	Name  string `json:"name"`
-	Value string `json:"value"`
+func nodeConfig(in NodeInput, minor kube.Minor) nodeconfig.Node {
+	taints := make([]nodeconfig.Taint, 0, len(in.Taints))
+	for _, t := range kube.SortedTaints(in.Taints) {
+		taints = append(taints, nodeconfig.Taint{Key: t.Key, Value: t.Value, Effect: string(t.Effect)})
+	}
+	return nodeconfig.Node{
+		ClusterName:        in.ClusterName,
+		PoolName:           in.PoolName,
+		APIServerEndpoint:  in.APIServerEndpoint,
+		JoinTokenParameter: in.JoinTokenParameter,
+		GatewayInstanceID:  in.GatewayInstanceID,
+		LaunchHook:         in.LaunchHook,
+		CRISocket:          criSocket,
+		KernelModules:      kernelModules,
+		Packages:           nodePackages(in.KubernetesVersion, minor),
+		Repos:              []string{kubernetesRepoID, crioRepoID},
+		SystemPackages:     systemPackages,
+		SystemRepos:        systemRepos,
+		UpdateRepos:        updateRepos,
+		PrePullImages:      prePullImages(in, minor),
+		Join: nodeconfig.Join{
+			CACertHashes:     slices.Sorted(slices.Values(in.CACertHashes)),
+			Labels:           maps.Clone(in.Labels),
+			Taints:           taints,
+			PatchesDirectory: kubeadmPatchDir,
+		},
+		Deadlines: nodeconfig.DefaultDeadlines,
+	}
 }
 
 // joinTemplate renders the JoinConfiguration with placeholders for the token and the instance's identity.
-func joinTemplate(in NodeInput) (string, error) {
-	labels := make(map[string]string, len(in.Labels)+len(runtimeLabels))
-	for k, v := range in.Labels {
-		labels[k] = v
-	}
-	for k, v := range runtimeLabels {
-		labels[k] = v
-	}
-	keys := slices.Sorted(maps.Keys(labels))
-	pairs := make([]string, len(keys))
-	for i, k := range keys {
-		pairs[i] = k + "=" + labels[k]
-	}
-
-	hashes := slices.Sorted(slices.Values(in.CACertHashes))
-
-	taints := kube.SortedTaints(in.Taints)
-	if taints == nil {
-		taints = []kube.Taint{}
-	}
-	jc := joinConfiguration{
-		APIVersion: "kubeadm.k8s.io/v1beta4",
-		Kind:       "JoinConfiguration",
-		Discovery: discovery{BootstrapToken: bootstrapTokenDiscovery{
-			APIServerEndpoint: in.APIServerEndpoint,
-			CACertHashes:      hashes,
-			Token:             phToken,
-		}},
-		NodeRegistration: nodeRegistration{
-			Name:      phInstanceID,
-			CRISocket: criSocket,
-			KubeletExtraArgs: []kubeletArg{
-				{Name: "node-ip", Value: phNodeIP},
-				{Name: "node-labels", Value: strings.Join(pairs, ",")},
-				// The Cluster Autoscaler maps nodes to ASG instances by this ID; no cloud provider sets it here.
-				{Name: "provider-id", Value: "aws:///" + phZone + "/" + phInstanceID},
-			},
-			Taints: taints,
-		},
-		Patches: kubeadmPatches{Directory: phRoot + kubeadmPatchDir},
-	}
+func joinTemplate(in NodeInput, minor kube.Minor) (string, error) {
+	jc := nodeConfig(in, minor).JoinConfig(nodeconfig.Identity{InstanceID: phInstanceID, InstanceType: phInstanceType,
+		Region: phRegion, Zone: phZone, NodeIP: phNodeIP}, phToken, phRoot)
 	b, err := yaml.Marshal(jc)
 	if err != nil {
 		return "", fmt.Errorf("JoinConfiguration: %w", err)

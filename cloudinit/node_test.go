@@ -16,6 +16,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/dynk8s/dynk8s/internal/kube"
+	"github.com/dynk8s/dynk8s/internal/nodeconfig"
 )
 
 const testCAHash = "sha256:8a3d1c2f0e9b7a6554433221100ffeeddccbbaa99887766554433221100ffee0"
@@ -168,7 +169,7 @@ func TestNodeRoundTrip(t *testing.T) {
 					"topology.kubernetes.io/region=eu-central-1,topology.kubernetes.io/zone=eu-central-1a"},
 				{Name: "provider-id", Value: "aws:///eu-central-1a/i-0123456789abcdef0"},
 			},
-			Taints: []kube.Taint{{Key: "dynk8s.io/capacity-type", Value: "spot", Effect: "NoSchedule"}},
+			Taints: []nodeconfig.Taint{{Key: "dynk8s.io/capacity-type", Value: "spot", Effect: "NoSchedule"}},
 		},
 		Patches: kubeadmPatches{Directory: "/etc/kubernetes/patches"},
 	})
