@@ -7,6 +7,8 @@ import (
 	"io"
 	"net/http"
 	"os"
+	"regexp"
+	"strconv"
 	"strings"
 	"time"
 
@@ -135,17 +137,19 @@ func (e *imdsErr) Error() string {
 }
 
 func imdsError(path string, err error) error {
-	what := "IMDS meta-data/" + path
-	// GetMetadata fails with the token's own operation error inside when the token is what failed.
-	var op *smithy.OperationError
-	for e := err; errors.As(e, &op); e = op.Err {
-		if op.OperationName == "getToken" {
-			what = "IMDSv2 token"
-			break
+	status := httpStatus(err)
+	// A failed token comes wrapped in the SDK's retryableError, which does not unwrap (feature/ec2/imds,
+	// token_provider.go): its text is all there is to read, "failed to get API token, ... StatusCode: 503, ...".
+	if strings.Contains(err.Error(), "failed to get API token") {
+		if m := tokenStatusRE.FindStringSubmatch(err.Error()); m != nil {
+			status, _ = strconv.Atoi(m[1])
 		}
+		return &imdsErr{What: "IMDSv2 token", Status: status, Err: err}
 	}
-	return &imdsErr{What: what, Status: httpStatus(err), Err: err}
+	return &imdsErr{What: "IMDS meta-data/" + path, Status: status, Err: err}
 }
+
+var tokenStatusRE = regexp.MustCompile(`StatusCode: (\d+)`)
 
 // httpStatus is the HTTP status of a service's answer in err, 0 for none (a transport error).
 func httpStatus(err error) int {
