@@ -566,6 +566,9 @@ func policy(t *testing.T, r *mockcloud.Resource, key string) infra.PolicyDocumen
 	assert.NilError(t, json.Unmarshal([]byte(in(r, key).(string)), &doc))
 	assert.Equal(t, doc.Version, "2012-10-17")
 	for _, s := range doc.Statement {
+		if s.Effect == "Deny" {
+			continue // a wildcard in a Deny takes away, never grants (the agent bucket's TLS guard)
+		}
 		for _, a := range s.Action {
 			assert.Check(t, !strings.Contains(a, "*"), "wildcard action %q in %s", a, r.Name)
 		}
@@ -816,7 +819,7 @@ func TestComponentOutputsKeepSecrets(t *testing.T) {
 	}
 	var outputs []output
 	err = mockcloud.Run(func(ctx *pulumi.Context) error {
-		stack, err := infra.NewStack(ctx, cfg)
+		stack, err := infra.NewStack(ctx, cfg, infra.AgentOrStandIn(""))
 		if err != nil {
 			return err
 		}
