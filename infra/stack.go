@@ -76,9 +76,10 @@ func NewStack(ctx *pulumi.Context, cfg *config.Config, agent AgentFiles) (*Stack
 		poolArches = append(poolArches, pool.Arch)
 	}
 	poolArches = slices.Compact(slices.Sorted(slices.Values(poolArches)))
-	// Every binary is found before anything is declared: an unbuilt agent declares nothing.
+	// Every binary is found before anything is declared: an unbuilt agent declares nothing. Only the nodes run the
+	// agent so far; the gateway's scripts move to it later (its role then reads its architecture's object too).
 	var binaries []AgentBinary
-	for _, arch := range slices.Compact(slices.Sorted(slices.Values(append(slices.Clone(poolArches), gatewayArch)))) {
+	for _, arch := range poolArches {
 		b, err := agent(arch)
 		if err != nil {
 			return nil, err
@@ -134,10 +135,7 @@ func NewStack(ctx *pulumi.Context, cfg *config.Config, agent AgentFiles) (*Stack
 		ClusterName:   cfg.ClusterName,
 		Binaries:      binaries,
 		RetentionDays: cfg.Agent.RetentionDays,
-		Readers: []AgentReader{
-			{Name: "node", Role: s.Identity.NodeRoleName, Arches: poolArches},
-			{Name: "gateway", Role: s.Identity.GatewayRoleName, Arches: []kube.Arch{gatewayArch}},
-		},
+		Readers:       []AgentReader{{Name: "node", Role: s.Identity.NodeRoleName, Arches: poolArches}},
 	})
 	if err != nil {
 		return nil, err
@@ -203,6 +201,7 @@ func NewStack(ctx *pulumi.Context, cfg *config.Config, agent AgentFiles) (*Stack
 			SecurityGroupID:    s.Network.NodeSecurityGroupID,
 			InstanceProfileARN: s.Identity.NodeInstanceProfileARN,
 			GatewayAddress:     s.Network.GatewayAddress,
+			Agent:              s.Agent.Objects[pool.Arch],
 		})
 		if err != nil {
 			return nil, err
