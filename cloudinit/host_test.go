@@ -67,11 +67,13 @@ func TestNodeHostStepsAroundTheJoin(t *testing.T) {
 	assert.NilError(t, err)
 	assert.Check(t, is.DeepEqual(parseCloudConfig(t, general).RunCmd, [][]string{
 		{"systemctl", "daemon-reload"},
-		{"systemctl", "enable", "dynk8s-onprem-routes.service", "dynk8s-join.service"},
+		{"systemctl", "enable", "dynk8s-onprem-routes.service", "dynk8s-join.service", "dynk8s-agent.service"},
 		{"systemctl", "start", "dynk8s-onprem-routes.service"},
 		{"systemctl", "try-reload-or-restart", "NetworkManager.service"},
+		{"systemctl", "start", "dynk8s-agent.service"},
 		{"systemctl", "start", "dynk8s-join.service"},
-		{"sh", "-c", "! systemctl is-failed --quiet dynk8s-onprem-routes.service dynk8s-join.service dynk8s-imds-lock.service"},
+		{"sh", "-c", "! systemctl is-failed --quiet dynk8s-onprem-routes.service dynk8s-join.service dynk8s-imds-lock.service " +
+			"dynk8s-agent.service"},
 	}))
 	spot, err := Node(spotPool())
 	assert.NilError(t, err)

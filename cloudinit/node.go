@@ -37,6 +37,9 @@ type NodeInput struct {
 	// heartbeat timeout must be at least LaunchHookMinHeartbeat.
 	LaunchHook string
 	Host       HostInput // the node's network and metadata settings (host.go)
+	// Agent is where the boot installs the node agent from (agent.go). The stack always sets it; nil renders no
+	// bootstrap (the real-engine tests that render a pool's user data without a bucket).
+	Agent *Agent
 }
 
 // LaunchHookMinHeartbeat is the shortest heartbeat a launch lifecycle hook may have: the boot completes the action
@@ -205,6 +208,16 @@ func Node(in NodeInput) ([]byte, error) {
 	}
 	cc.WriteFiles = append(cc.WriteFiles, host.files...)
 	enable := slices.Concat(host.enable, []string{joinUnitName})
+	var startAgent [][]string
+	failedUnits := []string{routesUnitName, joinUnitName, imdsUnitName}
+	if in.Agent != nil {
+		if err := addAgent(&cc, *in.Agent); err != nil {
+			return nil, fmt.Errorf("node pool %q: %w", in.PoolName, err)
+		}
+		enable = append(enable, agentUnitName)
+		startAgent = [][]string{{"systemctl", "start", agentUnitName}}
+		failedUnits = append(failedUnits, agentUnitName)
+	}
 	var startTimer [][]string
 	if in.LaunchHook != "" {
 		// A warm pool's instance waiting Running or Hibernated enters service without booting: the timer runs the
@@ -228,10 +241,11 @@ func Node(in NodeInput) ([]byte, error) {
 	cc.RunCmd = slices.Concat(
 		[][]string{{"systemctl", "daemon-reload"}, append([]string{"systemctl", "enable"}, enable...)},
 		host.beforeJoin,
+		startAgent,
 		startTimer,
 		[][]string{
 			{"systemctl", "start", joinUnitName},
-			runcmdFailsOnFailedUnits(routesUnitName, joinUnitName, imdsUnitName),
+			runcmdFailsOnFailedUnits(failedUnits...),
 		})
 	out, err := cc.marshal()
 	if err != nil {
@@ -470,6 +484,9 @@ func (in NodeInput) validate() (kube.Minor, error) {
 		e.add("LaunchHook", fmt.Errorf("%q is not a lifecycle hook name (1-255 of [A-Za-z0-9_/-])", in.LaunchHook))
 	}
 	in.Host.validate(&e)
+	if in.Agent != nil {
+		in.Agent.validate(&e)
+	}
 	if err := e.join("node user data"); err != nil {
 		return kube.Minor{}, err
 	}

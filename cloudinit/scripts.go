@@ -20,4 +20,6 @@ var (
 	onpremRoutesSh string
 	//go:embed scripts/imds-lock.sh
 	imdsLockSh string
+	//go:embed scripts/fetch-agent.sh
+	fetchAgentSh string
 )

@@ -4,5 +4,5 @@ package cloudinit
 func embeddedScripts() map[string]string {
 	return map[string]string{"lib.sh": libSh, "join.sh": joinSh, "wg-key.sh": wgKeySh,
 		"gateway-idle.sh": gatewayIdleSh, "wake-gateway.sh": wakeGatewaySh, "gateway-packages.sh": gatewayPackagesSh,
-		"onprem-routes.sh": onpremRoutesSh, "imds-lock.sh": imdsLockSh}
+		"onprem-routes.sh": onpremRoutesSh, "imds-lock.sh": imdsLockSh, "fetch-agent.sh": fetchAgentSh}
 }

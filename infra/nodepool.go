@@ -86,12 +86,14 @@ type NodePoolArgs struct {
 	// GatewayAddress reserves the gateway's address in one of the subnets (optional): the group is created after it,
 	// so that no instance it launches takes that address.
 	GatewayAddress pulumi.Resource
+	// Agent is the node agent's object for the pool's architecture (AgentBucket.Objects; required).
+	Agent AgentObject
 }
 
 // NewNodePool declares one node pool.
 func NewNodePool(ctx *pulumi.Context, name string, args *NodePoolArgs, opts ...pulumi.ResourceOption) (*NodePool, error) {
-	if args == nil {
-		return nil, errors.New("node pool: args are required")
+	if args == nil || args.Agent.Key == "" {
+		return nil, errors.New("node pool: args with the agent's object are required")
 	}
 	pool := args.Pool
 	mixed := pool.Spot || len(pool.InstanceTypes) > 1
@@ -110,16 +112,18 @@ func NewNodePool(ctx *pulumi.Context, name string, args *NodePoolArgs, opts ...p
 	if args.GatewayInstanceID != nil {
 		gatewayID = args.GatewayInstanceID.ToStringOutput()
 	}
-	userData := pulumix.Apply2Err(args.CACertHashes.ToStringArrayOutput(), gatewayID, func(hashes []string, gateway string) (string, error) {
-		in := args.Node
-		in.CACertHashes = hashes
-		in.GatewayInstanceID = gateway
-		raw, err := cloudinit.Node(in)
-		if err != nil {
-			return "", fmt.Errorf("node pool %q: user data: %w", name, err)
-		}
-		return cloudinit.Encode(raw)
-	})
+	userData := pulumix.Apply4Err(args.CACertHashes.ToStringArrayOutput(), gatewayID, args.Agent.Bucket,
+		args.Agent.VersionID, func(hashes []string, gateway, bucket, version string) (string, error) {
+			in := args.Node
+			in.CACertHashes = hashes
+			in.GatewayInstanceID = gateway
+			in.Agent = &cloudinit.Agent{Bucket: bucket, Key: args.Agent.Key, VersionID: version, SHA256: args.Agent.SHA256}
+			raw, err := cloudinit.Node(in)
+			if err != nil {
+				return "", fmt.Errorf("node pool %q: user data: %w", name, err)
+			}
+			return cloudinit.Encode(raw)
+		})
 
 	instanceTags := awsTags(config.IdentityTags(args.ClusterName, pool.Name, args.ClusterName+"-"+pool.Name))
 	ltArgs := &ec2.LaunchTemplateArgs{

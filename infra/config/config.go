@@ -43,6 +43,7 @@ type Config struct {
 	Cleanup            Cleanup            `key:"cleanup"`
 	TerminationHandler TerminationHandler `key:"terminationHandler"`
 	Images             Images             `key:"images"`
+	Agent              Agent              `key:"agent"`
 
 	// Derived are the values validation computes from the keys above.
 	Derived Derived
@@ -342,6 +343,20 @@ type Images struct {
 	// registry.k8s.io's of the Kubernetes minor).
 	Pause string `key:"pause"`
 }
+
+// Agent is dynk8s:agent: the node agent's delivery (docs/agent-delivery.md).
+type Agent struct {
+	// RetentionDays is how long a node agent binary the stack has replaced stays downloadable from the agent bucket
+	// before S3 expires it. An instance launched from an older launch template version fetches the older binary,
+	// and a group launches that version until the `pulumi up` that replaced the binary has moved it to the new one:
+	// minutes when the update goes through, for as long as nobody re-runs it when it fails in between. A month
+	// covers a failed update left over a holiday; each retained binary costs a fraction of a cent a month.
+	RetentionDays int `key:"retentionDays" default:"30"`
+}
+
+// MinAgentRetentionDays is the shortest agent.retentionDays: S3 expires noncurrent versions in whole days, at least
+// one.
+const MinAgentRetentionDays = 1
 
 // TerminationHandler is dynk8s:terminationHandler.
 type TerminationHandler struct {

@@ -116,6 +116,18 @@ func (c *Cloud) computed(typ, name, id string, in, out resource.PropertyMap) err
 		set("name", nameOr())
 		set("arn", arn("ssm", "parameter/"+strings.TrimPrefix(nameOr(), "/")))
 		set("version", 1)
+	case "aws:s3/bucketV2:BucketV2":
+		set("bucket", id)
+		set("arn", "arn:aws:s3:::"+id)
+	case "aws:s3/bucketObjectv2:BucketObjectv2":
+		// S3 gives every write of a versioned bucket's object a new version id: one per content here.
+		content := ""
+		if m, ok := in["metadata"]; ok && m.IsObject() {
+			if v, ok := m.ObjectValue()["sha256"]; ok && v.IsString() {
+				content = v.StringValue()
+			}
+		}
+		set("versionId", shortHash("version/"+name+"/"+content))
 	case "aws:ec2/launchTemplate:LaunchTemplate":
 		set("arn", arn("ec2", "launch-template/"+id))
 		set("latestVersion", 1)
@@ -427,4 +439,18 @@ func uuidFrom(name string) string {
 	h := sha256.Sum256([]byte(name))
 	x := hex.EncodeToString(h[:16])
 	return x[0:8] + "-" + x[8:12] + "-" + x[12:16] + "-" + x[16:20] + "-" + x[20:32]
+}
+
+// bucketName is the stand-in for the name S3 gives a bucket declared with a bucketPrefix (Pulumi appends 26
+// characters of its own) or the bucket's name.
+func bucketName(name string, in resource.PropertyMap) string {
+	if v, ok := in["bucket"]; ok && v.IsString() {
+		return v.StringValue()
+	}
+	prefix := "terraform-"
+	if v, ok := in["bucketPrefix"]; ok && v.IsString() {
+		prefix = v.StringValue()
+	}
+	sum := sha256.Sum256([]byte("bucket/" + name))
+	return prefix + hex.EncodeToString(sum[:])[:26]
 }
