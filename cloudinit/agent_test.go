@@ -1,6 +1,8 @@
 package cloudinit
 
 import (
+	"bytes"
+	"encoding/json"
 	"net/url"
 	"os"
 	"os/exec"
@@ -31,8 +33,8 @@ var agentBuild struct {
 	err  error
 }
 
-// agentBinary builds cmd/dynk8s-node once per test binary (the Go build cache makes it quick after the first).
-func agentBinary(t *testing.T) string {
+// builtAgent builds cmd/dynk8s-node once per test binary (the Go build cache makes it quick after the first).
+func builtAgent(t *testing.T) string {
 	t.Helper()
 	agentBuild.once.Do(func() {
 		agentBuild.dir, agentBuild.err = os.MkdirTemp("", "dynk8s-agent-")
@@ -68,8 +70,8 @@ func TestMain(m *testing.M) {
 }
 
 // agentFixture renders the spot pool (changed by modify) for a fake API server that first drops apiDrops
-// connections, and returns its user data, its node configuration and a fake AWS serving the join token.
-func agentFixture(t *testing.T, apiDrops int, modify func(*NodeInput), inst fakeimds.Instance) ([]byte, []byte, *fakeAWS) {
+// connections, and returns its user data and a fake AWS serving the join token.
+func agentFixture(t *testing.T, apiDrops int, modify func(*NodeInput), inst fakeimds.Instance) ([]byte, *fakeAWS) {
 	t.Helper()
 	api := newFakeAPIServer(t, apiDrops)
 	u, err := url.Parse(api.URL)
@@ -82,24 +84,17 @@ func agentFixture(t *testing.T, apiDrops int, modify func(*NodeInput), inst fake
 	}
 	ud, err := Node(in)
 	assert.NilError(t, err)
-	cfg, err := NodeConfig(in)
-	assert.NilError(t, err)
-	b, err := cfg.Encode()
-	assert.NilError(t, err)
-	return ud, b, newFakeAWSIn(t, map[string]string{testTokenParameter: testToken}, inst)
+	return ud, newFakeAWSIn(t, map[string]string{testTokenParameter: testToken}, inst)
 }
 
-// newAgentEnv is newScriptEnv with the agent installed and the node's configuration at /etc/dynk8s/node.json.
-func newAgentEnv(t *testing.T, ud, cfg []byte, aws *fakeAWS, env map[string]string, prepare func(root string)) *scriptEnv {
+// newAgentEnv is newScriptEnv with the agent installed where the bootstrap puts it.
+func newAgentEnv(t *testing.T, ud []byte, aws *fakeAWS, env map[string]string, prepare func(root string)) *scriptEnv {
 	t.Helper()
-	bin := agentBinary(t)
+	bin := builtAgent(t)
 	return newScriptEnv(t, ud, aws, env, func(root string) {
-		b, err := os.ReadFile(bin)
-		assert.NilError(t, err)
+		// A link, not a copy: a file written here while a parallel test forks could be busy (ETXTBSY) when it runs.
 		assert.NilError(t, os.MkdirAll(filepath.Join(root, filepath.Dir(agentPath)), 0o755))
-		assert.NilError(t, os.WriteFile(filepath.Join(root, agentPath), b, 0o755))
-		assert.NilError(t, os.MkdirAll(filepath.Join(root, "etc/dynk8s"), 0o755))
-		assert.NilError(t, os.WriteFile(filepath.Join(root, nodeconfig.Path), cfg, 0o644))
+		assert.NilError(t, os.Symlink(bin, filepath.Join(root, agentPath)))
 		if prepare != nil {
 			prepare(root)
 		}
@@ -112,10 +107,10 @@ func newAgentEnv(t *testing.T, ud, cfg []byte, aws *fakeAWS, env map[string]stri
 // timeline is what cmd/timeline and the runbook read.
 func TestAgentJoins(t *testing.T) {
 	t.Parallel()
-	ud, cfg, aws := agentFixture(t, 2, nil, fakeimds.Instance{})
+	ud, aws := agentFixture(t, 2, nil, fakeimds.Instance{})
 	aws.imds.FailTokens(2)
 	aws.ssmFailures = 1
-	env := newAgentEnv(t, ud, cfg, aws, map[string]string{"STUB_KUBEADM_FAILURES": "1"}, nil)
+	env := newAgentEnv(t, ud, aws, map[string]string{"STUB_KUBEADM_FAILURES": "1"}, nil)
 	run := env.run(t, agentPath, "join")
 	assert.Equal(t, run.exitCode, 0)
 	assert.Check(t, strings.HasPrefix(run.stderr, "dynk8s-join: dynk8s-node devel ("), "the first line names the version")
@@ -157,9 +152,9 @@ func TestAgentJoins(t *testing.T) {
 // calls no Auto Scaling.
 func TestAgentGivesUpAtDeadline(t *testing.T) {
 	t.Parallel()
-	ud, cfg, aws := agentFixture(t, 0, nil, fakeimds.Instance{})
+	ud, aws := agentFixture(t, 0, nil, fakeimds.Instance{})
 	aws.ssmFailures = -1
-	env := newAgentEnv(t, ud, cfg, aws, map[string]string{"DYNK8S_DEADLINE_SECONDS": "2"}, func(root string) {
+	env := newAgentEnv(t, ud, aws, map[string]string{"DYNK8S_DEADLINE_SECONDS": "2"}, func(root string) {
 		assert.NilError(t, os.MkdirAll(filepath.Join(root, "dev"), 0o755))
 		assert.NilError(t, os.WriteFile(filepath.Join(root, "dev/kmsg"), nil, 0o644))
 	})
@@ -192,10 +187,10 @@ func TestAgentWarmPool(t *testing.T) {
 	} {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
-			ud, cfg, aws := agentFixture(t, 0, withHook, fakeimds.Instance{LifecycleState: "Warmed:Stopped"})
+			ud, aws := agentFixture(t, 0, withHook, fakeimds.Instance{LifecycleState: "Warmed:Stopped"})
 			aws.pendingAction = true
 			aws.instanceVersion, aws.groupVersion = c.instance, c.group
-			env := newAgentEnv(t, ud, cfg, aws, nil, nil)
+			env := newAgentEnv(t, ud, aws, nil, nil)
 			warm := env.run(t, agentPath, "join")
 			assert.Equal(t, warm.exitCode, 0)
 			assert.Check(t, is.Equal(readTimeline(t, warm).Result, "prepared"))
@@ -224,9 +219,9 @@ func TestAgentWarmPool(t *testing.T) {
 	}
 	t.Run("running", func(t *testing.T) {
 		t.Parallel()
-		ud, cfg, aws := agentFixture(t, 0, withHook, fakeimds.Instance{LifecycleState: "Warmed:Running"})
+		ud, aws := agentFixture(t, 0, withHook, fakeimds.Instance{LifecycleState: "Warmed:Running"})
 		aws.pendingAction = true
-		env := newAgentEnv(t, ud, cfg, aws, nil, nil)
+		env := newAgentEnv(t, ud, aws, nil, nil)
 		assert.Equal(t, env.run(t, agentPath, "join").exitCode, 0)
 		tick := env.run(t, agentPath, "join")
 		assert.Equal(t, tick.exitCode, 0)
@@ -239,25 +234,25 @@ func TestAgentWarmPool(t *testing.T) {
 func TestAgentWakesTheGateway(t *testing.T) {
 	t.Parallel()
 	withGateway := func(in *NodeInput) { in.GatewayInstanceID = testGatewayID }
-	ud, cfg, aws := agentFixture(t, 0, withGateway, fakeimds.Instance{})
+	ud, aws := agentFixture(t, 0, withGateway, fakeimds.Instance{})
 	aws.ec2.gatewayID, aws.ec2.gatewayState = testGatewayID, "stopped"
-	run := newAgentEnv(t, ud, cfg, aws, nil, nil).run(t, agentPath, "join")
+	run := newAgentEnv(t, ud, aws, nil, nil).run(t, agentPath, "join")
 	assert.Equal(t, run.exitCode, 0)
 	assert.Check(t, is.Contains(run.stderr, "dynk8s-wake-gateway: gateway "+testGatewayID+" was stopped, now pending"))
 	assert.Check(t, is.DeepEqual(aws.ec2Actions(), []string{"StartInstances"}))
 
-	ud, cfg, aws = agentFixture(t, 0, withGateway, fakeimds.Instance{})
+	ud, aws = agentFixture(t, 0, withGateway, fakeimds.Instance{})
 	aws.ec2.gatewayID, aws.ec2.gatewayState, aws.ec2.stoppingCalls = testGatewayID, "stopping", 2
-	run = newAgentEnv(t, ud, cfg, aws, nil, nil).run(t, agentPath, "wake-gateway")
+	run = newAgentEnv(t, ud, aws, nil, nil).run(t, agentPath, "wake-gateway")
 	assert.Equal(t, run.exitCode, 0)
 	assert.Check(t, is.Contains(run.stderr, "(stopping): EC2 StartInstances: HTTP 400 IncorrectInstanceState"))
 	assert.Check(t, is.Contains(run.stderr, "was stopped, now pending"))
 	assert.Check(t, is.Len(aws.ec2Actions(), 3))
 
-	ud, cfg, aws = agentFixture(t, 0, withGateway, fakeimds.Instance{})
+	ud, aws = agentFixture(t, 0, withGateway, fakeimds.Instance{})
 	aws.ec2.gatewayID = testGatewayID
 	aws.ec2.failures, aws.ec2.failStatus, aws.ec2.failCode = -1, 403, "UnauthorizedOperation"
-	run = newAgentEnv(t, ud, cfg, aws, nil, nil).run(t, agentPath, "wake-gateway")
+	run = newAgentEnv(t, ud, aws, nil, nil).run(t, agentPath, "wake-gateway")
 	assert.Check(t, is.Equal(run.exitCode, 1))
 	assert.Check(t, is.DeepEqual(failedLines(run.stderr), []string{"dynk8s-wake-gateway: FAILED: cannot start gateway " +
 		testGatewayID + ": EC2 StartInstances: HTTP 403 UnauthorizedOperation: fake EC2 says no"}))
@@ -268,9 +263,13 @@ func TestAgentWakesTheGateway(t *testing.T) {
 // before it asks anything of IMDS.
 func TestAgentRefusesAnUnknownConfigKey(t *testing.T) {
 	t.Parallel()
-	ud, cfg, aws := agentFixture(t, 0, nil, fakeimds.Instance{})
-	bad := strings.Replace(string(cfg), `"poolName"`, `"poolNmae"`, 1)
-	run := newAgentEnv(t, ud, []byte(bad), aws, nil, nil).run(t, agentPath, "join")
+	ud, aws := agentFixture(t, 0, nil, fakeimds.Instance{})
+	run := newAgentEnv(t, ud, aws, nil, func(root string) {
+		path := filepath.Join(root, nodeconfig.Path)
+		cfg, err := os.ReadFile(path)
+		assert.NilError(t, err)
+		assert.NilError(t, os.WriteFile(path, []byte(strings.Replace(string(cfg), `"poolName"`, `"poolNmae"`, 1)), 0o644))
+	}).run(t, agentPath, "join")
 	assert.Check(t, is.Equal(run.exitCode, 1))
 	assert.Check(t, is.Len(failedLines(run.stderr), 1), run.stderr)
 	assert.Check(t, is.Contains(run.stderr, `unknown field "poolNmae"`))
@@ -281,9 +280,9 @@ func TestAgentRefusesAnUnknownConfigKey(t *testing.T) {
 // hidden, and changes nothing: no command runs, no lifecycle action is completed, no file is written.
 func TestAgentDryRun(t *testing.T) {
 	t.Parallel()
-	ud, cfg, aws := agentFixture(t, 0, withHook, fakeimds.Instance{LifecycleState: "InService"})
+	ud, aws := agentFixture(t, 0, withHook, fakeimds.Instance{LifecycleState: "InService"})
 	aws.pendingAction = true
-	run := newAgentEnv(t, ud, cfg, aws, nil, nil).run(t, agentPath, "join", "--dry-run", "-v")
+	run := newAgentEnv(t, ud, aws, nil, nil).run(t, agentPath, "join", "--dry-run", "-v")
 	assert.Equal(t, run.exitCode, 0)
 	assert.Check(t, is.Equal(run.file("calls"), ""), "a command ran")
 	assert.Check(t, aws.pendingAction, "the lifecycle action was completed")
@@ -294,4 +293,90 @@ func TestAgentDryRun(t *testing.T) {
 	assert.Check(t, !strings.Contains(run.stderr, testToken), "the token is in the log")
 	_, err := os.Stat(filepath.Join(run.root, "run/dynk8s"))
 	assert.Check(t, os.IsNotExist(err), "the dry run wrote under /run/dynk8s")
+}
+
+const (
+	testTokenParameter = "/dynk8s/test/join-token"
+	testToken          = "k7x2qa.0f9e8d7c6b5a4z3y"
+	testGatewayID      = "i-0feedfacecafe0001"
+	testHook           = "dynk8s-launch"
+	// dnfOptions are the options of every dnf transaction of the boot.
+	dnfOptions = "--setopt=install_weak_deps=False --setopt=tsflags=nodocs --setopt=max_parallel_downloads=10"
+)
+
+func withHook(in *NodeInput) { in.LaunchHook = testHook }
+
+func failedLines(stderr string) []string {
+	var out []string
+	for _, l := range strings.Split(stderr, "\n") {
+		if strings.Contains(l, "FAILED") {
+			out = append(out, l)
+		}
+	}
+	return out
+}
+
+// reboot is what a stop and start leaves of the node's files: /run is a tmpfs.
+func reboot(t *testing.T, root string) {
+	t.Helper()
+	assert.NilError(t, os.RemoveAll(filepath.Join(root, "run")))
+}
+
+// timeline is /run/dynk8s/timeline.json as the runbook and cmd/timeline's readers take it.
+type timeline struct {
+	InstanceID              string   `json:"instanceId"`
+	LifecycleState          string   `json:"lifecycleState"`
+	Mode                    string   `json:"mode"`
+	Result                  string   `json:"result"`
+	Reason                  string   `json:"reason"`
+	TotalSeconds            float64  `json:"totalSeconds"`
+	StartedSecondsAfterBoot *float64 `json:"startedSecondsAfterBoot"`
+	Phases                  []struct {
+		Name    string  `json:"name"`
+		Seconds float64 `json:"seconds"`
+	} `json:"phases"`
+}
+
+func (tl timeline) phaseNames() []string {
+	var out []string
+	for _, p := range tl.Phases {
+		out = append(out, p.Name)
+	}
+	return out
+}
+
+// readTimeline reads the run's timeline strictly and checks that its phases fit its total and the fake
+// /proc/uptime (42.5 s).
+func readTimeline(t *testing.T, run scriptRun) timeline {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join(run.root, "run/dynk8s/timeline.json"))
+	assert.NilError(t, err)
+	var tl timeline
+	dec := json.NewDecoder(bytes.NewReader(b))
+	dec.DisallowUnknownFields()
+	assert.NilError(t, dec.Decode(&tl), string(b))
+	sum := 0.0
+	for _, p := range tl.Phases {
+		assert.Check(t, p.Seconds >= 0 && p.Seconds <= tl.TotalSeconds+0.01, "phase %+v of %.3f s", p, tl.TotalSeconds)
+		if p.Name != "pre-pull" { // runs beside the others
+			sum += p.Seconds
+		}
+	}
+	assert.Check(t, sum <= tl.TotalSeconds+0.01, "phases sum to %.3f s, more than the %.3f s total", sum, tl.TotalSeconds)
+	assert.Check(t, tl.TotalSeconds <= run.elapsed.Seconds(), "total %.3f s, but the agent ran %s", tl.TotalSeconds, run.elapsed)
+	if assert.Check(t, tl.StartedSecondsAfterBoot != nil) {
+		assert.Check(t, *tl.StartedSecondsAfterBoot > 0 && *tl.StartedSecondsAfterBoot <= 42.5)
+	}
+	return tl
+}
+
+// checkLocksBeforeJoin: the join loads the metadata lockdown and turns swap off before kubeadm join starts the
+// kubelet.
+func checkLocksBeforeJoin(t *testing.T, calls string) {
+	t.Helper()
+	join := strings.Index(calls, "kubeadm join")
+	lock := strings.Index(calls, "systemctl start "+imdsUnitName+"\n")
+	swap := strings.Index(calls, "swapoff -a\n")
+	assert.Check(t, lock >= 0 && join > lock, "%s is not started before kubeadm join:\n%s", imdsUnitName, calls)
+	assert.Check(t, swap >= 0 && join > swap, "swap is not off before kubeadm join:\n%s", calls)
 }

@@ -8,8 +8,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-
-	"sigs.k8s.io/yaml"
+	"time"
 
 	"github.com/dynk8s/dynk8s/internal/kube"
 	"github.com/dynk8s/dynk8s/internal/nodeconfig"
@@ -48,42 +47,24 @@ const LaunchHookMinHeartbeat = JoinTimeout
 
 // Where the node's files go. The scripts derive the same paths (under DYNK8S_ROOT in tests).
 const (
-	libexecDir       = "/usr/local/libexec/dynk8s"
-	joinEnvPath      = "/etc/dynk8s/join.env"
-	joinTemplatePath = "/etc/dynk8s/kubeadm-join.yaml.tmpl"
-	joinUnitName     = "dynk8s-join.service"
-	joinTimerName    = "dynk8s-join.timer"
-	criSocket        = "unix:///var/run/crio/crio.sock"
+	libexecDir    = "/usr/local/libexec/dynk8s"
+	agentBinary   = "/usr/local/bin/dynk8s-node"
+	joinUnitName  = "dynk8s-join.service"
+	joinTimerName = "dynk8s-join.timer"
+	criSocket     = "unix:///var/run/crio/crio.sock"
 )
 
-// JoinTimeout is how long a node's boot may take to prepare and join: the join unit's hard timeout, which backs up join.sh's own
+// JoinTimeout is how long a node's boot may take to prepare and join: the join unit's hard timeout, which backs up the agent's own
 // 12-minute deadline. The autoscaler's max-node-provision-time must exceed it, or the autoscaler gives up on nodes
 // that would still join.
 const JoinTimeout = nodeconfig.JoinDeadline + nodeconfig.UnitSlack
 
-// Placeholders in the JoinConfiguration template, for what only the instance knows at boot; join.sh checks each
-// value against a strict pattern before it substitutes it.
-const (
-	phToken        = "@@TOKEN@@"
-	phNodeIP       = "@@NODE_IP@@"
-	phInstanceID   = "@@INSTANCE_ID@@"
-	phInstanceType = "@@INSTANCE_TYPE@@"
-	phRegion       = "@@REGION@@"
-	phZone         = "@@ZONE@@"
-	// phRoot is join.sh's DYNK8S_ROOT: empty on a node, a test's temp root elsewhere.
-	phRoot = "@@DYNK8S_ROOT@@"
-)
-
 // lifecycleHookRE is the EC2 Auto Scaling API's pattern for LifecycleHookName (API reference, PutLifecycleHook).
 var lifecycleHookRE = regexp.MustCompile(`^[A-Za-z0-9_/-]{1,255}$`)
 
-// runtimeLabels are set from IMDS by join.sh, matching the labels the Cluster Autoscaler puts on its template node,
-// so a pool may not set them itself.
-var runtimeLabels = map[string]string{
-	kube.LabelZone:         phZone,
-	kube.LabelRegion:       phRegion,
-	kube.LabelInstanceType: phInstanceType,
-}
+// runtimeLabels are set from IMDS by the agent (nodeconfig.RuntimeLabels), matching the labels the Cluster
+// Autoscaler puts on its template node, so a pool may not set them itself.
+var runtimeLabels = []string{kube.LabelZone, kube.LabelRegion, kube.LabelInstanceType}
 
 // Upstream rpm repositories for one Kubernetes minor, both gpg-checked against the repository's own key.
 //   - Kubernetes (kubelet, kubeadm, cri-tools, kubernetes-cni): https://pkgs.k8s.io/core:/stable:/v1.NN/rpm/, key
@@ -92,7 +73,7 @@ var runtimeLabels = map[string]string{
 //   - CRI-O: https://download.opensuse.org/repositories/isv:/cri-o:/stable:/v<stream>/rpm/, same key layout
 //     (cri-o/packaging README, "Add the CRI-O repository", 2026; the streams moved there from pkgs.k8s.io/addons).
 //
-// They are written disabled: join.sh enables them for its one dnf transaction only, so a later `dnf upgrade` cannot
+// They are written disabled: the agent enables them for its one dnf transaction only, so a later `dnf upgrade` cannot
 // move the node off its pinned versions. Their priority (1, against Fedora's default 99) keeps a package of the same
 // name in Fedora's repositories (cri-o, cri-tools) from ever winning on version in that transaction, with dnf4 and
 // dnf5 alike.
@@ -107,7 +88,7 @@ const (
 
 // systemPackages are dependencies that come from Fedora rather than the upstream repos: CRI-O needs iptables and, on
 // SELinux-enforcing Fedora, container-selinux (cri-o/packaging installs it first); the metadata lockdown runs nft
-// (imds-lock.sh), which nothing else pulls in. join.sh installs those the image lacks (rpm -q) in the same dnf
+// (imds-lock.sh), which nothing else pulls in. the agent installs those the image lacks (rpm -q) in the same dnf
 // transaction as the upstream packages, from Fedora's release repository (systemRepos) alone: the stack boots the
 // release's GA image (infra/ami.go), whose packages that repository matches, so nothing drags in an update such as
 // a newer selinux-policy (container-selinux requires selinux-policy >= the one it was built against), and dnf reads
@@ -139,26 +120,7 @@ func Node(in NodeInput) ([]byte, error) {
 	if err != nil {
 		return nil, err
 	}
-	tmpl, err := joinTemplate(in, minor)
-	if err != nil {
-		return nil, fmt.Errorf("node pool %q: %w", in.PoolName, err)
-	}
-	env, err := envFile("join.sh", map[string]string{
-		"DYNK8S_API_SERVER_ENDPOINT":  in.APIServerEndpoint,
-		"DYNK8S_CLUSTER_NAME":         in.ClusterName,
-		"DYNK8S_GATEWAY_INSTANCE_ID":  in.GatewayInstanceID,
-		"DYNK8S_CRI_SOCKET":           criSocket,
-		"DYNK8S_JOIN_TOKEN_PARAMETER": in.JoinTokenParameter,
-		"DYNK8S_KERNEL_MODULES":       strings.Join(kernelModules, ","),
-		"DYNK8S_LAUNCH_HOOK":          in.LaunchHook,
-		"DYNK8S_PACKAGES":             strings.Join(nodePackages(in.KubernetesVersion, minor), ","),
-		"DYNK8S_POOL_NAME":            in.PoolName,
-		"DYNK8S_PREPULL_IMAGES":       strings.Join(prePullImages(in, minor), ","),
-		"DYNK8S_REPOS":                kubernetesRepoID + "," + crioRepoID,
-		"DYNK8S_SYSTEM_PACKAGES":      strings.Join(systemPackages, ","),
-		"DYNK8S_SYSTEM_REPOS":         strings.Join(systemRepos, ","),
-		"DYNK8S_UPDATE_REPOS":         strings.Join(updateRepos, ","),
-	})
+	cfg, err := nodeConfig(in, minor).Encode()
 	if err != nil {
 		return nil, fmt.Errorf("node pool %q: %w", in.PoolName, err)
 	}
@@ -185,21 +147,19 @@ func Node(in NodeInput) ([]byte, error) {
 		},
 		WriteFiles: []writeFile{
 			{Path: "/etc/crio/crio.conf.d/90-dynk8s.conf", Content: crioConf, Permissions: "0644"},
-			{Path: joinEnvPath, Content: env, Permissions: "0644"},
-			{Path: joinTemplatePath, Content: tmpl, Permissions: "0644"},
+			{Path: nodeconfig.Path, Content: string(cfg), Permissions: "0644"},
 			{Path: "/etc/modules-load.d/dynk8s.conf", Content: strings.Join(kernelModules, "\n") + "\n", Permissions: "0644"},
 			{Path: "/etc/sysctl.d/90-dynk8s.conf", Content: sysctlFile(nodeSysctls), Permissions: "0644"},
 			{Path: "/etc/systemd/system/" + joinUnitName, Content: unit, Permissions: "0644"},
 			// Fedora Cloud swaps to zram, and the kubelet refuses to start with swap on. A zram-generator.conf with no
-			// [zram*] section creates no device from the next boot on; join.sh turns this boot's swap off before it
+			// [zram*] section creates no device from the next boot on; the agent turns this boot's swap off before it
 			// joins (not while it prepares: a warm pool's hibernation needs swap).
 			{Path: "/etc/systemd/zram-generator.conf", Content: "", Permissions: "0644"},
 			// NetworkManager (Fedora Cloud's network stack) must leave the CNI's interfaces alone, or it can take
 			// their routes or links down (Calico's and Cilium's docs ask for the same).
 			{Path: "/etc/NetworkManager/conf.d/90-dynk8s-cni.conf", Content: networkManagerCNI(), Permissions: "0644"},
-			{Path: libexecDir + "/join.sh", Content: forUserData(joinSh), Permissions: "0755"},
+			// The host's scripts (onprem-routes.sh, imds-lock.sh) share it.
 			{Path: libexecDir + "/lib.sh", Content: forUserData(libSh), Permissions: "0644"},
-			{Path: libexecDir + "/wake-gateway.sh", Content: forUserData(wakeGatewaySh), Permissions: "0755"},
 		},
 	}
 	host, err := hostConfig(in.Host)
@@ -229,7 +189,7 @@ func Node(in NodeInput) ([]byte, error) {
 		cc.WriteFiles = append(cc.WriteFiles, writeFile{Path: "/etc/systemd/system/" + joinTimerName, Content: timer,
 			Permissions: "0644"})
 		enable = append(enable, joinTimerName)
-		// Started before the join: a successful join stops and disables it (join.sh), and nothing may start it again
+		// Started before the join: a successful join stops and disables it (the agent), and nothing may start it again
 		// after that. Its clock runs from the join unit's first deactivation (OnUnitInactiveSec).
 		startTimer = [][]string{{"systemctl", "start", joinTimerName}}
 	}
@@ -324,23 +284,27 @@ func upstreamRepo(name, base, stream string) yumRepo {
 }
 
 func joinUnit(in NodeInput) unitFile {
+	unit := []unitEntry{
+		{"Description", fmt.Sprintf("dynk8s: join this node (pool %s) to cluster %s", in.PoolName, in.ClusterName)},
+		{"Wants", "network-online.target"},
+		{"After", "network-online.target"},
+	}
+	if in.Agent != nil {
+		// The bootstrap installs the agent, hash-pinned; the join never runs an agent it did not check.
+		unit = append(unit, unitEntry{"Requires", agentUnitName}, unitEntry{"After", agentUnitName})
+	}
 	return unitFile{
-		{Name: "Unit", Entries: []unitEntry{
-			{"Description", fmt.Sprintf("dynk8s: join this node (pool %s) to cluster %s", in.PoolName, in.ClusterName)},
-			{"Wants", "network-online.target"},
-			{"After", "network-online.target"},
-			{"ConditionPathExists", "!/etc/kubernetes/kubelet.conf"},
-		}},
+		{Name: "Unit", Entries: append(unit, unitEntry{"ConditionPathExists", "!/etc/kubernetes/kubelet.conf"})},
 		{Name: "Service", Entries: []unitEntry{
 			{"Type", "oneshot"},
 			// No ExecStartPre: the modules, sysctls and swap that the files cloud-init wrote (after systemd loaded
-			// modules and sysctls at this first boot) call for are join.sh's, after its check that a warm instance
+			// modules and sysctls at this first boot) call for are the agent's, after its check that a warm instance
 			// still waits, so the timer's runs every 15 s on a waiting instance do nothing else.
-			{"ExecStart", libexecDir + "/join.sh"},
+			{"ExecStart", agentBinary + " join --config " + nodeconfig.Path},
 			{"StandardOutput", "journal+console"},
 			{"StandardError", "journal+console"},
 			{"SyslogIdentifier", "dynk8s-join"},
-			{"TimeoutStartSec", strconv.Itoa(int(JoinTimeout.Minutes())) + "min"},
+			{"TimeoutStartSec", strconv.Itoa(int(nodeconfig.DefaultDeadlines.UnitTimeout()/time.Second)) + "s"},
 		}},
 		{Name: "Install", Entries: []unitEntry{
 			{"WantedBy", "multi-user.target"},
@@ -416,17 +380,6 @@ func nodeConfig(in NodeInput, minor kube.Minor) nodeconfig.Node {
 	}
 }
 
-// joinTemplate renders the JoinConfiguration with placeholders for the token and the instance's identity.
-func joinTemplate(in NodeInput, minor kube.Minor) (string, error) {
-	jc := nodeConfig(in, minor).JoinConfig(nodeconfig.Identity{InstanceID: phInstanceID, InstanceType: phInstanceType,
-		Region: phRegion, Zone: phZone, NodeIP: phNodeIP}, phToken, phRoot)
-	b, err := yaml.Marshal(jc)
-	if err != nil {
-		return "", fmt.Errorf("JoinConfiguration: %w", err)
-	}
-	return string(b), nil
-}
-
 // validate checks every field and reports all problems at once; it returns the Kubernetes minor's facts.
 func (in NodeInput) validate() (kube.Minor, error) {
 	var e errs
@@ -451,7 +404,7 @@ func (in NodeInput) validate() (kube.Minor, error) {
 	e.add("PoolName", validateDNSLabel(in.PoolName))
 	for _, k := range slices.Sorted(maps.Keys(in.Labels)) {
 		field := fmt.Sprintf("Labels[%q]", k)
-		if _, ok := runtimeLabels[k]; ok {
+		if slices.Contains(runtimeLabels, k) {
 			e.add(field, errors.New("is set at boot from the instance's metadata; remove it from the pool"))
 			continue
 		}

@@ -108,6 +108,9 @@ func (j *boxJoin) newNode(t *testing.T, name string, inst boxInstance) *boxNode 
 			"DYNK8S_EC2_ENDPOINT": j.moto.url,
 		},
 	})
+	// The agent where the bootstrap installs it: the stack's bucket is not in the box (TestFetchAgent proves the
+	// download), so the pool's user data renders no bootstrap here.
+	b.binds = append(b.binds, "--bind-ro="+builtAgent(t)+":"+agentPath)
 	t.Cleanup(func() {
 		if name, err := findNode(context.Background(), j.c, inst.providerID()); err == nil && name != "" {
 			_, _ = j.c.kubectl(context.Background(), "delete", "node", name, "--wait=false")
@@ -296,7 +299,7 @@ func (n *boxNode) unitProp(ctx context.Context, t *testing.T, unit, prop string)
 }
 
 // checkLockBeforeKubelet: the lockdown was loaded before the kubelet of this boot started (on every path: the
-// kubelet's drop-in requires it, and join.sh starts it before kubeadm join).
+// kubelet's drop-in requires it, and the agent's join starts it before kubeadm join).
 func (n *boxNode) checkLockBeforeKubelet(ctx context.Context, t *testing.T) {
 	t.Helper()
 	lock, err1 := strconv.ParseInt(n.unitProp(ctx, t, "dynk8s-imds-lock.service", "ActiveEnterTimestampMonotonic"), 10, 64)

@@ -18,19 +18,10 @@ log() {
   fi
 }
 
-# fail logs the one reason the script stops and exits non-zero, to the kernel log too (console): a script may
-# define on_failure to act first (join.sh completes a waiting lifecycle action). A failure inside on_failure is
-# logged as such, and the first reason stays the one.
-FAILING=''
+# fail logs the one reason the script stops and exits non-zero, to the kernel log too (console).
 fail() {
-  if [[ -n $FAILING ]]; then
-    log "while failing: $*"
-    exit 1
-  fi
-  FAILING=1
   log "FAILED: $*"
   kmsg 3 "FAILED: $*"
-  if declare -F on_failure >/dev/null; then on_failure "$*" || true; fi
   exit 1
 }
 
@@ -120,15 +111,6 @@ fetch() {
   fi
 }
 
-# xml_text VAR NAME: VAR gets the text of the first <NAME> element of the XML answer in BODY (the Query APIs, such
-# as Auto Scaling's, answer in XML: elements of text only, entities escaped), or it fails.
-xml_text() {
-  [[ $BODY =~ \<$2\>([^\<]*)\</$2\> ]] || return 1
-  local v=${BASH_REMATCH[1]}
-  v=${v//&lt;/<} && v=${v//&gt;/>} && v=${v//&quot;/\"} && v=${v//&apos;/\'} && v=${v//&amp;/\&}
-  printf -v "$1" '%s' "$v"
-}
-
 # form_encode VAR KEY=VALUE...: VAR gets an application/x-www-form-urlencoded body (RFC 3986 unreserved characters
 # kept, every other byte percent-encoded).
 form_encode() {
@@ -177,43 +159,10 @@ imds() {
   printf -v "$1" '%s' "$BODY"
 }
 
-# Each phase of a boot is timed: `phase NAME CMD...` runs CMD and logs "phase=NAME took=12.3s", which reaches the
-# journal and the console, and adds the phase to PHASES ("NAME=milliseconds") for the summary.
-PHASES=()
-PHASE=
-PHASE_START_MS=0
-now_ms() {
-  local us=${EPOCHREALTIME//[!0-9]/}
-  printf -v "$1" '%d' $((10#$us / 1000))
-}
-
-# phase_cut: on an exit in the middle of a phase, records it as far as it got.
-phase_cut() {
-  [[ -n $PHASE ]] || return 0
-  local end
-  now_ms end
-  PHASES+=("$PHASE=$((end - PHASE_START_MS))")
-  PHASE=
-}
-seconds() {
-  printf '%d.%d' $(($1 / 1000)) $(($1 % 1000 / 100))
-}
-phase() {
-  local name=$1 end
-  shift
-  PHASE=$name
-  now_ms PHASE_START_MS
-  "$@"
-  now_ms end
-  PHASES+=("$name=$((end - PHASE_START_MS))")
-  log "phase=$name took=$(seconds $((end - PHASE_START_MS)))s"
-  PHASE=
-}
-
 # AWS calls sign with the instance role (curl --aws-sigv4, curl >= 7.75) or, where the image's curl cannot sign, go
 # through the aws CLI, which reads the same role from IMDS. REGION and DOMAIN (the partition's DNS suffix, from
 # IMDS meta-data/services/domain: amazonaws.com, amazonaws.com.cn, ...) must be set. Endpoints can be overridden for
-# tests: DYNK8S_SSM_ENDPOINT, DYNK8S_AUTOSCALING_ENDPOINT.
+# tests: DYNK8S_SSM_ENDPOINT, DYNK8S_EC2_ENDPOINT.
 REGION=''
 DOMAIN=
 AWS_CLI=${DYNK8S_AWS_CLI:-aws}
@@ -304,30 +253,6 @@ ssm_parameter() {
   fi
   value=$(printf '%s' "$BODY" | json_get Parameter.Value) || { LAST_ERROR="SSM answer has no Parameter.Value" && return 1; }
   printf -v "$1" '%s' "$value"
-}
-
-# autoscaling ACTION NAME=VALUE...: one EC2 Auto Scaling Query API call (API version 2011-01-01) with the instance
-# role, or the same call through the aws CLI (CLI-ARG=VALUE pairs follow the Query ones after a "--"). BODY gets the
-# XML answer (the CLI's text output).
-autoscaling() {
-  local action=$1 form code msg
-  local -a query=() cli=()
-  shift
-  while (($#)) && [[ $1 != -- ]]; do query+=("$1") && shift; done
-  (($#)) && shift
-  cli=("$@")
-  aws_signer
-  if ((!CURL_SIGNS)); then
-    aws_cli autoscaling "${cli[@]}"
-    return
-  fi
-  form_encode form "Action=$action" Version=2011-01-01 "${query[@]}"
-  aws_query autoscaling "" application/x-www-form-urlencoded "$form" || return 1
-  [[ $STATUS == 200 ]] && return 0
-  xml_text code Code || code=''
-  xml_text msg Message || msg=''
-  LAST_ERROR="Auto Scaling $action: HTTP $STATUS $code $msg"
-  return 1
 }
 
 # ec2_call ACTION NAME=VALUE...: one call of the EC2 Query API (form-encoded POST, API version 2016-11-15, signed by
