@@ -272,7 +272,7 @@ func TestAgentRefusesAnUnknownConfigKey(t *testing.T) {
 	}).run(t, agentPath, "join")
 	assert.Check(t, is.Equal(run.exitCode, 1))
 	assert.Check(t, is.Len(failedLines(run.stderr), 1), run.stderr)
-	assert.Check(t, is.Contains(run.stderr, `unknown field "poolNmae"`))
+	assert.Check(t, is.Contains(run.stderr, `unknown key "poolNmae"`))
 	assert.Check(t, is.Equal(aws.imds.Requests(), 0))
 }
 

@@ -4,11 +4,13 @@
 package nodeconfig
 
 import (
+	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"maps"
+	"reflect"
 	"slices"
 	"strings"
 	"time"
@@ -122,21 +124,66 @@ type Taint struct {
 	Effect string `json:"effect"`
 }
 
-// Decode reads a Node strictly: an unknown key, a second document or a missing value is an error that names its key.
+// Decode reads a Node strictly: an unknown key (in any case: encoding/json matches keys without regard to case), a
+// second document or a missing value is an error that names its key.
 func Decode(r io.Reader) (Node, error) {
 	dec := json.NewDecoder(r)
-	dec.DisallowUnknownFields()
-	var n Node
-	if err := dec.Decode(&n); err != nil {
+	var raw json.RawMessage
+	if err := dec.Decode(&raw); err != nil {
 		return Node{}, fmt.Errorf("node config: %w", err)
 	}
 	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
 		return Node{}, errors.New("node config: data after the JSON object")
 	}
+	if err := exactKeys(raw, reflect.TypeFor[Node](), ""); err != nil {
+		return Node{}, fmt.Errorf("node config: %w", err)
+	}
+	strict := json.NewDecoder(bytes.NewReader(raw))
+	strict.DisallowUnknownFields()
+	var n Node
+	if err := strict.Decode(&n); err != nil {
+		return Node{}, fmt.Errorf("node config: %w", err)
+	}
 	if err := n.Validate(); err != nil {
 		return Node{}, err
 	}
 	return n, nil
+}
+
+// exactKeys checks that every key of the objects in raw is a JSON name of t's fields, spelt exactly.
+func exactKeys(raw json.RawMessage, t reflect.Type, path string) error {
+	switch t.Kind() {
+	case reflect.Struct:
+		var obj map[string]json.RawMessage
+		if err := json.Unmarshal(raw, &obj); err != nil {
+			return nil // not an object: the typed decode says why
+		}
+		fields := map[string]reflect.Type{}
+		for f := range t.Fields() {
+			name, _, _ := strings.Cut(f.Tag.Get("json"), ",")
+			fields[name] = f.Type
+		}
+		for _, k := range slices.Sorted(maps.Keys(obj)) {
+			ft, ok := fields[k]
+			if !ok {
+				return fmt.Errorf("unknown key %q", path+k)
+			}
+			if err := exactKeys(obj[k], ft, path+k+"."); err != nil {
+				return err
+			}
+		}
+	case reflect.Slice:
+		var items []json.RawMessage
+		if json.Unmarshal(raw, &items) != nil {
+			return nil
+		}
+		for i, item := range items {
+			if err := exactKeys(item, t.Elem(), fmt.Sprintf("%s%d.", path, i)); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
 }
 
 // Encode writes n as the renderer puts it in user data: indented, keys in a fixed order, so the same config

@@ -15,6 +15,7 @@ func testNode() Node {
 		JoinTokenParameter: "/dynk8s/homelab/join-token", CRISocket: "unix:///var/run/crio/crio.sock",
 		Packages: []string{"kubelet-1.34.4"},
 		Join: Join{CACertHashes: []string{"sha256:b", "sha256:a"}, Labels: map[string]string{"dynk8s.io/pool": "spot"},
+			Taints:           []Taint{{Key: "k", Effect: "NoSchedule"}},
 			PatchesDirectory: "/etc/kubernetes/patches"},
 		Deadlines: DefaultDeadlines,
 	}
@@ -40,7 +41,9 @@ func TestDecodeIsStrict(t *testing.T) {
 	for name, c := range map[string]struct {
 		doc, want string
 	}{
-		"unknown key":    {strings.Replace(string(good), `"poolName"`, `"poolNmae"`, 1), `unknown field "poolNmae"`},
+		"unknown key":    {strings.Replace(string(good), `"poolName"`, `"poolNmae"`, 1), `unknown key "poolNmae"`},
+		"another case":   {strings.Replace(string(good), `"poolName"`, `"poolname"`, 1), `unknown key "poolname"`},
+		"nested":         {strings.Replace(string(good), `"effect"`, `"Effect"`, 1), `unknown key "join.taints.0.Effect"`},
 		"second object":  {string(good) + "{}", "data after the JSON object"},
 		"bad duration":   {strings.Replace(string(good), `"12m0s"`, `"12 minutes"`, 1), `time: unknown unit`},
 		"missing values": {`{"deadlines": {"join": "0s"}}`, "missing or invalid: apiServerEndpoint, clusterName, criSocket"},
@@ -58,7 +61,9 @@ func TestDecodeIsStrict(t *testing.T) {
 func TestJoinConfig(t *testing.T) {
 	id := Identity{InstanceID: "i-0123456789abcdef0", InstanceType: "m7g.large", Region: "eu-central-1",
 		Zone: "eu-central-1a", NodeIP: "10.100.1.23"}
-	jc := testNode().JoinConfig(id, "abcdef.0123456789abcdef", "/tmp/root")
+	n := testNode()
+	n.Join.Taints = nil
+	jc := n.JoinConfig(id, "abcdef.0123456789abcdef", "/tmp/root")
 	assert.DeepEqual(t, jc, JoinConfiguration{
 		APIVersion: "kubeadm.k8s.io/v1beta4", Kind: "JoinConfiguration",
 		Discovery: Discovery{BootstrapToken: BootstrapTokenDiscovery{APIServerEndpoint: "192.168.10.10:6443",
