@@ -6,6 +6,8 @@ import _ "embed"
 var (
 	//go:embed scripts/lib.sh
 	libSh string
+	//go:embed scripts/aws.sh
+	awsSh string
 	//go:embed scripts/wg-key.sh
 	wgKeySh string
 	//go:embed scripts/gateway-idle.sh
