@@ -2,7 +2,9 @@ package cloudinit
 
 import (
 	"bytes"
+	"crypto/sha256"
 	"encoding/json"
+	"fmt"
 	"net/url"
 	"os"
 	"os/exec"
@@ -113,7 +115,10 @@ func TestAgentJoins(t *testing.T) {
 	env := newAgentEnv(t, ud, aws, map[string]string{"STUB_KUBEADM_FAILURES": "1"}, nil)
 	run := env.run(t, agentPath, "join")
 	assert.Equal(t, run.exitCode, 0)
-	assert.Check(t, strings.HasPrefix(run.stderr, "dynk8s-join: dynk8s-node devel ("), "the first line names the version")
+	sum, err := os.ReadFile(builtAgent(t))
+	assert.NilError(t, err)
+	assert.Check(t, strings.HasPrefix(run.stderr, fmt.Sprintf("dynk8s-join: dynk8s-node devel (sha256 %x, ", sha256.Sum256(sum))),
+		"the first line names the version and the binary's hash")
 	for _, step := range []string{"read instance identity from IMDS: succeeded on attempt 3",
 		"read the join token from SSM parameter " + testTokenParameter + ": succeeded on attempt 2",
 		"reach the API server at ", "kubeadm join: succeeded on attempt 2"} {

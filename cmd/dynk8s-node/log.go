@@ -1,6 +1,8 @@
 package main
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
 	"fmt"
 	"io"
 	"os"
@@ -37,9 +39,25 @@ func (l *logger) Printf(format string, args ...any) {
 	defer l.mu.Unlock()
 	if !l.started {
 		l.started = true
-		l.line(fmt.Sprintf("dynk8s-node %s (%s, %s/%s)", version, runtime.Version(), runtime.GOOS, runtime.GOARCH))
+		l.line(fmt.Sprintf("dynk8s-node %s (sha256 %s, %s, %s/%s)", version, selfHash(), runtime.Version(), runtime.GOOS,
+			runtime.GOARCH))
 	}
 	l.line(msg)
+}
+
+// selfHash is the sha256 of the running binary: the reproducible build has no version of its own to print, and this
+// is the hash the user data pins (agent.env), so the log names exactly which agent ran.
+func selfHash() string {
+	f, err := os.Open("/proc/self/exe")
+	if err != nil {
+		return "unknown"
+	}
+	defer f.Close()
+	h := sha256.New()
+	if _, err := io.Copy(h, f); err != nil {
+		return "unknown"
+	}
+	return hex.EncodeToString(h.Sum(nil))
 }
 
 func (l *logger) line(msg string) {
