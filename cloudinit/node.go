@@ -111,7 +111,7 @@ var (
 	cniPluginDirs = []string{"/opt/cni/bin", "/usr/libexec/cni"}
 )
 
-// instanceIDRE is an EC2 instance id, as wake-gateway.sh checks it too.
+// instanceIDRE is an EC2 instance id, as the agent's wake-up checks it too.
 var instanceIDRE = regexp.MustCompile(`^i-[0-9a-f]{8}([0-9a-f]{9})?$`)
 
 // Node validates in and renders the node pool's cloud-config ("#cloud-config\n...").

@@ -121,7 +121,7 @@ func TestNodeRoundTrip(t *testing.T) {
 		{"systemctl", "start", "dynk8s-join.service"},
 		{"sh", "-c", "! systemctl is-failed --quiet dynk8s-onprem-routes.service dynk8s-join.service dynk8s-imds-lock.service " +
 			"dynk8s-agent.service"}})
-	assert.Check(t, is.Len(cc.Packages, 0), "packages are installed by join.sh, under its deadline")
+	assert.Check(t, is.Len(cc.Packages, 0), "packages are installed by the agent, under its deadline")
 	for id, r := range cc.YumRepos {
 		assert.Check(t, r.GPGCheck, "%s: gpgcheck off", id)
 		assert.Check(t, !r.Enabled, "%s: enabled globally; a dnf upgrade could move the pinned packages", id)
@@ -195,8 +195,8 @@ func TestNodeWithoutTaintsSaysSoExplicitly(t *testing.T) {
 	assert.Check(t, is.Contains(testJoinConfig(t, parseCloudConfig(t, ud)), "  taints: []\n"))
 }
 
-// TestNodeBootToleratesTheImage: the join unit runs nothing before join.sh, which logs what it does (a kernel
-// without br_netfilter, Fedora Cloud's minimal module set, or an unknown sysctl key is join.sh's to report, and the
+// TestNodeBootToleratesTheImage: the join unit runs nothing before the agent, which logs what it does (a kernel
+// without br_netfilter, Fedora Cloud's minimal module set, or an unknown sysctl key is the agent's to report, and the
 // timer's runs on a waiting warm instance must do nothing else); and NetworkManager leaves the CNI's interfaces
 // alone, or it can take their routes and links down, from this first boot on: runcmd has it read the drop-in
 // cloud-init wrote after it started, before the join.
@@ -206,7 +206,7 @@ func TestNodeBootToleratesTheImage(t *testing.T) {
 	assert.NilError(t, err)
 	cc := parseCloudConfig(t, ud)
 	unit := fileByPath(t, cc, "/etc/systemd/system/"+joinUnitName).Content
-	assert.Check(t, !strings.Contains(unit, "ExecStartPre"), "the join unit runs something before join.sh:\n%s", unit)
+	assert.Check(t, !strings.Contains(unit, "ExecStartPre"), "the join unit runs something before the agent:\n%s", unit)
 	reload := slices.IndexFunc(cc.RunCmd, func(c []string) bool {
 		return slices.Equal(c, []string{"systemctl", "try-reload-or-restart", "NetworkManager.service"})
 	})
@@ -411,7 +411,7 @@ func parseJoinConfig(t *testing.T, doc string) joinConfiguration {
 	return jc
 }
 
-// kubeadm itself validates the JoinConfiguration join.sh hands it (filled in as join.sh would). kubeadm is not a
+// kubeadm itself validates the JoinConfiguration the agent hands it (built as the agent builds it). kubeadm is not a
 // Debian package: hack/tools.sh builds it, and `make e2e` runs this test with it on PATH and
 // DYNK8S_REQUIRE_KUBEADM set, where a missing kubeadm fails; elsewhere it skips.
 func TestNodeJoinConfigurationPassesKubeadmValidate(t *testing.T) {

@@ -108,7 +108,7 @@ func orderingChain(after map[string][]string, unit, target string) []string {
 	return walk(unit)
 }
 
-// startedByTheJoin are the units the join unit starts and waits for while it runs: join.sh's `systemctl start
+// startedByTheJoin are the units the join unit starts and waits for while it runs: the agent's `systemctl start
 // crio.service` (and `enable --now`), and kubeadm join's kubelet-start phase, whose TryStartKubelet runs a blocking
 // `systemctl restart kubelet` (kubernetes/kubernetes cmd/kubeadm/app/phases/kubelet/kubelet.go; initsystem's
 // ServiceRestart has no --no-block). On a boot whose transaction holds a start job for such a unit (a warm pool's

@@ -24,8 +24,8 @@ const drainMarginSeconds = 60
 
 // LaunchHookName is the launch lifecycle hook of a pool with a warm pool. A launching instance waits in
 // Warmed:Pending:Wait (entering the warm pool) and again in Pending:Wait (entering service, from the warm pool or
-// launched directly when the pool is empty) until its boot completes the action for this hook (join.env
-// DYNK8S_LAUNCH_HOOK, set from LaunchHook), or the heartbeat ends and the default result, ABANDON, terminates it.
+// launched directly when the pool is empty) until its boot completes the action for this hook (node.json's
+// launchHook, set from LaunchHook), or the heartbeat ends and the default result, ABANDON, terminates it.
 // Without the hook the group would stop a warm instance as soon as it launched, in the middle of its preparation
 // (EC2 Auto Scaling User Guide, "Use lifecycle hooks with a warm pool in Auto Scaling group").
 const LaunchHookName = "dynk8s-launch"
@@ -176,7 +176,7 @@ func NewNodePool(ctx *pulumi.Context, name string, args *NodePoolArgs, opts ...p
 	// The group follows the template's newest version by number, not "$Latest": a new version then changes the
 	// group, so instances launched after `pulumi up` boot the new image and user data. A warm instance launched
 	// before keeps the old ones; its boot compares its version with the group's and hands itself back when older
-	// (cloudinit, join.sh).
+	// (cloudinit, the node agent).
 	version := lt.LatestVersion.ApplyT(strconv.Itoa).(pulumi.StringOutput)
 
 	var tags autoscaling.GroupTagArray

@@ -213,7 +213,7 @@ func WakeGatewayPolicy(instanceARN, clusterName, gatewayName string) PolicyDocum
 	}}}
 }
 
-// NodeLifecyclePolicy lets a node act on its own boot in its group (cloudinit's join.sh): complete the launch lifecycle
+// NodeLifecyclePolicy lets a node act on its own boot in its group (the node agent's join): complete the launch lifecycle
 // hook's action (CONTINUE once prepared or joined, ABANDON when it gives up) and mark itself Unhealthy when it gives
 // up without a hook, so the group replaces it at once. Both only on groups tagged as this cluster's, within
 // groupARNs (the stack's region and account); both support that scoping (the Service Authorization Reference for
