@@ -21,9 +21,9 @@ import (
 	"github.com/dynk8s/dynk8s/infra"
 )
 
-// s3 makes one S3 request to moto (path-style) and returns the answer. moto checks no signature: the
+// s3 makes one S3 request to moto (path-style) and returns the answer's headers. moto checks no signature: the
 // Authorization header only names the service and region, which moto dispatches and keys its state by.
-func (m *motoSSM) s3(t *testing.T, region, method, path string, body []byte) *http.Response {
+func (m *motoSSM) s3(t *testing.T, region, method, path string, body []byte) http.Header {
 	t.Helper()
 	req, err := http.NewRequest(method, m.url+path, bytes.NewReader(body))
 	if err != nil {
@@ -40,7 +40,7 @@ func (m *motoSSM) s3(t *testing.T, region, method, path string, body []byte) *ht
 	if resp.StatusCode != http.StatusOK {
 		t.Fatalf("S3 %s %s: HTTP %d: %s", method, path, resp.StatusCode, b)
 	}
-	return resp
+	return resp.Header
 }
 
 // putAgent does what the stack's agent bucket does: a versioned bucket, the binary under key; it returns the
@@ -51,7 +51,7 @@ func (m *motoSSM) putAgent(t *testing.T, region, bucket, key string, binary []by
 		"</LocationConstraint></CreateBucketConfiguration>"))
 	m.s3(t, region, http.MethodPut, "/"+bucket+"?versioning",
 		[]byte("<VersioningConfiguration><Status>Enabled</Status></VersioningConfiguration>"))
-	version := m.s3(t, region, http.MethodPut, "/"+bucket+"/"+key, binary).Header.Get("X-Amz-Version-Id")
+	version := m.s3(t, region, http.MethodPut, "/"+bucket+"/"+key, binary).Get("X-Amz-Version-Id")
 	if version == "" {
 		t.Fatal("S3 PutObject: no version id")
 	}
