@@ -105,7 +105,7 @@ func (j *boxJoin) newNode(t *testing.T, name string, inst boxInstance) *boxNode 
 		forwards: forwards,
 		endpoints: map[string]string{
 			"DYNK8S_SSM_ENDPOINT": j.moto.url, "DYNK8S_AUTOSCALING_ENDPOINT": j.autoscaling,
-			"DYNK8S_EC2_ENDPOINT": j.moto.url,
+			"DYNK8S_EC2_ENDPOINT": j.moto.url, "DYNK8S_S3_ENDPOINT": j.moto.url,
 		},
 	})
 	// The agent where the bootstrap installs it: the stack's bucket is not in the box (TestFetchAgent proves the

@@ -70,7 +70,6 @@ func NewStack(ctx *pulumi.Context, cfg *config.Config, agent AgentFiles) (*Stack
 	if err != nil {
 		return nil, err
 	}
-	gatewayArch := types[cfg.Gateway.InstanceType].Arch
 	var poolArches []kube.Arch
 	for _, pool := range cfg.NodePools {
 		poolArches = append(poolArches, pool.Arch)
@@ -145,7 +144,7 @@ func NewStack(ctx *pulumi.Context, cfg *config.Config, agent AgentFiles) (*Stack
 	if err != nil {
 		return nil, fmt.Errorf("wireguard gateway: %w", err)
 	}
-	gatewayImage, err := FedoraImage(cfg.Fedora.Release, gatewayArch, cfg.Region)
+	gatewayImage, err := FedoraImage(cfg.Fedora.Release, types[cfg.Gateway.InstanceType].Arch, cfg.Region)
 	if err != nil {
 		return nil, fmt.Errorf("wireguard gateway: image: %w", err)
 	}
