@@ -6,8 +6,11 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"sync"
 	"testing"
+
+	"github.com/dynk8s/dynk8s/cloudinit"
 )
 
 // The node agent (cmd/dynk8s-node), built once per test binary: the joins run it as the join unit does, and the
@@ -39,4 +42,16 @@ func builtAgent(t *testing.T) string {
 		t.Fatalf("go build ./cmd/dynk8s-node: %v\n%s", agentBuild.err, agentBuild.out)
 	}
 	return agentBuild.path
+}
+
+// hasBootstrap says whether userData installs the agent itself (dynk8s-agent.service).
+func hasBootstrap(t *testing.T, userData []byte) bool {
+	t.Helper()
+	files, err := cloudinit.Files(userData)
+	if err != nil {
+		t.Fatalf("user data: %v", err)
+	}
+	return slices.ContainsFunc(files, func(f cloudinit.File) bool {
+		return f.Path == "/etc/systemd/system/dynk8s-agent.service"
+	})
 }

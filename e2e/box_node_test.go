@@ -108,9 +108,11 @@ func (j *boxJoin) newNode(t *testing.T, name string, inst boxInstance) *boxNode 
 			"DYNK8S_EC2_ENDPOINT": j.moto.url, "DYNK8S_S3_ENDPOINT": j.moto.url,
 		},
 	})
-	// The agent where the bootstrap installs it: the stack's bucket is not in the box (TestFetchAgent proves the
-	// download), so the pool's user data renders no bootstrap here.
-	b.binds = append(b.binds, "--bind-ro="+builtAgent(t)+":"+agentPath)
+	// User data without the bootstrap (no bucket here: TestBoxNodeInstallsTheAgent has one) gets the agent where the
+	// bootstrap would install it.
+	if !hasBootstrap(t, j.userData) {
+		b.binds = append(b.binds, "--bind-ro="+builtAgent(t)+":"+agentPath)
+	}
 	t.Cleanup(func() {
 		if name, err := findNode(context.Background(), j.c, inst.providerID()); err == nil && name != "" {
 			_, _ = j.c.kubectl(context.Background(), "delete", "node", name, "--wait=false")
