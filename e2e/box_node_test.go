@@ -279,11 +279,17 @@ func (n *boxNode) timeline(ctx context.Context, t *testing.T) (result, mode stri
 	}
 	var tl struct {
 		Result, Mode string
-		Phases       []struct{ Name string }
+		TotalSeconds float64
+		Phases       []struct {
+			Name    string
+			Seconds float64
+		}
 	}
 	if err := json.Unmarshal([]byte(out), &tl); err != nil {
 		t.Fatalf("timeline.json does not parse: %v: %s", err, out)
 	}
+	// For the record: where a boot's time goes, as the runbook reads it.
+	t.Logf("timeline: result=%s mode=%s total=%.1fs phases=%+v", tl.Result, tl.Mode, tl.TotalSeconds, tl.Phases)
 	if len(tl.Phases) == 0 {
 		t.Errorf("timeline.json has no phases: %s", out)
 	}
