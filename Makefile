@@ -56,9 +56,11 @@ lint: tools
 unit:
 	DYNK8S_REQUIRE_TOOLS=1 $(GO) test -count=1 ./...
 
-## build: the program binary Pulumi runs (Pulumi.yaml: runtime.options.binary); build it before preview or up.
+## build: the program Pulumi runs (Pulumi.yaml: runtime.options.binary) and the node agent it uploads, reproducibly.
+# The agent: build/agent/dynk8s-node-linux-{amd64,arm64} (hack/build-agent.sh). Build before preview or up.
 build:
 	$(GO) build -trimpath -o build/dynk8s .
+	GO=$(GO) hack/build-agent.sh build/agent
 
 STACK ?= dev
 ## preview, up: build, then run Pulumi on STACK (default dev).

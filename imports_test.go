@@ -24,11 +24,16 @@ var importRules = map[string][]string{
 	module + "/internal/timeline": {module + "/internal/mockcloud", module + "/internal/plan"},
 	// The reference generator reads the config types' source; it needs the config package only for its namespace.
 	module + "/internal/configdoc": {"github.com/pulumi/", module + "/infra/addons"},
+	// The node agent is one small static binary: its config type and the AWS SDK, nothing of the stack.
+	module + "/internal/nodeconfig": {"github.com/pulumi/", module + "/"},
+	module + "/cmd/dynk8s-node":     {"github.com/pulumi/", module + "/", "k8s.io/"},
 }
 
-// exempt are allowed although a rule's prefix matches them: infra/addons takes the config types.
+// exempt are allowed although a rule's prefix matches them: infra/addons takes the config types, the node agent
+// its own.
 var exempt = map[string][]string{
-	module + "/infra/addons": {module + "/infra/config"},
+	module + "/infra/addons":    {module + "/infra/config"},
+	module + "/cmd/dynk8s-node": {module + "/internal/nodeconfig"},
 }
 
 // TestImportRules reads every package's transitive imports with `go list -deps` and checks them against

@@ -205,6 +205,7 @@ func Gateway(in GatewayInput) ([]byte, error) {
 			{Path: libexecDir + "/gateway-packages.sh", Content: forUserData(gatewayPackagesSh), Permissions: "0755"},
 			{Path: libexecDir + "/wg-key.sh", Content: forUserData(wgKeySh), Permissions: "0755"},
 			{Path: libexecDir + "/lib.sh", Content: forUserData(libSh), Permissions: "0644"},
+			{Path: libexecDir + "/aws.sh", Content: forUserData(awsSh), Permissions: "0644"},
 		},
 		// The packages unit, enabled, installs what is missing (retrying) and then enables and starts the tunnel,
 		// which so comes back by itself after a reboot or an EC2 auto-recovery. `enable --now` blocks and is runcmd's

@@ -17,7 +17,7 @@ import (
 
 // The node's host settings beyond the join itself: what kubeadm patches into the kubelet's configuration, the
 // routes and DNS toward on-prem, and the lockdown of the instance metadata service before any kubelet runs. Each is a
-// file of its own and, where something must run, a unit and a script of its own, so join.sh stays about the join.
+// file of its own and, where something must run, a unit and a script of its own, so the agent's join stays about the join.
 
 // HostInput are the node's network and metadata settings; plain and public, like the rest of NodeInput.
 type HostInput struct {
@@ -201,10 +201,10 @@ func routesUnit() unitFile {
 }
 
 // imdsUnit loads the metadata lockdown. Nothing enables it: the kubelet requires it (kubeletNeedsLock), so every
-// start of the kubelet, at a boot or by kubeadm join, loads it first or fails, and join.sh starts it before kubeadm
+// start of the kubelet, at a boot or by kubeadm join, loads it first or fails, and the agent's join starts it before kubeadm
 // join on every path that joins (a cold boot, a Stopped warm instance's boot into service, a Running or Hibernated
 // one's timer) so that a failure stops the join with its reason. Everything before the kubelet runs as root, which
-// the lockdown lets through (join.sh, dnf, CRI-O's pulls, the gateway wake-up). It is ordered after nothing but
+// the lockdown lets through (the agent, dnf, CRI-O's pulls, the gateway wake-up). It is ordered after nothing but
 // systemd's defaults: on a boot that starts the join with kubelet already enabled (a Stopped warm instance entering
 // service), a lock ordered after the join would hold kubelet's start job, and kubeadm's blocking restart of the
 // kubelet with it (TestNodeUnitsNeverOrderWhatTheJoinStartsAfterTheJoin).

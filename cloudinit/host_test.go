@@ -1,6 +1,7 @@
 package cloudinit
 
 import (
+	"github.com/dynk8s/dynk8s/internal/fakeimds"
 	"net/netip"
 	"os"
 	"os/exec"
@@ -32,11 +33,11 @@ func TestNodeCRIOSELinuxIsExplicit(t *testing.T) {
 }
 
 // The kubelet's resolvConf is the node's own decision, not the cluster's kubelet-config: kubeadm join patches it in
-// from the directory the JoinConfiguration names, and join.sh points that directory under its root like every other
+// from the directory the JoinConfiguration names, and the agent points that directory under its root like every other
 // path (the real kubeadm applies it in the e2e TestKubeletJoin).
 func TestNodeKubeletPatchSetsResolvConf(t *testing.T) {
 	t.Parallel()
-	ud, aws := joinFixture(t, 0)
+	ud, aws := agentFixture(t, 0, nil, fakeimds.Instance{})
 	cc := parseCloudConfig(t, ud)
 	patch := fileByPath(t, cc, "/etc/kubernetes/patches/kubeletconfiguration+merge.yaml")
 	var p map[string]any
@@ -45,7 +46,7 @@ func TestNodeKubeletPatchSetsResolvConf(t *testing.T) {
 	assert.Check(t, is.DeepEqual(p, map[string]any{"resolvConf": "/run/systemd/resolve/resolv.conf",
 		"serializeImagePulls": false, "maxParallelImagePulls": float64(4)}))
 
-	run := runScript(t, ud, joinScript, aws, nil, nil)
+	run := newAgentEnv(t, ud, aws, nil, nil).run(t, agentPath, "join")
 	assert.Equal(t, run.exitCode, 0)
 	jc := parseJoinConfig(t, run.file("join-config.yaml"))
 	assert.Check(t, is.Equal(jc.Patches.Directory, filepath.Join(run.root, "etc/kubernetes/patches")))
@@ -67,11 +68,13 @@ func TestNodeHostStepsAroundTheJoin(t *testing.T) {
 	assert.NilError(t, err)
 	assert.Check(t, is.DeepEqual(parseCloudConfig(t, general).RunCmd, [][]string{
 		{"systemctl", "daemon-reload"},
-		{"systemctl", "enable", "dynk8s-onprem-routes.service", "dynk8s-join.service"},
+		{"systemctl", "enable", "dynk8s-onprem-routes.service", "dynk8s-join.service", "dynk8s-agent.service"},
 		{"systemctl", "start", "dynk8s-onprem-routes.service"},
 		{"systemctl", "try-reload-or-restart", "NetworkManager.service"},
+		{"systemctl", "start", "dynk8s-agent.service"},
 		{"systemctl", "start", "dynk8s-join.service"},
-		{"sh", "-c", "! systemctl is-failed --quiet dynk8s-onprem-routes.service dynk8s-join.service dynk8s-imds-lock.service"},
+		{"sh", "-c", "! systemctl is-failed --quiet dynk8s-onprem-routes.service dynk8s-join.service dynk8s-imds-lock.service " +
+			"dynk8s-agent.service"},
 	}))
 	spot, err := Node(spotPool())
 	assert.NilError(t, err)

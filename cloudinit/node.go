@@ -8,10 +8,10 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-
-	"sigs.k8s.io/yaml"
+	"time"
 
 	"github.com/dynk8s/dynk8s/internal/kube"
+	"github.com/dynk8s/dynk8s/internal/nodeconfig"
 )
 
 // NodeInput is everything a node pool's user data depends on. All values are plain and public: nothing secret.
@@ -36,6 +36,9 @@ type NodeInput struct {
 	// heartbeat timeout must be at least LaunchHookMinHeartbeat.
 	LaunchHook string
 	Host       HostInput // the node's network and metadata settings (host.go)
+	// Agent is where the boot installs the node agent from (agent.go). The stack always sets it; nil renders no
+	// bootstrap (the real-engine tests that render a pool's user data without a bucket).
+	Agent *Agent
 }
 
 // LaunchHookMinHeartbeat is the shortest heartbeat a launch lifecycle hook may have: the boot completes the action
@@ -44,37 +47,15 @@ const LaunchHookMinHeartbeat = kube.JoinTimeout
 
 // Where the node's files go. The scripts derive the same paths (under DYNK8S_ROOT in tests).
 const (
-	libexecDir       = "/usr/local/libexec/dynk8s"
-	joinEnvPath      = "/etc/dynk8s/join.env"
-	joinTemplatePath = "/etc/dynk8s/kubeadm-join.yaml.tmpl"
-	joinUnitName     = "dynk8s-join.service"
-	joinTimerName    = "dynk8s-join.timer"
-	criSocket        = "unix:///var/run/crio/crio.sock"
-)
-
-// Placeholders in the JoinConfiguration template, for what only the instance knows at boot; join.sh checks each
-// value against a strict pattern before it substitutes it.
-const (
-	phToken        = "@@TOKEN@@"
-	phNodeIP       = "@@NODE_IP@@"
-	phInstanceID   = "@@INSTANCE_ID@@"
-	phInstanceType = "@@INSTANCE_TYPE@@"
-	phRegion       = "@@REGION@@"
-	phZone         = "@@ZONE@@"
-	// phRoot is join.sh's DYNK8S_ROOT: empty on a node, a test's temp root elsewhere.
-	phRoot = "@@DYNK8S_ROOT@@"
+	libexecDir    = "/usr/local/libexec/dynk8s"
+	agentBinary   = "/usr/local/bin/dynk8s-node"
+	joinUnitName  = "dynk8s-join.service"
+	joinTimerName = "dynk8s-join.timer"
+	criSocket     = "unix:///var/run/crio/crio.sock"
 )
 
 // lifecycleHookRE is the EC2 Auto Scaling API's pattern for LifecycleHookName (API reference, PutLifecycleHook).
 var lifecycleHookRE = regexp.MustCompile(`^[A-Za-z0-9_/-]{1,255}$`)
-
-// bootLabelValues are the placeholders join.sh fills from IMDS for the labels the boot sets (kube.SetByBoot, the
-// one list of them).
-var bootLabelValues = map[string]string{
-	kube.LabelZone:         phZone,
-	kube.LabelRegion:       phRegion,
-	kube.LabelInstanceType: phInstanceType,
-}
 
 // Upstream rpm repositories for one Kubernetes minor, both gpg-checked against the repository's own key.
 //   - Kubernetes (kubelet, kubeadm, cri-tools, kubernetes-cni): https://pkgs.k8s.io/core:/stable:/v1.NN/rpm/, key
@@ -83,7 +64,7 @@ var bootLabelValues = map[string]string{
 //   - CRI-O: https://download.opensuse.org/repositories/isv:/cri-o:/stable:/v<stream>/rpm/, same key layout
 //     (cri-o/packaging README, "Add the CRI-O repository", 2026; the streams moved there from pkgs.k8s.io/addons).
 //
-// They are written disabled: join.sh enables them for its one dnf transaction only, so a later `dnf upgrade` cannot
+// They are written disabled: the agent enables them for its one dnf transaction only, so a later `dnf upgrade` cannot
 // move the node off its pinned versions. Their priority (1, against Fedora's default 99) keeps a package of the same
 // name in Fedora's repositories (cri-o, cri-tools) from ever winning on version in that transaction, with dnf4 and
 // dnf5 alike.
@@ -98,7 +79,7 @@ const (
 
 // systemPackages are dependencies that come from Fedora rather than the upstream repos: CRI-O needs iptables and, on
 // SELinux-enforcing Fedora, container-selinux (cri-o/packaging installs it first); the metadata lockdown runs nft
-// (imds-lock.sh), which nothing else pulls in. join.sh installs those the image lacks (rpm -q) in the same dnf
+// (imds-lock.sh), which nothing else pulls in. the agent installs those the image lacks (rpm -q) in the same dnf
 // transaction as the upstream packages, from Fedora's release repository (systemRepos) alone: the stack boots the
 // release's GA image (infra/ami.go), whose packages that repository matches, so nothing drags in an update such as
 // a newer selinux-policy (container-selinux requires selinux-policy >= the one it was built against), and dnf reads
@@ -121,7 +102,7 @@ var (
 	cniPluginDirs = []string{"/opt/cni/bin", "/usr/libexec/cni"}
 )
 
-// instanceIDRE is an EC2 instance id, as wake-gateway.sh checks it too.
+// instanceIDRE is an EC2 instance id, as the agent's wake-up checks it too.
 var instanceIDRE = regexp.MustCompile(`^i-[0-9a-f]{8}([0-9a-f]{9})?$`)
 
 // Node validates in and renders the node pool's cloud-config ("#cloud-config\n...").
@@ -130,26 +111,7 @@ func Node(in NodeInput) ([]byte, error) {
 	if err != nil {
 		return nil, err
 	}
-	tmpl, err := joinTemplate(in)
-	if err != nil {
-		return nil, fmt.Errorf("node pool %q: %w", in.PoolName, err)
-	}
-	env, err := envFile("join.sh", map[string]string{
-		"DYNK8S_API_SERVER_ENDPOINT":  in.APIServerEndpoint,
-		"DYNK8S_CLUSTER_NAME":         in.ClusterName,
-		"DYNK8S_GATEWAY_INSTANCE_ID":  in.GatewayInstanceID,
-		"DYNK8S_CRI_SOCKET":           criSocket,
-		"DYNK8S_JOIN_TOKEN_PARAMETER": in.JoinTokenParameter,
-		"DYNK8S_KERNEL_MODULES":       strings.Join(kernelModules, ","),
-		"DYNK8S_LAUNCH_HOOK":          in.LaunchHook,
-		"DYNK8S_PACKAGES":             strings.Join(nodePackages(in.KubernetesVersion, minor), ","),
-		"DYNK8S_POOL_NAME":            in.PoolName,
-		"DYNK8S_PREPULL_IMAGES":       strings.Join(prePullImages(in, minor), ","),
-		"DYNK8S_REPOS":                kubernetesRepoID + "," + crioRepoID,
-		"DYNK8S_SYSTEM_PACKAGES":      strings.Join(systemPackages, ","),
-		"DYNK8S_SYSTEM_REPOS":         strings.Join(systemRepos, ","),
-		"DYNK8S_UPDATE_REPOS":         strings.Join(updateRepos, ","),
-	})
+	cfg, err := nodeConfig(in, minor).Encode()
 	if err != nil {
 		return nil, fmt.Errorf("node pool %q: %w", in.PoolName, err)
 	}
@@ -176,21 +138,19 @@ func Node(in NodeInput) ([]byte, error) {
 		},
 		WriteFiles: []writeFile{
 			{Path: "/etc/crio/crio.conf.d/90-dynk8s.conf", Content: crioConf, Permissions: "0644"},
-			{Path: joinEnvPath, Content: env, Permissions: "0644"},
-			{Path: joinTemplatePath, Content: tmpl, Permissions: "0644"},
+			{Path: nodeconfig.Path, Content: string(cfg), Permissions: "0644"},
 			{Path: "/etc/modules-load.d/dynk8s.conf", Content: strings.Join(kernelModules, "\n") + "\n", Permissions: "0644"},
 			{Path: "/etc/sysctl.d/90-dynk8s.conf", Content: sysctlFile(nodeSysctls), Permissions: "0644"},
 			{Path: "/etc/systemd/system/" + joinUnitName, Content: unit, Permissions: "0644"},
 			// Fedora Cloud swaps to zram, and the kubelet refuses to start with swap on. A zram-generator.conf with no
-			// [zram*] section creates no device from the next boot on; join.sh turns this boot's swap off before it
+			// [zram*] section creates no device from the next boot on; the agent turns this boot's swap off before it
 			// joins (not while it prepares: a warm pool's hibernation needs swap).
 			{Path: "/etc/systemd/zram-generator.conf", Content: "", Permissions: "0644"},
 			// NetworkManager (Fedora Cloud's network stack) must leave the CNI's interfaces alone, or it can take
 			// their routes or links down (Calico's and Cilium's docs ask for the same).
 			{Path: "/etc/NetworkManager/conf.d/90-dynk8s-cni.conf", Content: networkManagerCNI(), Permissions: "0644"},
-			{Path: libexecDir + "/join.sh", Content: forUserData(joinSh), Permissions: "0755"},
+			// The host's scripts (onprem-routes.sh, imds-lock.sh) share it.
 			{Path: libexecDir + "/lib.sh", Content: forUserData(libSh), Permissions: "0644"},
-			{Path: libexecDir + "/wake-gateway.sh", Content: forUserData(wakeGatewaySh), Permissions: "0755"},
 		},
 	}
 	host, err := hostConfig(in.Host)
@@ -199,6 +159,16 @@ func Node(in NodeInput) ([]byte, error) {
 	}
 	cc.WriteFiles = append(cc.WriteFiles, host.files...)
 	enable := slices.Concat(host.enable, []string{joinUnitName})
+	var startAgent [][]string
+	failedUnits := []string{routesUnitName, joinUnitName, imdsUnitName}
+	if in.Agent != nil {
+		if err := addAgent(&cc, *in.Agent); err != nil {
+			return nil, fmt.Errorf("node pool %q: %w", in.PoolName, err)
+		}
+		enable = append(enable, agentUnitName)
+		startAgent = [][]string{{"systemctl", "start", agentUnitName}}
+		failedUnits = append(failedUnits, agentUnitName)
+	}
 	var startTimer [][]string
 	if in.LaunchHook != "" {
 		// A warm pool's instance waiting Running or Hibernated enters service without booting: the timer runs the
@@ -210,7 +180,7 @@ func Node(in NodeInput) ([]byte, error) {
 		cc.WriteFiles = append(cc.WriteFiles, writeFile{Path: "/etc/systemd/system/" + joinTimerName, Content: timer,
 			Permissions: "0644"})
 		enable = append(enable, joinTimerName)
-		// Started before the join: a successful join stops and disables it (join.sh), and nothing may start it again
+		// Started before the join: a successful join stops and disables it (the agent), and nothing may start it again
 		// after that. Its clock runs from the join unit's first deactivation (OnUnitInactiveSec).
 		startTimer = [][]string{{"systemctl", "start", joinTimerName}}
 	}
@@ -222,10 +192,11 @@ func Node(in NodeInput) ([]byte, error) {
 	cc.RunCmd = slices.Concat(
 		[][]string{{"systemctl", "daemon-reload"}, append([]string{"systemctl", "enable"}, enable...)},
 		host.beforeJoin,
+		startAgent,
 		startTimer,
 		[][]string{
 			{"systemctl", "start", joinUnitName},
-			runcmdFailsOnFailedUnits(routesUnitName, joinUnitName, imdsUnitName),
+			runcmdFailsOnFailedUnits(failedUnits...),
 		})
 	out, err := cc.marshal()
 	if err != nil {
@@ -304,23 +275,27 @@ func upstreamRepo(name, base, stream string) yumRepo {
 }
 
 func joinUnit(in NodeInput) unitFile {
+	unit := []unitEntry{
+		{"Description", fmt.Sprintf("dynk8s: join this node (pool %s) to cluster %s", in.PoolName, in.ClusterName)},
+		{"Wants", "network-online.target"},
+		{"After", "network-online.target"},
+	}
+	if in.Agent != nil {
+		// The bootstrap installs the agent, hash-pinned; the join never runs an agent it did not check.
+		unit = append(unit, unitEntry{"Requires", agentUnitName}, unitEntry{"After", agentUnitName})
+	}
 	return unitFile{
-		{Name: "Unit", Entries: []unitEntry{
-			{"Description", fmt.Sprintf("dynk8s: join this node (pool %s) to cluster %s", in.PoolName, in.ClusterName)},
-			{"Wants", "network-online.target"},
-			{"After", "network-online.target"},
-			{"ConditionPathExists", "!/etc/kubernetes/kubelet.conf"},
-		}},
+		{Name: "Unit", Entries: append(unit, unitEntry{"ConditionPathExists", "!/etc/kubernetes/kubelet.conf"})},
 		{Name: "Service", Entries: []unitEntry{
 			{"Type", "oneshot"},
 			// No ExecStartPre: the modules, sysctls and swap that the files cloud-init wrote (after systemd loaded
-			// modules and sysctls at this first boot) call for are join.sh's, after its check that a warm instance
+			// modules and sysctls at this first boot) call for are the agent's, after its check that a warm instance
 			// still waits, so the timer's runs every 15 s on a waiting instance do nothing else.
-			{"ExecStart", libexecDir + "/join.sh"},
+			{"ExecStart", agentBinary + " join --config " + nodeconfig.Path},
 			{"StandardOutput", "journal+console"},
 			{"StandardError", "journal+console"},
 			{"SyslogIdentifier", "dynk8s-join"},
-			{"TimeoutStartSec", strconv.Itoa(int(kube.JoinTimeout.Minutes())) + "min"},
+			{"TimeoutStartSec", strconv.Itoa(int(nodeconfig.DefaultDeadlines.UnitTimeout()/time.Second)) + "s"},
 		}},
 		{Name: "Install", Entries: []unitEntry{
 			{"WantedBy", "multi-user.target"},
@@ -346,98 +321,54 @@ func joinTimer() unitFile {
 	}
 }
 
-// joinConfiguration is the subset of kubeadm.k8s.io/v1beta4 JoinConfiguration dynk8s writes (field names and JSON
-// tags as in cmd/kubeadm/app/apis/kubeadm/v1beta4/types.go).
-type joinConfiguration struct {
-	APIVersion       string           `json:"apiVersion"`
-	Kind             string           `json:"kind"`
-	Discovery        discovery        `json:"discovery"`
-	NodeRegistration nodeRegistration `json:"nodeRegistration"`
-	Patches          kubeadmPatches   `json:"patches"`
-}
+// The JoinConfiguration's types are the agent's (internal/nodeconfig): the renderer writes the same document the
+// agent marshals at boot.
+type (
+	joinConfiguration       = nodeconfig.JoinConfiguration
+	kubeadmPatches          = nodeconfig.Patches
+	discovery               = nodeconfig.Discovery
+	bootstrapTokenDiscovery = nodeconfig.BootstrapTokenDiscovery
+	nodeRegistration        = nodeconfig.NodeRegistration
+	kubeletArg              = nodeconfig.KubeletArg
+)
 
-type kubeadmPatches struct {
-	// Directory holds kubeadm patch files, "target[suffix][+patchtype].extension".
-	Directory string `json:"directory"`
-}
-
-type discovery struct {
-	BootstrapToken bootstrapTokenDiscovery `json:"bootstrapToken"`
-}
-
-type bootstrapTokenDiscovery struct {
-	APIServerEndpoint string   `json:"apiServerEndpoint"`
-	CACertHashes      []string `json:"caCertHashes"`
-	Token             string   `json:"token"`
-}
-
-type nodeRegistration struct {
-	// Name is the Node's name and its kubelet's identity (system:node:<name>): the instance id, which the CSR
-	// approver finds in EC2, rather than the hostname, which the image and the VPC's DNS settings decide.
-	Name      string `json:"name"`
-	CRISocket string `json:"criSocket"`
-	// KubeletExtraArgs is a list of {name, value} in v1beta4 (a map in v1beta3).
-	KubeletExtraArgs []kubeletArg `json:"kubeletExtraArgs"`
-	// Taints is always a list: for a worker, kubeadm treats nil and [] alike, and [] says "none" plainly.
-	Taints []kube.Taint `json:"taints"`
-}
-
-type kubeletArg struct {
-	Name  string `json:"name"`
-	Value string `json:"value"`
-}
-
-// joinTemplate renders the JoinConfiguration with placeholders for the token and the instance's identity.
-func joinTemplate(in NodeInput) (string, error) {
-	labels := maps.Clone(in.Labels)
-	if labels == nil {
-		labels = map[string]string{}
-	}
-	for _, k := range kube.SetByBoot() {
-		v, ok := bootLabelValues[k]
-		if !ok {
-			return "", fmt.Errorf("label %s: the boot has no value for it", k)
-		}
-		labels[k] = v
-	}
-	keys := slices.Sorted(maps.Keys(labels))
-	pairs := make([]string, len(keys))
-	for i, k := range keys {
-		pairs[i] = k + "=" + labels[k]
-	}
-
-	hashes := slices.Sorted(slices.Values(in.CACertHashes))
-
-	taints := kube.SortedTaints(in.Taints)
-	if taints == nil {
-		taints = []kube.Taint{}
-	}
-	jc := joinConfiguration{
-		APIVersion: "kubeadm.k8s.io/v1beta4",
-		Kind:       "JoinConfiguration",
-		Discovery: discovery{BootstrapToken: bootstrapTokenDiscovery{
-			APIServerEndpoint: in.APIServerEndpoint,
-			CACertHashes:      hashes,
-			Token:             phToken,
-		}},
-		NodeRegistration: nodeRegistration{
-			Name:      phInstanceID,
-			CRISocket: criSocket,
-			KubeletExtraArgs: []kubeletArg{
-				{Name: "node-ip", Value: phNodeIP},
-				{Name: "node-labels", Value: strings.Join(pairs, ",")},
-				// The Cluster Autoscaler maps nodes to ASG instances by this ID; no cloud provider sets it here.
-				{Name: "provider-id", Value: "aws:///" + phZone + "/" + phInstanceID},
-			},
-			Taints: taints,
-		},
-		Patches: kubeadmPatches{Directory: phRoot + kubeadmPatchDir},
-	}
-	b, err := yaml.Marshal(jc)
+// NodeConfig validates in and returns the node's configuration as the agent reads it (/etc/dynk8s/node.json).
+func NodeConfig(in NodeInput) (nodeconfig.Node, error) {
+	minor, err := in.validate()
 	if err != nil {
-		return "", fmt.Errorf("JoinConfiguration: %w", err)
+		return nodeconfig.Node{}, err
 	}
-	return string(b), nil
+	return nodeConfig(in, minor), nil
+}
+
+func nodeConfig(in NodeInput, minor kube.Minor) nodeconfig.Node {
+	taints := make([]nodeconfig.Taint, 0, len(in.Taints))
+	for _, t := range kube.SortedTaints(in.Taints) {
+		taints = append(taints, nodeconfig.Taint{Key: t.Key, Value: t.Value, Effect: string(t.Effect)})
+	}
+	return nodeconfig.Node{
+		ClusterName:        in.ClusterName,
+		PoolName:           in.PoolName,
+		APIServerEndpoint:  in.APIServerEndpoint,
+		JoinTokenParameter: in.JoinTokenParameter,
+		GatewayInstanceID:  in.GatewayInstanceID,
+		LaunchHook:         in.LaunchHook,
+		CRISocket:          criSocket,
+		KernelModules:      kernelModules,
+		Packages:           nodePackages(in.KubernetesVersion, minor),
+		Repos:              []string{kubernetesRepoID, crioRepoID},
+		SystemPackages:     systemPackages,
+		SystemRepos:        systemRepos,
+		UpdateRepos:        updateRepos,
+		PrePullImages:      prePullImages(in, minor),
+		Join: nodeconfig.Join{
+			CACertHashes:     slices.Sorted(slices.Values(in.CACertHashes)),
+			Labels:           maps.Clone(in.Labels),
+			Taints:           taints,
+			PatchesDirectory: kubeadmPatchDir,
+		},
+		Deadlines: nodeconfig.DefaultDeadlines,
+	}
 }
 
 // validate checks every field and reports all problems at once; it returns the Kubernetes minor's facts.
@@ -497,6 +428,9 @@ func (in NodeInput) validate() (kube.Minor, error) {
 		e.add("LaunchHook", fmt.Errorf("%q is not a lifecycle hook name (1-255 of [A-Za-z0-9_/-])", in.LaunchHook))
 	}
 	in.Host.validate(&e)
+	if in.Agent != nil {
+		in.Agent.validate(&e)
+	}
 	if err := e.join("node user data"); err != nil {
 		return kube.Minor{}, err
 	}

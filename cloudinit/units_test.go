@@ -108,7 +108,7 @@ func orderingChain(after map[string][]string, unit, target string) []string {
 	return walk(unit)
 }
 
-// startedByTheJoin are the units the join unit starts and waits for while it runs: join.sh's `systemctl start
+// startedByTheJoin are the units the join unit starts and waits for while it runs: the agent's `systemctl start
 // crio.service` (and `enable --now`), and kubeadm join's kubelet-start phase, whose TryStartKubelet runs a blocking
 // `systemctl restart kubelet` (kubernetes/kubernetes cmd/kubeadm/app/phases/kubelet/kubelet.go; initsystem's
 // ServiceRestart has no --no-block). On a boot whose transaction holds a start job for such a unit (a warm pool's
@@ -169,7 +169,8 @@ func renderedNodeUserData(t *testing.T) map[string][]byte {
 // kubelet's unit runs the kubelet; wireguard-tools' wg-quick@.service runs wg-quick, wg and bash). The verify root
 // gets an executable placeholder at each of these paths, and only at these, with /bin a link to usr/bin as on
 // Fedora (merged /usr): a unit naming any other path outside the user data fails the check.
-var fedoraCommands = []string{"/usr/bin/kubelet", "/usr/bin/wg-quick", "/usr/bin/wg", "/usr/bin/bash"}
+// The agent is among them: the bootstrap installs it at boot.
+var fedoraCommands = []string{"/usr/bin/kubelet", "/usr/bin/wg-quick", "/usr/bin/wg", "/usr/bin/bash", agentBinary}
 
 // kubeletPackageUnit is the unit the kubelet package installs (kubernetes/release,
 // cmd/krel/templates/latest/kubelet/kubelet.service), which the node's drop-in extends.
@@ -229,9 +230,9 @@ func TestSystemdAnalyzeVerifyRejectsBadUnits(t *testing.T) {
 	ud, err := Node(generalPool())
 	assert.NilError(t, err)
 	root := verifyRoot(t, ud)
-	assert.NilError(t, os.Chmod(filepath.Join(root, libexecDir, "join.sh"), 0o644))
+	assert.NilError(t, os.Chmod(filepath.Join(root, agentBinary), 0o644))
 	out, err := exec.Command(sa, "verify", "--man=no", "--root="+root, joinUnitName).CombinedOutput()
-	assert.Assert(t, err != nil, "verify accepted a join.sh that is not executable: %s", out)
+	assert.Assert(t, err != nil, "verify accepted an agent that is not executable: %s", out)
 	assert.Check(t, is.Contains(string(out), "is not executable"))
 
 	unit := filepath.Join(root, unitDir, routesUnitName)

@@ -107,10 +107,10 @@ func TestNodeCSRApprover(t *testing.T) {
 	start := time.Now()
 	run := n.join(ctx, t, 90)
 	if run.err != nil {
-		t.Fatalf("join.sh: %v\n%s\nkubelet log:\n%s\napprover:\n%s", run.err, run.output, n.kubeletLog(), ap.log())
+		t.Fatalf("the agent's join: %v\n%s\nkubelet log:\n%s\napprover:\n%s", run.err, run.output, n.kubeletLog(), ap.log())
 	}
 	waitNodeReady(ctx, t, c, live[0], 60*time.Second, n)
-	t.Logf("node %s Ready %.1f s after join.sh started", live[0], time.Since(start).Seconds())
+	t.Logf("node %s Ready %.1f s after the agent's join started", live[0], time.Since(start).Seconds())
 	checkKubeletClientCert(t, n.hostPath(t, "/var/lib/kubelet/pki/kubelet-client-current.pem"), c.CAFile,
 		"system:node:"+live[0])
 	if !strings.Contains(ap.log(), "approve ") || !strings.Contains(ap.log(), live[0]) {

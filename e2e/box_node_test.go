@@ -126,9 +126,14 @@ func (j *boxJoin) newNode(t *testing.T, name string, inst boxInstance) *boxNode 
 		forwards: forwards, router: router,
 		endpoints: map[string]string{
 			"DYNK8S_SSM_ENDPOINT": j.moto.url, "DYNK8S_AUTOSCALING_ENDPOINT": j.autoscaling,
-			"DYNK8S_EC2_ENDPOINT": ec2,
+			"DYNK8S_EC2_ENDPOINT": ec2, "DYNK8S_S3_ENDPOINT": j.moto.url,
 		},
 	})
+	// User data without the bootstrap (no bucket here: TestBoxNodeInstallsTheAgent has one) gets the agent where the
+	// bootstrap would install it.
+	if !hasBootstrap(t, j.userData) {
+		b.binds = append(b.binds, "--bind-ro="+builtAgent(t)+":"+agentPath)
+	}
 	t.Cleanup(func() {
 		if name, err := findNode(context.Background(), j.c, inst.providerID()); err == nil && name != "" {
 			_, _ = j.c.kubectl(context.Background(), "delete", "node", name, "--wait=false")
@@ -295,11 +300,17 @@ func (n *boxNode) timeline(ctx context.Context, t *testing.T) (result, mode stri
 	}
 	var tl struct {
 		Result, Mode string
-		Phases       []struct{ Name string }
+		TotalSeconds float64
+		Phases       []struct {
+			Name    string
+			Seconds float64
+		}
 	}
 	if err := json.Unmarshal([]byte(out), &tl); err != nil {
 		t.Fatalf("timeline.json does not parse: %v: %s", err, out)
 	}
+	// For the record: where a boot's time goes, as the runbook reads it.
+	t.Logf("timeline: result=%s mode=%s total=%.1fs phases=%+v", tl.Result, tl.Mode, tl.TotalSeconds, tl.Phases)
 	if len(tl.Phases) == 0 {
 		t.Errorf("timeline.json has no phases: %s", out)
 	}
@@ -317,7 +328,7 @@ func (n *boxNode) unitProp(ctx context.Context, t *testing.T, unit, prop string)
 }
 
 // checkLockBeforeKubelet: the lockdown was loaded before the kubelet of this boot started (on every path: the
-// kubelet's drop-in requires it, and join.sh starts it before kubeadm join).
+// kubelet's drop-in requires it, and the agent's join starts it before kubeadm join).
 func (n *boxNode) checkLockBeforeKubelet(ctx context.Context, t *testing.T) {
 	t.Helper()
 	lock, err1 := strconv.ParseInt(n.unitProp(ctx, t, "dynk8s-imds-lock.service", "ActiveEnterTimestampMonotonic"), 10, 64)

@@ -31,7 +31,7 @@ import (
 // What the box adds to the root, and only to the box (none of it is in the user data): the NoCloud seed, dnf and
 // rpm stand-ins with the kubelet's and kubeadm's real binaries and their packages' units, containerd behind CRI-O's
 // socket (testdata/box), a writable /proc/sys/net and writable cgroup controllers with a cgroup root of its own
-// for the kubelet (dynk8s-box-apivfs.service), the AWS endpoints for the join unit (on EC2 the service names
+// for the kubelet (dynk8s-box-apivfs.service), the AWS endpoints for the join and agent units (on EC2 the service names
 // resolve; here they are loopback ports), and empty overrides of two Debian sysctl.d files that write kernel-wide
 // settings a container may not.
 type box struct {
@@ -62,7 +62,7 @@ type boxSpec struct {
 	forwards []string
 	// imds is the fake IMDS's host:port, answered inside the box on 169.254.169.254:80.
 	imds string
-	// endpoints: the lib.sh endpoint overrides for the join unit (DYNK8S_SSM_ENDPOINT=...).
+	// endpoints: the endpoint overrides for the join and agent units (DYNK8S_SSM_ENDPOINT=...).
 	endpoints map[string]string
 	// router is the "VPC router" the box's interface leads to: a network namespace of the test's shared by the
 	// boxes of one VPC (see vpcRouter); "" for one of the box's own, in its namespace, where nothing leaves.
@@ -210,6 +210,7 @@ func (b *box) provision(t *testing.T, spec boxSpec) {
 		{"/etc/cni/net.d/10-box-bridge.conflist", read("10-box-bridge.conflist"), 0o644},
 		{"/etc/kubernetes/patches/kubeletconfiguration-box+merge.yaml", "cgroupRoot: /" + b.cgroupRoot + "\n", 0o644},
 		{"/etc/systemd/system/dynk8s-join.service.d/90-box-endpoints.conf", env.String(), 0o644},
+		{"/etc/systemd/system/dynk8s-agent.service.d/90-box-endpoints.conf", env.String(), 0o644},
 		{"/etc/sysctl.d/50-pid-max.conf", "", 0o644},
 		{"/etc/sysctl.d/99-protect-links.conf", "", 0o644},
 	}

@@ -76,7 +76,7 @@ func TestJoinDiscovery(t *testing.T) {
 	t.Run("joins", func(t *testing.T) {
 		run := node.join(ctx, t, input(caHash), 90)
 		if run.err != nil {
-			t.Fatalf("join.sh: %v\n%s", run.err, run.output)
+			t.Fatalf("the agent's join: %v\n%s", run.err, run.output)
 		}
 		for _, want := range []string{
 			`Resource name "cluster-info", namespace "kube-public"`,
@@ -97,7 +97,7 @@ func TestJoinDiscovery(t *testing.T) {
 		wrong := "sha256:" + strings.Repeat("0", 64)
 		run := node.join(ctx, t, input(wrong), 8)
 		if run.err == nil {
-			t.Fatalf("join.sh succeeded with a wrong CA hash:\n%s", run.output)
+			t.Fatalf("the agent's join succeeded with a wrong CA hash:\n%s", run.output)
 		}
 		for _, want := range []string{
 			"cluster CA found in cluster-info ConfigMap is invalid: none of the public keys",
@@ -118,7 +118,7 @@ func TestJoinDiscovery(t *testing.T) {
 		defer ssm.putSecureString(t, cfg.Region, param, token)
 		run := node.join(ctx, t, input(caHash), 8)
 		if run.err == nil {
-			t.Fatalf("join.sh succeeded with a wrong token secret:\n%s", run.output)
+			t.Fatalf("the agent's join succeeded with a wrong token secret:\n%s", run.output)
 		}
 		for _, want := range []string{"failed to verify JWS signature", "FAILED: kubeadm join: gave up"} {
 			if !strings.Contains(run.output, want) {
@@ -295,7 +295,7 @@ func keepEtcKubernetesClean(t *testing.T) {
 	})
 }
 
-// nodeEnv runs join.sh as a node would, with stand-ins for what only an EC2 instance has.
+// nodeEnv runs the node agent's join as a node would, with stand-ins for what only an EC2 instance has.
 type nodeEnv struct {
 	realKubeadm string
 	imds, ssm   string
@@ -308,7 +308,7 @@ type joinRun struct {
 	calls      string
 }
 
-// join renders the pool's user data for in, writes its files under a fresh root and runs join.sh from there with
+// join renders the pool's user data for in, writes its files under a fresh root and runs the agent's join there with
 // a deadline of deadlineSeconds.
 func (n nodeEnv) join(ctx context.Context, t *testing.T, in cloudinit.NodeInput, deadlineSeconds int) joinRun {
 	t.Helper()
@@ -337,7 +337,7 @@ func (n nodeEnv) join(ctx context.Context, t *testing.T, in cloudinit.NodeInput,
 		t.Fatal(err)
 	}
 
-	// kubeadm runs with --dry-run here and ignores its preflight; join.sh's own check of IP forwarding reads this
+	// kubeadm runs with --dry-run here and ignores its preflight; the agent's own check of IP forwarding reads this
 	// instead of the test machine's /proc, whose setting is not the test's to change.
 	proc := filepath.Join(dir, "proc")
 	if err := os.MkdirAll(filepath.Join(proc, "sys/net/ipv4"), 0o755); err != nil {
@@ -349,7 +349,7 @@ func (n nodeEnv) join(ctx context.Context, t *testing.T, in cloudinit.NodeInput,
 
 	callLog := filepath.Join(dir, "calls.log")
 	joinCopy := filepath.Join(dir, "join-config.yaml")
-	cmd := exec.CommandContext(ctx, "bash", filepath.Join(root, "usr/local/libexec/dynk8s/join.sh"))
+	cmd := exec.CommandContext(ctx, builtAgent(t), "join")
 	cmd.Env = append(os.Environ(),
 		"PATH="+bin+":"+os.Getenv("PATH"),
 		"DYNK8S_ROOT="+root,
@@ -390,7 +390,7 @@ func writeUserDataFiles(t *testing.T, userData []byte, root string) {
 	}
 }
 
-// checkJoinConfiguration reads back the JoinConfiguration join.sh handed to kubeadm.
+// checkJoinConfiguration reads back the JoinConfiguration the agent handed to kubeadm.
 func checkJoinConfiguration(t *testing.T, doc []byte, token, endpoint, caHash, region string) {
 	t.Helper()
 	var jc struct {

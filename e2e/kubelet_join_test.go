@@ -39,7 +39,7 @@ const (
 	kubeletTokenSecret = "0123456789abcdef"
 )
 
-// TestKubeletJoin boots the stack's rendered user data on a real node: the real join.sh (dnf, rpm and systemctl are
+// TestKubeletJoin boots the stack's rendered user data on a real node: the real node agent (dnf, rpm and systemctl are
 // recording stand-ins, since kubeadm, the kubelet and the runtime are already here), the real `kubeadm join` (no
 // preflight check ignored) and the real kubelet on Debian's containerd, in network, mount and UTS namespaces of
 // their own, against the throwaway control plane set up as kubeadm sets up a cluster (hack/start-kube.sh, and the
@@ -48,7 +48,7 @@ const (
 // boot must do nothing; the same boot with a wrong token must not join.
 //
 // Not covered: CRI-O (not in Debian; containerd stands in behind the same CRI socket path), the join unit's
-// ExecStartPre steps (modprobe, sysctl, swapoff) and systemd itself (join.sh's own modprobe, sysctl and image
+// ExecStartPre steps (modprobe, sysctl, swapoff) and systemd itself (the agent's own modprobe, sysctl and image
 // pre-pull are recorded stand-ins too: they would change this machine), pods on the node (no registry here), and
 // whether AWS accepts the hand-back of a failed instance (moto stands in; the script tests check the calls).
 func TestKubeletJoin(t *testing.T) {
@@ -90,10 +90,10 @@ func TestKubeletJoin(t *testing.T) {
 		run := n.join(ctx, t, 8)
 		ssm.putSecureString(t, cfg.Region, param, token)
 		if run.err == nil {
-			t.Fatalf("join.sh succeeded with a wrong token:\n%s", run.output)
+			t.Fatalf("the agent's join succeeded with a wrong token:\n%s", run.output)
 		}
 		checkRefusedJoin(t, run.output)
-		// join.sh's cleanup after each failed attempt (recorded only: see testdata/stubs/kubeadm-real).
+		// The agent's cleanup after each failed attempt (recorded only: see testdata/stubs/kubeadm-real).
 		if !strings.Contains(n.calls(t), "kubeadm reset --force") {
 			t.Errorf("no kubeadm reset after the refused join:\n%s", n.calls(t))
 		}
@@ -113,7 +113,7 @@ func TestKubeletJoin(t *testing.T) {
 		start := time.Now()
 		run := n.join(ctx, t, 90)
 		if run.err != nil {
-			t.Fatalf("join.sh: %v\n%s\nkubelet log:\n%s", run.err, run.output, n.kubeletLog())
+			t.Fatalf("the agent's join: %v\n%s\nkubelet log:\n%s", run.err, run.output, n.kubeletLog())
 		}
 		for _, want := range []string{"This node has joined the cluster", "joined the cluster as " + fakeInstanceID} {
 			if !strings.Contains(run.output, want) {
@@ -126,7 +126,7 @@ func TestKubeletJoin(t *testing.T) {
 			}
 		}
 		node := waitNodeReady(ctx, t, c, nodeName, 60*time.Second, n)
-		t.Logf("node %s Ready %.1f s after join.sh started", nodeName, time.Since(start).Seconds())
+		t.Logf("node %s Ready %.1f s after the agent's join started", nodeName, time.Since(start).Seconds())
 
 		checkJoinedNode(t, node, cfg, pool, zone)
 		checkKubeletClientCert(t, n.hostPath(t, "/var/lib/kubelet/pki/kubelet-client-current.pem"), c.CAFile,
@@ -143,7 +143,7 @@ func TestKubeletJoin(t *testing.T) {
 			t.Fatal(err)
 		}
 		calls := n.calls(t)
-		// The join unit never starts once kubelet.conf exists; join.sh itself checks the same file.
+		// The join unit never starts once kubelet.conf exists; the agent's join itself checks the same file.
 		unit := readUserDataFile(t, userData, "/etc/systemd/system/dynk8s-join.service")
 		if !strings.Contains(unit, "\nConditionPathExists=!/etc/kubernetes/kubelet.conf\n") {
 			t.Errorf("the join unit has no condition on kubelet.conf:\n%s", unit)
@@ -153,7 +153,7 @@ func TestKubeletJoin(t *testing.T) {
 		}
 		run := n.join(ctx, t, 30)
 		if run.err != nil {
-			t.Fatalf("second join.sh: %v\n%s", run.err, run.output)
+			t.Fatalf("second join: %v\n%s", run.err, run.output)
 		}
 		if !strings.Contains(run.output, "already joined") {
 			t.Errorf("second run output lacks %q:\n%s", "already joined", run.output)
@@ -324,7 +324,7 @@ func kubeadmUploadConfig(ctx context.Context, t *testing.T, c cluster) {
 type node struct {
 	pid      int
 	dir      string // node.sh's NODE_DIR: logs, containerd's state, /var/lib/kubelet
-	root     string // join.sh's DYNK8S_ROOT: the user data's files; its etc/kubernetes is the node's
+	root     string // the agent's DYNK8S_ROOT: the user data's files; its etc/kubernetes is the node's
 	bin      string
 	hostname string
 	env      []string
@@ -428,11 +428,11 @@ func bootNode(ctx context.Context, t *testing.T, userData []byte, realKubeadm st
 	return n
 }
 
-// join runs the rendered join.sh inside the node's namespaces, as the join unit would, with a deadline.
+// join runs the node agent's join inside the node's namespaces, as the join unit would, with a deadline.
 func (n *node) join(ctx context.Context, t *testing.T, deadlineSeconds int) joinRun {
 	t.Helper()
 	cmd := exec.CommandContext(ctx, "nsenter", "-t", strconv.Itoa(n.pid), "-n", "-m", "-u", "--",
-		"bash", filepath.Join(n.root, "usr/local/libexec/dynk8s/join.sh"))
+		builtAgent(t), "join")
 	cmd.Env = append(slices.Clone(n.env), "DYNK8S_DEADLINE_SECONDS="+strconv.Itoa(deadlineSeconds))
 	out, err := cmd.CombinedOutput()
 	return joinRun{err: err, output: string(out)}

@@ -11,6 +11,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/dynk8s/dynk8s/infra"
 )
 
 // TestProjectWithRealCLI runs the project as an operator does, with the real Pulumi CLI and a Go language host on
@@ -50,7 +52,16 @@ func TestProjectWithRealCLI(t *testing.T) {
 		}
 	}
 
+	// The program uploads the node agent `make build` builds; the project directory here has none, so the agent is
+	// built for it.
+	agentDir := filepath.Join(dir, "agent")
+	build := exec.CommandContext(ctx, filepath.Join(repo, "hack", "build-agent.sh"), agentDir)
+	build.Dir = repo
+	if out, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("build the agent: %v\n%s", err, out)
+	}
 	env := append(os.Environ(),
+		infra.AgentDirEnv+"="+agentDir,
 		"PULUMI_HOME="+filepath.Join(dir, ".pulumi-home"),
 		"PULUMI_BACKEND_URL=file://"+filepath.Join(dir, "state"),
 		"PULUMI_CONFIG_PASSPHRASE=e2e-passphrase",

@@ -107,7 +107,7 @@ func TestTokenRotator(t *testing.T) {
 	node := nodeEnv{realKubeadm: realKubeadm, imds: imds.URL, ssm: ssm.url}
 	run := node.join(ctx, t, input, 90)
 	if run.err != nil || !strings.Contains(run.output, "This node has joined the cluster") {
-		t.Fatalf("join.sh with the rotated token: %v\n%s", run.err, run.output)
+		t.Fatalf("the agent's join with the rotated token: %v\n%s", run.err, run.output)
 	}
 	checkJoinConfiguration(t, run.joinConfig, second.token, endpoint.String(), clusterInfoCAHash(ctx, t, c),
 		cfg.Region)
@@ -156,7 +156,7 @@ func checkExpiredToken(ctx context.Context, t *testing.T, c cluster, expiring, v
 	}
 	run := join()
 	if run.err == nil || strings.Contains(run.output, "This node has joined the cluster") {
-		t.Fatalf("join.sh joined with an expired token:\n%s", run.output)
+		t.Fatalf("the agent's join joined with an expired token:\n%s", run.output)
 	}
 	if !strings.Contains(run.output, "FAILED: kubeadm join: gave up") {
 		t.Errorf("join output lacks the reason:\n%s", run.output)

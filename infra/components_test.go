@@ -296,6 +296,7 @@ func TestNodePoolComponent(t *testing.T) {
 			SubnetIDs:          pulumi.ToStringArray([]string{"subnet-1"}),
 			SecurityGroupID:    pulumi.String("sg-1"),
 			InstanceProfileARN: pulumi.String("arn:aws:iam::1:instance-profile/lab-node"),
+			Agent:              testAgentObject(),
 		})
 		return err
 	})
@@ -338,6 +339,7 @@ func TestNodePoolWarmPool(t *testing.T) {
 				SubnetIDs:          pulumi.ToStringArray([]string{"subnet-1"}),
 				SecurityGroupID:    pulumi.String("sg-1"),
 				InstanceProfileARN: pulumi.String("arn:aws:iam::1:instance-profile/lab-node"),
+				Agent:              testAgentObject(),
 			})
 			return err
 		}
@@ -395,4 +397,10 @@ func TestNodePoolWarmPool(t *testing.T) {
 	mixed.InstanceTypes = []string{"m7i.xlarge", "m6i.xlarge"}
 	err := mockcloud.Run(declare(mixed), "test", mockcloud.StackConfig{}, mockcloud.New("us-west-2"))
 	assert.ErrorContains(t, err, "a warm pool needs an on-demand pool of one instance type")
+}
+
+// testAgentObject is a node agent object outside any agent bucket.
+func testAgentObject() infra.AgentObject {
+	return infra.AgentObject{Bucket: pulumi.String("lab-agent").ToStringOutput(), Key: "dynk8s-node/linux-amd64",
+		VersionID: pulumi.String("v1").ToStringOutput(), SHA256: infra.StandInSHA256}
 }

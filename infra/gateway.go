@@ -38,7 +38,7 @@ const (
 // the tunnel comes back by itself.
 //
 // With gateway.idleStop the gateway stops itself when the pools are empty and the tunnel quiet, and the first node
-// that boots starts it again (cloudinit: gateway-idle.sh, wake-gateway.sh). The instance then has no public address
+// that boots starts it again (cloudinit: gateway-idle.sh; the node agent's wake-gateway). The instance then has no public address
 // that bills while it is stopped: when the gateway dials out, its address is the one EC2 assigns at each start (its
 // subnet maps one on launch), and WireGuard's roaming takes the on-prem peer to it. Only a dialling-in on-prem peer
 // needs the fixed address of an Elastic IP, which bills while the gateway is stopped.

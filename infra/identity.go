@@ -21,7 +21,7 @@ const IdentityType = "dynk8s:infra:Identity"
 func JoinTokenParameter(clusterName string) string { return "/dynk8s/" + clusterName + "/join-token" }
 
 // JoinTokenPlaceholder is the join token parameter's value until the in-cluster rotator first writes a token: not a
-// token, so a node that reads it retries (join.sh) instead of joining with something the cluster never issued.
+// token, so a node that reads it retries (the node agent) instead of joining with something the cluster never issued.
 const JoinTokenPlaceholder = "none: the dynk8s join token rotator has not written a token yet"
 
 // GatewayKeyParameter is the SSM SecureString that holds the WireGuard gateway's private key.

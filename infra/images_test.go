@@ -43,7 +43,6 @@ func containerImages(t *testing.T, res *plan.Result) map[string][]string {
 
 var (
 	pauseImageRE = regexp.MustCompile(`(?m)^\s*pause_image = "([^"]+)"`)
-	prePullRE    = regexp.MustCompile(`(?m)^\s*DYNK8S_PREPULL_IMAGES=(.*)$`)
 )
 
 // nodeImages are the images a pool's user data makes the node run or pull: CRI-O's pause image and the pre-pulls.
@@ -55,9 +54,7 @@ func nodeImages(t *testing.T, res *plan.Result) (pause []string, prePull []strin
 		m := pauseImageRE.FindStringSubmatch(string(raw))
 		assert.Assert(t, m != nil, "%s: no pause_image in the user data", lt.Name)
 		pause = append(pause, m[1])
-		p := prePullRE.FindStringSubmatch(string(raw))
-		assert.Assert(t, p != nil, "%s: no pre-pull list in the user data", lt.Name)
-		prePull = append(prePull, strings.Split(p[1], ",")...)
+		prePull = append(prePull, poolNodeConfig(t, &lt).PrePullImages...)
 	}
 	return pause, prePull
 }

@@ -25,8 +25,8 @@ const drainMarginSeconds = 60
 
 // LaunchHookName is the launch lifecycle hook of a pool with a warm pool. A launching instance waits in
 // Warmed:Pending:Wait (entering the warm pool) and again in Pending:Wait (entering service, from the warm pool or
-// launched directly when the pool is empty) until its boot completes the action for this hook (join.env
-// DYNK8S_LAUNCH_HOOK, set from LaunchHook), or the heartbeat ends and the default result, ABANDON, terminates it.
+// launched directly when the pool is empty) until its boot completes the action for this hook (node.json's
+// launchHook, set from LaunchHook), or the heartbeat ends and the default result, ABANDON, terminates it.
 // Without the hook the group would stop a warm instance as soon as it launched, in the middle of its preparation
 // (EC2 Auto Scaling User Guide, "Use lifecycle hooks with a warm pool in Auto Scaling group").
 const LaunchHookName = "dynk8s-launch"
@@ -87,12 +87,14 @@ type NodePoolArgs struct {
 	// GatewayAddress reserves the gateway's address in one of the subnets (optional): the group is created after it,
 	// so that no instance it launches takes that address.
 	GatewayAddress pulumi.Resource
+	// Agent is the node agent's object for the pool's architecture (AgentBucket.Objects; required).
+	Agent AgentObject
 }
 
 // NewNodePool declares one node pool.
 func NewNodePool(ctx *pulumi.Context, name string, args *NodePoolArgs, opts ...pulumi.ResourceOption) (*NodePool, error) {
-	if args == nil {
-		return nil, errors.New("node pool: args are required")
+	if args == nil || args.Agent.Key == "" {
+		return nil, errors.New("node pool: args with the agent's object are required")
 	}
 	pool := args.Pool
 	mixed := pool.Spot || len(pool.InstanceTypes) > 1
@@ -111,16 +113,18 @@ func NewNodePool(ctx *pulumi.Context, name string, args *NodePoolArgs, opts ...p
 	if args.GatewayInstanceID != nil {
 		gatewayID = args.GatewayInstanceID.ToStringOutput()
 	}
-	userData := pulumix.Apply2Err(args.CACertHashes.ToStringArrayOutput(), gatewayID, func(hashes []string, gateway string) (string, error) {
-		in := args.Node
-		in.CACertHashes = hashes
-		in.GatewayInstanceID = gateway
-		raw, err := cloudinit.Node(in)
-		if err != nil {
-			return "", fmt.Errorf("node pool %q: user data: %w", name, err)
-		}
-		return cloudinit.Encode(raw)
-	})
+	userData := pulumix.Apply4Err(args.CACertHashes.ToStringArrayOutput(), gatewayID, args.Agent.Bucket,
+		args.Agent.VersionID, func(hashes []string, gateway, bucket, version string) (string, error) {
+			in := args.Node
+			in.CACertHashes = hashes
+			in.GatewayInstanceID = gateway
+			in.Agent = &cloudinit.Agent{Bucket: bucket, Key: args.Agent.Key, VersionID: version, SHA256: args.Agent.SHA256}
+			raw, err := cloudinit.Node(in)
+			if err != nil {
+				return "", fmt.Errorf("node pool %q: user data: %w", name, err)
+			}
+			return cloudinit.Encode(raw)
+		})
 
 	instanceTags := awsTags(config.IdentityTags(args.ClusterName, pool.Name, args.ClusterName+"-"+pool.Name))
 	ltArgs := &ec2.LaunchTemplateArgs{
@@ -173,7 +177,7 @@ func NewNodePool(ctx *pulumi.Context, name string, args *NodePoolArgs, opts ...p
 	// The group follows the template's newest version by number, not "$Latest": a new version then changes the
 	// group, so instances launched after `pulumi up` boot the new image and user data. A warm instance launched
 	// before keeps the old ones; its boot compares its version with the group's and hands itself back when older
-	// (cloudinit, join.sh).
+	// (cloudinit, the node agent).
 	version := lt.LatestVersion.ApplyT(strconv.Itoa).(pulumi.StringOutput)
 
 	var tags autoscaling.GroupTagArray

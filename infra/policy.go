@@ -213,7 +213,7 @@ func WakeGatewayPolicy(instanceARN, clusterName, gatewayName string) PolicyDocum
 	}}}
 }
 
-// NodeLifecyclePolicy lets a node act on its own boot in its group (cloudinit's join.sh): complete the launch lifecycle
+// NodeLifecyclePolicy lets a node act on its own boot in its group (the node agent's join): complete the launch lifecycle
 // hook's action (CONTINUE once prepared or joined, ABANDON when it gives up) and mark itself Unhealthy when it gives
 // up without a hook, so the group replaces it at once. Both only on groups tagged as this cluster's, within
 // groupARNs (the stack's region and account); both support that scoping (the Service Authorization Reference for
@@ -239,4 +239,29 @@ func NodeLifecyclePolicy(clusterName, groupARNs string) PolicyDocument {
 			},
 		},
 	}}
+}
+
+// ReadAgentPolicy lets an instance role download the node agent: exactly the objects of its architectures, at any
+// of their versions (the user data pins one; GetObject with a versionId needs s3:GetObjectVersion), and nothing
+// else of the bucket, not even a listing.
+func ReadAgentPolicy(objectARNs []string) PolicyDocument {
+	return PolicyDocument{Version: policyVersion, Statement: []PolicyStatement{{
+		Sid:      "ReadTheNodeAgent",
+		Effect:   "Allow",
+		Action:   []string{"s3:GetObject", "s3:GetObjectVersion"},
+		Resource: objectARNs,
+	}}}
+}
+
+// AgentBucketPolicy is the agent bucket's own policy: no request without TLS, whoever makes it (the usual S3
+// guard, "Security best practices for Amazon S3", S3 User Guide); the readers' grants are in their IAM policies.
+func AgentBucketPolicy(bucketARN string) PolicyDocument {
+	return PolicyDocument{Version: policyVersion, Statement: []PolicyStatement{{
+		Sid:       "DenyWithoutTLS",
+		Effect:    "Deny",
+		Principal: map[string][]string{"AWS": {"*"}},
+		Action:    []string{"s3:*"},
+		Resource:  []string{bucketARN, bucketARN + "/*"},
+		Condition: map[string]map[string]string{"Bool": {"aws:SecureTransport": "false"}},
+	}}}
 }

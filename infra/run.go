@@ -37,11 +37,19 @@ func EngineConfigKeys() ([]string, error) {
 	return slices.Sorted(maps.Keys(values)), nil
 }
 
-// Run is the program as the engine runs it: Program with the engine's config keys, its error reported (Report).
+// AgentDirEnv names another directory than AgentDir for the engine's run to take the built node agent from.
+const AgentDirEnv = "DYNK8S_AGENT_DIR"
+
+// Run is the program as the engine runs it: Program with the engine's config keys and the agent `make build` built
+// (AgentDir, or AgentDirEnv), its error reported (Report).
 func Run(ctx *pulumi.Context) error {
+	dir := os.Getenv(AgentDirEnv)
+	if dir == "" {
+		dir = AgentDir
+	}
 	keys, err := EngineConfigKeys()
 	if err == nil {
-		_, err = Program(ctx, keys)
+		_, err = Program(ctx, keys, BuiltAgent(dir))
 	}
 	return Report(ctx, err)
 }

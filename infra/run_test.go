@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"encoding/json"
 	"errors"
+	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -35,6 +37,7 @@ func engineRun(t *testing.T, values map[string]any, mutate func(*mockcloud.Cloud
 	}
 	cloud := newCloud()
 	t.Setenv(pulumi.EnvConfig, mustJSON(t, sc.Values))
+	t.Setenv(infra.AgentDirEnv, builtAgent(t))
 	var stderr bytes.Buffer
 	status := infra.Main(&stderr, pulumi.WithMocks(mockcloud.Project, "dev", cloud))
 
@@ -46,6 +49,42 @@ func engineRun(t *testing.T, values map[string]any, mutate func(*mockcloud.Cloud
 		return infra.Run(ctx)
 	}, pulumi.WithMocks(mockcloud.Project, "dev", newCloud()))
 	return status, stderr.String(), logged.errors(), cloud
+}
+
+// builtAgent is a directory with the node agent of both architectures as `make build` leaves it (stand-in bytes).
+func builtAgent(t *testing.T) string {
+	t.Helper()
+	dir := t.TempDir()
+	for _, arch := range []string{"amd64", "arm64"} {
+		assert.NilError(t, os.WriteFile(filepath.Join(dir, "dynk8s-node-linux-"+arch), []byte("agent "+arch), 0o755))
+	}
+	return dir
+}
+
+// TestEngineNeedsTheBuiltAgent: under the engine, a node agent `make build` has not built stops the run with the
+// command to run, before anything is declared: a stack never uploads a stand-in.
+func TestEngineNeedsTheBuiltAgent(t *testing.T) {
+	c := devConfig(t)
+	sc, err := mockcloud.ConfigFromMap(c)
+	assert.NilError(t, err)
+	t.Setenv(pulumi.EnvConfig, mustJSON(t, sc.Values))
+	dir := builtAgent(t)
+	assert.NilError(t, os.Remove(filepath.Join(dir, "dynk8s-node-linux-arm64")))
+	t.Setenv(infra.AgentDirEnv, dir)
+	cloud := mockcloud.New(sc.Values["aws:region"])
+	var stderr bytes.Buffer
+	status := infra.Main(&stderr, pulumi.WithMocks(mockcloud.Project, "dev", cloud))
+	assert.Equal(t, status, constant.ExitStatusLoggedError, stderr.String())
+	assert.Equal(t, len(cloud.Resources()), 0, "nothing declared")
+
+	logged := &errorLog{}
+	_ = pulumi.RunErr(func(ctx *pulumi.Context) error {
+		logged.Log = ctx.Log
+		ctx.Log = logged
+		return infra.Run(ctx)
+	}, pulumi.WithMocks(mockcloud.Project, "dev", mockcloud.New(sc.Values["aws:region"])))
+	assert.DeepEqual(t, logged.errors(), []string{"node agent for arm64: " + filepath.Join(dir, "dynk8s-node-linux-arm64") +
+		" is not built: run `make build` first"})
 }
 
 func mustJSON(t *testing.T, v any) string {
@@ -84,7 +123,7 @@ func TestEngineRefusesUnknownTopLevelKey(t *testing.T) {
 	assert.Equal(t, status, constant.ExitStatusLoggedError, "the program reported its error: %s", stderr)
 	assert.Equal(t, stderr, "", "the diagnostic is the program's only word")
 	assert.Equal(t, len(logged), 1, "%q", logged)
-	assert.Check(t, is.Contains(logged[0], "dynk8s:autoscalr: unknown key (known keys here: autoscaler, "))
+	assert.Check(t, is.Contains(logged[0], "dynk8s:autoscalr: unknown key (known keys here: agent, autoscaler, "))
 	assert.Equal(t, len(cloud.Resources()), 0, "nothing declared")
 
 	status, stderr, logged, cloud = engineRun(t, devConfig(t), nil)

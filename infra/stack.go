@@ -22,6 +22,8 @@ type Stack struct {
 	Network  *Network
 	Identity *Identity
 	Gateway  *WireGuardGateway
+	// Agent is the bucket the instances download the node agent from.
+	Agent *AgentBucket
 	// Pools are in config order.
 	Pools  []*NodePool
 	Addons *addons.ClusterAddons
@@ -38,13 +40,14 @@ func LoadConfig(ctx *pulumi.Context, keys []string) (*config.Config, error) {
 
 // Program is the whole Pulumi program, run by Run under the engine and by the plan under the mock engine: load and
 // validate the config (a bad config declares nothing), declare the stack, export its outputs. keys are the names of
-// the stack's config keys (LoadConfig). It returns the exports for callers that record them.
-func Program(ctx *pulumi.Context, keys []string) ([]Export, error) {
+// the stack's config keys (LoadConfig); agent finds the built node agent (BuiltAgent under the engine). It returns
+// the exports for callers that record them.
+func Program(ctx *pulumi.Context, keys []string, agent AgentFiles) ([]Export, error) {
 	cfg, err := LoadConfig(ctx, keys)
 	if err != nil {
 		return nil, err
 	}
-	stack, err := NewStack(ctx, cfg)
+	stack, err := NewStack(ctx, cfg, agent)
 	if err != nil {
 		return nil, err
 	}
@@ -55,8 +58,8 @@ func Program(ctx *pulumi.Context, keys []string) ([]Export, error) {
 	return exports, nil
 }
 
-// NewStack declares the whole stack from a validated config.
-func NewStack(ctx *pulumi.Context, cfg *config.Config) (*Stack, error) {
+// NewStack declares the whole stack from a validated config, with the node agent that agent finds.
+func NewStack(ctx *pulumi.Context, cfg *config.Config, agent AgentFiles) (*Stack, error) {
 	s := &Stack{cfg: cfg}
 
 	zones, err := availabilityZones(ctx, cfg)
@@ -66,6 +69,21 @@ func NewStack(ctx *pulumi.Context, cfg *config.Config) (*Stack, error) {
 	types, err := instanceTypes(ctx, cfg, zones)
 	if err != nil {
 		return nil, err
+	}
+	var poolArches []kube.Arch
+	for _, pool := range cfg.NodePools {
+		poolArches = append(poolArches, pool.Arch)
+	}
+	poolArches = slices.Compact(slices.Sorted(slices.Values(poolArches)))
+	// Every binary is found before anything is declared: an unbuilt agent declares nothing. Only the nodes run the
+	// agent so far; the gateway's scripts move to it later (its role then reads its architecture's object too).
+	var binaries []AgentBinary
+	for _, arch := range poolArches {
+		b, err := agent(arch)
+		if err != nil {
+			return nil, err
+		}
+		binaries = append(binaries, b)
 	}
 	if err := checkPinnedImages(ctx, cfg); err != nil {
 		return nil, err
@@ -107,6 +125,16 @@ func NewStack(ctx *pulumi.Context, cfg *config.Config) (*Stack, error) {
 		AutoscalerKeyRotation:  cfg.Identity.AutoscalerKeyRotation,
 		BootstrapTokenRotation: cfg.Kubernetes.BootstrapTokenRotation,
 		ParameterKey:           cfg.Identity.ParameterKey,
+	})
+	if err != nil {
+		return nil, err
+	}
+
+	s.Agent, err = NewAgentBucket(ctx, "agent", &AgentBucketArgs{
+		ClusterName:   cfg.ClusterName,
+		Binaries:      binaries,
+		RetentionDays: cfg.Agent.RetentionDays,
+		Readers:       []AgentReader{{Name: "node", Role: s.Identity.NodeRoleName, Arches: poolArches}},
 	})
 	if err != nil {
 		return nil, err
@@ -172,6 +200,7 @@ func NewStack(ctx *pulumi.Context, cfg *config.Config) (*Stack, error) {
 			SecurityGroupID:    s.Network.NodeSecurityGroupID,
 			InstanceProfileARN: s.Identity.NodeInstanceProfileARN,
 			GatewayAddress:     s.Network.GatewayAddress,
+			Agent:              s.Agent.Objects[pool.Arch],
 		})
 		if err != nil {
 			return nil, err

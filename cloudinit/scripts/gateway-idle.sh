@@ -18,6 +18,8 @@ umask 077
 LOG_TAG=dynk8s-gateway-idle
 # shellcheck source=lib.sh
 . "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+# shellcheck source=aws.sh
+. "$(dirname "${BASH_SOURCE[0]}")/aws.sh"
 
 load_env "${DYNK8S_IDLE_ENV:-$DYNK8S_ROOT/etc/dynk8s/gateway-idle.env}" DYNK8S_CLUSTER_NAME DYNK8S_IDLE_STOP_SECONDS \
   DYNK8S_NFT_TABLE

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Keeps the instance metadata service, and with it the node role's credentials, from pods and from non-root users of
 # the host: run by dynk8s-imds-lock.service, which the kubelet requires (so it fails closed: no kubelet without it)
-# and join.sh starts before kubeadm join. The ruleset (imds-lock.nft) allows root and the users the renderer lists;
+# and the agent's join starts before kubeadm join. The ruleset (imds-lock.nft) allows root and the users the renderer lists;
 # this adds EC2 Instance Connect's user when the image has it, since sshd looks an operator's pushed key up in the
 # metadata as that user.
 # Test hooks: DYNK8S_ROOT prefixes /etc.

@@ -8,6 +8,8 @@ umask 077
 LOG_TAG=dynk8s-wg-key
 # shellcheck source=lib.sh
 . "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+# shellcheck source=aws.sh
+. "$(dirname "${BASH_SOURCE[0]}")/aws.sh"
 
 key_file=$DYNK8S_ROOT/etc/wireguard/wg0.key
 load_env "${DYNK8S_KEY_ENV:-$DYNK8S_ROOT/etc/dynk8s/wg-key.env}" DYNK8S_KEY_PARAMETER

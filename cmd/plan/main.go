@@ -15,6 +15,8 @@ import (
 	"io"
 	"os"
 
+	"github.com/dynk8s/dynk8s/infra"
+	"github.com/dynk8s/dynk8s/internal/mockcloud"
 	"github.com/dynk8s/dynk8s/internal/plan"
 )
 
@@ -29,6 +31,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	configFile := fs.String("config", "", "stack config file to read instead of Pulumi.<stack>.yaml")
 	out := fs.String("out", "", "directory to write rendered artifacts to (userdata/, manifests/, wireguard/)")
 	asJSON := fs.Bool("json", false, "print one JSON object instead of a table")
+	agentDir := fs.String("agent", infra.AgentDir, "directory of the built node agent (make build); where it is not built, or \"\", the plan shows a stand-in")
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
@@ -41,7 +44,13 @@ func run(args []string, stdout, stderr io.Writer) int {
 		file = "Pulumi." + *stack + ".yaml"
 	}
 
-	result, err := plan.Run(*stack, file)
+	cfg, err := mockcloud.LoadStackFile(file)
+	if err != nil {
+		fmt.Fprintf(stderr, "plan: reading stack config: %v\n", err)
+		return 1
+	}
+	cfg.AgentDir = *agentDir
+	result, err := plan.RunConfig(*stack, cfg)
 	if err != nil {
 		// A refused config is already one message listing every problem with its key path.
 		if cfgErr := (*plan.ConfigError)(nil); errors.As(err, &cfgErr) {

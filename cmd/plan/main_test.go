@@ -110,7 +110,7 @@ func TestPlanUnknownTopLevelKey(t *testing.T) {
 	var stdout, stderr bytes.Buffer
 	assert.Equal(t, run([]string{"-config", file}, &stdout, &stderr), 1, stdout.String())
 	assert.Equal(t, stdout.String(), "", "nothing on stdout")
-	assert.Check(t, is.Contains(stderr.String(), "dynk8s:autoscalr: unknown key (known keys here: autoscaler, "))
+	assert.Check(t, is.Contains(stderr.String(), "dynk8s:autoscalr: unknown key (known keys here: agent, autoscaler, "))
 }
 
 // The issue's stack: a public on-prem range and an endpoint inside the on-prem ranges are refused, each at its key.
@@ -141,13 +141,24 @@ func TestPlanMissingStackFile(t *testing.T) {
 func idleBill(t *testing.T, args ...string) plan.IdleBill {
 	t.Helper()
 	var stdout, stderr bytes.Buffer
-	assert.Equal(t, run(append(args, "-json"), &stdout, &stderr), 0, stderr.String())
+	assert.Equal(t, run(append(args, "-json", "-agent", fakeAgent(t)), &stdout, &stderr), 0, stderr.String())
 	var doc struct {
 		IdleBill *plan.IdleBill `json:"idleBill"`
 	}
 	assert.NilError(t, json.Unmarshal(stdout.Bytes(), &doc))
 	assert.Assert(t, doc.IdleBill != nil, "-json carries no idleBill")
 	return *doc.IdleBill
+}
+
+// fakeAgent is a directory with a built agent of 3 MiB and a byte per architecture, which the bill counts as 4 MiB
+// each.
+func fakeAgent(t *testing.T) string {
+	t.Helper()
+	dir := t.TempDir()
+	for _, arch := range []string{"amd64", "arm64"} {
+		assert.NilError(t, os.WriteFile(filepath.Join(dir, "dynk8s-node-linux-"+arch), make([]byte, 3<<20+1), 0o755))
+	}
+	return dir
 }
 
 // quantities sums the bill's items by kind (instances by kind and type).
@@ -171,6 +182,7 @@ func TestPlanIdleBillDialIn(t *testing.T) {
 	bill := idleBill(t, "-stack", "dev")
 	assert.DeepEqual(t, quantities(bill.Items), map[string]int{
 		plan.BillVolume: 5, plan.BillPublicIPv4: 1, plan.BillAlarm: 1, plan.BillInstance + " t4g.micro": 0,
+		plan.BillS3Storage: 2 * 4,
 	})
 	// The Elastic IP replaces the address EC2 would assign at each start.
 	assert.DeepEqual(t, quantities(bill.WhileNodesRun), map[string]int{plan.BillInstance + " t4g.micro": 1})
@@ -213,7 +225,7 @@ func TestPlanIdleBillDialOut(t *testing.T) {
 	bill := idleBill(t, "-config", file)
 	assert.DeepEqual(t, quantities(bill.Items), map[string]int{
 		plan.BillVolume: 5 + 80, plan.BillPublicIPv4: 1 + 1, plan.BillAlarm: 1,
-		plan.BillInstance + " t4g.micro": 1, plan.BillInstance + " c7i.2xlarge": 1,
+		plan.BillInstance + " t4g.micro": 1, plan.BillInstance + " c7i.2xlarge": 1, plan.BillS3Storage: 2 * 4,
 	})
 	assert.Check(t, is.Len(bill.WhileNodesRun, 0))
 
@@ -224,7 +236,7 @@ func TestPlanIdleBillDialOut(t *testing.T) {
 	bill = idleBill(t, "-config", file)
 	assert.DeepEqual(t, quantities(bill.Items), map[string]int{
 		plan.BillVolume: 5 + 80, plan.BillPublicIPv4: 1 + 1, plan.BillAlarm: 1,
-		plan.BillInstance + " t4g.micro": 1, plan.BillInstance + " c7i.2xlarge": 1,
+		plan.BillInstance + " t4g.micro": 1, plan.BillInstance + " c7i.2xlarge": 1, plan.BillS3Storage: 2 * 4,
 	})
 	assert.Check(t, is.Len(bill.WhileNodesRun, 0))
 }
@@ -237,10 +249,11 @@ func TestPlanIdleBillWarmPool(t *testing.T) {
 	assert.NilError(t, err)
 	file := filepath.Join(t.TempDir(), "Pulumi.warm.yaml")
 	for state, want := range map[string]map[string]int{
-		"Stopped": {plan.BillVolume: 5 + 2*80, plan.BillPublicIPv4: 1, plan.BillAlarm: 1, plan.BillInstance + " t4g.micro": 0},
+		"Stopped": {plan.BillVolume: 5 + 2*80, plan.BillPublicIPv4: 1, plan.BillAlarm: 1, plan.BillInstance + " t4g.micro": 0,
+			plan.BillS3Storage: 2 * 4},
 		// The Running instances keep the gateway awake: it bills its hours (AWS N14).
 		"Running": {plan.BillVolume: 5 + 2*80, plan.BillPublicIPv4: 1 + 2, plan.BillAlarm: 1,
-			plan.BillInstance + " t4g.micro": 1, plan.BillInstance + " c7i.2xlarge": 2},
+			plan.BillInstance + " t4g.micro": 1, plan.BillInstance + " c7i.2xlarge": 2, plan.BillS3Storage: 2 * 4},
 	} {
 		warm := strings.Replace(string(src), "    - name: builders-x86\n",
 			"    - name: builders-x86\n      warmPool: {size: 2, state: "+state+"}\n", 1)

@@ -1,11 +1,11 @@
 #!/usr/bin/env bash
 # The node of TestKubeletJoin: run by the test in new network, mount and UTS namespaces (unshare), it plays the parts
-# of an EC2 instance that join.sh does not: the instance's network interface and hostname, containerd listening
+# of an EC2 instance that the agent does not: the instance's network interface and hostname, containerd listening
 # where CRI-O would (the socket the rendered JoinConfiguration names), and the kubelet unit that the kubeadm drop-in
-# of the kubelet package starts (there is no systemd here). join.sh itself is run by the test, through nsenter.
+# of the kubelet package starts (there is no systemd here). The agent itself is run by the test, through nsenter.
 #
 # Everything it mounts lives and dies with its mount namespace: /etc/kubernetes is NODE_ETC_KUBERNETES (the
-# etc/kubernetes under join.sh's DYNK8S_ROOT, so that its "already joined" check sees what kubeadm wrote),
+# etc/kubernetes under the agent's DYNK8S_ROOT, so that its "already joined" check sees what kubeadm wrote),
 # /var/lib/kubelet and /run/crio are directories under NODE_DIR (the mount points must exist on the host). It
 # stops containerd and the kubelet on SIGTERM and exits when both have.
 set -euo pipefail

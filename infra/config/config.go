@@ -60,6 +60,8 @@ type Config struct {
 	// its publisher can move; a reference with a digest (name@sha256:<hex> or name:tag@sha256:<hex>) pins it
 	// (docs/operations.md, the task "Pin the images").
 	Images Images `key:"images"`
+	// Agent is the node agent's delivery: the binary every node downloads at boot (docs/agent-delivery.md).
+	Agent Agent `key:"agent"`
 
 	// Derived are the values validation computes from the keys above.
 	Derived Derived
@@ -414,6 +416,20 @@ type Images struct {
 	// default registry.k8s.io/pause:<the Kubernetes minor's>.
 	Pause string `key:"pause"`
 }
+
+// Agent is dynk8s:agent.
+type Agent struct {
+	// RetentionDays is how long a node agent binary the stack has replaced stays downloadable from the agent bucket
+	// before S3 expires it. An instance launched from an older launch template version fetches the older binary,
+	// and a group launches that version until the `pulumi up` that replaced the binary has moved it to the new one:
+	// minutes when the update goes through, for as long as nobody re-runs it when it fails in between. A month
+	// covers a failed update left over a holiday; each retained binary costs a fraction of a cent a month.
+	RetentionDays int `key:"retentionDays" default:"30"`
+}
+
+// MinAgentRetentionDays is the shortest agent.retentionDays: S3 expires noncurrent versions in whole days, at least
+// one.
+const MinAgentRetentionDays = 1
 
 // TerminationHandler is dynk8s:terminationHandler.
 type TerminationHandler struct {

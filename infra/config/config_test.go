@@ -205,6 +205,7 @@ func TestBadConfig(t *testing.T) {
 		{"gateway idle stop too short", func(c map[string]any) { obj(c, "gateway")["idleStop"] = "2m" }, "dynk8s:gateway.idleStop", "at least 5m0s"},
 		{"gateway idle stop negative", func(c map[string]any) { obj(c, "gateway")["idleStop"] = "-15m" }, "dynk8s:gateway.idleStop", "at least 5m0s"},
 		{"gateway idle stop not a duration", func(c map[string]any) { obj(c, "gateway")["idleStop"] = 15 }, "dynk8s:gateway.idleStop", "duration"},
+		{"agent retention zero", func(c map[string]any) { obj(c, "agent")["retentionDays"] = 0 }, "dynk8s:agent.retentionDays", "at least 1 day"},
 		{"fedora release missing", func(c map[string]any) { delete(obj(c, "fedora"), "release") }, "dynk8s:fedora.release", "required"},
 		{"fedora release without naming scheme", func(c map[string]any) { obj(c, "fedora")["release"] = 12 }, "dynk8s:fedora.release", "naming scheme"},
 		{"fedora release not a number", func(c map[string]any) { obj(c, "fedora")["release"] = "forty" }, "dynk8s:fedora.release", "whole number"},
@@ -467,7 +468,7 @@ func TestUnknownTopLevelKey(t *testing.T) {
 	assert.Assert(t, errors.As(err, &cfgErr), "a misspelt top-level key passed: %v", err)
 	assert.Equal(t, len(cfgErr.Errors), 1, err.Error())
 	assert.Equal(t, cfgErr.Errors[0].Path, "dynk8s:autoscalr")
-	assert.Check(t, is.Contains(cfgErr.Errors[0].Msg, "unknown key (known keys here: autoscaler, cleanup, clusterName, fedora"))
+	assert.Check(t, is.Contains(cfgErr.Errors[0].Msg, "unknown key (known keys here: agent, autoscaler, cleanup, clusterName, fedora"))
 
 	c = devConfig(t)
 	c["dynk8s:clustername"] = "lab" // the wrong case: keys are case-sensitive

@@ -54,6 +54,9 @@ func validate(r *reader, c *Config) {
 	validateRanges(r, c)
 	validateOnPremDNS(r, c)
 	checkInstanceTypeName(r, ns+"gateway.instanceType", c.Gateway.InstanceType)
+	if d := c.Agent.RetentionDays; d < MinAgentRetentionDays {
+		r.addf(ns+"agent.retentionDays", "must be at least %d day, got %d", MinAgentRetentionDays, d)
+	}
 	if d := c.Gateway.IdleStop; d != 0 && d < MinIdleStop {
 		r.addf(ns+"gateway.idleStop", "must be 0 (always on) or at least %s, got %s", MinIdleStop, d)
 	}

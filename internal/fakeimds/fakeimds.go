@@ -124,6 +124,8 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request) {
 			http.Error(w, "unavailable", http.StatusServiceUnavailable)
 			return
 		}
+		// As IMDS answers: the token's TTL in seconds, which the AWS SDKs read to know when to renew it.
+		w.Header().Set("X-Aws-Ec2-Metadata-Token-Ttl-Seconds", r.Header.Get("X-aws-ec2-metadata-token-ttl-seconds"))
 		_, _ = io.WriteString(w, SessionToken)
 		return
 	}

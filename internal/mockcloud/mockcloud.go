@@ -130,6 +130,10 @@ func (c *Cloud) NewResource(args pulumi.MockResourceArgs) (string, resource.Prop
 	id := args.ID
 	if id == "" {
 		id = c.physicalID(args.TypeToken, args.Name)
+		if args.TypeToken == "aws:s3/bucketV2:BucketV2" {
+			// A bucket's id is its name.
+			id = bucketName(args.Name, args.Inputs)
+		}
 	}
 	outputs := args.Inputs.Copy()
 	if err := c.computed(args.TypeToken, args.Name, id, args.Inputs, outputs); err != nil {

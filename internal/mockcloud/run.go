@@ -21,6 +21,9 @@ type StackConfig struct {
 	ClusterVersion string
 	// EBSDefaultKey sets Cloud.EBSDefaultKey: a customer-managed default EBS key.
 	EBSDefaultKey string
+	// AgentDir is where the plan takes the built node agent from, when it was built there ("": always the
+	// stand-in, infra.AgentOrStandIn).
+	AgentDir string
 }
 
 // Run runs program under the mock engine for stack with cfg and returns the recorded cloud. A program error is

@@ -76,6 +76,10 @@ func (c *Cloud) computed(typ, name, id string, in, out resource.PropertyMap) err
 		return id
 	}
 
+	if strings.HasPrefix(typ, "aws:s3/") {
+		s3Computed(typ, name, id, in, set)
+		return nil
+	}
 	switch typ {
 	case "random:index/randomString:RandomString":
 		length := 16
@@ -427,4 +431,36 @@ func uuidFrom(name string) string {
 	h := sha256.Sum256([]byte(name))
 	x := hex.EncodeToString(h[:16])
 	return x[0:8] + "-" + x[8:12] + "-" + x[12:16] + "-" + x[16:20] + "-" + x[20:32]
+}
+
+// s3Computed fills in what S3 computes: a bucket's name and ARN, an object's version id.
+func s3Computed(typ, name, id string, in resource.PropertyMap, set func(string, any)) {
+	switch typ {
+	case "aws:s3/bucketV2:BucketV2":
+		set("bucket", id)
+		set("arn", "arn:aws:s3:::"+id)
+	case "aws:s3/bucketObjectv2:BucketObjectv2":
+		// S3 gives every write of a versioned bucket's object a new version id: one per content here.
+		content := ""
+		if m, ok := in["metadata"]; ok && m.IsObject() {
+			if v, ok := m.ObjectValue()["sha256"]; ok && v.IsString() {
+				content = v.StringValue()
+			}
+		}
+		set("versionId", shortHash("version/"+name+"/"+content))
+	}
+}
+
+// bucketName is the stand-in for the name S3 gives a bucket declared with a bucketPrefix (Pulumi appends 26
+// characters of its own) or the bucket's name.
+func bucketName(name string, in resource.PropertyMap) string {
+	if v, ok := in["bucket"]; ok && v.IsString() {
+		return v.StringValue()
+	}
+	prefix := "terraform-"
+	if v, ok := in["bucketPrefix"]; ok && v.IsString() {
+		prefix = v.StringValue()
+	}
+	sum := sha256.Sum256([]byte("bucket/" + name))
+	return prefix + hex.EncodeToString(sum[:])[:26]
 }

@@ -3,6 +3,7 @@ package plan
 import (
 	"fmt"
 	"io"
+	"os"
 	"strings"
 	"text/tabwriter"
 
@@ -24,6 +25,9 @@ const (
 	BillInstance = "instance"
 	// BillKMSKey is a customer-managed KMS key, in keys (billed per key-month while it exists).
 	BillKMSKey = "kms-key"
+	// BillS3Storage is S3 Standard storage, in MiB rounded up (billed per GB-month stored): the node agent's
+	// objects.
+	BillS3Storage = "s3-mib"
 )
 
 // IdleBill is what a stack bills, in quantities, while every pool is at zero nodes, and what running nodes add. It is
@@ -148,6 +152,7 @@ func (r *Result) IdleBill() IdleBill {
 		}
 	}
 	bill.Items = append(bill.Items, monthlyItems(byType)...)
+	bill.Items = append(bill.Items, agentStorage(byType)...)
 
 	templates := map[string]map[string]any{}
 	for _, lt := range byType("aws:ec2/launchTemplate:LaunchTemplate") {
@@ -252,7 +257,7 @@ func list(v any) []any {
 }
 
 // units names a kind's quantity in the table.
-var units = map[string]string{BillVolume: "GiB", BillPublicIPv4: "address", BillAlarm: "alarm", BillInstance: "running"}
+var units = map[string]string{BillS3Storage: "MiB", BillVolume: "GiB", BillPublicIPv4: "address", BillAlarm: "alarm", BillInstance: "running"}
 
 // WriteIdleBill writes the bill as a table: quantities only, to be priced with docs/costs.md's table.
 func (b IdleBill) WriteIdleBill(w io.Writer) error {
@@ -302,6 +307,24 @@ func monthlyItems(byType func(string) []mockcloud.Resource) []BillItem {
 	for _, k := range byType("aws:kms/key:Key") {
 		items = append(items, BillItem{Kind: BillKMSKey, Quantity: 1, Resource: k.Name,
 			Note: "identity.parameterKey create: bills per month while it exists, and for its 30-day deletion window"})
+	}
+	return items
+}
+
+// agentStorage is the node agent's objects in S3: the size of each built binary (none for the plan's stand-in).
+// Every binary a stack replaces stays stored for agent.retentionDays besides.
+func agentStorage(byType func(string) []mockcloud.Resource) []BillItem {
+	var items []BillItem
+	for _, o := range byType("aws:s3/bucketObjectv2:BucketObjectv2") {
+		mib, note := 0, "the node agent; a binary the stack replaces stays stored for agent.retentionDays more"
+		if src, ok := o.Inputs["source"]; ok && src.IsAsset() {
+			if info, err := os.Stat(src.AssetValue().Path); err == nil {
+				mib = int((info.Size() + 1<<20 - 1) >> 20)
+			}
+		} else {
+			note = "the node agent's stand-in (not built): a built one is some MiB"
+		}
+		items = append(items, BillItem{Kind: BillS3Storage, Quantity: mib, Resource: o.Name, Note: note})
 	}
 	return items
 }

@@ -136,6 +136,9 @@ func (r *Result) WriteTable(w io.Writer) error {
 			if mockcloud.ContainsSecret(objectValue(res)) {
 				notes = append(notes, "has secret inputs")
 			}
+			if note := agentNote(res); note != "" {
+				notes = append(notes, note)
+			}
 			fmt.Fprintf(tw, "%s%s\t%s\t%s\n", strings.Repeat("  ", depth), res.Name, res.Type, strings.Join(notes, "; "))
 			if res.Name != parent {
 				walk(res.Name, depth+1)
@@ -309,4 +312,17 @@ func resourceKey(k string) resource.PropertyKey { return resource.PropertyKey(k)
 // objectValue wraps a resource's inputs as one value, for scans.
 func objectValue(res mockcloud.Resource) resource.PropertyValue {
 	return resource.NewObjectProperty(res.Inputs)
+}
+
+// agentNote shows a node agent object's pinned hash, and says when it is the stand-in of an agent not built.
+func agentNote(res mockcloud.Resource) string {
+	if res.Type != "aws:s3/bucketObjectv2:BucketObjectv2" {
+		return ""
+	}
+	meta, _ := mockcloud.PlainMap(res.Inputs, false)["metadata"].(map[string]any)
+	note := "sha256 " + str(meta["sha256"])
+	if _, standIn := meta["stand-in"]; standIn {
+		note += " (stand-in: the agent is not built, `make build` builds it)"
+	}
+	return note
 }

@@ -67,7 +67,7 @@ func RunConfig(stack string, cfg mockcloud.StackConfig) (*Result, error) {
 	cloud.EBSDefaultKey = cfg.EBSDefaultKey
 	res := &Result{Stack: stack, Cloud: cloud, Outputs: map[string]Output{}}
 	err := mockcloud.Run(func(ctx *pulumi.Context) error {
-		exports, err := infra.Program(ctx, slices.Sorted(maps.Keys(cfg.Values)))
+		exports, err := infra.Program(ctx, slices.Sorted(maps.Keys(cfg.Values)), infra.AgentOrStandIn(cfg.AgentDir))
 		if err != nil {
 			return err
 		}

@@ -1,0 +1,353 @@
+package cloudinit
+
+import (
+	"crypto/hmac"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"gotest.tools/v3/assert"
+	is "gotest.tools/v3/assert/cmp"
+
+	"github.com/dynk8s/dynk8s/internal/fakeimds"
+	"github.com/dynk8s/dynk8s/internal/realtools"
+)
+
+// The bootstrap (fetch-agent.sh, dynk8s-agent.service) run for real, with the real curl, against the fake IMDS and a
+// fake S3 that verifies each request's SigV4 signature with the role's secret key and session token.
+
+// testAgentBinary is the agent the fake S3 serves in the tests (testAgentSHA256 is its hash).
+var testAgentBinary = []byte("#!/bin/sh\necho dynk8s-node test build\n")
+
+func TestTestAgentSHA256(t *testing.T) {
+	assert.Equal(t, sha256Of(testAgentBinary), testAgentSHA256)
+}
+
+func sha256Of(b []byte) string {
+	sum := sha256.Sum256(b)
+	return hex.EncodeToString(sum[:])
+}
+
+// fakeS3 serves GetObject of one bucket's objects by key and version id, path-style, as S3 does for a signed
+// request, and answers 403 SignatureDoesNotMatch to any other.
+type fakeS3 struct {
+	*httptest.Server
+	bucket string
+	// objects are by "key?versionId".
+	objects map[string][]byte
+	// secret is the secret key signatures are checked with.
+	secret string
+
+	mu sync.Mutex
+	// failures answers that many GETs with 503 SlowDown first; negative: every GET.
+	failures int
+	requests int
+}
+
+func newFakeS3(t *testing.T) *fakeS3 {
+	s := &fakeS3{bucket: testAgentBucket, secret: fakeSecretKey, objects: map[string][]byte{}}
+	s.Server = httptest.NewServer(http.HandlerFunc(s.serve))
+	t.Cleanup(s.Close)
+	return s
+}
+
+func (s *fakeS3) serve(w http.ResponseWriter, r *http.Request) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.requests++
+	if err := s.verify(r); err != nil {
+		w.WriteHeader(http.StatusForbidden)
+		_, _ = fmt.Fprintf(w, "<Error><Code>SignatureDoesNotMatch</Code><Message>%s</Message></Error>", err)
+		return
+	}
+	if s.failures != 0 {
+		s.failures--
+		w.WriteHeader(http.StatusServiceUnavailable)
+		_, _ = w.Write([]byte("<Error><Code>SlowDown</Code></Error>"))
+		return
+	}
+	key, ok := strings.CutPrefix(r.URL.Path, "/"+s.bucket+"/")
+	body, found := s.objects[key+"?"+r.URL.Query().Get("versionId")]
+	if r.Method != http.MethodGet || !ok || !found {
+		w.WriteHeader(http.StatusNotFound)
+		_, _ = w.Write([]byte("<Error><Code>NoSuchVersion</Code></Error>"))
+		return
+	}
+	_, _ = w.Write(body)
+}
+
+var authRE = regexp.MustCompile(`^AWS4-HMAC-SHA256 Credential=([^/]+)/(\d{8})/([^/]+)/s3/aws4_request, ?SignedHeaders=([a-z0-9;-]+), ?Signature=([0-9a-f]{64})$`)
+
+// verify checks r's SigV4 signature as S3 does ("Signature Version 4 signing process", AWS General Reference;
+// "Authenticating Requests: Using the Authorization Header", S3 API Reference): the canonical request from the
+// headers the client says it signed, the role's key id and region, and the session token among the signed headers.
+func (s *fakeS3) verify(r *http.Request) error {
+	m := authRE.FindStringSubmatch(r.Header.Get("Authorization"))
+	if m == nil {
+		return fmt.Errorf("not SigV4 for s3: %q", r.Header.Get("Authorization"))
+	}
+	keyID, date, region, signed, signature := m[1], m[2], m[3], strings.Split(m[4], ";"), m[5]
+	switch {
+	case keyID != fakeAccessKey || region != fakeRegion:
+		return fmt.Errorf("signed by %s for %s", keyID, region)
+	case !slices.Contains(signed, "x-amz-security-token") || r.Header.Get("X-Amz-Security-Token") != fakeSession:
+		return errors.New("the session token is not sent and signed")
+	case !slices.Contains(signed, "host"):
+		return errors.New("the host is not signed")
+	}
+	var headers strings.Builder
+	for _, h := range signed {
+		v := r.Header.Get(h)
+		if h == "host" {
+			v = r.Host
+		}
+		headers.WriteString(h + ":" + strings.TrimSpace(v) + "\n")
+	}
+	payload := r.Header.Get("X-Amz-Content-Sha256")
+	if payload == "" {
+		payload = sha256Of(nil)
+	}
+	query := r.URL.Query()
+	var pairs []string
+	for k, vs := range query {
+		for _, v := range vs {
+			pairs = append(pairs, awsEscape(k)+"="+awsEscape(v))
+		}
+	}
+	sort.Strings(pairs)
+	canonical := strings.Join([]string{r.Method, r.URL.EscapedPath(), strings.Join(pairs, "&"), headers.String(),
+		strings.Join(signed, ";"), payload}, "\n")
+	scope := date + "/" + region + "/s3/aws4_request"
+	toSign := "AWS4-HMAC-SHA256\n" + r.Header.Get("X-Amz-Date") + "\n" + scope + "\n" + sha256Of([]byte(canonical))
+	key := []byte("AWS4" + s.secret)
+	for _, part := range []string{date, region, "s3", "aws4_request", toSign} {
+		mac := hmac.New(sha256.New, key)
+		mac.Write([]byte(part))
+		key = mac.Sum(nil)
+	}
+	if !hmac.Equal([]byte(hex.EncodeToString(key)), []byte(signature)) {
+		return errors.New("the signature does not match")
+	}
+	return nil
+}
+
+// awsEscape is SigV4's URI encoding: every byte but the unreserved characters percent-encoded, in upper case.
+func awsEscape(s string) string {
+	var b strings.Builder
+	for _, c := range []byte(s) {
+		if c >= 'A' && c <= 'Z' || c >= 'a' && c <= 'z' || c >= '0' && c <= '9' || strings.IndexByte("-_.~", c) >= 0 {
+			b.WriteByte(c)
+		} else {
+			fmt.Fprintf(&b, "%%%02X", c)
+		}
+	}
+	return b.String()
+}
+
+type agentRun struct {
+	root, stubDir string
+	out           string
+	exitCode      int
+	elapsed       time.Duration
+}
+
+func (r agentRun) installed() ([]byte, os.FileMode, error) {
+	p := filepath.Join(r.root, "usr/local/bin/dynk8s-node")
+	b, err := os.ReadFile(p)
+	if err != nil {
+		return nil, 0, err
+	}
+	info, err := os.Stat(p)
+	return b, info.Mode().Perm(), err
+}
+
+// binDir lists /usr/local/bin: nothing but the agent, and no temporary file left behind.
+func (r agentRun) binDir(t *testing.T) []string {
+	entries, err := os.ReadDir(filepath.Join(r.root, "usr/local/bin"))
+	assert.NilError(t, err)
+	var names []string
+	for _, e := range entries {
+		names = append(names, e.Name())
+	}
+	return names
+}
+
+// runFetchAgent renders spotPool's user data, lays its files out under a fresh root (root, if not empty) and runs
+// the bootstrap with the unit's environment (its EnvironmentFile, then env over it), through a closed PATH whose curl
+// is the real one behind a stand-in that records every argv.
+func runFetchAgent(t *testing.T, root string, s3 *fakeS3, env map[string]string) agentRun {
+	t.Helper()
+	realCurl := realtools.Require(t, "curl")
+	ud, err := Node(spotPool())
+	assert.NilError(t, err)
+	if root == "" {
+		root = t.TempDir()
+		materialize(t, ud, root)
+		assert.NilError(t, os.MkdirAll(filepath.Join(root, "usr/local/bin"), 0o755))
+	}
+	imds := fakeimds.New(t, fakeimds.Instance{ID: fakeInstanceID, Zone: fakeZone, Region: fakeRegion,
+		PrivateIP: fakeNodeIP, Type: fakeInstanceType, Role: fakeRole, AccessKeyID: fakeAccessKey,
+		SecretAccessKey: fakeSecretKey, SessionToken: fakeSession})
+	stubDir := t.TempDir()
+	bin := realtools.ClosedPath(t)
+	realtools.WriteStub(t, bin, "curl", "#!/usr/bin/env bash\nprintf '%s\\n' \"$*\" >>"+stubDir+"/curl-argv\nexec "+realCurl+" \"$@\"\n")
+
+	vars := parseEnv(t, fileByPath(t, parseCloudConfig(t, ud), agentEnvPath).Content)
+	for k, v := range map[string]string{"PATH": bin, "DYNK8S_ROOT": root, "DYNK8S_IMDS_ENDPOINT": imds.URL,
+		"DYNK8S_S3_ENDPOINT": s3.URL} {
+		vars[k] = v
+	}
+	for k, v := range env {
+		vars[k] = v
+	}
+	cmd := exec.Command(filepath.Join(root, agentScript))
+	for k, v := range vars {
+		cmd.Env = append(cmd.Env, k+"="+v)
+	}
+	var out strings.Builder
+	cmd.Stdout, cmd.Stderr = &out, &out
+	start := time.Now()
+	err = cmd.Run()
+	run := agentRun{root: root, stubDir: stubDir, out: out.String(), elapsed: time.Since(start)}
+	var ee *exec.ExitError
+	if errors.As(err, &ee) {
+		run.exitCode = ee.ExitCode()
+	} else {
+		assert.NilError(t, err)
+	}
+	t.Logf("fetch-agent.sh exited %d after %s:\n%s", run.exitCode, run.elapsed.Round(time.Millisecond), run.out)
+	realtools.CheckNoMissingCommand(t, run.out)
+	// The role's credentials and the IMDS token reach curl on stdin only: never in an argv, which any user can
+	// read in /proc.
+	argv, _ := os.ReadFile(filepath.Join(stubDir, "curl-argv"))
+	for _, secret := range []string{fakeSecretKey, fakeSession, fakeAccessKey, fakeimds.SessionToken} {
+		assert.Check(t, !strings.Contains(string(argv), secret), "a credential in curl's argv:\n%s", argv)
+	}
+	return run
+}
+
+func TestFetchAgent(t *testing.T) {
+	t.Parallel()
+	const key = "dynk8s-node/linux-arm64"
+	for _, tc := range []struct {
+		name string
+		// object is what S3 holds at the pinned version (nil: nothing); failures as fakeS3's.
+		object   []byte
+		failures int
+		secret   string // the fake S3's secret key, when not the role's
+		env      map[string]string
+		wantExit int
+		// wantLog are lines (or parts) of the output in order; wantGET the requests S3 saw (at least, with a deadline:
+		// bash's SECONDS counts whole seconds, so the attempts that fit may be one fewer or more).
+		wantLog     []string
+		wantGET     int
+		deadline    bool
+		wantInstall bool
+	}{
+		{name: "a good object installs", object: testAgentBinary, wantLog: []string{
+			"dynk8s-agent: installed dynk8s-node " + testAgentSHA256 + " (s3://" + testAgentBucket + "/" + key +
+				" version " + testAgentVersion + ")"},
+			wantGET: 1, wantInstall: true},
+		{name: "a wrong hash is refused", object: []byte("another build"), wantExit: 1, wantLog: []string{
+			"dynk8s-agent: FAILED: the download's sha256 is " + sha256Of([]byte("another build")) + ", not the pinned " +
+				testAgentSHA256 + ": nothing installed"}, wantGET: 1},
+		{name: "an empty object is refused", object: []byte{},
+			env:      map[string]string{"DYNK8S_AGENT_SHA256": sha256Of(nil)},
+			wantExit: 1, wantLog: []string{"FAILED: the download is empty"}, wantGET: 1},
+		{name: "a 5xx is retried", object: testAgentBinary, failures: 2, wantLog: []string{
+			"attempt 1 failed: GET " + "%S3%/" + testAgentBucket + "/" + key + "?versionId=" + testAgentVersion +
+				": HTTP 503 SlowDown; retrying in 1s",
+			"attempt 2 failed:", "installed dynk8s-node " + testAgentSHA256}, wantGET: 3, wantInstall: true},
+		{name: "the deadline holds", object: testAgentBinary, failures: -1,
+			env:      map[string]string{"DYNK8S_AGENT_DEADLINE_SECONDS": "4"},
+			wantExit: 1, wantLog: []string{"attempt 1 failed:", "attempts (deadline 4s): GET ", ": HTTP 503"},
+			wantGET: 2, deadline: true},
+		{name: "a missing version is retried to the deadline", env: map[string]string{"DYNK8S_AGENT_DEADLINE_SECONDS": "2"},
+			wantExit: 1, wantLog: []string{"FAILED: gave up after ", "attempts (deadline 2s): GET ", ": HTTP 404 NoSuchVersion"},
+			wantGET: 1, deadline: true},
+		{name: "the fake S3 refuses another key's signature", object: testAgentBinary, secret: "not-the-role's-secret",
+			env:      map[string]string{"DYNK8S_AGENT_DEADLINE_SECONDS": "2"},
+			wantExit: 1, wantLog: []string{"FAILED: gave up after ", ": HTTP 403 SignatureDoesNotMatch"}, wantGET: 1, deadline: true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			s3 := newFakeS3(t)
+			if tc.object != nil {
+				s3.objects[key+"?"+testAgentVersion] = tc.object
+			}
+			s3.failures = tc.failures
+			if tc.secret != "" {
+				s3.secret = tc.secret
+			}
+			run := runFetchAgent(t, "", s3, tc.env)
+			assert.Check(t, is.Equal(run.exitCode, tc.wantExit))
+			rest := run.out
+			for _, want := range tc.wantLog {
+				want = strings.ReplaceAll(want, "%S3%", s3.URL)
+				i := strings.Index(rest, want)
+				if !assert.Check(t, i >= 0, "no %q (in order) in:\n%s", want, run.out) {
+					break
+				}
+				rest = rest[i+len(want):]
+			}
+			assert.Check(t, is.Len(failedLines(run.out), min(tc.wantExit, 1)), "one reason when it fails, none else")
+			s3.mu.Lock()
+			if tc.deadline {
+				assert.Check(t, s3.requests >= tc.wantGET, "%d requests", s3.requests)
+				// It stops at its own deadline (give or take the second bash counts in), well before systemd's timeout
+				// would stop it: the margin is for the last download.
+				d, err := strconv.Atoi(tc.env["DYNK8S_AGENT_DEADLINE_SECONDS"])
+				assert.NilError(t, err)
+				assert.Check(t, run.elapsed < time.Duration(d+2)*time.Second, "ran %s", run.elapsed)
+			} else {
+				assert.Check(t, is.Equal(s3.requests, tc.wantGET))
+			}
+			s3.mu.Unlock()
+			got, mode, err := run.installed()
+			if tc.wantInstall {
+				assert.Check(t, err)
+				assert.Check(t, is.DeepEqual(got, testAgentBinary))
+				assert.Check(t, is.Equal(mode, os.FileMode(0o755)))
+			} else {
+				assert.Check(t, errors.Is(err, os.ErrNotExist), "something was installed: %v", err)
+			}
+			assert.Check(t, is.DeepEqual(run.binDir(t), map[bool][]string{true: {"dynk8s-node"}}[tc.wantInstall]),
+				"no temporary file is left")
+		})
+	}
+}
+
+// A reboot (or a warm instance's later boot) with the pinned agent installed asks S3 nothing; one with another
+// build installed replaces it.
+func TestFetchAgentOnLaterBoots(t *testing.T) {
+	t.Parallel()
+	s3 := newFakeS3(t)
+	s3.objects["dynk8s-node/linux-arm64?"+testAgentVersion] = testAgentBinary
+	first := runFetchAgent(t, "", s3, nil)
+	assert.Equal(t, first.exitCode, 0)
+	again := runFetchAgent(t, first.root, s3, nil)
+	assert.Check(t, is.Equal(again.exitCode, 0))
+	assert.Check(t, is.Contains(again.out, "dynk8s-agent: dynk8s-node "+testAgentSHA256+" is installed"))
+	assert.Check(t, is.Equal(s3.requests, 1), "S3 asked again")
+
+	assert.NilError(t, os.WriteFile(filepath.Join(first.root, "usr/local/bin/dynk8s-node"), []byte("old build"), 0o755))
+	replaced := runFetchAgent(t, first.root, s3, nil)
+	assert.Check(t, is.Equal(replaced.exitCode, 0))
+	got, _, err := replaced.installed()
+	assert.NilError(t, err)
+	assert.Check(t, is.DeepEqual(got, testAgentBinary))
+}

@@ -1,0 +1,59 @@
+#!/usr/bin/env bash
+# dynk8s-agent.service: installs the node agent, /usr/local/bin/dynk8s-node, from the stack's S3 bucket, pinned by
+# S3 version id and sha256 (docs/agent-delivery.md), the way kops' bootstrap fetches nodeup. The instance role's
+# credentials come from IMDSv2 and reach curl on stdin (-K -), never its argv. Nothing is installed unless the
+# download's sha256 is the pinned one. Transport and HTTP errors are retried until the deadline; a wrong hash is
+# not, since a version's bytes never change. Inputs: the unit's EnvironmentFile (cloudinit.Agent).
+set -euo pipefail
+: "${DYNK8S_AGENT_BUCKET:?}" "${DYNK8S_AGENT_KEY:?}" "${DYNK8S_AGENT_VERSION_ID:?}" "${DYNK8S_AGENT_SHA256:?}"
+: "${DYNK8S_AGENT_DEADLINE_SECONDS:?}"
+IMDS=${DYNK8S_IMDS_ENDPOINT:-http://169.254.169.254}
+DEST=${DYNK8S_ROOT:-}/usr/local/bin/dynk8s-node
+DEADLINE=$((SECONDS + DYNK8S_AGENT_DEADLINE_SECONDS))
+TMP='' TOKEN='' CREDS=''
+trap 'rm -f "$TMP"' EXIT
+log() { printf 'dynk8s-agent: %s\n' "$*" >&2; }
+sha() { local s && s=$(sha256sum "$1") && printf '%s' "${s%% *}"; }
+# md PATH: one IMDSv2 metadata path (the token on stdin: -H @-).
+md() { curl -sSf --max-time 5 -H @- "$IMDS/latest/meta-data/$1" <<<"X-aws-ec2-metadata-token: $TOKEN"; }
+# field NAME: a string field of the credentials document (a flat JSON object; the values have no quote or escape).
+field() { [[ $CREDS =~ \"$1\"[[:space:]]*:[[:space:]]*\"([^\"]+)\" ]] && printf '%s' "${BASH_REMATCH[1]}"; }
+if [[ -x $DEST && $(sha "$DEST") == "$DYNK8S_AGENT_SHA256" ]]; then
+  log "dynk8s-node $DYNK8S_AGENT_SHA256 is installed" && exit 0
+fi
+# fetch: one attempt; REASON says why it failed.
+fetch() {
+  TOKEN=$(curl -sSf --max-time 5 -X PUT -H 'X-aws-ec2-metadata-token-ttl-seconds: 300' "$IMDS/latest/api/token" 2>&1) ||
+    { REASON="IMDSv2 token: $TOKEN" && return 1; }
+  local region='' domain='' role='' url status=''
+  if ! { region=$(md placement/region 2>&1) && domain=$(md services/domain 2>&1) &&
+    role=$(md iam/security-credentials/ 2>&1) && CREDS=$(md "iam/security-credentials/${role%%$'\n'*}" 2>&1); }; then
+    REASON="IMDS: $region$domain$role$CREDS" && return 1
+  fi
+  url="${DYNK8S_S3_ENDPOINT:-https://s3.$region.$domain}/$DYNK8S_AGENT_BUCKET/$DYNK8S_AGENT_KEY?versionId=$DYNK8S_AGENT_VERSION_ID"
+  TMP=$(mktemp "$DEST.XXXXXX")
+  status=$(printf 'user = "%s:%s"\nheader = "x-amz-security-token: %s"\n' "$(field AccessKeyId)" \
+    "$(field SecretAccessKey)" "$(field Token)" | curl -sS -K - --aws-sigv4 "aws:amz:$region:s3" \
+    --max-time $((DEADLINE - SECONDS > 1 ? DEADLINE - SECONDS : 1)) -o "$TMP" -w '%{http_code}' "$url" 2>&1) ||
+    { REASON="GET $url: ${status:-curl failed}" && return 1; }
+  [[ $status == 200 ]] || { REASON="GET $url: HTTP $status $(sed -n 's|.*<Code>\([^<]*\)</Code>.*|\1|p' "$TMP")" && return 1; }
+}
+delay=1
+for ((attempt = 1; ; attempt++)); do
+  REASON=''
+  if fetch; then break; fi
+  rm -f "$TMP"
+  if ((SECONDS + delay >= DEADLINE)); then
+    log "FAILED: gave up after $attempt attempts (deadline ${DYNK8S_AGENT_DEADLINE_SECONDS}s): $REASON" && exit 1
+  fi
+  log "attempt $attempt failed: $REASON; retrying in ${delay}s"
+  sleep "$delay"
+  delay=$((delay * 2 < 10 ? delay * 2 : 10))
+done
+got=$(sha "$TMP")
+[[ -s $TMP ]] || { log "FAILED: the download is empty (a plan's stand-in?): nothing installed" && exit 1; }
+if [[ $got != "$DYNK8S_AGENT_SHA256" ]]; then
+  log "FAILED: the download's sha256 is $got, not the pinned $DYNK8S_AGENT_SHA256: nothing installed" && exit 1
+fi
+chmod 0755 "$TMP" && mv -f "$TMP" "$DEST"
+log "installed dynk8s-node $got (s3://$DYNK8S_AGENT_BUCKET/$DYNK8S_AGENT_KEY version $DYNK8S_AGENT_VERSION_ID)"

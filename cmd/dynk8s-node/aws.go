@@ -1,0 +1,199 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"regexp"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/credentials/ec2rolecreds"
+	"github.com/aws/aws-sdk-go-v2/feature/ec2/imds"
+	"github.com/aws/aws-sdk-go-v2/service/autoscaling"
+	"github.com/aws/aws-sdk-go-v2/service/ec2"
+	"github.com/aws/aws-sdk-go-v2/service/ssm"
+	"github.com/aws/smithy-go"
+	smithyhttp "github.com/aws/smithy-go/transport/http"
+)
+
+// The AWS calls of the boot, as small interfaces the SDK's clients satisfy and the tests fake.
+
+// metadata reads IMDSv2 paths (after "latest/meta-data/").
+type metadata interface {
+	Get(ctx context.Context, path string) (string, error)
+}
+
+type parameters interface {
+	GetParameter(ctx context.Context, in *ssm.GetParameterInput, opts ...func(*ssm.Options)) (*ssm.GetParameterOutput, error)
+}
+
+type groups interface {
+	DescribeAutoScalingInstances(ctx context.Context, in *autoscaling.DescribeAutoScalingInstancesInput,
+		opts ...func(*autoscaling.Options)) (*autoscaling.DescribeAutoScalingInstancesOutput, error)
+	DescribeAutoScalingGroups(ctx context.Context, in *autoscaling.DescribeAutoScalingGroupsInput,
+		opts ...func(*autoscaling.Options)) (*autoscaling.DescribeAutoScalingGroupsOutput, error)
+	CompleteLifecycleAction(ctx context.Context, in *autoscaling.CompleteLifecycleActionInput,
+		opts ...func(*autoscaling.Options)) (*autoscaling.CompleteLifecycleActionOutput, error)
+	SetInstanceHealth(ctx context.Context, in *autoscaling.SetInstanceHealthInput,
+		opts ...func(*autoscaling.Options)) (*autoscaling.SetInstanceHealthOutput, error)
+}
+
+type instances interface {
+	StartInstances(ctx context.Context, in *ec2.StartInstancesInput, opts ...func(*ec2.Options)) (*ec2.StartInstancesOutput, error)
+}
+
+// cloud is the instance's view of AWS: IMDS now, and the signed services once the region and the partition's
+// domain are known (connect).
+type cloud struct {
+	imds   metadata
+	ssm    parameters
+	asg    groups
+	ec2    instances
+	client *http.Client
+	// creds are the instance role's, from IMDS, cached until they expire; a 403 drops them (forget).
+	creds *aws.CredentialsCache
+	// connect builds the signed clients for a region and domain (fakes in tests).
+	connect func(c *cloud, region, domain string)
+}
+
+// newCloud is the real AWS: IMDS at DYNK8S_IMDS_ENDPOINT (default the link-local address), the services at
+// DYNK8S_<SERVICE>_ENDPOINT or https://<service>.<region>.<domain>. The SDK's own retries are off: every step
+// retries under the boot's one deadline and logs each failed attempt.
+func newCloud() *cloud {
+	client := &http.Client{Timeout: 30 * time.Second}
+	im := imds.New(imds.Options{
+		Endpoint:       os.Getenv("DYNK8S_IMDS_ENDPOINT"),
+		HTTPClient:     client,
+		Retryer:        aws.NopRetryer{},
+		EnableFallback: aws.FalseTernary, // IMDSv1 is off on dynk8s instances
+	})
+	c := &cloud{imds: imdsReader{im}, client: client}
+	c.creds = aws.NewCredentialsCache(ec2rolecreds.New(func(o *ec2rolecreds.Options) { o.Client = im }))
+	c.connect = connectSDK
+	return c
+}
+
+func connectSDK(c *cloud, region, domain string) {
+	cfg := aws.Config{Region: region, Credentials: c.creds, HTTPClient: c.client, Retryer: func() aws.Retryer {
+		return aws.NopRetryer{}
+	}}
+	c.ssm = ssm.NewFromConfig(cfg, func(o *ssm.Options) { o.BaseEndpoint = aws.String(endpoint("ssm", region, domain)) })
+	c.asg = autoscaling.NewFromConfig(cfg, func(o *autoscaling.Options) {
+		o.BaseEndpoint = aws.String(endpoint("autoscaling", region, domain))
+	})
+	c.ec2 = ec2.NewFromConfig(cfg, func(o *ec2.Options) { o.BaseEndpoint = aws.String(endpoint("ec2", region, domain)) })
+}
+
+// endpoint is the service's endpoint in the instance's partition (IMDS meta-data/services/domain: amazonaws.com,
+// amazonaws.com.cn, ...), or the override DYNK8S_<SERVICE>_ENDPOINT.
+func endpoint(service, region, domain string) string {
+	if v := os.Getenv("DYNK8S_" + strings.ToUpper(service) + "_ENDPOINT"); v != "" {
+		return v
+	}
+	return "https://" + service + "." + region + "." + domain
+}
+
+// forget drops the cached role credentials after a 403, so the next attempt reads them from IMDS again.
+func (c *cloud) forget(err error) {
+	if c.creds != nil && httpStatus(err) == http.StatusForbidden {
+		c.creds.Invalidate()
+	}
+}
+
+// imdsReader is the SDK's IMDS client with errors that say what failed: the path or the token, and the status.
+type imdsReader struct{ c *imds.Client }
+
+func (r imdsReader) Get(ctx context.Context, path string) (string, error) {
+	out, err := r.c.GetMetadata(ctx, &imds.GetMetadataInput{Path: path})
+	if err != nil {
+		return "", imdsError(path, err)
+	}
+	defer out.Content.Close()
+	b, err := io.ReadAll(out.Content)
+	if err != nil {
+		return "", fmt.Errorf("IMDS %s: %w", path, err)
+	}
+	return string(b), nil
+}
+
+// imdsErr is an IMDS answer other than 200; Status 404 means the path is absent.
+type imdsErr struct {
+	What   string // "IMDSv2 token" or "IMDS <path>"
+	Status int
+	Err    error
+}
+
+func (e *imdsErr) Error() string {
+	if e.Status != 0 {
+		return fmt.Sprintf("%s: HTTP %d", e.What, e.Status)
+	}
+	return fmt.Sprintf("%s: %v", e.What, e.Err)
+}
+
+func imdsError(path string, err error) error {
+	status := httpStatus(err)
+	// A failed token comes wrapped in the SDK's retryableError, which does not unwrap (feature/ec2/imds,
+	// token_provider.go): its text is all there is to read, "failed to get API token, ... StatusCode: 503, ...".
+	if strings.Contains(err.Error(), "failed to get API token") {
+		if m := tokenStatusRE.FindStringSubmatch(err.Error()); m != nil {
+			status, _ = strconv.Atoi(m[1])
+		}
+		return &imdsErr{What: "IMDSv2 token", Status: status, Err: err}
+	}
+	return &imdsErr{What: "IMDS meta-data/" + path, Status: status, Err: err}
+}
+
+var tokenStatusRE = regexp.MustCompile(`StatusCode: (\d+)`)
+
+// httpStatus is the HTTP status of a service's answer in err, 0 for none (a transport error).
+func httpStatus(err error) int {
+	var re *smithyhttp.ResponseError
+	if errors.As(err, &re) {
+		return re.HTTPStatusCode()
+	}
+	return 0
+}
+
+// apiError says what an AWS call answered: "<what>: HTTP <status> <code> <message>", or the transport error.
+func apiError(what string, err error) error {
+	status := httpStatus(err)
+	var ae smithy.APIError
+	if status == 0 || !errors.As(err, &ae) {
+		if status != 0 {
+			return fmt.Errorf("%s: HTTP %d: %w", what, status, err)
+		}
+		return fmt.Errorf("%s: %w", what, err)
+	}
+	return &awsErr{what: what, status: status, code: ae.ErrorCode(), message: ae.ErrorMessage()}
+}
+
+type awsErr struct {
+	what, code, message string
+	status              int
+}
+
+func (e *awsErr) Error() string {
+	s := fmt.Sprintf("%s: HTTP %d", e.what, e.status)
+	if e.code != "" {
+		s += " " + e.code
+	}
+	if e.message != "" {
+		s += ": " + e.message
+	}
+	return s
+}
+
+// errorCode is the AWS error code of err ("" for none).
+func errorCode(err error) string {
+	var ae *awsErr
+	if errors.As(err, &ae) {
+		return ae.code
+	}
+	return ""
+}

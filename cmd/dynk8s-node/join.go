@@ -1,0 +1,821 @@
+package main
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/autoscaling"
+	"github.com/aws/aws-sdk-go-v2/service/ssm"
+	"golang.org/x/sys/unix"
+	"sigs.k8s.io/yaml"
+
+	"github.com/dynk8s/dynk8s/internal/nodeconfig"
+)
+
+// The node's boot, in two phases: prepare (kernel modules, packages, CRI-O, image pre-pull: nothing that needs the
+// cluster) and join (join token, API server probe, kubeadm join). dynk8s-join.service runs it at every boot until
+// the node has joined; the Auto Scaling target lifecycle state in IMDS picks the phases:
+//   - Warmed:*: the instance is entering a warm pool: prepare, complete the launch lifecycle action, and let the
+//     group stop it (EC2 Auto Scaling user guide, "Use lifecycle hooks with a warm pool");
+//   - InService: prepare unless an earlier boot did, then join, then complete the launch lifecycle action, which
+//     holds the instance in Pending:Wait again when it leaves the warm pool (same guide).
+//
+// kops' nodeup does the same (upup/pkg/fi/nodeup/command.go, getAWSConfigurationMode, kubernetes/kops). Every
+// network step retries under one deadline (nodeconfig.Deadlines.Join). On failure it logs one reason and exits 1,
+// and leaves the instance to the autoscaler (see failed).
+
+const (
+	joinTimerName = "dynk8s-join.timer"
+	imdsLockUnit  = "dynk8s-imds-lock.service"
+	lifecyclePath = "autoscaling/target-lifecycle-state"
+)
+
+// The runtime values go into the JoinConfiguration and requests, so each must match its strict form.
+var identityForms = []struct {
+	name string
+	re   *regexp.Regexp
+	get  func(j *joiner) string
+}{
+	{"INSTANCE_ID", regexp.MustCompile(`^i-[0-9a-f]{8}([0-9a-f]{9})?$`), func(j *joiner) string { return j.id.InstanceID }},
+	{"ZONE", regexp.MustCompile(`^[a-z]{2}(-[a-z0-9]+)+$`), func(j *joiner) string { return j.id.Zone }},
+	{"REGION", regexp.MustCompile(`^[a-z]{2}(-[a-z]+)+-[0-9]+$`), func(j *joiner) string { return j.id.Region }},
+	{"DOMAIN", regexp.MustCompile(`^[a-z0-9-]+(\.[a-z0-9-]+)+$`), func(j *joiner) string { return j.domain }},
+	{"NODE_IP", regexp.MustCompile(`^(25[0-5]|2[0-4][0-9]|1?[0-9]?[0-9])(\.(25[0-5]|2[0-4][0-9]|1?[0-9]?[0-9])){3}$`),
+		func(j *joiner) string { return j.id.NodeIP }},
+	{"INSTANCE_TYPE", regexp.MustCompile(`^[a-z0-9-]+\.[a-z0-9-]+$`), func(j *joiner) string { return j.id.InstanceType }},
+	{"LIFECYCLE", regexp.MustCompile(`^(InService|Standby|Detached|Terminated|Warmed:(Stopped|Running|Hibernated|Terminated))$`),
+		func(j *joiner) string { return j.lifecycle }},
+}
+
+var tokenRE = regexp.MustCompile(`^[a-z0-9]{6}\.[a-z0-9]{16}$`)
+
+// joiner is one run of the join.
+type joiner struct {
+	cfg   nodeconfig.Node
+	cloud *cloud
+	host  host
+	files files
+	log   *logger
+	clock *clock
+	tl    *timeline
+	// dryRun reads (IMDS, SSM, Auto Scaling's descriptions) but changes nothing: no command, no file, no
+	// lifecycle action, no gateway start; verbose then prints the JoinConfiguration it would use, token hidden.
+	dryRun, verbose bool
+
+	id                nodeconfig.Identity
+	domain, lifecycle string
+	group             string
+	out               outcome
+
+	missing      []string // system packages the image lacks
+	withUpdates  bool     // the next package transaction adds Fedora's repositories and their updates
+	joinAttempts int
+	token        string
+	prepull      chan time.Duration // the pre-pull's time, when it has ended (nil: none runs)
+	stopPrepull  context.CancelFunc
+	completing   bool
+}
+
+func (j *joiner) markerPrepared() string { return j.files.root + "/var/lib/dynk8s/prepared" }
+
+// markerWarm: this instance has prepared and completed its lifecycle action in the warm pool since it last started.
+func (j *joiner) markerWarm() string { return j.files.run("warm-ready") }
+func (j *joiner) joinConfig() string { return j.files.run("kubeadm-join.yaml") }
+
+// alreadyJoined: a joined node has the kubelet's kubeconfig; the join unit's Condition checks the same file.
+func alreadyJoined(f files) bool { return f.exists(f.etc("kubernetes/kubelet.conf")) }
+
+// waiting: the warm pool's timer runs the join every 15 s while a Running or Hibernated warm instance waits: one
+// IMDS read, and nothing to say until the group puts the instance in service.
+func (j *joiner) waiting(ctx context.Context) bool {
+	if !j.files.exists(j.markerWarm()) {
+		return false
+	}
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	state, err := j.cloud.imds.Get(ctx, lifecyclePath)
+	return err == nil && strings.HasPrefix(state, "Warmed:")
+}
+
+// run is the boot; it returns the error that ended it (already handled by failed) or nil.
+func (j *joiner) run(ctx context.Context) error {
+	j.out.result = "failed"
+	err := j.boot(ctx)
+	if err != nil {
+		j.failed(ctx, err)
+	}
+	j.finish()
+	return err
+}
+
+func (j *joiner) boot(ctx context.Context) error {
+	j.log.Printf("booting pool %s of cluster %s (API server %s)", j.cfg.PoolName, j.cfg.ClusterName, j.cfg.APIServerEndpoint)
+	if err := j.tl.phase(j.log, "identity", func() error {
+		return j.clock.retry(ctx, j.log, "read instance identity from IMDS", j.identity)
+	}); err != nil {
+		return err
+	}
+	for _, f := range identityForms {
+		if v := f.get(j); !f.re.MatchString(v) {
+			return fmt.Errorf("IMDS returned an unexpected %s: '%s'", f.name, v)
+		}
+	}
+	j.out.instanceID, j.out.lifecycle = j.id.InstanceID, j.lifecycle
+	j.log.Printf("instance %s (%s) in %s, node IP %s, target lifecycle state %s", j.id.InstanceID, j.id.InstanceType,
+		j.id.Zone, j.id.NodeIP, j.lifecycle)
+	j.cloud.connect(j.cloud, j.id.Region, j.domain)
+
+	switch {
+	case slices.Contains([]string{"Warmed:Terminated", "Terminated", "Detached", "Standby"}, j.lifecycle):
+		j.out.result = "skipped"
+		j.log.Printf("target lifecycle state %s: nothing to do", j.lifecycle)
+		return nil
+	case strings.HasPrefix(j.lifecycle, "Warmed:"):
+		return j.warm(ctx)
+	default:
+		return j.inService(ctx)
+	}
+}
+
+func (j *joiner) warm(ctx context.Context) error {
+	j.out.mode = "prepare"
+	if j.cfg.LaunchHook == "" {
+		j.log.Printf("no launch hook: the group may stop this instance before it is prepared (the next boot finishes the job)")
+	}
+	if err := j.prepare(ctx); err != nil {
+		return err
+	}
+	j.waitPrepull()
+	if err := j.lifecycleContinue(ctx); err != nil {
+		return err
+	}
+	if err := j.touch(j.markerWarm(), ""); err != nil {
+		return err
+	}
+	j.out.result = "prepared"
+	j.log.Printf("prepared in the warm pool; the group stops, hibernates or keeps it, and it joins when it enters service")
+	return nil
+}
+
+func (j *joiner) inService(ctx context.Context) error {
+	j.out.mode = "join"
+	prepared := j.files.exists(j.markerPrepared())
+	// Prepared in the warm pool: on this boot (Running, Hibernated) or an earlier one (Stopped).
+	if (prepared || j.files.exists(j.markerWarm())) && j.handBackStale(ctx) {
+		return nil
+	}
+	// The gateway may be asleep: it boots while this node prepares. The join does not wait for it; its log says
+	// why the tunnel stays down.
+	if j.cfg.GatewayInstanceID != "" {
+		w := &waker{cloud: j.cloud, log: j.log.with("dynk8s-wake-gateway"), dryRun: j.dryRun,
+			clock:  newClock(j.cfg.Deadlines.Wake.D(), j.clock.backoffInitial, j.clock.backoffMax),
+			settle: j.cfg.Deadlines.WakeSettle.D(), interval: j.cfg.Deadlines.WakeInterval.D()}
+		go func() { _ = w.wake(ctx, j.cfg.GatewayInstanceID) }()
+	}
+	if prepared {
+		j.log.Printf("prepared on an earlier boot (%s)", j.markerPrepared())
+		if err := j.tl.phase(j.log, "crio", func() error { return j.startCrio(ctx) }); err != nil {
+			return err
+		}
+	} else if err := j.prepare(ctx); err != nil {
+		return err
+	}
+	if err := j.joinCluster(ctx); err != nil {
+		return err
+	}
+	j.waitPrepull()
+	if err := j.lifecycleContinue(ctx); err != nil {
+		return err
+	}
+	j.out.result = "joined"
+	return nil
+}
+
+// failed logs the one reason the boot stops, to the kernel log too, and completes a waiting launch lifecycle action
+// with CONTINUE. The instance is never handed back to its group (marked Unhealthy, or its action abandoned) to be
+// replaced: what stops a boot on its deadline (the join token, the tunnel or the API server, the package
+// repositories, kubeadm join) is most often a fault every replacement meets too, and an instance the group replaces
+// is one the Cluster Autoscaler never times out: each replacement is younger than max-node-provision-time, so the
+// autoscaler neither removes it nor lowers the group, and the group replaces instance after instance for as long as
+// the pod is pending. Left in place, the instance stays unregistered: the autoscaler then times the scale-up out
+// (event ScaleUpTimedOut), backs the group off (5 minutes, doubling up to 30), tries other groups for the pods
+// meanwhile, and removes the instance once it has been unregistered for max-node-provision-time, lowering the
+// desired capacity (cluster-autoscaler, clusterstate.updateScaleRequests and
+// static_autoscaler.removeOldUnregisteredNodes). A launch hook's action is completed with CONTINUE all the same: its
+// heartbeat would end with the default result, ABANDON, and the group would replace the instance just as a
+// hand-back does.
+func (j *joiner) failed(ctx context.Context, err error) {
+	j.log.Printf("FAILED: %v", err)
+	j.log.Kernel(3, "FAILED: "+err.Error())
+	j.out.result, j.out.reason = "failed", err.Error()
+	j.tl.cut()
+	if j.cfg.LaunchHook == "" || j.id.InstanceID == "" || j.completing || j.cloud.asg == nil {
+		return
+	}
+	j.completing = true
+	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	noAction, cerr := j.completeLifecycle(ctx, "CONTINUE")
+	switch {
+	case cerr != nil:
+		j.log.Printf("could not complete the lifecycle action of hook %s: %v", j.cfg.LaunchHook, cerr)
+	case !noAction:
+		j.log.Printf("completed the lifecycle action of hook %s with CONTINUE: the group keeps this instance, and the "+
+			"autoscaler removes it at max-node-provision-time", j.cfg.LaunchHook)
+	}
+}
+
+// finish runs on every end but the warm wait: it removes the rendered JoinConfiguration (it holds the token), stops
+// a pre-pull still running, and writes the timeline.
+func (j *joiner) finish() {
+	if j.dryRun {
+		return
+	}
+	_ = os.Remove(j.joinConfig())
+	if j.stopPrepull != nil {
+		j.stopPrepull()
+	}
+	j.tl.cut()
+	if err := j.tl.write(j.log, j.out, j.files.run(""), j.files.proc+"/uptime"); err != nil {
+		j.log.Printf("could not write %s: %v", j.files.run("timeline.json"), err)
+	}
+}
+
+func (j *joiner) identity(ctx context.Context) error {
+	ctx, cancel := context.WithTimeout(ctx, j.clock.timeout(30*time.Second))
+	defer cancel()
+	for _, v := range []struct {
+		into *string
+		path string
+	}{
+		{&j.id.InstanceID, "instance-id"}, {&j.id.Zone, "placement/availability-zone"},
+		{&j.id.Region, "placement/region"}, {&j.domain, "services/domain"}, {&j.id.NodeIP, "local-ipv4"},
+		{&j.id.InstanceType, "instance-type"},
+	} {
+		s, err := j.cloud.imds.Get(ctx, v.path)
+		if err != nil {
+			return err
+		}
+		*v.into = s
+	}
+	return j.lifecycleState(ctx)
+}
+
+// lifecycleState: an instance outside any group has no target lifecycle state (404); without a launch hook that
+// means InService. With a hook the group sets it before the instance boots, so it must be there.
+func (j *joiner) lifecycleState(ctx context.Context) error {
+	s, err := j.cloud.imds.Get(ctx, lifecyclePath)
+	if err == nil {
+		j.lifecycle = s
+		return nil
+	}
+	if ie := (*imdsErr)(nil); !errors.As(err, &ie) || ie.Status != http.StatusNotFound {
+		return err
+	}
+	if j.cfg.LaunchHook != "" {
+		return fmt.Errorf("%w (a group with launch hook %s sets it)", err, j.cfg.LaunchHook)
+	}
+	j.lifecycle = "InService"
+	j.log.Printf("IMDS has no target lifecycle state; going on as InService")
+	return nil
+}
+
+func (j *joiner) prepare(ctx context.Context) error {
+	for _, p := range []struct {
+		name string
+		fn   func(context.Context) error
+	}{{"kernel", j.kernelModules}, {"packages", j.packages}, {"crio", j.crio}} {
+		if err := j.tl.phase(j.log, p.name, func() error { return p.fn(ctx) }); err != nil {
+			return err
+		}
+	}
+	j.startPrepull(ctx)
+	return j.touch(j.markerPrepared(), strings.Join(j.cfg.Packages, ",")+"\n")
+}
+
+func (j *joiner) touch(path, content string) error {
+	if j.dryRun {
+		return nil
+	}
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		return err
+	}
+	return os.WriteFile(path, []byte(content), 0o644)
+}
+
+func repoArgs(ids []string) []string {
+	out := make([]string, len(ids))
+	for i, id := range ids {
+		out[i] = "--repo=" + id
+	}
+	return out
+}
+
+func (j *joiner) dnfInstall(ctx context.Context, args ...string) error {
+	base := []string{"install", "-y", "--setopt=install_weak_deps=False", "--setopt=tsflags=nodocs",
+		"--setopt=max_parallel_downloads=10"}
+	err := j.host.run(ctx, j.clock.timeout(0), false, "dnf", append(base, args...)...)
+	if ee := (*exitError)(nil); errors.As(err, &ee) {
+		return fmt.Errorf("dnf install exited %d", ee.code)
+	}
+	return err
+}
+
+// kernelModules: br_netfilter (bridge-based CNIs, kube-proxy on bridged traffic) and overlay (CRI-O's storage) may be
+// missing from a cloud kernel; Fedora's kernel-modules-extra of the running kernel has the rest of the modules (it
+// requires kernel-modules of the same release, kernel.spec). Only then is it installed, from the release repository
+// first (a GA image runs the release's kernel), then with its updates. kubeadm join checks neither module
+// (cmd/kubeadm/app/preflight/checks.go at v1.34.4, JoinNodeChecks), so a module still missing is logged, not fatal.
+// The sysctls (some need br_netfilter) are applied once the modules are in: cloud-init wrote them after
+// systemd-sysctl ran at this first boot. Tolerant (-e): an unknown key must not stop the boot.
+func (j *joiner) kernelModules(ctx context.Context) error {
+	modprobe := func(ms []string) (missing []string) {
+		for _, m := range ms {
+			if j.host.run(ctx, time.Minute, true, "modprobe", m) != nil {
+				missing = append(missing, m)
+			}
+		}
+		return missing
+	}
+	missing := modprobe(j.cfg.KernelModules)
+	var still []string
+	if len(missing) > 0 {
+		pkg := "kernel-modules-extra-" + kernelRelease()
+		j.log.Printf("kernel modules missing: %s; installing %s from Fedora's repositories", strings.Join(missing, " "), pkg)
+		repos := repoArgs(j.cfg.SystemRepos)
+		if err := j.dnfInstall(ctx, append(repos, pkg)...); err != nil {
+			repos = append(repos, repoArgs(j.cfg.UpdateRepos)...)
+			if err := j.dnfInstall(ctx, append(repos, pkg)...); err != nil {
+				j.log.Printf("installing kernel-modules-extra failed: %v", err)
+			}
+		}
+		still = modprobe(missing)
+	}
+	if len(still) > 0 {
+		j.log.Printf("still missing kernel modules: %s (kubeadm join does not need them; bridge CNIs need "+
+			"br_netfilter, CRI-O's overlay storage needs overlay)", strings.Join(still, " "))
+	}
+	_ = j.host.run(ctx, time.Minute, false, "sysctl", "-q", "-e", "--system")
+	return nil
+}
+
+func kernelRelease() string {
+	var u unix.Utsname
+	if err := unix.Uname(&u); err != nil {
+		return "unknown"
+	}
+	return unix.ByteSliceToString(u.Release[:])
+}
+
+// packages: kubelet, kubeadm, cri-tools and CRI-O from the pinned upstream repos, and the Fedora dependencies the
+// image lacks (rpm -q: container-selinux, iptables, nftables), in one dnf transaction. The upstream repos' priority
+// (1, Fedora's 99) keeps a Fedora package of the same name from winning on version (dnf.conf(5), priority). Fedora's
+// release repository joins only when the image lacks one of those; after a failed attempt the next adds Fedora's
+// repositories and their updates, for a dependency the image lacks and none foresaw, or a newer image than GA.
+func (j *joiner) packages(ctx context.Context) error {
+	for _, p := range j.cfg.SystemPackages {
+		if j.host.run(ctx, time.Minute, true, "rpm", "-q", "--whatprovides", p) != nil {
+			j.missing = append(j.missing, p)
+		}
+	}
+	if len(j.missing) > 0 {
+		j.log.Printf("the image lacks %s (rpm -q): Fedora's release repository joins the transaction", strings.Join(j.missing, " "))
+	} else {
+		j.log.Printf("the image has %s (rpm -q): no Fedora repository metadata needed", strings.Join(j.cfg.SystemPackages, " "))
+	}
+	desc := "install " + strings.Join(slices.Concat(j.cfg.Packages, j.missing), " ")
+	return j.clock.retry(ctx, j.log, desc, j.installPackages)
+}
+
+func (j *joiner) installPackages(ctx context.Context) error {
+	args := repoArgs(j.cfg.Repos)
+	if len(j.missing) > 0 || j.withUpdates {
+		args = append(args, repoArgs(j.cfg.SystemRepos)...)
+	}
+	if j.withUpdates {
+		args = append(args, repoArgs(j.cfg.UpdateRepos)...)
+	}
+	err := j.dnfInstall(ctx, slices.Concat(args, j.cfg.Packages, j.missing)...)
+	if err != nil && !j.withUpdates {
+		j.withUpdates = true
+		return fmt.Errorf("%w; the next attempt adds Fedora's repositories and their updates", err)
+	}
+	return err
+}
+
+// crio starts CRI-O. Its package ships a bridge CNI config that would give every node the same pod range; the
+// cluster CNI owns that.
+func (j *joiner) crio(ctx context.Context) error {
+	bridges, _ := filepath.Glob(j.files.etc("cni/net.d/*crio*bridge*.conflist"))
+	for _, b := range bridges {
+		if !j.dryRun {
+			_ = os.Remove(b)
+		}
+	}
+	if j.host.run(ctx, 5*time.Minute, false, "systemctl", "enable", "--now", "crio.service") != nil {
+		return errors.New("crio.service did not start (journalctl -u crio)")
+	}
+	if j.host.run(ctx, time.Minute, false, "systemctl", "enable", "kubelet.service") != nil {
+		return errors.New("could not enable kubelet.service")
+	}
+	return nil
+}
+
+func (j *joiner) startCrio(ctx context.Context) error {
+	if j.host.run(ctx, 5*time.Minute, false, "systemctl", "start", "crio.service") != nil {
+		return errors.New("crio.service did not start (journalctl -u crio)")
+	}
+	return nil
+}
+
+// startPrepull pulls the images in the background, so that the join goes on meanwhile; a failed pull is logged and
+// never fails the boot (the kubelet pulls what is still missing). Each pull is bounded by the deadline.
+func (j *joiner) startPrepull(ctx context.Context) {
+	if !j.host.has("crictl") {
+		j.log.Printf("pre-pull skipped: no crictl")
+		return
+	}
+	ctx, j.stopPrepull = context.WithCancel(ctx)
+	j.prepull = make(chan time.Duration, 1)
+	go func() {
+		start := j.clock.now()
+		failed := 0
+		for _, img := range j.cfg.PrePullImages {
+			err := j.host.run(ctx, j.clock.timeout(5*time.Minute), true, "crictl", "--runtime-endpoint", j.cfg.CRISocket,
+				"pull", img)
+			if ctx.Err() != nil {
+				return
+			}
+			if err != nil {
+				failed++
+				j.log.Printf("pre-pull of %s failed (%v); the kubelet pulls it when needed", img, err)
+			}
+		}
+		took := j.clock.now().Sub(start)
+		j.log.Printf("phase=pre-pull took=%ss (%d images, %d failed)", seconds(took), len(j.cfg.PrePullImages), failed)
+		j.prepull <- took
+	}()
+}
+
+func (j *joiner) waitPrepull() {
+	if j.prepull == nil {
+		return
+	}
+	j.tl.add("pre-pull", <-j.prepull)
+	j.prepull = nil
+}
+
+func (j *joiner) joinCluster(ctx context.Context) error {
+	if err := j.tl.phase(j.log, "checks", func() error { return j.readyToJoin(ctx) }); err != nil {
+		return err
+	}
+	if err := j.tl.phase(j.log, "token", func() error {
+		return j.clock.retry(ctx, j.log, "read the join token from SSM parameter "+j.cfg.JoinTokenParameter, j.readToken)
+	}); err != nil {
+		return err
+	}
+	if err := j.tl.phase(j.log, "api-server", func() error {
+		return j.clock.retry(ctx, j.log, "reach the API server at "+j.cfg.APIServerEndpoint, j.probeAPIServer)
+	}); err != nil {
+		return err
+	}
+	if err := j.render(); err != nil {
+		return err
+	}
+	if err := j.tl.phase(j.log, "kubeadm-join", func() error {
+		return j.clock.retry(ctx, j.log, "kubeadm join", j.kubeadmJoin)
+	}); err != nil {
+		return err
+	}
+	j.log.Printf("joined the cluster as %s", j.id.InstanceID)
+	j.stopTimer(ctx)
+	return nil
+}
+
+// readyToJoin is what must hold before kubeadm join starts the kubelet: what its preflight fails on
+// (cmd/kubeadm/app/preflight/checks.go and checks_linux.go at v1.34.4: JoinNodeChecks, addExecChecks,
+// addIPv4Checks/addIPv6Checks), checked here so that the log names it; swap off (the kubelet's failSwapOn: only
+// now, not while preparing, as a warm pool instance that hibernates needs its swap); and the metadata lockdown,
+// which the kubelet's drop-in requires: starting it here first makes a failure the join's, with its reason, instead
+// of a kubelet that never starts.
+func (j *joiner) readyToJoin(ctx context.Context) error {
+	var missing []string
+	for _, exe := range []string{"ip", "iptables", "mount", "nsenter"} {
+		if !j.host.has(exe) {
+			missing = append(missing, exe)
+		}
+	}
+	if len(missing) > 0 {
+		return fmt.Errorf("kubeadm join needs %s on PATH (preflight InPathCheck)", strings.Join(missing, " "))
+	}
+	if err := j.forwarding(ctx); err != nil {
+		return err
+	}
+	if j.host.run(ctx, time.Minute, false, "swapoff", "-a") != nil {
+		return errors.New("could not turn swap off (swapoff -a): the kubelet refuses to start with swap on")
+	}
+	if j.host.run(ctx, 5*time.Minute, false, "systemctl", "start", imdsLockUnit) != nil {
+		return errors.New("the instance metadata lockdown did not load (journalctl -u dynk8s-imds-lock): no kubelet " +
+			"may run without it")
+	}
+	return nil
+}
+
+// forwarding: kubeadm join's preflight needs IP forwarding of the API server address's family.
+func (j *joiner) forwarding(ctx context.Context) error {
+	host, _, err := net.SplitHostPort(j.cfg.APIServerEndpoint)
+	if err != nil {
+		return nil
+	}
+	addr, err := netip.ParseAddr(host)
+	if err != nil {
+		return nil // a name: the family is the resolver's
+	}
+	key, file := "net.ipv4.ip_forward", "sys/net/ipv4/ip_forward"
+	if addr.Is6() {
+		key, file = "net.ipv6.conf.default.forwarding", "sys/net/ipv6/conf/default/forwarding"
+	}
+	isOne := func() bool {
+		b, err := os.ReadFile(j.files.proc + "/" + file)
+		return err == nil && strings.TrimSpace(string(b)) == "1"
+	}
+	if isOne() || j.dryRun {
+		return nil
+	}
+	_ = j.host.run(ctx, time.Minute, false, "sysctl", "-q", "-w", key+"=1")
+	if !isOne() {
+		return fmt.Errorf("kubeadm join needs %s = 1 (preflight FileContent check), and it is not", key)
+	}
+	return nil
+}
+
+// readToken: the token rotator in the cluster writes the parameter; until its first run (a fresh install) the
+// parameter is missing or holds a placeholder, and a token it wrote may have expired if it stopped running: each is
+// a reason to retry, never to join with what is there. The value is never logged.
+func (j *joiner) readToken(ctx context.Context) error {
+	j.token = ""
+	ctx, cancel := context.WithTimeout(ctx, j.clock.timeout(10*time.Second))
+	defer cancel()
+	out, err := j.cloud.ssm.GetParameter(ctx, &ssm.GetParameterInput{Name: aws.String(j.cfg.JoinTokenParameter),
+		WithDecryption: aws.Bool(true)})
+	if err != nil {
+		j.cloud.forget(err)
+		err = apiError("SSM GetParameter "+j.cfg.JoinTokenParameter, err)
+		if errorCode(err) == "ParameterNotFound" {
+			return fmt.Errorf("%w (not created yet)", err)
+		}
+		return err
+	}
+	if out.Parameter == nil || !tokenRE.MatchString(aws.ToString(out.Parameter.Value)) {
+		return errors.New("it holds no bootstrap token ([a-z0-9]{6}.[a-z0-9]{16}) yet: the cluster's token rotator " +
+			"has not written one")
+	}
+	j.token = aws.ToString(out.Parameter.Value)
+	return nil
+}
+
+// probeAPIServer only proves that the tunnel and the API server answer (any HTTP status), without checking its
+// certificate: kubeadm then pins the CA by hash.
+func (j *joiner) probeAPIServer(ctx context.Context) error {
+	client := &http.Client{Timeout: j.clock.timeout(10 * time.Second), Transport: &http.Transport{
+		TLSClientConfig: &tls.Config{InsecureSkipVerify: true}, //nolint:gosec // a probe; kubeadm pins the CA
+	}}
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "https://"+j.cfg.APIServerEndpoint+"/readyz", nil)
+	if err != nil {
+		return permanent{err}
+	}
+	resp, err := client.Do(req)
+	if err != nil {
+		return err
+	}
+	_ = resp.Body.Close()
+	j.log.Printf("API server answered HTTP %d", resp.StatusCode)
+	return nil
+}
+
+// render writes the JoinConfiguration, which holds the token, readable by root alone.
+func (j *joiner) render() error {
+	b, err := yaml.Marshal(j.cfg.JoinConfig(j.id, j.token, j.files.root))
+	if err != nil {
+		return fmt.Errorf("JoinConfiguration: %w", err)
+	}
+	if j.dryRun {
+		if j.verbose {
+			hidden, _ := yaml.Marshal(j.cfg.JoinConfig(j.id, "<the token from SSM>", j.files.root))
+			j.log.Printf("dry run: the JoinConfiguration:\n%s", hidden)
+		}
+		return nil
+	}
+	if err := os.MkdirAll(j.files.run(""), 0o755); err != nil {
+		return err
+	}
+	f, err := os.OpenFile(j.joinConfig(), os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o600)
+	if err != nil {
+		return err
+	}
+	if _, err := f.Write(b); err != nil {
+		_ = f.Close()
+		return err
+	}
+	return f.Close()
+}
+
+func (j *joiner) kubeadmJoin(ctx context.Context) error {
+	if j.joinAttempts++; j.joinAttempts > 1 {
+		// The token may have expired or been rotated since the last attempt read it: use what SSM holds now.
+		if err := j.readToken(ctx); err != nil {
+			return err
+		}
+		if err := j.render(); err != nil {
+			return permanent{err}
+		}
+	}
+	err := j.host.run(ctx, j.clock.timeout(0), false, "kubeadm", "join", "--config", j.joinConfig())
+	if err == nil {
+		return nil
+	}
+	if ee := (*exitError)(nil); errors.As(err, &ee) {
+		err = fmt.Errorf("kubeadm join exited %d (its output is above)", ee.code)
+	}
+	// A failed join leaves files that fail the next attempt's preflight checks.
+	if j.host.run(ctx, j.clock.timeout(time.Minute), true, "kubeadm", "reset", "--force") != nil {
+		j.log.Printf("kubeadm reset after the failed join failed too")
+	}
+	return err
+}
+
+// stopTimer: a joined node needs no timer; the join unit's Condition would skip its runs, but a skipped run leaves
+// the timer's base where it was, so it would fire every 15 s for the node's life. --no-block: nothing may make the
+// join wait on another unit's job.
+func (j *joiner) stopTimer(ctx context.Context) {
+	if !j.files.exists(j.files.etc("systemd/system/" + joinTimerName)) {
+		return
+	}
+	if j.host.run(ctx, time.Minute, false, "systemctl", "disable", "--now", "--no-block", joinTimerName) != nil {
+		j.log.Printf("could not stop %s (harmless: its runs are skipped)", joinTimerName)
+	}
+}
+
+// describe is this instance's group and launch template version, from DescribeAutoScalingInstances.
+func (j *joiner) describe(ctx context.Context) (group, version string, err error) {
+	out, err := j.cloud.asg.DescribeAutoScalingInstances(ctx, &autoscaling.DescribeAutoScalingInstancesInput{
+		InstanceIds: []string{j.id.InstanceID}})
+	if err != nil {
+		j.cloud.forget(err)
+		return "", "", apiError("Auto Scaling DescribeAutoScalingInstances", err)
+	}
+	if len(out.AutoScalingInstances) == 0 || aws.ToString(out.AutoScalingInstances[0].AutoScalingGroupName) == "" {
+		return "", "", fmt.Errorf("no group has %s", j.id.InstanceID)
+	}
+	in := out.AutoScalingInstances[0]
+	if in.LaunchTemplate != nil {
+		version = aws.ToString(in.LaunchTemplate.Version)
+	}
+	j.group = aws.ToString(in.AutoScalingGroupName)
+	return j.group, version, nil
+}
+
+func (j *joiner) groupName(ctx context.Context) (string, error) {
+	if j.group != "" {
+		return j.group, nil
+	}
+	g, _, err := j.describe(ctx)
+	return g, err
+}
+
+var templateVersionRE = regexp.MustCompile(`^[0-9]+$`)
+
+// stale: this instance, prepared in the warm pool, was launched from an older version of its group's launch
+// template than the group launches now. A `pulumi up` since then may have changed what its user data baked in (the
+// gateway to wake, the CA pin, the Kubernetes version), and a warm instance keeps the user data it was launched
+// with (EC2 Auto Scaling User Guide, "Update the instances in a warm pool").
+func (j *joiner) stale(ctx context.Context) (bool, error) {
+	ctx, cancel := context.WithTimeout(ctx, j.clock.timeout(30*time.Second))
+	defer cancel()
+	group, mine, err := j.describe(ctx)
+	if err != nil {
+		return false, err
+	}
+	if !templateVersionRE.MatchString(mine) {
+		return false, fmt.Errorf("no launch template version in the answer ('%s')", mine)
+	}
+	out, err := j.cloud.asg.DescribeAutoScalingGroups(ctx, &autoscaling.DescribeAutoScalingGroupsInput{
+		AutoScalingGroupNames: []string{group}})
+	if err != nil {
+		j.cloud.forget(err)
+		return false, apiError("Auto Scaling DescribeAutoScalingGroups", err)
+	}
+	current := ""
+	if len(out.AutoScalingGroups) > 0 && out.AutoScalingGroups[0].LaunchTemplate != nil {
+		current = aws.ToString(out.AutoScalingGroups[0].LaunchTemplate.Version)
+	}
+	if !templateVersionRE.MatchString(current) {
+		return false, fmt.Errorf("no launch template version in the answer ('%s')", current)
+	}
+	j.log.Printf("launched from version %s of the launch template; the group launches version %s", mine, current)
+	m, _ := strconv.Atoi(mine) // both match templateVersionRE
+	c, _ := strconv.Atoi(current)
+	return m < c, nil
+}
+
+// handBackStale: a stale warm instance abandons its launch hook's action (or, with none waiting, is marked
+// Unhealthy), so the group terminates it and launches another (from the warm pool, or fresh with the current user
+// data). One question each: an unanswered one is no reason to give up a join that may well work. It says whether
+// the instance was handed back.
+func (j *joiner) handBackStale(ctx context.Context) bool {
+	stale, err := j.stale(ctx)
+	if err != nil {
+		j.log.Printf("could not compare launch template versions (%v); joining with the user data it has", err)
+		return false
+	}
+	if !stale {
+		return false
+	}
+	j.out.result = "stale"
+	if j.cfg.LaunchHook != "" {
+		noAction, err := j.completeLifecycle(ctx, "ABANDON")
+		if err == nil && !noAction {
+			j.log.Printf("prepared from an older launch template: abandoned the lifecycle action of hook %s, the group "+
+				"replaces this instance", j.cfg.LaunchHook)
+			return true
+		}
+	}
+	if err := j.setUnhealthy(ctx); err != nil {
+		j.log.Printf("prepared from an older launch template, and could not hand it back (%v): joining with the user "+
+			"data it has", err)
+		j.out.result = "failed"
+		return false
+	}
+	j.log.Printf("prepared from an older launch template: marked this instance Unhealthy, the group replaces it")
+	return true
+}
+
+func (j *joiner) setUnhealthy(ctx context.Context) error {
+	if j.dryRun {
+		j.log.Printf("dry run: would mark %s Unhealthy", j.id.InstanceID)
+		return nil
+	}
+	ctx, cancel := context.WithTimeout(ctx, j.clock.timeout(10*time.Second))
+	defer cancel()
+	_, err := j.cloud.asg.SetInstanceHealth(ctx, &autoscaling.SetInstanceHealthInput{InstanceId: aws.String(j.id.InstanceID),
+		HealthStatus: aws.String("Unhealthy"), ShouldRespectGracePeriod: aws.Bool(false)})
+	if err != nil {
+		j.cloud.forget(err)
+		return apiError("Auto Scaling SetInstanceHealth", err)
+	}
+	return nil
+}
+
+// completeLifecycle completes the launch hook's action for this instance with result (CONTINUE or ABANDON);
+// noAction says that none was waiting (a reboot with no transition in progress), which is no error.
+func (j *joiner) completeLifecycle(ctx context.Context, result string) (noAction bool, err error) {
+	group, err := j.groupName(ctx)
+	if err != nil {
+		return false, err
+	}
+	if j.dryRun {
+		j.log.Printf("dry run: would complete the lifecycle action of hook %s with %s", j.cfg.LaunchHook, result)
+		return false, nil
+	}
+	ctx, cancel := context.WithTimeout(ctx, j.clock.timeout(10*time.Second))
+	defer cancel()
+	_, err = j.cloud.asg.CompleteLifecycleAction(ctx, &autoscaling.CompleteLifecycleActionInput{
+		AutoScalingGroupName: aws.String(group), LifecycleHookName: aws.String(j.cfg.LaunchHook),
+		InstanceId: aws.String(j.id.InstanceID), LifecycleActionResult: aws.String(result)})
+	if err == nil {
+		return false, nil
+	}
+	j.cloud.forget(err)
+	err = apiError("Auto Scaling CompleteLifecycleAction", err)
+	if strings.Contains(err.Error(), "No active Lifecycle Action") {
+		j.log.Printf("no lifecycle action of hook %s waits for this instance", j.cfg.LaunchHook)
+		return true, nil
+	}
+	return false, err
+}
+
+func (j *joiner) lifecycleContinue(ctx context.Context) error {
+	if j.cfg.LaunchHook == "" {
+		return nil
+	}
+	return j.tl.phase(j.log, "lifecycle", func() error {
+		return j.clock.retry(ctx, j.log, "complete the lifecycle action of hook "+j.cfg.LaunchHook,
+			func(ctx context.Context) error {
+				_, err := j.completeLifecycle(ctx, "CONTINUE")
+				return err
+			})
+	})
+}

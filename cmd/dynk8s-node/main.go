@@ -1,0 +1,141 @@
+// Command dynk8s-node is the node agent: the boot of a dynk8s node pool's instance (join) and the wake-up of the
+// stack's WireGuard gateway (wake-gateway), one static binary that cloud-init's units run with the node's
+// configuration (/etc/dynk8s/node.json, internal/nodeconfig).
+//
+//	dynk8s-node join [--config FILE] [--dry-run] [-v]
+//	dynk8s-node wake-gateway [--config FILE] [--dry-run] [-v]
+//	dynk8s-node version
+//
+// --dry-run reads what the boot reads (IMDS, the join token, Auto Scaling's descriptions) and logs what it would
+// change instead of changing it: for an operator on a node. Test hooks (environment): DYNK8S_ROOT prefixes /etc,
+// /run, /var and /dev, DYNK8S_PROC replaces /proc, DYNK8S_IMDS_ENDPOINT and DYNK8S_<SERVICE>_ENDPOINT (SSM,
+// AUTOSCALING, EC2) replace AWS's, and DYNK8S_DEADLINE_SECONDS, DYNK8S_BACKOFF_INITIAL_MS, DYNK8S_BACKOFF_MAX_MS,
+// DYNK8S_WAKE_SETTLE_SECONDS and DYNK8S_WAKE_INTERVAL_SECONDS replace the config's deadlines.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"strconv"
+	"syscall"
+	"time"
+
+	"github.com/dynk8s/dynk8s/internal/nodeconfig"
+)
+
+// version is set at build time (-ldflags "-X main.version=...").
+var version = "devel"
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
+	code := run(ctx, os.Args[1:], os.Stdout, os.Stderr)
+	stop()
+	os.Exit(code)
+}
+
+func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	if len(args) == 0 {
+		fmt.Fprintln(stderr, "usage: dynk8s-node join|wake-gateway [--config FILE] [--dry-run] [-v] | version")
+		return 2
+	}
+	cmd, args := args[0], args[1:]
+	if cmd == "version" {
+		fmt.Fprintln(stdout, version)
+		return 0
+	}
+	tag, ok := map[string]string{"join": "dynk8s-join", "wake-gateway": "dynk8s-wake-gateway"}[cmd]
+	if !ok {
+		fmt.Fprintf(stderr, "dynk8s-node: unknown command %q\n", cmd)
+		return 2
+	}
+	f := files{root: os.Getenv("DYNK8S_ROOT"), proc: os.Getenv("DYNK8S_PROC")}
+	if f.proc == "" {
+		f.proc = "/proc"
+	}
+	flags := flag.NewFlagSet(cmd, flag.ContinueOnError)
+	flags.SetOutput(stderr)
+	config := flags.String("config", f.root+nodeconfig.Path, "the node's configuration")
+	dryRun := flags.Bool("dry-run", false, "read, but change nothing: log what it would do")
+	verbose := flags.Bool("v", false, "log the configuration and, with --dry-run, the JoinConfiguration (token hidden)")
+	if err := flags.Parse(args); err != nil {
+		return 2
+	}
+	log := newLogger(tag, stderr, f.root)
+	if cmd == "join" && alreadyJoined(f) {
+		log.Printf("already joined (%s exists); nothing to do", f.etc("kubernetes/kubelet.conf"))
+		return 0
+	}
+	cfg, err := loadConfig(*config)
+	if err != nil {
+		log.Printf("FAILED: %v", err)
+		log.Kernel(3, "FAILED: "+err.Error())
+		return 1
+	}
+	if *verbose {
+		b, _ := cfg.Encode()
+		log.Printf("config %s:\n%s", *config, b)
+	}
+	d := cfg.Deadlines
+	cloud := newCloud()
+	switch cmd {
+	case "wake-gateway":
+		w := &waker{cloud: cloud, log: log, dryRun: *dryRun, settle: d.WakeSettle.D(), interval: d.WakeInterval.D(),
+			clock: newClock(d.Wake.D(), d.BackoffInitial.D(), d.BackoffMax.D())}
+		if w.wake(ctx, cfg.GatewayInstanceID) != nil {
+			return 1
+		}
+		return 0
+	default:
+		j := &joiner{cfg: cfg, cloud: cloud, host: realHost{out: stderr, dryRun: *dryRun, log: log}, files: f,
+			log: log, clock: newClock(d.Join.D(), d.BackoffInitial.D(), d.BackoffMax.D()), tl: newTimeline(time.Now),
+			dryRun: *dryRun, verbose: *verbose}
+		if j.waiting(ctx) {
+			return 0
+		}
+		if j.run(ctx) != nil {
+			return 1
+		}
+		return 0
+	}
+}
+
+// loadConfig reads the node's configuration strictly, with the test hooks' deadlines.
+func loadConfig(path string) (nodeconfig.Node, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nodeconfig.Node{}, fmt.Errorf("config %s is missing or unreadable: %w", path, err)
+	}
+	defer f.Close()
+	cfg, err := nodeconfig.Decode(f)
+	if err != nil {
+		return nodeconfig.Node{}, fmt.Errorf("config %s: %w", path, err)
+	}
+	d := &cfg.Deadlines
+	for _, o := range []struct {
+		env  string
+		into *nodeconfig.Duration
+		unit time.Duration
+	}{
+		{"DYNK8S_DEADLINE_SECONDS", &d.Join, time.Second}, {"DYNK8S_DEADLINE_SECONDS", &d.Wake, time.Second},
+		{"DYNK8S_BACKOFF_INITIAL_MS", &d.BackoffInitial, time.Millisecond},
+		{"DYNK8S_BACKOFF_MAX_MS", &d.BackoffMax, time.Millisecond},
+		{"DYNK8S_WAKE_SETTLE_SECONDS", &d.WakeSettle, time.Second},
+		{"DYNK8S_WAKE_INTERVAL_SECONDS", &d.WakeInterval, time.Second},
+	} {
+		v := os.Getenv(o.env)
+		if v == "" {
+			continue
+		}
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 0 {
+			return nodeconfig.Node{}, errors.New(o.env + "=" + v + " is not a whole number")
+		}
+		*o.into = nodeconfig.Duration(time.Duration(n) * o.unit)
+	}
+	return cfg, nil
+}

@@ -1,0 +1,139 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"math"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+)
+
+// timeline times the boot's phases: each is logged as "phase=NAME took=12.3s" when it ends, and the whole boot as
+// one "timeline: result=... mode=... total=... NAME=...s" line and /run/dynk8s/timeline.json, which the runbook
+// and cmd/timeline's readers take as they are.
+type timeline struct {
+	now   func() time.Time
+	start time.Time
+
+	mu      sync.Mutex
+	phases  []phaseTime
+	current string
+	since   time.Time
+}
+
+type phaseTime struct {
+	name string
+	took time.Duration
+}
+
+func newTimeline(now func() time.Time) *timeline { return &timeline{now: now, start: now()} }
+
+// phase runs fn as the phase name, and logs and records it when it succeeds; a failure is recorded by cut.
+func (t *timeline) phase(log *logger, name string, fn func() error) error {
+	t.mu.Lock()
+	t.current, t.since = name, t.now()
+	t.mu.Unlock()
+	if err := fn(); err != nil {
+		return err
+	}
+	t.mu.Lock()
+	took := t.now().Sub(t.since)
+	t.phases = append(t.phases, phaseTime{name, took})
+	t.current = ""
+	t.mu.Unlock()
+	log.Printf("phase=%s took=%ss", name, seconds(took))
+	return nil
+}
+
+// add records a phase that ran beside the others (the pre-pull).
+func (t *timeline) add(name string, took time.Duration) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.phases = append(t.phases, phaseTime{name, took})
+}
+
+// cut records the phase a failure ended, as far as it got.
+func (t *timeline) cut() {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.current != "" {
+		t.phases = append(t.phases, phaseTime{t.current, t.now().Sub(t.since)})
+		t.current = ""
+	}
+}
+
+// seconds is d in seconds with one decimal, truncated, as the log has always written it.
+func seconds(d time.Duration) string {
+	ms := d.Milliseconds()
+	return fmt.Sprintf("%d.%d", ms/1000, ms%1000/100)
+}
+
+// outcome is what the timeline says of the boot.
+type outcome struct {
+	instanceID, lifecycle, mode, result, reason string
+}
+
+// timelineDoc is /run/dynk8s/timeline.json.
+type timelineDoc struct {
+	InstanceID              string          `json:"instanceId"`
+	LifecycleState          string          `json:"lifecycleState"`
+	Mode                    string          `json:"mode"`
+	Phases                  []timelinePhase `json:"phases"`
+	Reason                  string          `json:"reason"`
+	Result                  string          `json:"result"`
+	StartedSecondsAfterBoot *float64        `json:"startedSecondsAfterBoot"`
+	TotalSeconds            float64         `json:"totalSeconds"`
+}
+
+type timelinePhase struct {
+	Name    string  `json:"name"`
+	Seconds float64 `json:"seconds"`
+}
+
+// write logs the timeline line (to the kernel log too, at error level when the boot failed) and writes the JSON.
+// uptime is /proc/uptime, from which the start's seconds after boot follow.
+func (t *timeline) write(log *logger, o outcome, dir, uptimeFile string) error {
+	t.mu.Lock()
+	phases := append([]phaseTime(nil), t.phases...)
+	t.mu.Unlock()
+	total := t.now().Sub(t.start)
+	mode := o.mode
+	if mode == "" {
+		mode = "none"
+	}
+	line := fmt.Sprintf("timeline: result=%s mode=%s total=%ss", o.result, mode, seconds(total))
+	doc := timelineDoc{InstanceID: o.instanceID, LifecycleState: o.lifecycle, Mode: o.mode, Result: o.result,
+		Reason: o.reason, TotalSeconds: float64(total.Milliseconds()) / 1000, Phases: []timelinePhase{}}
+	for _, p := range phases {
+		line += fmt.Sprintf(" %s=%ss", p.name, seconds(p.took))
+		doc.Phases = append(doc.Phases, timelinePhase{p.name, float64(p.took.Milliseconds()) / 1000})
+	}
+	log.Printf("%s", line)
+	level := 5
+	if o.result == "failed" {
+		level = 3
+	}
+	log.Kernel(level, line)
+	if b, err := os.ReadFile(uptimeFile); err == nil {
+		if up, err := strconv.ParseFloat(strings.Fields(string(b) + " x")[0], 64); err == nil {
+			started := math.Round((up-doc.TotalSeconds)*10) / 10
+			doc.StartedSecondsAfterBoot = &started
+		}
+	}
+	b, err := json.MarshalIndent(doc, "", "  ")
+	if err != nil {
+		return err
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return err
+	}
+	path := filepath.Join(dir, "timeline.json")
+	if err := os.WriteFile(path+".new", append(b, '\n'), 0o644); err != nil {
+		return err
+	}
+	return os.Rename(path+".new", path)
+}

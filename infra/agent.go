@@ -1,0 +1,303 @@
+package infra
+
+import (
+	"cmp"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"slices"
+
+	"github.com/pulumi/pulumi-aws/sdk/v6/go/aws/iam"
+	"github.com/pulumi/pulumi-aws/sdk/v6/go/aws/s3"
+	"github.com/pulumi/pulumi/sdk/v3/go/pulumi"
+	"github.com/pulumi/pulumi/sdk/v3/go/pulumix"
+
+	"github.com/dynk8s/dynk8s/infra/config"
+	"github.com/dynk8s/dynk8s/internal/kube"
+)
+
+// AgentBucketType is the type token of the AgentBucket component.
+const AgentBucketType = "dynk8s:infra:AgentBucket"
+
+// AgentDir is where `make build` writes the node agent (hack/build-agent.sh), relative to the project directory,
+// where the engine runs the program.
+const AgentDir = "build/agent"
+
+// AgentPrefix is the key prefix of the agent's objects: one object per architecture, "dynk8s-node/linux-<arch>".
+const AgentPrefix = "dynk8s-node/"
+
+// StandInSHA256 is the sha256 of no bytes: the hash of the empty object the offline plan declares for an agent that
+// was not built. The engine's run never declares one (BuiltAgent), and the bootstrap refuses an empty download.
+const StandInSHA256 = "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855"
+
+// AgentBinary is the node agent built for one architecture.
+type AgentBinary struct {
+	Arch kube.Arch
+	// Path is the built file; "" for the plan's stand-in (an empty object).
+	Path string
+	// SHA256 is the file's sha256, lowercase hex; StandInSHA256 for the stand-in.
+	SHA256 string
+	// Size is the file's size in bytes (0 for the stand-in).
+	Size int64
+}
+
+// StandIn reports whether b is the plan's stand-in rather than a built binary.
+func (b AgentBinary) StandIn() bool { return b.Path == "" }
+
+// AgentFiles finds the node agent built for an architecture.
+type AgentFiles func(arch kube.Arch) (AgentBinary, error)
+
+// BuiltAgent is the engine's AgentFiles: the binaries under dir, and an error naming the command that builds a
+// missing one. A stack never uploads a stand-in.
+func BuiltAgent(dir string) AgentFiles {
+	return func(arch kube.Arch) (AgentBinary, error) {
+		b, err := readAgent(dir, arch)
+		if errors.Is(err, os.ErrNotExist) {
+			return AgentBinary{}, fmt.Errorf("node agent for %s: %s is not built: run `make build` first", arch,
+				agentPath(dir, arch))
+		}
+		return b, err
+	}
+}
+
+// AgentOrStandIn is the offline plan's AgentFiles: the binary under dir when it was built, else the stand-in; dir
+// "" always gives the stand-in (the goldens, which must not depend on whether `make build` ran).
+func AgentOrStandIn(dir string) AgentFiles {
+	return func(arch kube.Arch) (AgentBinary, error) {
+		if dir == "" {
+			return AgentBinary{Arch: arch, SHA256: StandInSHA256}, nil
+		}
+		b, err := readAgent(dir, arch)
+		if errors.Is(err, os.ErrNotExist) {
+			return AgentBinary{Arch: arch, SHA256: StandInSHA256}, nil
+		}
+		return b, err
+	}
+}
+
+func agentPath(dir string, arch kube.Arch) string {
+	return filepath.Join(dir, "dynk8s-node-linux-"+arch.Label())
+}
+
+func readAgent(dir string, arch kube.Arch) (AgentBinary, error) {
+	path := agentPath(dir, arch)
+	f, err := os.Open(path)
+	if err != nil {
+		return AgentBinary{}, err
+	}
+	defer func() { _ = f.Close() }()
+	h := sha256.New()
+	n, err := io.Copy(h, f)
+	if err != nil {
+		return AgentBinary{}, fmt.Errorf("node agent for %s: %w", arch, err)
+	}
+	if n == 0 {
+		return AgentBinary{}, fmt.Errorf("node agent for %s: %s is empty", arch, path)
+	}
+	return AgentBinary{Arch: arch, Path: path, SHA256: hex.EncodeToString(h.Sum(nil)), Size: n}, nil
+}
+
+// AgentObject is one architecture's agent in the bucket: what a node's user data pins.
+type AgentObject struct {
+	Bucket pulumi.StringOutput
+	Key    string
+	// VersionID is the S3 version of the object that holds exactly these bytes.
+	VersionID pulumi.StringOutput
+	SHA256    string
+	// StandIn marks the plan's stand-in (AgentBinary.StandIn).
+	StandIn bool
+	arn     pulumi.StringOutput
+}
+
+// AgentBucket is the private S3 bucket the instances download the node agent from: one object per architecture
+// under a stable key, each update a new S3 version that the launch template's user data pins by version id and
+// sha256. A version the stack has replaced stays readable for RetentionDays, for instances of older launch template
+// versions, then a lifecycle rule expires it. Content-addressed keys would not give that: Pulumi deletes a replaced
+// object at the end of the update (and, in a versioned bucket, every version of its key), and an age rule on the
+// keys would expire the live object too.
+type AgentBucket struct {
+	pulumi.ResourceState
+
+	BucketName pulumi.StringOutput `pulumi:"bucketName"`
+	// Objects are by architecture, for those in Binaries.
+	Objects map[kube.Arch]AgentObject
+}
+
+// AgentBucketArgs are the inputs of AgentBucket.
+type AgentBucketArgs struct {
+	// ClusterName names and tags the bucket (required).
+	ClusterName string
+	// Binaries are the agent's builds to upload, one per architecture the stack runs (required).
+	Binaries []AgentBinary
+	// RetentionDays is agent.retentionDays (required, at least 1).
+	RetentionDays int
+	// Readers are the instance roles (by name) that download the agent, each with the architectures it runs: a
+	// role may read exactly those objects.
+	Readers []AgentReader
+}
+
+// AgentReader is an instance role that downloads the agent for the architectures listed.
+type AgentReader struct {
+	// Name is the RolePolicy's resource name suffix, e.g. "node".
+	Name   string
+	Role   pulumi.StringInput
+	Arches []kube.Arch
+}
+
+// NewAgentBucket declares the bucket, its protections, the objects and the readers' policies.
+func NewAgentBucket(ctx *pulumi.Context, name string, args *AgentBucketArgs, opts ...pulumi.ResourceOption) (*AgentBucket, error) {
+	if args == nil || len(args.Binaries) == 0 {
+		return nil, errors.New("agent bucket: args with at least one binary are required")
+	}
+	if args.RetentionDays < config.MinAgentRetentionDays {
+		return nil, fmt.Errorf("agent bucket: retention of %d days is under %d", args.RetentionDays,
+			config.MinAgentRetentionDays)
+	}
+	comp := &AgentBucket{Objects: map[kube.Arch]AgentObject{}}
+	if err := ctx.RegisterComponentResource(AgentBucketType, name, comp, opts...); err != nil {
+		return nil, err
+	}
+	parent := pulumi.Parent(comp)
+	fail := func(what string, err error) (*AgentBucket, error) {
+		return nil, fmt.Errorf("agent bucket %q: %s: %w", name, what, err)
+	}
+
+	bucket, err := s3.NewBucketV2(ctx, name, &s3.BucketV2Args{
+		BucketPrefix: pulumi.String(agentBucketPrefix(args.ClusterName)),
+		// `pulumi destroy` removes the binaries with the bucket, every retained version included.
+		ForceDestroy: pulumi.Bool(true),
+		Tags:         awsTags(config.IdentityTags(args.ClusterName, "", args.ClusterName+"-node-agent")),
+	}, parent)
+	if err != nil {
+		return fail("bucket", err)
+	}
+	if _, err := s3.NewBucketPublicAccessBlock(ctx, name, &s3.BucketPublicAccessBlockArgs{
+		Bucket:                bucket.ID(),
+		BlockPublicAcls:       pulumi.Bool(true),
+		BlockPublicPolicy:     pulumi.Bool(true),
+		IgnorePublicAcls:      pulumi.Bool(true),
+		RestrictPublicBuckets: pulumi.Bool(true),
+	}, parent); err != nil {
+		return fail("public access block", err)
+	}
+	// No ACLs: the bucket owner owns every object, and only IAM policies grant access.
+	if _, err := s3.NewBucketOwnershipControls(ctx, name, &s3.BucketOwnershipControlsArgs{
+		Bucket: bucket.ID(),
+		Rule:   &s3.BucketOwnershipControlsRuleArgs{ObjectOwnership: pulumi.String("BucketOwnerEnforced")},
+	}, parent); err != nil {
+		return fail("ownership controls", err)
+	}
+	sse, err := s3.NewBucketServerSideEncryptionConfigurationV2(ctx, name, &s3.BucketServerSideEncryptionConfigurationV2Args{
+		Bucket: bucket.ID(),
+		Rules: s3.BucketServerSideEncryptionConfigurationV2RuleArray{
+			&s3.BucketServerSideEncryptionConfigurationV2RuleArgs{
+				ApplyServerSideEncryptionByDefault: &s3.BucketServerSideEncryptionConfigurationV2RuleApplyServerSideEncryptionByDefaultArgs{
+					// SSE-S3: nothing secret is in the binary, and a KMS key would need a grant per reader.
+					SseAlgorithm: pulumi.String("AES256"),
+				},
+			},
+		},
+	}, parent)
+	if err != nil {
+		return fail("encryption", err)
+	}
+	versioning, err := s3.NewBucketVersioningV2(ctx, name, &s3.BucketVersioningV2Args{
+		Bucket:                  bucket.ID(),
+		VersioningConfiguration: &s3.BucketVersioningV2VersioningConfigurationArgs{Status: pulumi.String("Enabled")},
+	}, parent)
+	if err != nil {
+		return fail("versioning", err)
+	}
+	if _, err := s3.NewBucketLifecycleConfigurationV2(ctx, name, &s3.BucketLifecycleConfigurationV2Args{
+		Bucket: bucket.ID(),
+		Rules: s3.BucketLifecycleConfigurationV2RuleArray{
+			&s3.BucketLifecycleConfigurationV2RuleArgs{
+				Id:     pulumi.String("expire-replaced-agents"),
+				Status: pulumi.String("Enabled"),
+				Filter: &s3.BucketLifecycleConfigurationV2RuleFilterArgs{Prefix: pulumi.String(AgentPrefix)},
+				NoncurrentVersionExpiration: &s3.BucketLifecycleConfigurationV2RuleNoncurrentVersionExpirationArgs{
+					NoncurrentDays: pulumi.Int(args.RetentionDays),
+				},
+			},
+		},
+	}, parent, pulumi.DependsOn([]pulumi.Resource{versioning})); err != nil {
+		return fail("lifecycle", err)
+	}
+	if _, err := s3.NewBucketPolicy(ctx, name, &s3.BucketPolicyArgs{
+		Bucket: bucket.ID(),
+		Policy: pulumix.Cast[pulumi.StringOutput](pulumix.ApplyErr(bucket.Arn, func(arn string) (string, error) {
+			return AgentBucketPolicy(arn).JSON()
+		})),
+	}, parent); err != nil {
+		return fail("bucket policy", err)
+	}
+
+	binaries := slices.Clone(args.Binaries)
+	slices.SortFunc(binaries, func(a, b AgentBinary) int { return cmp.Compare(a.Arch, b.Arch) })
+	for _, b := range binaries {
+		key := AgentPrefix + "linux-" + b.Arch.Label()
+		objArgs := &s3.BucketObjectv2Args{
+			Bucket:      bucket.ID(),
+			Key:         pulumi.String(key),
+			ContentType: pulumi.String("application/octet-stream"),
+			// The hash the user data pins, also on the object for whoever inspects the bucket.
+			Metadata: pulumi.StringMap{"sha256": pulumi.String(b.SHA256)},
+			Tags:     awsTags([]config.Tag{{Key: "dynk8s:cluster", Value: args.ClusterName}}),
+		}
+		if b.StandIn() {
+			objArgs.Metadata = pulumi.StringMap{"sha256": pulumi.String(b.SHA256),
+				"stand-in": pulumi.String("the agent was not built (make build): an empty object")}
+			objArgs.Content = pulumi.String("")
+		} else {
+			objArgs.Source = pulumi.NewFileAsset(b.Path)
+		}
+		obj, err := s3.NewBucketObjectv2(ctx, name+"-linux-"+b.Arch.Label(), objArgs, parent,
+			pulumi.DependsOn([]pulumi.Resource{versioning, sse}))
+		if err != nil {
+			return fail("object "+key, err)
+		}
+		comp.Objects[b.Arch] = AgentObject{Bucket: bucket.Bucket, Key: key, VersionID: obj.VersionId,
+			SHA256: b.SHA256, StandIn: b.StandIn(), arn: pulumi.Sprintf("%s/%s", bucket.Arn, key)}
+	}
+
+	for _, r := range args.Readers {
+		var arns pulumi.StringArray
+		for _, arch := range r.Arches {
+			o, ok := comp.Objects[arch]
+			if !ok {
+				return fail("reader "+r.Name, fmt.Errorf("no binary for %s", arch))
+			}
+			arns = append(arns, o.arn)
+		}
+		policy := pulumix.ApplyErr(arns.ToStringArrayOutput(), func(arns []string) (string, error) {
+			return ReadAgentPolicy(slices.Compact(slices.Sorted(slices.Values(arns)))).JSON()
+		})
+		if _, err := iam.NewRolePolicy(ctx, name+"-"+r.Name+"-read", &iam.RolePolicyArgs{
+			Role:   r.Role,
+			Name:   pulumi.String("read-node-agent"),
+			Policy: pulumix.Cast[pulumi.StringOutput](policy),
+		}, parent); err != nil {
+			return fail("reader "+r.Name, err)
+		}
+	}
+
+	comp.BucketName = bucket.Bucket
+	if err := ctx.RegisterResourceOutputs(comp, pulumi.Map{"bucketName": comp.BucketName}); err != nil {
+		return fail("outputs", err)
+	}
+	return comp, nil
+}
+
+// agentBucketPrefix is the bucket name's prefix: S3 names are global, so Pulumi appends a unique suffix, and a
+// prefix may have at most 37 characters (the provider's bucket_prefix limit); the cluster name is cut to fit.
+func agentBucketPrefix(clusterName string) string {
+	const head, tail, limit = "dynk8s-", "-agent-", 37
+	if n := limit - len(head) - len(tail); len(clusterName) > n {
+		clusterName = clusterName[:n]
+	}
+	return head + clusterName + tail
+}

@@ -1,0 +1,338 @@
+// Package nodeconfig is the node's boot configuration: what the renderer (cloudinit) writes to /etc/dynk8s/node.json
+// and the node agent (cmd/dynk8s-node) decodes, strictly, at boot. It is a leaf package: both sides import it, and it
+// imports nothing of this module, so the contract between them is this one type and not a set of string keys.
+package nodeconfig
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"maps"
+	"reflect"
+	"slices"
+	"strings"
+	"time"
+)
+
+// Path is where cloud-init writes the node's configuration.
+const Path = "/etc/dynk8s/node.json"
+
+// Node is everything the agent's join needs that the instance cannot find out itself. All values are public: the
+// join token is read from SSM at boot, never written here.
+type Node struct {
+	ClusterName string `json:"clusterName"`
+	PoolName    string `json:"poolName"`
+	// APIServerEndpoint is "host:port", reached through the WireGuard gateway.
+	APIServerEndpoint string `json:"apiServerEndpoint"`
+	// JoinTokenParameter is the SSM SecureString holding "<id>.<secret>", written by the cluster's token rotator.
+	JoinTokenParameter string `json:"joinTokenParameter"`
+	// GatewayInstanceID is the gateway the boot starts ("": it never sleeps).
+	GatewayInstanceID string `json:"gatewayInstanceId,omitempty"`
+	// LaunchHook is the group's EC2_INSTANCE_LAUNCHING lifecycle hook ("": none).
+	LaunchHook string `json:"launchHook,omitempty"`
+	// CRISocket is the container runtime's endpoint, for crictl and kubeadm.
+	CRISocket string `json:"criSocket"`
+	// KernelModules are loaded first; a missing one brings in kernel-modules-extra of the running kernel.
+	KernelModules []string `json:"kernelModules"`
+	// Packages are installed from Repos (the pinned upstream repositories) in one dnf transaction, with those of
+	// SystemPackages the image lacks (rpm -q) from SystemRepos; UpdateRepos join a transaction that failed without.
+	Packages       []string `json:"packages"`
+	Repos          []string `json:"repos"`
+	SystemPackages []string `json:"systemPackages"`
+	SystemRepos    []string `json:"systemRepos"`
+	UpdateRepos    []string `json:"updateRepos"`
+	// PrePullImages are pulled in the background once CRI-O runs.
+	PrePullImages []string `json:"prePullImages"`
+	// Join is the pool's part of the kubeadm JoinConfiguration; the instance's identity and the token are added
+	// at boot (JoinConfig).
+	Join Join `json:"join"`
+	// Deadlines bound the boot's steps.
+	Deadlines Deadlines `json:"deadlines"`
+}
+
+// Join is what the JoinConfiguration takes from the pool.
+type Join struct {
+	CACertHashes []string `json:"caCertHashes"`
+	// Labels are the pool's node labels; the zone, region and instance type are added at boot (RuntimeLabels).
+	Labels map[string]string `json:"labels"`
+	Taints []Taint           `json:"taints"`
+	// PatchesDirectory holds kubeadm's patch files (the kubelet configuration's).
+	PatchesDirectory string `json:"patchesDirectory"`
+}
+
+// Deadlines are the boot's time limits. The join unit's TimeoutStartSec is derived from Join (UnitTimeout).
+type Deadlines struct {
+	// Join bounds the whole boot: every network step retries until then.
+	Join Duration `json:"join"`
+	// Wake bounds the start of the gateway, inside Join: a gateway that cannot start by then fails the join anyway.
+	Wake Duration `json:"wake"`
+	// WakeSettle is how long a gateway that answers "was running" is started again, in case it is powering off;
+	// WakeInterval is the pause between those starts.
+	WakeSettle   Duration `json:"wakeSettle"`
+	WakeInterval Duration `json:"wakeInterval"`
+	// BackoffInitial and BackoffMax bound the exponential pause between a step's attempts.
+	BackoffInitial Duration `json:"backoffInitial"`
+	BackoffMax     Duration `json:"backoffMax"`
+}
+
+// JoinDeadline is the boot's default deadline: 12 minutes, inside the Cluster Autoscaler's 15-minute
+// max-node-provision-time. UnitSlack is what the join unit's hard timeout adds to it (UnitTimeout), room for the
+// step it was in to stop (kubeadm reset, the hand-back of the lifecycle action).
+const (
+	JoinDeadline = 12 * time.Minute
+	UnitSlack    = 2 * time.Minute
+)
+
+// DefaultDeadlines are the boot's.
+var DefaultDeadlines = Deadlines{
+	Join:           Duration(JoinDeadline),
+	Wake:           Duration(10 * time.Minute),
+	WakeSettle:     Duration(3 * time.Minute),
+	WakeInterval:   Duration(20 * time.Second),
+	BackoffInitial: Duration(time.Second),
+	BackoffMax:     Duration(5 * time.Second),
+}
+
+// UnitTimeout is the join unit's hard timeout: the agent's own deadline and UnitSlack.
+func (d Deadlines) UnitTimeout() time.Duration { return d.Join.D() + UnitSlack }
+
+// Duration is a time.Duration written as Go writes it ("12m0s").
+type Duration time.Duration
+
+// D is the time.Duration.
+func (d Duration) D() time.Duration { return time.Duration(d) }
+
+// MarshalText writes the duration as time.Duration.String does.
+func (d Duration) MarshalText() ([]byte, error) { return []byte(time.Duration(d).String()), nil }
+
+// UnmarshalText reads what time.ParseDuration reads.
+func (d *Duration) UnmarshalText(b []byte) error {
+	v, err := time.ParseDuration(string(b))
+	if err != nil {
+		return err
+	}
+	*d = Duration(v)
+	return nil
+}
+
+// Taint is a node taint as kubeadm's JoinConfiguration takes it (k8s.io/api/core/v1 Taint).
+type Taint struct {
+	Key    string `json:"key"`
+	Value  string `json:"value,omitempty"`
+	Effect string `json:"effect"`
+}
+
+// Decode reads a Node strictly: an unknown key (in any case: encoding/json matches keys without regard to case), a
+// second document or a missing value is an error that names its key.
+func Decode(r io.Reader) (Node, error) {
+	dec := json.NewDecoder(r)
+	var raw json.RawMessage
+	if err := dec.Decode(&raw); err != nil {
+		return Node{}, fmt.Errorf("node config: %w", err)
+	}
+	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
+		return Node{}, errors.New("node config: data after the JSON object")
+	}
+	if err := exactKeys(raw, reflect.TypeFor[Node](), ""); err != nil {
+		return Node{}, fmt.Errorf("node config: %w", err)
+	}
+	strict := json.NewDecoder(bytes.NewReader(raw))
+	strict.DisallowUnknownFields()
+	var n Node
+	if err := strict.Decode(&n); err != nil {
+		return Node{}, fmt.Errorf("node config: %w", err)
+	}
+	if err := n.Validate(); err != nil {
+		return Node{}, err
+	}
+	return n, nil
+}
+
+// exactKeys checks that every key of the objects in raw is a JSON name of t's fields, spelt exactly.
+func exactKeys(raw json.RawMessage, t reflect.Type, path string) error {
+	switch t.Kind() {
+	case reflect.Struct:
+		var obj map[string]json.RawMessage
+		if err := json.Unmarshal(raw, &obj); err != nil {
+			return nil // not an object: the typed decode says why
+		}
+		fields := map[string]reflect.Type{}
+		for f := range t.Fields() {
+			name, _, _ := strings.Cut(f.Tag.Get("json"), ",")
+			fields[name] = f.Type
+		}
+		for _, k := range slices.Sorted(maps.Keys(obj)) {
+			ft, ok := fields[k]
+			if !ok {
+				return fmt.Errorf("unknown key %q", path+k)
+			}
+			if err := exactKeys(obj[k], ft, path+k+"."); err != nil {
+				return err
+			}
+		}
+	case reflect.Slice:
+		var items []json.RawMessage
+		if json.Unmarshal(raw, &items) != nil {
+			return nil
+		}
+		for i, item := range items {
+			if err := exactKeys(item, t.Elem(), fmt.Sprintf("%s%d.", path, i)); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// Encode writes n as the renderer puts it in user data: indented, keys in a fixed order, so the same config
+// renders byte-identical files.
+func (n Node) Encode() ([]byte, error) {
+	if err := n.Validate(); err != nil {
+		return nil, err
+	}
+	b, err := json.MarshalIndent(n, "", " ")
+	if err != nil {
+		return nil, err
+	}
+	return append(b, '\n'), nil
+}
+
+// Validate checks that every value the agent needs is there.
+func (n Node) Validate() error {
+	var missing []string
+	for key, v := range map[string]string{
+		"clusterName": n.ClusterName, "poolName": n.PoolName, "apiServerEndpoint": n.APIServerEndpoint,
+		"joinTokenParameter": n.JoinTokenParameter, "criSocket": n.CRISocket,
+	} {
+		if v == "" {
+			missing = append(missing, key)
+		}
+	}
+	if len(n.Packages) == 0 {
+		missing = append(missing, "packages")
+	}
+	if len(n.Join.CACertHashes) == 0 {
+		missing = append(missing, "join.caCertHashes")
+	}
+	for key, d := range map[string]Duration{
+		"deadlines.join": n.Deadlines.Join, "deadlines.wake": n.Deadlines.Wake,
+		"deadlines.wakeInterval": n.Deadlines.WakeInterval, "deadlines.backoffInitial": n.Deadlines.BackoffInitial,
+		"deadlines.backoffMax": n.Deadlines.BackoffMax,
+	} {
+		if d <= 0 {
+			missing = append(missing, key+" (a positive duration)")
+		}
+	}
+	if n.Deadlines.WakeSettle < 0 {
+		missing = append(missing, "deadlines.wakeSettle (a duration, 0 or more)")
+	}
+	if len(missing) == 0 {
+		return nil
+	}
+	slices.Sort(missing)
+	return fmt.Errorf("node config: missing or invalid: %s", strings.Join(missing, ", "))
+}
+
+// Identity is what the instance learns about itself from IMDS at boot.
+type Identity struct {
+	InstanceID, InstanceType, Region, Zone, NodeIP string
+}
+
+// The labels the Cluster Autoscaler puts on its template node, which the boot sets from IMDS.
+const (
+	LabelZone         = "topology.kubernetes.io/zone"
+	LabelRegion       = "topology.kubernetes.io/region"
+	LabelInstanceType = "node.kubernetes.io/instance-type"
+)
+
+// RuntimeLabels are the labels only the instance knows.
+func RuntimeLabels(id Identity) map[string]string {
+	return map[string]string{LabelZone: id.Zone, LabelRegion: id.Region, LabelInstanceType: id.InstanceType}
+}
+
+// JoinConfig is the kubeadm JoinConfiguration of this node: the pool's part with the instance's identity and the
+// token. root prefixes the patches directory (a test's temporary root; "" on a node).
+func (n Node) JoinConfig(id Identity, token, root string) JoinConfiguration {
+	labels := maps.Clone(n.Join.Labels)
+	if labels == nil {
+		labels = map[string]string{}
+	}
+	maps.Copy(labels, RuntimeLabels(id))
+	keys := slices.Sorted(maps.Keys(labels))
+	pairs := make([]string, len(keys))
+	for i, k := range keys {
+		pairs[i] = k + "=" + labels[k]
+	}
+	taints := slices.Clone(n.Join.Taints)
+	if taints == nil {
+		taints = []Taint{}
+	}
+	return JoinConfiguration{
+		APIVersion: "kubeadm.k8s.io/v1beta4",
+		Kind:       "JoinConfiguration",
+		Discovery: Discovery{BootstrapToken: BootstrapTokenDiscovery{
+			APIServerEndpoint: n.APIServerEndpoint,
+			CACertHashes:      slices.Sorted(slices.Values(n.Join.CACertHashes)),
+			Token:             token,
+		}},
+		NodeRegistration: NodeRegistration{
+			Name:      id.InstanceID,
+			CRISocket: n.CRISocket,
+			KubeletExtraArgs: []KubeletArg{
+				{Name: "node-ip", Value: id.NodeIP},
+				{Name: "node-labels", Value: strings.Join(pairs, ",")},
+				// The Cluster Autoscaler maps nodes to ASG instances by this ID; no cloud provider sets it here.
+				{Name: "provider-id", Value: "aws:///" + id.Zone + "/" + id.InstanceID},
+			},
+			Taints: taints,
+		},
+		Patches: Patches{Directory: root + n.Join.PatchesDirectory},
+	}
+}
+
+// JoinConfiguration is the subset of kubeadm.k8s.io/v1beta4 JoinConfiguration dynk8s writes (field names and JSON
+// tags as in cmd/kubeadm/app/apis/kubeadm/v1beta4/types.go).
+type JoinConfiguration struct {
+	APIVersion       string           `json:"apiVersion"`
+	Kind             string           `json:"kind"`
+	Discovery        Discovery        `json:"discovery"`
+	NodeRegistration NodeRegistration `json:"nodeRegistration"`
+	Patches          Patches          `json:"patches"`
+}
+
+// Patches names kubeadm's patch directory ("target[suffix][+patchtype].extension" files).
+type Patches struct {
+	Directory string `json:"directory"`
+}
+
+// Discovery is how the node finds and trusts the cluster: a bootstrap token, with the CA pinned.
+type Discovery struct {
+	BootstrapToken BootstrapTokenDiscovery `json:"bootstrapToken"`
+}
+
+// BootstrapTokenDiscovery pins the cluster CA by hash; it never skips the check (unsafeSkipCAVerification).
+type BootstrapTokenDiscovery struct {
+	APIServerEndpoint string   `json:"apiServerEndpoint"`
+	CACertHashes      []string `json:"caCertHashes"`
+	Token             string   `json:"token"`
+}
+
+// NodeRegistration is the node's name, runtime, kubelet flags and taints.
+type NodeRegistration struct {
+	// Name is the Node's name and its kubelet's identity (system:node:<name>): the instance id, which the CSR
+	// approver finds in EC2, rather than the hostname, which the image and the VPC's DNS settings decide.
+	Name      string `json:"name"`
+	CRISocket string `json:"criSocket"`
+	// KubeletExtraArgs is a list of {name, value} in v1beta4 (a map in v1beta3).
+	KubeletExtraArgs []KubeletArg `json:"kubeletExtraArgs"`
+	// Taints is always a list: for a worker, kubeadm treats nil and [] alike, and [] says "none" plainly.
+	Taints []Taint `json:"taints"`
+}
+
+// KubeletArg is one kubelet flag.
+type KubeletArg struct {
+	Name  string `json:"name"`
+	Value string `json:"value"`
+}
