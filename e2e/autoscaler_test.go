@@ -874,6 +874,7 @@ func TestAutoscalerScalesTheStacksGroups(t *testing.T) {
 			t.Errorf("TriggeredScaleUp says %q, want %s 0->1", msg, spot)
 		}
 		explainAgrees(ctx, t, c, s, p.name, spot)
+		explainSeesTheGroup(ctx, t, a, s, spot, 1)
 		for name := range s.groups {
 			if name != spot && strings.Contains(msg, name) {
 				t.Errorf("TriggeredScaleUp names %s too: %q", name, msg)

@@ -3,11 +3,16 @@
 package e2e
 
 import (
+	"bytes"
 	"context"
+	"fmt"
 	"slices"
 	"strings"
 	"testing"
 
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/credentials"
+	"github.com/aws/aws-sdk-go-v2/service/autoscaling"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 
@@ -66,4 +71,22 @@ func explainAgreesWhy(ctx context.Context, t *testing.T, c cluster, s stackAutos
 	}
 	t.Logf("explain agrees with the autoscaler on %s (DaemonSets counted: %v):\n%s", pod,
 		templates[0].DaemonSetPods, report)
+}
+
+// explainSeesTheGroup runs explain's AWS view (-pending's second half) against moto, with the admin's key where an
+// operator has theirs, and checks it finds the group of the stack's pool by its tags, at its desired capacity.
+func explainSeesTheGroup(ctx context.Context, t *testing.T, a *awsEnv, s stackAutoscaling, group string, desired int) {
+	t.Helper()
+	pool := s.groups[group].labels[kube.LabelPool]
+	client := autoscaling.New(autoscaling.Options{Region: a.region, BaseEndpoint: aws.String(a.url),
+		Credentials: credentials.NewStaticCredentialsProvider(a.admin.Key, a.admin.Secret, "")})
+	var out bytes.Buffer
+	if err := explain.GroupsView(ctx, client, s.cfg, &out); err != nil {
+		t.Fatalf("explain's AWS view: %v\n%s", err, out.String())
+	}
+	want := fmt.Sprintf("aws: pool %s: group %s, desired %d", pool, group, desired)
+	if !strings.Contains(out.String(), want) {
+		t.Errorf("explain's AWS view lacks %q:\n%s", want, out.String())
+	}
+	t.Logf("explain's AWS view:\n%s", out.String())
 }

@@ -11,6 +11,8 @@ import (
 	"slices"
 	"strings"
 
+	awsconfig "github.com/aws/aws-sdk-go-v2/config"
+	"github.com/aws/aws-sdk-go-v2/service/autoscaling"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
@@ -23,7 +25,7 @@ import (
 )
 
 const usage = `usage: explain [-stack NAME | -config FILE] POD.yaml...
-       explain [-stack NAME | -config FILE] -pending [-kubeconfig FILE] [-context NAME] [-namespace NS]
+       explain [-stack NAME | -config FILE] -pending [-kubeconfig FILE] [-context NAME] [-namespace NS] [-aws=false]
 
 For each pod, says for every node pool of the stack whether a new node of that pool would run it, every reason
 why not (an untolerated taint, a node selector or required node affinity the pool's nodes do not match, the
@@ -33,7 +35,10 @@ tags the stack renders for the pools' Auto Scaling groups, as the Cluster Autosc
 zero. POD.yaml holds Pod manifests (several YAML documents, or "-" for stdin).
 
 With -pending it reads the cluster's pending, unschedulable pods instead, and shows the autoscaler's own word on
-each: the pod's latest TriggeredScaleUp and NotTriggerScaleUp events.
+each: the pod's latest TriggeredScaleUp and NotTriggerScaleUp events. Then, with the ambient AWS credentials in
+the stack's aws:region (autoscaling:DescribeAutoScalingGroups and DescribeScalingActivities), each pool's Auto
+Scaling group, its desired capacity and instances, and its latest scaling activity with AWS's message: a launch
+that failed (no spot capacity, a quota) shows there, not in the events. -aws=false leaves AWS out.
 
 Exit status: 0 with every pod explained, 1 on an error, 2 on bad usage.
 
@@ -55,6 +60,8 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		"else ~/.kube/config)")
 	kubeContext := fs.String("context", "", "with -pending: kubeconfig context (default: the current one)")
 	namespace := fs.String("namespace", "", "with -pending: only this namespace (default: every namespace)")
+	withAWS := fs.Bool("aws", true, "with -pending: also show the pools' Auto Scaling groups and their latest "+
+		"scaling activity (ambient AWS credentials)")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return 0
@@ -100,6 +107,17 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	}
 	if err := explainPending(ctx, client, cfg, templates, *namespace, stdout); err != nil {
 		fmt.Fprintf(stderr, "explain: %v\n", err)
+		return 1
+	}
+	if !*withAWS {
+		return 0
+	}
+	awsCfg, err := awsconfig.LoadDefaultConfig(ctx, awsconfig.WithRegion(cfg.Region))
+	if err == nil {
+		err = GroupsView(ctx, autoscaling.NewFromConfig(awsCfg), cfg, stdout)
+	}
+	if err != nil {
+		fmt.Fprintf(stderr, "explain: AWS (-aws=false leaves it out): %v\n", err)
 		return 1
 	}
 	return 0
