@@ -1004,7 +1004,7 @@ func setPodPhase(ctx context.Context, t *testing.T, c cluster, name, phase strin
 }
 
 // registerStandInNode creates the Node the instance's kubelet would register: the pool's labels and taints, the
-// provider ID the join script sets, Ready, and a capacity of the pool's shape (c7g.2xlarge: 8 CPUs, 16 GiB; the
+// provider ID the node agent sets, Ready, and a capacity of the pool's shape (c7g.2xlarge: 8 CPUs, 16 GiB; the
 // scale-down only weighs it against the pods on the node, of which there are none). It is deleted when the test
 // ends. Returns its name.
 func registerStandInNode(ctx context.Context, t *testing.T, c cluster, g declaredGroup, zone, instanceID string) string {

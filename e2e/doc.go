@@ -1,5 +1,5 @@
 // Package e2e holds the real-engine tests (build tag e2e): the in-cluster component run through the real Pulumi
-// engine and the real Kubernetes provider onto a real kube-apiserver, the node join script's discovery checked by
+// engine and the real Kubernetes provider onto a real kube-apiserver, the node agent's discovery checked by
 // the real kubeadm, the real Cluster Autoscaler scaling the stack's Auto Scaling groups, replayed into moto, and the
 // rendered WireGuard tunnel carrying traffic between network namespaces (TestTunnel*: root, wg-quick, wireguard-go
 // and nft; no control plane).

@@ -36,7 +36,7 @@ const (
 	fakeRole         = "dynk8s-homelab-node"
 )
 
-// TestJoinDiscovery runs the node's real join script, as the dev stack renders it, against the real API server:
+// TestJoinDiscovery runs the node agent (built from this tree), as the dev stack renders its configuration, against the real API server:
 // IMDSv2 is a loopback fake, SSM is moto_server holding the token as a SecureString, and kubeadm is the real one in
 // --dry-run, so its token discovery fetches kube-public/cluster-info (signed by the real bootstrapsigner) and pins
 // the CA for real. A wrong CA hash and a wrong token secret must both stop the join.

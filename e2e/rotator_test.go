@@ -35,10 +35,10 @@ const rotatorIssued = "app.kubernetes.io/managed-by=dynk8s-join-token-rotator"
 // Secret, and the rotator's own ServiceAccount token, so its RBAC is the one under test), with moto_server as SSM:
 //   - each run creates a bootstrap token Secret that expires a TTL later and overwrites the SSM parameter with it,
 //     and a second run makes the next one without touching the first;
-//   - the token SSM holds authenticates as a kubeadm join token, and the node's join script joins with it
+//   - the token SSM holds authenticates as a kubeadm join token, and the node agent joins with it
 //     (kubeadm join --dry-run: token discovery through the signed cluster-info, CA pinned);
 //   - a token past its expiration is refused by the API server, deleted by the controller manager's token cleaner,
-//     no longer signs cluster-info, and the join script does not join with it;
+//     no longer signs cluster-info, and the node agent does not join with it;
 //   - `pulumi up` after those rotations changes nothing, and a new rotation value replaces only the install Job.
 func TestTokenRotator(t *testing.T) {
 	c := requireCluster(t)

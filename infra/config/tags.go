@@ -44,7 +44,7 @@ func IdentityTags(clusterName, pool, name string) []Tag {
 	return tags
 }
 
-// NodeLabels are the labels a pool's nodes set on themselves at join, besides the per-instance ones the join script
+// NodeLabels are the labels a pool's nodes set on themselves at join, besides the per-instance ones the node agent
 // adds (zone, region, instance type): the pool's own labels plus dynk8s's pool and capacity-type labels.
 func (p NodePool) NodeLabels() map[string]string {
 	labels := maps.Clone(p.Labels)
