@@ -8,7 +8,6 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"time"
 
 	"github.com/dynk8s/dynk8s/internal/kube"
 	"github.com/dynk8s/dynk8s/internal/nodeconfig"
@@ -79,7 +78,7 @@ const (
 
 // systemPackages are dependencies that come from Fedora rather than the upstream repos: CRI-O needs iptables and, on
 // SELinux-enforcing Fedora, container-selinux (cri-o/packaging installs it first); the metadata lockdown runs nft
-// (imds-lock.sh), which nothing else pulls in. the agent installs those the image lacks (rpm -q) in the same dnf
+// (the agent's imds-lock), which nothing else pulls in. The agent installs those the image lacks (rpm -q) in the same dnf
 // transaction as the upstream packages, from Fedora's release repository (systemRepos) alone: the stack boots the
 // release's GA image (infra/ami.go), whose packages that repository matches, so nothing drags in an update such as
 // a newer selinux-policy (container-selinux requires selinux-policy >= the one it was built against), and dnf reads
@@ -149,11 +148,9 @@ func Node(in NodeInput) ([]byte, error) {
 			// NetworkManager (Fedora Cloud's network stack) must leave the CNI's interfaces alone, or it can take
 			// their routes or links down (Calico's and Cilium's docs ask for the same).
 			{Path: "/etc/NetworkManager/conf.d/90-dynk8s-cni.conf", Content: networkManagerCNI(), Permissions: "0644"},
-			// The host's scripts (onprem-routes.sh, imds-lock.sh) share it.
-			{Path: libexecDir + "/lib.sh", Content: forUserData(libSh), Permissions: "0644"},
 		},
 	}
-	host, err := hostConfig(in.Host)
+	host, err := hostConfig(in.Host, in.Agent != nil)
 	if err != nil {
 		return nil, fmt.Errorf("node pool %q: %w", in.PoolName, err)
 	}
@@ -191,8 +188,8 @@ func Node(in NodeInput) ([]byte, error) {
 	// runcmdFailsOnFailedUnits makes a failed one cloud-init's.
 	cc.RunCmd = slices.Concat(
 		[][]string{{"systemctl", "daemon-reload"}, append([]string{"systemctl", "enable"}, enable...)},
-		host.beforeJoin,
 		startAgent,
+		host.beforeJoin,
 		startTimer,
 		[][]string{
 			{"systemctl", "start", joinUnitName},
@@ -291,11 +288,11 @@ func joinUnit(in NodeInput) unitFile {
 			// No ExecStartPre: the modules, sysctls and swap that the files cloud-init wrote (after systemd loaded
 			// modules and sysctls at this first boot) call for are the agent's, after its check that a warm instance
 			// still waits, so the timer's runs every 15 s on a waiting instance do nothing else.
-			{"ExecStart", agentBinary + " join --config " + nodeconfig.Path},
+			{"ExecStart", agentCommand("join")},
 			{"StandardOutput", "journal+console"},
 			{"StandardError", "journal+console"},
 			{"SyslogIdentifier", "dynk8s-join"},
-			{"TimeoutStartSec", strconv.Itoa(int(nodeconfig.DefaultDeadlines.UnitTimeout()/time.Second)) + "s"},
+			{"TimeoutStartSec", unitSeconds(nodeconfig.DefaultDeadlines.UnitTimeout())},
 		}},
 		{Name: "Install", Entries: []unitEntry{
 			{"WantedBy", "multi-user.target"},
@@ -367,6 +364,7 @@ func nodeConfig(in NodeInput, minor kube.Minor) nodeconfig.Node {
 			Taints:           taints,
 			PatchesDirectory: kubeadmPatchDir,
 		},
+		Host:      in.Host.nodeHost(),
 		Deadlines: nodeconfig.DefaultDeadlines,
 	}
 }
