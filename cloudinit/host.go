@@ -11,7 +11,6 @@ import (
 
 	"github.com/dynk8s/dynk8s/internal/kube"
 	"github.com/dynk8s/dynk8s/internal/nodeconfig"
-	"github.com/dynk8s/dynk8s/wireguard"
 )
 
 // The node's host settings beyond the join itself: what kubeadm patches into the kubelet's configuration, the
@@ -21,15 +20,15 @@ import (
 
 // HostInput are the node's network and metadata settings; plain and public, like the rest of NodeInput.
 type HostInput struct {
-	// OnPremCIDRs are the ranges the VPC routes through the tunnel (required, at least one, IPv4): the node caps the
-	// path MTU toward them at TunnelMTU.
+	// OnPremCIDRs are the ranges the VPC routes through the tunnel (required, at least one, IPv4 network addresses):
+	// the node caps the path MTU toward them at TunnelMTU.
 	OnPremCIDRs []netip.Prefix
-	// TunnelMTU is the WireGuard tunnel's MTU (required, wireguard.MinMTU..wireguard.MaxMTU).
+	// TunnelMTU is the WireGuard tunnel's MTU (required; the config keeps it in wireguard.MinMTU..wireguard.MaxMTU).
 	TunnelMTU int
-	// DNSServers are on-prem name servers, inside OnPremCIDRs (optional, at most 3): the node asks them for names
-	// under DNSDomains, and only for those.
+	// DNSServers are on-prem name servers (optional): the node asks them for names under DNSDomains, and only for
+	// those. The config keeps them inside OnPremCIDRs, at most 3, and with DNSDomains.
 	DNSServers []netip.Addr
-	// DNSDomains are the on-prem domains routed to DNSServers (required with DNSServers, and only with them).
+	// DNSDomains are the on-prem domains routed to DNSServers.
 	DNSDomains []string
 	// MetadataUIDs are the users besides root that may still reach the instance metadata service after the join
 	// (optional): the termination handler's, which polls it from the host network in IMDS mode.
@@ -224,47 +223,19 @@ func resolvedDropIn(in HostInput) unitFile {
 	}}}
 }
 
+// validate checks only what the encoding needs: the servers and domains go into resolved's space-separated lists.
+// The rules about them (at most three servers, inside the on-prem ranges, servers and domains together, no
+// duplicates) are the config's (infra/config, validateOnPremDNS); the ranges, the MTU and the users are node.json's
+// (nodeconfig.Node.Validate, which Encode runs).
 func (in HostInput) validate(e *errs) {
-	if len(in.OnPremCIDRs) == 0 {
-		e.add("Host.OnPremCIDRs", errors.New("at least one range is required"))
-	}
-	for i, p := range in.OnPremCIDRs {
-		if !p.IsValid() || !p.Addr().Is4() || p.Masked() != p {
-			e.add(fmt.Sprintf("Host.OnPremCIDRs[%d]", i), fmt.Errorf("%s is not an IPv4 network address", p))
-		}
-	}
-	if in.TunnelMTU < wireguard.MinMTU || in.TunnelMTU > wireguard.MaxMTU {
-		e.add("Host.TunnelMTU", fmt.Errorf("%d is not in %d..%d", in.TunnelMTU, wireguard.MinMTU, wireguard.MaxMTU))
-	}
-	if len(in.DNSServers) > kube.MaxDNSServers {
-		e.add("Host.DNSServers", fmt.Errorf("%d servers, at most %d", len(in.DNSServers), kube.MaxDNSServers))
-	}
 	for i, a := range in.DNSServers {
-		field := fmt.Sprintf("Host.DNSServers[%d]", i)
-		switch {
-		case !a.IsValid() || !a.Is4():
-			e.add(field, fmt.Errorf("%s is not an IPv4 address", a))
-		case !slices.ContainsFunc(in.OnPremCIDRs, func(p netip.Prefix) bool { return p.Contains(a) }):
-			e.add(field, fmt.Errorf("%s is not inside any on-prem range: the tunnel routes only those", a))
-		case slices.Index(in.DNSServers, a) < i:
-			e.add(field, fmt.Errorf("%s is listed twice", a))
+		if !a.IsValid() {
+			e.add(fmt.Sprintf("Host.DNSServers[%d]", i), errors.New("is not an IP address"))
 		}
-	}
-	if (len(in.DNSServers) == 0) != (len(in.DNSDomains) == 0) {
-		e.add("Host.DNSDomains", errors.New("servers and domains go together: the servers answer for the domains"))
 	}
 	for i, d := range in.DNSDomains {
-		field := fmt.Sprintf("Host.DNSDomains[%d]", i)
-		switch {
-		case !kube.IsDNSSubdomain(d):
-			e.add(field, fmt.Errorf("%q is not a DNS domain (lower case, no leading '~' or trailing '.')", d))
-		case slices.Index(in.DNSDomains, d) < i:
-			e.add(field, fmt.Errorf("%q is listed twice", d))
-		}
-	}
-	for i, u := range in.MetadataUIDs {
-		if u < 1 || u > 1<<32-2 {
-			e.add(fmt.Sprintf("Host.MetadataUIDs[%d]", i), fmt.Errorf("%d is not a non-root UID", u))
+		if !kube.IsDNSSubdomain(d) {
+			e.add(fmt.Sprintf("Host.DNSDomains[%d]", i), fmt.Errorf("%q is not a DNS domain (lower case, no leading '~' or trailing '.')", d))
 		}
 	}
 }

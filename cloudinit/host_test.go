@@ -133,6 +133,9 @@ func TestNodeOnPremDNS(t *testing.T) {
 	assert.Check(t, !strings.Contains(string(general), "systemd-resolved"))
 }
 
+// The renderer checks what its encoding needs (resolved's lists) and node.json what the agent needs; the rules about
+// the values (the MTU's range, the servers inside the ranges, at most three, with domains) are the config's
+// (infra/config's TestOnPremDNSValidation and the wireguard tests), which run before any renderer.
 func TestNodeHostValidation(t *testing.T) {
 	t.Parallel()
 	for _, tc := range []struct {
@@ -140,31 +143,20 @@ func TestNodeHostValidation(t *testing.T) {
 		modify func(*HostInput)
 		want   string
 	}{
-		{"no on-prem range", func(h *HostInput) { h.OnPremCIDRs = nil }, "Host.OnPremCIDRs: at least one"},
-		{"range with host bits", func(h *HostInput) { h.OnPremCIDRs = []netip.Prefix{netip.MustParsePrefix("192.168.1.1/16")} }, "Host.OnPremCIDRs[0]"},
-		{"MTU unset", func(h *HostInput) { h.TunnelMTU = 0 }, "Host.TunnelMTU: 0 is not in 1280..8920"},
-		{"server outside the ranges", func(h *HostInput) {
-			h.DNSServers, h.DNSDomains = []netip.Addr{netip.MustParseAddr("10.9.9.9")}, []string{"corp.lan"}
-		}, "Host.DNSServers[0]: 10.9.9.9 is not inside any on-prem range"},
-		{"server twice", func(h *HostInput) {
-			a := netip.MustParseAddr("192.168.1.53")
-			h.DNSServers, h.DNSDomains = []netip.Addr{a, a}, []string{"corp.lan"}
-		}, "Host.DNSServers[1]: 192.168.1.53 is listed twice"},
-		{"too many servers", func(h *HostInput) {
-			for i := range 4 {
-				h.DNSServers = append(h.DNSServers, netip.AddrFrom4([4]byte{192, 168, 1, byte(i + 1)}))
-			}
-			h.DNSDomains = []string{"corp.lan"}
-		}, "Host.DNSServers: 4 servers, at most 3"},
-		{"servers without domains", func(h *HostInput) { h.DNSServers = []netip.Addr{netip.MustParseAddr("192.168.1.53")} }, "Host.DNSDomains: servers and domains go together"},
-		{"domains without servers", func(h *HostInput) { h.DNSDomains = []string{"corp.lan"} }, "Host.DNSDomains: servers and domains go together"},
+		{"no on-prem range", func(h *HostInput) { h.OnPremCIDRs = nil }, "node config: missing or invalid: host.onPremCidrs"},
+		{"range with host bits", func(h *HostInput) { h.OnPremCIDRs = []netip.Prefix{netip.MustParsePrefix("192.168.1.1/16")} },
+			"host.onPremCidrs.0 (an IPv4 network address, not 192.168.1.1/16)"},
+		{"MTU unset", func(h *HostInput) { h.TunnelMTU = 0 }, "host.tunnelMtu (a positive MTU)"},
+		{"no server address", func(h *HostInput) {
+			h.DNSServers, h.DNSDomains = []netip.Addr{{}}, []string{"corp.lan"}
+		}, "Host.DNSServers[0]: is not an IP address"},
 		{"routing prefix in a domain", func(h *HostInput) {
 			h.DNSServers, h.DNSDomains = []netip.Addr{netip.MustParseAddr("192.168.1.53")}, []string{"~corp.lan"}
 		}, `Host.DNSDomains[0]: "~corp.lan" is not a DNS domain`},
-		{"root domain", func(h *HostInput) {
-			h.DNSServers, h.DNSDomains = []netip.Addr{netip.MustParseAddr("192.168.1.53")}, []string{"."}
-		}, `Host.DNSDomains[0]: "." is not a DNS domain`},
-		{"root as a metadata user", func(h *HostInput) { h.MetadataUIDs = []int{0} }, "Host.MetadataUIDs[0]: 0 is not a non-root UID"},
+		{"a space in a domain", func(h *HostInput) {
+			h.DNSServers, h.DNSDomains = []netip.Addr{netip.MustParseAddr("192.168.1.53")}, []string{"corp.lan other.lan"}
+		}, `Host.DNSDomains[0]: "corp.lan other.lan" is not a DNS domain`},
+		{"root as a metadata user", func(h *HostInput) { h.MetadataUIDs = []int{0} }, "host.metadataUids.0 (a non-root UID, not 0)"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			in := generalPool()

@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/dynk8s/dynk8s/internal/endpoint"
 	"github.com/dynk8s/dynk8s/internal/kube"
 	"github.com/dynk8s/dynk8s/internal/nodeconfig"
 )
@@ -16,7 +17,7 @@ import (
 // NodeInput is everything a node pool's user data depends on. All values are plain and public: nothing secret.
 type NodeInput struct {
 	KubernetesVersion  kube.Version      // exact, 1.34.4; its minor must be supported (kube.Minors)
-	APIServerEndpoint  string            // "host:port" reached through the WireGuard gateway
+	APIServerEndpoint  endpoint.HostPort // reached through the WireGuard gateway
 	CACertHashes       []string          // "sha256:<64 lowercase hex>", at least one
 	JoinTokenParameter string            // SSM SecureString name holding "<id>.<secret>", e.g. "/dynk8s/homelab/join-token"
 	GatewayInstanceID  string            // the WireGuard gateway the node starts at boot; "" when it never sleeps
@@ -346,7 +347,7 @@ func nodeConfig(in NodeInput, minor kube.Minor) nodeconfig.Node {
 	return nodeconfig.Node{
 		ClusterName:        in.ClusterName,
 		PoolName:           in.PoolName,
-		APIServerEndpoint:  in.APIServerEndpoint,
+		APIServerEndpoint:  in.APIServerEndpoint.String(),
 		JoinTokenParameter: in.JoinTokenParameter,
 		GatewayInstanceID:  in.GatewayInstanceID,
 		LaunchHook:         in.LaunchHook,
@@ -374,7 +375,9 @@ func (in NodeInput) validate() (kube.Minor, error) {
 	var e errs
 	minor, err := kube.LookupMinor(in.KubernetesVersion)
 	e.add("KubernetesVersion", err)
-	e.add("APIServerEndpoint", validateHostPort(in.APIServerEndpoint))
+	if in.APIServerEndpoint.IsZero() {
+		e.add("APIServerEndpoint", errors.New("is required"))
+	}
 	if len(in.CACertHashes) == 0 {
 		e.add("CACertHashes", errors.New("at least one is required: kubeadm would otherwise trust any API server"))
 	}
