@@ -406,16 +406,11 @@ func (in NodeInput) validate() (kube.Minor, error) {
 	if v, ok := in.Labels[kube.LabelPool]; !ok || v != in.PoolName {
 		e.add("Labels", fmt.Errorf("%s must be the pool name %q", kube.LabelPool, in.PoolName))
 	}
+	for _, p := range kube.CheckTaints(in.Taints) {
+		e.add(fmt.Sprintf("Taints[%d].%s", p.Index, p.Field), p.Err)
+	}
 	for i, t := range in.Taints {
-		field := fmt.Sprintf("Taints[%d]", i)
-		e.add(field+".Key", kube.CheckTaintKey(t.Key))
-		e.add(field+".Value", labelValue(t.Value))
-		if _, err := kube.ParseTaintEffect(string(t.Effect)); err != nil {
-			e.add(field+".Effect", err)
-		}
-		if slices.IndexFunc(in.Taints, func(o kube.Taint) bool { return o.Key == t.Key && o.Effect == t.Effect }) < i {
-			e.add(field, fmt.Errorf("a taint %s:%s is listed twice", t.Key, t.Effect))
-		}
+		e.add(fmt.Sprintf("Taints[%d].value", i), noSecret(t.Value))
 	}
 	for i, img := range in.PrePullImages {
 		_, err := kube.NormalizeImage(img)

@@ -281,13 +281,13 @@ func TestNodeValidation(t *testing.T) {
 		{"label value with comma", func(in *NodeInput) { in.Labels["example.com/a"] = "b,c=d" }, []string{"is not a label value"}},
 		{"label key bad", func(in *NodeInput) { in.Labels["-bad"] = "x" }, []string{"name part"}},
 		{"label value is a token", func(in *NodeInput) { in.Labels["example.com/t"] = "abcdef.0123456789abcdef" }, []string{"looks like a bootstrap token"}},
-		{"taint effect", func(in *NodeInput) { in.Taints = []kube.Taint{{Key: "a", Value: "b", Effect: "NoRun"}} }, []string{"Taints[0].Effect"}},
-		{"taint key", func(in *NodeInput) { in.Taints = []kube.Taint{{Key: "", Value: "b", Effect: "NoSchedule"}} }, []string{"Taints[0].Key"}},
+		{"taint effect", func(in *NodeInput) { in.Taints = []kube.Taint{{Key: "a", Value: "b", Effect: "NoRun"}} }, []string{"Taints[0].effect"}},
+		{"taint key", func(in *NodeInput) { in.Taints = []kube.Taint{{Key: "", Value: "b", Effect: "NoSchedule"}} }, []string{"Taints[0].key: is required"}},
 		{"pre-pull image", func(in *NodeInput) { in.PrePullImages = []string{"quay.io/ok:1", "Not An Image"} }, []string{"PrePullImages[1]", "is not an image reference"}},
 		{"launch hook", func(in *NodeInput) { in.LaunchHook = "hook with blanks" }, []string{"LaunchHook", "is not a lifecycle hook name"}},
 		{"taint twice", func(in *NodeInput) {
 			in.Taints = []kube.Taint{{Key: "a", Value: "b", Effect: "NoSchedule"}, {Key: "a", Value: "c", Effect: "NoSchedule"}}
-		}, []string{"Taints[1]", "listed twice"}},
+		}, []string{"Taints[1].key", "is already taints[0]"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			in := generalPool()

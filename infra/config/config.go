@@ -247,7 +247,8 @@ type NodePool struct {
 	VolumeSizeGiB int `key:"volumeSizeGiB" default:"50"`
 	// Labels are the pool's node labels, as the kubelet sets them (NodeRestriction-safe keys only).
 	Labels map[string]string `key:"labels"`
-	// Taints are the pool's node taints.
+	// Taints are the pool's node taints, which its nodes register with: any qualified key (NodeRestriction lets a
+	// kubelet register with any taint; it refuses only changes to them later).
 	Taints []kube.Taint `key:"taints"`
 	// AMIID boots this image instead of the Fedora image lookup.
 	AMIID string `key:"amiId"`

@@ -249,9 +249,9 @@ func TestBadConfig(t *testing.T) {
 		{"taint key missing", func(c map[string]any) {
 			delete(pool(c, 1)["taints"].([]any)[0].(map[string]any), "key")
 		}, "dynk8s:nodePools[1].taints[0].key", "required"},
-		{"taint in a reserved namespace", func(c map[string]any) {
-			pool(c, 1)["taints"].([]any)[0].(map[string]any)["key"] = "node-role.kubernetes.io/ci"
-		}, "dynk8s:nodePools[1].taints[0].key", "NodeRestriction"},
+		{"taint key not a qualified name", func(c map[string]any) {
+			pool(c, 1)["taints"].([]any)[0].(map[string]any)["key"] = "ci/builders/arm"
+		}, "dynk8s:nodePools[1].taints[0].key", "is not a valid key"},
 		{"too many tags for the group", func(c map[string]any) {
 			labels := map[string]any{}
 			for i := range 45 {

@@ -507,24 +507,8 @@ func validateLabelsAndTaints(r *reader, pp string, p NodePool) {
 			r.addf(lp, "value %v", err)
 		}
 	}
-	for j, t := range p.Taints {
-		tp := fmt.Sprintf("%staints[%d].", pp, j)
-		if r.required(tp+"key", t.Key != "") {
-			if err := kube.CheckKey(t.Key); err != nil {
-				r.addf(tp+"key", "%v", err)
-			}
-		}
-		if err := kube.CheckValue(t.Value); err != nil {
-			r.addf(tp+"value", "%v", err)
-		}
-		if t.Effect == "" {
-			r.addf(tp+"effect", "is required: NoSchedule, PreferNoSchedule or NoExecute")
-		}
-		if k := slices.IndexFunc(p.Taints, func(o kube.Taint) bool {
-			return o.Key == t.Key && o.Effect == t.Effect
-		}); k < j {
-			r.addf(tp+"key", "taint %s:%s is already taints[%d]", t.Key, t.Effect, k)
-		}
+	for _, p := range kube.CheckTaints(p.Taints) {
+		r.addf(fmt.Sprintf("%staints[%d].%s", pp, p.Index, p.Field), "%v", p.Err)
 	}
 }
 

@@ -103,7 +103,7 @@ var (
 	dnsLabelRE   = regexp.MustCompile(`^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$`)
 )
 
-// CheckKey says why key cannot be a label or taint key that a joining kubelet sets on its own Node, or returns nil:
+// CheckKey says why key cannot be a label key that a joining kubelet sets on its own Node, or returns nil:
 // it must be a qualified name (an optional DNS-subdomain prefix and '/', then a name of at most 63 characters), and
 // in the kubernetes.io and k8s.io namespaces only IsKubeletLabel's keys pass NodeRestriction.
 func CheckKey(key string) error {

@@ -2,6 +2,7 @@ package kube
 
 import (
 	"cmp"
+	"errors"
 	"fmt"
 	"slices"
 )
@@ -69,4 +70,42 @@ var FuseStartupTaint = Taint{Key: AutoscalerStartupTaintPrefix + "fuse", Value: 
 // register its Node with any taint (NodeRestriction only stops it changing them later).
 func CheckTaintKey(key string) error {
 	return checkQualifiedName(key)
+}
+
+// TaintProblem is one thing wrong with one taint of a list: Field is "key", "value" or "effect", for the caller to
+// name by its own path.
+type TaintProblem struct {
+	Index int
+	Field string
+	Err   error
+}
+
+// CheckTaints is the one rule for a pool's taints, which its nodes register with (kubeadm's JoinConfiguration, the
+// kubelet's registerWithTaints): each has a key (CheckTaintKey: any qualified name, since NodeRestriction lets a
+// kubelet register with any taint and only forbids changing them later), a label value and one of the three
+// effects, and no key and effect come twice (the API server refuses a Node with a duplicate taint).
+func CheckTaints(ts []Taint) []TaintProblem {
+	var out []TaintProblem
+	add := func(i int, field string, err error) {
+		if err != nil {
+			out = append(out, TaintProblem{Index: i, Field: field, Err: err})
+		}
+	}
+	for i, t := range ts {
+		if t.Key == "" {
+			add(i, "key", errors.New("is required"))
+		} else {
+			add(i, "key", CheckTaintKey(t.Key))
+		}
+		add(i, "value", CheckValue(t.Value))
+		if t.Effect == "" {
+			add(i, "effect", errors.New("is required: NoSchedule, PreferNoSchedule or NoExecute"))
+		} else if _, err := ParseTaintEffect(string(t.Effect)); err != nil {
+			add(i, "effect", err)
+		}
+		if j := slices.IndexFunc(ts, func(o Taint) bool { return o.Key == t.Key && o.Effect == t.Effect }); j < i {
+			add(i, "key", fmt.Errorf("taint %s:%s is already taints[%d]", t.Key, t.Effect, j))
+		}
+	}
+	return out
 }
