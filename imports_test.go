@@ -32,9 +32,10 @@ var importRules = map[string][]string{
 }
 
 // exempt are allowed although a rule's prefix matches them: infra/addons takes the config types, the node agent
-// its own.
+// its own, the WireGuard renderer the endpoint type (and the DNS-name rule it parses by).
 var exempt = map[string][]string{
 	module + "/infra/addons":    {module + "/infra/config"},
+	module + "/wireguard":       {module + "/internal/endpoint", module + "/internal/kube"},
 	module + "/cmd/dynk8s-node": {module + "/internal/nodeconfig"},
 }
 

@@ -10,18 +10,21 @@ import (
 	"text/template"
 	"time"
 
+	"golang.zx2c4.com/wireguard/wgctrl/wgtypes"
+
+	"github.com/dynk8s/dynk8s/internal/endpoint"
 	"github.com/dynk8s/dynk8s/wireguard"
 )
 
 // GatewayInput is everything the WireGuard gateway instance's user data depends on; nothing secret.
 type GatewayInput struct {
-	ListenPort          int            // UDP
-	MTU                 int            // explicit tunnel MTU (never wg-quick's auto MTU)
-	TunnelAddress       netip.Prefix   // the gateway's address with prefix, 10.99.0.1/30
-	PeerPublicKey       string         // on-prem peer public key (base64, 32 bytes)
-	PeerAllowedIPs      []netip.Prefix // on-prem CIDRs + on-prem tunnel /32
-	PeerEndpoint        string         // optional "host:port"
-	PrivateKeyParameter string         // SSM SecureString name holding the gateway's private key
+	ListenPort          uint16             // UDP
+	MTU                 uint16             // explicit tunnel MTU (never wg-quick's auto MTU); the config's range
+	TunnelAddress       netip.Prefix       // the gateway's address with prefix, 10.99.0.1/30
+	PeerPublicKey       wgtypes.Key        // the on-prem peer's public key
+	PeerAllowedIPs      []netip.Prefix     // on-prem CIDRs + on-prem tunnel /32
+	PeerEndpoint        *endpoint.HostPort // optional: where the gateway dials the on-prem peer
+	PrivateKeyParameter string             // SSM SecureString name holding the gateway's private key
 	// IdleStop is how long the gateway stays up with no pool instance pending or running and no packet forwarded
 	// through the tunnel before it powers off (its instance stops); 0 keeps it running and renders no idle check.
 	IdleStop time.Duration
@@ -127,7 +130,7 @@ func Gateway(in GatewayInput) ([]byte, error) {
 	}
 	wg := wireguard.Config{
 		Interface: wireguard.Interface{
-			Address:    []string{in.TunnelAddress.String()},
+			Address:    []netip.Prefix{in.TunnelAddress},
 			ListenPort: in.ListenPort,
 			MTU:        in.MTU,
 			PostUp: []string{
@@ -139,11 +142,11 @@ func Gateway(in GatewayInput) ([]byte, error) {
 		},
 		Peers: []wireguard.Peer{{
 			PublicKey:  in.PeerPublicKey,
-			AllowedIPs: prefixStrings(in.PeerAllowedIPs),
+			AllowedIPs: in.PeerAllowedIPs,
 			Endpoint:   in.PeerEndpoint,
 		}},
 	}
-	if in.PeerEndpoint != "" {
+	if in.PeerEndpoint != nil {
 		wg.Peers[0].PersistentKeepalive = wireguard.PersistentKeepalive
 	}
 	wgConf, err := wg.Marshal()
@@ -156,7 +159,7 @@ func Gateway(in GatewayInput) ([]byte, error) {
 		Table, Interface, In, Out, Filter string
 		MSS4, MSS6                        int
 	}{wgMSSTable, wgInterface, forwardedIn, forwardedOut, forwardChains(in.Forward, wgInterface, forwardRefused),
-		in.MTU - 40, in.MTU - 60}); err != nil {
+		int(in.MTU) - 40, int(in.MTU) - 60}); err != nil {
 		return nil, fmt.Errorf("gateway user data: MSS ruleset: %w", err)
 	}
 	env, err := envFile("wg-key.sh", map[string]string{"DYNK8S_KEY_PARAMETER": in.PrivateKeyParameter})
@@ -288,12 +291,13 @@ func idleCheck(in GatewayInput, cc *cloudConfig) error {
 
 func (in GatewayInput) validate() error {
 	var e errs
-	if in.ListenPort < 1 || in.ListenPort > 65535 {
-		e.add("ListenPort", fmt.Errorf("%d is not in 1..65535", in.ListenPort))
+	// The port and the MTU must be set: without a port the kernel picks one the security group does not open, and
+	// without an MTU wg-quick derives 8921 on EC2. Their ranges are the config's (wireguard.MinMTU..MaxMTU).
+	if in.ListenPort == 0 {
+		e.add("ListenPort", errors.New("is required"))
 	}
-	if in.MTU < wireguard.MinMTU || in.MTU > wireguard.MaxMTU {
-		e.add("MTU", fmt.Errorf("%d is not in %d..%d (it must be set: wg-quick's automatic MTU is 8921 on EC2)",
-			in.MTU, wireguard.MinMTU, wireguard.MaxMTU))
+	if in.MTU == 0 {
+		e.add("MTU", errors.New("is required (wg-quick's automatic MTU is 8921 on EC2)"))
 	}
 	if p := in.TunnelAddress; !p.IsValid() {
 		e.add("TunnelAddress", errors.New("is required"))
@@ -317,12 +321,4 @@ func (in GatewayInput) validate() error {
 		e.add("Forward", in.Forward.validate())
 	}
 	return e.join("gateway user data")
-}
-
-func prefixStrings(ps []netip.Prefix) []string {
-	out := make([]string, len(ps))
-	for i, p := range ps {
-		out[i] = p.String()
-	}
-	return out
 }

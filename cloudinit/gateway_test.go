@@ -10,10 +10,12 @@ import (
 	"testing"
 	"time"
 
+	"golang.zx2c4.com/wireguard/wgctrl/wgtypes"
 	"gotest.tools/v3/assert"
 	is "gotest.tools/v3/assert/cmp"
 	"gotest.tools/v3/golden"
 
+	"github.com/dynk8s/dynk8s/internal/endpoint"
 	"github.com/dynk8s/dynk8s/internal/realtools"
 )
 
@@ -25,12 +27,21 @@ const (
 	testGatewayEndpoint = "203.0.113.10:51820"
 )
 
+// mustKey is a WireGuard key from its base64 form.
+func mustKey(s string) wgtypes.Key {
+	k, err := wgtypes.ParseKey(s)
+	if err != nil {
+		panic(err)
+	}
+	return k
+}
+
 func testGateway() GatewayInput {
 	return GatewayInput{
 		ListenPort:          51820,
 		MTU:                 1420,
 		TunnelAddress:       netip.MustParsePrefix("10.99.0.1/30"),
-		PeerPublicKey:       testPeerPublicKey,
+		PeerPublicKey:       mustKey(testPeerPublicKey),
 		PeerAllowedIPs:      []netip.Prefix{netip.MustParsePrefix("192.168.0.0/16"), netip.MustParsePrefix("10.99.0.2/32")},
 		PrivateKeyParameter: testKeyParameter,
 	}
@@ -40,7 +51,9 @@ func renderedGatewayUserData(t *testing.T) map[string][]byte {
 	t.Helper()
 	out := map[string][]byte{}
 	withEndpoint := testGateway()
-	withEndpoint.PeerEndpoint = testGatewayEndpoint
+	peer, err := endpoint.Parse(testGatewayEndpoint)
+	assert.NilError(t, err)
+	withEndpoint.PeerEndpoint = &peer
 	idle := withEndpoint
 	idle.IdleStop, idle.ClusterName = 15*time.Minute, testClusterName
 	for name, in := range map[string]GatewayInput{"gateway": testGateway(), "gateway-endpoint": withEndpoint, "gateway-idle": idle} {
@@ -162,15 +175,13 @@ func TestGatewayValidation(t *testing.T) {
 		modify func(*GatewayInput)
 		want   string
 	}{
-		{"port 0", func(in *GatewayInput) { in.ListenPort = 0 }, "ListenPort: 0 is not in 1..65535"},
-		{"MTU unset", func(in *GatewayInput) { in.MTU = 0 }, "MTU: 0 is not in 1280..8920"},
-		{"MTU too large", func(in *GatewayInput) { in.MTU = 9001 }, "MTU: 9001"},
+		{"port 0", func(in *GatewayInput) { in.ListenPort = 0 }, "ListenPort: is required"},
+		{"MTU unset", func(in *GatewayInput) { in.MTU = 0 }, "MTU: is required"},
 		{"tunnel address unset", func(in *GatewayInput) { in.TunnelAddress = netip.Prefix{} }, "TunnelAddress: is required"},
 		{"tunnel network address", func(in *GatewayInput) { in.TunnelAddress = netip.MustParsePrefix("10.99.0.0/30") }, "is the network address"},
-		{"peer key short", func(in *GatewayInput) { in.PeerPublicKey = "abc=" }, "Peers[0].PublicKey"},
+		{"no peer key", func(in *GatewayInput) { in.PeerPublicKey = wgtypes.Key{} }, "Peers[0].PublicKey: required"},
 		{"no allowed IPs", func(in *GatewayInput) { in.PeerAllowedIPs = nil }, "PeerAllowedIPs: at least one"},
-		{"allowed IP with host bits", func(in *GatewayInput) { in.PeerAllowedIPs = []netip.Prefix{netip.MustParsePrefix("192.168.1.1/16")} }, "Peers[0].AllowedIPs[0]: \"192.168.1.1/16\" has host bits set, want 192.168.0.0/16"},
-		{"endpoint without port", func(in *GatewayInput) { in.PeerEndpoint = "203.0.113.10" }, "Peers[0].Endpoint"},
+		{"allowed IP with host bits", func(in *GatewayInput) { in.PeerAllowedIPs = []netip.Prefix{netip.MustParsePrefix("192.168.1.1/16")} }, "Peers[0].AllowedIPs[0]: 192.168.1.1/16 has host bits set, want 192.168.0.0/16"},
 		{"parameter missing", func(in *GatewayInput) { in.PrivateKeyParameter = "" }, "PrivateKeyParameter"},
 		{"private key instead of parameter", func(in *GatewayInput) { in.PrivateKeyParameter = testGatewayPrivate }, "looks like a WireGuard key"},
 		{"idle stop negative", func(in *GatewayInput) { in.IdleStop = -time.Minute }, "IdleStop: -1m0s is negative"},

@@ -3,7 +3,6 @@ package infra
 import (
 	"errors"
 	"fmt"
-	"net"
 	"net/netip"
 	"slices"
 	"strconv"
@@ -17,9 +16,11 @@ import (
 	"github.com/pulumi/pulumi-random/sdk/v4/go/random"
 	"github.com/pulumi/pulumi/sdk/v3/go/pulumi"
 	"github.com/pulumi/pulumi/sdk/v3/go/pulumix"
+	"golang.zx2c4.com/wireguard/wgctrl/wgtypes"
 
 	"github.com/dynk8s/dynk8s/cloudinit"
 	"github.com/dynk8s/dynk8s/infra/config"
+	"github.com/dynk8s/dynk8s/internal/endpoint"
 	"github.com/dynk8s/dynk8s/wireguard"
 )
 
@@ -168,18 +169,19 @@ func NewWireGuardGateway(ctx *pulumi.Context, name string, args *WireGuardGatewa
 	}
 
 	peerAllowed := append(slices.Clone(wg.OnPremCIDRs), netip.PrefixFrom(onPremAddr.Addr(), 32))
-	peerEndpoint := ""
-	if wg.OnPremEndpoint != nil {
-		peerEndpoint = wg.OnPremEndpoint.String()
-	}
-	userData := onPremPublic.ApplyT(func(peerKey string) (string, error) {
+	userData := onPremPublic.ApplyT(func(peer string) (string, error) {
+		peerKey, err := wgtypes.ParseKey(peer)
+		if err != nil {
+			return "", fmt.Errorf("wireguard gateway %q: the on-prem public key: %w", name, err)
+		}
 		raw, err := cloudinit.Gateway(cloudinit.GatewayInput{
-			ListenPort:          wg.ListenPort,
-			MTU:                 wg.MTU,
+			// The config holds both in range (validate.go: 1..65535, wireguard.MinMTU..MaxMTU).
+			ListenPort:          uint16(wg.ListenPort),
+			MTU:                 uint16(wg.MTU),
 			TunnelAddress:       gatewayAddr,
 			PeerPublicKey:       peerKey,
 			PeerAllowedIPs:      peerAllowed,
-			PeerEndpoint:        peerEndpoint,
+			PeerEndpoint:        wg.OnPremEndpoint,
 			PrivateKeyParameter: keyParameter,
 			IdleStop:            args.IdleStop,
 			ClusterName:         args.ClusterName,
@@ -329,23 +331,32 @@ func NewWireGuardGateway(ctx *pulumi.Context, name string, args *WireGuardGatewa
 // gateway's address of the day from its handshakes (gatewayIP is empty), and the gateway keeps the path open.
 func onPremWireGuardConfig(wg config.WireGuard, vpc netip.Prefix, privateKey, gatewayPublicKey, gatewayIP string) (string, error) {
 	gatewayAddr, onPremAddr := TunnelAddresses(wg.TunnelCIDR)
+	gatewayKey, err := wgtypes.ParseKey(gatewayPublicKey)
+	if err != nil {
+		return "", fmt.Errorf("on-prem wireguard config: the gateway's public key: %w", err)
+	}
 	iface := wireguard.Interface{
-		PrivateKey: privateKey,
-		Address:    []string{onPremAddr.String()},
-		MTU:        wg.MTU,
+		Address: []netip.Prefix{onPremAddr},
+		MTU:     uint16(wg.MTU), // in range: the config's wireguard.mtu
 	}
 	if privateKey == "" {
 		iface.PostUp = []string{"wg set %i private-key " + onPremKeyFile}
+	} else {
+		k, err := wgtypes.ParseKey(privateKey)
+		if err != nil {
+			return "", errors.New("on-prem wireguard config: the on-prem private key is not a WireGuard key")
+		}
+		iface.PrivateKey = &k
 	}
 	peer := wireguard.Peer{
-		PublicKey: gatewayPublicKey,
+		PublicKey: gatewayKey,
 		// The VPC, and the gateway's own tunnel address.
-		AllowedIPs: []string{vpc.String(), netip.PrefixFrom(gatewayAddr.Addr(), 32).String()},
+		AllowedIPs: []netip.Prefix{vpc, netip.PrefixFrom(gatewayAddr.Addr(), 32)},
 	}
 	if wg.OnPremEndpoint != nil {
-		iface.ListenPort = int(wg.OnPremEndpoint.Port)
+		iface.ListenPort = wg.OnPremEndpoint.Port
 	} else {
-		peer.Endpoint = net.JoinHostPort(gatewayIP, strconv.Itoa(wg.ListenPort))
+		peer.Endpoint = &endpoint.HostPort{Host: gatewayIP, Port: uint16(wg.ListenPort)}
 		peer.PersistentKeepalive = wireguard.PersistentKeepalive
 	}
 	out, err := wireguard.Config{Interface: iface, Peers: []wireguard.Peer{peer}}.Marshal()

@@ -4,30 +4,35 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
-	"net"
 	"net/netip"
 	"strconv"
 	"strings"
+
+	"golang.zx2c4.com/wireguard/wgctrl/wgtypes"
+
+	"github.com/dynk8s/dynk8s/internal/endpoint"
 )
 
-// MTU bounds: below 1280 IPv6 cannot run over the tunnel; 8920 is a 9001-byte jumbo frame (the EC2 maximum) less
-// WireGuard's 80-byte worst-case (IPv6) overhead.
+// MTU bounds, which the config holds the tunnel to: below 1280 IPv6 cannot run over the tunnel; 8920 is a
+// 9001-byte jumbo frame (the EC2 maximum) less WireGuard's 80-byte worst-case (IPv6) overhead.
 const (
 	MinMTU = 1280
 	MaxMTU = 8920
 )
 
-// Interface is the [Interface] section of a wg-quick(8) file. Zero values are omitted from the output.
+// Interface is the [Interface] section of a wg-quick(8) file. Zero values are omitted from the output. The values
+// are typed, so Marshal checks only what the file's encoding needs; the rules about them (the MTU's range, which
+// ranges may be routed) are the caller's.
 type Interface struct {
-	// PrivateKey is 32 bytes, standard base64. It may be left empty only when a PostUp hook loads the key from a
-	// file (`wg set %i private-key FILE`), which keeps the key itself out of the rendered file.
-	PrivateKey string
-	// Address lists the interface's addresses, each an IP with an optional prefix length (10.8.0.1/24).
-	Address []string
+	// PrivateKey may be nil only when a PostUp hook loads the key from a file (`wg set %i private-key FILE`), which
+	// keeps the key itself out of the rendered file.
+	PrivateKey *wgtypes.Key
+	// Address lists the interface's addresses, each a host address with its prefix length (10.8.0.1/24).
+	Address []netip.Prefix
 	// ListenPort is the UDP port to listen on; 0 lets the kernel pick one (fine for a peer that only dials out).
-	ListenPort int
+	ListenPort uint16
 	// MTU is the tunnel MTU; 0 lets wg-quick derive it from the route to the endpoint.
-	MTU int
+	MTU uint16
 	// Table is wg-quick's routing table: "off", "auto", or a table number or name; empty means "auto".
 	Table string
 	// PreUp, PostUp, PreDown and PostDown are shell commands, run in order. Each becomes its own line, because a
@@ -37,16 +42,16 @@ type Interface struct {
 
 // Peer is one [Peer] section.
 type Peer struct {
-	// PublicKey is required: 32 bytes, standard base64.
-	PublicKey string
-	// PresharedKey is optional: 32 bytes, standard base64, adding a symmetric layer to the handshake.
-	PresharedKey string
-	// AllowedIPs lists the networks routed to and accepted from this peer, each in canonical CIDR form.
-	AllowedIPs []string
-	// Endpoint is optional host:port (IPv6 in brackets); a peer without one only answers.
-	Endpoint string
+	// PublicKey is required.
+	PublicKey wgtypes.Key
+	// PresharedKey is optional, adding a symmetric layer to the handshake.
+	PresharedKey *wgtypes.Key
+	// AllowedIPs lists the networks routed to and accepted from this peer, each a network address.
+	AllowedIPs []netip.Prefix
+	// Endpoint is optional; a peer without one only answers.
+	Endpoint *endpoint.HostPort
 	// PersistentKeepalive in seconds (0 = off); 25 keeps a NAT mapping open for a peer behind NAT.
-	PersistentKeepalive int
+	PersistentKeepalive uint16
 }
 
 // PersistentKeepalive is the keepalive, in seconds, of a peer that must keep a NAT mapping open (wg(8)
@@ -93,19 +98,13 @@ func (c Config) Validate() error {
 		}
 	}
 	in := c.Interface
-	if in.PrivateKey == "" {
-		if !loadsKeyFromFile(in.PostUp) {
-			add("Interface.PrivateKey", errors.New("required (or load it in PostUp with `wg set %i private-key FILE`)"))
-		}
-	} else {
-		add("Interface.PrivateKey", ValidateKey(in.PrivateKey))
+	if in.PrivateKey == nil && !loadsKeyFromFile(in.PostUp) {
+		add("Interface.PrivateKey", errors.New("required (or load it in PostUp with `wg set %i private-key FILE`)"))
 	}
 	for i, a := range in.Address {
-		add(fmt.Sprintf("Interface.Address[%d]", i), validateAddress(a))
-	}
-	add("Interface.ListenPort", validateRange(in.ListenPort, 0, 65535))
-	if in.MTU != 0 {
-		add("Interface.MTU", validateRange(in.MTU, MinMTU, MaxMTU))
+		if !a.IsValid() {
+			add(fmt.Sprintf("Interface.Address[%d]", i), errors.New("is not an address with a prefix length"))
+		}
 	}
 	add("Interface.Table", validateTable(in.Table))
 	for _, h := range in.hooks() {
@@ -114,37 +113,33 @@ func (c Config) Validate() error {
 		}
 	}
 
-	seen := map[string]int{}
+	seen := map[wgtypes.Key]int{}
 	for i, p := range c.Peers {
 		path := fmt.Sprintf("Peers[%d]", i)
-		if p.PublicKey == "" {
+		if p.PublicKey == (wgtypes.Key{}) {
 			add(path+".PublicKey", errors.New("required"))
-		} else if err := ValidateKey(p.PublicKey); err != nil {
-			add(path+".PublicKey", err)
 		} else if j, dup := seen[p.PublicKey]; dup {
 			// wg(8) would silently merge the two sections into one peer.
 			add(path+".PublicKey", fmt.Errorf("same key as Peers[%d]", j))
 		} else {
 			seen[p.PublicKey] = i
 		}
-		if p.PresharedKey != "" {
-			add(path+".PresharedKey", ValidateKey(p.PresharedKey))
-		}
 		for j, a := range p.AllowedIPs {
 			add(fmt.Sprintf("%s.AllowedIPs[%d]", path, j), validateCIDR(a))
 		}
-		if p.Endpoint != "" {
-			add(path+".Endpoint", validateEndpoint(p.Endpoint))
+		if p.Endpoint != nil && p.Endpoint.IsZero() {
+			add(path+".Endpoint", errors.New("is empty: leave it nil for a peer that only answers"))
 		}
-		add(path+".PersistentKeepalive", validateRange(p.PersistentKeepalive, 0, 65535))
 	}
 	return errors.Join(errs...)
 }
 
 func (in Interface) section() section {
 	s := section{name: "Interface"}
-	s.add("PrivateKey", in.PrivateKey)
-	s.add("Address", strings.Join(in.Address, ", "))
+	if in.PrivateKey != nil {
+		s.add("PrivateKey", in.PrivateKey.String())
+	}
+	s.add("Address", joinPrefixes(in.Address))
 	s.addInt("ListenPort", in.ListenPort)
 	s.addInt("MTU", in.MTU)
 	s.add("Table", in.Table)
@@ -168,12 +163,24 @@ func (in Interface) hooks() []hook {
 
 func (p Peer) section() section {
 	s := section{name: "Peer"}
-	s.add("PublicKey", p.PublicKey)
-	s.add("PresharedKey", p.PresharedKey)
-	s.add("AllowedIPs", strings.Join(p.AllowedIPs, ", "))
-	s.add("Endpoint", p.Endpoint)
+	s.add("PublicKey", p.PublicKey.String())
+	if p.PresharedKey != nil {
+		s.add("PresharedKey", p.PresharedKey.String())
+	}
+	s.add("AllowedIPs", joinPrefixes(p.AllowedIPs))
+	if p.Endpoint != nil {
+		s.add("Endpoint", p.Endpoint.String())
+	}
 	s.addInt("PersistentKeepalive", p.PersistentKeepalive)
 	return s
+}
+
+func joinPrefixes(ps []netip.Prefix) string {
+	s := make([]string, len(ps))
+	for i, p := range ps {
+		s[i] = p.String()
+	}
+	return strings.Join(s, ", ")
 }
 
 func (s *section) add(key, value string) {
@@ -182,9 +189,9 @@ func (s *section) add(key, value string) {
 	}
 }
 
-func (s *section) addInt(key string, v int) {
+func (s *section) addInt(key string, v uint16) {
 	if v != 0 {
-		s.add(key, strconv.Itoa(v))
+		s.add(key, strconv.Itoa(int(v)))
 	}
 }
 
@@ -202,76 +209,16 @@ func encode(secs []section) []byte {
 	return b.Bytes()
 }
 
-func validateRange(v, lo, hi int) error {
-	if v < lo || v > hi {
-		return fmt.Errorf("%d is out of range %d..%d", v, lo, hi)
-	}
-	return nil
-}
-
-// validateAddress accepts what wg-quick's Address takes: an IP with or without a prefix length. A host address
-// inside a prefix (10.8.0.1/24) is the normal form here, so it is not masked.
-func validateAddress(s string) error {
-	if strings.Contains(s, "/") {
-		if _, err := netip.ParsePrefix(s); err != nil {
-			return fmt.Errorf("%q is not an IP address or CIDR: %w", s, err)
-		}
-		return nil
-	}
-	if _, err := netip.ParseAddr(s); err != nil {
-		return fmt.Errorf("%q is not an IP address or CIDR: %w", s, err)
-	}
-	return nil
-}
-
-// validateCIDR requires a canonical network: wg(8) would silently mask 10.0.0.1/16 to 10.0.0.0/16, which almost
+// validateCIDR requires a network address: wg(8) would silently mask 10.0.0.1/16 to 10.0.0.0/16, which almost
 // always means the author confused an address with a network.
-func validateCIDR(s string) error {
-	p, err := netip.ParsePrefix(s)
-	if err != nil {
-		return fmt.Errorf("%q is not a CIDR: %w", s, err)
+func validateCIDR(p netip.Prefix) error {
+	if !p.IsValid() {
+		return errors.New("is not a CIDR")
 	}
 	if p.Masked() != p {
-		return fmt.Errorf("%q has host bits set, want %s", s, p.Masked())
+		return fmt.Errorf("%s has host bits set, want %s", p, p.Masked())
 	}
 	return nil
-}
-
-func validateEndpoint(s string) error {
-	host, port, err := net.SplitHostPort(s)
-	if err != nil {
-		return fmt.Errorf("%q is not host:port: %w", s, err)
-	}
-	n, err := strconv.Atoi(port)
-	if err != nil || n < 1 || n > 65535 {
-		return fmt.Errorf("%q: port %q is not in 1..65535", s, port)
-	}
-	if _, err := netip.ParseAddr(host); err == nil {
-		return nil
-	}
-	if !isHostname(host) {
-		return fmt.Errorf("%q: host %q is neither an IP address nor a DNS name", s, host)
-	}
-	return nil
-}
-
-// isHostname checks RFC 1123 label syntax, enough to refuse spaces, stray colons and injected text.
-func isHostname(h string) bool {
-	h = strings.TrimSuffix(h, ".")
-	if h == "" || len(h) > 253 {
-		return false
-	}
-	for _, label := range strings.Split(h, ".") {
-		if label == "" || len(label) > 63 || label[0] == '-' || label[len(label)-1] == '-' {
-			return false
-		}
-		for _, r := range label {
-			if (r < 'a' || r > 'z') && (r < 'A' || r > 'Z') && (r < '0' || r > '9') && r != '-' {
-				return false
-			}
-		}
-	}
-	return true
 }
 
 func validateTable(s string) error {
