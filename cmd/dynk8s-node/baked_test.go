@@ -353,3 +353,46 @@ func TestParseSpec(t *testing.T) {
 		assert.Check(t, is.Equal(parseSpec(spec).matches(p), want), spec)
 	}
 }
+
+// A baked image in a warm pool: the warm boot checks instead of installing, completes the launch hook's action, and
+// its start into service joins as from a stock warm instance; a stale baked image in the warm pool fails there,
+// completing the action with CONTINUE (as every failed boot does), and never joins.
+func TestJoinBakedInTheWarmPool(t *testing.T) {
+	t.Parallel()
+	for name, version := range map[string]string{"matching": "1.34.4", "stale": "1.33.7"} {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			r := newRig(t, "Warmed:Stopped", testHook)
+			r.asg.pendingAction = true
+			r.host.rpmDB = map[string]rpmPackage{}
+			for _, p := range []string{"kubelet", "kubeadm", "cri-tools", "cri-o"} {
+				r.host.rpmDB[p] = fakeRPM(p, version, "150500.1.1", "x86_64")
+			}
+			installed := []bakedPackage{}
+			for _, p := range r.host.rpmDB {
+				installed = append(installed, bakedPackage{NEVRA: p.nevra})
+			}
+			specs := []string{"kubelet-" + version, "kubeadm-" + version, "cri-tools-" + version, "cri-o-" + version}
+			r.writeMarker(bakedMarker{Format: 1, Config: bakedConfig{Packages: specs}, Installed: installed,
+				Images: r.cfg.PrePullImages})
+			warm := r.join()
+			assert.Check(t, is.Len(dnfCalls(warm.calls), 0))
+			complete := "CompleteLifecycleAction " + testGroup + " " + testHook + " " + testInstanceID + " CONTINUE"
+			assert.Check(t, is.Contains(r.asg.recorded(), complete))
+			if version != "1.34.4" {
+				assert.Check(t, warm.err != nil)
+				assert.Check(t, is.Len(warm.failedLines(), 1))
+				assert.Check(t, is.Contains(warm.log, "FAILED: baked image: kubelet-1.33.7-150500.1.1.x86_64 is installed, not kubelet-1.34.4"))
+				assert.Check(t, is.Equal(warm.timeline.Result, "failed"))
+				return
+			}
+			assert.NilError(t, warm.err)
+			assert.Check(t, is.Equal(warm.timeline.Result, "prepared"))
+			assert.Check(t, is.DeepEqual(warm.phases(), []string{"identity", "kernel", "packages", "crio", "pre-pull", "lifecycle"}))
+			start := r.startFromTheWarmPool()
+			assert.NilError(t, start.err)
+			assert.Check(t, is.Len(dnfCalls(start.calls), 0))
+			assert.Check(t, is.Equal(start.timeline.Result, "joined"))
+		})
+	}
+}
