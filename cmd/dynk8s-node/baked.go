@@ -79,7 +79,7 @@ func (j *joiner) loadBaked() error {
 	return nil
 }
 
-// rpmQueryFormat: one line per installed package; rpm expands the \t and \n escapes itself (rpm's queryformat).
+// rpmQueryFormat: one line per installed package; rpm expands the \t and \n escapes itself (rpm-queryformat(7)).
 const rpmQueryFormat = `%{NAME}\t%{VERSION}\t%{RELEASE}\t%{NEVRA}\n`
 
 // rpmPackage is one installed package, as rpm -q --qf rpmQueryFormat reports it.

@@ -70,8 +70,11 @@ func (h realHost) run(ctx context.Context, timeout time.Duration, quiet bool, na
 }
 
 func (h realHost) output(ctx context.Context, timeout time.Duration, name string, args ...string) (string, error) {
-	ctx, cancel := context.WithTimeout(ctx, timeout)
-	defer cancel()
+	if timeout > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, timeout)
+		defer cancel()
+	}
 	out, err := exec.CommandContext(ctx, name, args...).Output()
 	var ee *exec.ExitError
 	switch {
