@@ -14,12 +14,14 @@ const module = "github.com/dynk8s/dynk8s"
 // package, on any import path with one of the listed prefixes. Pure packages stay testable without the engine, and
 // the in-cluster component never needs the AWS SDK.
 var importRules = map[string][]string{
-	// The schema depends on no renderer: the facts both need live in internal/kube.
-	module + "/infra/config":  {"github.com/pulumi/", module + "/cloudinit", module + "/infra/addons"},
-	module + "/internal/kube": {"github.com/pulumi/", module + "/"},
-	module + "/cloudinit":     {"github.com/pulumi/", module + "/infra"},
-	module + "/wireguard":     {"github.com/pulumi/", module + "/"},
-	module + "/infra/addons":  {"github.com/pulumi/pulumi-aws/", module + "/infra/"},
+	// The schema depends on no renderer: the facts both need live in internal/kube, the endpoint type in
+	// internal/endpoint.
+	module + "/infra/config":      {"github.com/pulumi/", module + "/cloudinit", module + "/infra/addons"},
+	module + "/internal/kube":     {"github.com/pulumi/", module + "/"},
+	module + "/internal/endpoint": {"github.com/pulumi/", module + "/cloudinit", module + "/infra"},
+	module + "/cloudinit":         {"github.com/pulumi/", module + "/infra"},
+	module + "/wireguard":         {"github.com/pulumi/", module + "/"},
+	module + "/infra/addons":      {"github.com/pulumi/pulumi-aws/", module + "/infra/"},
 	// The tool for a real cluster reads stack files with infra/config, never through the mock engine.
 	module + "/internal/timeline": {module + "/internal/mockcloud", module + "/internal/plan"},
 	// The reference generator reads the config types' source; it needs the config package only for its namespace.

@@ -20,9 +20,13 @@ import (
 // The whole-stack golden, as kops keeps one per cluster (kubernetes/kops tests/integration/update_cluster): for each
 // example stack, what `go run ./cmd/plan -stack NAME -out DIR` writes, under testdata/stacks/NAME: plan.json (every
 // resource with its inputs and options, embedded documents replaced by a pointer to their file), the decoded user
-// data (each embedded boot script as its name, sha256 and line count: internal/scriptstub), every IAM policy
+// data (each embedded boot script as its name alone, its sha256 and line count once in userdata/scripts.txt:
+// internal/scriptstub), every IAM policy
 // document, every in-cluster manifest and the on-prem WireGuard config. Any change to what
 // the stack declares shows here as a reviewable diff; `make golden` rewrites the files.
+
+// scriptsManifest is where a stack's golden pins the boot scripts its user data embeds, a line each.
+const scriptsManifest = "userdata/scripts.txt"
 
 // privateKeyLine matches a wg-quick private key: a stand-in in the plan, but nothing that looks like a key belongs
 // in the repository.
@@ -38,13 +42,15 @@ func TestWholeStackGolden(t *testing.T) {
 			if conf, ok := files[plan.OnPremConfigFile]; ok {
 				files[plan.OnPremConfigFile] = privateKeyLine.ReplaceAll(conf, []byte("PrivateKey = [secret]"))
 			}
+			scripts := scriptstub.Manifest{}
 			for rel, ud := range files {
 				if strings.HasPrefix(rel, "userdata/") {
-					stubbed, err := scriptstub.Stub(string(ud), filepath.Join("cloudinit", "scripts"))
+					stubbed, err := scriptstub.Stub(string(ud), filepath.Join("cloudinit", "scripts"), scripts)
 					assert.NilError(t, err, rel)
 					files[rel] = []byte(stubbed)
 				}
 			}
+			files[scriptsManifest] = []byte(scripts.String())
 			dir := filepath.Join("stacks", stack)
 			for _, rel := range slices.Sorted(maps.Keys(files)) {
 				golden.Assert(t, string(files[rel]), filepath.Join(dir, rel))

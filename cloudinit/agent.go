@@ -96,7 +96,7 @@ func agentUnit() unitFile {
 			{"StandardOutput", "journal+console"},
 			{"StandardError", "journal+console"},
 			{"SyslogIdentifier", "dynk8s-agent"},
-			{"TimeoutStartSec", strconv.Itoa(int((AgentFetchTimeout+agentUnitMargin)/time.Second)) + "s"},
+			{"TimeoutStartSec", unitSeconds(AgentFetchTimeout + agentUnitMargin)},
 		}},
 		{Name: "Install", Entries: []unitEntry{
 			{"WantedBy", "multi-user.target"},

@@ -16,6 +16,7 @@ import (
 	"gotest.tools/v3/assert"
 	is "gotest.tools/v3/assert/cmp"
 
+	"github.com/dynk8s/dynk8s/internal/endpoint"
 	"github.com/dynk8s/dynk8s/internal/fakeimds"
 	"github.com/dynk8s/dynk8s/internal/nodeconfig"
 )
@@ -79,7 +80,8 @@ func agentFixture(t *testing.T, apiDrops int, modify func(*NodeInput), inst fake
 	u, err := url.Parse(api.URL)
 	assert.NilError(t, err)
 	in := spotPool()
-	in.APIServerEndpoint = u.Host
+	in.APIServerEndpoint, err = endpoint.Parse(u.Host)
+	assert.NilError(t, err)
 	in.JoinTokenParameter = testTokenParameter
 	if modify != nil {
 		modify(&in)

@@ -86,15 +86,13 @@ func TestFilesListsWhatCloudInitWrites(t *testing.T) {
 	}
 	assert.DeepEqual(t, paths, []string{
 		"/etc/NetworkManager/conf.d/90-dynk8s-cni.conf", "/etc/crio/crio.conf.d/90-dynk8s.conf", "/etc/dynk8s/agent.env",
-		"/etc/dynk8s/imds-lock.nft",
-		"/etc/dynk8s/network.env", "/etc/dynk8s/node.json",
+		"/etc/dynk8s/node.json",
 		"/etc/kubernetes/patches/kubeletconfiguration+merge.yaml", "/etc/modules-load.d/dynk8s.conf", "/etc/sysctl.d/90-dynk8s.conf",
 		"/etc/systemd/system/dynk8s-agent.service", "/etc/systemd/system/dynk8s-imds-lock.service",
 		"/etc/systemd/system/dynk8s-join.service",
 		"/etc/systemd/system/dynk8s-onprem-routes.service", "/etc/systemd/system/kubelet.service.d/90-dynk8s-imds-lock.conf",
 		"/etc/systemd/zram-generator.conf",
-		"/usr/local/libexec/dynk8s/fetch-agent.sh", "/usr/local/libexec/dynk8s/imds-lock.sh", "/usr/local/libexec/dynk8s/lib.sh",
-		"/usr/local/libexec/dynk8s/onprem-routes.sh",
+		"/usr/local/libexec/dynk8s/fetch-agent.sh",
 	})
 	for _, f := range files {
 		if f.Path == "/usr/local/libexec/dynk8s/fetch-agent.sh" {

@@ -304,16 +304,18 @@ esac`,
 	"rpm": `echo "rpm $*" >>"$STUB_DIR/calls"
 [[ " ${STUB_RPM_MISSING:-} " != *" $3 "* ]]`,
 	"logger": `echo "$*" >>"$STUB_DIR/journal"`,
-	// ip answers "show default" with an EC2-like default route, after STUB_IP_NO_ROUTE answers without one.
+	// ip answers "show default" as iproute2 6 does (-j: JSON) with an EC2-like default route, after STUB_IP_NO_ROUTE
+	// answers without one.
 	"ip": `echo "ip $*" >>"$STUB_DIR/calls"
-if [[ "$*" == "-4 route show default" ]]; then
+if [[ "$*" == "-j -4 route show default" ]]; then
   n=$(cat "$STUB_DIR/ip-shows" 2>/dev/null || echo 0)
   echo $((n + 1)) >"$STUB_DIR/ip-shows"
-  if ((n >= ${STUB_IP_NO_ROUTE:-0})); then echo "default via 10.100.1.1 dev ens5 proto dhcp src 10.100.1.23 metric 100"; fi
+  if ((n >= ${STUB_IP_NO_ROUTE:-0})); then
+    echo '[{"dst":"default","gateway":"10.100.1.1","dev":"ens5","protocol":"dhcp","prefsrc":"10.100.1.23","metric":100,"flags":[]}]'
+  else
+    echo '[]'
+  fi
 fi`,
-	// id knows one user, ec2-instance-connect, when STUB_EIC_UID is set.
-	"id": `echo "id $*" >>"$STUB_DIR/calls"
-[[ "$*" == "-u ec2-instance-connect" && -n ${STUB_EIC_UID:-} ]] && echo "$STUB_EIC_UID"`,
 	// The real curl, but: STUB_CURL_NO_SIGV4 makes it an old curl without --aws-sigv4; STUB_ROUTE_SSM and
 	// STUB_ROUTE_AUTOSCALING send the real endpoints' URLs (https://ssm.<region>.<domain>/) to the fakes, as DNS would.
 	"curl": `echo "curl $*" >>"$STUB_DIR/calls"

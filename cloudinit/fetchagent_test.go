@@ -270,18 +270,18 @@ func TestFetchAgent(t *testing.T) {
 			wantExit: 1, wantLog: []string{"FAILED: the download is empty"}, wantGET: 1},
 		{name: "a 5xx is retried", object: testAgentBinary, failures: 2, wantLog: []string{
 			"attempt 1 failed: GET " + "%S3%/" + testAgentBucket + "/" + key + "?versionId=" + testAgentVersion +
-				": HTTP 503 SlowDown; retrying in 1s",
+				": HTTP 503: <Error><Code>SlowDown</Code></Error>; retrying in 1s",
 			"attempt 2 failed:", "installed dynk8s-node " + testAgentSHA256}, wantGET: 3, wantInstall: true},
 		{name: "the deadline holds", object: testAgentBinary, failures: -1,
 			env:      map[string]string{"DYNK8S_AGENT_DEADLINE_SECONDS": "4"},
 			wantExit: 1, wantLog: []string{"attempt 1 failed:", "attempts (deadline 4s): GET ", ": HTTP 503"},
 			wantGET: 2, deadline: true},
 		{name: "a missing version is retried to the deadline", env: map[string]string{"DYNK8S_AGENT_DEADLINE_SECONDS": "2"},
-			wantExit: 1, wantLog: []string{"FAILED: gave up after ", "attempts (deadline 2s): GET ", ": HTTP 404 NoSuchVersion"},
+			wantExit: 1, wantLog: []string{"FAILED: gave up after ", "attempts (deadline 2s): GET ", ": HTTP 404: <Error><Code>NoSuchVersion</Code></Error>"},
 			wantGET: 1, deadline: true},
 		{name: "the fake S3 refuses another key's signature", object: testAgentBinary, secret: "not-the-role's-secret",
 			env:      map[string]string{"DYNK8S_AGENT_DEADLINE_SECONDS": "2"},
-			wantExit: 1, wantLog: []string{"FAILED: gave up after ", ": HTTP 403 SignatureDoesNotMatch"}, wantGET: 1, deadline: true},
+			wantExit: 1, wantLog: []string{"FAILED: gave up after ", ": HTTP 403: <Error><Code>SignatureDoesNotMatch</Code>"}, wantGET: 1, deadline: true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()

@@ -6,7 +6,9 @@ import (
 	"maps"
 	"regexp"
 	"slices"
+	"strconv"
 	"strings"
+	"time"
 
 	"github.com/BurntSushi/toml"
 )
@@ -34,6 +36,9 @@ func envFile(reader string, vars map[string]string) (string, error) {
 	}
 	return b.String(), nil
 }
+
+// unitSeconds is a unit's timeout setting ("840s") for d, whole seconds.
+func unitSeconds(d time.Duration) string { return strconv.Itoa(int(d/time.Second)) + "s" }
 
 // unitFile is a systemd unit or drop-in: sections in the given order, each with its keys in the given order (a key
 // may repeat, as ExecStartPre does).

@@ -1,23 +1,49 @@
 package cloudinit
 
 import (
+	"crypto/sha256"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 
 	"gotest.tools/v3/assert"
+	"gotest.tools/v3/golden"
 	"sigs.k8s.io/yaml"
 
 	"github.com/dynk8s/dynk8s/internal/scriptstub"
 )
 
-// stubScripts is user data as its golden file holds it: each embedded script as its name, hash and line count.
+// stubScripts is user data as its golden file holds it: each embedded script as its name, carried as
+// testdata/scripts.golden says (TestScriptsGolden).
 func stubScripts(t *testing.T, userData []byte) string {
 	t.Helper()
-	s, err := scriptstub.Stub(string(userData), "scripts")
+	m := scriptstub.Manifest{}
+	s, err := scriptstub.Stub(string(userData), "scripts", m)
 	assert.NilError(t, err)
+	want := scriptsManifest()
+	for name, carried := range m {
+		assert.Check(t, carried == want[name], "%s: carried as %s, not as the embedded script's user-data form", name, carried)
+	}
 	return s
+}
+
+// scriptsManifest is what user data carries of each embedded script (forUserData's form).
+func scriptsManifest() scriptstub.Manifest {
+	m := scriptstub.Manifest{}
+	for name, script := range embeddedScripts() {
+		carried := forUserData(script)
+		m[name] = fmt.Sprintf("sha256:%x %d lines", sha256.Sum256([]byte(carried)), strings.Count(carried, "\n"))
+	}
+	return m
+}
+
+// TestScriptsGolden pins every embedded script as user data carries it, once: the goldens name the scripts only, so
+// an edit of one script is one line here (and one in each stack's userdata/scripts.txt).
+func TestScriptsGolden(t *testing.T) {
+	t.Parallel()
+	golden.Assert(t, scriptsManifest().String(), "scripts.golden")
 }
 
 // parseCloudConfig reads rendered user data back into the renderer's types, refusing unknown fields, so a key the

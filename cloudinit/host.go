@@ -5,31 +5,30 @@ import (
 	"fmt"
 	"net/netip"
 	"slices"
-	"strconv"
 	"strings"
-	"text/template"
 
 	"sigs.k8s.io/yaml"
 
 	"github.com/dynk8s/dynk8s/internal/kube"
-	"github.com/dynk8s/dynk8s/wireguard"
+	"github.com/dynk8s/dynk8s/internal/nodeconfig"
 )
 
 // The node's host settings beyond the join itself: what kubeadm patches into the kubelet's configuration, the
 // routes and DNS toward on-prem, and the lockdown of the instance metadata service before any kubelet runs. Each is a
-// file of its own and, where something must run, a unit and a script of its own, so the agent's join stays about the join.
+// file of its own and, where something must run, a unit of its own running the agent's subcommand for it
+// (onprem-routes, imds-lock) with node.json's host section, so the agent's join stays about the join.
 
 // HostInput are the node's network and metadata settings; plain and public, like the rest of NodeInput.
 type HostInput struct {
-	// OnPremCIDRs are the ranges the VPC routes through the tunnel (required, at least one, IPv4): the node caps the
-	// path MTU toward them at TunnelMTU.
+	// OnPremCIDRs are the ranges the VPC routes through the tunnel (required, at least one, IPv4 network addresses):
+	// the node caps the path MTU toward them at TunnelMTU.
 	OnPremCIDRs []netip.Prefix
-	// TunnelMTU is the WireGuard tunnel's MTU (required, wireguard.MinMTU..wireguard.MaxMTU).
+	// TunnelMTU is the WireGuard tunnel's MTU (required; the config keeps it in wireguard.MinMTU..wireguard.MaxMTU).
 	TunnelMTU int
-	// DNSServers are on-prem name servers, inside OnPremCIDRs (optional, at most 3): the node asks them for names
-	// under DNSDomains, and only for those.
+	// DNSServers are on-prem name servers (optional): the node asks them for names under DNSDomains, and only for
+	// those. The config keeps them inside OnPremCIDRs, at most 3, and with DNSDomains.
 	DNSServers []netip.Addr
-	// DNSDomains are the on-prem domains routed to DNSServers (required with DNSServers, and only with them).
+	// DNSDomains are the on-prem domains routed to DNSServers.
 	DNSDomains []string
 	// MetadataUIDs are the users besides root that may still reach the instance metadata service after the join
 	// (optional): the termination handler's, which polls it from the host network in IMDS mode.
@@ -44,16 +43,11 @@ const (
 	// resolvedResolvConf is systemd-resolved's list of the real upstream servers. Fedora resolves through resolved,
 	// whose /etc/resolv.conf names only the 127.0.0.53 stub, which means nothing inside a pod.
 	resolvedResolvConf = "/run/systemd/resolve/resolv.conf"
-	networkEnvPath     = "/etc/dynk8s/network.env"
 	routesUnitName     = "dynk8s-onprem-routes.service"
 	resolvedDropInPath = "/etc/systemd/resolved.conf.d/90-dynk8s-onprem.conf"
-	imdsRulesetPath    = "/etc/dynk8s/imds-lock.nft"
 	imdsUnitName       = "dynk8s-imds-lock.service"
 	// kubeletLockDropIn makes the kubelet's unit (from its package) require the lockdown, whoever starts it.
 	kubeletLockDropIn = "/etc/systemd/system/kubelet.service.d/90-dynk8s-imds-lock.conf"
-	// imdsTable and imdsUsersSet are also named by imds-lock.sh, which adds EC2 Instance Connect's user to the set.
-	imdsTable    = "dynk8s_imds_lock"
-	imdsUsersSet = "imds_users"
 )
 
 // kubeletPatch is a JSON merge patch (RFC 7386) of the node's KubeletConfiguration: the per-node settings that the
@@ -77,32 +71,6 @@ type kubeletPatch struct {
 // maxParallelImagePulls bounds a new node's concurrent pulls (bandwidth shared with the packages and the pre-pull).
 const maxParallelImagePulls = 4
 
-// imdsRuleset keeps the instance metadata service (and with it the node role's credentials, hence the join token)
-// from everything but root and the listed users on the host, and from every pod in a network namespace of its own
-// (their packets are forwarded; a node never forwards anything to the metadata service legitimately). A pod on the
-// host network running as root, or as a listed user, still reaches it: only Pod Security keeps such pods off the
-// nodes. fd00:ec2::254 is the service's IPv6 address, answered only where the instance enables it. The leading
-// "table"/"delete table" pair makes a reload replace the rules instead of adding copies.
-var imdsRuleset = template.Must(template.New("imds").Parse(`table inet {{.Table}}
-delete table inet {{.Table}}
-table inet {{.Table}} {
-  set {{.Set}} {
-    type uid
-    elements = { {{.UIDs}} }
-  }
-  chain output {
-    type filter hook output priority filter; policy accept;
-    ip daddr 169.254.169.254 meta skuid != @{{.Set}} drop
-    ip6 daddr fd00:ec2::254 meta skuid != @{{.Set}} drop
-  }
-  chain forward {
-    type filter hook forward priority filter; policy accept;
-    ip daddr 169.254.169.254 drop
-    ip6 daddr fd00:ec2::254 drop
-  }
-}
-`))
-
 // hostSetup is what hostConfig adds to a node's cloud-config: files, the units runcmd enables for the boots to come,
 // and the commands runcmd runs before it starts the join unit.
 type hostSetup struct {
@@ -111,37 +79,25 @@ type hostSetup struct {
 	beforeJoin [][]string
 }
 
-func hostConfig(in HostInput) (hostSetup, error) {
+// nodeHost is node.json's host section: what the agent's onprem-routes and imds-lock apply.
+func (in HostInput) nodeHost() nodeconfig.Host {
+	return nodeconfig.Host{OnPremCIDRs: slices.Clone(in.OnPremCIDRs), TunnelMTU: in.TunnelMTU,
+		MetadataUIDs: slices.Compact(slices.Sorted(slices.Values(in.MetadataUIDs)))}
+}
+
+// hostConfig renders the host's files and units; fetched says the agent comes from the bootstrap's unit, which the
+// host's units then require as the join's does.
+func hostConfig(in HostInput, fetched bool) (hostSetup, error) {
 	var h hostSetup
 	patch, err := yaml.Marshal(kubeletPatch{ResolvConf: resolvedResolvConf, MaxParallelImagePulls: maxParallelImagePulls})
 	if err != nil {
 		return h, fmt.Errorf("kubelet patch: %w", err)
 	}
-	cidrs := make([]string, len(in.OnPremCIDRs))
-	for i, p := range in.OnPremCIDRs {
-		cidrs[i] = p.String()
-	}
-	env, err := envFile("onprem-routes.sh", map[string]string{
-		"DYNK8S_ONPREM_CIDRS": strings.Join(cidrs, ","),
-		"DYNK8S_TUNNEL_MTU":   strconv.Itoa(in.TunnelMTU),
-	})
-	if err != nil {
-		return h, err
-	}
-	routes, err := routesUnit().marshal()
+	routes, err := routesUnit(fetched).marshal()
 	if err != nil {
 		return h, fmt.Errorf("routes unit: %w", err)
 	}
-	uids := []string{"0"}
-	for _, u := range slices.Compact(slices.Sorted(slices.Values(in.MetadataUIDs))) {
-		uids = append(uids, strconv.Itoa(u))
-	}
-	var nft strings.Builder
-	if err := imdsRuleset.Execute(&nft, struct{ Table, Set, UIDs string }{imdsTable, imdsUsersSet,
-		strings.Join(uids, ", ")}); err != nil {
-		return h, fmt.Errorf("metadata ruleset: %w", err)
-	}
-	lock, err := imdsUnit().marshal()
+	lock, err := imdsUnit(fetched).marshal()
 	if err != nil {
 		return h, fmt.Errorf("metadata lock unit: %w", err)
 	}
@@ -151,13 +107,9 @@ func hostConfig(in HostInput) (hostSetup, error) {
 	}
 	h.files = []writeFile{
 		{Path: kubeadmPatchDir + "/kubeletconfiguration+merge.yaml", Content: string(patch), Permissions: "0644"},
-		{Path: networkEnvPath, Content: env, Permissions: "0644"},
 		{Path: "/etc/systemd/system/" + routesUnitName, Content: routes, Permissions: "0644"},
-		{Path: libexecDir + "/onprem-routes.sh", Content: forUserData(onpremRoutesSh), Permissions: "0755"},
-		{Path: imdsRulesetPath, Content: nft.String(), Permissions: "0644"},
 		{Path: "/etc/systemd/system/" + imdsUnitName, Content: lock, Permissions: "0644"},
 		{Path: kubeletLockDropIn, Content: kubeletLock, Permissions: "0644"},
-		{Path: libexecDir + "/imds-lock.sh", Content: forUserData(imdsLockSh), Permissions: "0755"},
 	}
 	h.enable = []string{routesUnitName}
 	// NetworkManager read its configuration before cloud-init wrote the CNI drop-in (node.go): without a reload it
@@ -176,23 +128,38 @@ func hostConfig(in HostInput) (hostSetup, error) {
 	return h, nil
 }
 
+// needsAgent orders a unit that runs the agent after the bootstrap that installs it, and fails it with the bootstrap.
+// The bootstrap is ordered after nothing of the node's own (only network-online.target), so this adds no ordering
+// the join could wait on.
+func needsAgent(fetched bool) []unitEntry {
+	if !fetched {
+		return nil
+	}
+	return []unitEntry{{"Requires", agentUnitName}, {"After", agentUnitName}}
+}
+
+// agentCommand is how a unit runs one of the agent's subcommands on the node's configuration.
+func agentCommand(sub string) string { return agentBinary + " " + sub + " --config " + nodeconfig.Path }
+
 // routesUnit caps the path MTU toward on-prem at every boot (routes do not persist), before the join and the
 // kubelet. A failure is logged but blocks neither: too large a packet is a slow path, not a dead node.
-func routesUnit() unitFile {
+func routesUnit(fetched bool) unitFile {
 	return unitFile{
-		{Name: "Unit", Entries: []unitEntry{
+		{Name: "Unit", Entries: slices.Concat([]unitEntry{
 			{"Description", "dynk8s: cap the path MTU toward the on-prem ranges at the tunnel's"},
 			{"Wants", "network-online.target"},
 			{"After", "network-online.target"},
+		}, needsAgent(fetched), []unitEntry{
 			{"Before", joinUnitName + " kubelet.service"},
-		}},
+		})},
 		{Name: "Service", Entries: []unitEntry{
 			{"Type", "oneshot"},
 			{"RemainAfterExit", "yes"},
-			{"ExecStart", libexecDir + "/onprem-routes.sh"},
+			{"ExecStart", agentCommand("onprem-routes")},
 			{"StandardOutput", "journal+console"},
 			{"StandardError", "journal+console"},
-			{"TimeoutStartSec", "3min"},
+			{"SyslogIdentifier", "dynk8s-onprem-routes"},
+			{"TimeoutStartSec", unitSeconds(nodeconfig.DefaultDeadlines.RoutesUnitTimeout())},
 		}},
 		{Name: "Install", Entries: []unitEntry{
 			{"WantedBy", "multi-user.target"},
@@ -205,20 +172,21 @@ func routesUnit() unitFile {
 // join on every path that joins (a cold boot, a Stopped warm instance's boot into service, a Running or Hibernated
 // one's timer) so that a failure stops the join with its reason. Everything before the kubelet runs as root, which
 // the lockdown lets through (the agent, dnf, CRI-O's pulls, the gateway wake-up). It is ordered after nothing but
-// systemd's defaults: on a boot that starts the join with kubelet already enabled (a Stopped warm instance entering
-// service), a lock ordered after the join would hold kubelet's start job, and kubeadm's blocking restart of the
-// kubelet with it (TestNodeUnitsNeverOrderWhatTheJoinStartsAfterTheJoin).
-func imdsUnit() unitFile {
+// systemd's defaults and the agent's bootstrap: on a boot that starts the join with kubelet already enabled (a
+// Stopped warm instance entering service), a lock ordered after the join would hold kubelet's start job, and
+// kubeadm's blocking restart of the kubelet with it (TestNodeUnitsNeverOrderWhatTheJoinStartsAfterTheJoin).
+func imdsUnit(fetched bool) unitFile {
 	return unitFile{
-		{Name: "Unit", Entries: []unitEntry{
+		{Name: "Unit", Entries: append([]unitEntry{
 			{"Description", "dynk8s: keep the instance metadata service from pods and non-root users"},
-		}},
+		}, needsAgent(fetched)...)},
 		{Name: "Service", Entries: []unitEntry{
 			{"Type", "oneshot"},
 			{"RemainAfterExit", "yes"},
-			{"ExecStart", libexecDir + "/imds-lock.sh"},
+			{"ExecStart", agentCommand("imds-lock")},
 			{"StandardOutput", "journal+console"},
 			{"StandardError", "journal+console"},
+			{"SyslogIdentifier", "dynk8s-imds-lock"},
 		}},
 	}
 }
@@ -255,47 +223,19 @@ func resolvedDropIn(in HostInput) unitFile {
 	}}}
 }
 
+// validate checks only what the encoding needs: the servers and domains go into resolved's space-separated lists.
+// The rules about them (at most three servers, inside the on-prem ranges, servers and domains together, no
+// duplicates) are the config's (infra/config, validateOnPremDNS); the ranges, the MTU and the users are node.json's
+// (nodeconfig.Node.Validate, which Encode runs).
 func (in HostInput) validate(e *errs) {
-	if len(in.OnPremCIDRs) == 0 {
-		e.add("Host.OnPremCIDRs", errors.New("at least one range is required"))
-	}
-	for i, p := range in.OnPremCIDRs {
-		if !p.IsValid() || !p.Addr().Is4() || p.Masked() != p {
-			e.add(fmt.Sprintf("Host.OnPremCIDRs[%d]", i), fmt.Errorf("%s is not an IPv4 network address", p))
-		}
-	}
-	if in.TunnelMTU < wireguard.MinMTU || in.TunnelMTU > wireguard.MaxMTU {
-		e.add("Host.TunnelMTU", fmt.Errorf("%d is not in %d..%d", in.TunnelMTU, wireguard.MinMTU, wireguard.MaxMTU))
-	}
-	if len(in.DNSServers) > kube.MaxDNSServers {
-		e.add("Host.DNSServers", fmt.Errorf("%d servers, at most %d", len(in.DNSServers), kube.MaxDNSServers))
-	}
 	for i, a := range in.DNSServers {
-		field := fmt.Sprintf("Host.DNSServers[%d]", i)
-		switch {
-		case !a.IsValid() || !a.Is4():
-			e.add(field, fmt.Errorf("%s is not an IPv4 address", a))
-		case !slices.ContainsFunc(in.OnPremCIDRs, func(p netip.Prefix) bool { return p.Contains(a) }):
-			e.add(field, fmt.Errorf("%s is not inside any on-prem range: the tunnel routes only those", a))
-		case slices.Index(in.DNSServers, a) < i:
-			e.add(field, fmt.Errorf("%s is listed twice", a))
+		if !a.IsValid() {
+			e.add(fmt.Sprintf("Host.DNSServers[%d]", i), errors.New("is not an IP address"))
 		}
-	}
-	if (len(in.DNSServers) == 0) != (len(in.DNSDomains) == 0) {
-		e.add("Host.DNSDomains", errors.New("servers and domains go together: the servers answer for the domains"))
 	}
 	for i, d := range in.DNSDomains {
-		field := fmt.Sprintf("Host.DNSDomains[%d]", i)
-		switch {
-		case !kube.IsDNSSubdomain(d):
-			e.add(field, fmt.Errorf("%q is not a DNS domain (lower case, no leading '~' or trailing '.')", d))
-		case slices.Index(in.DNSDomains, d) < i:
-			e.add(field, fmt.Errorf("%q is listed twice", d))
-		}
-	}
-	for i, u := range in.MetadataUIDs {
-		if u < 1 || u > 1<<32-2 {
-			e.add(fmt.Sprintf("Host.MetadataUIDs[%d]", i), fmt.Errorf("%d is not a non-root UID", u))
+		if !kube.IsDNSSubdomain(d) {
+			e.add(fmt.Sprintf("Host.DNSDomains[%d]", i), fmt.Errorf("%q is not a DNS domain (lower case, no leading '~' or trailing '.')", d))
 		}
 	}
 }

@@ -1,7 +1,6 @@
 package cloudinit
 
 import (
-	"github.com/dynk8s/dynk8s/internal/fakeimds"
 	"net/netip"
 	"os"
 	"os/exec"
@@ -10,11 +9,13 @@ import (
 	"testing"
 
 	"github.com/BurntSushi/toml"
+	"github.com/google/go-cmp/cmp/cmpopts"
 	"gotest.tools/v3/assert"
 	is "gotest.tools/v3/assert/cmp"
 	"sigs.k8s.io/yaml"
 
-	"github.com/dynk8s/dynk8s/internal/realtools"
+	"github.com/dynk8s/dynk8s/internal/fakeimds"
+	"github.com/dynk8s/dynk8s/internal/nodeconfig"
 )
 
 // SELinux is decided, not defaulted: CRI-O's drop-in says selinux = false in so many words. CRI-O's own default is
@@ -54,14 +55,10 @@ func TestNodeKubeletPatchSetsResolvConf(t *testing.T) {
 	assert.Check(t, err)
 }
 
-const (
-	routesScript = libexecDir + "/onprem-routes.sh"
-	imdsScript   = libexecDir + "/imds-lock.sh"
-)
-
-// runcmd enables the units for the boots to come, then runs the host's steps before the join: the routes (and DNS),
-// and NetworkManager's reload. The metadata lockdown is no step of runcmd's: the kubelet requires it, so it is
-// loaded before any kubelet runs, on every path, and no kubelet runs when it failed.
+// runcmd enables the units for the boots to come, then installs the agent and runs the host's steps before the join:
+// the routes (and DNS), and NetworkManager's reload. The metadata lockdown is no step of runcmd's: the kubelet
+// requires it, so it is loaded before any kubelet runs, on every path, and no kubelet runs when it failed. Both run
+// the agent, so both require its bootstrap.
 func TestNodeHostStepsAroundTheJoin(t *testing.T) {
 	t.Parallel()
 	general, err := Node(generalPool())
@@ -69,9 +66,9 @@ func TestNodeHostStepsAroundTheJoin(t *testing.T) {
 	assert.Check(t, is.DeepEqual(parseCloudConfig(t, general).RunCmd, [][]string{
 		{"systemctl", "daemon-reload"},
 		{"systemctl", "enable", "dynk8s-onprem-routes.service", "dynk8s-join.service", "dynk8s-agent.service"},
+		{"systemctl", "start", "dynk8s-agent.service"},
 		{"systemctl", "start", "dynk8s-onprem-routes.service"},
 		{"systemctl", "try-reload-or-restart", "NetworkManager.service"},
-		{"systemctl", "start", "dynk8s-agent.service"},
 		{"systemctl", "start", "dynk8s-join.service"},
 		{"sh", "-c", "! systemctl is-failed --quiet dynk8s-onprem-routes.service dynk8s-join.service dynk8s-imds-lock.service " +
 			"dynk8s-agent.service"},
@@ -79,28 +76,47 @@ func TestNodeHostStepsAroundTheJoin(t *testing.T) {
 	spot, err := Node(spotPool())
 	assert.NilError(t, err)
 	cc := parseCloudConfig(t, spot)
-	assert.Check(t, is.DeepEqual(cc.RunCmd[2:5], [][]string{
+	assert.Check(t, is.DeepEqual(cc.RunCmd[3:6], [][]string{
 		{"systemctl", "start", "dynk8s-onprem-routes.service"},
 		{"systemctl", "try-reload-or-restart", "NetworkManager.service"},
 		{"systemctl", "try-restart", "systemd-resolved.service"},
 	}))
 
-	routes := fileByPath(t, cc, "/etc/systemd/system/dynk8s-onprem-routes.service").Content
-	for _, want := range []string{"After=network-online.target\n", "Before=dynk8s-join.service kubelet.service\n",
-		"RemainAfterExit=yes\n", "WantedBy=multi-user.target\n"} {
-		assert.Check(t, is.Contains(routes, want))
-	}
+	routes := parseUnit(t, routesUnitName, fileByPath(t, cc, "/etc/systemd/system/dynk8s-onprem-routes.service").Content)
+	assert.Check(t, is.DeepEqual(routes, parsedUnit{
+		"Unit.Description":         strings.Fields("dynk8s: cap the path MTU toward the on-prem ranges at the tunnel's"),
+		"Unit.Wants":               {"network-online.target"},
+		"Unit.After":               {"network-online.target", "dynk8s-agent.service"},
+		"Unit.Requires":            {"dynk8s-agent.service"},
+		"Unit.Before":              {"dynk8s-join.service", "kubelet.service"},
+		"Service.Type":             {"oneshot"},
+		"Service.RemainAfterExit":  {"yes"},
+		"Service.ExecStart":        strings.Fields("/usr/local/bin/dynk8s-node onprem-routes --config /etc/dynk8s/node.json"),
+		"Service.StandardOutput":   {"journal+console"},
+		"Service.StandardError":    {"journal+console"},
+		"Service.SyslogIdentifier": {"dynk8s-onprem-routes"},
+		"Service.TimeoutStartSec":  {"180s"},
+		"Install.WantedBy":         {"multi-user.target"},
+	}))
 	lock := parseUnit(t, imdsUnitName, fileByPath(t, cc, "/etc/systemd/system/dynk8s-imds-lock.service").Content)
 	assert.Check(t, is.DeepEqual(lock, parsedUnit{
-		"Unit.Description":        strings.Fields("dynk8s: keep the instance metadata service from pods and non-root users"),
-		"Service.Type":            {"oneshot"},
-		"Service.RemainAfterExit": {"yes"},
-		"Service.ExecStart":       {"/usr/local/libexec/dynk8s/imds-lock.sh"},
-		"Service.StandardOutput":  {"journal+console"},
-		"Service.StandardError":   {"journal+console"},
-	}), "the lock has a condition, an ordering or an [Install] of its own")
+		"Unit.Description":         strings.Fields("dynk8s: keep the instance metadata service from pods and non-root users"),
+		"Unit.Requires":            {"dynk8s-agent.service"},
+		"Unit.After":               {"dynk8s-agent.service"},
+		"Service.Type":             {"oneshot"},
+		"Service.RemainAfterExit":  {"yes"},
+		"Service.ExecStart":        strings.Fields("/usr/local/bin/dynk8s-node imds-lock --config /etc/dynk8s/node.json"),
+		"Service.StandardOutput":   {"journal+console"},
+		"Service.StandardError":    {"journal+console"},
+		"Service.SyslogIdentifier": {"dynk8s-imds-lock"},
+	}), "the lock has a condition, an ordering besides the bootstrap's or an [Install] of its own")
 	kubelet := parseUnit(t, kubeletLockDropIn, fileByPath(t, cc, kubeletLockDropIn).Content)
 	assert.Check(t, is.DeepEqual(kubelet, parsedUnit{"Unit.Requires": {imdsUnitName}, "Unit.After": {imdsUnitName}}))
+
+	// node.json's host section is what the two subcommands apply.
+	cfg := nodeJSON(t, cc)
+	assert.Check(t, is.DeepEqual(cfg.Host, nodeconfig.Host{OnPremCIDRs: []netip.Prefix{netip.MustParsePrefix("192.168.0.0/16")},
+		TunnelMTU: 1420, MetadataUIDs: []int{1000}}, cmpopts.EquateComparable(netip.Prefix{})))
 }
 
 // On-prem names go to the on-prem servers, through systemd-resolved's route-only domains; a pool without on-prem
@@ -117,6 +133,9 @@ func TestNodeOnPremDNS(t *testing.T) {
 	assert.Check(t, !strings.Contains(string(general), "systemd-resolved"))
 }
 
+// The renderer checks what its encoding needs (resolved's lists) and node.json what the agent needs; the rules about
+// the values (the MTU's range, the servers inside the ranges, at most three, with domains) are the config's
+// (infra/config's TestOnPremDNSValidation and the wireguard tests), which run before any renderer.
 func TestNodeHostValidation(t *testing.T) {
 	t.Parallel()
 	for _, tc := range []struct {
@@ -124,31 +143,20 @@ func TestNodeHostValidation(t *testing.T) {
 		modify func(*HostInput)
 		want   string
 	}{
-		{"no on-prem range", func(h *HostInput) { h.OnPremCIDRs = nil }, "Host.OnPremCIDRs: at least one"},
-		{"range with host bits", func(h *HostInput) { h.OnPremCIDRs = []netip.Prefix{netip.MustParsePrefix("192.168.1.1/16")} }, "Host.OnPremCIDRs[0]"},
-		{"MTU unset", func(h *HostInput) { h.TunnelMTU = 0 }, "Host.TunnelMTU: 0 is not in 1280..8920"},
-		{"server outside the ranges", func(h *HostInput) {
-			h.DNSServers, h.DNSDomains = []netip.Addr{netip.MustParseAddr("10.9.9.9")}, []string{"corp.lan"}
-		}, "Host.DNSServers[0]: 10.9.9.9 is not inside any on-prem range"},
-		{"server twice", func(h *HostInput) {
-			a := netip.MustParseAddr("192.168.1.53")
-			h.DNSServers, h.DNSDomains = []netip.Addr{a, a}, []string{"corp.lan"}
-		}, "Host.DNSServers[1]: 192.168.1.53 is listed twice"},
-		{"too many servers", func(h *HostInput) {
-			for i := range 4 {
-				h.DNSServers = append(h.DNSServers, netip.AddrFrom4([4]byte{192, 168, 1, byte(i + 1)}))
-			}
-			h.DNSDomains = []string{"corp.lan"}
-		}, "Host.DNSServers: 4 servers, at most 3"},
-		{"servers without domains", func(h *HostInput) { h.DNSServers = []netip.Addr{netip.MustParseAddr("192.168.1.53")} }, "Host.DNSDomains: servers and domains go together"},
-		{"domains without servers", func(h *HostInput) { h.DNSDomains = []string{"corp.lan"} }, "Host.DNSDomains: servers and domains go together"},
+		{"no on-prem range", func(h *HostInput) { h.OnPremCIDRs = nil }, "node config: missing or invalid: host.onPremCidrs"},
+		{"range with host bits", func(h *HostInput) { h.OnPremCIDRs = []netip.Prefix{netip.MustParsePrefix("192.168.1.1/16")} },
+			"host.onPremCidrs.0 (an IPv4 network address, not 192.168.1.1/16)"},
+		{"MTU unset", func(h *HostInput) { h.TunnelMTU = 0 }, "host.tunnelMtu (a positive MTU)"},
+		{"no server address", func(h *HostInput) {
+			h.DNSServers, h.DNSDomains = []netip.Addr{{}}, []string{"corp.lan"}
+		}, "Host.DNSServers[0]: is not an IP address"},
 		{"routing prefix in a domain", func(h *HostInput) {
 			h.DNSServers, h.DNSDomains = []netip.Addr{netip.MustParseAddr("192.168.1.53")}, []string{"~corp.lan"}
 		}, `Host.DNSDomains[0]: "~corp.lan" is not a DNS domain`},
-		{"root domain", func(h *HostInput) {
-			h.DNSServers, h.DNSDomains = []netip.Addr{netip.MustParseAddr("192.168.1.53")}, []string{"."}
-		}, `Host.DNSDomains[0]: "." is not a DNS domain`},
-		{"root as a metadata user", func(h *HostInput) { h.MetadataUIDs = []int{0} }, "Host.MetadataUIDs[0]: 0 is not a non-root UID"},
+		{"a space in a domain", func(h *HostInput) {
+			h.DNSServers, h.DNSDomains = []netip.Addr{netip.MustParseAddr("192.168.1.53")}, []string{"corp.lan other.lan"}
+		}, `Host.DNSDomains[0]: "corp.lan other.lan" is not a DNS domain`},
+		{"root as a metadata user", func(h *HostInput) { h.MetadataUIDs = []int{0} }, "host.metadataUids.0 (a non-root UID, not 0)"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			in := generalPool()
@@ -159,85 +167,44 @@ func TestNodeHostValidation(t *testing.T) {
 	}
 }
 
-// The routes toward on-prem are capped at the tunnel's MTU, via the default route's gateway, once it exists.
-func TestRoutesCapTheMTUTowardOnPrem(t *testing.T) {
+// The built agent's onprem-routes and imds-lock, as their units run them, through ip(8) and nft(8) on PATH: the
+// routes are capped at the pool's MTU once a default route shows up; the metadata lockdown loads the ruleset the
+// agent writes, with EC2 Instance Connect's user from the image's passwd, and the real nft(8) takes that ruleset.
+// A lockdown nft refuses fails with one reason. (The scenarios are the agent's table tests: TestOnPremRoutes,
+// TestLockMetadata.)
+func TestHostUnitsRunTheAgent(t *testing.T) {
 	t.Parallel()
-	in := generalPool()
-	in.Host.OnPremCIDRs = append(in.Host.OnPremCIDRs, netip.MustParsePrefix("172.16.0.0/12"))
-	in.Host.TunnelMTU = 1380
-	ud, err := Node(in)
-	assert.NilError(t, err)
-	run := runScript(t, ud, routesScript, newFakeAWS(t, nil), map[string]string{"STUB_IP_NO_ROUTE": "2"}, nil)
+	ud, aws := agentFixture(t, 0, func(in *NodeInput) {
+		in.Host.OnPremCIDRs = append(in.Host.OnPremCIDRs, netip.MustParsePrefix("172.16.0.0/12"))
+		in.Host.TunnelMTU = 1380
+		in.Host.MetadataUIDs = []int{1000}
+	}, fakeimds.Instance{})
+
+	run := newAgentEnv(t, ud, aws, map[string]string{"STUB_IP_NO_ROUTE": "2"}, nil).run(t, agentPath, "onprem-routes")
 	assert.Equal(t, run.exitCode, 0)
 	calls := run.file("calls")
-	assert.Check(t, is.Equal(strings.Count(calls, "ip -4 route show default\n"), 3))
+	assert.Check(t, is.Equal(strings.Count(calls, "ip -j -4 route show default\n"), 3))
 	assert.Check(t, is.Contains(calls, "ip route replace 192.168.0.0/16 via 10.100.1.1 dev ens5 mtu 1380\n"+
 		"ip route replace 172.16.0.0/12 via 10.100.1.1 dev ens5 mtu 1380\n"))
-	assert.Check(t, is.Contains(run.stderr, "find the default route: attempt 1 failed: no IPv4 default route with a gateway yet"))
-	assert.Check(t, is.Contains(run.stderr, "capped at MTU 1380"))
-}
+	assert.Check(t, is.Contains(run.stderr, "dynk8s-onprem-routes: routes to 192.168.0.0/16 172.16.0.0/12 via 10.100.1.1 dev ens5 capped at MTU 1380"))
 
-func TestRoutesGiveUpWithOneReason(t *testing.T) {
-	t.Parallel()
-	ud, err := Node(generalPool())
-	assert.NilError(t, err)
-	run := runScript(t, ud, routesScript, newFakeAWS(t, nil),
-		map[string]string{"STUB_IP_NO_ROUTE": "100000", "DYNK8S_DEADLINE_SECONDS": "1"}, nil)
-	assert.Check(t, run.exitCode != 0)
-	failed := failedLines(run.stderr)
-	assert.Assert(t, is.Len(failed, 1), run.stderr)
-	assert.Check(t, is.Contains(failed[0], "find the default route: gave up after"))
-	assert.Check(t, !strings.Contains(run.file("calls"), "route replace"))
-}
-
-// After the join, the metadata service answers root, the termination handler's user and EC2 Instance Connect's
-// user (when the image has it) on the host, and no pod in a network namespace of its own. The real nft(8) checks
-// the rendered ruleset, reloaded over itself, together with the element the script adds.
-func TestIMDSLockRuleset(t *testing.T) {
-	t.Parallel()
-	nft := realtools.Require(t, "nft")
-	ud, err := Node(generalPool())
-	assert.NilError(t, err)
-	ruleset := fileByPath(t, parseCloudConfig(t, ud), "/etc/dynk8s/imds-lock.nft").Content
-	for _, want := range []string{"elements = { 0, 1000 }", "ip daddr 169.254.169.254 meta skuid != @imds_users drop",
-		"type filter hook forward priority filter; policy accept;\n    ip daddr 169.254.169.254 drop"} {
-		assert.Check(t, is.Contains(ruleset, want))
+	passwd := func(root string) {
+		assert.NilError(t, os.WriteFile(filepath.Join(root, "etc/passwd"),
+			[]byte("root:x:0:0::/root:/bin/bash\nec2-instance-connect:x:977:977::/:/sbin/nologin\n"), 0o644))
 	}
-
-	run := runScript(t, ud, imdsScript, newFakeAWS(t, nil), map[string]string{"STUB_EIC_UID": "977"}, nil)
+	run = newAgentEnv(t, ud, aws, nil, passwd).run(t, agentPath, "imds-lock")
 	assert.Equal(t, run.exitCode, 0)
-	var added string
-	for _, call := range strings.Split(run.file("calls"), "\n") {
-		if cmd, ok := strings.CutPrefix(call, "nft add "); ok {
-			added = "add " + cmd
-		}
-	}
-	assert.Check(t, is.Contains(run.file("calls"), "nft -f "+filepath.Join(run.root, "etc/dynk8s/imds-lock.nft")+"\n"))
-	assert.Check(t, is.Equal(added, "add element inet dynk8s_imds_lock imds_users { 977 }"))
-	assert.Check(t, is.Contains(run.stderr, "and ec2-instance-connect (977)"))
-
-	check := func(doc string) (string, error) {
-		f := filepath.Join(t.TempDir(), "imds.nft")
-		assert.NilError(t, os.WriteFile(f, []byte(doc), 0o600))
-		out, err := exec.Command(nft, "-c", "-f", f).CombinedOutput()
-		return string(out), err
-	}
-	out, err := check(ruleset + ruleset + added + "\n")
-	assert.NilError(t, err, "nft -c: %s", out)
-	_, err = check(strings.Replace(ruleset, "meta skuid != @imds_users", "meta skuid != @imds_userz", 1))
-	assert.Assert(t, err != nil, "nft -c accepted a rule naming a set that does not exist")
-}
-
-// Without EC2 Instance Connect's user nothing is added; a ruleset nft refuses stops the unit with one reason.
-func TestIMDSLockWithoutInstanceConnectAndOnFailure(t *testing.T) {
-	t.Parallel()
-	ud, err := Node(generalPool())
+	ruleset := filepath.Join(run.root, "run/dynk8s/imds-lock.nft")
+	assert.Check(t, is.Contains(run.file("calls"), "nft -f "+ruleset+"\n"))
+	b, err := os.ReadFile(ruleset)
 	assert.NilError(t, err)
-	run := runScript(t, ud, imdsScript, newFakeAWS(t, nil), nil, nil)
-	assert.Equal(t, run.exitCode, 0)
-	assert.Check(t, !strings.Contains(run.file("calls"), "add element"))
+	assert.Check(t, is.Contains(string(b), "elements = { 0, 977, 1000 }"))
+	if nft, err := exec.LookPath("nft"); err == nil {
+		out, err := exec.Command(nft, "-c", "-f", ruleset).CombinedOutput()
+		assert.Check(t, err, "nft -c: %s", out)
+	}
 
-	bad := runScript(t, ud, imdsScript, newFakeAWS(t, nil), map[string]string{"STUB_NFT_FAILS": "1"}, nil)
+	bad := newAgentEnv(t, ud, aws, map[string]string{"STUB_NFT_FAILS": "1"}, nil).run(t, agentPath, "imds-lock")
 	assert.Check(t, bad.exitCode != 0)
 	failed := failedLines(bad.stderr)
 	assert.Assert(t, is.Len(failed, 1), bad.stderr)

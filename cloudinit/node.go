@@ -8,8 +8,8 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"time"
 
+	"github.com/dynk8s/dynk8s/internal/endpoint"
 	"github.com/dynk8s/dynk8s/internal/kube"
 	"github.com/dynk8s/dynk8s/internal/nodeconfig"
 )
@@ -17,7 +17,7 @@ import (
 // NodeInput is everything a node pool's user data depends on. All values are plain and public: nothing secret.
 type NodeInput struct {
 	KubernetesVersion  kube.Version      // exact, 1.34.4; its minor must be supported (kube.Minors)
-	APIServerEndpoint  string            // "host:port" reached through the WireGuard gateway
+	APIServerEndpoint  endpoint.HostPort // reached through the WireGuard gateway
 	CACertHashes       []string          // "sha256:<64 lowercase hex>", at least one
 	JoinTokenParameter string            // SSM SecureString name holding "<id>.<secret>", e.g. "/dynk8s/homelab/join-token"
 	GatewayInstanceID  string            // the WireGuard gateway the node starts at boot; "" when it never sleeps
@@ -79,7 +79,7 @@ const (
 
 // systemPackages are dependencies that come from Fedora rather than the upstream repos: CRI-O needs iptables and, on
 // SELinux-enforcing Fedora, container-selinux (cri-o/packaging installs it first); the metadata lockdown runs nft
-// (imds-lock.sh), which nothing else pulls in. the agent installs those the image lacks (rpm -q) in the same dnf
+// (the agent's imds-lock), which nothing else pulls in. The agent installs those the image lacks (rpm -q) in the same dnf
 // transaction as the upstream packages, from Fedora's release repository (systemRepos) alone: the stack boots the
 // release's GA image (infra/ami.go), whose packages that repository matches, so nothing drags in an update such as
 // a newer selinux-policy (container-selinux requires selinux-policy >= the one it was built against), and dnf reads
@@ -149,11 +149,9 @@ func Node(in NodeInput) ([]byte, error) {
 			// NetworkManager (Fedora Cloud's network stack) must leave the CNI's interfaces alone, or it can take
 			// their routes or links down (Calico's and Cilium's docs ask for the same).
 			{Path: "/etc/NetworkManager/conf.d/90-dynk8s-cni.conf", Content: networkManagerCNI(), Permissions: "0644"},
-			// The host's scripts (onprem-routes.sh, imds-lock.sh) share it.
-			{Path: libexecDir + "/lib.sh", Content: forUserData(libSh), Permissions: "0644"},
 		},
 	}
-	host, err := hostConfig(in.Host)
+	host, err := hostConfig(in.Host, in.Agent != nil)
 	if err != nil {
 		return nil, fmt.Errorf("node pool %q: %w", in.PoolName, err)
 	}
@@ -191,8 +189,8 @@ func Node(in NodeInput) ([]byte, error) {
 	// runcmdFailsOnFailedUnits makes a failed one cloud-init's.
 	cc.RunCmd = slices.Concat(
 		[][]string{{"systemctl", "daemon-reload"}, append([]string{"systemctl", "enable"}, enable...)},
-		host.beforeJoin,
 		startAgent,
+		host.beforeJoin,
 		startTimer,
 		[][]string{
 			{"systemctl", "start", joinUnitName},
@@ -291,11 +289,11 @@ func joinUnit(in NodeInput) unitFile {
 			// No ExecStartPre: the modules, sysctls and swap that the files cloud-init wrote (after systemd loaded
 			// modules and sysctls at this first boot) call for are the agent's, after its check that a warm instance
 			// still waits, so the timer's runs every 15 s on a waiting instance do nothing else.
-			{"ExecStart", agentBinary + " join --config " + nodeconfig.Path},
+			{"ExecStart", agentCommand("join")},
 			{"StandardOutput", "journal+console"},
 			{"StandardError", "journal+console"},
 			{"SyslogIdentifier", "dynk8s-join"},
-			{"TimeoutStartSec", strconv.Itoa(int(nodeconfig.DefaultDeadlines.UnitTimeout()/time.Second)) + "s"},
+			{"TimeoutStartSec", unitSeconds(nodeconfig.DefaultDeadlines.UnitTimeout())},
 		}},
 		{Name: "Install", Entries: []unitEntry{
 			{"WantedBy", "multi-user.target"},
@@ -349,7 +347,7 @@ func nodeConfig(in NodeInput, minor kube.Minor) nodeconfig.Node {
 	return nodeconfig.Node{
 		ClusterName:        in.ClusterName,
 		PoolName:           in.PoolName,
-		APIServerEndpoint:  in.APIServerEndpoint,
+		APIServerEndpoint:  in.APIServerEndpoint.String(),
 		JoinTokenParameter: in.JoinTokenParameter,
 		GatewayInstanceID:  in.GatewayInstanceID,
 		LaunchHook:         in.LaunchHook,
@@ -367,6 +365,7 @@ func nodeConfig(in NodeInput, minor kube.Minor) nodeconfig.Node {
 			Taints:           taints,
 			PatchesDirectory: kubeadmPatchDir,
 		},
+		Host:      in.Host.nodeHost(),
 		Deadlines: nodeconfig.DefaultDeadlines,
 	}
 }
@@ -376,7 +375,9 @@ func (in NodeInput) validate() (kube.Minor, error) {
 	var e errs
 	minor, err := kube.LookupMinor(in.KubernetesVersion)
 	e.add("KubernetesVersion", err)
-	e.add("APIServerEndpoint", validateHostPort(in.APIServerEndpoint))
+	if in.APIServerEndpoint.IsZero() {
+		e.add("APIServerEndpoint", errors.New("is required"))
+	}
 	if len(in.CACertHashes) == 0 {
 		e.add("CACertHashes", errors.New("at least one is required: kubeadm would otherwise trust any API server"))
 	}

@@ -14,10 +14,6 @@ var (
 	gatewayIdleSh string
 	//go:embed scripts/gateway-packages.sh
 	gatewayPackagesSh string
-	//go:embed scripts/onprem-routes.sh
-	onpremRoutesSh string
-	//go:embed scripts/imds-lock.sh
-	imdsLockSh string
 	//go:embed scripts/fetch-agent.sh
 	fetchAgentSh string
 )

@@ -3,10 +3,7 @@ package cloudinit
 import (
 	"errors"
 	"fmt"
-	"net"
-	"net/netip"
 	"regexp"
-	"strconv"
 	"strings"
 
 	"github.com/dynk8s/dynk8s/internal/kube"
@@ -68,24 +65,6 @@ func validateSSMName(s string) error {
 	first := strings.ToLower(strings.TrimPrefix(s, "/"))
 	if strings.HasPrefix(first, "aws") || strings.HasPrefix(first, "ssm") {
 		return fmt.Errorf("%q: SSM reserves names starting with aws or ssm", s)
-	}
-	return nil
-}
-
-// validateHostPort accepts host:port with an IP or DNS name and a port in 1..65535.
-func validateHostPort(s string) error {
-	host, port, err := net.SplitHostPort(s)
-	if err != nil {
-		return fmt.Errorf("%q is not host:port: %w", s, err)
-	}
-	if n, err := strconv.Atoi(port); err != nil || n < 1 || n > 65535 {
-		return fmt.Errorf("%q: port %q is not in 1..65535", s, port)
-	}
-	if _, err := netip.ParseAddr(host); err == nil {
-		return nil
-	}
-	if !kube.IsDNSSubdomain(strings.ToLower(host)) {
-		return fmt.Errorf("%q: host %q is neither an IP address nor a DNS name", s, host)
 	}
 	return nil
 }

@@ -400,12 +400,14 @@ func TestBoxNodeColdThenReboot(t *testing.T) {
 	if t.Failed() {
 		return
 	}
-	// The lockdown fails closed: with a ruleset nft refuses, the next boot starts no kubelet at all.
+	// The lockdown fails closed: when nft cannot load the ruleset (here an nft that refuses everything, as on a
+	// kernel without nf_tables), the next boot starts no kubelet at all.
 	t.Run("reboot with a broken lockdown", func(t *testing.T) {
 		if err := n.poweroff(time.Minute); err != nil {
 			t.Fatal(err)
 		}
-		if err := os.WriteFile(filepath.Join(n.root, "/etc/dynk8s/imds-lock.nft"), []byte("table inet {\n"), 0o644); err != nil {
+		nft := "#!/bin/sh\necho 'nft: Error: Could not process rule: Operation not supported (box stand-in)' >&2\nexit 1\n"
+		if err := os.WriteFile(filepath.Join(n.root, "/usr/sbin/nft"), []byte(nft), 0o755); err != nil {
 			t.Fatal(err)
 		}
 		n.boot(t)
@@ -413,7 +415,7 @@ func TestBoxNodeColdThenReboot(t *testing.T) {
 			t.Fatal(err)
 		}
 		if !n.unitFailed(ctx, "dynk8s-imds-lock.service") {
-			t.Errorf("dynk8s-imds-lock.service did not fail on a broken ruleset")
+			t.Errorf("dynk8s-imds-lock.service did not fail when nft could not load the ruleset")
 		}
 		if got := n.unitProp(ctx, t, "kubelet.service", "ExecMainStartTimestampMonotonic"); got != "0" {
 			t.Errorf("the kubelet started without the lockdown (at %s µs)", got)

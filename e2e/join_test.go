@@ -22,6 +22,7 @@ import (
 	"github.com/dynk8s/dynk8s/cloudinit"
 	"github.com/dynk8s/dynk8s/infra"
 	"github.com/dynk8s/dynk8s/infra/config"
+	"github.com/dynk8s/dynk8s/internal/endpoint"
 	"github.com/dynk8s/dynk8s/internal/fakeimds"
 )
 
@@ -66,8 +67,8 @@ func TestJoinDiscovery(t *testing.T) {
 		t.Fatalf("hash from cluster-info %s, from the CA file %s", caHash, want)
 	}
 	// The dev stack's first pool, as the stack renders it, joining the local API server instead of the on-prem one.
-	endpoint := apiServerEndpoint(t, c)
-	cfg.Kubernetes.APIServerEndpoint = endpoint
+	api := apiServerEndpoint(t, c)
+	cfg.Kubernetes.APIServerEndpoint = api
 	input := func(hash string) cloudinit.NodeInput {
 		return infra.NodeInput(cfg, cfg.NodePools[0], []string{hash}, param)
 	}
@@ -140,13 +141,13 @@ func fakeRoleInstance(id, zone, region, ip, state string) fakeimds.Instance {
 }
 
 // apiServerEndpoint is the throwaway control plane's API server, as kubernetes.apiServerEndpoint names it.
-func apiServerEndpoint(t *testing.T, c cluster) config.Endpoint {
+func apiServerEndpoint(t *testing.T, c cluster) endpoint.HostPort {
 	t.Helper()
-	endpoint, err := config.ParseEndpoint(strings.TrimPrefix(c.Server, "https://"))
+	ep, err := endpoint.Parse(strings.TrimPrefix(c.Server, "https://"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	return endpoint
+	return ep
 }
 
 // renderNodeUserData renders a pool's user data as the stack does, for joining the throwaway control plane: its

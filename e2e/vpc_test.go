@@ -18,6 +18,7 @@ import (
 	"github.com/dynk8s/dynk8s/cloudinit"
 	"github.com/dynk8s/dynk8s/infra"
 	"github.com/dynk8s/dynk8s/infra/config"
+	"github.com/dynk8s/dynk8s/internal/endpoint"
 )
 
 // vpcRouter is the VPC's router for the boxes of one test: a network namespace of its own, where each box's
@@ -99,7 +100,7 @@ type vpcWithGateway struct {
 	gateway   *boxGateway
 	gatewayID string
 	// api is the API server's endpoint as the nodes reach it: on-prem, through the tunnel.
-	api      config.Endpoint
+	api      endpoint.HostPort
 	nodeRole awsKey
 }
 

@@ -16,6 +16,7 @@ import (
 	"github.com/dynk8s/dynk8s/cloudinit"
 	"github.com/dynk8s/dynk8s/infra"
 	"github.com/dynk8s/dynk8s/infra/config"
+	"github.com/dynk8s/dynk8s/internal/endpoint"
 	"github.com/dynk8s/dynk8s/internal/kube"
 	"github.com/dynk8s/dynk8s/internal/mockcloud"
 )
@@ -129,7 +130,7 @@ func gatewayArgs(t *testing.T, igw pulumi.Resource) *infra.WireGuardGatewayArgs 
 	t.Helper()
 	ownKey, err := wgtypes.ParseKey("xTIBA5rboUvnH4htodjb6e697QjLERt1NAB4mZqp8Dg=")
 	assert.NilError(t, err)
-	endpoint, err := config.ParseEndpoint("vpn.example.org:41820")
+	peer, err := endpoint.Parse("vpn.example.org:41820")
 	assert.NilError(t, err)
 	image, err := infra.FedoraImage(42, kube.ArchX86_64, "us-west-2")
 	assert.NilError(t, err)
@@ -140,7 +141,7 @@ func gatewayArgs(t *testing.T, igw pulumi.Resource) *infra.WireGuardGatewayArgs 
 		Image:        image,
 		WireGuard: config.WireGuard{
 			ListenPort: 4500, OnPremCIDRs: []netip.Prefix{prefix("192.168.1.0/24")},
-			TunnelCIDR: prefix("10.51.0.0/29"), MTU: 1380, OnPremPublicKey: &ownKey, OnPremEndpoint: &endpoint,
+			TunnelCIDR: prefix("10.51.0.0/29"), MTU: 1380, OnPremPublicKey: &ownKey, OnPremEndpoint: &peer,
 		},
 		VPCCIDR:             prefix("10.50.0.0/20"),
 		IdleStop:            20 * time.Minute,
@@ -287,7 +288,7 @@ func TestNodePoolComponent(t *testing.T) {
 			Pool:        pool,
 			GroupTags:   tags,
 			Node: cloudinit.NodeInput{
-				KubernetesVersion: kube.Version{Major: 1, Minor: 35, Patch: 1}, APIServerEndpoint: "10.0.0.1:6443",
+				KubernetesVersion: kube.Version{Major: 1, Minor: 35, Patch: 1}, APIServerEndpoint: endpoint.HostPort{Host: "10.0.0.1", Port: 6443},
 				JoinTokenParameter: "/dynk8s/lab/join-token", ClusterName: "lab", PoolName: "gpu",
 				Labels: pool.NodeLabels(), Taints: pool.Taints,
 				Host: cloudinit.HostInput{OnPremCIDRs: []netip.Prefix{netip.MustParsePrefix("10.0.0.0/24")}, TunnelMTU: 1420},
@@ -330,7 +331,7 @@ func TestNodePoolWarmPool(t *testing.T) {
 				Pool:        pool,
 				GroupTags:   []config.Tag{{Key: "k8s.io/cluster-autoscaler/lab", Value: "owned"}},
 				Node: cloudinit.NodeInput{
-					KubernetesVersion: kube.Version{Major: 1, Minor: 34, Patch: 4}, APIServerEndpoint: "10.0.0.1:6443",
+					KubernetesVersion: kube.Version{Major: 1, Minor: 34, Patch: 4}, APIServerEndpoint: endpoint.HostPort{Host: "10.0.0.1", Port: 6443},
 					JoinTokenParameter: "/dynk8s/lab/join-token", ClusterName: "lab", PoolName: pool.Name,
 					Labels: pool.NodeLabels(), LaunchHook: infra.LaunchHook(pool),
 					Host: cloudinit.HostInput{OnPremCIDRs: []netip.Prefix{netip.MustParsePrefix("10.0.0.0/24")}, TunnelMTU: 1420},

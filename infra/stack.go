@@ -245,7 +245,7 @@ func NodeInput(cfg *config.Config, pool config.NodePool, caHashes []string, toke
 	}
 	return cloudinit.NodeInput{
 		KubernetesVersion:  cfg.Kubernetes.Version,
-		APIServerEndpoint:  cfg.Kubernetes.APIServerEndpoint.String(),
+		APIServerEndpoint:  cfg.Kubernetes.APIServerEndpoint,
 		CACertHashes:       caHashes,
 		JoinTokenParameter: tokenParameter,
 		ClusterName:        cfg.ClusterName,

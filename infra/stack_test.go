@@ -1107,3 +1107,33 @@ func TestWarmPoolInTheStack(t *testing.T) {
 	assert.Check(t, res.Cloud.Find("aws:autoscaling/lifecycleHook:LifecycleHook", "pool-builders-arm-launch") == nil)
 	assert.Check(t, in(find(t, res, "aws:autoscaling/group:Group", "pool-builders-arm-asg"), "warmPool") == nil)
 }
+
+// NodeUserDataBudget is issue 27's bound on a pool's user data, gzipped: a quarter of EC2's 16 KiB, so that the
+// boot's growth lands in the agent, not in user data.
+const nodeUserDataBudget = 4096
+
+// Every pool of the dev and prod stacks fits nodeUserDataBudget: the bootstrap, node.json, units and host files.
+// The sizes are logged for the record.
+func TestNodeUserDataBudget(t *testing.T) {
+	for _, stack := range []string{"dev", "prod"} {
+		values, err := config.ReadStackFile("../Pulumi." + stack + ".yaml")
+		assert.NilError(t, err)
+		cfg, err := mockcloud.ConfigFromMap(values)
+		assert.NilError(t, err)
+		res, err := plan.RunConfig(stack, cfg)
+		assert.NilError(t, err)
+		n := 0
+		for _, lt := range res.Cloud.Resources() {
+			if lt.Type != "aws:ec2/launchTemplate:LaunchTemplate" {
+				continue
+			}
+			gz, err := base64.StdEncoding.DecodeString(in(&lt, "userData").(string))
+			assert.NilError(t, err)
+			t.Logf("%s %s: %d bytes gzipped", stack, lt.Name, len(gz))
+			assert.Check(t, len(gz) <= nodeUserDataBudget, "%s %s: %d bytes gzipped, over %d", stack, lt.Name, len(gz),
+				nodeUserDataBudget)
+			n++
+		}
+		assert.Check(t, n > 0, "%s: no launch template", stack)
+	}
+}

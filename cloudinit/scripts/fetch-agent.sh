@@ -36,7 +36,8 @@ fetch() {
     "$(field SecretAccessKey)" "$(field Token)" | curl -sS -K - --aws-sigv4 "aws:amz:$region:s3" \
     --max-time $((DEADLINE - SECONDS > 1 ? DEADLINE - SECONDS : 1)) -o "$TMP" -w '%{http_code}' "$url" 2>&1) ||
     { REASON="GET $url: ${status:-curl failed}" && return 1; }
-  [[ $status == 200 ]] || { REASON="GET $url: HTTP $status $(sed -n 's|.*<Code>\([^<]*\)</Code>.*|\1|p' "$TMP")" && return 1; }
+  # S3's error document, as it came (its start, on one line): the bootstrap parses nothing but the credentials.
+  [[ $status == 200 ]] || { REASON="GET $url: HTTP $status: $(head -c 300 "$TMP" | tr -d '\n')" && return 1; }
 }
 delay=1
 for ((attempt = 1; ; attempt++)); do

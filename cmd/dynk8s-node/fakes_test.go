@@ -8,6 +8,7 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"net/netip"
 	"os"
 	"path/filepath"
 	"slices"
@@ -478,6 +479,8 @@ func newRig(t *testing.T, lifecycle, hook string) *rig {
 		Join: nodeconfig.Join{CACertHashes: []string{testCAHash}, PatchesDirectory: "/etc/kubernetes/patches",
 			Labels: map[string]string{"dynk8s.io/pool": "spot-arm64", "dynk8s.io/capacity-type": "spot"},
 			Taints: []nodeconfig.Taint{{Key: "dynk8s.io/capacity-type", Value: "spot", Effect: "NoSchedule"}}},
+		Host: nodeconfig.Host{OnPremCIDRs: []netip.Prefix{netip.MustParsePrefix("192.168.0.0/16")}, TunnelMTU: 1420,
+			MetadataUIDs: []int{1000}},
 		Deadlines: nodeconfig.DefaultDeadlines,
 	}
 	r.cfg.Deadlines.Join = nodeconfig.Duration(5 * time.Second)

@@ -1,9 +1,9 @@
-// Command dynk8s-node is the node agent: the boot of a dynk8s node pool's instance (join) and the wake-up of the
-// stack's WireGuard gateway (wake-gateway), one static binary that cloud-init's units run with the node's
+// Command dynk8s-node is the node agent: the boot of a dynk8s node pool's instance (join), the wake-up of the
+// stack's WireGuard gateway (wake-gateway), the routes toward on-prem (onprem-routes) and the lockdown of the
+// instance metadata service (imds-lock), one static binary that cloud-init's units run with the node's
 // configuration (/etc/dynk8s/node.json, internal/nodeconfig).
 //
-//	dynk8s-node join [--config FILE] [--dry-run] [-v]
-//	dynk8s-node wake-gateway [--config FILE] [--dry-run] [-v]
+//	dynk8s-node join|wake-gateway|onprem-routes|imds-lock [--config FILE] [--dry-run] [-v]
 //	dynk8s-node prepare [--config FILE] [-v]     (an image build's first step, docs/baked-images.md)
 //	dynk8s-node clean-identity [--dry-run]       (and its last)
 //	dynk8s-node version
@@ -42,7 +42,8 @@ func main() {
 
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	if len(args) == 0 {
-		fmt.Fprintln(stderr, "usage: dynk8s-node join|wake-gateway [--config FILE] [--dry-run] [-v] | prepare [--config FILE] [-v] | clean-identity [--dry-run] | version")
+		fmt.Fprintln(stderr, "usage: dynk8s-node join|wake-gateway|onprem-routes|imds-lock [--config FILE] [--dry-run] [-v] | "+
+			"prepare [--config FILE] [-v] | clean-identity [--dry-run] | version")
 		return 2
 	}
 	cmd, args := args[0], args[1:]
@@ -53,7 +54,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	if image, ok := imageCommands[cmd]; ok {
 		return image(ctx, args, stderr)
 	}
-	tag, ok := map[string]string{"join": "dynk8s-join", "wake-gateway": "dynk8s-wake-gateway"}[cmd]
+	tag, ok := map[string]string{"join": "dynk8s-join", "wake-gateway": "dynk8s-wake-gateway",
+		"onprem-routes": "dynk8s-onprem-routes", "imds-lock": "dynk8s-imds-lock"}[cmd]
 	if !ok {
 		fmt.Fprintf(stderr, "dynk8s-node: unknown command %q\n", cmd)
 		return 2
@@ -77,15 +79,27 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	}
 	cfg, err := loadConfig(*config)
 	if err != nil {
-		log.Printf("FAILED: %v", err)
-		log.Kernel(3, "FAILED: "+err.Error())
-		return 1
+		return failed(log, err)
 	}
 	if *verbose {
 		b, _ := cfg.Encode()
 		log.Printf("config %s:\n%s", *config, b)
 	}
 	d := cfg.Deadlines
+	switch cmd {
+	case "onprem-routes":
+		clock := newClock(d.Routes.D(), d.BackoffInitial.D(), d.BackoffMax.D())
+		if err := onPremRoutes(ctx, cfg, ipRoutes{dryRun: *dryRun, log: log}, clock, log); err != nil {
+			return failed(log, err)
+		}
+		return 0
+	case "imds-lock":
+		h := realHost{out: stderr, dryRun: *dryRun, log: log}
+		if err := lockMetadata(ctx, cfg, localUser(f.etc("passwd")), h, f, log); err != nil {
+			return failed(log, err)
+		}
+		return 0
+	}
 	cloud := newCloud()
 	switch cmd {
 	case "wake-gateway":
@@ -109,6 +123,13 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	}
 }
 
+// failed logs a run's one reason, to the journal and the kernel log (the serial console), and is its exit status.
+func failed(log *logger, err error) int {
+	log.Printf("FAILED: %v", err)
+	log.Kernel(3, "FAILED: "+err.Error())
+	return 1
+}
+
 // loadConfig reads the node's configuration strictly, with the test hooks' deadlines.
 func loadConfig(path string) (nodeconfig.Node, error) {
 	f, err := os.Open(path)
@@ -127,6 +148,7 @@ func loadConfig(path string) (nodeconfig.Node, error) {
 		unit time.Duration
 	}{
 		{"DYNK8S_DEADLINE_SECONDS", &d.Join, time.Second}, {"DYNK8S_DEADLINE_SECONDS", &d.Wake, time.Second},
+		{"DYNK8S_DEADLINE_SECONDS", &d.Routes, time.Second},
 		{"DYNK8S_BACKOFF_INITIAL_MS", &d.BackoffInitial, time.Millisecond},
 		{"DYNK8S_BACKOFF_MAX_MS", &d.BackoffMax, time.Millisecond},
 		{"DYNK8S_WAKE_SETTLE_SECONDS", &d.WakeSettle, time.Second},

@@ -11,6 +11,7 @@ import (
 
 	"golang.zx2c4.com/wireguard/wgctrl/wgtypes"
 
+	"github.com/dynk8s/dynk8s/internal/endpoint"
 	"github.com/dynk8s/dynk8s/internal/kube"
 )
 
@@ -83,7 +84,7 @@ type Kubernetes struct {
 	Version kube.Version `key:"version" required:"true"`
 	// APIServerEndpoint is host:port of the API server as reached through the tunnel; an address must be inside
 	// wireguard.onPremCidrs.
-	APIServerEndpoint Endpoint `key:"apiServerEndpoint" required:"true"`
+	APIServerEndpoint endpoint.HostPort `key:"apiServerEndpoint" required:"true"`
 	// CACertHash is kubeadm's CA pin for the nodes' discovery, sha256:<64 hex>; when empty, the preview computes it
 	// from the cluster's kube-public/cluster-info through the kubeconfig.
 	CACertHash string `key:"caCertHash"`
@@ -157,7 +158,7 @@ type WireGuard struct {
 	// OnPremEndpoint is host:port where the gateway reaches the on-prem peer over the internet; an address must be
 	// public and outside onPremCidrs, tunnelCidr and the VPC (the gateway would send its handshakes into the tunnel
 	// they are to build). When unset, the on-prem peer dials out to the gateway (which works behind NAT).
-	OnPremEndpoint *Endpoint `key:"onPremEndpoint"`
+	OnPremEndpoint *endpoint.HostPort `key:"onPremEndpoint"`
 	// AllowPublicOnPremCIDRs accepts public onPremCidrs, for an on-prem network that really uses public addresses:
 	// the nodes, which have public IPs, then admit those ranges on every port from the internet as well as through
 	// the tunnel.

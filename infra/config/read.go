@@ -14,6 +14,7 @@ import (
 
 	"golang.zx2c4.com/wireguard/wgctrl/wgtypes"
 
+	"github.com/dynk8s/dynk8s/internal/endpoint"
 	"github.com/dynk8s/dynk8s/internal/kube"
 )
 
@@ -298,15 +299,15 @@ func (r *reader) element(path string, v any, dst reflect.Value) {
 
 // parsers decode the typed values: the one place each is parsed, with the message an operator sees.
 var parsers = map[reflect.Type]func(v any) (any, error){
-	reflect.TypeFor[netip.Prefix]():     textParser(parseCIDR),
-	reflect.TypeFor[netip.Addr]():       textParser(parseIPv4),
-	reflect.TypeFor[Endpoint]():         textParser(ParseEndpoint),
-	reflect.TypeFor[kube.Version]():     textParser(kube.ParseVersion),
-	reflect.TypeFor[kube.Arch]():        textParser(parseArch),
-	reflect.TypeFor[kube.TaintEffect](): textParser(kube.ParseTaintEffect),
-	reflect.TypeFor[wgtypes.Key]():      textParser(parsePublicKey),
-	reflect.TypeFor[time.Duration]():    textParser(parseDuration),
-	reflect.TypeFor[Zones]():            parseZones,
+	reflect.TypeFor[netip.Prefix]():      textParser(parseCIDR),
+	reflect.TypeFor[netip.Addr]():        textParser(parseIPv4),
+	reflect.TypeFor[endpoint.HostPort](): textParser(endpoint.Parse),
+	reflect.TypeFor[kube.Version]():      textParser(kube.ParseVersion),
+	reflect.TypeFor[kube.Arch]():         textParser(parseArch),
+	reflect.TypeFor[kube.TaintEffect]():  textParser(kube.ParseTaintEffect),
+	reflect.TypeFor[wgtypes.Key]():       textParser(parsePublicKey),
+	reflect.TypeFor[time.Duration]():     textParser(parseDuration),
+	reflect.TypeFor[Zones]():             parseZones,
 }
 
 func textParser[T any](parse func(string) (T, error)) func(any) (any, error) {

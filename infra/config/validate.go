@@ -98,7 +98,7 @@ func validateKubernetes(r *reader, c *Config) {
 			c.Derived.Kubernetes = m
 		}
 	}
-	r.required(kp+"apiServerEndpoint", k.APIServerEndpoint != Endpoint{})
+	r.required(kp+"apiServerEndpoint", !k.APIServerEndpoint.IsZero())
 	if k.CACertHash != "" {
 		if err := kube.CheckCACertHash(k.CACertHash); err != nil {
 			r.addf(kp+"caCertHash", "%v", err)

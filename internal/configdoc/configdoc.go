@@ -48,7 +48,7 @@ var leafTypes = map[string]string{
 	"net/netip.Prefix": "string",
 	"net/netip.Addr":   "string",
 	"golang.zx2c4.com/wireguard/wgctrl/wgtypes.Key": "string",
-	"infra/config.Endpoint":                         "string",
+	"internal/endpoint.HostPort":                    "string",
 	"infra/config.Zones":                            "integer or list of strings",
 	"internal/kube.Version":                         "string",
 }

@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"io"
 	"maps"
+	"net/netip"
 	"reflect"
 	"slices"
 	"strings"
@@ -48,6 +49,9 @@ type Node struct {
 	// Join is the pool's part of the kubeadm JoinConfiguration; the instance's identity and the token are added
 	// at boot (JoinConfig).
 	Join Join `json:"join"`
+	// Host is what the node's own units apply before the join and every kubelet: the routes toward on-prem and the
+	// lockdown of the instance metadata service.
+	Host Host `json:"host"`
 	// Deadlines bound the boot's steps.
 	Deadlines Deadlines `json:"deadlines"`
 }
@@ -60,6 +64,16 @@ type Join struct {
 	Taints []Taint           `json:"taints"`
 	// PatchesDirectory holds kubeadm's patch files (the kubelet configuration's).
 	PatchesDirectory string `json:"patchesDirectory"`
+}
+
+// Host is the node's network and metadata settings.
+type Host struct {
+	// OnPremCIDRs are the ranges the VPC routes through the tunnel: the routes unit caps the path MTU toward them at
+	// TunnelMTU.
+	OnPremCIDRs []netip.Prefix `json:"onPremCidrs"`
+	TunnelMTU   int            `json:"tunnelMtu"`
+	// MetadataUIDs are the users besides root that may reach the instance metadata service once it is locked.
+	MetadataUIDs []int `json:"metadataUids"`
 }
 
 // Deadlines are the boot's time limits. The join unit's TimeoutStartSec is derived from Join (UnitTimeout).
@@ -75,6 +89,9 @@ type Deadlines struct {
 	// BackoffInitial and BackoffMax bound the exponential pause between a step's attempts.
 	BackoffInitial Duration `json:"backoffInitial"`
 	BackoffMax     Duration `json:"backoffMax"`
+	// Routes bounds the wait for the default route the on-prem routes go via; the routes unit's TimeoutStartSec is
+	// derived from it (RoutesUnitTimeout).
+	Routes Duration `json:"routes"`
 }
 
 // JoinDeadline is the boot's default deadline: 12 minutes, inside the Cluster Autoscaler's 15-minute
@@ -93,10 +110,14 @@ var DefaultDeadlines = Deadlines{
 	WakeInterval:   Duration(20 * time.Second),
 	BackoffInitial: Duration(time.Second),
 	BackoffMax:     Duration(5 * time.Second),
+	Routes:         Duration(2 * time.Minute),
 }
 
 // UnitTimeout is the join unit's hard timeout: the agent's own deadline and UnitSlack.
 func (d Deadlines) UnitTimeout() time.Duration { return d.Join.D() + UnitSlack }
+
+// RoutesUnitTimeout is the routes unit's hard timeout: the wait for the default route and a minute for the rest.
+func (d Deadlines) RoutesUnitTimeout() time.Duration { return d.Routes.D() + time.Minute }
 
 // Duration is a time.Duration written as Go writes it ("12m0s").
 type Duration time.Duration
@@ -219,10 +240,27 @@ func (n Node) Validate() error {
 	for key, d := range map[string]Duration{
 		"deadlines.join": n.Deadlines.Join, "deadlines.wake": n.Deadlines.Wake,
 		"deadlines.wakeInterval": n.Deadlines.WakeInterval, "deadlines.backoffInitial": n.Deadlines.BackoffInitial,
-		"deadlines.backoffMax": n.Deadlines.BackoffMax,
+		"deadlines.backoffMax": n.Deadlines.BackoffMax, "deadlines.routes": n.Deadlines.Routes,
 	} {
 		if d <= 0 {
 			missing = append(missing, key+" (a positive duration)")
+		}
+	}
+	if len(n.Host.OnPremCIDRs) == 0 {
+		missing = append(missing, "host.onPremCidrs")
+	}
+	for i, p := range n.Host.OnPremCIDRs {
+		if !p.IsValid() || !p.Addr().Is4() || p.Masked() != p {
+			missing = append(missing, fmt.Sprintf("host.onPremCidrs.%d (an IPv4 network address, not %s)", i, p))
+		}
+	}
+	// The tunnel's range is the renderer's to check (wireguard.MinMTU..MaxMTU); the routes need a number ip takes.
+	if n.Host.TunnelMTU <= 0 {
+		missing = append(missing, "host.tunnelMtu (a positive MTU)")
+	}
+	for i, u := range n.Host.MetadataUIDs {
+		if u < 1 || u > 1<<32-2 {
+			missing = append(missing, fmt.Sprintf("host.metadataUids.%d (a non-root UID, not %d)", i, u))
 		}
 	}
 	if n.Deadlines.WakeSettle < 0 {

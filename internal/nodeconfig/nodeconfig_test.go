@@ -1,10 +1,12 @@
 package nodeconfig
 
 import (
+	"net/netip"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/google/go-cmp/cmp/cmpopts"
 	"gotest.tools/v3/assert"
 	is "gotest.tools/v3/assert/cmp"
 )
@@ -17,6 +19,8 @@ func testNode() Node {
 		Join: Join{CACertHashes: []string{"sha256:b", "sha256:a"}, Labels: map[string]string{"dynk8s.io/pool": "spot"},
 			Taints:           []Taint{{Key: "k", Effect: "NoSchedule"}},
 			PatchesDirectory: "/etc/kubernetes/patches"},
+		Host: Host{OnPremCIDRs: []netip.Prefix{netip.MustParsePrefix("192.168.0.0/16")}, TunnelMTU: 1420,
+			MetadataUIDs: []int{1000}},
 		Deadlines: DefaultDeadlines,
 	}
 }
@@ -27,10 +31,12 @@ func TestRoundTrip(t *testing.T) {
 	assert.NilError(t, err)
 	assert.Check(t, is.Contains(string(b), `"join": "12m0s"`))
 	assert.Check(t, is.Contains(string(b), `"wakeInterval": "20s"`))
+	assert.Check(t, is.Contains(string(b), `"onPremCidrs": [`+"\n"+`   "192.168.0.0/16"`))
 	n, err := Decode(strings.NewReader(string(b)))
 	assert.NilError(t, err)
-	assert.Check(t, is.DeepEqual(n, testNode()))
+	assert.Check(t, is.DeepEqual(n, testNode(), cmpopts.EquateComparable(netip.Prefix{})))
 	assert.Check(t, is.Equal(n.Deadlines.UnitTimeout(), 14*time.Minute))
+	assert.Check(t, is.Equal(n.Deadlines.RoutesUnitTimeout(), 3*time.Minute))
 }
 
 // The decoder is strict: an unknown key (a typo, or a renderer newer than the agent), a second document, a bad
@@ -48,6 +54,9 @@ func TestDecodeIsStrict(t *testing.T) {
 		"bad duration":   {strings.Replace(string(good), `"12m0s"`, `"12 minutes"`, 1), `time: unknown unit`},
 		"missing values": {`{"deadlines": {"join": "0s"}}`, "missing or invalid: apiServerEndpoint, clusterName, criSocket"},
 		"zero deadline":  {strings.Replace(string(good), `"12m0s"`, `"0s"`, 1), "deadlines.join (a positive duration)"},
+		"host bits":      {strings.Replace(string(good), `"192.168.0.0/16"`, `"192.168.1.1/16"`, 1), "host.onPremCidrs.0 (an IPv4 network address, not 192.168.1.1/16)"},
+		"not a prefix":   {strings.Replace(string(good), `"192.168.0.0/16"`, `"192.168.0.0"`, 1), `netip.ParsePrefix("192.168.0.0"): no '/'`},
+		"root may read":  {strings.Replace(string(good), `1000`, `0`, 1), "host.metadataUids.0 (a non-root UID, not 0)"},
 	} {
 		t.Run(name, func(t *testing.T) {
 			_, err := Decode(strings.NewReader(c.doc))

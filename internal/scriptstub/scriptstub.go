@@ -1,14 +1,17 @@
 // Package scriptstub shortens user-data goldens: each boot script that a cloud-config's write_files embeds becomes
-// one line naming the script, the sha256 (its first 16 hex digits) and the line count of what the user data carries of it. The scripts are pinned by their own tests
-// (shellcheck and the behaviour tests that run them), so a golden shows an edit of one script as one changed line,
-// and what the renderer writes around the scripts in full.
+// its name alone, and what the user data carries of it (sha256 and line count) goes once into a Manifest that a set
+// of goldens shares (one per stack). The scripts are pinned by their own tests (shellcheck and the behaviour tests
+// that run them), so an edit of one script shows as one changed line per set of goldens, and what the renderer
+// writes around the scripts in full.
 package scriptstub
 
 import (
 	"crypto/sha256"
 	"fmt"
+	"maps"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 
 	"sigs.k8s.io/yaml"
@@ -16,11 +19,23 @@ import (
 
 const header = "#cloud-config\n"
 
+// Manifest maps each stubbed script's name to what the user data carries of it: "sha256:<hex> <n> lines".
+type Manifest map[string]string
+
+// String is the manifest as a golden holds it: a line per script, by name.
+func (m Manifest) String() string {
+	var b strings.Builder
+	for _, name := range slices.Sorted(maps.Keys(m)) {
+		fmt.Fprintf(&b, "%s %s\n", name, m[name])
+	}
+	return b.String()
+}
+
 // Stub replaces the content of every write_files entry of userData that is one of the *.sh files of scriptsDir: a
-// file of that name whose lines are the script's, in order (the renderer drops the comment lines). userData must be
-// a cloud-config as the renderer writes it (the header, then YAML that marshals back to itself), so that nothing but
-// the scripts changes.
-func Stub(userData, scriptsDir string) (string, error) {
+// file of that name whose lines are the script's, in order (the renderer drops the comment lines), and records it in
+// m. userData must be a cloud-config as the renderer writes it (the header, then YAML that marshals back to itself),
+// so that nothing but the scripts changes. Two user datas of one manifest must carry a script the same way.
+func Stub(userData, scriptsDir string, m Manifest) (string, error) {
 	scripts, err := readScripts(scriptsDir)
 	if err != nil {
 		return "", err
@@ -53,10 +68,12 @@ func Stub(userData, scriptsDir string) (string, error) {
 		if !linesOf(content, script) {
 			return "", fmt.Errorf("%s is not the script %s less some lines: a golden must show it whole", path, name)
 		}
-		// The sha256's first 16 hex digits keep the stub on one line (the YAML encoder folds longer strings); they
-		// change with any byte of the script as surely as all 64.
-		sum := sha256.Sum256([]byte(content))
-		entry["content"] = fmt.Sprintf("<script %s sha256:%x %d lines>", name, sum[:8], strings.Count(content, "\n"))
+		carried := fmt.Sprintf("sha256:%x %d lines", sha256.Sum256([]byte(content)), strings.Count(content, "\n"))
+		if was, ok := m[name]; ok && was != carried {
+			return "", fmt.Errorf("%s: %s here, %s in another user data of the same manifest", path, carried, was)
+		}
+		m[name] = carried
+		entry["content"] = "<script " + name + ">"
 	}
 	out, err := yaml.Marshal(doc)
 	if err != nil {
