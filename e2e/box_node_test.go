@@ -59,6 +59,8 @@ type boxInstance struct {
 	id, zone, ip string
 	// state is the Auto Scaling target lifecycle state; "" for none.
 	state string
+	// image is the baked image it boots from (boxSpec.image); "": the stock image.
+	image string
 }
 
 func (i boxInstance) providerID() string { return "aws:///" + i.zone + "/" + i.id }
@@ -123,7 +125,7 @@ func (j *boxJoin) newNode(t *testing.T, name string, inst boxInstance) *boxNode 
 	b := newBox(t, boxSpec{
 		name: name, instanceID: inst.id, hostname: inst.hostname(),
 		nodeIP: inst.ip, userData: launchTemplateUserData(t, j.userData), imds: strings.TrimPrefix(imds.URL, "http://"),
-		forwards: forwards, router: router,
+		forwards: forwards, router: router, image: inst.image,
 		endpoints: map[string]string{
 			"DYNK8S_SSM_ENDPOINT": j.moto.url, "DYNK8S_AUTOSCALING_ENDPOINT": j.autoscaling,
 			"DYNK8S_EC2_ENDPOINT": ec2, "DYNK8S_S3_ENDPOINT": j.moto.url,

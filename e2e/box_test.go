@@ -67,6 +67,9 @@ type boxSpec struct {
 	// router is the "VPC router" the box's interface leads to: a network namespace of the test's shared by the
 	// boxes of one VPC (see vpcRouter); "" for one of the box's own, in its namespace, where nothing leaves.
 	router *vpcRouter
+	// image is a layer over the cached root that the instance's disk starts from (a baked image: what a box that
+	// baked it changed, see bakedImage); "": the stock root.
+	image string
 }
 
 // launchTemplateUserData is what EC2 gives an instance of a launch template whose user data is cloudinit.Encode's.
@@ -112,6 +115,9 @@ func newBox(t *testing.T, spec boxSpec) *box {
 		if err := os.MkdirAll(filepath.Join(b.dir, d), 0o755); err != nil {
 			t.Fatal(err)
 		}
+	}
+	if spec.image != "" {
+		lower = spec.image + ":" + lower
 	}
 	run(t, "mount", "-t", "overlay", "overlay", "-o",
 		"lowerdir="+lower+",upperdir="+filepath.Join(b.dir, "upper")+",workdir="+filepath.Join(b.dir, "work"), b.root)
@@ -228,12 +234,15 @@ func (b *box) provision(t *testing.T, spec boxSpec) {
 			t.Fatal(err)
 		}
 	}
+	// An image baked in a box has both done already.
 	if err := os.Symlink("../dynk8s-box-apivfs.service",
-		filepath.Join(b.root, "/etc/systemd/system/sysinit.target.wants/dynk8s-box-apivfs.service")); err != nil {
+		filepath.Join(b.root, "/etc/systemd/system/sysinit.target.wants/dynk8s-box-apivfs.service")); err != nil &&
+		!errors.Is(err, os.ErrExist) {
 		t.Fatal(err)
 	}
 	// Debian's containerd package enables its own service; the box's runtime is crio.service.
-	if err := os.Remove(filepath.Join(b.root, "/etc/systemd/system/multi-user.target.wants/containerd.service")); err != nil {
+	if err := os.Remove(filepath.Join(b.root, "/etc/systemd/system/multi-user.target.wants/containerd.service")); err != nil &&
+		!errors.Is(err, os.ErrNotExist) {
 		t.Fatal(err)
 	}
 }

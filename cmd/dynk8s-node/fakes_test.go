@@ -271,6 +271,8 @@ type fakeHost struct {
 	rpmMissing     []string
 	dnfNeedsRepo   string
 	modulesExtra   bool
+	// rpmDB: the pinned packages installed, by name (dnf installs them at the repository's versions, repoVersions).
+	rpmDB map[string]rpmPackage
 	// awaitJoin makes a pull last until kubeadm join has run, as a big image would.
 	awaitJoin chan struct{}
 	joined    bool
@@ -317,6 +319,7 @@ func (h *fakeHost) run(ctx context.Context, _ time.Duration, _ bool, name string
 			h.modulesExtra = true
 			h.mu.Unlock()
 		}
+		h.install(args)
 	case "crictl":
 		if h.awaitJoin != nil {
 			select {
@@ -330,6 +333,59 @@ func (h *fakeHost) run(ctx context.Context, _ time.Duration, _ bool, name string
 		}
 	}
 	return nil
+}
+
+// install: what a dnf transaction leaves in rpmDB, the pinned packages at the repositories' versions and the
+// system packages the image lacked.
+func (h *fakeHost) install(args []string) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.rpmDB == nil {
+		h.rpmDB = map[string]rpmPackage{}
+	}
+	for _, a := range args {
+		for name, p := range repoVersions {
+			if strings.HasPrefix(a, name+"-") {
+				h.rpmDB[name] = p
+			}
+		}
+		if slices.Contains(h.rpmMissing, a) {
+			h.rpmDB[a] = fakeRPM(a, "1.0", "1.fc43", "noarch")
+		}
+	}
+}
+
+// repoVersions are what the pinned repositories hold: what the fake dnf installs for kubelet-1.34.4 and the rest.
+var repoVersions = map[string]rpmPackage{
+	"kubelet":   fakeRPM("kubelet", "1.34.4", "150500.1.1", "x86_64"),
+	"kubeadm":   fakeRPM("kubeadm", "1.34.4", "150500.1.1", "x86_64"),
+	"cri-tools": fakeRPM("cri-tools", "1.34.0", "150500.1.1", "x86_64"),
+	"cri-o":     fakeRPM("cri-o", "1.34.2", "150500.1.1", "x86_64"),
+}
+
+func fakeRPM(name, version, release, arch string) rpmPackage {
+	return rpmPackage{name: name, version: version, release: release, nevra: name + "-" + version + "-" + release + "." + arch}
+}
+
+// output plays rpm -q --qf rpmQueryFormat: the pinned packages from rpmDB, the system packages unless rpmMissing.
+func (h *fakeHost) output(_ context.Context, _ time.Duration, name string, args ...string) (string, error) {
+	line := strings.TrimSpace(name + " " + strings.Join(args, " "))
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.calls = append(h.calls, line)
+	n := len(args)
+	if name != "rpm" || args[0] != "-q" || n < 4 || args[n-3] != "--qf" || args[n-2] != rpmQueryFormat {
+		return "", fmt.Errorf("fake host: no output for %s", line)
+	}
+	pkg := args[n-1]
+	p, ok := h.rpmDB[pkg]
+	if slices.Contains(args, "--whatprovides") && !ok && !slices.Contains(h.rpmMissing, pkg) {
+		p, ok = fakeRPM(pkg, "1.0", "1.fc43", "noarch"), true
+	}
+	if !ok {
+		return "package " + pkg + " is not installed\n", &exitError{name: name, code: 1}
+	}
+	return strings.Join([]string{p.name, p.version, p.release, p.nevra}, "\t") + "\n", nil
 }
 
 // kubeadmJoin records the JoinConfiguration and, unless it fails, joins: kubelet.conf appears.

@@ -17,6 +17,8 @@ import (
 type host interface {
 	// run runs name with args, its output to the unit's (quiet: discarded), killed at timeout (0: none).
 	run(ctx context.Context, timeout time.Duration, quiet bool, name string, args ...string) error
+	// output runs a query (rpm -q) and returns its standard output, even in a dry run: it changes nothing.
+	output(ctx context.Context, timeout time.Duration, name string, args ...string) (string, error)
 	// has says whether name is on PATH.
 	has(name string) bool
 }
@@ -64,6 +66,26 @@ func (h realHost) run(ctx context.Context, timeout time.Duration, quiet bool, na
 		return &exitError{name: name, code: ee.ExitCode()}
 	default:
 		return fmt.Errorf("%s: %w", name, err)
+	}
+}
+
+func (h realHost) output(ctx context.Context, timeout time.Duration, name string, args ...string) (string, error) {
+	if timeout > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, timeout)
+		defer cancel()
+	}
+	out, err := exec.CommandContext(ctx, name, args...).Output()
+	var ee *exec.ExitError
+	switch {
+	case err == nil:
+		return string(out), nil
+	case ctx.Err() != nil:
+		return string(out), fmt.Errorf("%s timed out after %s", name, timeout)
+	case errors.As(err, &ee):
+		return string(out), &exitError{name: name, code: ee.ExitCode()}
+	default:
+		return string(out), fmt.Errorf("%s: %w", name, err)
 	}
 }
 

@@ -86,7 +86,13 @@ type joiner struct {
 	token        string
 	prepull      chan time.Duration // the pre-pull's time, when it has ended (nil: none runs)
 	stopPrepull  context.CancelFunc
+	pulled       []string // the images the pre-pull pulled, once it has ended
 	completing   bool
+
+	// baked is the marker of a baked image (nil: a stock image, baked.go); baking: this run bakes an image
+	// (prepare.go), and installs even where a marker is.
+	baked  *bakedMarker
+	baking bool
 }
 
 func (j *joiner) markerPrepared() string { return j.files.root + "/var/lib/dynk8s/prepared" }
@@ -294,11 +300,20 @@ func (j *joiner) lifecycleState(ctx context.Context) error {
 }
 
 func (j *joiner) prepare(ctx context.Context) error {
+	if !j.baking {
+		if err := j.loadBaked(); err != nil {
+			return err
+		}
+	}
+	packages, note := j.packages, ""
+	if j.baked != nil {
+		packages, note = j.checkBaked, " (baked)"
+	}
 	for _, p := range []struct {
-		name string
-		fn   func(context.Context) error
-	}{{"kernel", j.kernelModules}, {"packages", j.packages}, {"crio", j.crio}} {
-		if err := j.tl.phase(j.log, p.name, func() error { return p.fn(ctx) }); err != nil {
+		name, note string
+		fn         func(context.Context) error
+	}{{"kernel", "", j.kernelModules}, {"packages", note, packages}, {"crio", "", j.crio}} {
+		if err := j.tl.notedPhase(j.log, p.name, p.note, func() error { return p.fn(ctx) }); err != nil {
 			return err
 		}
 	}
@@ -340,7 +355,8 @@ func (j *joiner) dnfInstall(ctx context.Context, args ...string) error {
 // first (a GA image runs the release's kernel), then with its updates. kubeadm join checks neither module
 // (cmd/kubeadm/app/preflight/checks.go at v1.34.4, JoinNodeChecks), so a module still missing is logged, not fatal.
 // The sysctls (some need br_netfilter) are applied once the modules are in: cloud-init wrote them after
-// systemd-sysctl ran at this first boot. Tolerant (-e): an unknown key must not stop the boot.
+// systemd-sysctl ran at this first boot. Tolerant (-e): an unknown key must not stop the boot. A baked image has
+// the modules its build installed, for the kernel it runs: its boot never installs, and logs what stays missing.
 func (j *joiner) kernelModules(ctx context.Context) error {
 	modprobe := func(ms []string) (missing []string) {
 		for _, m := range ms {
@@ -351,8 +367,8 @@ func (j *joiner) kernelModules(ctx context.Context) error {
 		return missing
 	}
 	missing := modprobe(j.cfg.KernelModules)
-	var still []string
-	if len(missing) > 0 {
+	still := missing
+	if len(missing) > 0 && j.baked == nil {
 		pkg := "kernel-modules-extra-" + kernelRelease()
 		j.log.Printf("kernel modules missing: %s; installing %s from Fedora's repositories", strings.Join(missing, " "), pkg)
 		repos := repoArgs(j.cfg.SystemRepos)
@@ -444,6 +460,13 @@ func (j *joiner) startCrio(ctx context.Context) error {
 // startPrepull pulls the images in the background, so that the join goes on meanwhile; a failed pull is logged and
 // never fails the boot (the kubelet pulls what is still missing). Each pull is bounded by the deadline.
 func (j *joiner) startPrepull(ctx context.Context) {
+	images := j.prePullImages()
+	if j.baked != nil && len(images) == 0 {
+		j.log.Printf("phase=pre-pull took=0.0s (baked)")
+		j.prepull = make(chan time.Duration, 1)
+		j.prepull <- 0
+		return
+	}
 	if !j.host.has("crictl") {
 		j.log.Printf("pre-pull skipped: no crictl")
 		return
@@ -453,7 +476,7 @@ func (j *joiner) startPrepull(ctx context.Context) {
 	go func() {
 		start := j.clock.now()
 		failed := 0
-		for _, img := range j.cfg.PrePullImages {
+		for _, img := range images {
 			err := j.host.run(ctx, j.clock.timeout(5*time.Minute), true, "crictl", "--runtime-endpoint", j.cfg.CRISocket,
 				"pull", img)
 			if ctx.Err() != nil {
@@ -462,10 +485,12 @@ func (j *joiner) startPrepull(ctx context.Context) {
 			if err != nil {
 				failed++
 				j.log.Printf("pre-pull of %s failed (%v); the kubelet pulls it when needed", img, err)
+			} else {
+				j.pulled = append(j.pulled, img)
 			}
 		}
 		took := j.clock.now().Sub(start)
-		j.log.Printf("phase=pre-pull took=%ss (%d images, %d failed)", seconds(took), len(j.cfg.PrePullImages), failed)
+		j.log.Printf("phase=pre-pull took=%ss (%d images, %d failed)", seconds(took), len(images), failed)
 		j.prepull <- took
 	}()
 }

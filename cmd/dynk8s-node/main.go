@@ -4,6 +4,8 @@
 // configuration (/etc/dynk8s/node.json, internal/nodeconfig).
 //
 //	dynk8s-node join|wake-gateway|onprem-routes|imds-lock [--config FILE] [--dry-run] [-v]
+//	dynk8s-node prepare [--config FILE] [-v]     (an image build's first step, docs/baked-images.md)
+//	dynk8s-node clean-identity [--dry-run]       (and its last)
 //	dynk8s-node version
 //
 // --dry-run reads what the boot reads (IMDS, the join token, Auto Scaling's descriptions) and logs what it would
@@ -40,13 +42,17 @@ func main() {
 
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	if len(args) == 0 {
-		fmt.Fprintln(stderr, "usage: dynk8s-node join|wake-gateway|onprem-routes|imds-lock [--config FILE] [--dry-run] [-v] | version")
+		fmt.Fprintln(stderr, "usage: dynk8s-node join|wake-gateway|onprem-routes|imds-lock [--config FILE] [--dry-run] [-v] | "+
+			"prepare [--config FILE] [-v] | clean-identity [--dry-run] | version")
 		return 2
 	}
 	cmd, args := args[0], args[1:]
 	if cmd == "version" {
 		fmt.Fprintln(stdout, version)
 		return 0
+	}
+	if image, ok := imageCommands[cmd]; ok {
+		return image(ctx, args, stderr)
 	}
 	tag, ok := map[string]string{"join": "dynk8s-join", "wake-gateway": "dynk8s-wake-gateway",
 		"onprem-routes": "dynk8s-onprem-routes", "imds-lock": "dynk8s-imds-lock"}[cmd]

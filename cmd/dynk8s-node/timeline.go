@@ -34,6 +34,11 @@ func newTimeline(now func() time.Time) *timeline { return &timeline{now: now, st
 
 // phase runs fn as the phase name, and logs and records it when it succeeds; a failure is recorded by cut.
 func (t *timeline) phase(log *logger, name string, fn func() error) error {
+	return t.notedPhase(log, name, "", fn)
+}
+
+// notedPhase is phase with a note after the time in its log line ("phase=packages took=0.1s (baked)").
+func (t *timeline) notedPhase(log *logger, name, note string, fn func() error) error {
 	t.mu.Lock()
 	t.current, t.since = name, t.now()
 	t.mu.Unlock()
@@ -45,7 +50,7 @@ func (t *timeline) phase(log *logger, name string, fn func() error) error {
 	t.phases = append(t.phases, phaseTime{name, took})
 	t.current = ""
 	t.mu.Unlock()
-	log.Printf("phase=%s took=%ss", name, seconds(took))
+	log.Printf("phase=%s took=%ss%s", name, seconds(took), note)
 	return nil
 }
 

@@ -1,0 +1,316 @@
+//go:build e2e
+
+package e2e
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"sigs.k8s.io/yaml"
+
+	"github.com/dynk8s/dynk8s/cloudinit"
+	"github.com/dynk8s/dynk8s/internal/kube"
+)
+
+// The baked image in the box (docs/baked-images.md): the image build's steps run in a box booted from the stock
+// root, and instances booted from what that box left join without the package manager, or refuse an image baked
+// for another version.
+
+// bakeFiles are the files of the pool's user data that the image build provides before `dynk8s-node prepare`
+// (docs/baked-images.md, "The contract with the image build"; the yum_repos are left out: Debian's cloud-init
+// does not write them, and the box's dnf reads none).
+var bakeFiles = []string{
+	"/etc/dynk8s/node.json", "/etc/crio/crio.conf.d/90-dynk8s.conf", "/etc/modules-load.d/dynk8s.conf",
+	"/etc/sysctl.d/90-dynk8s.conf",
+}
+
+// bakeUserData is the build instance's user data: the bakeFiles of the pool's user data, and nothing that joins.
+func bakeUserData(t *testing.T, poolUserData []byte) []byte {
+	t.Helper()
+	files, err := cloudinit.Files(poolUserData)
+	if err != nil {
+		t.Fatal(err)
+	}
+	type writeFile struct {
+		Path        string `json:"path"`
+		Content     string `json:"content"`
+		Permissions string `json:"permissions"`
+	}
+	var out []writeFile
+	for _, f := range files {
+		if slices.Contains(bakeFiles, f.Path) {
+			out = append(out, writeFile{f.Path, f.Content, fmt.Sprintf("%04o", f.Permissions)})
+		}
+	}
+	if len(out) != len(bakeFiles) {
+		t.Fatalf("the pool's user data has %d of the files the image build needs (%v)", len(out), bakeFiles)
+	}
+	b, err := yaml.Marshal(map[string]any{"write_files": out})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return append([]byte("#cloud-config\n"), b...)
+}
+
+// bakeImage runs the image build's steps in a box booted from the stock root: cloud-init writes the pool's files
+// (as the build instance's user data would), the agent is where the component's fetch installs it, then `dynk8s-node
+// prepare` and `dynk8s-node clean-identity` run in the box, and it powers off. The image is what the box changed:
+// a copy of its overlay's upper directory, a layer over the stock root for the boxes that boot from it (an EBS
+// snapshot of the build instance's volume, in the box's terms).
+// image is where the layer goes (a directory that outlives the bake's box).
+func bakeImage(ctx context.Context, t *testing.T, j *boxJoin, zone, image string) {
+	t.Helper()
+	n := j.newNode(t, "box-bake", boxInstance{id: "i-0ba4ed00000000b01", zone: zone, ip: "10.100.1.40"})
+	writeBoxFile(t, n.root, "/var/lib/cloud/seed/nocloud/user-data", bakeUserData(t, j.userData), 0o600)
+	agent, err := os.ReadFile(builtAgent(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	writeBoxFile(t, n.root, agentPath, agent, 0o755)
+	n.boot(t)
+	if err := n.waitBooted(ctx, 3*time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	for _, step := range [][]string{{agentPath, "prepare", "--config", "/etc/dynk8s/node.json"}, {agentPath, "clean-identity"}} {
+		start := time.Now()
+		out, err := n.exec(ctx, step...)
+		t.Logf("bake: %s (%.1f s): %v\n%s", strings.Join(step, " "), time.Since(start).Seconds(), err, out)
+		if err != nil {
+			n.diagnose(t)
+			t.Fatalf("the image build's step %s failed", step[1])
+		}
+	}
+	if err := n.poweroff(time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	run(t, "cp", "-a", filepath.Join(n.dir, "upper"), image)
+}
+
+func writeBoxFile(t *testing.T, root, path string, content []byte, mode os.FileMode) {
+	t.Helper()
+	p := filepath.Join(root, path)
+	if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(p, content, mode); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// checkImage: the image holds the marker and the packages, and none of the build instance's identity.
+func checkImage(t *testing.T, image string) {
+	t.Helper()
+	var marker struct {
+		Format    int
+		Installed []struct{ Spec, NEVRA string }
+	}
+	b, err := os.ReadFile(filepath.Join(image, "etc/dynk8s/baked.json"))
+	if err != nil {
+		t.Fatalf("the image has no marker: %v", err)
+	}
+	if err := json.Unmarshal(b, &marker); err != nil || marker.Format != 1 || len(marker.Installed) == 0 {
+		t.Errorf("the marker: %v: %s", err, b)
+	}
+	t.Logf("the image's marker:\n%s", b)
+	if id, err := os.ReadFile(filepath.Join(image, "etc/machine-id")); err != nil || string(id) != "uninitialized\n" {
+		t.Errorf("the image's /etc/machine-id: %q (%v), want uninitialized", id, err)
+	}
+	for _, p := range []string{"usr/bin/kubelet", "usr/bin/kubeadm", "usr/lib/systemd/system/crio.service", "usr/local/bin/dynk8s-node"} {
+		if _, err := os.Stat(filepath.Join(image, p)); err != nil {
+			t.Errorf("the image lacks /%s: %v", p, err)
+		}
+	}
+	// What clean-identity removed is a whiteout (a character device) in the layer, or absent from it.
+	for _, p := range []string{"var/lib/cloud/instance", "var/lib/cloud/instances", "var/log/cloud-init.log",
+		"var/lib/dynk8s", "etc/dynk8s/node.json"} {
+		if st, err := os.Lstat(filepath.Join(image, p)); err == nil && st.Mode()&os.ModeCharDevice == 0 {
+			t.Errorf("the image keeps the build instance's /%s", p)
+		}
+	}
+	calls, _ := os.ReadFile(filepath.Join(image, "var/log/dynk8s-box/calls.log"))
+	if !strings.Contains(string(calls), "dnf install") {
+		t.Errorf("the image build installed nothing:\n%s", calls)
+	}
+}
+
+// bootPhases is one boot's /run/dynk8s/timeline.json, and how long after the box started its Node was Ready.
+type bootPhases struct {
+	Result       string
+	TotalSeconds float64
+	Phases       []struct {
+		Name    string
+		Seconds float64
+	}
+	ready time.Duration
+}
+
+func (n *boxNode) bootPhases(ctx context.Context, t *testing.T) bootPhases {
+	t.Helper()
+	out, err := n.exec(ctx, "cat", "/run/dynk8s/timeline.json")
+	if err != nil {
+		t.Fatalf("timeline.json: %v: %s", err, out)
+	}
+	var p bootPhases
+	if err := json.Unmarshal([]byte(out), &p); err != nil {
+		t.Fatalf("timeline.json: %v: %s", err, out)
+	}
+	return p
+}
+
+// boxCalls are the lines of the box's dnf and rpm stand-ins' call log.
+func boxCalls(t *testing.T, n *boxNode, tool string) []string {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join(n.root, "var/log/dynk8s-box/calls.log"))
+	if err != nil && !os.IsNotExist(err) {
+		t.Fatal(err)
+	}
+	var out []string
+	for _, l := range strings.Split(string(b), "\n") {
+		if strings.HasPrefix(l, tool+" ") {
+			out = append(out, l)
+		}
+	}
+	return out
+}
+
+// joinJournal is the join unit's journal of the running box.
+func (n *boxNode) joinJournal(ctx context.Context) string {
+	out, _ := n.exec(ctx, "journalctl", "-u", "dynk8s-join.service", "--no-pager", "-o", "cat")
+	return out
+}
+
+// TestBoxNodeBakedImage is issue 30's proof in the box: (a) the image build's steps, the agent's prepare and its
+// clean-identity, run in a box booted from the stock root; (b) a copy of what it left, booted with the pool's user
+// data in InService, joins and is Ready without running the package manager (the box's dnf records no call), its
+// packages and pre-pull phases logged as baked, with cloud-init and systemd clean and the kubelet started behind the
+// metadata lockdown; (c) a cold box of the same pool joins for the comparison of the in-box phase times, which
+// the test logs; (d) the same image booted with the user data of another Kubernetes version refuses to join, with
+// one reason, and installs nothing.
+func TestBoxNodeBakedImage(t *testing.T) {
+	c := requireCluster(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
+	defer cancel()
+	keepEtcKubernetesClean(t)
+	cfg := devConfig(t)
+	pool := firstTaintedPool(t, cfg)
+	j := newBoxJoin(ctx, t, c, cfg, pool, "")
+	zone := cfg.Region + fakeZoneSuffix
+
+	image := filepath.Join(t.TempDir(), "image")
+	t.Run("bake", func(t *testing.T) {
+		bakeImage(ctx, t, j, zone, image)
+		checkImage(t, image)
+	})
+	if t.Failed() {
+		return
+	}
+	boot := func(t *testing.T, n *boxNode) bootPhases {
+		t.Helper()
+		start := time.Now()
+		n.boot(t)
+		n.waitReady(ctx, t, 4*time.Minute)
+		ready := time.Since(start)
+		n.checkSettled(ctx, t)
+		n.checkCloudInit(t)
+		n.checkMetadataLocked(ctx, t)
+		n.checkLockBeforeKubelet(ctx, t)
+		p := n.bootPhases(ctx, t)
+		p.ready = ready
+		if p.Result != "joined" {
+			t.Errorf("timeline: result %q, want joined", p.Result)
+		}
+		t.Logf("Node Ready %.1f s after the box started; timeline total %.1f s, phases %+v", ready.Seconds(),
+			p.TotalSeconds, p.Phases)
+		return p
+	}
+
+	var baked, cold bootPhases
+	t.Run("baked", func(t *testing.T) {
+		n := j.newNode(t, "box-baked", boxInstance{id: "i-0ba4ed00000000b02", zone: zone, ip: "10.100.1.41",
+			state: "InService", image: image})
+		// The bake's calls are the box's record of the build, not part of the image.
+		if err := os.Remove(filepath.Join(n.root, "var/log/dynk8s-box/calls.log")); err != nil {
+			t.Fatal(err)
+		}
+		baked = boot(t, n)
+		if dnf := boxCalls(t, n, "dnf"); len(dnf) > 0 {
+			t.Errorf("the baked boot ran the package manager:\n%s", strings.Join(dnf, "\n"))
+		}
+		t.Logf("the baked boot's rpm queries:\n%s", strings.Join(boxCalls(t, n, "rpm"), "\n"))
+		journal := n.joinJournal(ctx)
+		for _, want := range []string{"phase=packages took=", "s (baked)", "baked image holds kubelet-1.34.4-0.box."} {
+			if !strings.Contains(journal, want) {
+				t.Errorf("the join's journal lacks %q:\n%s", want, journal)
+			}
+		}
+	})
+	t.Run("cold", func(t *testing.T) {
+		n := j.newNode(t, "box-cold2", boxInstance{id: "i-0c01d000000000c03", zone: zone, ip: "10.100.1.42",
+			state: "InService"})
+		cold = boot(t, n)
+		if dnf := boxCalls(t, n, "dnf"); len(dnf) == 0 {
+			t.Errorf("the cold boot installed nothing: the comparison is not cold against baked")
+		}
+	})
+	t.Run("stale", func(t *testing.T) {
+		other := *cfg
+		other.Kubernetes.Version = kube.Version{Major: 1, Minor: 33, Patch: 7}
+		stale := *j
+		stale.userData = renderNodeUserData(ctx, t, c, &other, pool, j.param)
+		n := stale.newNode(t, "box-stale", boxInstance{id: "i-05a1e000000000d04", zone: zone, ip: "10.100.1.43",
+			state: "InService", image: image})
+		if err := os.Remove(filepath.Join(n.root, "var/log/dynk8s-box/calls.log")); err != nil {
+			t.Fatal(err)
+		}
+		n.boot(t)
+		if err := n.wait(ctx, 3*time.Minute, "the join unit failed", func(ctx context.Context) bool {
+			return n.unitFailed(ctx, "dynk8s-join.service")
+		}); err != nil {
+			t.Fatal(err)
+		}
+		journal := n.joinJournal(ctx)
+		var failed []string
+		for _, l := range strings.Split(journal, "\n") {
+			if strings.Contains(l, "FAILED:") {
+				failed = append(failed, l)
+			}
+		}
+		const want = "FAILED: baked image: kubelet-1.34.4-0.box."
+		t.Logf("the stale boot's refusal: %q", failed)
+		if len(failed) != 1 || !strings.Contains(failed[0], want) || !strings.Contains(failed[0], "is installed, not kubelet-1.33.7") {
+			t.Errorf("want one %q line naming kubelet-1.33.7, got %q:\n%s", want, failed, journal)
+		}
+		if dnf := boxCalls(t, n, "dnf"); len(dnf) > 0 {
+			t.Errorf("the refused boot ran the package manager:\n%s", strings.Join(dnf, "\n"))
+		}
+		if name, err := findNode(ctx, c, "aws:///"+zone+"/i-05a1e000000000d04"); err != nil || name != "" {
+			t.Errorf("a refused baked image registered Node %q (%v)", name, err)
+		}
+	})
+	if baked.Result == "" || cold.Result == "" {
+		return
+	}
+	var b strings.Builder
+	fmt.Fprintf(&b, "%-14s %8s %8s\n", "phase", "cold", "baked")
+	seconds := func(p bootPhases, name string) string {
+		for _, ph := range p.Phases {
+			if ph.Name == name {
+				return fmt.Sprintf("%.1f", ph.Seconds)
+			}
+		}
+		return "-"
+	}
+	for _, ph := range cold.Phases {
+		fmt.Fprintf(&b, "%-14s %8s %8s\n", ph.Name, seconds(cold, ph.Name), seconds(baked, ph.Name))
+	}
+	fmt.Fprintf(&b, "%-14s %8.1f %8.1f\n", "total", cold.TotalSeconds, baked.TotalSeconds)
+	fmt.Fprintf(&b, "%-14s %8.1f %8.1f\n", "Node Ready", cold.ready.Seconds(), baked.ready.Seconds())
+	t.Logf("in-box phases of a cold and a baked boot (s; the join's timeline, and the box's start to the Node Ready):\n%s", b.String())
+}
