@@ -1,0 +1,232 @@
+package infra_test
+
+import (
+	"regexp"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/pulumi/pulumi/sdk/v3/go/common/resource"
+	"gotest.tools/v3/assert"
+	is "gotest.tools/v3/assert/cmp"
+	"sigs.k8s.io/yaml"
+
+	"github.com/dynk8s/dynk8s/cloudinit"
+	"github.com/dynk8s/dynk8s/infra"
+	"github.com/dynk8s/dynk8s/internal/mockcloud"
+	"github.com/dynk8s/dynk8s/internal/plan"
+)
+
+const (
+	componentType    = "aws:imagebuilder/component:Component"
+	recipeType       = "aws:imagebuilder/imageRecipe:ImageRecipe"
+	infraConfigType  = "aws:imagebuilder/infrastructureConfiguration:InfrastructureConfiguration"
+	distributionType = "aws:imagebuilder/distributionConfiguration:DistributionConfiguration"
+	imageType        = "aws:imagebuilder/image:Image"
+	launchTemplate   = "aws:ec2/launchTemplate:LaunchTemplate"
+)
+
+// bakedDev is the dev stack with its x86_64 pool baked (the arm64 pool stays stock).
+func bakedDev(t *testing.T) map[string]any {
+	t.Helper()
+	c := devConfig(t)
+	pool(c, 0)["image"] = "baked"
+	return c
+}
+
+func out(r *mockcloud.Resource, key string) any {
+	return mockcloud.Plain(r.Outputs[resource.PropertyKey(key)], true)
+}
+
+// componentDoc is the component's inline document, parsed as plain YAML (not into the program's own types).
+func componentDoc(t *testing.T, c *mockcloud.Resource) map[string]any {
+	t.Helper()
+	var doc map[string]any
+	assert.NilError(t, yaml.Unmarshal([]byte(in(c, "data").(string)), &doc), "the component's data is YAML")
+	return doc
+}
+
+// writtenFile is the content the component's WritePoolFiles step writes to path (its heredoc).
+func writtenFile(t *testing.T, doc map[string]any, path string) string {
+	t.Helper()
+	re := regexp.MustCompile(`(?s)cat > ` + regexp.QuoteMeta(path) + ` <<'DYNK8S_FILE_END'\n(.*?)DYNK8S_FILE_END\n`)
+	for _, cmd := range asList(dig(doc, "phases", 0, "steps", 0, "inputs", "commands")) {
+		if m := re.FindStringSubmatch(cmd.(string)); m != nil {
+			return m[1]
+		}
+	}
+	t.Fatalf("the component writes no %s", path)
+	return ""
+}
+
+// A baked pool declares its build as AWS expects it and boots the result: the component document has AWSTOE's
+// schema (name, schemaVersion 1.0, build and validate phases of ExecuteBash steps with commands), writes the very
+// node.json and agent pin the pool's user data carries, fetches the agent, prepares and cleans the identity in that
+// order; the recipe builds from the pool's Fedora image with that component; the build's instance profile has
+// Image Builder's managed policies and reads exactly the agent of its architecture; the launch template boots the
+// image's AMI. The stock pool of the same stack declares none of it.
+func TestBakedPoolDeclaresItsImage(t *testing.T) {
+	stock := runStack(t, devConfig(t))
+	for _, typ := range []string{componentType, recipeType, infraConfigType, distributionType, imageType, infra.ImageBuilderType} {
+		assert.Check(t, is.Len(stock.Cloud.ByType(typ), 0), "a stack of stock pools declares no %s", typ)
+	}
+	stockAMI := in(find(t, stock, launchTemplate, "pool-builders-x86-lt"), "imageId")
+
+	res := runStack(t, bakedDev(t))
+	component := find(t, res, componentType, "pool-builders-x86-image-component")
+	assert.Equal(t, component.Parent, "pool-builders-x86")
+	assert.Equal(t, in(component, "platform"), "Linux")
+	assert.Equal(t, in(component, "name"), "dynk8s-homelab-builders-x86")
+	doc := componentDoc(t, component)
+	assert.Equal(t, doc["name"], "dynk8s-homelab-builders-x86")
+	assert.Equal(t, doc["schemaVersion"], "1.0")
+	var phases, steps []string
+	for _, p := range asList(doc["phases"]) {
+		phases = append(phases, asMap(p)["name"].(string))
+		for _, s := range asList(asMap(p)["steps"]) {
+			step := asMap(s)
+			steps = append(steps, step["name"].(string))
+			assert.Check(t, is.Equal(step["action"], "ExecuteBash"), step["name"])
+			commands := asList(dig(step, "inputs", "commands"))
+			assert.Check(t, len(commands) > 0, step["name"])
+			assert.Check(t, is.Equal(commands[0], "set -euo pipefail"), "%s fails on its first failed command", step["name"])
+		}
+	}
+	assert.DeepEqual(t, phases, []string{"build", "validate"})
+	assert.DeepEqual(t, steps, []string{"WritePoolFiles", "AddRepositories", "FetchAgent", "Prepare", "CleanIdentity",
+		"CheckBakedImage"})
+	command := func(step int) string {
+		return strings.Join(stringsOf(dig(doc, "phases", 0, "steps", step, "inputs", "commands")), "\n")
+	}
+	assert.Check(t, is.Contains(command(3), "/usr/local/bin/dynk8s-node prepare --config /etc/dynk8s/node.json"))
+	assert.Check(t, is.Contains(command(4), "/usr/local/bin/dynk8s-node clean-identity"))
+	assert.Check(t, is.Contains(command(2), ". /etc/dynk8s/agent.env"))
+	assert.Check(t, is.Contains(command(1), "cloud-init single --name yum_add_repo"))
+
+	// The files are the pool's user data's own, byte for byte.
+	lt := find(t, res, launchTemplate, "pool-builders-x86-lt")
+	raw, err := cloudinit.Decode(in(lt, "userData").(string))
+	assert.NilError(t, err)
+	files, err := cloudinit.Files(raw)
+	assert.NilError(t, err)
+	for _, p := range []string{"/etc/dynk8s/node.json", "/etc/dynk8s/agent.env", "/etc/crio/crio.conf.d/90-dynk8s.conf",
+		"/usr/local/libexec/dynk8s/fetch-agent.sh"} {
+		i := slices.IndexFunc(files, func(f cloudinit.File) bool { return f.Path == p })
+		assert.Assert(t, i >= 0, p)
+		assert.Check(t, is.Equal(writtenFile(t, doc, p), files[i].Content), p)
+	}
+
+	recipe := find(t, res, recipeType, "pool-builders-x86-image-recipe")
+	assert.Equal(t, in(recipe, "parentImage"), stockAMI, "built from the pool's pinned Fedora image")
+	assert.Equal(t, dig(in(recipe, "components"), 0, "componentArn"), out(component, "arn"))
+	assert.Equal(t, dig(in(recipe, "blockDeviceMappings"), 0, "deviceName"), "/dev/sda1", "the image's own root device")
+	assert.Equal(t, dig(in(recipe, "blockDeviceMappings"), 0, "ebs", "encrypted"), "true")
+	assert.Equal(t, dig(in(recipe, "systemsManagerAgent"), "uninstallAfterBuild"), true)
+
+	builder := find(t, res, infraConfigType, "image-builder-x86_64")
+	profile := find(t, res, "aws:iam/instanceProfile:InstanceProfile", "image-builder-profile")
+	role := find(t, res, "aws:iam/role:Role", "image-builder-role")
+	assert.Equal(t, in(builder, "instanceProfileName"), out(profile, "name"))
+	assert.Equal(t, in(profile, "role"), out(role, "name"))
+	var attached []string
+	for _, a := range res.Cloud.ByType("aws:iam/rolePolicyAttachment:RolePolicyAttachment") {
+		if in(&a, "role") == out(role, "name") {
+			attached = append(attached, in(&a, "policyArn").(string))
+		}
+	}
+	slices.Sort(attached)
+	assert.DeepEqual(t, attached, []string{"arn:aws:iam::aws:policy/AmazonSSMManagedInstanceCore",
+		"arn:aws:iam::aws:policy/EC2InstanceProfileForImageBuilder"})
+	read := policy(t, find(t, res, "aws:iam/rolePolicy:RolePolicy", "agent-image-build-read"), "policy")
+	assert.Equal(t, in(find(t, res, "aws:iam/rolePolicy:RolePolicy", "agent-image-build-read"), "role"), out(role, "name"))
+	bucket := out(find(t, res, "aws:s3/bucketV2:BucketV2", "agent"), "arn").(string)
+	assert.DeepEqual(t, read.Statement[0].Resource, []string{bucket + "/dynk8s-node/linux-amd64"})
+	assert.DeepEqual(t, read.Statement[0].Action, []string{"s3:GetObject", "s3:GetObjectVersion"})
+	assert.Equal(t, in(builder, "terminateInstanceOnFailure"), true)
+	assert.DeepEqual(t, in(builder, "instanceTypes"), []any{"c7i.large"})
+	subnets := []any{}
+	for _, s := range res.Cloud.ByType("aws:ec2/subnet:Subnet") {
+		subnets = append(subnets, s.ID)
+	}
+	assert.Check(t, slices.Contains(subnets, in(builder, "subnetId")), "a subnet of the stack")
+	assert.DeepEqual(t, in(builder, "securityGroupIds"), []any{find(t, res, "aws:ec2/securityGroup:SecurityGroup", "network-node-sg").ID})
+	assert.Equal(t, dig(in(builder, "resourceTags"), "dynk8s:cluster"), "homelab")
+	assert.Check(t, dig(in(builder, "resourceTags"), "dynk8s:pool") == nil, "a build instance is no pool instance")
+
+	image := find(t, res, imageType, "pool-builders-x86-image")
+	assert.Equal(t, in(image, "imageRecipeArn"), out(recipe, "arn"))
+	assert.Equal(t, in(image, "infrastructureConfigurationArn"), out(builder, "arn"))
+	assert.Equal(t, in(image, "distributionConfigurationArn"),
+		out(find(t, res, distributionType, "pool-builders-x86-image-distribution"), "arn"))
+	assert.Equal(t, dig(in(image, "imageTestsConfiguration"), "imageTestsEnabled"), false)
+	assert.Equal(t, in(lt, "imageId"), dig(out(image, "outputResources"), 0, "amis", 0, "image"),
+		"the pool boots the baked AMI")
+	assert.Check(t, in(lt, "imageId") != stockAMI)
+
+	// The stock pool beside it: its Fedora image, no build.
+	arm := find(t, res, launchTemplate, "pool-builders-arm-lt")
+	assert.Equal(t, in(arm, "imageId"), in(find(t, stock, launchTemplate, "pool-builders-arm-lt"), "imageId"))
+	for _, typ := range []string{componentType, recipeType, imageType, distributionType} {
+		assert.Check(t, is.Len(res.Cloud.ByType(typ), 1), "one %s, the baked pool's", typ)
+	}
+	assert.Check(t, is.Len(res.Cloud.ByType(infraConfigType), 1), "the x86_64 build only")
+}
+
+func stringsOf(v any) []string {
+	var s []string
+	for _, e := range asList(v) {
+		s = append(s, e.(string))
+	}
+	return s
+}
+
+// buildVersions are the baked x86_64 pool's component and recipe versions and its AMI.
+func buildVersions(t *testing.T, res *plan.Result) (component, recipe, ami string) {
+	t.Helper()
+	return in(find(t, res, componentType, "pool-builders-x86-image-component"), "version").(string),
+		in(find(t, res, recipeType, "pool-builders-x86-image-recipe"), "version").(string),
+		in(find(t, res, launchTemplate, "pool-builders-x86-lt"), "imageId").(string)
+}
+
+// What reaches the build is hashed into its versions: the same config gives the same versions (a second `up`
+// changes nothing), and a new Kubernetes patch, Fedora release or pool config gives new ones, hence a new image.
+func TestBakedImageVersionFollowsTheContent(t *testing.T) {
+	c1, r1, ami1 := buildVersions(t, runStack(t, bakedDev(t)))
+	c2, r2, ami2 := buildVersions(t, runStack(t, bakedDev(t)))
+	assert.Equal(t, c1, c2)
+	assert.Equal(t, r1, r2)
+	assert.Equal(t, ami1, ami2)
+	assert.Check(t, is.Regexp(`^34\.4\.\d+$`, r1), "the Kubernetes minor and patch, then the content's hash")
+
+	patch := bakedDev(t)
+	obj(patch, "kubernetes")["version"] = "1.34.5"
+	cp, rp, amip := buildVersions(t, runStack(t, patch))
+	assert.Check(t, cp != c1 && rp != r1 && amip != ami1, "a new patch: %s %s %s", cp, rp, amip)
+	assert.Check(t, is.Regexp(`^34\.5\.\d+$`, rp))
+
+	fedora := bakedDev(t)
+	obj(fedora, "fedora")["release"] = 43
+	cf, rf, _ := buildVersions(t, runStack(t, fedora))
+	assert.Check(t, rf != r1, "a new Fedora image: a new recipe")
+	assert.Check(t, is.Equal(cf, c1), "the same component: only the parent image changed")
+
+	images := bakedDev(t)
+	pool(images, 0)["prePullImages"] = []any{"quay.io/jenkins/agent:3.1"}
+	ci, ri, _ := buildVersions(t, runStack(t, images))
+	assert.Check(t, ci != c1 && ri != r1, "a new node config: a new component and recipe")
+}
+
+// The component document stays within Image Builder's inline limit for the dev pool, with room for a pool's own
+// pre-pull images.
+func TestBakedComponentFitsImageBuilder(t *testing.T) {
+	c := bakedDev(t)
+	var many []any
+	for i := range 20 {
+		many = append(many, "registry.example.com/team/build-image-number-"+strings.Repeat("x", 20)+":v"+string(rune('a'+i)))
+	}
+	pool(c, 0)["prePullImages"] = many
+	res := runStack(t, c)
+	data := in(find(t, res, componentType, "pool-builders-x86-image-component"), "data").(string)
+	t.Logf("component document: %d characters with 20 pre-pull images", len(data))
+	assert.Check(t, len(data) <= 16000, "%d characters", len(data))
+}
