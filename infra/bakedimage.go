@@ -303,8 +303,8 @@ func imageVersion(k kube.Version, content ...string) string {
 func bakedImage(ctx *pulumi.Context, name string, args *NodePoolArgs, parentImage ec2.LookupAmiResultOutput,
 	userData pulumix.Output[string], agent pulumix.Output[cloudinit.Agent], parent pulumi.ResourceOption) (pulumi.StringOutput, error) {
 	pool := args.Pool
-	imageName := "dynk8s-" + args.ClusterName + "-" + pool.Name
-	tags := awsTags(config.IdentityTags(args.ClusterName, pool.Name, imageName))
+	imageName := args.ClusterName + "-" + pool.Name
+	tags := awsTags(config.IdentityTags(args.ClusterName, pool.Name, imageName+"-image"))
 	fail := func(what string, err error) (pulumi.StringOutput, error) {
 		return pulumi.StringOutput{}, fmt.Errorf("node pool %q: baked image: %s: %w", pool.Name, what, err)
 	}

@@ -1,18 +1,22 @@
 package infra_test
 
 import (
+	"bytes"
 	"regexp"
 	"slices"
 	"strings"
 	"testing"
 
 	"github.com/pulumi/pulumi/sdk/v3/go/common/resource"
+	"github.com/pulumi/pulumi/sdk/v3/go/pulumi"
 	"gotest.tools/v3/assert"
 	is "gotest.tools/v3/assert/cmp"
 	"sigs.k8s.io/yaml"
 
 	"github.com/dynk8s/dynk8s/cloudinit"
 	"github.com/dynk8s/dynk8s/infra"
+	"github.com/dynk8s/dynk8s/infra/config"
+	"github.com/dynk8s/dynk8s/internal/kube"
 	"github.com/dynk8s/dynk8s/internal/mockcloud"
 	"github.com/dynk8s/dynk8s/internal/plan"
 )
@@ -76,9 +80,9 @@ func TestBakedPoolDeclaresItsImage(t *testing.T) {
 	component := find(t, res, componentType, "pool-builders-x86-image-component")
 	assert.Equal(t, component.Parent, "pool-builders-x86")
 	assert.Equal(t, in(component, "platform"), "Linux")
-	assert.Equal(t, in(component, "name"), "dynk8s-homelab-builders-x86")
+	assert.Equal(t, in(component, "name"), "homelab-builders-x86")
 	doc := componentDoc(t, component)
-	assert.Equal(t, doc["name"], "dynk8s-homelab-builders-x86")
+	assert.Equal(t, doc["name"], "homelab-builders-x86")
 	assert.Equal(t, doc["schemaVersion"], "1.0")
 	var phases, steps []string
 	for _, p := range asList(doc["phases"]) {
@@ -191,11 +195,16 @@ func buildVersions(t *testing.T, res *plan.Result) (component, recipe, ami strin
 // What reaches the build is hashed into its versions: the same config gives the same versions (a second `up`
 // changes nothing), and a new Kubernetes patch, Fedora release or pool config gives new ones, hence a new image.
 func TestBakedImageVersionFollowsTheContent(t *testing.T) {
-	c1, r1, ami1 := buildVersions(t, runStack(t, bakedDev(t)))
-	c2, r2, ami2 := buildVersions(t, runStack(t, bakedDev(t)))
+	first, second := runStack(t, bakedDev(t)), runStack(t, bakedDev(t))
+	c1, r1, ami1 := buildVersions(t, first)
+	c2, r2, ami2 := buildVersions(t, second)
 	assert.Equal(t, c1, c2)
 	assert.Equal(t, r1, r2)
 	assert.Equal(t, ami1, ami2)
+	var a, b bytes.Buffer
+	assert.NilError(t, first.WriteJSON(&a))
+	assert.NilError(t, second.WriteJSON(&b))
+	assert.Check(t, bytes.Equal(a.Bytes(), b.Bytes()), "two runs of the same baked config differ")
 	assert.Check(t, is.Regexp(`^34\.4\.\d+$`, r1), "the Kubernetes minor and patch, then the content's hash")
 
 	patch := bakedDev(t)
@@ -229,4 +238,27 @@ func TestBakedComponentFitsImageBuilder(t *testing.T) {
 	data := in(find(t, res, componentType, "pool-builders-x86-image-component"), "data").(string)
 	t.Logf("component document: %d characters with 20 pre-pull images", len(data))
 	assert.Check(t, len(data) <= 16000, "%d characters", len(data))
+}
+
+// The components refuse what would declare a broken build: an image builder for no architecture, and a baked pool
+// without the image builder's args.
+func TestBakedImageRefusesBadInput(t *testing.T) {
+	run := func(declare func(ctx *pulumi.Context) error) error {
+		return mockcloud.Run(declare, "test", mockcloud.StackConfig{}, mockcloud.New("us-west-2"))
+	}
+	err := run(func(ctx *pulumi.Context) error {
+		_, err := infra.NewImageBuilder(ctx, "image-builder", &infra.ImageBuilderArgs{ClusterName: "lab"})
+		return err
+	})
+	assert.Check(t, is.ErrorContains(err, "at least one architecture"))
+
+	err = run(func(ctx *pulumi.Context) error {
+		_, err := infra.NewNodePool(ctx, "pool-x", &infra.NodePoolArgs{
+			ClusterName: "lab", Agent: testAgentObject(),
+			Pool: config.NodePool{Name: "x", Arch: kube.ArchX86_64, InstanceTypes: []string{"c7i.large"}, MaxSize: 1,
+				Image: config.ImageBaked},
+		})
+		return err
+	})
+	assert.Check(t, is.ErrorContains(err, "a baked image needs the image builder's args"))
 }
