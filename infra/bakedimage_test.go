@@ -2,6 +2,8 @@ package infra_test
 
 import (
 	"bytes"
+	"crypto/sha256"
+	"fmt"
 	"regexp"
 	"slices"
 	"strings"
@@ -11,6 +13,7 @@ import (
 	"github.com/pulumi/pulumi/sdk/v3/go/pulumi"
 	"gotest.tools/v3/assert"
 	is "gotest.tools/v3/assert/cmp"
+	"gotest.tools/v3/golden"
 	"sigs.k8s.io/yaml"
 
 	"github.com/dynk8s/dynk8s/cloudinit"
@@ -261,4 +264,32 @@ func TestBakedImageRefusesBadInput(t *testing.T) {
 		return err
 	})
 	assert.Check(t, is.ErrorContains(err, "a baked image needs the image builder's args"))
+}
+
+// The dev stack's x86_64 pool's component document, baked, as the golden testdata/baked-component.golden.yaml: any
+// change to what the build runs shows as a reviewable diff (the agent's bootstrap script as one line, its name,
+// sha256 and line count, as the user-data goldens show it; its own tests pin it).
+func TestBakedComponentGolden(t *testing.T) {
+	res := runStack(t, bakedDev(t))
+	data := in(find(t, res, componentType, "pool-builders-x86-image-component"), "data").(string)
+	var doc map[string]any
+	assert.NilError(t, yaml.Unmarshal([]byte(data), &doc))
+	again, err := yaml.Marshal(doc)
+	assert.NilError(t, err)
+	assert.Equal(t, string(again), data, "the document marshals back to itself, so only the script is stubbed")
+	script := regexp.MustCompile(`(?s)(cat > /usr/local/libexec/dynk8s/fetch-agent.sh <<'DYNK8S_FILE_END'\n)(.*?)(\nDYNK8S_FILE_END\n)`)
+	stubbed := 0
+	commands := asList(dig(doc, "phases", 0, "steps", 0, "inputs", "commands"))
+	for i, c := range commands {
+		if m := script.FindStringSubmatch(c.(string)); m != nil {
+			sum := sha256.Sum256([]byte(m[2] + "\n"))
+			stub := fmt.Sprintf("<script fetch-agent.sh sha256:%x %d lines>", sum[:8], strings.Count(m[2], "\n")+1)
+			commands[i] = strings.Replace(c.(string), m[0], m[1]+stub+m[3], 1)
+			stubbed++
+		}
+	}
+	assert.Equal(t, stubbed, 1, "the component writes fetch-agent.sh once")
+	out, err := yaml.Marshal(doc)
+	assert.NilError(t, err)
+	golden.Assert(t, string(out), "baked-component.golden.yaml")
 }
