@@ -303,8 +303,9 @@ func imageVersion(k kube.Version, content ...string) string {
 func bakedImage(ctx *pulumi.Context, name string, args *NodePoolArgs, parentImage ec2.LookupAmiResultOutput,
 	userData pulumix.Output[string], agent pulumix.Output[cloudinit.Agent], parent pulumi.ResourceOption) (pulumi.StringOutput, error) {
 	pool := args.Pool
+	// Named as the pool's launch template and group are: the image is the pool's.
 	imageName := args.ClusterName + "-" + pool.Name
-	tags := awsTags(config.IdentityTags(args.ClusterName, pool.Name, imageName+"-image"))
+	tags := awsTags(config.IdentityTags(args.ClusterName, pool.Name, imageName))
 	fail := func(what string, err error) (pulumi.StringOutput, error) {
 		return pulumi.StringOutput{}, fmt.Errorf("node pool %q: baked image: %s: %w", pool.Name, what, err)
 	}
