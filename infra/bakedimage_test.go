@@ -4,6 +4,9 @@ import (
 	"bytes"
 	"crypto/sha256"
 	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
 	"regexp"
 	"slices"
 	"strings"
@@ -22,6 +25,7 @@ import (
 	"github.com/dynk8s/dynk8s/internal/kube"
 	"github.com/dynk8s/dynk8s/internal/mockcloud"
 	"github.com/dynk8s/dynk8s/internal/plan"
+	"github.com/dynk8s/dynk8s/internal/realtools"
 )
 
 const (
@@ -292,4 +296,63 @@ func TestBakedComponentGolden(t *testing.T) {
 	out, err := yaml.Marshal(doc)
 	assert.NilError(t, err)
 	golden.Assert(t, string(out), "baked-component.golden.yaml")
+}
+
+// The build's steps are sound bash: each passes shellcheck, and WritePoolFiles, run by the real bash (its paths moved
+// under a temporary root), writes every file byte for byte and with the mode the pool's user data gives it: the
+// quoted heredocs expand nothing.
+func TestBakedStepsRunAsBash(t *testing.T) {
+	res := runStack(t, bakedDev(t))
+	doc := componentDoc(t, find(t, res, componentType, "pool-builders-x86-image-component"))
+	shellcheck := realtools.Require(t, "shellcheck")
+	dir := t.TempDir()
+	for _, phase := range asList(doc["phases"]) {
+		for _, s := range asList(asMap(phase)["steps"]) {
+			step := asMap(s)
+			script := filepath.Join(dir, step["name"].(string)+".sh")
+			body := "#!/usr/bin/env bash\n" + strings.Join(stringsOf(dig(step, "inputs", "commands")), "\n") + "\n"
+			assert.NilError(t, os.WriteFile(script, []byte(body), 0o755))
+			// SC1091: the env file sourced exists on the build instance only.
+			out, err := exec.Command(shellcheck, "--exclude=SC1091", script).CombinedOutput()
+			assert.Check(t, err == nil, "shellcheck %s:\n%s", step["name"], out)
+		}
+	}
+
+	lt := find(t, res, launchTemplate, "pool-builders-x86-lt")
+	raw, err := cloudinit.Decode(in(lt, "userData").(string))
+	assert.NilError(t, err)
+	files, err := cloudinit.Files(raw)
+	assert.NilError(t, err)
+	root := t.TempDir()
+	write := regexp.MustCompile(`(?s)^install -d -m 0755 (\S+)\ncat > (\S+) <<'DYNK8S_FILE_END'\n(.*\n)DYNK8S_FILE_END\nchmod ([0-7]{4}) (\S+)$`)
+	commands := stringsOf(dig(doc, "phases", 0, "steps", 0, "inputs", "commands"))
+	moved := []string{commands[0]}
+	var written []string
+	for _, c := range commands[1:] {
+		m := write.FindStringSubmatch(c)
+		assert.Assert(t, m != nil && m[2] == m[5] && filepath.Dir(m[2]) == m[1], "not a file write:\n%s", c)
+		moved = append(moved, strings.NewReplacer(" "+m[1]+"\n", " "+root+m[1]+"\n", " "+m[2]+" ", " "+root+m[2]+" ",
+			" "+m[2]+"\n", " "+root+m[2]+"\n").Replace(c[:len(c)-len(m[5])])+root+m[5])
+		written = append(written, m[2])
+	}
+	cmd := exec.Command(realtools.Require(t, "bash"), "-c", strings.Join(moved, "\n"))
+	cmd.Env = []string{"PATH=" + realtools.ClosedPath(t, "install")}
+	out, err := cmd.CombinedOutput()
+	assert.NilError(t, err, "%s", out)
+	for _, f := range files {
+		if !slices.Contains(written, f.Path) {
+			continue
+		}
+		got, err := os.ReadFile(filepath.Join(root, f.Path))
+		assert.NilError(t, err)
+		assert.Check(t, is.Equal(string(got), f.Content), f.Path)
+		info, err := os.Stat(filepath.Join(root, f.Path))
+		assert.NilError(t, err)
+		assert.Check(t, is.Equal(info.Mode().Perm(), f.Permissions.Perm()), f.Path)
+		written = slices.DeleteFunc(written, func(p string) bool { return p == f.Path })
+	}
+	assert.DeepEqual(t, written, []string{"/run/dynk8s-image/repos.yaml"})
+	repos, err := os.ReadFile(filepath.Join(root, "run/dynk8s-image/repos.yaml"))
+	assert.NilError(t, err)
+	assert.Check(t, is.Contains(string(repos), "yum_repos:"))
 }
