@@ -21,6 +21,7 @@ import (
 	"github.com/dynk8s/dynk8s/cloudinit"
 	"github.com/dynk8s/dynk8s/infra/config"
 	"github.com/dynk8s/dynk8s/internal/kube"
+	"github.com/dynk8s/dynk8s/internal/nodeconfig"
 )
 
 // A pool with nodePools[i].image baked boots an image the stack builds with EC2 Image Builder: from the pool's
@@ -237,7 +238,7 @@ func componentDocument(in bakeInput) (ComponentDocument, error) {
 			return ComponentDocument{}, err
 		}
 		write = append(write, cmd)
-		if strings.HasSuffix(f.Path, "/node.json") {
+		if f.Path == nodeconfig.Path {
 			nodeJSON = f.Content
 		}
 	}
@@ -256,7 +257,7 @@ func componentDocument(in bakeInput) (ComponentDocument, error) {
 				// The .repo files exactly as a node's cloud-init writes them: by cloud-init's own module.
 				bash("AddRepositories", "cloud-init single --name yum_add_repo --frequency always --file "+reposConfig),
 				bash("FetchAgent", fetch),
-				bash("Prepare", nodeAgent+" prepare --config /etc/dynk8s/node.json"),
+				bash("Prepare", nodeAgent+" prepare --config "+nodeconfig.Path),
 				// Last: the instance is stopped and snapshotted after the validate phase, which only reads.
 				bash("CleanIdentity", nodeAgent+" clean-identity"),
 			}},
