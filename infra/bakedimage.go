@@ -58,6 +58,10 @@ const (
 	reposConfig = "/run/dynk8s-image/repos.yaml"
 )
 
+// KubernetesVersionTag is the tag of a baked pool's Image Builder resources and AMI: the Kubernetes version the
+// image holds.
+const KubernetesVersionTag = "dynk8s:kubernetes-version"
+
 // maxComponentData is the most an Image Builder component's inline document may hold (CreateComponent API
 // reference: data, maximum length 16000).
 const maxComponentData = 16000
@@ -306,7 +310,9 @@ func bakedImage(ctx *pulumi.Context, name string, args *NodePoolArgs, parentImag
 	pool := args.Pool
 	// Named as the pool's launch template and group are: the image is the pool's.
 	imageName := args.ClusterName + "-" + pool.Name
-	tags := awsTags(config.IdentityTags(args.ClusterName, pool.Name, imageName))
+	// The Kubernetes version it holds, also on the AMI: an operator finds the images of a version by it.
+	tags := awsTags(append(config.IdentityTags(args.ClusterName, pool.Name, imageName),
+		config.Tag{Key: KubernetesVersionTag, Value: args.Node.KubernetesVersion.String()}))
 	fail := func(what string, err error) (pulumi.StringOutput, error) {
 		return pulumi.StringOutput{}, fmt.Errorf("node pool %q: baked image: %s: %w", pool.Name, what, err)
 	}

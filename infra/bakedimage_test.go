@@ -163,6 +163,9 @@ func TestBakedPoolDeclaresItsImage(t *testing.T) {
 	assert.DeepEqual(t, in(builder, "securityGroupIds"), []any{find(t, res, "aws:ec2/securityGroup:SecurityGroup", "network-node-sg").ID})
 	assert.Equal(t, dig(in(builder, "resourceTags"), "dynk8s:cluster"), "homelab")
 	assert.Check(t, dig(in(builder, "resourceTags"), "dynk8s:pool") == nil, "a build instance is no pool instance")
+	assert.Equal(t, dig(in(recipe, "tags"), infra.KubernetesVersionTag), "1.34.4")
+	assert.Equal(t, dig(in(find(t, res, distributionType, "pool-builders-x86-image-distribution"), "distributions"), 0,
+		"amiDistributionConfiguration", "amiTags", infra.KubernetesVersionTag), "1.34.4", "the AMI says what it holds")
 
 	image := find(t, res, imageType, "pool-builders-x86-image")
 	assert.Equal(t, in(image, "imageRecipeArn"), out(recipe, "arn"))

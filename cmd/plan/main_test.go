@@ -290,7 +290,7 @@ func TestPlanBakedImage(t *testing.T) {
 	var stdout, stderr bytes.Buffer
 	dir := t.TempDir()
 	assert.Equal(t, run([]string{"-config", file, "-out", dir}, &stdout, &stderr), 0, stderr.String())
-	assert.Check(t, is.Regexp(`(?m)^  builders-x86 +x86_64 +34\.4\.\d+ +34\.4\.\d+ +ami-[0-9a-f]+ +c7i\.large +10 GiB$`,
+	assert.Check(t, is.Regexp(`(?m)^  builders-x86 +x86_64 +1\.34\.4 +34\.4\.\d+ +34\.4\.\d+ +ami-[0-9a-f]+ +c7i\.large +10 GiB$`,
 		stdout.String()))
 	assert.Check(t, !strings.Contains(stdout.String(), "builders-arm  arm64"), "the stock pool builds nothing")
 	doc, err := os.ReadFile(filepath.Join(dir, "imagebuilder", "builders-x86.yaml"))

@@ -15,6 +15,8 @@ import (
 type BakedImage struct {
 	Pool string `json:"pool"`
 	Arch string `json:"arch"`
+	// Kubernetes is the version the image holds (the recipe's infra.KubernetesVersionTag).
+	Kubernetes string `json:"kubernetes"`
 	// RecipeVersion is the recipe's content-derived version: the Kubernetes minor and patch, then a hash.
 	RecipeVersion    string `json:"recipeVersion"`
 	ComponentVersion string `json:"componentVersion"`
@@ -47,9 +49,11 @@ func (r *Result) BakedImages() []BakedImage {
 		in := mockcloud.PlainMap(res.Inputs, false)
 		recipe := byARN[str(in["imageRecipeArn"])]
 		build := byARN[str(in["infrastructureConfigurationArn"])]
+		tags, _ := recipe["tags"].(map[string]any)
 		b := BakedImage{
 			Pool:          strings.TrimSuffix(strings.TrimPrefix(res.Name, "pool-"), "-image"),
 			RecipeVersion: str(recipe["version"]),
+			Kubernetes:    str(tags[infra.KubernetesVersionTag]),
 			ParentImage:   str(recipe["parentImage"]),
 			Image:         res.Name,
 		}
@@ -84,10 +88,10 @@ func (r *Result) WriteBakedImages(w io.Writer) error {
 	fmt.Fprintf(w, "\nBaked images (EC2 Image Builder, built by `pulumi up` before the pool's launch template; "+
 		"about 20-35 min each, an estimate; timeout %s):\n", infra.BuildTimeout)
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "  POOL\tARCH\tRECIPE\tCOMPONENT\tFROM\tBUILD ON\tVOLUME")
+	fmt.Fprintln(tw, "  POOL\tARCH\tKUBERNETES\tRECIPE\tCOMPONENT\tFROM\tBUILD ON\tVOLUME")
 	for _, b := range images {
-		fmt.Fprintf(tw, "  %s\t%s\t%s\t%s\t%s\t%s\t%d GiB\n", b.Pool, b.Arch, b.RecipeVersion, b.ComponentVersion,
-			b.ParentImage, b.BuildInstanceType, b.VolumeGiB)
+		fmt.Fprintf(tw, "  %s\t%s\t%s\t%s\t%s\t%s\t%s\t%d GiB\n", b.Pool, b.Arch, b.Kubernetes, b.RecipeVersion,
+			b.ComponentVersion, b.ParentImage, b.BuildInstanceType, b.VolumeGiB)
 	}
 	return tw.Flush()
 }
