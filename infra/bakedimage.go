@@ -151,7 +151,8 @@ func NewImageBuilder(ctx *pulumi.Context, name string, args *ImageBuilderArgs, o
 				SubnetId:            args.SubnetID,
 				SecurityGroupIds:    pulumi.StringArray{args.SecurityGroupID},
 				// A failed build's instance is terminated, not left running (and billing) for a look at it; the
-				// component's log is in the image's workflow output.
+				// steps' output is in CloudWatch Logs, group /aws/imagebuilder/<recipe name> (Image Builder's
+				// default), and the reason in the image's state.
 				TerminateInstanceOnFailure: pulumi.Bool(true),
 				// As the nodes: IMDSv2 only, one hop (the bootstrap asks IMDS with a token).
 				InstanceMetadataOptions: &imagebuilder.InfrastructureConfigurationInstanceMetadataOptionsArgs{
