@@ -4,6 +4,7 @@ package e2e
 
 import (
 	"context"
+	"crypto/sha256"
 	"encoding/json"
 	"fmt"
 	"os"
@@ -61,7 +62,8 @@ func bakeUserData(t *testing.T, poolUserData []byte) []byte {
 
 // bakeImage runs the image build's steps in a box booted from the stock root: cloud-init writes the pool's files
 // (as the build instance's user data would), the agent is where the component's fetch installs it, then `dynk8s-node
-// prepare` and `dynk8s-node clean-identity` run in the box, and it powers off. The image is what the box changed:
+// prepare`, `dynk8s-node clean-identity` and the validate step's `dynk8s-node check-image` run in the box, and it
+// powers off. The image is what the box changed:
 // a copy of its overlay's upper directory, a layer over the stock root for the boxes that boot from it (an EBS
 // snapshot of the build instance's volume, in the box's terms).
 // image is where the layer goes (a directory that outlives the bake's box).
@@ -78,7 +80,15 @@ func bakeImage(ctx context.Context, t *testing.T, j *boxJoin, zone, image string
 	if err := n.waitBooted(ctx, 3*time.Minute); err != nil {
 		t.Fatal(err)
 	}
-	for _, step := range [][]string{{agentPath, "prepare", "--config", "/etc/dynk8s/node.json"}, {agentPath, "clean-identity"}} {
+	// The validate step checks the marker against the sha256 of the node.json the build wrote (clean-identity
+	// removes the file itself).
+	nodeJSON, err := os.ReadFile(filepath.Join(n.root, "/etc/dynk8s/node.json"))
+	if err != nil {
+		t.Fatalf("cloud-init did not write the pool's node.json: %v", err)
+	}
+	configSum := fmt.Sprintf("%x", sha256.Sum256(nodeJSON))
+	for _, step := range [][]string{{agentPath, "prepare", "--config", "/etc/dynk8s/node.json"}, {agentPath, "clean-identity"},
+		{agentPath, "check-image", "--config-sha256", configSum}} {
 		start := time.Now()
 		out, err := n.exec(ctx, step...)
 		t.Logf("bake: %s (%.1f s): %v\n%s", strings.Join(step, " "), time.Since(start).Seconds(), err, out)

@@ -89,6 +89,8 @@ type NodePoolArgs struct {
 	GatewayAddress pulumi.Resource
 	// Agent is the node agent's object for the pool's architecture (AgentBucket.Objects; required).
 	Agent AgentObject
+	// Bake builds the image the pool boots (required with Pool.Image baked, ignored otherwise).
+	Bake *BakeArgs
 }
 
 // NewNodePool declares one node pool.
@@ -97,6 +99,9 @@ func NewNodePool(ctx *pulumi.Context, name string, args *NodePoolArgs, opts ...p
 		return nil, errors.New("node pool: args with the agent's object are required")
 	}
 	pool := args.Pool
+	if pool.Baked() && args.Bake == nil {
+		return nil, fmt.Errorf("node pool %q: a baked image needs the image builder's args", name)
+	}
 	mixed := pool.Spot || len(pool.InstanceTypes) > 1
 	if pool.WarmPool != nil && mixed {
 		return nil, fmt.Errorf("node pool %q: a warm pool needs an on-demand pool of one instance type", name)
@@ -113,23 +118,36 @@ func NewNodePool(ctx *pulumi.Context, name string, args *NodePoolArgs, opts ...p
 	if args.GatewayInstanceID != nil {
 		gatewayID = args.GatewayInstanceID.ToStringOutput()
 	}
-	userData := pulumix.Apply4Err(args.CACertHashes.ToStringArrayOutput(), gatewayID, args.Agent.Bucket,
-		args.Agent.VersionID, func(hashes []string, gateway, bucket, version string) (string, error) {
+	agent := pulumix.Apply2(args.Agent.Bucket, args.Agent.VersionID, func(bucket, version string) cloudinit.Agent {
+		return cloudinit.Agent{Bucket: bucket, Key: args.Agent.Key, VersionID: version, SHA256: args.Agent.SHA256}
+	})
+	// The cloud-config as rendered: encoded into the launch template's user data, and read by a baked image's build.
+	rendered := pulumix.Apply3Err(args.CACertHashes.ToStringArrayOutput(), gatewayID, agent,
+		func(hashes []string, gateway string, a cloudinit.Agent) (string, error) {
 			in := args.Node
 			in.CACertHashes = hashes
 			in.GatewayInstanceID = gateway
-			in.Agent = &cloudinit.Agent{Bucket: bucket, Key: args.Agent.Key, VersionID: version, SHA256: args.Agent.SHA256}
+			in.Agent = &a
 			raw, err := cloudinit.Node(in)
 			if err != nil {
 				return "", fmt.Errorf("node pool %q: user data: %w", name, err)
 			}
-			return cloudinit.Encode(raw)
+			return string(raw), nil
 		})
+	userData := pulumix.ApplyErr(rendered, func(raw string) (string, error) { return cloudinit.Encode([]byte(raw)) })
+	imageID := image.Id()
+	if pool.Baked() {
+		baked, err := bakedImage(ctx, name, args, image, rendered, agent, parent)
+		if err != nil {
+			return nil, err
+		}
+		imageID = baked
+	}
 
 	instanceTags := awsTags(config.IdentityTags(args.ClusterName, pool.Name, args.ClusterName+"-"+pool.Name))
 	ltArgs := &ec2.LaunchTemplateArgs{
 		Description:          pulumi.Sprintf("dynk8s %s node pool %s", args.ClusterName, pool.Name),
-		ImageId:              image.Id(),
+		ImageId:              imageID,
 		UpdateDefaultVersion: pulumi.Bool(true),
 		UserData:             pulumix.Cast[pulumi.StringOutput](userData),
 		// IMDSv2 only, and one hop: a pod in its own network namespace cannot complete the IMDSv2 handshake.
@@ -314,7 +332,7 @@ func NewNodePool(ctx *pulumi.Context, name string, args *NodePoolArgs, opts ...p
 		}
 	}
 
-	comp.ImageID = image.Id()
+	comp.ImageID = imageID
 	comp.LaunchTemplateID = lt.ID().ToStringOutput()
 	comp.GroupName = group.Name
 	if err := ctx.RegisterResourceOutputs(comp, pulumi.Map{

@@ -24,6 +24,8 @@ type Stack struct {
 	Gateway  *WireGuardGateway
 	// Agent is the bucket the instances download the node agent from.
 	Agent *AgentBucket
+	// ImageBuilder is what the baked pools' image builds share (nil without a baked pool).
+	ImageBuilder *ImageBuilder
 	// Pools are in config order.
 	Pools  []*NodePool
 	Addons *addons.ClusterAddons
@@ -130,11 +132,34 @@ func NewStack(ctx *pulumi.Context, cfg *config.Config, agent AgentFiles) (*Stack
 		return nil, err
 	}
 
+	// The baked pools' builds share a role and, per architecture, an infrastructure configuration; the build
+	// instances read the agent of the architectures they bake, as the nodes do.
+	readers := []AgentReader{{Name: "node", Role: s.Identity.NodeRoleName, Arches: poolArches}}
+	var bakedArches []kube.Arch
+	for _, pool := range cfg.NodePools {
+		if pool.Baked() {
+			bakedArches = append(bakedArches, pool.Arch)
+		}
+	}
+	if len(bakedArches) > 0 {
+		bakedArches = slices.Compact(slices.Sorted(slices.Values(bakedArches)))
+		s.ImageBuilder, err = NewImageBuilder(ctx, "image-builder", &ImageBuilderArgs{
+			ClusterName:     cfg.ClusterName,
+			Arches:          bakedArches,
+			SubnetID:        s.Network.SubnetIDs.Index(pulumi.Int(0)),
+			SecurityGroupID: s.Network.NodeSecurityGroupID,
+		})
+		if err != nil {
+			return nil, err
+		}
+		readers = append(readers, AgentReader{Name: "image-build", Role: s.ImageBuilder.RoleName, Arches: bakedArches})
+	}
+
 	s.Agent, err = NewAgentBucket(ctx, "agent", &AgentBucketArgs{
 		ClusterName:   cfg.ClusterName,
 		Binaries:      binaries,
 		RetentionDays: cfg.Agent.RetentionDays,
-		Readers:       []AgentReader{{Name: "node", Role: s.Identity.NodeRoleName, Arches: poolArches}},
+		Readers:       readers,
 	})
 	if err != nil {
 		return nil, err
@@ -188,6 +213,10 @@ func NewStack(ctx *pulumi.Context, cfg *config.Config, agent AgentFiles) (*Stack
 				return nil, fmt.Errorf("node pool %q: image: %w", pool.Name, err)
 			}
 		}
+		var bake *BakeArgs
+		if pool.Baked() {
+			bake = &BakeArgs{Region: cfg.Region, InfrastructureARN: s.ImageBuilder.Infrastructure[pool.Arch]}
+		}
 		np, err := NewNodePool(ctx, "pool-"+pool.Name, &NodePoolArgs{
 			ClusterName:        cfg.ClusterName,
 			Pool:               pool,
@@ -201,6 +230,7 @@ func NewStack(ctx *pulumi.Context, cfg *config.Config, agent AgentFiles) (*Stack
 			InstanceProfileARN: s.Identity.NodeInstanceProfileARN,
 			GatewayAddress:     s.Network.GatewayAddress,
 			Agent:              s.Agent.Objects[pool.Arch],
+			Bake:               bake,
 		})
 		if err != nil {
 			return nil, err

@@ -781,7 +781,12 @@ var secretHolders = map[string][]string{
 // the stack holds (heldSecrets): none is shown in the clear, each is marked secret wherever it is used, and it is
 // used only where a secret belongs (secretHolders).
 func TestNoSecretInTheClear(t *testing.T) {
-	res := runStack(t, devConfig(t))
+	t.Run("stock", func(t *testing.T) { noSecretInTheClear(t, devConfig(t)) })
+	t.Run("baked", func(t *testing.T) { noSecretInTheClear(t, bakedDev(t)) })
+}
+
+func noSecretInTheClear(t *testing.T, values map[string]any) {
+	res := runStack(t, values)
 	secrets := heldSecrets(t, res.Cloud)
 	for what := range stackSecretsNamed {
 		assert.Check(t, secrets[what] != "", "the stack holds no %s: the scan list is incomplete", what)
@@ -973,7 +978,12 @@ func TestCACertHashFromKubeconfigErrors(t *testing.T) {
 // TestNamesCarryTheCluster: every Name tag starts with the cluster's name, so two stacks in one account can be told
 // apart in the console.
 func TestNamesCarryTheCluster(t *testing.T) {
-	res := runStack(t, devConfig(t))
+	t.Run("stock", func(t *testing.T) { namesCarryTheCluster(t, devConfig(t)) })
+	t.Run("baked", func(t *testing.T) { namesCarryTheCluster(t, bakedDev(t)) })
+}
+
+func namesCarryTheCluster(t *testing.T, values map[string]any) {
+	res := runStack(t, values)
 	named := 0
 	for _, r := range res.Cloud.Resources() {
 		name, ok := asMap(in(&r, "tags"))["Name"].(string)

@@ -59,24 +59,30 @@ func (f files) baked() string { return f.etc("dynk8s/baked.json") }
 // loadBaked reads the marker into j.baked; no marker is a stock image (nil, no error). A marker that cannot be read
 // or is of another format fails the boot: the image is not one this agent knows what it holds.
 func (j *joiner) loadBaked() error {
-	p := j.files.baked()
+	m, err := readMarker(j.files)
+	j.baked = m
+	return err
+}
+
+// readMarker reads the marker: nil without one, an error for one this agent cannot read.
+func readMarker(f files) (*bakedMarker, error) {
+	p := f.baked()
 	b, err := os.ReadFile(p)
 	if errors.Is(err, fs.ErrNotExist) {
-		return nil
+		return nil, nil
 	}
 	if err != nil {
-		return fmt.Errorf("baked image: the marker %s is unreadable: %w", p, err)
+		return nil, fmt.Errorf("baked image: the marker %s is unreadable: %w", p, err)
 	}
 	var m bakedMarker
 	if err := json.Unmarshal(b, &m); err != nil {
-		return fmt.Errorf("baked image: the marker %s does not parse (%w): build the pool's image again", p, err)
+		return nil, fmt.Errorf("baked image: the marker %s does not parse (%w): build the pool's image again", p, err)
 	}
 	if m.Format != bakedFormat {
-		return fmt.Errorf("baked image: the marker %s has format %d, this agent reads %d: build the pool's image again",
+		return nil, fmt.Errorf("baked image: the marker %s has format %d, this agent reads %d: build the pool's image again",
 			p, m.Format, bakedFormat)
 	}
-	j.baked = &m
-	return nil
+	return &m, nil
 }
 
 // rpmQueryFormat: one line per installed package; rpm expands the \t and \n escapes itself (rpm-queryformat(7)).

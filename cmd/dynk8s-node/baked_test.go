@@ -396,3 +396,36 @@ func TestJoinBakedInTheWarmPool(t *testing.T) {
 		})
 	}
 }
+
+// The image build's validate step: the marker names the build's node.json and the identity is gone; anything else
+// is one reason.
+func TestCheckImage(t *testing.T) {
+	t.Parallel()
+	for name, c := range map[string]struct {
+		marker    *bakedMarker
+		machineID string
+		err       string
+	}{
+		"baked and clean":     {marker: &bakedMarker{Format: 1, Config: bakedConfig{SHA256: "abc"}}, machineID: "uninitialized\n"},
+		"another node.json":   {marker: &bakedMarker{Format: 1, Config: bakedConfig{SHA256: "def"}}, machineID: "uninitialized\n", err: "baked from node.json def, not abc"},
+		"identity still here": {marker: &bakedMarker{Format: 1, Config: bakedConfig{SHA256: "abc"}}, machineID: "0123abcd\n", err: "is not \"uninitialized\""},
+		"another format":      {marker: &bakedMarker{Format: 2}, machineID: "uninitialized\n", err: "has format 2"},
+		"no marker":           {machineID: "uninitialized\n", err: "no baked marker"},
+	} {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			r := newRig(t, "", "")
+			if c.marker != nil {
+				r.writeMarker(*c.marker)
+			}
+			assert.NilError(t, os.MkdirAll(filepath.Join(r.root, "etc"), 0o755))
+			assert.NilError(t, os.WriteFile(filepath.Join(r.root, "etc/machine-id"), []byte(c.machineID), 0o444))
+			err := checkImage(files{root: r.root}, "abc")
+			if c.err == "" {
+				assert.NilError(t, err)
+				return
+			}
+			assert.ErrorContains(t, err, c.err)
+		})
+	}
+}

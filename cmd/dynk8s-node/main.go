@@ -6,6 +6,7 @@
 //	dynk8s-node join|wake-gateway|onprem-routes|imds-lock [--config FILE] [--dry-run] [-v]
 //	dynk8s-node prepare [--config FILE] [-v]     (an image build's first step, docs/baked-images.md)
 //	dynk8s-node clean-identity [--dry-run]       (and its last)
+//	dynk8s-node check-image --config-sha256 HEX  (its validate step)
 //	dynk8s-node version
 //
 // --dry-run reads what the boot reads (IMDS, the join token, Auto Scaling's descriptions) and logs what it would
@@ -43,7 +44,7 @@ func main() {
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	if len(args) == 0 {
 		fmt.Fprintln(stderr, "usage: dynk8s-node join|wake-gateway|onprem-routes|imds-lock [--config FILE] [--dry-run] [-v] | "+
-			"prepare [--config FILE] [-v] | clean-identity [--dry-run] | version")
+			"prepare [--config FILE] [-v] | clean-identity [--dry-run] | check-image --config-sha256 HEX | version")
 		return 2
 	}
 	cmd, args := args[0], args[1:]

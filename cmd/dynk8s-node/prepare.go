@@ -24,6 +24,7 @@ import (
 var imageCommands = map[string]func(ctx context.Context, args []string, stderr io.Writer) int{
 	"prepare":        runPrepare,
 	"clean-identity": runCleanIdentity,
+	"check-image":    runCheckImage,
 }
 
 // envFiles is where the node's state lives, with the test hooks (DYNK8S_ROOT, DYNK8S_PROC).
@@ -195,5 +196,45 @@ func cleanIdentity(f files, log *logger, dryRun bool) error {
 	}
 	log.Printf("removed the build instance's identity and state (%d paths: %s); %s is 'uninitialized'", len(paths),
 		strings.Join(paths, " "), machineID)
+	return nil
+}
+
+// runCheckImage is `dynk8s-node check-image --config-sha256 HEX`: an image build's validate step, after
+// clean-identity. The image passes when its marker is one this agent reads, baked from the node.json whose sha256 is
+// HEX, and the instance's identity is gone (machine-id "uninitialized", which systemd replaces at the first boot).
+func runCheckImage(_ context.Context, args []string, stderr io.Writer) int {
+	f := envFiles()
+	flags := flag.NewFlagSet("check-image", flag.ContinueOnError)
+	flags.SetOutput(stderr)
+	want := flags.String("config-sha256", "", "the sha256 of the node.json the image must be baked from")
+	if err := flags.Parse(args); err != nil || *want == "" {
+		fmt.Fprintln(stderr, "usage: dynk8s-node check-image --config-sha256 HEX")
+		return 2
+	}
+	log := newLogger("dynk8s-check-image", stderr, f.root)
+	if err := checkImage(f, *want); err != nil {
+		log.Printf("FAILED: %v", err)
+		return 1
+	}
+	log.Printf("the image is baked from node.json %s, its identity removed", *want)
+	return 0
+}
+
+func checkImage(f files, configSHA256 string) error {
+	m, err := readMarker(f)
+	if err != nil {
+		return err
+	}
+	if m == nil {
+		return fmt.Errorf("no baked marker %s: dynk8s-node prepare did not finish", f.baked())
+	}
+	if m.Config.SHA256 != configSHA256 {
+		return fmt.Errorf("baked from node.json %s, not %s", m.Config.SHA256, configSHA256)
+	}
+	id, err := os.ReadFile(f.etc("machine-id"))
+	if err != nil || strings.TrimSpace(string(id)) != "uninitialized" {
+		return fmt.Errorf("%s is not \"uninitialized\": the instance's identity is still in the image (clean-identity)",
+			f.etc("machine-id"))
+	}
 	return nil
 }

@@ -262,3 +262,38 @@ func TestPlanIdleBillWarmPool(t *testing.T) {
 		assert.DeepEqual(t, quantities(idleBill(t, "-config", file).Items), want)
 	}
 }
+
+// A baked pool: the table shows its image build (pool, arch, versions, parent image, build instance), the idle bill
+// its AMI's snapshot (at most the build volume) and, per build, the build instance, and -out writes the component
+// document; the stock dev stack shows none of it.
+func TestPlanBakedImage(t *testing.T) {
+	chdirRoot(t)
+	src, err := os.ReadFile("Pulumi.dev.yaml")
+	assert.NilError(t, err)
+	stock := idleBill(t, "-stack", "dev")
+	assert.Check(t, is.Len(stock.PerBuild, 0))
+	assert.Check(t, quantities(stock.Items)[plan.BillSnapshot] == 0)
+
+	baked := strings.Replace(string(src), "    - name: builders-x86\n", "    - name: builders-x86\n      image: baked\n", 1)
+	assert.Assert(t, baked != string(src), "the dev stack has no pool builders-x86")
+	file := filepath.Join(t.TempDir(), "Pulumi.baked.yaml")
+	assert.NilError(t, os.WriteFile(file, []byte(baked), 0o644))
+
+	bill := idleBill(t, "-config", file)
+	assert.Equal(t, quantities(bill.Items)[plan.BillSnapshot], 10)
+	assert.DeepEqual(t, quantities(bill.PerBuild), map[string]int{plan.BillInstance + " c7i.large": 1})
+	// The build adds its snapshot to the idle bill, nothing else.
+	want := quantities(stock.Items)
+	want[plan.BillSnapshot] = 10
+	assert.DeepEqual(t, quantities(bill.Items), want)
+
+	var stdout, stderr bytes.Buffer
+	dir := t.TempDir()
+	assert.Equal(t, run([]string{"-config", file, "-out", dir}, &stdout, &stderr), 0, stderr.String())
+	assert.Check(t, is.Regexp(`(?m)^  builders-x86 +x86_64 +1\.34\.4 +34\.4\.\d+ +34\.4\.\d+ +ami-[0-9a-f]+ +c7i\.large +10 GiB$`,
+		stdout.String()))
+	assert.Check(t, !strings.Contains(stdout.String(), "builders-arm  arm64"), "the stock pool builds nothing")
+	doc, err := os.ReadFile(filepath.Join(dir, "imagebuilder", "builders-x86.yaml"))
+	assert.NilError(t, err)
+	assert.Check(t, is.Contains(string(doc), "dynk8s-node prepare --config /etc/dynk8s/node.json"))
+}

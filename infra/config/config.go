@@ -264,7 +264,24 @@ type NodePool struct {
 	// PrePullImages are image references (at most 20) each node pulls at boot, in the background as soon as CRI-O
 	// runs, besides the pause, kube-proxy and fuse plugin images; a failed pull never fails the boot.
 	PrePullImages []string `key:"prePullImages"`
+	// Image is what the pool's nodes boot: stock (the pinned Fedora GA image; every boot installs the packages and
+	// pulls the images) or baked (an image the stack builds with EC2 Image Builder from that same Fedora image, with
+	// the node's prepare step already run in it, so a boot skips the package install; the first pulumi up waits for
+	// the build, and every change of the Kubernetes version, the Fedora image, the node agent or the pool's node
+	// config builds a new one: docs/baked-images.md). Not with amiId.
+	Image string `key:"image" default:"stock"`
 }
+
+// What a pool boots (nodePools[i].image).
+const (
+	// ImageStock is the pinned Fedora GA image, prepared at every boot.
+	ImageStock = "stock"
+	// ImageBaked is an image the stack builds from the stock one with the node's prepare step run in it.
+	ImageBaked = "baked"
+)
+
+// Baked reports whether the pool boots an image the stack builds for it.
+func (p NodePool) Baked() bool { return p.Image == ImageBaked }
 
 // Warm pool states: what a prepared instance waits in (the group's warm pool PoolState).
 const (

@@ -85,6 +85,7 @@ func TestDefaultsApplied(t *testing.T) {
 	assert.Equal(t, cfg.NodePools[0].MinSize, 0)
 	assert.Equal(t, cfg.NodePools[0].MaxSize, 3)
 	assert.Equal(t, cfg.NodePools[0].VolumeSizeGiB, 50)
+	assert.Equal(t, cfg.NodePools[0].Image, config.ImageStock, "a pool boots the stock image unless it opts in")
 	assert.Equal(t, cfg.Autoscaler.Version, "", "no override")
 	assert.Equal(t, cfg.Derived.AutoscalerVersion.String(), "1.34.5", "resolved from the Kubernetes minor")
 	assert.Equal(t, cfg.Derived.Kubernetes.Minor, 34)
@@ -308,6 +309,11 @@ func TestBadConfig(t *testing.T) {
 		{"warm pool of zero", func(c map[string]any) { pool(c, 0)["warmPool"] = map[string]any{"size": 0} }, "dynk8s:nodePools[0].warmPool.size", "1..maxSize (4)"},
 		{"warm pool above maxSize", func(c map[string]any) { pool(c, 0)["warmPool"] = map[string]any{"size": 5} }, "dynk8s:nodePools[0].warmPool.size", "1..maxSize (4)"},
 		{"warm pool state unknown", func(c map[string]any) { pool(c, 0)["warmPool"] = map[string]any{"state": "stopped"} }, "dynk8s:nodePools[0].warmPool.state", "Stopped, Hibernated or Running"},
+		{"image unknown", func(c map[string]any) { pool(c, 1)["image"] = "Baked" }, "dynk8s:nodePools[1].image", `must be stock or baked, got "Baked"`},
+		{"baked image with amiId", func(c map[string]any) {
+			pool(c, 0)["image"] = "baked"
+			pool(c, 0)["amiId"] = "ami-0123456789abcdef0"
+		}, "dynk8s:nodePools[0].image", "set one of them"},
 		{"warm pool reuse on scale-in", func(c map[string]any) {
 			pool(c, 0)["warmPool"] = map[string]any{"reuseOnScaleIn": true}
 		}, "dynk8s:nodePools[0].warmPool.reuseOnScaleIn", "cordoned, tainted Node"},

@@ -392,6 +392,7 @@ func validatePools(r *reader, c *Config) {
 		if p.AMIID != "" && !amiIDRE.MatchString(p.AMIID) {
 			r.addf(pp+"amiId", "%q is not an AMI id (ami- and 8 or 17 hex digits)", p.AMIID)
 		}
+		validateImage(r, pp, p)
 		validateLabelsAndTaints(r, pp, p)
 		if d := p.Autoscaling.ScaleDownUnneededTime; d != nil && *d <= 0 {
 			r.addf(pp+"autoscaling.scaleDownUnneededTime", "must be a positive duration, got %s", *d)
@@ -415,6 +416,21 @@ func validatePools(r *reader, c *Config) {
 				"dynk8s's own), over the limit of %d: drop labels or taints", n,
 				n-len(p.Labels)-len(p.Taints), maxGroupTags)
 		}
+	}
+}
+
+// validateImage checks what the pool boots: a baked image is built from the pinned Fedora image, so it cannot also
+// boot the operator's own image.
+func validateImage(r *reader, pp string, p NodePool) {
+	switch p.Image {
+	case ImageStock:
+	case ImageBaked:
+		if p.AMIID != "" {
+			r.addf(pp+"image", "baked builds the pool's image from the pinned Fedora image, and amiId boots "+
+				"an image of your own instead: set one of them")
+		}
+	default:
+		r.addf(pp+"image", "must be %s or %s, got %q", ImageStock, ImageBaked, p.Image)
 	}
 }
 

@@ -80,6 +80,10 @@ func (c *Cloud) computed(typ, name, id string, in, out resource.PropertyMap) err
 		s3Computed(typ, name, id, in, set)
 		return nil
 	}
+	if strings.HasPrefix(typ, "aws:imagebuilder/") {
+		imageBuilderComputed(typ, c.Region, str, set)
+		return nil
+	}
 	switch typ {
 	case "random:index/randomString:RandomString":
 		length := 16
@@ -448,6 +452,32 @@ func s3Computed(typ, name, id string, in resource.PropertyMap, set func(string, 
 			}
 		}
 		set("versionId", shortHash("version/"+name+"/"+content))
+	}
+}
+
+// imageBuilderComputed fills in what Image Builder computes: ARNs with the resource's name and version (build 1),
+// and an image's AMI, one per recipe version, as a new build gives a new AMI.
+func imageBuilderComputed(typ, region string, str func(string) string, set func(string, any)) {
+	arn := func(kind string, parts ...string) string {
+		return fmt.Sprintf("arn:aws:imagebuilder:%s:%s:%s/%s", region, Account, kind, strings.Join(parts, "/"))
+	}
+	lower := func(k string) string { return strings.ToLower(strings.ReplaceAll(str(k), " ", "-")) }
+	switch typ {
+	case "aws:imagebuilder/component:Component":
+		set("arn", arn("component", lower("name"), str("version"), "1"))
+	case "aws:imagebuilder/imageRecipe:ImageRecipe":
+		set("arn", arn("image-recipe", lower("name"), str("version")))
+	case "aws:imagebuilder/infrastructureConfiguration:InfrastructureConfiguration":
+		set("arn", arn("infrastructure-configuration", lower("name")))
+	case "aws:imagebuilder/distributionConfiguration:DistributionConfiguration":
+		set("arn", arn("distribution-configuration", lower("name")))
+	case "aws:imagebuilder/image:Image":
+		recipe := str("imageRecipeArn")
+		parts := strings.Split(recipe, "/")
+		set("arn", arn("image", append(parts[len(parts)-min(len(parts), 2):], "1")...))
+		set("outputResources", []any{map[string]any{"amis": []any{map[string]any{
+			"image": "ami-" + shortHash("baked/"+recipe) + "abcde", "region": region, "accountId": Account,
+		}}}})
 	}
 }
 

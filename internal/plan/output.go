@@ -49,6 +49,8 @@ type JSONDocument struct {
 	Outputs   map[string]any `json:"outputs"`
 	// IdleBill is what the stack bills with every pool at zero, and what nodes add.
 	IdleBill IdleBill `json:"idleBill"`
+	// BakedImages are the image builds of the baked pools (none without one).
+	BakedImages []BakedImage `json:"bakedImages,omitempty"`
 }
 
 // Document is the JSON form of the result; every secret value is "[secret]".
@@ -62,7 +64,8 @@ const FilePointer = "@file:"
 func (r *Result) DocumentWithFiles() JSONDocument { return r.document(true) }
 
 func (r *Result) document(pointers bool) JSONDocument {
-	doc := JSONDocument{Stack: r.Stack, Note: Banner, Outputs: map[string]any{}, IdleBill: r.IdleBill()}
+	doc := JSONDocument{Stack: r.Stack, Note: Banner, Outputs: map[string]any{}, IdleBill: r.IdleBill(),
+		BakedImages: r.BakedImages()}
 	for _, res := range r.Resources() {
 		ignore := res.IgnoreChanges
 		if ignore == nil {
@@ -168,6 +171,9 @@ func (r *Result) WriteTable(w io.Writer) error {
 	if err := tw.Flush(); err != nil {
 		return err
 	}
+	if err := r.WriteBakedImages(w); err != nil {
+		return err
+	}
 	return r.IdleBill().WriteIdleBill(w)
 }
 
@@ -204,7 +210,8 @@ const (
 var policyInputs = []string{"assumeRolePolicy", "policy"}
 
 // Artifacts are the documents the stack renders, by relative path: plan.json (DocumentWithFiles), the decoded user data per pool
-// (userdata/<pool>.yaml) and for the gateway (userdata/gateway.yaml), every IAM policy document
+// (userdata/<pool>.yaml) and for the gateway (userdata/gateway.yaml), a baked pool's Image Builder component
+// (imagebuilder/<pool>.yaml), every IAM policy document
 // (iam/<resource>.<input>.json, indented), every in-cluster manifest (manifests/<kind>-<namespace>-<name>.yaml) and
 // the on-prem WireGuard config.
 func (r *Result) Artifacts() (map[string][]byte, error) {
@@ -254,6 +261,16 @@ func ArtifactsOf(res mockcloud.Resource) []Embedded {
 			render: func(res mockcloud.Resource) ([]byte, error) {
 				_, doc, err := mockcloud.Manifest(res)
 				return doc, err
+			}})
+	case res.Type == "aws:imagebuilder/component:Component":
+		pool := strings.TrimSuffix(strings.TrimPrefix(res.Name, "pool-"), "-image-component")
+		out = append(out, Embedded{Input: "data", Path: filepath.Join("imagebuilder", pool+".yaml"),
+			render: func(res mockcloud.Resource) ([]byte, error) {
+				s, ok := mockcloud.Plain(res.Inputs[resourceKey("data")], false).(string)
+				if !ok {
+					return nil, fmt.Errorf("%s: data is not a string", res.Name)
+				}
+				return []byte(s), nil
 			}})
 	case strings.HasPrefix(res.Type, "aws:iam/"):
 		for _, key := range policyInputs {

@@ -1,0 +1,84 @@
+package cloudinit
+
+import (
+	"fmt"
+	"os"
+	"strconv"
+
+	"sigs.k8s.io/yaml"
+
+	"github.com/dynk8s/dynk8s/internal/nodeconfig"
+)
+
+// An image build (infra's baked images) runs a pool's prepare step on a build instance outside cloud-init: it lays
+// out the files of the pool's rendered user data that the step reads, and fetches the agent with the node's own
+// bootstrap. The two functions here take both from the renderer's output, so the build cannot drift from a node.
+
+// preparePaths are the files of a node's user data that the agent's prepare step reads: its configuration, CRI-O's
+// drop-in, the kernel modules and sysctls (the agent's baked-image contract, docs/baked-images.md).
+var preparePaths = []string{
+	nodeconfig.Path,
+	"/etc/crio/crio.conf.d/90-dynk8s.conf",
+	"/etc/modules-load.d/dynk8s.conf",
+	"/etc/sysctl.d/90-dynk8s.conf",
+}
+
+// PrepareFiles are the files of a pool's rendered user data (Node's output) that the prepare step reads, with their
+// content and mode as write_files has them, and the user data's yum_repos as a cloud-config of its own, from which
+// cloud-init's yum_add_repo writes the same .repo files a node's cloud-init writes.
+func PrepareFiles(userData []byte) (files []File, repos []byte, err error) {
+	all, err := Files(userData)
+	if err != nil {
+		return nil, nil, err
+	}
+	byPath := map[string]File{}
+	for _, f := range all {
+		byPath[f.Path] = f
+	}
+	for _, p := range preparePaths {
+		f, ok := byPath[p]
+		if !ok {
+			return nil, nil, fmt.Errorf("user data: no %s for the prepare step", p)
+		}
+		files = append(files, f)
+	}
+	var cc cloudConfig
+	if err := yaml.UnmarshalStrict(userData, &cc); err != nil {
+		return nil, nil, fmt.Errorf("user data: %w", err)
+	}
+	if len(cc.YumRepos) == 0 {
+		return nil, nil, fmt.Errorf("user data: no yum_repos for the prepare step")
+	}
+	repos, err = cloudConfig{YumRepos: cc.YumRepos}.marshal()
+	if err != nil {
+		return nil, nil, err
+	}
+	return files, repos, nil
+}
+
+// AgentFetch is the node agent's bootstrap outside cloud-init: the files addAgent writes into a node's user data
+// (the env file with the pin, the script), each with its path and mode, and the command that runs the script with
+// that env file, as dynk8s-agent.service does. A baked image's agent is so fetched and checked exactly as a node's.
+func AgentFetch(a Agent) (files []File, command string, err error) {
+	var e errs
+	a.validate(&e)
+	if err := e.join("agent"); err != nil {
+		return nil, "", err
+	}
+	var cc cloudConfig
+	if err := addAgent(&cc, a); err != nil {
+		return nil, "", err
+	}
+	for _, f := range cc.WriteFiles {
+		if f.Path != agentEnvPath && f.Path != agentScript {
+			continue
+		}
+		mode, err := strconv.ParseUint(f.Permissions, 8, 12)
+		if err != nil {
+			return nil, "", fmt.Errorf("agent: %s: permissions %q: %w", f.Path, f.Permissions, err)
+		}
+		files = append(files, File{Path: f.Path, Content: f.Content, Permissions: os.FileMode(mode)})
+	}
+	// The unit's EnvironmentFile=, in bash: the values are of envFile's safe characters, unquoted.
+	return files, "set -a && . " + agentEnvPath + " && set +a && " + agentScript, nil
+}

@@ -1,0 +1,78 @@
+package cloudinit
+
+import (
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+
+	"gotest.tools/v3/assert"
+	is "gotest.tools/v3/assert/cmp"
+	"sigs.k8s.io/yaml"
+
+	"github.com/dynk8s/dynk8s/internal/realtools"
+)
+
+// An image build fetches the agent with the node's own bootstrap: AgentFetch's files are byte for byte, path and
+// mode, those a pool's user data writes for the same pin, and its command runs that script with that env file.
+func TestAgentFetchIsTheNodesBootstrap(t *testing.T) {
+	in := spotPool()
+	raw, err := Node(in)
+	assert.NilError(t, err)
+	nodeFiles, err := Files(raw)
+	assert.NilError(t, err)
+	byPath := map[string]File{}
+	for _, f := range nodeFiles {
+		byPath[f.Path] = f
+	}
+
+	files, command, err := AgentFetch(*in.Agent)
+	assert.NilError(t, err)
+	assert.Equal(t, len(files), 2)
+	for _, f := range files {
+		assert.Check(t, is.DeepEqual(f, byPath[f.Path]), f.Path)
+	}
+	assert.Check(t, is.Contains(byPath[agentEnvPath].Content, "DYNK8S_AGENT_VERSION_ID="+testAgentVersion+"\n"))
+	assert.Check(t, strings.HasSuffix(command, " "+agentScript), command)
+	assert.Check(t, is.Contains(command, ". "+agentEnvPath+" "), command)
+
+	bad := *in.Agent
+	bad.SHA256 = "not-a-hash"
+	_, _, err = AgentFetch(bad)
+	assert.Check(t, is.ErrorContains(err, "Agent.SHA256"))
+}
+
+// The prepare step's files are those of the pool's user data, byte for byte with their modes, and the repositories'
+// cloud-config holds exactly the user data's yum_repos, which cloud-init's own schema accepts.
+func TestPrepareFilesAreThePoolsUserData(t *testing.T) {
+	raw, err := Node(generalPool())
+	assert.NilError(t, err)
+	all, err := Files(raw)
+	assert.NilError(t, err)
+	files, repos, err := PrepareFiles(raw)
+	assert.NilError(t, err)
+	var paths []string
+	for _, f := range files {
+		paths = append(paths, f.Path)
+		i := slices.IndexFunc(all, func(u File) bool { return u.Path == f.Path })
+		assert.Assert(t, i >= 0, f.Path)
+		assert.Check(t, is.DeepEqual(f, all[i]), f.Path)
+	}
+	assert.DeepEqual(t, paths, []string{"/etc/dynk8s/node.json", "/etc/crio/crio.conf.d/90-dynk8s.conf",
+		"/etc/modules-load.d/dynk8s.conf", "/etc/sysctl.d/90-dynk8s.conf"})
+
+	var want, got cloudConfig
+	assert.NilError(t, yaml.Unmarshal(raw, &want))
+	assert.NilError(t, yaml.UnmarshalStrict(repos, &got))
+	assert.DeepEqual(t, got, cloudConfig{YumRepos: want.YumRepos})
+	assert.Check(t, strings.HasPrefix(string(repos), "#cloud-config\n"))
+	f := filepath.Join(t.TempDir(), "repos.yaml")
+	assert.NilError(t, os.WriteFile(f, repos, 0o600))
+	out, err := exec.Command(realtools.Require(t, "cloud-init"), "schema", "--config-file", f).CombinedOutput()
+	assert.NilError(t, err, "cloud-init schema: %s", out)
+
+	_, _, err = PrepareFiles([]byte("#cloud-config\nwrite_files: []\n"))
+	assert.Check(t, is.ErrorContains(err, "no /etc/dynk8s/node.json"))
+}
