@@ -1,9 +1,11 @@
 // Command dynk8s-node is the node agent: the boot of a dynk8s node pool's instance (join) and the wake-up of the
 // stack's WireGuard gateway (wake-gateway), one static binary that cloud-init's units run with the node's
-// configuration (/etc/dynk8s/node.json, internal/nodeconfig).
+// configuration (/etc/dynk8s/node.json, internal/nodeconfig); and the gateway's own key, packages and idle check
+// (gateway.go), with the gateway's (/etc/dynk8s/gateway.json).
 //
 //	dynk8s-node join [--config FILE] [--dry-run] [-v]
 //	dynk8s-node wake-gateway [--config FILE] [--dry-run] [-v]
+//	dynk8s-node gateway-key|gateway-packages|gateway-idle [--config FILE] [--dry-run] [-v]
 //	dynk8s-node version
 //
 // --dry-run reads what the boot reads (IMDS, the join token, Auto Scaling's descriptions) and logs what it would
@@ -40,13 +42,16 @@ func main() {
 
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	if len(args) == 0 {
-		fmt.Fprintln(stderr, "usage: dynk8s-node join|wake-gateway [--config FILE] [--dry-run] [-v] | version")
+		fmt.Fprintln(stderr, "usage: dynk8s-node join|wake-gateway|gateway-key|gateway-packages|gateway-idle [--config FILE] [--dry-run] [-v] | version")
 		return 2
 	}
 	cmd, args := args[0], args[1:]
 	if cmd == "version" {
 		fmt.Fprintln(stdout, version)
 		return 0
+	}
+	if _, ok := gatewayCommands[cmd]; ok {
+		return runGateway(ctx, cmd, args, stderr)
 	}
 	tag, ok := map[string]string{"join": "dynk8s-join", "wake-gateway": "dynk8s-wake-gateway"}[cmd]
 	if !ok {
