@@ -459,7 +459,9 @@ func TestGatewayIdle(t *testing.T) {
 	}{
 		// No pool instance pending or running (this cluster's stopping node, its gateway and another cluster's node
 		// do not count) and the counters did not move, for longer than idle.stop.
-		"idle": {setup: func(r *gatewayRig) { r.ec2.instances = append(r.ec2.instances, pool("i-0ccccccccccccccc3", "stopping")) },
+		"idle": {setup: func(r *gatewayRig) {
+			r.ec2.instances = append(r.ec2.instances, pool("i-0ccccccccccccccc3", "stopping"))
+		},
 			state: "16m 42", counters: counters(40, 2), stops: true, packets: 42, describes: 1,
 			logs: []string{"stopping: idle for 960s (limit 900s): no pool instance pending or running and no packet " +
 				"forwarded through wg0; a booting node starts the gateway again"}},
@@ -497,7 +499,9 @@ func TestGatewayIdle(t *testing.T) {
 		"EC2 unavailable": {setup: func(r *gatewayRig) { r.ec2.failures, r.ec2.failStatus, r.ec2.failCode = -1, 503, "Unavailable" },
 			state: "1h 42", counters: counters(40, 2),
 			failure: "cannot tell whether a pool instance runs (EC2 DescribeInstances: HTTP 503 Unavailable: fake EC2 says no); the gateway stays up"},
-		"EC2 refuses": {setup: func(r *gatewayRig) { r.ec2.failures, r.ec2.failStatus, r.ec2.failCode = -1, 403, "UnauthorizedOperation" },
+		"EC2 refuses": {setup: func(r *gatewayRig) {
+			r.ec2.failures, r.ec2.failStatus, r.ec2.failCode = -1, 403, "UnauthorizedOperation"
+		},
 			state: "1h 42", counters: counters(40, 2),
 			failure: "cannot tell whether a pool instance runs (EC2 DescribeInstances: HTTP 403 UnauthorizedOperation: fake EC2 says no); the gateway stays up"},
 		// Security review L3: EC2 may answer a filtered DescribeInstances with empty pages and a NextToken; a running
