@@ -6,14 +6,6 @@ import _ "embed"
 var (
 	//go:embed scripts/lib.sh
 	libSh string
-	//go:embed scripts/aws.sh
-	awsSh string
-	//go:embed scripts/wg-key.sh
-	wgKeySh string
-	//go:embed scripts/gateway-idle.sh
-	gatewayIdleSh string
-	//go:embed scripts/gateway-packages.sh
-	gatewayPackagesSh string
 	//go:embed scripts/onprem-routes.sh
 	onpremRoutesSh string
 	//go:embed scripts/imds-lock.sh
