@@ -260,9 +260,9 @@ func TestGatewayUnitsRunTheAgentAfterTheBootstrap(t *testing.T) {
 	cc := parseCloudConfig(t, renderedGatewayUserData(t)["gateway-idle"])
 	d := gatewayJSON(t, cc).Deadlines
 	for path, timeout := range map[string]time.Duration{
-		"/etc/systemd/system/wg-quick@wg0.service.d/10-dynk8s.conf":  d.KeyUnitTimeout(),
-		"/etc/systemd/system/" + gatewayPackagesUnitName:             d.PackagesUnitTimeout(),
-		"/etc/systemd/system/" + idleUnitName:                        d.IdleUnitTimeout(),
+		"/etc/systemd/system/wg-quick@wg0.service.d/10-dynk8s.conf": d.KeyUnitTimeout(),
+		"/etc/systemd/system/" + gatewayPackagesUnitName:            d.PackagesUnitTimeout(),
+		"/etc/systemd/system/" + idleUnitName:                       d.IdleUnitTimeout(),
 	} {
 		unit := fileByPath(t, cc, path).Content
 		assert.Check(t, is.Contains(unit, agentBinary+" gateway-"), path)
