@@ -36,7 +36,7 @@ var gatewayCommands = map[string]string{
 }
 
 // commander is what the gateway's commands need of the machine beyond host: a command's standard output (nft's
-// counters).
+// counters, rpm's queries), which only reads and so runs in a dry run too.
 type commander interface {
 	host
 	// output runs name with args and returns its standard output, killed at timeout.
@@ -46,7 +46,6 @@ type commander interface {
 func (h realHost) output(ctx context.Context, timeout time.Duration, name string, args ...string) ([]byte, error) {
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
-	// nft only reads here: a dry run runs it too.
 	out, err := execOutput(ctx, name, args...)
 	if ctx.Err() != nil {
 		return nil, fmt.Errorf("%s timed out after %s", name, timeout)
@@ -257,7 +256,8 @@ func (g *gatewayRun) packages(ctx context.Context) error {
 	g.newClock(g.cfg.Deadlines.Packages.D())
 	var missing []string
 	for _, p := range g.cfg.Packages {
-		if g.host.run(ctx, 30*time.Second, true, "rpm", "-q", "--whatprovides", p) != nil {
+		// A query, run in a dry run too: what the dry run would install is what is missing.
+		if _, err := g.host.output(ctx, 30*time.Second, "rpm", "-q", "--whatprovides", p); err != nil {
 			missing = append(missing, p)
 		}
 	}

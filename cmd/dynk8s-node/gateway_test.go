@@ -157,8 +157,6 @@ func (h *fakeGatewayHost) run(_ context.Context, _ time.Duration, _ bool, name s
 	switch {
 	case h.fail[line]:
 		return &exitError{name: name, code: 1}
-	case name == "rpm" && slices.Contains(h.rpmMissing, args[len(args)-1]):
-		return &exitError{name: name, code: 1}
 	case name == "dnf" && h.dnfFailures != 0:
 		h.dnfFailures--
 		return &exitError{name: name, code: 1}
@@ -168,6 +166,12 @@ func (h *fakeGatewayHost) run(_ context.Context, _ time.Duration, _ bool, name s
 
 func (h *fakeGatewayHost) output(_ context.Context, _ time.Duration, name string, args ...string) ([]byte, error) {
 	h.record(name, args)
+	if name == "rpm" {
+		if slices.Contains(h.rpmMissing, args[len(args)-1]) {
+			return nil, &exitError{name: name, code: 1}
+		}
+		return []byte(args[len(args)-1] + "-1.0-1.fc43.x86_64\n"), nil
+	}
 	if h.counters == "" {
 		return nil, fmt.Errorf("nft exited 1: Error: No such file or directory")
 	}
