@@ -194,7 +194,7 @@ func (g *gatewayRun) key(ctx context.Context) error {
 		g.log.Printf("SSM unreachable (%v); keeping the key already in %s", last, path)
 		return nil
 	case err != nil:
-		return fmt.Errorf("no WireGuard key: SSM parameter %s could not be read (%v) and %s is absent", param, last, path)
+		return fmt.Errorf("no WireGuard key: SSM parameter %s could not be read (%w) and %s is absent", param, last, path)
 	case !wgKeyRE.MatchString(key):
 		return fmt.Errorf("SSM parameter %s does not hold a WireGuard key (32 bytes, base64)", param)
 	case strings.TrimRight(string(onDisk), "\n") == key:

@@ -65,7 +65,7 @@ func (g *gatewayRun) idle(ctx context.Context) error {
 		pool, last = g.poolInstances(ctx)
 		return last
 	}); err != nil {
-		return fmt.Errorf("cannot tell whether a pool instance runs (%v); the gateway stays up", last)
+		return fmt.Errorf("cannot tell whether a pool instance runs (%w); the gateway stays up", last)
 	}
 	packets, err := g.forwardedPackets(ctx)
 	if err != nil {
