@@ -531,7 +531,7 @@ func TestGatewaySleepsByDefault(t *testing.T) {
 	inst := find(t, res, "aws:ec2/instance:Instance", "gateway")
 	raw, err := cloudinit.Decode(in(inst, "userDataBase64").(string))
 	assert.NilError(t, err)
-	assert.Check(t, is.Contains(string(raw), "DYNK8S_IDLE_STOP_SECONDS=900"))
+	assert.Check(t, is.Contains(string(raw), `"stop": "15m0s"`), "gateway.json's idle check")
 	assert.Check(t, is.Equal(in(inst, "instanceInitiatedShutdownBehavior"), "stop"))
 	for _, lt := range res.Cloud.ByType("aws:ec2/launchTemplate:LaunchTemplate") {
 		assert.Check(t, is.Equal(poolNodeConfig(t, &lt).GatewayInstanceID, inst.ID), lt.Name)
