@@ -186,15 +186,15 @@ func (h *fakeGatewayHost) recorded() []string {
 
 // gatewayRig is the gateway instance: its root, its config and the fakes.
 type gatewayRig struct {
-	t     *testing.T
-	root  string
-	cfg   nodeconfig.Gateway
-	imds  *fakeIMDS
-	ssm   *fakeKeySSM
-	ec2   *fakeFleet
-	host  *fakeGatewayHost
-	now   time.Time
-	dryRn bool
+	t      *testing.T
+	root   string
+	cfg    nodeconfig.Gateway
+	imds   *fakeIMDS
+	ssm    *fakeKeySSM
+	ec2    *fakeFleet
+	host   *fakeGatewayHost
+	now    time.Time
+	dryRun bool
 }
 
 func newGatewayRig(t *testing.T) *gatewayRig {
@@ -237,7 +237,7 @@ func (r *gatewayRig) run(cmd string) gatewayResult {
 		c.ssm, c.ec2 = r.ssm, r.ec2
 	}}
 	g := &gatewayRun{cfg: r.cfg, cloud: c, host: r.host, files: files{root: r.root}, log: log,
-		now: func() time.Time { return r.now }, dryRun: r.dryRn}
+		now: func() time.Time { return r.now }, dryRun: r.dryRun}
 	before := len(r.host.recorded())
 	start := time.Now()
 	var err error
@@ -591,7 +591,7 @@ func TestGatewayIdleOff(t *testing.T) {
 func TestGatewayDryRun(t *testing.T) {
 	t.Parallel()
 	r := newGatewayRig(t)
-	r.dryRn = true
+	r.dryRun = true
 	res := r.run("gateway-key")
 	assert.NilError(t, res.err)
 	assert.Check(t, is.Contains(res.log, "dry run: would write the key from SSM to "))
