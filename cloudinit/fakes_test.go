@@ -22,8 +22,9 @@ import (
 	"github.com/dynk8s/dynk8s/internal/realtools"
 )
 
-// Fakes for what the boot scripts reach over the network: IMDSv2, SSM's JSON API and the API server. The scripts run
-// with the real curl and python3 against them; only the commands that change the host are stubs.
+// Fakes for what the agent and its bootstrap reach over the network: IMDSv2, SSM's JSON API, S3, Auto Scaling's and
+// EC2's Query APIs and the API server. The bootstrap runs with the real curl against them, the built agent with its
+// endpoint overrides; only the commands that change the host are stubs.
 
 const (
 	fakeInstanceID   = "i-0123456789abcdef0"
@@ -357,20 +358,13 @@ type scriptEnv struct {
 	environ       []string
 }
 
-// runScript materializes userData's write_files under a fresh root and runs script (a path on the node) there.
-// prepare, when set, runs on the root before the script; env adds to or overrides the environment.
-func runScript(t *testing.T, userData []byte, script string, aws *fakeAWS, env map[string]string, prepare func(root string)) scriptRun {
-	t.Helper()
-	return newScriptEnv(t, userData, aws, env, prepare).run(t, script)
-}
-
 func newScriptEnv(t *testing.T, userData []byte, aws *fakeAWS, env map[string]string, prepare func(root string)) *scriptEnv {
 	t.Helper()
 	realCurl := realtools.Require(t, "curl")
 	e := &scriptEnv{root: t.TempDir(), stubDir: t.TempDir()}
-	// The scripts' whole PATH: the shell utilities, python3 (the scripts' JSON) and the stand-ins below, nothing of
-	// the host's, so no outcome depends on what the host has installed.
-	bin := realtools.ClosedPath(t, "python3")
+	// The whole PATH: the shell utilities and the stand-ins below, nothing of the host's, so no outcome depends on
+	// what the host has installed.
+	bin := realtools.ClosedPath(t)
 	materialize(t, userData, e.root)
 	// The kernel settings kubeadm join checks, and the uptime the timeline reads, as a booted node has them.
 	proc := filepath.Join(e.root, "proc")

@@ -13,8 +13,8 @@ import (
 	"github.com/BurntSushi/toml"
 )
 
-// envKeyRE and envValueRE are what lib.sh's load_env accepts: the scripts read these files line by line and never
-// source them, and the value alphabet has no quotes, whitespace, '$', '`' or '\' to misread.
+// envKeyRE and envValueRE are the bootstrap's environment file (agent.env, systemd's EnvironmentFile=): a value
+// alphabet with no quotes, whitespace, '$', '`' or '\' that systemd's parser or the script could read otherwise.
 var (
 	envKeyRE   = regexp.MustCompile(`^DYNK8S_[A-Z0-9_]+$`)
 	envValueRE = regexp.MustCompile(`^[][A-Za-z0-9_.,:/*@+=-]*$`)

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"net/netip"
 	"slices"
-	"strconv"
 	"strings"
 	"text/template"
 	"time"
@@ -13,6 +12,7 @@ import (
 	"golang.zx2c4.com/wireguard/wgctrl/wgtypes"
 
 	"github.com/dynk8s/dynk8s/internal/endpoint"
+	"github.com/dynk8s/dynk8s/internal/nodeconfig"
 	"github.com/dynk8s/dynk8s/wireguard"
 )
 
@@ -34,25 +34,40 @@ type GatewayInput struct {
 	// Forward, when set, limits what the gateway forwards from the VPC into the tunnel (forward.go); nil forwards
 	// everything.
 	Forward *GatewayForward
+	// Agent is where the gateway installs the node agent from, whose gateway commands fetch the key, install the
+	// packages and run the idle check (agent.go). The stack always sets it; nil renders no bootstrap (the agent is
+	// then expected at /usr/local/bin/dynk8s-node, as in tests that bind it there).
+	Agent *Agent
 }
 
 const (
 	wgInterface = "wg0"
 	wgConfPath  = "/etc/wireguard/wg0.conf"
-	// wgKeyPath is written at boot by wg-key.sh and loaded by PostUp; wg0.conf itself holds no key.
-	wgKeyPath    = "/etc/wireguard/wg0.key"
-	wgKeyEnvPath = "/etc/dynk8s/wg-key.env"
-	wgMSSPath    = "/etc/dynk8s/wg0-mss.nft"
-	wgMSSTable   = "dynk8s_wg0_mss"
-	wgUnit       = "wg-quick@wg0.service"
-	// The idle check: a script run once a minute by a timer, configured by an env file.
-	idleEnvPath   = "/etc/dynk8s/gateway-idle.env"
+	// wgKeyPath is written at boot by the agent's gateway-key and loaded by PostUp; wg0.conf itself holds no key.
+	wgKeyPath  = "/etc/wireguard/wg0.key"
+	wgMSSPath  = "/etc/dynk8s/wg0-mss.nft"
+	wgMSSTable = "dynk8s_wg0_mss"
+	wgUnit     = "wg-quick@wg0.service"
+	// The idle check: the agent's gateway-idle, run once a minute by a timer.
 	idleUnitName  = "dynk8s-gateway-idle.service"
 	idleTimerName = "dynk8s-gateway-idle.timer"
 
 	gatewayPackagesUnitName = "dynk8s-gateway-packages.service"
-	gatewayPackagesEnvPath  = "/etc/dynk8s/gateway-packages.env"
 )
+
+// gatewayAgent is how the gateway's units run one of the agent's gateway commands, with the gateway's config.
+func gatewayAgent(command string) string {
+	return agentBinary + " " + command + " --config " + nodeconfig.GatewayPath
+}
+
+// agentFirst are the [Unit] entries of a unit that runs the agent: the bootstrap installs it, hash-pinned, before
+// (none without a bootstrap). A later boot's bootstrap finds the pinned binary installed and needs no network.
+func agentFirst(a *Agent) []unitEntry {
+	if a == nil {
+		return nil
+	}
+	return []unitEntry{{"Requires", agentUnitName}, {"After", agentUnitName}}
+}
 
 // Counters of the packets the gateway forwards into and out of the tunnel, in the MSS table: what the idle check
 // reads to tell a quiet tunnel from a busy one (WireGuard's own keepalives and handshakes are never forwarded).
@@ -71,24 +86,27 @@ const (
 // that never brings the tunnel up and is not retried on reboot (cloud-init's modules run once per instance).
 var gatewayPackages = []string{"nftables", "wireguard-tools"}
 
-// gatewayPackagesUnit runs gateway-packages.sh at every boot: a first boot installs (with retries), later boots only
-// check; it then enables and starts the tunnel. A failure is retried by systemd every 30 s, without end.
-func gatewayPackagesUnit() unitFile {
+// gatewayPackagesUnit runs the agent's gateway-packages at every boot: a first boot installs (with retries), later
+// boots only check; it then enables and starts the tunnel. A failure is retried by systemd every 30 s, without end
+// (a failed bootstrap with it: a start pulls in the units it Requires=).
+func gatewayPackagesUnit(a *Agent) unitFile {
 	return unitFile{
-		{Name: "Unit", Entries: []unitEntry{
+		{Name: "Unit", Entries: slices.Concat([]unitEntry{
 			{"Description", "dynk8s: install the WireGuard gateway's packages, then start " + wgUnit},
 			{"Wants", "network-online.target"},
 			{"After", "network-online.target"},
+		}, agentFirst(a), []unitEntry{
 			// Restart=on-failure must not run into systemd's start rate limit (5 starts in 10 s by default).
 			{"StartLimitIntervalSec", "0"},
-		}},
+		})},
 		{Name: "Service", Entries: []unitEntry{
 			{"Type", "oneshot"},
-			{"ExecStart", libexecDir + "/gateway-packages.sh"},
+			{"ExecStart", gatewayAgent("gateway-packages")},
 			{"StandardOutput", "journal+console"},
 			{"StandardError", "journal+console"},
-			// Above the script's own 10 min deadline.
-			{"TimeoutStartSec", "12min"},
+			{"SyslogIdentifier", "dynk8s-gateway-packages"},
+			// The agent's own deadline and a margin.
+			{"TimeoutStartSec", unitSeconds(nodeconfig.DefaultGatewayDeadlines.PackagesUnitTimeout())},
 			{"Restart", "on-failure"},
 			{"RestartSec", "30s"},
 		}},
@@ -121,9 +139,9 @@ table inet {{.Table}} {
 {{.Filter}}}
 `))
 
-// Gateway validates in and renders the WireGuard gateway's cloud-config: wireguard-tools and nftables from Fedora,
-// installed by a unit that retries, forwarding on, wg0.conf without a private key, and wg-quick@wg0 enabled with a
-// drop-in that fetches the key from SSM before each start.
+// Gateway validates in and renders the WireGuard gateway's cloud-config: the bootstrap that installs the agent,
+// wireguard-tools and nftables from Fedora, installed by a unit that retries, forwarding on, wg0.conf without a
+// private key, and wg-quick@wg0 enabled with a drop-in that fetches the key from SSM before each start.
 func Gateway(in GatewayInput) ([]byte, error) {
 	if err := in.validate(); err != nil {
 		return nil, err
@@ -162,53 +180,44 @@ func Gateway(in GatewayInput) ([]byte, error) {
 		int(in.MTU) - 40, int(in.MTU) - 60}); err != nil {
 		return nil, fmt.Errorf("gateway user data: MSS ruleset: %w", err)
 	}
-	env, err := envFile("wg-key.sh", map[string]string{"DYNK8S_KEY_PARAMETER": in.PrivateKeyParameter})
+	cfg, err := gatewayConfig(in).Encode()
 	if err != nil {
 		return nil, fmt.Errorf("gateway user data: %w", err)
 	}
-	dropIn, err := unitFile{{Name: "Service", Entries: []unitEntry{
-		{"ExecStartPre", libexecDir + "/wg-key.sh"},
+	var dropIn []unitSection
+	if in.Agent != nil {
+		dropIn = append(dropIn, unitSection{Name: "Unit", Entries: agentFirst(in.Agent)})
+	}
+	dropInFile, err := unitFile(append(dropIn, unitSection{Name: "Service", Entries: []unitEntry{
+		{"ExecStartPre", gatewayAgent("gateway-key")},
 		{"StandardOutput", "journal+console"},
 		{"StandardError", "journal+console"},
-		// Above wg-key.sh's 10 min first-boot deadline; oneshot units otherwise have no start timeout.
-		{"TimeoutStartSec", "12min"},
+		// The agent's first-boot deadline and a margin; oneshot units otherwise have no start timeout.
+		{"TimeoutStartSec", unitSeconds(nodeconfig.DefaultGatewayDeadlines.KeyUnitTimeout())},
 		// A first boot during an SSM outage, or a tunnel that fails to come up, is retried rather than left down.
 		{"Restart", "on-failure"},
 		{"RestartSec", "30s"},
-	}}}.marshal()
+	}})).marshal()
 	if err != nil {
 		return nil, fmt.Errorf("gateway user data: wg-quick drop-in: %w", err)
 	}
 
-	pkgEnv, err := envFile("gateway-packages.sh", map[string]string{
-		"DYNK8S_PACKAGES":     strings.Join(gatewayPackages, ","),
-		"DYNK8S_SYSTEM_REPOS": strings.Join(systemRepos, ","),
-		"DYNK8S_UNIT":         wgUnit,
-	})
-	if err != nil {
-		return nil, fmt.Errorf("gateway user data: %w", err)
-	}
-	pkgUnit, err := gatewayPackagesUnit().marshal()
+	pkgUnit, err := gatewayPackagesUnit(in.Agent).marshal()
 	if err != nil {
 		return nil, fmt.Errorf("gateway user data: packages unit: %w", err)
 	}
 
 	cc := cloudConfig{
 		WriteFiles: []writeFile{
-			// Not deferred behind a package: it holds no key (wg-key.sh writes wg0.key under umask 077), so the mode
-			// of /etc/wireguard, which cloud-init creates here and wireguard-tools later owns, does not matter.
+			// Not deferred behind a package: it holds no key (the agent writes wg0.key 0600), so the mode of
+			// /etc/wireguard, which cloud-init creates here and wireguard-tools later owns, does not matter.
 			{Path: wgConfPath, Content: string(wgConf), Permissions: "0600"},
-			{Path: wgKeyEnvPath, Content: env, Permissions: "0644"},
+			{Path: nodeconfig.GatewayPath, Content: string(cfg), Permissions: "0644"},
 			{Path: wgMSSPath, Content: nft.String(), Permissions: "0644"},
 			{Path: "/etc/sysctl.d/90-dynk8s-gateway.conf", Content: sysctlFile(map[string]string{"net.ipv4.ip_forward": "1"}),
 				Permissions: "0644"},
-			{Path: "/etc/systemd/system/wg-quick@wg0.service.d/10-dynk8s.conf", Content: dropIn, Permissions: "0644"},
-			{Path: gatewayPackagesEnvPath, Content: pkgEnv, Permissions: "0644"},
+			{Path: "/etc/systemd/system/wg-quick@wg0.service.d/10-dynk8s.conf", Content: dropInFile, Permissions: "0644"},
 			{Path: "/etc/systemd/system/" + gatewayPackagesUnitName, Content: pkgUnit, Permissions: "0644"},
-			{Path: libexecDir + "/gateway-packages.sh", Content: forUserData(gatewayPackagesSh), Permissions: "0755"},
-			{Path: libexecDir + "/wg-key.sh", Content: forUserData(wgKeySh), Permissions: "0755"},
-			{Path: libexecDir + "/lib.sh", Content: forUserData(libSh), Permissions: "0644"},
-			{Path: libexecDir + "/aws.sh", Content: forUserData(awsSh), Permissions: "0644"},
 		},
 		// The packages unit, enabled, installs what is missing (retrying) and then enables and starts the tunnel,
 		// which so comes back by itself after a reboot or an EC2 auto-recovery. `enable --now` blocks and is runcmd's
@@ -220,6 +229,13 @@ func Gateway(in GatewayInput) ([]byte, error) {
 			{"systemctl", "daemon-reload"},
 			{"systemctl", "enable", "--now", gatewayPackagesUnitName},
 		},
+	}
+	if in.Agent != nil {
+		if err := addAgent(&cc, *in.Agent); err != nil {
+			return nil, fmt.Errorf("gateway user data: %w", err)
+		}
+		// Enabled for the boots to come; this boot's start of the packages unit pulls it in (Requires=).
+		cc.RunCmd = slices.Insert(cc.RunCmd, 2, []string{"systemctl", "enable", agentUnitName})
 	}
 	if in.IdleStop > 0 {
 		if err := idleCheck(in, &cc); err != nil {
@@ -233,29 +249,22 @@ func Gateway(in GatewayInput) ([]byte, error) {
 	return out, nil
 }
 
-// idleCheck adds the idle check to the gateway's cloud-config: gateway-idle.sh, its config, and a timer that runs it
-// once a minute from a minute after boot. The timer is enabled, so it runs after every start of the instance.
+// idleCheck adds the idle check to the gateway's cloud-config: a timer that runs the agent's gateway-idle once a
+// minute from a minute after boot (its config is gateway.json's idle). The timer is enabled, so it runs after every
+// start of the instance.
 func idleCheck(in GatewayInput, cc *cloudConfig) error {
-	env, err := envFile("gateway-idle.sh", map[string]string{
-		"DYNK8S_CLUSTER_NAME":      in.ClusterName,
-		"DYNK8S_IDLE_STOP_SECONDS": strconv.Itoa(int(in.IdleStop / time.Second)),
-		"DYNK8S_NFT_TABLE":         wgMSSTable,
-	})
-	if err != nil {
-		return err
-	}
 	service, err := unitFile{
-		{Name: "Unit", Entries: []unitEntry{
+		{Name: "Unit", Entries: slices.Concat([]unitEntry{
 			{"Description", "dynk8s: stop this WireGuard gateway when the node pools and the tunnel are idle"},
 			{"Wants", "network-online.target"},
 			{"After", "network-online.target " + wgUnit},
-		}},
+		}, agentFirst(in.Agent))},
 		{Name: "Service", Entries: []unitEntry{
 			{"Type", "oneshot"},
-			{"ExecStart", libexecDir + "/gateway-idle.sh"},
+			{"ExecStart", gatewayAgent("gateway-idle")},
 			{"SyslogIdentifier", "dynk8s-gateway-idle"},
-			// The script's own deadline is 45 s; the timer's next run is a minute away.
-			{"TimeoutStartSec", "55s"},
+			// The agent's own deadline and a margin, short of the timer's next run a minute away.
+			{"TimeoutStartSec", unitSeconds(nodeconfig.DefaultGatewayDeadlines.IdleUnitTimeout())},
 		}},
 	}.marshal()
 	if err != nil {
@@ -278,10 +287,8 @@ func idleCheck(in GatewayInput, cc *cloudConfig) error {
 		return fmt.Errorf("idle check timer: %w", err)
 	}
 	cc.WriteFiles = append(cc.WriteFiles,
-		writeFile{Path: idleEnvPath, Content: env, Permissions: "0644"},
 		writeFile{Path: "/etc/systemd/system/" + idleUnitName, Content: service, Permissions: "0644"},
 		writeFile{Path: "/etc/systemd/system/" + idleTimerName, Content: timer, Permissions: "0644"},
-		writeFile{Path: libexecDir + "/gateway-idle.sh", Content: forUserData(gatewayIdleSh), Permissions: "0755"},
 	)
 	last := len(cc.RunCmd) - 1
 	cc.RunCmd = slices.Concat(cc.RunCmd[:last], [][]string{{"systemctl", "enable", "--now", idleTimerName}},
@@ -320,5 +327,25 @@ func (in GatewayInput) validate() error {
 	if in.Forward != nil {
 		e.add("Forward", in.Forward.validate())
 	}
+	if in.Agent != nil {
+		in.Agent.validate(&e)
+	}
 	return e.join("gateway user data")
+}
+
+// gatewayConfig is the agent's configuration of the gateway (gateway.json).
+func gatewayConfig(in GatewayInput) nodeconfig.Gateway {
+	g := nodeconfig.Gateway{
+		KeyParameter: in.PrivateKeyParameter,
+		KeyFile:      wgKeyPath,
+		Packages:     gatewayPackages,
+		SystemRepos:  systemRepos,
+		TunnelUnit:   wgUnit,
+		Deadlines:    nodeconfig.DefaultGatewayDeadlines,
+	}
+	if in.IdleStop > 0 {
+		g.Idle = &nodeconfig.GatewayIdle{ClusterName: in.ClusterName, Stop: nodeconfig.Duration(in.IdleStop),
+			NFTTable: wgMSSTable}
+	}
+	return g
 }

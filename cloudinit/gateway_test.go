@@ -6,6 +6,8 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -16,6 +18,7 @@ import (
 	"gotest.tools/v3/golden"
 
 	"github.com/dynk8s/dynk8s/internal/endpoint"
+	"github.com/dynk8s/dynk8s/internal/nodeconfig"
 	"github.com/dynk8s/dynk8s/internal/realtools"
 )
 
@@ -23,7 +26,6 @@ const (
 	testPeerPublicKey   = "HIgo9xNzJMWLKASShiTqIybxZ0U3wGLiUeJ1PKf8ykw="
 	testGatewayPrivate  = "yAnz5TF+lXXJte14tji3zlMNq+hd2rYUIgJBgB3fBmk="
 	testKeyParameter    = "/dynk8s/homelab/gateway-private-key"
-	wgKeyScript         = libexecDir + "/wg-key.sh"
 	testGatewayEndpoint = "203.0.113.10:51820"
 )
 
@@ -44,6 +46,8 @@ func testGateway() GatewayInput {
 		PeerPublicKey:       mustKey(testPeerPublicKey),
 		PeerAllowedIPs:      []netip.Prefix{netip.MustParsePrefix("192.168.0.0/16"), netip.MustParsePrefix("10.99.0.2/32")},
 		PrivateKeyParameter: testKeyParameter,
+		Agent: &Agent{Bucket: testAgentBucket, Key: "dynk8s-node/linux-arm64", VersionID: testAgentVersion,
+			SHA256: testAgentSHA256},
 	}
 }
 
@@ -105,8 +109,11 @@ func TestGatewayRoundTrip(t *testing.T) {
 	assert.Check(t, is.Contains(nft, "maxseg size > 1360 tcp option maxseg size set 1360"), "IPv6: MTU 1420 - 60")
 	assert.Check(t, is.Equal(fileByPath(t, cc, "/etc/sysctl.d/90-dynk8s-gateway.conf").Content, "net.ipv4.ip_forward = 1\n"))
 	assert.Check(t, is.Contains(fileByPath(t, cc, "/etc/systemd/system/wg-quick@wg0.service.d/10-dynk8s.conf").Content,
-		"ExecStartPre=/usr/local/libexec/dynk8s/wg-key.sh\n"))
-	assert.Check(t, is.Equal(parseEnv(t, fileByPath(t, cc, wgKeyEnvPath).Content)["DYNK8S_KEY_PARAMETER"], testKeyParameter))
+		"ExecStartPre=/usr/local/bin/dynk8s-node gateway-key --config /etc/dynk8s/gateway.json\n"))
+	g := gatewayJSON(t, cc)
+	assert.Check(t, is.Equal(g.KeyParameter, testKeyParameter))
+	assert.Check(t, is.Equal(g.KeyFile, wgKeyPath))
+	assert.Check(t, g.Idle == nil, "an always-on gateway has no idle check")
 
 	// Without an endpoint the gateway only answers, so there is nothing to keep alive.
 	plain := fileByPath(t, parseCloudConfig(t, renderedGatewayUserData(t)["gateway"]), wgConfPath).Content
@@ -118,17 +125,15 @@ func TestGatewayRoundTrip(t *testing.T) {
 func TestGatewayIdleCheckRendered(t *testing.T) {
 	t.Parallel()
 	cc := parseCloudConfig(t, renderedGatewayUserData(t)["gateway-idle"])
-	assert.DeepEqual(t, parseEnv(t, fileByPath(t, cc, idleEnvPath).Content), map[string]string{
-		"DYNK8S_CLUSTER_NAME": testClusterName, "DYNK8S_IDLE_STOP_SECONDS": "900", "DYNK8S_NFT_TABLE": wgMSSTable,
-	})
+	assert.DeepEqual(t, gatewayJSON(t, cc).Idle, &nodeconfig.GatewayIdle{ClusterName: testClusterName,
+		Stop: nodeconfig.Duration(15 * time.Minute), NFTTable: wgMSSTable})
 	timer := fileByPath(t, cc, "/etc/systemd/system/"+idleTimerName).Content
 	for _, want := range []string{"OnBootSec=1min\n", "OnUnitActiveSec=1min\n", "WantedBy=timers.target\n"} {
 		assert.Check(t, is.Contains(timer, want))
 	}
 	service := fileByPath(t, cc, "/etc/systemd/system/"+idleUnitName).Content
-	assert.Check(t, is.Contains(service, "ExecStart="+idleScript+"\n"))
+	assert.Check(t, is.Contains(service, "ExecStart=/usr/local/bin/dynk8s-node gateway-idle --config /etc/dynk8s/gateway.json\n"))
 	assert.Check(t, is.Contains(service, "Type=oneshot\n"))
-	assert.Check(t, is.Equal(fileByPath(t, cc, idleScript).Permissions, "0755"))
 	assert.Check(t, is.DeepEqual(cc.RunCmd[len(cc.RunCmd)-2], []string{"systemctl", "enable", "--now", idleTimerName}))
 	nft := fileByPath(t, cc, wgMSSPath).Content
 	assert.Check(t, is.Contains(nft, `iifname "wg0" counter name "forwarded_in"`))
@@ -210,6 +215,9 @@ func TestGatewayRendersNoSecret(t *testing.T) {
 	}
 }
 
+// The EC2 limit is 16 KiB gzipped. With the agent in place of the scripts (aws.sh, wg-key.sh, gateway-packages.sh,
+// gateway-idle.sh and lib.sh: 5.2 to 6.5 KB gzipped), the gateway carries the bootstrap, gateway.json and its
+// units; the size is logged for the record, and held under a budget that a script moved back in would exceed.
 func TestGatewayUserDataSize(t *testing.T) {
 	t.Parallel()
 	for name, ud := range renderedGatewayUserData(t) {
@@ -218,70 +226,8 @@ func TestGatewayUserDataSize(t *testing.T) {
 		gz, err := base64.StdEncoding.DecodeString(enc)
 		assert.NilError(t, err)
 		t.Logf("%s: %d bytes raw, %d bytes gzipped", name, len(ud), len(gz))
+		assert.Check(t, len(gz) <= 3*1024, "%s: %d bytes gzipped; keep the gateway's user data small", name, len(gz))
 	}
-}
-
-// wg-key.sh: first boot fetches the key from SSM into a 0600 file.
-func TestWgKeyFetchesFromSSM(t *testing.T) {
-	t.Parallel()
-	aws := newFakeAWS(t, map[string]string{testKeyParameter: testGatewayPrivate})
-	aws.imds.FailTokens(1)
-	aws.ssmFailures = 1
-	run := runScript(t, renderedGatewayUserData(t)["gateway"], wgKeyScript, aws, nil, nil)
-	assert.Equal(t, run.exitCode, 0)
-	keyFile := filepath.Join(run.root, wgKeyPath)
-	b, err := os.ReadFile(keyFile)
-	assert.NilError(t, err)
-	assert.Check(t, is.Equal(string(b), testGatewayPrivate+"\n"))
-	fi, err := os.Stat(keyFile)
-	assert.NilError(t, err)
-	assert.Check(t, is.Equal(fi.Mode().Perm(), os.FileMode(0o600)))
-	assert.Check(t, !strings.Contains(run.stderr, testGatewayPrivate), "the key is in the log")
-	assert.Check(t, !strings.Contains(run.file("calls"), testGatewayPrivate), "the key is in some argv")
-
-	// The next start finds the same key and leaves the file alone.
-	again := run.env.run(t, wgKeyScript)
-	assert.Equal(t, again.exitCode, 0)
-	assert.Check(t, is.Contains(again.stderr, "is current"))
-}
-
-// A reboot while SSM is unreachable keeps the key already on disk, after a short try.
-func TestWgKeyKeepsKeyOnDiskWhenSSMIsDown(t *testing.T) {
-	t.Parallel()
-	aws := newFakeAWS(t, map[string]string{testKeyParameter: testGatewayPrivate})
-	aws.ssmFailures = -1
-	run := runScript(t, renderedGatewayUserData(t)["gateway"], wgKeyScript, aws, map[string]string{"DYNK8S_DEADLINE_SECONDS": "2"},
-		func(root string) {
-			assert.NilError(t, os.MkdirAll(filepath.Join(root, "etc/wireguard"), 0o700))
-			assert.NilError(t, os.WriteFile(filepath.Join(root, wgKeyPath), []byte(testGatewayPrivate+"\n"), 0o600))
-		})
-	assert.Equal(t, run.exitCode, 0)
-	assert.Check(t, is.Contains(run.stderr, "keeping the key already in"))
-	assert.Check(t, is.Len(failedLines(run.stderr), 0))
-}
-
-// First boot with SSM down and no key: one clear reason and a non-zero exit, so systemd retries the unit.
-func TestWgKeyFailsWithoutAnyKey(t *testing.T) {
-	t.Parallel()
-	aws := newFakeAWS(t, nil)
-	aws.ssmFailures = -1
-	run := runScript(t, renderedGatewayUserData(t)["gateway"], wgKeyScript, aws, map[string]string{"DYNK8S_DEADLINE_SECONDS": "2"}, nil)
-	assert.Check(t, run.exitCode != 0)
-	failed := failedLines(run.stderr)
-	assert.Assert(t, is.Len(failed, 1), run.stderr)
-	assert.Check(t, is.Contains(failed[0], "no WireGuard key: SSM parameter "+testKeyParameter+" could not be read"))
-	assert.Check(t, is.Contains(failed[0], "AccessDeniedException"))
-}
-
-func TestWgKeyRefusesMalformedKey(t *testing.T) {
-	t.Parallel()
-	aws := newFakeAWS(t, map[string]string{testKeyParameter: "c2VjcmV0LWJ1dC1ub3QtYS1rZXk="})
-	run := runScript(t, renderedGatewayUserData(t)["gateway"], wgKeyScript, aws, nil, nil)
-	assert.Check(t, run.exitCode != 0)
-	assert.Check(t, is.Contains(run.stderr, "does not hold a WireGuard key"))
-	assert.Check(t, !strings.Contains(run.stderr, "c2VjcmV0LWJ1dC1ub3QtYS1rZXk="))
-	_, err := os.Stat(filepath.Join(run.root, wgKeyPath))
-	assert.Check(t, os.IsNotExist(err))
 }
 
 // nft(8) in check mode accepts the MSS ruleset, including a reload over itself.
@@ -300,70 +246,66 @@ func TestGatewayMSSRulesetParsesWithNft(t *testing.T) {
 	assert.Assert(t, err != nil, "nft -c accepted a broken rule: %s", out)
 }
 
-const gatewayPackagesScript = libexecDir + "/gateway-packages.sh"
-
 // The gateway's packages come from a unit that runs at every boot and is restarted on failure, not from cloud-init's
 // one-time package step: a first boot during a mirror hiccup must still end with a tunnel.
 func TestGatewayPackagesUnitRetries(t *testing.T) {
 	t.Parallel()
 	cc := parseCloudConfig(t, renderedGatewayUserData(t)["gateway"])
 	unit := fileByPath(t, cc, "/etc/systemd/system/dynk8s-gateway-packages.service").Content
-	for _, want := range []string{"ExecStart=/usr/local/libexec/dynk8s/gateway-packages.sh\n", "Restart=on-failure\n",
-		"StartLimitIntervalSec=0\n", "WantedBy=multi-user.target\n", "After=network-online.target\n"} {
+	for _, want := range []string{"ExecStart=/usr/local/bin/dynk8s-node gateway-packages --config /etc/dynk8s/gateway.json\n",
+		"Restart=on-failure\n", "StartLimitIntervalSec=0\n", "WantedBy=multi-user.target\n", "After=network-online.target\n"} {
 		assert.Check(t, is.Contains(unit, want))
 	}
-	env := parseEnv(t, fileByPath(t, cc, "/etc/dynk8s/gateway-packages.env").Content)
-	assert.Check(t, is.DeepEqual(env, map[string]string{"DYNK8S_PACKAGES": "nftables,wireguard-tools",
-		"DYNK8S_SYSTEM_REPOS": "fedora", "DYNK8S_UNIT": wgUnit}))
+	g := gatewayJSON(t, cc)
+	assert.Check(t, is.DeepEqual(g.Packages, []string{"nftables", "wireguard-tools"}))
+	assert.Check(t, is.DeepEqual(g.SystemRepos, []string{"fedora"}))
+	assert.Check(t, is.Equal(g.TunnelUnit, wgUnit))
 }
 
-// Two failed installs, then one that works: the tunnel is started after it. The first reads only Fedora's release
-// repository (the GA image's), the next ones every repository.
-func TestGatewayPackagesRetryThenStartTheTunnel(t *testing.T) {
+// Every unit that runs the agent requires the bootstrap and starts after it, so nothing runs an agent whose hash
+// was not checked; each unit's hard timeout is its command's deadline in gateway.json and a margin, so the agent's
+// one reason, not systemd's kill, is what the journal shows. The bootstrap is enabled for later boots, where it
+// finds the pinned binary installed and needs no network (a second boot with SSM unreachable keeps the key on disk).
+func TestGatewayUnitsRunTheAgentAfterTheBootstrap(t *testing.T) {
 	t.Parallel()
-	aws := newFakeAWS(t, nil)
-	run := runScript(t, renderedGatewayUserData(t)["gateway"], gatewayPackagesScript, aws,
-		map[string]string{"STUB_RPM_MISSING": "nftables wireguard-tools", "STUB_DNF_FAILURES": "2"}, nil)
-	assert.Equal(t, run.exitCode, 0)
-	install := "dnf install -y --setopt=install_weak_deps=False nftables wireguard-tools\n"
-	calls := run.file("calls")
-	assert.Check(t, is.Contains(calls, "rpm -q --whatprovides wireguard-tools\ndnf install -y "+
-		"--setopt=install_weak_deps=False --repo=fedora nftables wireguard-tools\n"+install), calls)
-	assert.Check(t, is.Equal(strings.Count(calls, install), 2), calls)
-	assert.Check(t, is.Contains(run.stderr, "install nftables wireguard-tools: attempt 1 failed: dnf install exited 1"))
-	assert.Check(t, is.Contains(run.stderr, "succeeded on attempt 3"))
-	assert.Check(t, strings.HasSuffix(calls, install+"systemctl daemon-reload\nsystemctl enable --now --no-block wg-quick@wg0.service\n"), calls)
-	assert.Check(t, is.Len(failedLines(run.stderr), 0))
+	cc := parseCloudConfig(t, renderedGatewayUserData(t)["gateway-idle"])
+	d := gatewayJSON(t, cc).Deadlines
+	for path, timeout := range map[string]time.Duration{
+		"/etc/systemd/system/wg-quick@wg0.service.d/10-dynk8s.conf": d.KeyUnitTimeout(),
+		"/etc/systemd/system/" + gatewayPackagesUnitName:            d.PackagesUnitTimeout(),
+		"/etc/systemd/system/" + idleUnitName:                       d.IdleUnitTimeout(),
+	} {
+		unit := fileByPath(t, cc, path).Content
+		assert.Check(t, is.Contains(unit, agentBinary+" gateway-"), path)
+		assert.Check(t, is.Contains(unit, "Requires="+agentUnitName+"\n"), path)
+		assert.Check(t, is.Contains(unit, "After="+agentUnitName+"\n"), path)
+		assert.Check(t, is.Contains(unit, "TimeoutStartSec="+strconv.Itoa(int(timeout/time.Second))+"s\n"), path)
+	}
+	assert.Check(t, is.Equal(d, nodeconfig.DefaultGatewayDeadlines))
+	env := parseEnv(t, fileByPath(t, cc, agentEnvPath).Content)
+	assert.Check(t, is.Equal(env["DYNK8S_AGENT_SHA256"], testAgentSHA256))
+	assert.Check(t, is.Equal(env["DYNK8S_AGENT_KEY"], "dynk8s-node/linux-arm64"))
+	assert.Check(t, slices.ContainsFunc(cc.RunCmd, func(c []string) bool {
+		return slices.Equal(c, []string{"systemctl", "enable", agentUnitName})
+	}), "the bootstrap is not enabled: %v", cc.RunCmd)
+	for _, f := range cc.WriteFiles {
+		assert.Check(t, f.Path == agentScript || !strings.HasPrefix(f.Path, libexecDir+"/"), "a boot script: %s", f.Path)
+	}
+
+	// Without a bootstrap (tests that bind the agent in place) nothing requires it.
+	in := testGateway()
+	in.Agent = nil
+	ud, err := Gateway(in)
+	assert.NilError(t, err)
+	assert.Check(t, !strings.Contains(string(ud), agentUnitName))
 }
 
-// Later boots find the packages and only start the tunnel; only a missing package is fetched.
-func TestGatewayPackagesInstallsOnlyWhatIsMissing(t *testing.T) {
-	t.Parallel()
-	aws := newFakeAWS(t, nil)
-	ud := renderedGatewayUserData(t)["gateway"]
-	run := runScript(t, ud, gatewayPackagesScript, aws, nil, nil)
-	assert.Equal(t, run.exitCode, 0)
-	assert.Check(t, !strings.Contains(run.file("calls"), "dnf"), run.file("calls"))
-	assert.Check(t, is.Contains(run.stderr, "nftables wireguard-tools already installed"))
-	assert.Check(t, is.Contains(run.file("calls"), "systemctl enable --now --no-block wg-quick@wg0.service\n"))
-
-	partial := runScript(t, ud, gatewayPackagesScript, aws, map[string]string{"STUB_RPM_MISSING": "wireguard-tools"}, nil)
-	assert.Equal(t, partial.exitCode, 0)
-	assert.Check(t, is.Contains(partial.file("calls"), "dnf install -y --setopt=install_weak_deps=False --repo=fedora wireguard-tools\n"))
-}
-
-// A mirror that stays down: one reason, a non-zero exit (systemd restarts the unit), and no tunnel start.
-func TestGatewayPackagesGiveUpWithOneReason(t *testing.T) {
-	t.Parallel()
-	aws := newFakeAWS(t, nil)
-	run := runScript(t, renderedGatewayUserData(t)["gateway"], gatewayPackagesScript, aws,
-		map[string]string{"STUB_RPM_MISSING": "wireguard-tools", "STUB_DNF_FAILURES": "-1", "DYNK8S_DEADLINE_SECONDS": "2"}, nil)
-	assert.Check(t, run.exitCode != 0)
-	failed := failedLines(run.stderr)
-	assert.Assert(t, is.Len(failed, 1), run.stderr)
-	assert.Check(t, is.Contains(failed[0], "install wireguard-tools: gave up after"))
-	assert.Check(t, is.Contains(failed[0], "dnf install exited 1"))
-	assert.Check(t, !strings.Contains(run.file("calls"), "systemctl enable"))
+// gatewayJSON is the gateway's agent config in cc, decoded as the agent decodes it.
+func gatewayJSON(t *testing.T, cc cloudConfig) nodeconfig.Gateway {
+	t.Helper()
+	g, err := nodeconfig.DecodeGateway(strings.NewReader(fileByPath(t, cc, nodeconfig.GatewayPath).Content))
+	assert.NilError(t, err)
+	return g
 }
 
 // runcmd's status is its last command's (one shell script, no `set -e`): that is the blocking start of the packages

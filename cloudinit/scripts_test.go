@@ -1,7 +1,6 @@
 package cloudinit
 
-// embeddedScripts names every embedded script by its file name, as shellcheck -x resolves "source lib.sh".
+// embeddedScripts names every embedded script by its file name.
 func embeddedScripts() map[string]string {
-	return map[string]string{"lib.sh": libSh, "aws.sh": awsSh, "wg-key.sh": wgKeySh,
-		"gateway-idle.sh": gatewayIdleSh, "gateway-packages.sh": gatewayPackagesSh, "fetch-agent.sh": fetchAgentSh}
+	return map[string]string{"fetch-agent.sh": fetchAgentSh}
 }

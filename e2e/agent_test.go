@@ -55,3 +55,16 @@ func hasBootstrap(t *testing.T, userData []byte) bool {
 		return f.Path == "/etc/systemd/system/dynk8s-agent.service"
 	})
 }
+
+// agentDir is a build directory (infra.AgentDir's layout) whose every architecture's agent is builtAgent, this
+// machine's build: a plan run with it pins the binary a box binds in place, whatever the stack's architectures.
+func agentDir(t *testing.T) string {
+	t.Helper()
+	dir := t.TempDir()
+	for _, arch := range []string{"amd64", "arm64"} {
+		if err := os.Symlink(builtAgent(t), filepath.Join(dir, "dynk8s-node-linux-"+arch)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return dir
+}

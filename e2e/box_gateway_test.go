@@ -21,16 +21,19 @@ import (
 
 // The gateway in a box: the dev stack's gateway instance, booted from the user data its declared instance carries
 // (userDataBase64, decoded as EC2 does), under real systemd and cloud-init. cloud-init writes the files and runs
-// runcmd; dynk8s-gateway-packages.service finds the packages and starts wg-quick@wg0, whose ExecStartPre, the real
-// wg-key.sh, reads the key from moto's SSM through the fake IMDS's region; wg-quick brings wg0 up with wireguard-go,
-// and its PostUp loads the rendered nftables table. The on-prem side is a network namespace of the test's with the
+// runcmd; dynk8s-agent.service (the bootstrap) finds the agent its agent.env pins installed,
+// dynk8s-gateway-packages.service (the agent's gateway-packages) finds the packages and starts wg-quick@wg0, whose
+// ExecStartPre, the agent's gateway-key, reads the key from moto's SSM through the fake IMDS's region; wg-quick
+// brings wg0 up with wireguard-go, and its PostUp loads the rendered nftables table. The on-prem side is a network namespace of the test's with the
 // rendered on-prem config, on a fake internet link to the box (dial-in: on-prem dials the Elastic IP its config
 // names).
 //
-// What only the box has (none of it is in the user data): an rpm stand-in that answers for Debian's nftables and
+// What only the box has (none of it is in the user data): the agent this machine built, bound where the bootstrap
+// installs it (the plan pinned its hash: renderTunnel; the bootstrap's download is TestBoxNodeInstallsTheAgent's);
+// an rpm stand-in that answers for Debian's nftables and
 // wireguard-tools (testdata/box/rpm-gateway); wireguard-go (bound read-only at /usr/local/bin, on the unit's PATH)
 // and /dev/net/tun (this kernel has no WireGuard module); and drop-ins that give wg-quick@wg0 its userspace
-// implementation (WG_QUICK_USERSPACE_IMPLEMENTATION, wg-quick(8)) and lib.sh's SSM and EC2 endpoints, the idle
+// implementation (WG_QUICK_USERSPACE_IMPLEMENTATION, wg-quick(8)) and the agent's SSM and EC2 endpoints, the idle
 // check its EC2 endpoint (on EC2 both resolve the service names; here they are moto's loopback port).
 
 // The gateway box's instance ID.
@@ -117,7 +120,8 @@ func newBoxGateway(ctx context.Context, t *testing.T, p tunnelPlan, name string,
 			t.Fatal(err)
 		}
 	}
-	b.binds = append(b.binds, "--bind-ro="+wgGo+":/usr/local/bin/wireguard-go", "--bind=/dev/net/tun")
+	b.binds = append(b.binds, "--bind-ro="+wgGo+":/usr/local/bin/wireguard-go", "--bind=/dev/net/tun",
+		"--bind-ro="+builtAgent(t)+":"+agentPath)
 
 	tn := &tunnel{plan: p, gw: netns(name), gwIface: "wg0", wireguardGo: wgGo}
 	tn.lanIP = nthAddr(p.onPremCIDRs[0].Masked().Addr(), 10)
@@ -197,14 +201,15 @@ func (g *boxGateway) waitTunnel(ctx context.Context, t *testing.T, timeout time.
 		return strings.TrimSpace(out) == "active"
 	})
 	if err != nil {
-		out, _ := g.exec(ctx, "journalctl", "--no-pager", "-u", "wg-quick@wg0.service", "-u", "dynk8s-gateway-packages.service")
-		t.Fatalf("%v; journal of wg-quick@wg0 and the packages unit:\n%s", err, out)
+		out, _ := g.exec(ctx, "journalctl", "--no-pager", "-u", "wg-quick@wg0.service", "-u", "dynk8s-gateway-packages.service",
+			"-u", "dynk8s-agent.service")
+		t.Fatalf("%v; journal of wg-quick@wg0, the packages unit and the bootstrap:\n%s", err, out)
 	}
 }
 
 // TestBoxGatewayTunnel boots the dev stack's gateway in a box and brings the tunnel up to the on-prem peer: cloud-init
-// and systemd finish clean, the key comes from SSM, wg0 runs on wireguard-go with the rendered table, and pings cross
-// the tunnel both ways.
+// and systemd finish clean, the bootstrap finds the pinned agent, the agent reads the key from SSM and installs
+// nothing that is there, wg0 runs on wireguard-go with the rendered table, and pings cross the tunnel both ways.
 func TestBoxGatewayTunnel(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
@@ -216,9 +221,14 @@ func TestBoxGatewayTunnel(t *testing.T) {
 	n := &boxNode{box: g.box}
 	n.checkSettled(ctx, t)
 	n.checkCloudInit(t)
-	if journal, _ := g.exec(ctx, "journalctl", "--no-pager", "-o", "cat", "-u", "wg-quick@wg0.service"); !strings.Contains(
-		journal, "wrote the key from SSM to /etc/wireguard/wg0.key") {
-		t.Errorf("wg-key.sh did not write the key from SSM:\n%s", journal)
+	for unit, want := range map[string]string{
+		"wg-quick@wg0.service":            "dynk8s-wg-key: wrote the key from SSM to /etc/wireguard/wg0.key",
+		"dynk8s-gateway-packages.service": "dynk8s-gateway-packages: nftables wireguard-tools already installed",
+		"dynk8s-agent.service":            "is installed",
+	} {
+		if journal, _ := g.exec(ctx, "journalctl", "--no-pager", "-o", "cat", "-u", unit); !strings.Contains(journal, want) {
+			t.Errorf("%s's journal lacks %q:\n%s", unit, want, journal)
+		}
 	}
 	if out, err := g.exec(ctx, "nft", "list", "table", "inet", "dynk8s_wg0_mss"); err != nil {
 		t.Errorf("the gateway's nftables table is not loaded: %v: %s", err, out)

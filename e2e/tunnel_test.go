@@ -25,6 +25,7 @@ import (
 	"github.com/dynk8s/dynk8s/infra/config"
 	"github.com/dynk8s/dynk8s/internal/fakeimds"
 	"github.com/dynk8s/dynk8s/internal/mockcloud"
+	"github.com/dynk8s/dynk8s/internal/nodeconfig"
 	"github.com/dynk8s/dynk8s/internal/plan"
 )
 
@@ -35,8 +36,8 @@ import (
 //
 // onprem is the on-prem peer and also owns the on-prem LAN address (the first onPremCidr's .10) on a veth pair, as
 // a router's LAN port would; gw boots like the gateway instance: the user data's files written under a temp root
-// that is overlaid on /etc in a private mount namespace, the key fetched from moto's SSM by the real wg-key.sh
-// (ExecStartPre of wg-quick@wg0), the rendered sysctl applied, then `wg-quick up wg0`, whose PostUp loads the
+// that is overlaid on /etc in a private mount namespace, the key fetched from moto's SSM by the node agent's
+// gateway-key (ExecStartPre of wg-quick@wg0), the rendered sysctl applied, then `wg-quick up wg0`, whose PostUp loads the
 // rendered nftables MSS clamp. vpcnode has an address in a declared subnet and exactly the VPC routes the stack
 // declares towards the gateway's network interface. Every address exists only inside these namespaces.
 //
@@ -166,6 +167,9 @@ func renderTunnelEdited(t *testing.T, dialOut bool, edit func(t *testing.T, valu
 	if err != nil {
 		t.Fatal(err)
 	}
+	// The gateway's user data pins the agent the gateway's box binds in place (agentDir), so its bootstrap finds it
+	// installed; the bootstrap's own download is TestBoxNodeInstallsTheAgent's.
+	sc.AgentDir = agentDir(t)
 	cfg, err := config.ParseValues(sc.Values)
 	if err != nil {
 		t.Fatalf("stack config: %v", err)
@@ -196,11 +200,11 @@ func renderTunnelEdited(t *testing.T, dialOut bool, edit func(t *testing.T, valu
 	}
 
 	// The gateway key's parameter is the one its user data names.
-	for _, line := range strings.Split(userDataFile(t, p.gatewayUserData, "/etc/dynk8s/wg-key.env"), "\n") {
-		if v, ok := strings.CutPrefix(line, "DYNK8S_KEY_PARAMETER="); ok {
-			p.keyParameter = v
-		}
+	gw, err := nodeconfig.DecodeGateway(strings.NewReader(userDataFile(t, p.gatewayUserData, nodeconfig.GatewayPath)))
+	if err != nil {
+		t.Fatalf("the gateway's %s: %v", nodeconfig.GatewayPath, err)
 	}
+	p.keyParameter = gw.KeyParameter
 	for _, r := range res.Cloud.ByType("aws:ssm/parameter:Parameter") {
 		if name, _ := mockcloud.Plain(r.Inputs["name"], false).(string); name == p.keyParameter {
 			p.keyValue, _ = mockcloud.Plain(r.Inputs["value"], true).(string)
@@ -540,14 +544,14 @@ func (tn *tunnel) bootGateway(ctx context.Context, t *testing.T, moto string) {
 	})
 
 	// The private mount namespace sees the written files at their real paths (/etc overlaid with the temp root's
-	// etc), as the instance does; nothing outside the namespace changes. wg-key.sh runs in this machine's network
+	// etc), as the instance does; nothing outside the namespace changes. The agent runs in this machine's network
 	// namespace, where moto and the fake IMDS listen; wg-quick in the gateway's.
 	const boot = `set -euo pipefail
-work=$1 root=$2 ns=$3 iface=$4
-shift 4
+work=$1 root=$2 ns=$3 iface=$4 agent=$5
+shift 5
 mount -t overlay dynk8s-e2e-etc -o "lowerdir=/etc,upperdir=$root/etc,workdir=$work" /etc
 ` + privateWireGuardRun + `
-"$root/usr/local/libexec/dynk8s/wg-key.sh"
+"$agent" gateway-key
 exec ip netns exec "$ns" bash -euo pipefail -c 'iface=$1; shift; for f in "$@"; do sysctl -p "$f"; done; wg-quick up "$iface"' boot "$iface" "$@"
 `
 	work := filepath.Join(dir, "overlay-work")
@@ -555,21 +559,21 @@ exec ip netns exec "$ns" bash -euo pipefail -c 'iface=$1; shift; for f in "$@"; 
 		t.Fatal(err)
 	}
 	args := []string{"--mount", "--propagation", "private", "--", "bash", "-c", boot, "gateway-boot",
-		work, tn.gwRoot, string(tn.gw), tn.gwIface}
+		work, tn.gwRoot, string(tn.gw), tn.gwIface, builtAgent(t)}
 	args = append(args, userDataPaths(t, p.gatewayUserData, "/etc/sysctl.d/*.conf")...)
 	cmd := exec.CommandContext(ctx, "unshare", args...)
 	cmd.WaitDelay = 5 * time.Second
 	cmd.Env = append(os.Environ(),
 		"DYNK8S_IMDS_ENDPOINT="+imds.URL,
 		"DYNK8S_SSM_ENDPOINT="+ssm.url,
-		// The unit runs under systemd, whose journal takes stderr; without it lib.sh would also call logger and
+		// The unit runs under systemd, whose journal takes stderr; without it the agent would also call logger and
 		// write to this machine's log.
 		"JOURNAL_STREAM=0:0",
 		"WG_QUICK_USERSPACE_IMPLEMENTATION="+tn.wireguardGo,
 	)
 	out, err := cmd.CombinedOutput()
 	if err != nil {
-		t.Fatalf("gateway boot (wg-key.sh, sysctl, wg-quick up %s): %v\n%s", tn.gwIface, err, out)
+		t.Fatalf("gateway boot (gateway-key, sysctl, wg-quick up %s): %v\n%s", tn.gwIface, err, out)
 	}
 	for _, want := range []string{"wrote the key from SSM to /etc/wireguard/" + tn.gwIface + ".key",
 		"net.ipv4.ip_forward = 1"} {
@@ -667,7 +671,7 @@ func (tn *tunnel) checkKeys(ctx context.Context, t *testing.T, gwConf []byte) {
 }
 
 // forwarded is the packet total of the named counters in the gateway's rendered nftables table: what its idle check
-// reads (gateway-idle.sh).
+// reads (the node agent's gateway-idle).
 func (tn *tunnel) forwarded(ctx context.Context, t *testing.T) int {
 	t.Helper()
 	out := tn.gw.must(ctx, t, "nft", "-j", "list", "counters", "table", "inet", "dynk8s_wg0_mss")

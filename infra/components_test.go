@@ -154,6 +154,7 @@ func gatewayArgs(t *testing.T, igw pulumi.Resource) *infra.WireGuardGatewayArgs 
 		InstanceProfileName: pulumi.String("lab-gateway"),
 		GatewayRoleName:     pulumi.String("lab-gateway"),
 		NodeRoleName:        pulumi.String("lab-node"),
+		Agent:               testAgentObject(),
 	}
 }
 
@@ -180,7 +181,8 @@ func TestWireGuardGatewayComponent(t *testing.T) {
 	assert.NilError(t, err)
 	for _, want := range []string{"Endpoint = vpn.example.org:41820", "PublicKey = " + args.WireGuard.OnPremPublicKey.String(),
 		"AllowedIPs = 192.168.1.0/24, 10.51.0.2/32", "MTU = 1380", "Address = 10.51.0.1/29",
-		"DYNK8S_IDLE_STOP_SECONDS=1200", "DYNK8S_CLUSTER_NAME=lab"} {
+		`"clusterName": "lab"`, `"stop": "20m0s"`, "DYNK8S_AGENT_BUCKET=lab-agent\n", "DYNK8S_AGENT_VERSION_ID=v1\n",
+		"DYNK8S_AGENT_KEY=dynk8s-node/linux-amd64\n"} {
 		assert.Check(t, is.Contains(string(raw), want))
 	}
 	assert.Check(t, is.Equal(asMap(in(inst, "tags"))[infra.IdleStopTag], "20m0s"))

@@ -39,7 +39,7 @@ const (
 // the tunnel comes back by itself.
 //
 // With gateway.idleStop the gateway stops itself when the pools are empty and the tunnel quiet, and the first node
-// that boots starts it again (cloudinit: gateway-idle.sh; the node agent's wake-gateway). The instance then has no public address
+// that boots starts it again (the node agent's gateway-idle and wake-gateway). The instance then has no public address
 // that bills while it is stopped: when the gateway dials out, its address is the one EC2 assigns at each start (its
 // subnet maps one on launch), and WireGuard's roaming takes the on-prem peer to it. Only a dialling-in on-prem peer
 // needs the fixed address of an Elastic IP, which bills while the gateway is stopped.
@@ -107,6 +107,9 @@ type WireGuardGatewayArgs struct {
 	FormerRouteParent pulumi.Resource
 	// FormerRouteParentName is that component's name.
 	FormerRouteParentName string
+	// Agent is the node agent's object for the gateway's architecture (AgentBucket.Objects; required): the
+	// gateway's key, packages and idle check are its commands.
+	Agent AgentObject
 }
 
 // TunnelAddresses are the gateway's and the on-prem peer's tunnel addresses: the first two hosts of the tunnel's
@@ -118,8 +121,8 @@ func TunnelAddresses(tunnel netip.Prefix) (gateway, onPrem netip.Prefix) {
 
 // NewWireGuardGateway declares the gateway: its keys, the key's SSM parameter, the instance and its Elastic IP.
 func NewWireGuardGateway(ctx *pulumi.Context, name string, args *WireGuardGatewayArgs, opts ...pulumi.ResourceOption) (*WireGuardGateway, error) {
-	if args == nil || len(args.Internet) == 0 || len(args.RoutedCIDRs) == 0 {
-		return nil, errors.New("wireguard gateway: args, args.Internet and args.RoutedCIDRs are required")
+	if args == nil || len(args.Internet) == 0 || len(args.RoutedCIDRs) == 0 || args.Agent.Key == "" {
+		return nil, errors.New("wireguard gateway: args, args.Internet, args.RoutedCIDRs and args.Agent are required")
 	}
 	if args.IdleStop > 0 && (args.GatewayRoleName == nil || args.NodeRoleName == nil) {
 		return nil, errors.New("wireguard gateway: an idle stop needs args.GatewayRoleName and args.NodeRoleName")
@@ -169,7 +172,7 @@ func NewWireGuardGateway(ctx *pulumi.Context, name string, args *WireGuardGatewa
 	}
 
 	peerAllowed := append(slices.Clone(wg.OnPremCIDRs), netip.PrefixFrom(onPremAddr.Addr(), 32))
-	userData := onPremPublic.ApplyT(func(peer string) (string, error) {
+	userData := pulumix.Apply3Err(onPremPublic, args.Agent.Bucket, args.Agent.VersionID, func(peer, bucket, version string) (string, error) {
 		peerKey, err := wgtypes.ParseKey(peer)
 		if err != nil {
 			return "", fmt.Errorf("wireguard gateway %q: the on-prem public key: %w", name, err)
@@ -186,12 +189,13 @@ func NewWireGuardGateway(ctx *pulumi.Context, name string, args *WireGuardGatewa
 			IdleStop:            args.IdleStop,
 			ClusterName:         args.ClusterName,
 			Forward:             args.Forward,
+			Agent:               &cloudinit.Agent{Bucket: bucket, Key: args.Agent.Key, VersionID: version, SHA256: args.Agent.SHA256},
 		})
 		if err != nil {
 			return "", fmt.Errorf("wireguard gateway %q: user data: %w", name, err)
 		}
 		return cloudinit.Encode(raw)
-	}).(pulumi.StringOutput)
+	}).Untyped().(pulumi.StringOutput)
 
 	image := lookupImage(ctx, args.Image, "", parent)
 	// The smallest root volume the image allows: its own snapshot's size. Growing it would bill GiB-months for

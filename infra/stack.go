@@ -77,10 +77,11 @@ func NewStack(ctx *pulumi.Context, cfg *config.Config, agent AgentFiles) (*Stack
 		poolArches = append(poolArches, pool.Arch)
 	}
 	poolArches = slices.Compact(slices.Sorted(slices.Values(poolArches)))
-	// Every binary is found before anything is declared: an unbuilt agent declares nothing. Only the nodes run the
-	// agent so far; the gateway's scripts move to it later (its role then reads its architecture's object too).
+	gatewayArch := types[cfg.Gateway.InstanceType].Arch
+	// Every binary is found before anything is declared: an unbuilt agent declares nothing. The nodes and the
+	// gateway run the agent, each role reading its own architectures' objects.
 	var binaries []AgentBinary
-	for _, arch := range poolArches {
+	for _, arch := range slices.Compact(slices.Sorted(slices.Values(append(slices.Clone(poolArches), gatewayArch)))) {
 		b, err := agent(arch)
 		if err != nil {
 			return nil, err
@@ -134,7 +135,10 @@ func NewStack(ctx *pulumi.Context, cfg *config.Config, agent AgentFiles) (*Stack
 
 	// The baked pools' builds share a role and, per architecture, an infrastructure configuration; the build
 	// instances read the agent of the architectures they bake, as the nodes do.
-	readers := []AgentReader{{Name: "node", Role: s.Identity.NodeRoleName, Arches: poolArches}}
+	readers := []AgentReader{
+		{Name: "node", Role: s.Identity.NodeRoleName, Arches: poolArches},
+		{Name: "gateway", Role: s.Identity.GatewayRoleName, Arches: []kube.Arch{gatewayArch}},
+	}
 	var bakedArches []kube.Arch
 	for _, pool := range cfg.NodePools {
 		if pool.Baked() {
@@ -169,7 +173,7 @@ func NewStack(ctx *pulumi.Context, cfg *config.Config, agent AgentFiles) (*Stack
 	if err != nil {
 		return nil, fmt.Errorf("wireguard gateway: %w", err)
 	}
-	gatewayImage, err := FedoraImage(cfg.Fedora.Release, types[cfg.Gateway.InstanceType].Arch, cfg.Region)
+	gatewayImage, err := FedoraImage(cfg.Fedora.Release, gatewayArch, cfg.Region)
 	if err != nil {
 		return nil, fmt.Errorf("wireguard gateway: image: %w", err)
 	}
@@ -193,6 +197,7 @@ func NewStack(ctx *pulumi.Context, cfg *config.Config, agent AgentFiles) (*Stack
 		ParameterKeyARN:     s.Identity.ParameterKeyARN,
 		NodeRoleName:        s.Identity.NodeRoleName,
 		Forward:             GatewayForward(cfg),
+		Agent:               s.Agent.Objects[gatewayArch],
 		// The network declared these routes up to the layout where the gateway owns its interface.
 		FormerRouteParent:     s.Network,
 		FormerRouteParentName: "network",

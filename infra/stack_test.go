@@ -112,6 +112,34 @@ func TestNodePoolsPinTheAgentOfTheirArch(t *testing.T) {
 	}
 }
 
+// The gateway runs the agent of its own architecture, which the bucket holds even when no pool shares it (the dev
+// gateway is a t4g, arm64; here only the x86 pool is left): its user data pins that object, and its role may read
+// exactly that key, the node role exactly its pools'.
+func TestGatewayPinsTheAgentOfItsArch(t *testing.T) {
+	c := devConfig(t)
+	c["dynk8s:nodePools"] = c["dynk8s:nodePools"].([]any)[:1]
+	res := runStack(t, c)
+	bucket := find(t, res, "aws:s3/bucketV2:BucketV2", "agent").ID
+	object := find(t, res, "aws:s3/bucketObjectv2:BucketObjectv2", "agent-linux-arm64")
+	raw, err := cloudinit.Decode(in(find(t, res, "aws:ec2/instance:Instance", "gateway"), "userDataBase64").(string))
+	assert.NilError(t, err)
+	files, err := cloudinit.Files(raw)
+	assert.NilError(t, err)
+	i := slices.IndexFunc(files, func(f cloudinit.File) bool { return f.Path == "/etc/dynk8s/agent.env" })
+	assert.Assert(t, i >= 0, "the gateway has no agent.env")
+	assert.Check(t, is.Equal(files[i].Content, "DYNK8S_AGENT_BUCKET="+bucket+"\n"+
+		"DYNK8S_AGENT_DEADLINE_SECONDS=300\n"+
+		"DYNK8S_AGENT_KEY=dynk8s-node/linux-arm64\n"+
+		"DYNK8S_AGENT_SHA256="+infra.StandInSHA256+"\n"+
+		"DYNK8S_AGENT_VERSION_ID="+object.Outputs["versionId"].StringValue()+"\n"))
+	arn := func(arch string) []string { return []string{"arn:aws:s3:::" + bucket + "/dynk8s-node/linux-" + arch} }
+	gateway := find(t, res, "aws:iam/rolePolicy:RolePolicy", "agent-gateway-read")
+	assert.Check(t, is.Equal(in(gateway, "role"), find(t, res, "aws:iam/role:Role", "identity-gateway-role").Outputs["name"].StringValue()))
+	assert.Check(t, is.DeepEqual(policy(t, gateway, "policy").Statement[0].Resource, arn("arm64")))
+	node := find(t, res, "aws:iam/rolePolicy:RolePolicy", "agent-node-read")
+	assert.Check(t, is.DeepEqual(policy(t, node, "policy").Statement[0].Resource, arn("amd64")))
+}
+
 // A pool's nodes pre-pull the fuse plugin's image for their arch and the pool's own prePullImages.
 func TestNodesPrePullPluginAndPoolImages(t *testing.T) {
 	c := devConfig(t)
@@ -503,7 +531,7 @@ func TestGatewaySleepsByDefault(t *testing.T) {
 	inst := find(t, res, "aws:ec2/instance:Instance", "gateway")
 	raw, err := cloudinit.Decode(in(inst, "userDataBase64").(string))
 	assert.NilError(t, err)
-	assert.Check(t, is.Contains(string(raw), "DYNK8S_IDLE_STOP_SECONDS=900"))
+	assert.Check(t, is.Contains(string(raw), `"stop": "15m0s"`), "gateway.json's idle check")
 	assert.Check(t, is.Equal(in(inst, "instanceInitiatedShutdownBehavior"), "stop"))
 	for _, lt := range res.Cloud.ByType("aws:ec2/launchTemplate:LaunchTemplate") {
 		assert.Check(t, is.Equal(poolNodeConfig(t, &lt).GatewayInstanceID, inst.ID), lt.Name)

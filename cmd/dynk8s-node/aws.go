@@ -46,6 +46,8 @@ type groups interface {
 
 type instances interface {
 	StartInstances(ctx context.Context, in *ec2.StartInstancesInput, opts ...func(*ec2.Options)) (*ec2.StartInstancesOutput, error)
+	// DescribeInstances is the gateway's idle check's.
+	DescribeInstances(ctx context.Context, in *ec2.DescribeInstancesInput, opts ...func(*ec2.Options)) (*ec2.DescribeInstancesOutput, error)
 }
 
 // cloud is the instance's view of AWS: IMDS now, and the signed services once the region and the partition's

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -69,13 +70,20 @@ func (h realHost) run(ctx context.Context, timeout time.Duration, quiet bool, na
 	}
 }
 
+// output runs a query and returns its standard output, in a dry run too (it changes nothing); a command that ran
+// and failed gives its output and an *exitError (rpm -q says "not installed" so), with its standard error.
 func (h realHost) output(ctx context.Context, timeout time.Duration, name string, args ...string) (string, error) {
 	if timeout > 0 {
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithTimeout(ctx, timeout)
 		defer cancel()
 	}
-	out, err := exec.CommandContext(ctx, name, args...).Output()
+	cmd := exec.CommandContext(ctx, name, args...)
+	cmd.Cancel = func() error { return cmd.Process.Signal(syscall.SIGTERM) }
+	cmd.WaitDelay = 10 * time.Second
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
 	var ee *exec.ExitError
 	switch {
 	case err == nil:
@@ -83,7 +91,7 @@ func (h realHost) output(ctx context.Context, timeout time.Duration, name string
 	case ctx.Err() != nil:
 		return string(out), fmt.Errorf("%s timed out after %s", name, timeout)
 	case errors.As(err, &ee):
-		return string(out), &exitError{name: name, code: ee.ExitCode()}
+		return string(out), fmt.Errorf("%w: %s", &exitError{name: name, code: ee.ExitCode()}, strings.TrimSpace(stderr.String()))
 	default:
 		return string(out), fmt.Errorf("%s: %w", name, err)
 	}

@@ -1,9 +1,11 @@
-// Command dynk8s-node is the node agent: the boot of a dynk8s node pool's instance (join), the wake-up of the
-// stack's WireGuard gateway (wake-gateway), the routes toward on-prem (onprem-routes) and the lockdown of the
-// instance metadata service (imds-lock), one static binary that cloud-init's units run with the node's
-// configuration (/etc/dynk8s/node.json, internal/nodeconfig).
+// Command dynk8s-node is the node agent, one static binary that cloud-init's units run: on a pool's instance, with
+// the node's configuration (/etc/dynk8s/node.json, internal/nodeconfig), the boot (join), the wake-up of the stack's
+// WireGuard gateway (wake-gateway), the routes toward on-prem (onprem-routes) and the lockdown of the instance
+// metadata service (imds-lock); on the gateway, with its configuration (/etc/dynk8s/gateway.json), its key,
+// packages and idle check (gateway.go); in an image build, the prepare step and what follows it (prepare.go).
 //
 //	dynk8s-node join|wake-gateway|onprem-routes|imds-lock [--config FILE] [--dry-run] [-v]
+//	dynk8s-node gateway-key|gateway-packages|gateway-idle [--config FILE] [--dry-run] [-v]
 //	dynk8s-node prepare [--config FILE] [-v]     (an image build's first step, docs/baked-images.md)
 //	dynk8s-node clean-identity [--dry-run]       (and its last)
 //	dynk8s-node check-image --config-sha256 HEX  (its validate step)
@@ -44,6 +46,7 @@ func main() {
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	if len(args) == 0 {
 		fmt.Fprintln(stderr, "usage: dynk8s-node join|wake-gateway|onprem-routes|imds-lock [--config FILE] [--dry-run] [-v] | "+
+			"gateway-key|gateway-packages|gateway-idle [--config FILE] [--dry-run] [-v] | "+
 			"prepare [--config FILE] [-v] | clean-identity [--dry-run] | check-image --config-sha256 HEX | version")
 		return 2
 	}
@@ -54,6 +57,9 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	}
 	if image, ok := imageCommands[cmd]; ok {
 		return image(ctx, args, stderr)
+	}
+	if _, ok := gatewayCommands[cmd]; ok {
+		return runGateway(ctx, cmd, args, stderr)
 	}
 	tag, ok := map[string]string{"join": "dynk8s-join", "wake-gateway": "dynk8s-wake-gateway",
 		"onprem-routes": "dynk8s-onprem-routes", "imds-lock": "dynk8s-imds-lock"}[cmd]

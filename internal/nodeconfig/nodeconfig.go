@@ -148,22 +148,9 @@ type Taint struct {
 // Decode reads a Node strictly: an unknown key (in any case: encoding/json matches keys without regard to case), a
 // second document or a missing value is an error that names its key.
 func Decode(r io.Reader) (Node, error) {
-	dec := json.NewDecoder(r)
-	var raw json.RawMessage
-	if err := dec.Decode(&raw); err != nil {
-		return Node{}, fmt.Errorf("node config: %w", err)
-	}
-	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
-		return Node{}, errors.New("node config: data after the JSON object")
-	}
-	if err := exactKeys(raw, reflect.TypeFor[Node](), ""); err != nil {
-		return Node{}, fmt.Errorf("node config: %w", err)
-	}
-	strict := json.NewDecoder(bytes.NewReader(raw))
-	strict.DisallowUnknownFields()
 	var n Node
-	if err := strict.Decode(&n); err != nil {
-		return Node{}, fmt.Errorf("node config: %w", err)
+	if err := decodeStrict(r, &n, "node config"); err != nil {
+		return Node{}, err
 	}
 	if err := n.Validate(); err != nil {
 		return Node{}, err
@@ -171,9 +158,33 @@ func Decode(r io.Reader) (Node, error) {
 	return n, nil
 }
 
+// decodeStrict decodes one JSON object from r into the struct into points to, refusing unknown keys in any case,
+// a second document and values of the wrong type; its errors start with what.
+func decodeStrict(r io.Reader, into any, what string) error {
+	dec := json.NewDecoder(r)
+	var raw json.RawMessage
+	if err := dec.Decode(&raw); err != nil {
+		return fmt.Errorf("%s: %w", what, err)
+	}
+	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
+		return errors.New(what + ": data after the JSON object")
+	}
+	if err := exactKeys(raw, reflect.TypeOf(into).Elem(), ""); err != nil {
+		return fmt.Errorf("%s: %w", what, err)
+	}
+	strict := json.NewDecoder(bytes.NewReader(raw))
+	strict.DisallowUnknownFields()
+	if err := strict.Decode(into); err != nil {
+		return fmt.Errorf("%s: %w", what, err)
+	}
+	return nil
+}
+
 // exactKeys checks that every key of the objects in raw is a JSON name of t's fields, spelt exactly.
 func exactKeys(raw json.RawMessage, t reflect.Type, path string) error {
 	switch t.Kind() {
+	case reflect.Pointer:
+		return exactKeys(raw, t.Elem(), path)
 	case reflect.Struct:
 		var obj map[string]json.RawMessage
 		if err := json.Unmarshal(raw, &obj); err != nil {

@@ -101,7 +101,7 @@ func (r *Result) IdleBill() IdleBill {
 	}
 
 	// A pool instance that never goes (a group's minimum, or a warm pool that waits Running) keeps a gateway that
-	// would sleep awake: its idle check counts every pending or running pool instance (cloudinit, gateway-idle.sh).
+	// would sleep awake: its idle check counts every pending or running pool instance (the node agent's gateway-idle).
 	keptAwake := ""
 	for _, g := range byType("aws:autoscaling/group:Group") {
 		in := inputs[g.Type+"/"+g.Name]
