@@ -5,6 +5,7 @@ import (
 	"fmt"
 
 	"github.com/dynk8s/dynk8s/infra/config"
+	"github.com/dynk8s/dynk8s/internal/nodeconfig"
 )
 
 // PolicyDocument is an IAM policy document. dynk8s builds every policy from these types and marshals it, so a
@@ -207,8 +208,8 @@ func WakeGatewayPolicy(instanceARN, clusterName, gatewayName string) PolicyDocum
 		Action:   []string{"ec2:StartInstances"},
 		Resource: []string{instanceARN},
 		Condition: map[string]map[string]string{"StringEquals": {
-			"aws:ResourceTag/dynk8s:cluster": clusterName,
-			"aws:ResourceTag/Name":           gatewayName,
+			"aws:ResourceTag/" + nodeconfig.TagCluster: clusterName,
+			"aws:ResourceTag/Name":                     gatewayName,
 		}},
 	}}}
 }
