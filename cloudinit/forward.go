@@ -3,10 +3,11 @@ package cloudinit
 import (
 	"fmt"
 	"net/netip"
-	"regexp"
 	"slices"
 	"strconv"
 	"strings"
+
+	"github.com/dynk8s/dynk8s/internal/endpoint"
 )
 
 // GatewayForward limits what the gateway forwards from the VPC into the tunnel: new connections only to what the
@@ -40,8 +41,6 @@ var (
 	cniProtocols = []string{"4"}
 )
 
-var forwardPortsRE = regexp.MustCompile(`^[0-9]+(-[0-9]+)?(,[0-9]+(-[0-9]+)?)*$`)
-
 func (f *GatewayForward) validate() error {
 	var e errs
 	if len(f.APIServerPorts) == 0 {
@@ -64,7 +63,7 @@ func (f *GatewayForward) validate() error {
 			e.add(field, fmt.Errorf("%s is not an IPv4 range", a.CIDR))
 		case !slices.Contains([]string{"tcp", "udp", "all"}, a.Protocol):
 			e.add(field, fmt.Errorf("protocol %q is not tcp, udp or all", a.Protocol))
-		case a.Ports != "" && (a.Protocol == "all" || !forwardPortsRE.MatchString(a.Ports)):
+		case a.Ports != "" && (a.Protocol == "all" || !endpoint.IsPortList(a.Ports)):
 			e.add(field, fmt.Errorf("ports %q: a list of ports and ranges, for tcp or udp only", a.Ports))
 		}
 	}

@@ -102,9 +102,6 @@ var (
 	cniPluginDirs = []string{"/opt/cni/bin", "/usr/libexec/cni"}
 )
 
-// instanceIDRE is an EC2 instance id, as the agent's wake-up checks it too.
-var instanceIDRE = regexp.MustCompile(`^i-[0-9a-f]{8}([0-9a-f]{9})?$`)
-
 // Node validates in and renders the node pool's cloud-config ("#cloud-config\n...").
 func Node(in NodeInput) ([]byte, error) {
 	minor, err := in.validate()
@@ -389,7 +386,7 @@ func (in NodeInput) validate() (kube.Minor, error) {
 		}
 	}
 	e.add("JoinTokenParameter", validateSSMName(in.JoinTokenParameter))
-	if in.GatewayInstanceID != "" && !instanceIDRE.MatchString(in.GatewayInstanceID) {
+	if in.GatewayInstanceID != "" && !nodeconfig.IsInstanceID(in.GatewayInstanceID) {
 		e.add("GatewayInstanceID", fmt.Errorf("%q is not an EC2 instance id", in.GatewayInstanceID))
 	}
 	e.add("ClusterName", validateDNSLabel(in.ClusterName))

@@ -7,16 +7,17 @@ import (
 	"strings"
 
 	"github.com/dynk8s/dynk8s/internal/kube"
+	"github.com/dynk8s/dynk8s/internal/nodeconfig"
 )
 
 var (
 	// ssmNameRE is SSM's parameter-name alphabet; the scripts also pass the name through their config file.
 	ssmNameRE = regexp.MustCompile(`^[A-Za-z0-9_./-]+$`)
 
-	// tokenLikeRE finds a kubeadm bootstrap token ([a-z0-9]{6}.[a-z0-9]{16}) inside any string.
-	tokenLikeRE = regexp.MustCompile(`(^|[^a-z0-9])[a-z0-9]{6}\.[a-z0-9]{16}([^a-z0-9]|$)`)
-	// keyLikeRE finds a WireGuard key (32 bytes of standard base64) inside any string, even after a '/'.
-	keyLikeRE = regexp.MustCompile(`[A-Za-z0-9+/]{42}[AEIMQUYcgkosw048]=`)
+	// tokenLikeRE finds a kubeadm bootstrap token inside any string.
+	tokenLikeRE = regexp.MustCompile(`(^|[^a-z0-9])` + nodeconfig.BootstrapTokenPattern + `([^a-z0-9]|$)`)
+	// keyLikeRE finds a WireGuard key inside any string, even after a '/'.
+	keyLikeRE = regexp.MustCompile(nodeconfig.WireGuardKeyPattern)
 )
 
 // errs collects validation problems, each prefixed with the input field it is about.

@@ -8,7 +8,6 @@ import (
 	"io"
 	"os"
 	"path/filepath"
-	"regexp"
 	"strconv"
 	"strings"
 	"time"
@@ -149,9 +148,6 @@ func (g *gatewayRun) connect(ctx context.Context) error {
 	return nil
 }
 
-// wgKeyRE is a WireGuard key: 32 bytes of standard base64, 43 characters whose last carries 2 zero bits, then "=".
-var wgKeyRE = regexp.MustCompile(`^[A-Za-z0-9+/]{42}[AEIMQUYcgkosw048]=$`)
-
 // key puts the gateway's WireGuard private key from SSM into the key file (0600). The key stays on disk so that a
 // reboot or an EC2 auto-recovery while SSM is unreachable still brings the tunnel up: with a key there, SSM gets a
 // short try (deadlines.keyOnDisk) and the key on disk is kept. When SSM answers, its value wins, so a rotated key
@@ -177,7 +173,7 @@ func (g *gatewayRun) key(ctx context.Context) error {
 		return nil
 	case err != nil:
 		return fmt.Errorf("no WireGuard key: SSM parameter %s could not be read (%w) and %s is absent", param, last, path)
-	case !wgKeyRE.MatchString(key):
+	case !nodeconfig.IsWireGuardKey(key):
 		return fmt.Errorf("SSM parameter %s does not hold a WireGuard key (32 bytes, base64)", param)
 	case strings.TrimRight(string(onDisk), "\n") == key:
 		g.log.Printf("key in %s is current", path)

@@ -49,9 +49,9 @@ var identityForms = []struct {
 	re   *regexp.Regexp
 	get  func(j *joiner) string
 }{
-	{"INSTANCE_ID", regexp.MustCompile(`^i-[0-9a-f]{8}([0-9a-f]{9})?$`), func(j *joiner) string { return j.id.InstanceID }},
+	{"INSTANCE_ID", regexp.MustCompile(`^` + nodeconfig.InstanceIDPattern + `$`), func(j *joiner) string { return j.id.InstanceID }},
 	{"ZONE", regexp.MustCompile(`^[a-z]{2}(-[a-z0-9]+)+$`), func(j *joiner) string { return j.id.Zone }},
-	{"REGION", regexp.MustCompile(`^[a-z]{2}(-[a-z]+)+-[0-9]+$`), func(j *joiner) string { return j.id.Region }},
+	{"REGION", regexp.MustCompile(`^` + nodeconfig.RegionPattern + `$`), func(j *joiner) string { return j.id.Region }},
 	{"DOMAIN", regexp.MustCompile(`^[a-z0-9-]+(\.[a-z0-9-]+)+$`), func(j *joiner) string { return j.domain }},
 	{"NODE_IP", regexp.MustCompile(`^(25[0-5]|2[0-4][0-9]|1?[0-9]?[0-9])(\.(25[0-5]|2[0-4][0-9]|1?[0-9]?[0-9])){3}$`),
 		func(j *joiner) string { return j.id.NodeIP }},
@@ -59,8 +59,6 @@ var identityForms = []struct {
 	{"LIFECYCLE", regexp.MustCompile(`^(InService|Standby|Detached|Terminated|Warmed:(Stopped|Running|Hibernated|Terminated))$`),
 		func(j *joiner) string { return j.lifecycle }},
 }
-
-var tokenRE = regexp.MustCompile(`^[a-z0-9]{6}\.[a-z0-9]{16}$`)
 
 // joiner is one run of the join.
 type joiner struct {
@@ -604,7 +602,7 @@ func (j *joiner) readToken(ctx context.Context) error {
 		}
 		return err
 	}
-	if out.Parameter == nil || !tokenRE.MatchString(aws.ToString(out.Parameter.Value)) {
+	if out.Parameter == nil || !nodeconfig.IsBootstrapToken(aws.ToString(out.Parameter.Value)) {
 		return errors.New("it holds no bootstrap token ([a-z0-9]{6}.[a-z0-9]{16}) yet: the cluster's token rotator " +
 			"has not written one")
 	}

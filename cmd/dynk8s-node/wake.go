@@ -4,13 +4,14 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"regexp"
 	"slices"
 	"strings"
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/ec2"
+
+	"github.com/dynk8s/dynk8s/internal/nodeconfig"
 )
 
 // waker makes sure the stack's WireGuard gateway runs, which stops itself when the pools have been idle (the
@@ -34,8 +35,6 @@ type waker struct {
 	dryRun           bool
 }
 
-var instanceIDRE = regexp.MustCompile(`^i-[0-9a-f]{8}([0-9a-f]{9})?$`)
-
 // refusals are the StartInstances errors no retry changes.
 var refusals = []string{"UnauthorizedOperation", "AuthFailure", "OptInRequired"}
 
@@ -53,7 +52,7 @@ func (w *waker) run(ctx context.Context, gateway string) error {
 		w.log.Printf("the gateway never sleeps (gateway.idleStop 0): nothing to wake")
 		return nil
 	}
-	if !instanceIDRE.MatchString(gateway) {
+	if !nodeconfig.IsInstanceID(gateway) {
 		return fmt.Errorf("'%s' is not an EC2 instance id", gateway)
 	}
 	if w.cloud.ec2 == nil {

@@ -13,12 +13,13 @@ import (
 
 	"k8s.io/apimachinery/pkg/util/validation"
 
+	"github.com/dynk8s/dynk8s/internal/endpoint"
 	"github.com/dynk8s/dynk8s/internal/kube"
+	"github.com/dynk8s/dynk8s/internal/nodeconfig"
 	"github.com/dynk8s/dynk8s/wireguard"
 )
 
 var (
-	regionRE      = regexp.MustCompile(`^[a-z]{2}(-gov|-iso[a-z]?)?-[a-z]+-\d+$`)
 	clusterNameRE = regexp.MustCompile(`^[a-z0-9]([a-z0-9-]{0,30}[a-z0-9])?$`)
 	poolNameRE    = regexp.MustCompile(`^[a-z0-9]([a-z0-9-]{0,28}[a-z0-9])?$`)
 	amiIDRE       = regexp.MustCompile(`^ami-([0-9a-f]{8}|[0-9a-f]{17})$`)
@@ -42,7 +43,7 @@ var expanders = []string{"least-nodes", "least-waste", "most-pods", "priority", 
 // validate checks the semantics of a decoded config, records every problem with its key path, and fills in Derived.
 func validate(r *reader, c *Config) {
 	ns := Namespace + ":"
-	if r.required("aws:region", c.Region != "") && !regionRE.MatchString(c.Region) {
+	if r.required("aws:region", c.Region != "") && !nodeconfig.IsRegion(c.Region) {
 		r.addf("aws:region", "%q is not an AWS region name (e.g. eu-central-1)", c.Region)
 	}
 	if r.required(ns+"clusterName", c.ClusterName != "") && !clusterNameRE.MatchString(c.ClusterName) {
@@ -117,16 +118,13 @@ func validateKubernetes(r *reader, c *Config) {
 		switch errs := validation.IsDNS1123Subdomain(n); {
 		case len(errs) > 0:
 			r.addf(np, "%q is not a Node name: %s", n, strings.Join(errs, "; "))
-		case instanceIDRE.MatchString(n):
+		case nodeconfig.IsInstanceID(n):
 			r.addf(np, "%q is an EC2 instance id: pool nodes register with their pool label and need no entry", n)
 		case slices.Index(k.OnPremNodes, n) < i:
 			r.addf(np, "%q is listed twice", n)
 		}
 	}
 }
-
-// instanceIDRE is the shape of an EC2 instance id (https://docs.aws.amazon.com/AWSEC2/latest/APIReference/API_Instance.html).
-var instanceIDRE = regexp.MustCompile(`^i-[0-9a-f]{8}([0-9a-f]{9})?$`)
 
 // Bounds of kubernetes.bootstrapTokenTTL. The floor keeps the rotation period (a third of the TTL) at ten minutes or
 // more; the ceiling is kubeadm's own default token TTL (24h), beyond which a short-lived token is no longer short.
@@ -701,9 +699,6 @@ func validateImages(r *reader, images Images) {
 	}
 }
 
-// portsRE is a list of destination ports or ranges as wireguard.onPremForward.allow[i].ports takes them.
-var portsRE = regexp.MustCompile(`^[0-9]+(-[0-9]+)?(,[0-9]+(-[0-9]+)?)*$`)
-
 // ForwardProtocols are the protocols an onPremForward.allow entry may name.
 var ForwardProtocols = []string{"tcp", "udp", "all"}
 
@@ -745,7 +740,7 @@ func validateOnPremForward(r *reader, c *Config) {
 
 // validatePorts checks "80,443,8000-8100": ports 1..65535, each range low to high.
 func validatePorts(r *reader, path, ports string) {
-	if !portsRE.MatchString(ports) {
+	if !endpoint.IsPortList(ports) {
 		r.addf(path, "%q must be ports and ranges, e.g. 8080,50000 or 8000-8100", ports)
 		return
 	}

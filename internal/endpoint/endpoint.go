@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"net"
 	"net/netip"
+	"regexp"
 	"strconv"
 	"strings"
 
@@ -46,3 +47,10 @@ func (e HostPort) Addr() (netip.Addr, bool) {
 	a, err := netip.ParseAddr(e.Host)
 	return a, err == nil
 }
+
+// portListRE is a list of ports and ranges, "80,443,8000-8100", as nft's set syntax takes it once the commas are
+// spaced.
+var portListRE = regexp.MustCompile(`^[0-9]+(-[0-9]+)?(,[0-9]+(-[0-9]+)?)*$`)
+
+// IsPortList reports whether s has the form of a list of ports and ranges (the config checks their bounds).
+func IsPortList(s string) bool { return portListRE.MatchString(s) }

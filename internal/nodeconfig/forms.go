@@ -1,0 +1,38 @@
+package nodeconfig
+
+import "regexp"
+
+// The forms of the values the agent reads (from its config, IMDS and SSM), which the config and the renderer check
+// too, or look for where a secret must not be: one home each.
+const (
+	// InstanceIDPattern is an EC2 instance id, 8 or 17 hex digits
+	// (https://docs.aws.amazon.com/AWSEC2/latest/APIReference/API_Instance.html).
+	InstanceIDPattern = `i-[0-9a-f]{8}([0-9a-f]{9})?`
+	// RegionPattern is an AWS region, the GovCloud and ISO partitions' included.
+	RegionPattern = `[a-z]{2}(-gov|-iso[a-z]?)?-[a-z]+-\d+`
+	// BootstrapTokenPattern is a kubeadm bootstrap token, "<id>.<secret>" (k8s.io/cluster-bootstrap
+	// token/api/types.go, BootstrapTokenPattern).
+	BootstrapTokenPattern = `[a-z0-9]{6}\.[a-z0-9]{16}`
+	// WireGuardKeyPattern is a WireGuard key as wg(8) prints it: 32 bytes of standard base64, 43 characters whose
+	// last carries 2 zero bits, then "=".
+	WireGuardKeyPattern = `[A-Za-z0-9+/]{42}[AEIMQUYcgkosw048]=`
+)
+
+var (
+	instanceIDRE     = regexp.MustCompile(`^` + InstanceIDPattern + `$`)
+	regionRE         = regexp.MustCompile(`^` + RegionPattern + `$`)
+	bootstrapTokenRE = regexp.MustCompile(`^` + BootstrapTokenPattern + `$`)
+	wireGuardKeyRE   = regexp.MustCompile(`^` + WireGuardKeyPattern + `$`)
+)
+
+// IsInstanceID reports whether s is an EC2 instance id.
+func IsInstanceID(s string) bool { return instanceIDRE.MatchString(s) }
+
+// IsRegion reports whether s is an AWS region's name.
+func IsRegion(s string) bool { return regionRE.MatchString(s) }
+
+// IsBootstrapToken reports whether s is a kubeadm bootstrap token.
+func IsBootstrapToken(s string) bool { return bootstrapTokenRE.MatchString(s) }
+
+// IsWireGuardKey reports whether s is a WireGuard key in wg(8)'s form.
+func IsWireGuardKey(s string) bool { return wireGuardKeyRE.MatchString(s) }
