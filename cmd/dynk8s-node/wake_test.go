@@ -40,6 +40,9 @@ func TestWakeGateway(t *testing.T) {
 		minStarts, maxStarts int
 		logs                 []string
 		failure              string
+		// deadline is the wake-up's (default 10 s: a case that succeeds ends at once, so only the ones that must
+		// give up wait it out, and a busy machine's slow attempts never run a succeeding case out of time).
+		deadline time.Duration
 	}{
 		// A stopped gateway is started once.
 		"stopped": {minStarts: 1, maxStarts: 1,
@@ -71,7 +74,7 @@ func TestWakeGateway(t *testing.T) {
 			failure: "FAILED: cannot start gateway i-0000000000000dead: EC2 StartInstances: HTTP 400 InvalidInstanceID.NotFound"},
 		// A gateway that never finishes stopping: the wake-up gives up at its deadline with one reason.
 		"never stops": {modify: func(e *fakeEC2) { e.state, e.stoppingCalls = "stopping", 1<<20 }, minStarts: 2, maxStarts: 1000,
-			failure: "start the WireGuard gateway " + testGateway + ": gave up after"},
+			failure: "start the WireGuard gateway " + testGateway + ": gave up after", deadline: time.Second},
 		"not an instance id": {gateway: "sg-123", failure: "'sg-123' is not an EC2 instance id"},
 	} {
 		t.Run(name, func(t *testing.T) {
@@ -84,7 +87,11 @@ func TestWakeGateway(t *testing.T) {
 			if gateway == "" {
 				gateway = testGateway
 			}
-			run := r.wake(gateway, time.Second)
+			deadline := c.deadline
+			if deadline == 0 {
+				deadline = 10 * time.Second
+			}
+			run := r.wake(gateway, deadline)
 			starts := r.ec2.started()
 			assert.Check(t, starts >= c.minStarts && starts <= c.maxStarts, "%d starts", starts)
 			for _, want := range c.logs {
