@@ -15,6 +15,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"path/filepath"
 	"sort"
 	"strconv"
 
@@ -133,9 +134,31 @@ type File struct {
 	Deferred bool
 }
 
-// Files lists the files in user data rendered by Node or Gateway (not base64 or gzipped), in path order. The
-// real-engine tests use it to lay a node's files out under a directory of their own; the boot scripts take that
-// directory as DYNK8S_ROOT.
+// WriteFiles writes the files of user data rendered by Node or Gateway under root, with their modes whatever the
+// umask, as cloud-init's write_files does on the instance: the tests lay a node's files out so, and the agent takes
+// that directory as DYNK8S_ROOT.
+func WriteFiles(userData []byte, root string) error {
+	files, err := Files(userData)
+	if err != nil {
+		return err
+	}
+	for _, f := range files {
+		p := filepath.Join(root, f.Path)
+		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+			return err
+		}
+		if err := os.WriteFile(p, []byte(f.Content), f.Permissions); err != nil {
+			return err
+		}
+		// WriteFile applies the mode only to a file it creates, and through the umask.
+		if err := os.Chmod(p, f.Permissions); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// Files lists the files in user data rendered by Node or Gateway (not base64 or gzipped), in path order.
 func Files(userData []byte) ([]File, error) {
 	if !bytes.HasPrefix(userData, []byte(header)) {
 		return nil, fmt.Errorf("user data does not start with %q", header)

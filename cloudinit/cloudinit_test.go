@@ -6,6 +6,7 @@ import (
 	"crypto/rand"
 	"encoding/base64"
 	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 
@@ -102,4 +103,27 @@ func TestFilesListsWhatCloudInitWrites(t *testing.T) {
 
 	_, err = Files([]byte("#!/bin/sh\n"))
 	assert.ErrorContains(t, err, "does not start with")
+}
+
+// WriteFiles gives each file its mode even where a file is already there with another (os.WriteFile keeps an
+// existing file's mode), as cloud-init's write_files does: the gateway's wg0.conf is 0600 whatever was there.
+func TestWriteFilesSetsTheModes(t *testing.T) {
+	t.Parallel()
+	ud, err := Gateway(testGateway())
+	assert.NilError(t, err)
+	root := t.TempDir()
+	conf := filepath.Join(root, "etc/wireguard/wg0.conf")
+	assert.NilError(t, os.MkdirAll(filepath.Dir(conf), 0o755))
+	assert.NilError(t, os.WriteFile(conf, []byte("old"), 0o644))
+	assert.NilError(t, WriteFiles(ud, root))
+	files, err := Files(ud)
+	assert.NilError(t, err)
+	for _, f := range files {
+		st, err := os.Stat(filepath.Join(root, f.Path))
+		assert.NilError(t, err)
+		assert.Check(t, is.Equal(st.Mode().Perm(), f.Permissions.Perm()), f.Path)
+	}
+	b, err := os.ReadFile(conf)
+	assert.NilError(t, err)
+	assert.Check(t, strings.HasPrefix(string(b), "[Interface]"))
 }

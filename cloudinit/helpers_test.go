@@ -3,8 +3,6 @@ package cloudinit
 import (
 	"crypto/sha256"
 	"fmt"
-	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 
@@ -75,20 +73,7 @@ func fileByPath(t *testing.T, cc cloudConfig, path string) writeFile {
 // materialize writes the user data's files under root, with their modes, as cloud-init would on the node.
 func materialize(t *testing.T, userData []byte, root string) {
 	t.Helper()
-	files, err := Files(userData)
-	if err != nil {
+	if err := WriteFiles(userData, root); err != nil {
 		t.Fatal(err)
-	}
-	for _, f := range files {
-		p := filepath.Join(root, f.Path)
-		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
-			t.Fatal(err)
-		}
-		if err := os.WriteFile(p, []byte(f.Content), f.Permissions); err != nil {
-			t.Fatal(err)
-		}
-		if err := os.Chmod(p, f.Permissions); err != nil {
-			t.Fatal(err)
-		}
 	}
 }

@@ -373,21 +373,12 @@ func (n nodeEnv) join(ctx context.Context, t *testing.T, in cloudinit.NodeInput,
 	return run
 }
 
-// writeUserDataFiles writes the cloud-config's write_files under root, as cloud-init would on the node.
+// writeUserDataFiles writes the cloud-config's write_files under root, with their modes, as cloud-init would on the
+// node.
 func writeUserDataFiles(t *testing.T, userData []byte, root string) {
 	t.Helper()
-	files, err := cloudinit.Files(userData)
-	if err != nil {
+	if err := cloudinit.WriteFiles(userData, root); err != nil {
 		t.Fatalf("user data: %v", err)
-	}
-	for _, f := range files {
-		p := filepath.Join(root, f.Path)
-		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
-			t.Fatal(err)
-		}
-		if err := os.WriteFile(p, []byte(f.Content), f.Permissions); err != nil {
-			t.Fatal(err)
-		}
 	}
 }
 
