@@ -8,7 +8,6 @@ import (
 	"io"
 	"os"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"time"
 
@@ -80,9 +79,7 @@ func runGateway(ctx context.Context, cmd string, args []string, stderr io.Writer
 		}
 	}()
 	if err != nil {
-		log.Printf("FAILED: %v", err)
-		log.Kernel(3, "FAILED: "+err.Error())
-		return 1
+		return failed(log, err)
 	}
 	return 0
 }
@@ -90,38 +87,16 @@ func runGateway(ctx context.Context, cmd string, args []string, stderr io.Writer
 // loadGatewayConfig reads the gateway's configuration strictly, with the test hooks' deadlines: like the scripts'
 // DYNK8S_DEADLINE_SECONDS, one value for every command's deadline.
 func loadGatewayConfig(path string) (nodeconfig.Gateway, error) {
-	f, err := os.Open(path)
+	cfg, err := readConfig(path, nodeconfig.DecodeGateway)
 	if err != nil {
-		return nodeconfig.Gateway{}, fmt.Errorf("config %s is missing or unreadable: %w", path, err)
-	}
-	defer f.Close()
-	cfg, err := nodeconfig.DecodeGateway(f)
-	if err != nil {
-		return nodeconfig.Gateway{}, fmt.Errorf("config %s: %w", path, err)
+		return cfg, err
 	}
 	d := &cfg.Deadlines
-	for _, o := range []struct {
-		env  string
-		into []*nodeconfig.Duration
-		unit time.Duration
-	}{
+	return cfg, applyDeadlineHooks([]deadlineHook{
 		{"DYNK8S_DEADLINE_SECONDS", []*nodeconfig.Duration{&d.Key, &d.KeyOnDisk, &d.Packages, &d.Idle}, time.Second},
 		{"DYNK8S_BACKOFF_INITIAL_MS", []*nodeconfig.Duration{&d.BackoffInitial}, time.Millisecond},
 		{"DYNK8S_BACKOFF_MAX_MS", []*nodeconfig.Duration{&d.BackoffMax}, time.Millisecond},
-	} {
-		v := os.Getenv(o.env)
-		if v == "" {
-			continue
-		}
-		n, err := strconv.Atoi(v)
-		if err != nil || n < 0 {
-			return nodeconfig.Gateway{}, errors.New(o.env + "=" + v + " is not a whole number")
-		}
-		for _, into := range o.into {
-			*into = nodeconfig.Duration(time.Duration(n) * o.unit)
-		}
-	}
-	return cfg, nil
+	})
 }
 
 func (g *gatewayRun) newClock(deadline time.Duration) {

@@ -139,37 +139,56 @@ func failed(log *logger, err error) int {
 
 // loadConfig reads the node's configuration strictly, with the test hooks' deadlines.
 func loadConfig(path string) (nodeconfig.Node, error) {
-	f, err := os.Open(path)
+	cfg, err := readConfig(path, nodeconfig.Decode)
 	if err != nil {
-		return nodeconfig.Node{}, fmt.Errorf("config %s is missing or unreadable: %w", path, err)
-	}
-	defer f.Close()
-	cfg, err := nodeconfig.Decode(f)
-	if err != nil {
-		return nodeconfig.Node{}, fmt.Errorf("config %s: %w", path, err)
+		return cfg, err
 	}
 	d := &cfg.Deadlines
-	for _, o := range []struct {
-		env  string
-		into *nodeconfig.Duration
-		unit time.Duration
-	}{
-		{"DYNK8S_DEADLINE_SECONDS", &d.Join, time.Second}, {"DYNK8S_DEADLINE_SECONDS", &d.Wake, time.Second},
-		{"DYNK8S_DEADLINE_SECONDS", &d.Routes, time.Second},
-		{"DYNK8S_BACKOFF_INITIAL_MS", &d.BackoffInitial, time.Millisecond},
-		{"DYNK8S_BACKOFF_MAX_MS", &d.BackoffMax, time.Millisecond},
-		{"DYNK8S_WAKE_SETTLE_SECONDS", &d.WakeSettle, time.Second},
-		{"DYNK8S_WAKE_INTERVAL_SECONDS", &d.WakeInterval, time.Second},
-	} {
-		v := os.Getenv(o.env)
+	return cfg, applyDeadlineHooks([]deadlineHook{
+		{"DYNK8S_DEADLINE_SECONDS", []*nodeconfig.Duration{&d.Join, &d.Wake, &d.Routes}, time.Second},
+		{"DYNK8S_BACKOFF_INITIAL_MS", []*nodeconfig.Duration{&d.BackoffInitial}, time.Millisecond},
+		{"DYNK8S_BACKOFF_MAX_MS", []*nodeconfig.Duration{&d.BackoffMax}, time.Millisecond},
+		{"DYNK8S_WAKE_SETTLE_SECONDS", []*nodeconfig.Duration{&d.WakeSettle}, time.Second},
+		{"DYNK8S_WAKE_INTERVAL_SECONDS", []*nodeconfig.Duration{&d.WakeInterval}, time.Second},
+	})
+}
+
+// readConfig opens a configuration file and decodes it with decode (strict), naming the file in any error.
+func readConfig[T any](path string, decode func(io.Reader) (T, error)) (T, error) {
+	var zero T
+	f, err := os.Open(path)
+	if err != nil {
+		return zero, fmt.Errorf("config %s is missing or unreadable: %w", path, err)
+	}
+	defer f.Close()
+	cfg, err := decode(f)
+	if err != nil {
+		return zero, fmt.Errorf("config %s: %w", path, err)
+	}
+	return cfg, nil
+}
+
+// deadlineHook is a test hook: an environment variable whose whole number, in unit, replaces the deadlines into.
+type deadlineHook struct {
+	env  string
+	into []*nodeconfig.Duration
+	unit time.Duration
+}
+
+// applyDeadlineHooks applies the hooks whose variable is set.
+func applyDeadlineHooks(hooks []deadlineHook) error {
+	for _, h := range hooks {
+		v := os.Getenv(h.env)
 		if v == "" {
 			continue
 		}
 		n, err := strconv.Atoi(v)
 		if err != nil || n < 0 {
-			return nodeconfig.Node{}, errors.New(o.env + "=" + v + " is not a whole number")
+			return errors.New(h.env + "=" + v + " is not a whole number")
 		}
-		*o.into = nodeconfig.Duration(time.Duration(n) * o.unit)
+		for _, into := range h.into {
+			*into = nodeconfig.Duration(time.Duration(n) * h.unit)
+		}
 	}
-	return cfg, nil
+	return nil
 }

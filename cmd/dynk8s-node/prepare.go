@@ -48,9 +48,7 @@ func runPrepare(ctx context.Context, args []string, stderr io.Writer) int {
 	}
 	log := newLogger("dynk8s-prepare", stderr, f.root)
 	if err := prepareImage(ctx, f, log, stderr, *config, *verbose); err != nil {
-		log.Printf("FAILED: %v", err)
-		log.Kernel(3, "FAILED: "+err.Error())
-		return 1
+		return failed(log, err)
 	}
 	return 0
 }
