@@ -12,11 +12,14 @@ import (
 	"encoding/pem"
 	"errors"
 	"fmt"
+	"maps"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
+	"time"
 	"unicode/utf16"
 
 	"gotest.tools/v3/assert"
@@ -57,10 +60,12 @@ type testCSR struct {
 	approved              string // the message of an Approved condition, if any
 }
 
-func (c testCSR) object() map[string]any {
+// object is the CSR as the API server serves it; created orders it among the others (creationTimestamp, seconds).
+func (c testCSR) object(created int) map[string]any {
 	o := map[string]any{
 		"apiVersion": "certificates.k8s.io/v1", "kind": "CertificateSigningRequest",
-		"metadata": map[string]any{"name": c.name},
+		"metadata": map[string]any{"name": c.name, "uid": "uid-" + c.name,
+			"creationTimestamp": time.Date(2026, 1, 1, 0, 0, created, 0, time.UTC).Format(time.RFC3339)},
 		"spec": map[string]any{"request": c.request, "signerName": c.signer, "usages": c.usages,
 			"groups": c.groups, "username": "system:bootstrap:abcdef"},
 		"status": map[string]any{},
@@ -72,68 +77,64 @@ func (c testCSR) object() map[string]any {
 	return o
 }
 
-// approverRun is one run of approve-csr.sh over one watch, against stand-ins: kubectl serves the CSRs (the watch
-// prints each object, as `kubectl get --watch -o json` does), the Nodes that exist, and records what the script
-// writes to the approval subresource; aws answers describe-instances per instance id from instances ("group pool",
-// or "NotFound" and "unreachable" for the CLI's errors).
+// approverRun is one run of approve-csr.sh (APPROVER_ONCE: the rounds its CSRs take) against stand-ins: kubectl
+// serves the CSRs, created in the order given, and the Nodes that exist, and writes what the script sets through the
+// approval subresource into the CSRs it serves next, as the API server does; aws answers describe-instances with
+// the instances ("group pool" per instance id) or, with ec2Down, fails as the CLI does when EC2 cannot be reached.
 type approverRun struct {
 	decisions map[string]map[string]string // CSR name: type, reason, message of the condition it got
+	order     []string                     // the CSR names in the order their conditions were written
 	output    string
 	status    int
 	ec2Calls  int
+	lists     int // how many times the script listed the CSRs: its rounds
 }
 
-func runApprover(t *testing.T, csrs []testCSR, nodes []string, instances map[string]string) approverRun {
+func runApprover(t *testing.T, csrs []testCSR, nodes []string, instances map[string]string, ec2Down bool) approverRun {
 	t.Helper()
 	dir := realtools.ClosedPath(t, "jq")
-	var watch, all strings.Builder
 	var items []any
-	for _, c := range csrs {
-		b, err := json.MarshalIndent(c.object(), "", "    ")
-		assert.NilError(t, err)
-		watch.Write(append(b, '\n'))
-		assert.NilError(t, os.WriteFile(filepath.Join(dir, "csr-"+c.name+".json"), b, 0o644))
-		items = append(items, c.object())
+	for i, c := range csrs {
+		items = append(items, c.object(i))
 	}
 	b, err := json.Marshal(map[string]any{"kind": "CertificateSigningRequestList", "items": items})
 	assert.NilError(t, err)
-	all.Write(b)
-	assert.NilError(t, os.WriteFile(filepath.Join(dir, "watch.json"), []byte(watch.String()), 0o644))
-	assert.NilError(t, os.WriteFile(filepath.Join(dir, "list.json"), []byte(all.String()), 0o644))
+	assert.NilError(t, os.WriteFile(filepath.Join(dir, "list.json"), b, 0o644))
 	decisions := filepath.Join(dir, "decisions.log")
 	realtools.WriteStub(t, dir, "kubectl", fmt.Sprintf(`#!/bin/sh
 dir=%q
 case "$*" in
-"get csr --watch --output json --request-timeout 300s") cat "$dir/watch.json" ;;
-"get csr --output json") cat "$dir/list.json" ;;
-"get csr "*" --output json") cat "$dir/csr-$3.json" ;;
+"get csr --output json") echo list >> "$dir/lists.log"; cat "$dir/list.json" ;;
+"get csr "*" --output json") jq -e --arg n "$3" '.items[] | select(.metadata.name == $n)' "$dir/list.json" ;;
 "get node "*" --output name")
 	for n in %s; do [ "$n" = "$3" ] && echo "node/$3" && exit 0; done
 	echo "Error from server (NotFound): nodes \"$3\" not found" >&2; exit 1 ;;
 "replace --raw /apis/certificates.k8s.io/v1/certificatesigningrequests/"*"/approval --filename -")
-	cat >> "$dir/decisions.log" ;;
+	obj=$(cat)
+	printf '%%s\n' "$obj" >> "$dir/decisions.log"
+	printf '%%s' "$obj" | jq -c --slurpfile all "$dir/list.json" \
+		'. as $o | $all[0] | .items |= map(if .metadata.name == $o.metadata.name then $o else . end)' \
+		> "$dir/list.next" && mv "$dir/list.next" "$dir/list.json" ;;
 *) echo "kubectl stand-in: unexpected $*" >&2; exit 3 ;;
 esac
 `, dir, strings.Join(nodes, " ")))
-	var cases strings.Builder
-	for id, answer := range instances {
-		fmt.Fprintf(&cases, "%s) answer=%q ;;\n", id, answer)
+	var answer strings.Builder
+	for id, facts := range instances {
+		fmt.Fprintf(&answer, "%s\t%s\n", id, strings.ReplaceAll(facts, " ", "\t"))
+	}
+	assert.NilError(t, os.WriteFile(filepath.Join(dir, "instances.txt"), []byte(answer.String()), 0o644))
+	down := ""
+	if ec2Down {
+		down = `echo "Could not connect to the endpoint URL: \"https://ec2.eu-central-1.amazonaws.com/\"" >&2; exit 255`
 	}
 	realtools.WriteStub(t, dir, "aws", fmt.Sprintf(`#!/bin/sh
-echo call >> %q
-[ "$1 $2 $3" = "ec2 describe-instances --instance-ids" ] || { echo "aws stand-in: unexpected $*" >&2; exit 9; }
-[ "$5 $6 $7" = "--filters Name=instance-state-name,Values=pending,running Name=tag:dynk8s:cluster,Values=homelab" ] ||
+echo call >> %[1]q
+[ "$1 $2" = "ec2 describe-instances" ] || { echo "aws stand-in: unexpected $*" >&2; exit 9; }
+[ "$3 $4 $5" = "--filters Name=instance-state-name,Values=pending,running Name=tag:dynk8s:cluster,Values=homelab" ] ||
 	{ echo "aws stand-in: unexpected filters $*" >&2; exit 9; }
-answer=NotFound
-case $4 in
-%s
-esac
-case $answer in
-NotFound) echo "An error occurred (InvalidInstanceID.NotFound) when calling the DescribeInstances operation: The instance ID '$4' does not exist" >&2; exit 254 ;;
-unreachable) echo "Could not connect to the endpoint URL: \"https://ec2.eu-central-1.amazonaws.com/\"" >&2; exit 255 ;;
-esac
-printf '%%s\n' "$answer"
-`, filepath.Join(dir, "ec2.log"), cases.String()))
+%[2]s
+cat %[3]q
+`, filepath.Join(dir, "ec2.log"), down, filepath.Join(dir, "instances.txt")))
 	realtools.WriteStub(t, dir, "sleep", "#!/bin/sh\nexit 0\n")
 	script := filepath.Join(dir, "approve-csr.sh")
 	assert.NilError(t, os.WriteFile(script, []byte(approveCSRScript), 0o755))
@@ -161,11 +162,14 @@ printf '%%s\n' "$answer"
 			assert.NilError(t, json.Unmarshal([]byte(line), &csr), line)
 			last := csr.Status.Conditions[len(csr.Status.Conditions)-1]
 			run.decisions[csr.Metadata.Name] = last
+			run.order = append(run.order, csr.Metadata.Name)
 		}
 	}
-	if raw, err := os.ReadFile(filepath.Join(dir, "ec2.log")); err == nil {
-		run.ec2Calls = strings.Count(string(raw), "call")
+	count := func(file string) int {
+		raw, _ := os.ReadFile(filepath.Join(dir, file))
+		return strings.Count(string(raw), "\n")
 	}
+	run.ec2Calls, run.lists = count("ec2.log"), count("lists.log")
 	return run
 }
 
@@ -174,11 +178,14 @@ printf '%%s\n' "$answer"
 // with its reason, every other CSR of the join tokens' group: another node's name, a live instance whose Node
 // exists or that had a certificate before, an instance EC2 does not know or that is in no group or in another pool,
 // a subject or request a kubelet does not make (another organization, two common names, a BMPString common name, a
-// SAN), and server usages. CSRs of other groups, other signers or already decided are left alone, and a CSR EC2
-// cannot be asked about stays pending. e2e/approver_test.go runs it against the real API server, kubelet and moto.
+// SAN, a request larger than a kubelet's), server usages, a second CSR for a name an older one claims, and every
+// request that is not exactly one PEM block (smuggledRequests: each would be judged under a live instance's name by
+// a reader of the whole text, while the API server signs another). CSRs of other groups, other signers or already
+// decided are left alone. e2e/approver_test.go runs it against the real API server, kubelet and moto.
 func TestApproverDecisions(t *testing.T) {
-	const live, other, exists, before, unknown, grouped, pending = "i-0a00000000000000a", "i-0b00000000000000b",
-		"i-0c00000000000000c", "i-0d00000000000000d", "i-0e00000000000000e", "i-0f00000000000000f", "i-01000000000000001"
+	const live, other, exists, before, unknown, grouped, live2, live3 = "i-0a00000000000000a", "i-0b00000000000000b",
+		"i-0c00000000000000c", "i-0d00000000000000d", "i-0e00000000000000e", "i-0f00000000000000f",
+		"i-01000000000000001", "i-02000000000000002"
 	client := []string{"digital signature", "client auth"}
 	ours := []string{"system:bootstrappers", NodeBootstrapGroup, "system:authenticated"}
 	csr := func(name string, subject pkix.Name) testCSR {
@@ -223,15 +230,27 @@ func TestApproverDecisions(t *testing.T) {
 			{{Type: oidCommonName, Value: "system:node:cp-1"}}}),
 		raw("bmp-name", pkix.RDNSequence{org, {{Type: oidCommonName, Value: bmp("system:node:cp-1")}}}),
 		serverUsages, withSAN, kubeadmGroup, serving, decided,
-		csr("ec2-down", kubeletSubject(pending)),
+		csr("live-again", kubeletSubject(live)),
 	}
+	smuggled := smuggledRequests(t, live2, live3, "cp-1")
+	for _, name := range slices.Sorted(maps.Keys(smuggled)) {
+		c := csr(name, pkix.Name{})
+		c.request = smuggled[name]
+		csrs = append(csrs, c)
+	}
+	oversized := csr("oversized", kubeletSubject(live3))
+	oversized.request = csrRequest(t, pkix.Name{CommonName: "system:node:" + live3, Organization: []string{
+		"system:nodes"}, OrganizationalUnit: []string{strings.Repeat("x", 3000)}}, nil)
+	csrs = append(csrs, oversized)
 	run := runApprover(t, csrs, []string{exists, "worker-1"}, map[string]string{
 		live:    "builders-x86-asg builders-x86",
 		before:  "builders-x86-asg builders-x86",
 		grouped: "None None",
 		other:   "someone-else other-pool",
-		pending: "unreachable",
-	})
+		exists:  "builders-x86-asg builders-x86",
+		live2:   "builders-x86-asg builders-x86",
+		live3:   "builders-arm-asg builders-arm",
+	}, false)
 	assert.Equal(t, run.status, 0, run.output)
 	reasons := map[string]string{}
 	for name, c := range run.decisions {
@@ -257,7 +276,13 @@ func TestApproverDecisions(t *testing.T) {
 		"bmp-name": "Denied: dynk8s-node-csr-approver: the request is no plain PKCS#10 request: a subject value of tag 30",
 		"server-usages": "Denied: dynk8s-node-csr-approver: usages [\"digital signature\",\"server auth\"] are not a " +
 			"kubelet client certificate's",
-		"with-san": "Denied: dynk8s-node-csr-approver: the request is no plain PKCS#10 request: attributes or extensions",
+		"with-san":   "Denied: dynk8s-node-csr-approver: the request is no plain PKCS#10 request: attributes or extensions",
+		"live-again": "Denied: dynk8s-node-csr-approver: an older pending CSR, live, claims " + live,
+		"oversized": fmt.Sprintf("Denied: dynk8s-node-csr-approver: the request is %d bytes of base64, more than a "+
+			"kubelet's request (4096)", len(oversized.request)),
+	}
+	for name := range smuggled {
+		want[name] = "Denied: dynk8s-node-csr-approver: the request is not exactly one CERTIFICATE REQUEST PEM block"
 	}
 	assert.DeepEqual(t, reasons, want)
 	for name, c := range run.decisions {
@@ -267,11 +292,125 @@ func TestApproverDecisions(t *testing.T) {
 			assert.Check(t, is.Equal(c["reason"], "DynK8sLiveInstance"), name)
 		}
 	}
-	// The CSR EC2 could not be asked about: three tries, no decision, the CLI's message in the log.
-	assert.Check(t, is.Contains(run.output, "cannot ask EC2 about "+pending+" for ec2-down; it stays pending"))
+	// One round (19 denials, at most 20 a round), and one EC2 call in it, not one per CSR.
+	assert.Equal(t, run.lists, 1, run.output)
+	assert.Equal(t, run.ec2Calls, 1)
+}
+
+// smuggledRequests are requests (spec.request, the base64 of the PEM text) that are not exactly one CERTIFICATE
+// REQUEST block, keyed by case name. The API server and the kubelet client signer read a request with pem.Decode
+// (kubernetes pkg/apis/certificates ParseCSR), which takes the first well-formed block and skips any text around it,
+// so a reader of the whole text must refuse all of them. In "text-before" and "malformed-first-block" the text
+// around the block is X, the front of one DER SEQUENCE {CertificationRequestInfo for liveA, OCTET STRING filler,
+// OCTET STRING header} whose lengths cover the block's bytes: a reader that base64-decodes every line not starting
+// with ----- reads X followed by the block as one request for liveA, while the API server signs the block, a real CSR
+// for target. "two-blocks" puts a second block after a first for liveB; "text-after" and "headers" wrap a block for
+// liveB in text pem.Decode ignores.
+func smuggledRequests(t *testing.T, liveA, liveB, target string) map[string]string {
+	t.Helper()
+	signed := func(node string) []byte {
+		key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+		assert.NilError(t, err)
+		der, err := x509.CreateCertificateRequest(rand.Reader, &x509.CertificateRequest{Subject: kubeletSubject(node)},
+			key)
+		assert.NilError(t, err)
+		return der
+	}
+	block := func(der []byte) string {
+		return string(pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE REQUEST", Bytes: der}))
+	}
+	y := signed(target)
+	subject, err := asn1.Marshal(kubeletSubject(liveA).ToRDNSequence())
+	assert.NilError(t, err)
+	// version 0, the subject, an empty key (SEQUENCE {SEQUENCE {NULL}}), no attributes.
+	info, err := asn1.Marshal(asn1.RawValue{Tag: asn1.TagSequence, IsCompound: true,
+		Bytes: append(append([]byte{2, 1, 0}, subject...), 0x30, 0x04, 0x30, 0x02, 0x05, 0x00, 0xa0, 0x00)})
+	assert.NilError(t, err)
+	var x []byte
+	for pad := 0; pad < 3 && x == nil; pad++ { // a filler that makes X a whole number of base64 quanta
+		filler, err := asn1.Marshal(make([]byte, pad))
+		assert.NilError(t, err)
+		wrapped, err := asn1.Marshal(y)
+		assert.NilError(t, err)
+		body := append(append(append([]byte{}, info...), filler...), wrapped[:len(wrapped)-len(y)]...)
+		outer, err := asn1.Marshal(asn1.RawValue{Tag: asn1.TagSequence, IsCompound: true, Bytes: append(body, y...)})
+		assert.NilError(t, err)
+		if front := outer[:len(outer)-len(y)]; len(front)%3 == 0 {
+			x = front
+		}
+	}
+	assert.Assert(t, x != nil, "no filler makes X a whole number of base64 quanta")
+	b64 := base64.StdEncoding.EncodeToString
+	texts := map[string]string{
+		"text-before":           b64(x) + "\n" + block(y),
+		"malformed-first-block": "-----BEGIN CERTIFICATE REQUEST-----\n" + b64(x) + "\n-----END X-----\n" + block(y),
+		"two-blocks":            block(signed(liveB)) + block(y),
+		"text-after":            block(signed(liveB)) + "trailing text\n",
+		"headers":               strings.Replace(block(signed(liveB)), "-----\n", "-----\nProc-Type: 4,ENCRYPTED\n\n", 1),
+	}
+	out := map[string]string{}
+	for name, text := range texts {
+		// What the API server reads of each: exactly one validly signed request.
+		p, _ := pem.Decode([]byte(text))
+		assert.Assert(t, p != nil, name)
+		if name != "headers" {
+			cr, err := x509.ParseCertificateRequest(p.Bytes)
+			assert.NilError(t, err, name)
+			assert.NilError(t, cr.CheckSignature(), name)
+			if strings.Contains(name, "before") || strings.Contains(name, "first") || name == "two-blocks" {
+				want := target
+				if name == "two-blocks" {
+					want = liveB
+				}
+				assert.Equal(t, cr.Subject.CommonName, "system:node:"+want, name)
+			}
+		}
+		out[name] = b64([]byte(text))
+	}
+	return out
+}
+
+// TestApproverFailsClosedWhenEC2CannotBeAsked: a CSR whose instance EC2 cannot be asked about gets no decision (it
+// stays pending, and the CLI's message is in the log), while a CSR that needs no EC2 answer is still denied.
+func TestApproverFailsClosedWhenEC2CannotBeAsked(t *testing.T) {
+	const live = "i-0a00000000000000a"
+	c := func(name, node string) testCSR {
+		return testCSR{name: name, request: csrRequest(t, kubeletSubject(node), nil), signer: KubeletClientSigner,
+			groups: []string{"system:bootstrappers", NodeBootstrapGroup}, usages: []string{"digital signature",
+				"client auth"}}
+	}
+	run := runApprover(t, []testCSR{c("live", live), c("onprem-name", "worker-1")}, nil,
+		map[string]string{live: "builders-x86-asg builders-x86"}, true)
+	assert.Equal(t, run.status, 0, run.output)
+	assert.Equal(t, len(run.decisions), 1, run.output)
+	assert.Equal(t, run.decisions["onprem-name"]["type"], "Denied")
+	assert.Check(t, is.Contains(run.output, "cannot ask EC2 about the instances the pending CSRs name; they stay pending"))
 	assert.Check(t, is.Contains(run.output, "Could not connect to the endpoint URL"))
-	// One call per CSR that reached EC2 (live, not-in-ec2, no-group, other-pool), three for ec2-down.
-	assert.Equal(t, run.ec2Calls, 4+3)
+}
+
+// TestApproverJudgesAFloodInRounds: a token holder's flood of CSRs (here 75, each for an instance that is not live)
+// cannot hold a real join back: the live instance's CSR, made last, is the first decision written, EC2 is asked once
+// a round rather than once a CSR, and no round writes more than 20 denials before the next one lists the CSRs again
+// (and would approve a CSR made meanwhile).
+func TestApproverJudgesAFloodInRounds(t *testing.T) {
+	const live = "i-0a00000000000000a"
+	c := func(name, node string) testCSR {
+		return testCSR{name: name, request: csrRequest(t, kubeletSubject(node), nil), signer: KubeletClientSigner,
+			groups: []string{"system:bootstrappers", NodeBootstrapGroup}, usages: []string{"digital signature",
+				"client auth"}}
+	}
+	var csrs []testCSR
+	for i := range 75 {
+		csrs = append(csrs, c(fmt.Sprintf("flood-%02d", i), fmt.Sprintf("i-%017x", 0xf000+i)))
+	}
+	csrs = append(csrs, c("real", live))
+	run := runApprover(t, csrs, nil, map[string]string{live: "builders-x86-asg builders-x86"}, false)
+	assert.Equal(t, run.status, 0, run.output)
+	assert.Equal(t, len(run.decisions), 76)
+	assert.Equal(t, run.order[0], "real", run.output)
+	assert.Equal(t, run.decisions["real"]["type"], "Approved")
+	assert.Equal(t, run.lists, 4, "75 denials take four rounds of at most 20")
+	assert.Equal(t, run.ec2Calls, run.lists)
 }
 
 // TestApproverRefusesBadEnvironment: without its group, cluster or pools, or with a group that is not a bootstrap

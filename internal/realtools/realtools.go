@@ -67,7 +67,7 @@ var Shell = []string{
 	"bash", "sh",
 	// coreutils
 	"base64", "basename", "cat", "chmod", "cp", "cut", "date", "dirname", "env", "head", "ln", "ls", "mkdir",
-	"mktemp", "mv", "od", "printf", "readlink", "rm", "seq", "sha256sum", "sleep", "sort", "stat", "tail", "tee",
+	"mkfifo", "mktemp", "mv", "od", "printf", "readlink", "rm", "seq", "sha256sum", "sleep", "sort", "stat", "tail", "tee",
 	"timeout", "touch", "tr", "true", "false", "uname", "uniq", "wc",
 	"grep", "sed",
 }
