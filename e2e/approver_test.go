@@ -4,14 +4,9 @@ package e2e
 
 import (
 	"context"
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
-	"crypto/x509"
 	"crypto/x509/pkix"
 	"encoding/base64"
 	"encoding/json"
-	"encoding/pem"
 	"fmt"
 	"os"
 	"os/exec"
@@ -26,6 +21,7 @@ import (
 
 	"github.com/dynk8s/dynk8s/infra"
 	"github.com/dynk8s/dynk8s/infra/addons"
+	"github.com/dynk8s/dynk8s/internal/csrtest"
 	"github.com/dynk8s/dynk8s/internal/fakeimds"
 )
 
@@ -42,8 +38,9 @@ const (
 //   - the rendered user data joins for a live instance of a group: the approver (the stack's script, its RBAC, the
 //     cleanup's IAM policy) approves the kubelet's CSR, and the Node, named after the instance, is Ready;
 //   - CSRs made with the same token for an on-prem node's name, for the live instance whose Node now exists, for an
-//     instance in no group and for a terminated one are denied and never get a certificate; the positive twin, a
-//     second live instance, is approved and signed;
+//     instance in no group and for a terminated one are denied and never get a certificate, and so are requests
+//     that are not exactly one PEM block (csrtest.Smuggled), which the API server accepts and would sign as
+//     system:node:cp-1; the positive twin, a second live instance, is approved and signed;
 //   - with the approver stopped, a CSR stays pending without a certificate (the controller manager's approver
 //     does not take it), and is approved once the approver is back: it fails closed.
 func TestNodeCSRApprover(t *testing.T) {
@@ -83,9 +80,9 @@ func TestNodeCSRApprover(t *testing.T) {
 		t.Fatalf("no group of pool %s in the dev stack", pool.Name)
 	}
 	var live []string
-	a.python(ctx, t, nil, &live, "launch", a.admin.Key, a.admin.Secret, group, "3")
-	if len(live) != 3 {
-		t.Fatalf("group %s has instances %v, want 3", group, live)
+	a.python(ctx, t, nil, &live, "launch", a.admin.Key, a.admin.Secret, group, "5")
+	if len(live) != 5 {
+		t.Fatalf("group %s has instances %v, want 5", group, live)
 	}
 	var fleet map[string]string
 	template, _ := s.replay.LaunchTemplates[0]["name"].(string)
@@ -130,6 +127,15 @@ func TestNodeCSRApprover(t *testing.T) {
 	}
 	for name, d := range denied {
 		csr(name, d.node)
+	}
+	// Requests that are not exactly one PEM block, which the API server accepts and would sign by their first
+	// block: two for cp-1 behind text a whole-text reader takes for a live instance's request (live[3]), one with a
+	// block for live[4] and a second after it.
+	smuggled := csrtest.Smuggled(t, live[3], live[4], "cp-1")
+	for _, name := range []string{"text-before", "malformed-first-block", "two-blocks"} {
+		createCSR(ctx, t, c, token, "e2e-csr-smuggled-"+name, smuggled[name])
+		denied["e2e-csr-smuggled-"+name] = struct{ node, why string }{"cp-1",
+			"the request is not exactly one CERTIFICATE REQUEST PEM block"}
 	}
 	csr("e2e-csr-live", live[1])
 	for name, d := range denied {
@@ -321,20 +327,18 @@ func renderedEnv(t *testing.T, file string) map[string]string {
 // createNodeCSR creates, authenticated with the bootstrap token, a kubelet client CSR for cn as a kubelet makes it.
 func createNodeCSR(ctx context.Context, t *testing.T, c cluster, token, name, cn string) {
 	t.Helper()
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	der, err := x509.CreateCertificateRequest(rand.Reader, &x509.CertificateRequest{
-		Subject: pkix.Name{CommonName: cn, Organization: []string{"system:nodes"}}}, key)
-	if err != nil {
-		t.Fatal(err)
-	}
+	createCSR(ctx, t, c, token, name, csrtest.Block(csrtest.Signed(t, pkix.Name{CommonName: cn,
+		Organization: []string{"system:nodes"}})))
+}
+
+// createCSR creates the kubelet client CSR name with the request text given (PEM), as the holder of token.
+func createCSR(ctx context.Context, t *testing.T, c cluster, token, name, request string) {
+	t.Helper()
 	doc, err := json.Marshal(map[string]any{
 		"apiVersion": "certificates.k8s.io/v1", "kind": "CertificateSigningRequest",
 		"metadata": map[string]any{"name": name},
 		"spec": map[string]any{
-			"request":    base64.StdEncoding.EncodeToString(pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE REQUEST", Bytes: der})),
+			"request":    base64.StdEncoding.EncodeToString([]byte(request)),
 			"signerName": addons.KubeletClientSigner,
 			"usages":     []string{"digital signature", "client auth"},
 		},

@@ -93,7 +93,7 @@ func TestTokenRotator(t *testing.T) {
 	}
 	checkWhoAmI(ctx, t, c, second.token, true)
 	checkRotatorAdmission(ctx, t, c)
-	checkNodeAdmission(ctx, t, c, cfg.NodePools[0].Name)
+	checkNodeAdmission(ctx, t, c, cfg.NodePools[0].Name, cfg.NodePools[1].Name)
 	if t.Failed() {
 		t.FailNow()
 	}
@@ -515,10 +515,12 @@ const e2eOnPremNode = "e2e-onprem-1"
 // checkNodeAdmission: the stack's node admission policy, against the real API server with its Node authorizer and
 // NodeRestriction, each kubelet impersonated with its own node identity. Denied: a kubelet registering an unlabelled
 // Node whose name is not in kubernetes.onPremNodes, one labelled with a pool the stack does not have, a pool node
-// removing its pool label and an on-prem node adding one. Admitted, each refusal's twin: the listed on-prem name, a
-// Node of one of the stack's pools named after its instance (a pool Node named otherwise is denied), and a kubelet
-// changing a label of its own that is not the pool's.
-func checkNodeAdmission(ctx context.Context, t *testing.T, c cluster, pool string) {
+// removing its pool label and an on-prem node adding one, on nodes and through nodes/status alike, a pool node
+// changing its label to otherPool through nodes/status, and any kubelet giving itself the on-prem label
+// (NodeRestriction's own refusal). Admitted, each refusal's twin: the listed on-prem name, a Node of one of the
+// stack's pools named after its instance (a pool Node named otherwise is denied), a kubelet changing a label of its
+// own that is not the pool's, and a pool kubelet's own status update (its Ready condition, labels untouched).
+func checkNodeAdmission(ctx context.Context, t *testing.T, c cluster, pool, otherPool string) {
 	t.Helper()
 	const poolNode, rogue, wrongPool, badName = "i-0e2e0000000000a01", "e2e-rogue", "i-0e2e0000000000a02", "ip-10-0-0-1"
 	const unlabelledID = "i-0e2e0000000000a03"
@@ -578,6 +580,46 @@ func checkNodeAdmission(ctx context.Context, t *testing.T, c cluster, pool strin
 	denied("an on-prem node adding a pool label", err, "may not add, change or remove its Node's "+kube.LabelPool)
 	if _, err := c.kubectl(ctx, append(as(poolNode), "label", "node", poolNode, "e2e.dynk8s.io/own=yes")...); err != nil {
 		t.Errorf("a pool node cannot change a label of its own that is not the pool's: %v", err)
+	}
+	// The same through nodes/status, which the kubelet itself writes its labels and conditions through
+	// (kubectl patch --subresource=status, as a root user of a pool node could run it with kubelet.conf).
+	statusPatch := func(node string, patch map[string]any) error {
+		b, err := json.Marshal(patch)
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, err = c.kubectl(ctx, append(as(node), "patch", "node", node, "--subresource=status", "--type=merge",
+			"-p", string(b))...)
+		return err
+	}
+	labels := func(v any) map[string]any { return map[string]any{"metadata": map[string]any{"labels": v}} }
+	denied("a pool node removing its pool label through nodes/status",
+		statusPatch(poolNode, labels(map[string]any{kube.LabelPool: nil})),
+		"may not add, change or remove its Node's "+kube.LabelPool)
+	denied("a pool node changing its pool label through nodes/status",
+		statusPatch(poolNode, labels(map[string]any{kube.LabelPool: otherPool})),
+		"may not add, change or remove its Node's "+kube.LabelPool)
+	denied("an on-prem node adding a pool label through nodes/status",
+		statusPatch(e2eOnPremNode, labels(map[string]any{kube.LabelPool: pool})),
+		"may not add, change or remove its Node's "+kube.LabelPool)
+	// The positive on-prem label is NodeRestriction's: no kubelet may set it, on either resource.
+	for _, node := range []string{poolNode, e2eOnPremNode} {
+		_, err = c.kubectl(ctx, append(as(node), "label", "node", node, kube.LabelOnPrem+"=true")...)
+		denied(node+" labelling itself on-prem", err, "is not allowed to modify labels: "+kube.LabelOnPrem)
+		denied(node+" labelling itself on-prem through nodes/status",
+			statusPatch(node, labels(map[string]any{kube.LabelOnPrem: "true"})),
+			"is not allowed to modify labels: "+kube.LabelOnPrem)
+	}
+	// What the kubelet itself sends through nodes/status, its conditions with its labels as they are, passes.
+	now := time.Now().UTC().Format(time.RFC3339)
+	if err := statusPatch(poolNode, map[string]any{"status": map[string]any{"conditions": []any{map[string]any{
+		"type": "Ready", "status": "True", "reason": "KubeletReady", "message": "kubelet is posting ready status",
+		"lastHeartbeatTime": now, "lastTransitionTime": now}}}}); err != nil {
+		t.Errorf("a pool node's own status update was refused: %v", err)
+	}
+	if out, err := c.kubectl(ctx, "get", "node", poolNode, "-o",
+		`jsonpath={.status.conditions[?(@.type=="Ready")].status}`); err != nil || out != "True" {
+		t.Errorf("the pool node's Ready condition is %q after its status update (%v)", out, err)
 	}
 	if out, err := c.kubectl(ctx, "get", "node", poolNode, "-o", "jsonpath={.metadata.labels.dynk8s\\.io/pool}"); err != nil ||
 		out != pool {

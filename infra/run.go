@@ -49,7 +49,7 @@ func Run(ctx *pulumi.Context) error {
 	}
 	keys, err := EngineConfigKeys()
 	if err == nil {
-		_, err = Program(ctx, keys, BuiltAgent(dir))
+		_, err = Program(ctx, keys, BuiltAgent(dir), ClusterOnPremNodes)
 	}
 	return Report(ctx, err)
 }

@@ -42,14 +42,15 @@ func LoadConfig(ctx *pulumi.Context, keys []string) (*config.Config, error) {
 
 // Program is the whole Pulumi program, run by Run under the engine and by the plan under the mock engine: load and
 // validate the config (a bad config declares nothing), declare the stack, export its outputs. keys are the names of
-// the stack's config keys (LoadConfig); agent finds the built node agent (BuiltAgent under the engine). It returns
-// the exports for callers that record them.
-func Program(ctx *pulumi.Context, keys []string, agent AgentFiles) ([]Export, error) {
+// the stack's config keys (LoadConfig); agent finds the built node agent (BuiltAgent under the engine); nodes reads
+// the on-prem cluster's labelled Nodes (ClusterOnPremNodes under the engine). It returns the exports for callers
+// that record them.
+func Program(ctx *pulumi.Context, keys []string, agent AgentFiles, nodes OnPremNodes) ([]Export, error) {
 	cfg, err := LoadConfig(ctx, keys)
 	if err != nil {
 		return nil, err
 	}
-	stack, err := NewStack(ctx, cfg, agent)
+	stack, err := NewStack(ctx, cfg, agent, nodes)
 	if err != nil {
 		return nil, err
 	}
@@ -60,8 +61,9 @@ func Program(ctx *pulumi.Context, keys []string, agent AgentFiles) ([]Export, er
 	return exports, nil
 }
 
-// NewStack declares the whole stack from a validated config, with the node agent that agent finds.
-func NewStack(ctx *pulumi.Context, cfg *config.Config, agent AgentFiles) (*Stack, error) {
+// NewStack declares the whole stack from a validated config, with the node agent that agent finds, once nodes says
+// the on-prem cluster has a Ready Node for the on-prem-only parts (checkOnPremNodes).
+func NewStack(ctx *pulumi.Context, cfg *config.Config, agent AgentFiles, nodes OnPremNodes) (*Stack, error) {
 	s := &Stack{cfg: cfg}
 
 	zones, err := availabilityZones(ctx, cfg)
@@ -101,6 +103,9 @@ func NewStack(ctx *pulumi.Context, cfg *config.Config, agent AgentFiles) (*Stack
 	}
 	hashes, err := caCertHashes(ctx, cfg, k8s)
 	if err != nil {
+		return nil, err
+	}
+	if err := checkOnPremNodes(ctx, cfg, nodes); err != nil {
 		return nil, err
 	}
 	var wgSource netip.Prefix
@@ -408,7 +413,7 @@ func availabilityZones(ctx *pulumi.Context, cfg *config.Config) ([]string, error
 }
 
 // kubernetesProvider is the explicit provider for the on-prem cluster: the configured kubeconfig (kept secret), or
-// the ambient one when none is configured. The kubeconfig goes nowhere else.
+// the ambient one when none is configured. The kubeconfig goes nowhere else but to ClusterOnPremNodes' one read.
 func kubernetesProvider(ctx *pulumi.Context, cfg *config.Config) (*kubernetes.Provider, error) {
 	args := &kubernetes.ProviderArgs{}
 	if kc := cfg.Kubernetes.Kubeconfig; kc != nil {

@@ -2,6 +2,7 @@ package infra_test
 
 import (
 	"bytes"
+	"context"
 	"encoding/base64"
 	"encoding/json"
 	"errors"
@@ -22,6 +23,7 @@ import (
 	"github.com/dynk8s/dynk8s/cloudinit"
 	"github.com/dynk8s/dynk8s/infra"
 	"github.com/dynk8s/dynk8s/infra/config"
+	"github.com/dynk8s/dynk8s/internal/kube"
 	"github.com/dynk8s/dynk8s/internal/mockcloud"
 	"github.com/dynk8s/dynk8s/internal/nodeconfig"
 	"github.com/dynk8s/dynk8s/internal/plan"
@@ -871,7 +873,9 @@ func TestComponentOutputsKeepSecrets(t *testing.T) {
 	}
 	var outputs []output
 	err = mockcloud.Run(func(ctx *pulumi.Context) error {
-		stack, err := infra.NewStack(ctx, cfg, infra.AgentOrStandIn(""))
+		stack, err := infra.NewStack(ctx, cfg, infra.AgentOrStandIn(""), func(context.Context, *config.Config) (infra.OnPremNodeState, error) {
+			return infra.OnPremNodeState{Ready: []string{"onprem-1"}}, nil
+		})
 		if err != nil {
 			return err
 		}
@@ -1173,5 +1177,25 @@ func TestNodeUserDataBudget(t *testing.T) {
 			n++
 		}
 		assert.Check(t, n > 0, "%s: no launch template", stack)
+	}
+}
+
+// TestOnPremNodesCheck: the stack needs a Ready on-prem Node labelled kube.LabelOnPrem, where the parts that hold its
+// AWS keys run; without one the program fails with what to run and declares nothing in AWS, and it names the
+// labelled Nodes that are not Ready.
+func TestOnPremNodesCheck(t *testing.T) {
+	run := func(ready []string) (*plan.Result, error) {
+		cfg, err := mockcloud.ConfigFromMap(devConfig(t))
+		assert.NilError(t, err)
+		cfg.OnPremNodes = ready
+		return plan.RunConfig("dev", cfg)
+	}
+	_, err := run([]string{"worker-1"})
+	assert.NilError(t, err)
+	res, err := run([]string{})
+	assert.ErrorContains(t, err, "no Ready Node of the on-prem cluster is labelled "+kube.LabelOnPrem)
+	assert.ErrorContains(t, err, "kubectl label node NAME "+kube.LabelOnPrem+"=true")
+	for _, r := range res.Resources() {
+		assert.Check(t, !strings.HasPrefix(r.Type, "aws:"), "declared %s %s before the check", r.Type, r.Name)
 	}
 }

@@ -7,6 +7,7 @@ package addons
 import (
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
 	"strings"
 	"time"
@@ -301,24 +302,33 @@ func tolerations(pools []config.NodePool) corev1.TolerationArray {
 	return out
 }
 
-// poolAffinity requires (exists true) or forbids (exists false) the pool label every dynk8s pool node sets.
-func poolAffinity(exists bool) *corev1.AffinityArgs {
-	op := "DoesNotExist"
-	if exists {
-		op = "Exists"
+// poolAffinity requires the pool label every dynk8s pool node sets: the DaemonSets that serve the pool nodes.
+func poolAffinity() *corev1.AffinityArgs {
+	return requireLabels(map[string]string{kube.LabelPool: "Exists"})
+}
+
+// onPremAffinity holds a pod to the on-prem Nodes: those the operator labelled kube.LabelOnPrem, which no kubelet
+// can set, and that carry no pool label (a pool node's kubelet can shed or change its pool label only where the
+// node policy fails to stop it, and the positive label does not depend on that). The workloads that hold the
+// stack's AWS keys or approve node certificates run only there.
+func onPremAffinity() *corev1.AffinityArgs {
+	return requireLabels(map[string]string{kube.LabelOnPrem: "Exists", kube.LabelPool: "DoesNotExist"})
+}
+
+// requireLabels is a required node affinity of one term: each label key with its operator (Exists, DoesNotExist),
+// in key order.
+func requireLabels(ops map[string]string) *corev1.AffinityArgs {
+	var exprs corev1.NodeSelectorRequirementArray
+	for _, key := range slices.Sorted(maps.Keys(ops)) {
+		exprs = append(exprs, &corev1.NodeSelectorRequirementArgs{
+			Key: pulumi.String(key), Operator: pulumi.String(ops[key]),
+		})
 	}
 	return &corev1.AffinityArgs{
 		NodeAffinity: &corev1.NodeAffinityArgs{
 			RequiredDuringSchedulingIgnoredDuringExecution: &corev1.NodeSelectorArgs{
 				NodeSelectorTerms: corev1.NodeSelectorTermArray{
-					&corev1.NodeSelectorTermArgs{
-						MatchExpressions: corev1.NodeSelectorRequirementArray{
-							&corev1.NodeSelectorRequirementArgs{
-								Key:      pulumi.String(kube.LabelPool),
-								Operator: pulumi.String(op),
-							},
-						},
-					},
+					&corev1.NodeSelectorTermArgs{MatchExpressions: exprs},
 				},
 			},
 		},

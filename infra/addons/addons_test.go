@@ -334,11 +334,12 @@ func TestAddonsAutoscalerDeployment(t *testing.T) {
 		assert.Check(t, !strings.Contains(fmt.Sprint(e), testAWSKeyID) && !strings.Contains(fmt.Sprint(e), testAWSSecretKey))
 	}
 	assert.Equal(t, dig(t, c, "securityContext", "runAsNonRoot"), true)
-	// Kept off every dynk8s pool node.
+	// Only on the on-prem Nodes the operator labelled, and off every dynk8s pool node.
 	assert.DeepEqual(t, spec["affinity"], plain(t, map[string]any{"nodeAffinity": map[string]any{
 		"requiredDuringSchedulingIgnoredDuringExecution": map[string]any{"nodeSelectorTerms": []any{
 			map[string]any{"matchExpressions": []any{
 				map[string]any{"key": kube.LabelPool, "operator": "DoesNotExist"},
+				map[string]any{"key": kube.LabelOnPrem, "operator": "Exists"},
 			}},
 		}},
 	}}))

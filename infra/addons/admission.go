@@ -11,13 +11,15 @@ import (
 )
 
 // admissionPolicy is a ValidatingAdmissionPolicy (admissionregistration.k8s.io/v1, GA in Kubernetes 1.30:
-// https://kubernetes.io/docs/reference/access-authn-authz/validating-admission-policy/) over one core resource,
+// https://kubernetes.io/docs/reference/access-authn-authz/validating-admission-policy/) over core resources,
 // applied to the requests whoExpression matches, and bound with Deny: what RBAC cannot narrow, admission does.
 type admissionPolicy struct {
 	resource, name, component string
-	resources                 string
-	operations                []string
-	who, whoExpression        string
+	// resources are the rule's resources; a subresource is matched only when named ("nodes/status"): a rule for
+	// "nodes" does not match a request to nodes/status (apiserver pkg/admission/plugin/webhook/predicates/rules).
+	resources          []string
+	operations         []string
+	who, whoExpression string
 	// variables are named CEL expressions the validations read as variables.<name>, in order.
 	variables   []variable
 	validations []validation
@@ -52,7 +54,7 @@ func (b *builder) admissionPolicy(p admissionPolicy) (pulumi.Resource, error) {
 						ApiGroups:   pulumi.StringArray{pulumi.String("")},
 						ApiVersions: pulumi.StringArray{pulumi.String("v1")},
 						Operations:  pulumi.ToStringArray(p.operations),
-						Resources:   pulumi.StringArray{pulumi.String(p.resources)},
+						Resources:   pulumi.ToStringArray(p.resources),
 					}},
 				},
 				MatchConditions: admissionv1.MatchConditionArray{&admissionv1.MatchConditionArgs{
@@ -138,12 +140,21 @@ func nodeValidations(pools, onPremNodes []string) []validation {
 	return vs
 }
 
-// nodeAdmission holds kubelets to nodeValidations.
+// kubeletNodeResources are what a kubelet may write a Node's metadata through: the Node authorizer grants kubelets
+// create, update and patch on nodes and update and patch on nodes/status, and on no other subresource of nodes
+// (kubernetes plugin/pkg/auth/authorizer/rbac/bootstrappolicy, NodeRules, the same in 1.31 to 1.34). NodeRestriction
+// admits a kubelet's label changes through both, and the status strategy keeps metadata changes
+// (pkg/registry/core/node/strategy.go resets only the spec), so a policy on nodes alone would let a kubelet shed its
+// pool label with kubectl patch --subresource=status. A status request carries object and oldObject as whole Nodes,
+// so the same validations hold; the kubelet's own status updates keep its labels and pass.
+var kubeletNodeResources = []string{"nodes", "nodes/status"}
+
+// nodeAdmission holds kubelets to nodeValidations, on every resource a kubelet can write a Node through.
 func (b *builder) nodeAdmission() error {
 	pools := poolNames(b.args.Pools)
 	_, err := b.admissionPolicy(admissionPolicy{
 		resource: "node-policy", name: NodeAdmissionName, component: NodeAdmissionName,
-		resources: "nodes", operations: []string{"CREATE", "UPDATE"},
+		resources: kubeletNodeResources, operations: []string{"CREATE", "UPDATE"},
 		who: "kubelets", whoExpression: "'system:nodes' in request.userInfo.groups",
 		validations: nodeValidations(pools, b.args.OnPremNodes),
 	})
@@ -171,7 +182,7 @@ func ownNodeValidation() validation {
 func (b *builder) ownNodePolicy(resource, name, sa string, more ...validation) error {
 	_, err := b.admissionPolicy(admissionPolicy{
 		resource: resource, name: name, component: sa,
-		resources: "nodes", operations: []string{"UPDATE", "DELETE"},
+		resources: []string{"nodes"}, operations: []string{"UPDATE", "DELETE"},
 		who:           "its-service-account",
 		whoExpression: fmt.Sprintf("request.userInfo.username == 'system:serviceaccount:%s:%s'", namespace, sa),
 		validations:   append([]validation{ownNodeValidation()}, more...),

@@ -25,6 +25,7 @@ import (
 	"gotest.tools/v3/assert"
 	is "gotest.tools/v3/assert/cmp"
 
+	"github.com/dynk8s/dynk8s/internal/csrtest"
 	"github.com/dynk8s/dynk8s/internal/realtools"
 )
 
@@ -49,9 +50,7 @@ func csrRequest(t *testing.T, subject pkix.Name, rawSubject pkix.RDNSequence, dn
 	return base64.StdEncoding.EncodeToString(pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE REQUEST", Bytes: der}))
 }
 
-func kubeletSubject(node string) pkix.Name {
-	return pkix.Name{CommonName: "system:node:" + node, Organization: []string{"system:nodes"}}
-}
+var kubeletSubject = csrtest.KubeletSubject
 
 // testCSR is a CertificateSigningRequest as the API server serves it.
 type testCSR struct {
@@ -179,8 +178,8 @@ cat %[3]q
 // exists or that had a certificate before, an instance EC2 does not know or that is in no group or in another pool,
 // a subject or request a kubelet does not make (another organization, two common names, a BMPString common name, a
 // SAN, a request larger than a kubelet's), server usages, a second CSR for a name an older one claims, and every
-// request that is not exactly one PEM block (smuggledRequests: each would be judged under a live instance's name by
-// a reader of the whole text, while the API server signs another). CSRs of other groups, other signers or already
+// request that is not exactly one PEM block (csrtest.Smuggled: two would be judged under a live instance's name by a
+// reader of the whole text, while the API server signs cp-1). CSRs of other groups, other signers or already
 // decided are left alone. e2e/approver_test.go runs it against the real API server, kubelet and moto.
 func TestApproverDecisions(t *testing.T) {
 	const live, other, exists, before, unknown, grouped, live2, live3 = "i-0a00000000000000a", "i-0b00000000000000b",
@@ -232,10 +231,10 @@ func TestApproverDecisions(t *testing.T) {
 		serverUsages, withSAN, kubeadmGroup, serving, decided,
 		csr("live-again", kubeletSubject(live)),
 	}
-	smuggled := smuggledRequests(t, live2, live3, "cp-1")
+	smuggled := csrtest.Smuggled(t, live2, live3, "cp-1")
 	for _, name := range slices.Sorted(maps.Keys(smuggled)) {
 		c := csr(name, pkix.Name{})
-		c.request = smuggled[name]
+		c.request = base64.StdEncoding.EncodeToString([]byte(smuggled[name]))
 		csrs = append(csrs, c)
 	}
 	oversized := csr("oversized", kubeletSubject(live3))
@@ -295,79 +294,6 @@ func TestApproverDecisions(t *testing.T) {
 	// One round (19 denials, at most 20 a round), and one EC2 call in it, not one per CSR.
 	assert.Equal(t, run.lists, 1, run.output)
 	assert.Equal(t, run.ec2Calls, 1)
-}
-
-// smuggledRequests are requests (spec.request, the base64 of the PEM text) that are not exactly one CERTIFICATE
-// REQUEST block, keyed by case name. The API server and the kubelet client signer read a request with pem.Decode
-// (kubernetes pkg/apis/certificates ParseCSR), which takes the first well-formed block and skips any text around it,
-// so a reader of the whole text must refuse all of them. In "text-before" and "malformed-first-block" the text
-// around the block is X, the front of one DER SEQUENCE {CertificationRequestInfo for liveA, OCTET STRING filler,
-// OCTET STRING header} whose lengths cover the block's bytes: a reader that base64-decodes every line not starting
-// with ----- reads X followed by the block as one request for liveA, while the API server signs the block, a real CSR
-// for target. "two-blocks" puts a second block after a first for liveB; "text-after" and "headers" wrap a block for
-// liveB in text pem.Decode ignores.
-func smuggledRequests(t *testing.T, liveA, liveB, target string) map[string]string {
-	t.Helper()
-	signed := func(node string) []byte {
-		key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-		assert.NilError(t, err)
-		der, err := x509.CreateCertificateRequest(rand.Reader, &x509.CertificateRequest{Subject: kubeletSubject(node)},
-			key)
-		assert.NilError(t, err)
-		return der
-	}
-	block := func(der []byte) string {
-		return string(pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE REQUEST", Bytes: der}))
-	}
-	y := signed(target)
-	subject, err := asn1.Marshal(kubeletSubject(liveA).ToRDNSequence())
-	assert.NilError(t, err)
-	// version 0, the subject, an empty key (SEQUENCE {SEQUENCE {NULL}}), no attributes.
-	info, err := asn1.Marshal(asn1.RawValue{Tag: asn1.TagSequence, IsCompound: true,
-		Bytes: append(append([]byte{2, 1, 0}, subject...), 0x30, 0x04, 0x30, 0x02, 0x05, 0x00, 0xa0, 0x00)})
-	assert.NilError(t, err)
-	var x []byte
-	for pad := 0; pad < 3 && x == nil; pad++ { // a filler that makes X a whole number of base64 quanta
-		filler, err := asn1.Marshal(make([]byte, pad))
-		assert.NilError(t, err)
-		wrapped, err := asn1.Marshal(y)
-		assert.NilError(t, err)
-		body := append(append(append([]byte{}, info...), filler...), wrapped[:len(wrapped)-len(y)]...)
-		outer, err := asn1.Marshal(asn1.RawValue{Tag: asn1.TagSequence, IsCompound: true, Bytes: append(body, y...)})
-		assert.NilError(t, err)
-		if front := outer[:len(outer)-len(y)]; len(front)%3 == 0 {
-			x = front
-		}
-	}
-	assert.Assert(t, x != nil, "no filler makes X a whole number of base64 quanta")
-	b64 := base64.StdEncoding.EncodeToString
-	texts := map[string]string{
-		"text-before":           b64(x) + "\n" + block(y),
-		"malformed-first-block": "-----BEGIN CERTIFICATE REQUEST-----\n" + b64(x) + "\n-----END X-----\n" + block(y),
-		"two-blocks":            block(signed(liveB)) + block(y),
-		"text-after":            block(signed(liveB)) + "trailing text\n",
-		"headers":               strings.Replace(block(signed(liveB)), "-----\n", "-----\nProc-Type: 4,ENCRYPTED\n\n", 1),
-	}
-	out := map[string]string{}
-	for name, text := range texts {
-		// What the API server reads of each: exactly one validly signed request.
-		p, _ := pem.Decode([]byte(text))
-		assert.Assert(t, p != nil, name)
-		if name != "headers" {
-			cr, err := x509.ParseCertificateRequest(p.Bytes)
-			assert.NilError(t, err, name)
-			assert.NilError(t, cr.CheckSignature(), name)
-			if strings.Contains(name, "before") || strings.Contains(name, "first") || name == "two-blocks" {
-				want := target
-				if name == "two-blocks" {
-					want = liveB
-				}
-				assert.Equal(t, cr.Subject.CommonName, "system:node:"+want, name)
-			}
-		}
-		out[name] = b64([]byte(text))
-	}
-	return out
 }
 
 // TestApproverFailsClosedWhenEC2CannotBeAsked: a CSR whose instance EC2 cannot be asked about gets no decision (it

@@ -231,7 +231,7 @@ func (b *builder) autoscaler() (string, error) {
 					SecurityContext:    nonRootPod(autoscalerUID),
 					// Never on a dynk8s pool node: the autoscaler would scale away the node it runs on, and
 					// with all pools at zero it would have nowhere to run.
-					Affinity: poolAffinity(false),
+					Affinity: onPremAffinity(),
 					Containers: corev1.ContainerArray{
 						&corev1.ContainerArgs{
 							Name:  pulumi.String(autoscalerName),

@@ -143,7 +143,7 @@ func (s scriptPod) spec() *corev1.PodSpecArgs {
 		RestartPolicy:      pulumi.String("Never"),
 		ServiceAccountName: pulumi.String(s.name),
 		PriorityClassName:  pulumi.String("system-cluster-critical"),
-		Affinity:           poolAffinity(false),
+		Affinity:           onPremAffinity(),
 		SecurityContext:    nonRootPod(scriptUID),
 		Containers: corev1.ContainerArray{
 			&corev1.ContainerArgs{

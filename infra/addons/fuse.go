@@ -147,7 +147,7 @@ func fusePodSpec(image, untaintImage, kubeArch string, capacity int, pools []con
 			kube.LabelOS:   pulumi.String("linux"),
 		},
 		// Only pool nodes: the ASGs advertise github.com/fuse to the autoscaler, the on-prem nodes are not ours.
-		Affinity: poolAffinity(true),
+		Affinity: poolAffinity(),
 		// Its own node's startup taint included: it is there until this pod has done its work.
 		Tolerations: tolerations(pools),
 		// The plugin talks to the kubelet over unix sockets only: no host network (upstream's manifest has it,

@@ -111,7 +111,7 @@ func (b *builder) terminationHandler() error {
 					// Every pool node (on-demand nodes get scheduled events and group terminations too); never an
 					// on-prem node, which has no instance metadata of ours.
 					NodeSelector:    pulumi.StringMap{kube.LabelOS: pulumi.String("linux")},
-					Affinity:        poolAffinity(true),
+					Affinity:        poolAffinity(),
 					Tolerations:     tolerations(a.Pools),
 					SecurityContext: nonRootPod(nthUID),
 					Containers: corev1.ContainerArray{

@@ -113,7 +113,7 @@ func tokenExpirationVariables() []variable {
 func (b *builder) tokenRotatorAdmission() (pulumi.Resource, error) {
 	return b.admissionPolicy(admissionPolicy{
 		resource: "token-rotator-policy", name: TokenRotatorName, component: TokenRotatorName,
-		resources: "secrets", operations: []string{"CREATE", "UPDATE"},
+		resources: []string{"secrets"}, operations: []string{"CREATE", "UPDATE"},
 		who: "the-join-token-rotator",
 		whoExpression: fmt.Sprintf("request.userInfo.username == 'system:serviceaccount:%s:%s'", namespace,
 			TokenRotatorName),

@@ -23,6 +23,7 @@ import (
 	is "gotest.tools/v3/assert/cmp"
 
 	"github.com/dynk8s/dynk8s/infra/config"
+	"github.com/dynk8s/dynk8s/internal/kube"
 	"github.com/dynk8s/dynk8s/internal/realtools"
 )
 
@@ -138,8 +139,11 @@ func TestAddonsTokenRotator(t *testing.T) {
 		"AWS_SECRET_ACCESS_KEY": "secret:" + TokenRotatorCredentialsName + "/aws_secret_access_key",
 	})
 	assert.Equal(t, dig(t, c, "securityContext", "readOnlyRootFilesystem"), true)
-	assert.Equal(t, dig(t, pod, "affinity", "nodeAffinity", "requiredDuringSchedulingIgnoredDuringExecution",
-		"nodeSelectorTerms", 0, "matchExpressions", 0, "operator"), "DoesNotExist", "never on a pool node")
+	assert.DeepEqual(t, dig(t, pod, "affinity", "nodeAffinity", "requiredDuringSchedulingIgnoredDuringExecution",
+		"nodeSelectorTerms", 0, "matchExpressions"), []any{
+		map[string]any{"key": kube.LabelPool, "operator": "DoesNotExist"},
+		map[string]any{"key": kube.LabelOnPrem, "operator": "Exists"},
+	}) // only on a labelled on-prem node, never on a pool node
 }
 
 // TestTokenRotatorJobName: the same config names the same Job (a second `pulumi up` leaves the finished Job alone);
@@ -384,13 +388,14 @@ func TestRotateTokenScriptFailures(t *testing.T) {
 
 // TestNodeAdmission: kubelets (system:nodes) are held to the pool label: no change of it on UPDATE, a stack's pool
 // (sorted, whatever the pools' order) on CREATE, and, only with OnPremNodes, one of those names for a Node without
-// it. The e2e TestTokenRotator proves each rule against the real API server.
+// it; on nodes and on nodes/status alike, the two resources the Node authorizer lets a kubelet write. The e2e
+// TestTokenRotator proves each rule against the real API server.
 func TestNodeAdmission(t *testing.T) {
 	rules := func(a *ClusterAddonsArgs) (exprs []string, messages string) {
 		run := mustRunAddons(t, func() *ClusterAddonsArgs { return a })
 		policy := run.object(t, typeAdmissionPolicy, NodeAdmissionName)
 		assert.Equal(t, dig(t, policy, "spec", "matchConditions", 0, "expression"), "'system:nodes' in request.userInfo.groups")
-		assert.DeepEqual(t, dig(t, policy, "spec", "matchConstraints", "resourceRules", 0, "resources"), []any{"nodes"})
+		assert.DeepEqual(t, dig(t, policy, "spec", "matchConstraints", "resourceRules", 0, "resources"), []any{"nodes", "nodes/status"})
 		assert.Equal(t, dig(t, run.object(t, typeAdmissionBinding, NodeAdmissionName), "spec", "validationActions", 0), "Deny")
 		for _, v := range dig(t, policy, "spec", "validations").([]any) {
 			exprs = append(exprs, v.(map[string]any)["expression"].(string))

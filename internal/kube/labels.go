@@ -19,6 +19,14 @@ const (
 	CapacityOnDemand = "on-demand"
 )
 
+// LabelOnPrem marks the on-prem Nodes, where the parts that hold the stack's AWS keys and the approver's
+// ServiceAccount run (the autoscaler, the CSR approver, the token rotator, the stale-node cleanup). The operator sets
+// it (kubectl label node NAME node-restriction.kubernetes.io/dynk8s-onprem=true); no kubelet can: NodeRestriction
+// refuses a kubelet any label of the node-restriction.kubernetes.io namespace, to add, change or remove
+// (https://kubernetes.io/docs/reference/access-authn-authz/admission-controllers/#noderestriction), so a pool node
+// cannot draw those pods by relabelling itself, whatever its labels say otherwise.
+const LabelOnPrem = "node-restriction.kubernetes.io/dynk8s-onprem"
+
 // Well-known node labels (k8s.io/api/core/v1 well_known_labels.go).
 const (
 	LabelHostname     = "kubernetes.io/hostname"

@@ -21,6 +21,9 @@ type StackConfig struct {
 	ClusterVersion string
 	// EBSDefaultKey sets Cloud.EBSDefaultKey: a customer-managed default EBS key.
 	EBSDefaultKey string
+	// OnPremNodes are the Ready Nodes labelled node-restriction.kubernetes.io/dynk8s-onprem the stand-in cluster has
+	// (nil: one, as the README's step leaves a cluster; empty: none).
+	OnPremNodes []string
 	// AgentDir is where the plan takes the built node agent from, when it was built there ("": always the
 	// stand-in, infra.AgentOrStandIn).
 	AgentDir string

@@ -4,6 +4,7 @@
 package plan
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"maps"
@@ -67,7 +68,8 @@ func RunConfig(stack string, cfg mockcloud.StackConfig) (*Result, error) {
 	cloud.EBSDefaultKey = cfg.EBSDefaultKey
 	res := &Result{Stack: stack, Cloud: cloud, Outputs: map[string]Output{}}
 	err := mockcloud.Run(func(ctx *pulumi.Context) error {
-		exports, err := infra.Program(ctx, slices.Sorted(maps.Keys(cfg.Values)), infra.AgentOrStandIn(cfg.AgentDir))
+		exports, err := infra.Program(ctx, slices.Sorted(maps.Keys(cfg.Values)), infra.AgentOrStandIn(cfg.AgentDir),
+			standInOnPremNodes(cfg.OnPremNodes))
 		if err != nil {
 			return err
 		}
@@ -96,4 +98,15 @@ func (r *Result) Resources() []mockcloud.Resource {
 		return rs[i].Type < rs[j].Type
 	})
 	return rs
+}
+
+// standInOnPremNodes is the stand-in cluster's answer for its Nodes labelled kube.LabelOnPrem: ready (Ready ones),
+// or one Ready Node, onprem-1, when ready is nil, as in a cluster whose operator followed the README.
+func standInOnPremNodes(ready []string) infra.OnPremNodes {
+	if ready == nil {
+		ready = []string{"onprem-1"}
+	}
+	return func(context.Context, *config.Config) (infra.OnPremNodeState, error) {
+		return infra.OnPremNodeState{Ready: ready}, nil
+	}
 }
