@@ -53,8 +53,11 @@ lint: tools
 	$(GOLANGCI_LINT) run --build-tags e2e ./...
 
 ## unit: the Go tests; DYNK8S_REQUIRE_TOOLS makes a missing validator a failure instead of a skip.
+# The timeout only catches a hang: the root package builds the agent twice, once from an empty build cache
+# (TestAgentBuildIsReproducible), which outlasted go test's default 10 minutes on a fresh, loaded 2-core machine.
+UNIT_TIMEOUT ?= 60m
 unit:
-	DYNK8S_REQUIRE_TOOLS=1 $(GO) test -count=1 ./...
+	DYNK8S_REQUIRE_TOOLS=1 $(GO) test -count=1 -timeout $(UNIT_TIMEOUT) ./...
 
 ## build: the program Pulumi runs (Pulumi.yaml: runtime.options.binary) and the node agent it uploads, reproducibly.
 # The agent: build/agent/dynk8s-node-linux-{amd64,arm64} (hack/build-agent.sh). Build before preview or up.
