@@ -296,15 +296,18 @@ func TestApproverDecisions(t *testing.T) {
 	assert.Equal(t, run.ec2Calls, 1)
 }
 
+// kubeletCSR is the CSR a kubelet of the join tokens' group makes for node.
+func kubeletCSR(t *testing.T, name, node string) testCSR {
+	return testCSR{name: name, request: csrRequest(t, kubeletSubject(node), nil), signer: KubeletClientSigner,
+		groups: []string{"system:bootstrappers", NodeBootstrapGroup}, usages: []string{"digital signature",
+			"client auth"}}
+}
+
 // TestApproverFailsClosedWhenEC2CannotBeAsked: a CSR whose instance EC2 cannot be asked about gets no decision (it
 // stays pending, and the CLI's message is in the log), while a CSR that needs no EC2 answer is still denied.
 func TestApproverFailsClosedWhenEC2CannotBeAsked(t *testing.T) {
 	const live = "i-0a00000000000000a"
-	c := func(name, node string) testCSR {
-		return testCSR{name: name, request: csrRequest(t, kubeletSubject(node), nil), signer: KubeletClientSigner,
-			groups: []string{"system:bootstrappers", NodeBootstrapGroup}, usages: []string{"digital signature",
-				"client auth"}}
-	}
+	c := func(name, node string) testCSR { return kubeletCSR(t, name, node) }
 	run := runApprover(t, []testCSR{c("live", live), c("onprem-name", "worker-1")}, nil,
 		map[string]string{live: "builders-x86-asg builders-x86"}, true)
 	assert.Equal(t, run.status, 0, run.output)
@@ -320,11 +323,7 @@ func TestApproverFailsClosedWhenEC2CannotBeAsked(t *testing.T) {
 // (and would approve a CSR made meanwhile).
 func TestApproverJudgesAFloodInRounds(t *testing.T) {
 	const live = "i-0a00000000000000a"
-	c := func(name, node string) testCSR {
-		return testCSR{name: name, request: csrRequest(t, kubeletSubject(node), nil), signer: KubeletClientSigner,
-			groups: []string{"system:bootstrappers", NodeBootstrapGroup}, usages: []string{"digital signature",
-				"client auth"}}
-	}
+	c := func(name, node string) testCSR { return kubeletCSR(t, name, node) }
 	var csrs []testCSR
 	for i := range 75 {
 		csrs = append(csrs, c(fmt.Sprintf("flood-%02d", i), fmt.Sprintf("i-%017x", 0xf000+i)))
