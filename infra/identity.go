@@ -17,8 +17,16 @@ import (
 // IdentityType is the type token of the Identity component.
 const IdentityType = "dynk8s:infra:Identity"
 
+// ParameterPath is the SSM path of a cluster's parameters: the join token and the gateway key, and nothing else.
+func ParameterPath(clusterName string) string { return "/dynk8s/" + clusterName }
+
+// ParameterARN is the ARN of the SSM parameter (or parameter path, or pattern) name in partition, region and account.
+func ParameterARN(partition, region, account, name string) string {
+	return fmt.Sprintf("arn:%s:ssm:%s:%s:parameter/%s", partition, region, account, strings.TrimPrefix(name, "/"))
+}
+
 // JoinTokenParameter is the SSM SecureString that holds "<token-id>.<token-secret>" for the nodes of a cluster.
-func JoinTokenParameter(clusterName string) string { return "/dynk8s/" + clusterName + "/join-token" }
+func JoinTokenParameter(clusterName string) string { return ParameterPath(clusterName) + "/join-token" }
 
 // JoinTokenPlaceholder is the join token parameter's value until the in-cluster rotator first writes a token: not a
 // token, so a node that reads it retries (the node agent) instead of joining with something the cluster never issued.
@@ -26,7 +34,7 @@ const JoinTokenPlaceholder = "none: the dynk8s join token rotator has not writte
 
 // GatewayKeyParameter is the SSM SecureString that holds the WireGuard gateway's private key.
 func GatewayKeyParameter(clusterName string) string {
-	return "/dynk8s/" + clusterName + "/wireguard-gateway-key"
+	return ParameterPath(clusterName) + "/wireguard-gateway-key"
 }
 
 // Identity holds who may do what: the node and gateway roles (each may read exactly one SSM parameter; a node may
@@ -98,8 +106,9 @@ func NewIdentity(ctx *pulumi.Context, name string, args *IdentityArgs, opts ...p
 	partition := aws.GetPartitionOutput(ctx, aws.GetPartitionOutputArgs{}, parent)
 	account := aws.GetCallerIdentityOutput(ctx, aws.GetCallerIdentityOutputArgs{}, parent).AccountId()
 	parameterARN := func(parameter string) pulumi.StringOutput {
-		return pulumi.Sprintf("arn:%s:ssm:%s:%s:parameter/%s", partition.Partition(), args.Region, account,
-			strings.TrimPrefix(parameter, "/"))
+		return pulumi.All(partition.Partition(), account).ApplyT(func(v []any) string {
+			return ParameterARN(v[0].(string), args.Region, v[1].(string), parameter)
+		}).(pulumi.StringOutput)
 	}
 	ec2Service := pulumi.Sprintf("ec2.%s", partition.DnsSuffix())
 

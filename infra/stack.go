@@ -149,6 +149,7 @@ func NewStack(ctx *pulumi.Context, cfg *config.Config, agent AgentFiles) (*Stack
 		bakedArches = slices.Compact(slices.Sorted(slices.Values(bakedArches)))
 		s.ImageBuilder, err = NewImageBuilder(ctx, "image-builder", &ImageBuilderArgs{
 			ClusterName:     cfg.ClusterName,
+			Region:          cfg.Region,
 			Arches:          bakedArches,
 			SubnetID:        s.Network.SubnetIDs.Index(pulumi.Int(0)),
 			SecurityGroupID: s.Network.NodeSecurityGroupID,

@@ -48,8 +48,9 @@ type Resource struct {
 	DeleteBeforeReplace     bool
 	Protect                 bool
 	Provider                string
-	// DependsOn are the names of the resources this one explicitly depends on (the dependsOn option).
-	DependsOn []string
+	// DependsOn are the names of the resources this one explicitly depends on (the dependsOn option), and
+	// DependsOnURNs their URNs (a component's children may share a name).
+	DependsOn, DependsOnURNs []string
 	// InputDependencies are, per input, the names of the resources its value came from.
 	InputDependencies map[string][]string
 	// Read is true for a resource read from the cloud (a Get*), not declared.
@@ -173,9 +174,11 @@ func (c *Cloud) NewResource(args pulumi.MockResourceArgs) (string, resource.Prop
 		for _, d := range rpc.GetDependencies() {
 			if !implied[d] {
 				r.DependsOn = append(r.DependsOn, urnName(d))
+				r.DependsOnURNs = append(r.DependsOnURNs, d)
 			}
 		}
 		sort.Strings(r.DependsOn)
+		sort.Strings(r.DependsOnURNs)
 		// The real engine marks additional secret outputs as secret in state; so does this stand-in.
 		for _, k := range rpc.GetAdditionalSecretOutputs() {
 			if v, ok := outputs[resource.PropertyKey(k)]; ok && !v.IsSecret() {
