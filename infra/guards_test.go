@@ -10,6 +10,7 @@ import (
 
 	"github.com/dynk8s/dynk8s/infra"
 	"github.com/dynk8s/dynk8s/internal/mockcloud"
+	"github.com/dynk8s/dynk8s/internal/plan"
 )
 
 // iamMatch reports whether an IAM pattern matches s: * any run of characters (slashes included), ? any one
@@ -87,4 +88,15 @@ func TestImageBuildRoleReadsNoStackParameter(t *testing.T) {
 	assert.Assert(t, deny != nil, "no inline deny on the build role")
 	profile := find(t, res, "aws:iam/instanceProfile:InstanceProfile", "image-builder-profile")
 	assert.Check(t, is.Contains(profile.DependsOnURNs, deny.URN), "the profile exists before the deny")
+}
+
+// deployedBy runs the dev stack deployed by caller (an IAM user's or a role session's ARN; a role at rolePath).
+func deployedBy(t *testing.T, values map[string]any, caller, rolePath string) *plan.Result {
+	t.Helper()
+	cfg, err := mockcloud.ConfigFromMap(values)
+	assert.NilError(t, err)
+	cfg.Caller, cfg.CallerRolePath = caller, rolePath
+	res, err := plan.RunConfig("dev", cfg)
+	assert.NilError(t, err)
+	return res
 }

@@ -77,21 +77,45 @@ func parameterKeyStatement(sid, action, parameterARN, keyARN string) []PolicySta
 
 // ParameterKeyPrincipals are who may use the stack's own parameter key (identity.parameterKey create), by ARN.
 type ParameterKeyPrincipals struct {
-	// Account is the account's root ARN: key administration, and Pulumi's own writes and reads of the two
-	// parameters through principals whose IAM policies allow this key.
+	// Account is the account's root ARN: it administers the key (KMS refuses a key policy that would lock the
+	// account out of it) but may not use it.
 	Account string
+	// Deployer is the principal that runs `pulumi up` (DeployerARN: an IAM user, or a role by its IAM ARN, path
+	// included): Pulumi writes and reads back both parameters.
+	Deployer string
 	// NodeRole, GatewayRole and Rotator are the readers and the writer of the parameters.
 	NodeRole, GatewayRole, Rotator string
 	// TokenParameter and GatewayKeyParameter are the parameters' ARNs; SSMService is "ssm.<region>.<DNS suffix>".
 	TokenParameter, GatewayKeyParameter, SSMService string
 }
 
-// ParameterKeyPolicy is the key policy of the stack's parameter key: the account administers it but may not use it
-// except through SSM for the stack's two parameters (so Pulumi, whose principal is an IAM one of the account, can
-// write and read them back); the node role may decrypt only the join token, the gateway role only its key, and the
-// rotator encrypt only the join token, each through SSM. Unlike SSM's aws/ssm key, whose policy lets every principal
-// of the account that may call SSM use it, a principal with ssm:GetParameter on a parameter cannot decrypt it unless
-// it is one of these, or holds an IAM grant for this key.
+// parameterKeyAdminActions are what the account may do with the stack's parameter key: the KMS console's "key
+// administrators" statement ("Default key policy", AWS KMS Developer Guide) spelled out for a symmetric,
+// single-Region key with KMS's own key material, so that no wildcard brings in an action that hands out the key's use
+// (each name is a key-resource action of "Actions, resources, and condition keys for AWS Key Management Service",
+// Service Authorization Reference). Left out: kms:CreateGrant, by which any principal whose IAM policy allows it
+// would grant itself or anyone Decrypt (no AWS service needs a grant on this key: SSM uses none), and the
+// import, asymmetric and multi-Region actions, which do not apply. kms:PutKeyPolicy stays, and with it the account's
+// power to rewrite this policy, Decrypt included: that cannot be taken away without the key becoming unmanageable,
+// and KMS's policy lockout safety check refuses a policy whose creator could not put another one (CreateKey,
+// BypassPolicyLockoutSafetyCheck, AWS KMS API Reference). Whoever holds kms:PutKeyPolicy on this key is as trusted
+// as the deployer.
+var parameterKeyAdminActions = []string{
+	"kms:CancelKeyDeletion", "kms:CreateAlias", "kms:DeleteAlias", "kms:DescribeKey", "kms:DisableKey",
+	"kms:DisableKeyRotation", "kms:EnableKey", "kms:EnableKeyRotation", "kms:GetKeyPolicy", "kms:GetKeyRotationStatus",
+	"kms:ListGrants", "kms:ListKeyPolicies", "kms:ListKeyRotations", "kms:ListResourceTags", "kms:PutKeyPolicy",
+	"kms:RevokeGrant", "kms:RotateKeyOnDemand", "kms:ScheduleKeyDeletion", "kms:TagResource", "kms:UntagResource",
+	"kms:UpdateAlias", "kms:UpdateKeyDescription",
+}
+
+// ParameterKeyPolicy is the key policy of the stack's parameter key. The account administers it but may not use it;
+// the deploying principal may encrypt and decrypt both parameters (Pulumi writes them and reads them back), the node
+// role may decrypt only the join token, the gateway role only its key, and the rotator encrypt only the join token,
+// each through SSM for that parameter only. Unlike SSM's aws/ssm key, whose policy lets every principal of the
+// account that may call SSM use it, and unlike a key whose policy names the account root (which hands its use to
+// every IAM policy that allows kms:Decrypt on "*"), a principal with ssm:GetParameter on a parameter cannot decrypt
+// it unless it is one of these: naming a principal other than the root in a key policy grants only that principal
+// ("Key policies in AWS KMS", AWS KMS Developer Guide).
 func ParameterKeyPolicy(p ParameterKeyPrincipals) PolicyDocument {
 	via := func(parameter string) map[string]map[string]string {
 		return map[string]map[string]string{"StringEquals": {
@@ -103,12 +127,9 @@ func ParameterKeyPolicy(p ParameterKeyPrincipals) PolicyDocument {
 	}
 	return PolicyDocument{Version: policyVersion, Statement: []PolicyStatement{
 		{Sid: "AdministerTheKey", Effect: "Allow", Principal: map[string][]string{"AWS": {p.Account}},
-			Action: []string{"kms:Create*", "kms:Describe*", "kms:Enable*", "kms:List*", "kms:Put*", "kms:Update*",
-				"kms:Revoke*", "kms:Disable*", "kms:Get*", "kms:Delete*", "kms:TagResource", "kms:UntagResource",
-				"kms:ScheduleKeyDeletion", "kms:CancelKeyDeletion", "kms:RotateKeyOnDemand"},
-			Resource: []string{"*"}},
-		use("PulumiWritesTheJoinToken", p.Account, []string{"kms:Encrypt", "kms:Decrypt"}, p.TokenParameter),
-		use("PulumiWritesTheGatewayKey", p.Account, []string{"kms:Encrypt", "kms:Decrypt"}, p.GatewayKeyParameter),
+			Action: parameterKeyAdminActions, Resource: []string{"*"}},
+		use("PulumiWritesTheJoinToken", p.Deployer, []string{"kms:Encrypt", "kms:Decrypt"}, p.TokenParameter),
+		use("PulumiWritesTheGatewayKey", p.Deployer, []string{"kms:Encrypt", "kms:Decrypt"}, p.GatewayKeyParameter),
 		use("NodesReadTheJoinToken", p.NodeRole, []string{"kms:Decrypt"}, p.TokenParameter),
 		use("TheGatewayReadsItsKey", p.GatewayRole, []string{"kms:Decrypt"}, p.GatewayKeyParameter),
 		use("TheRotatorWritesTheJoinToken", p.Rotator, []string{"kms:Encrypt"}, p.TokenParameter),

@@ -21,6 +21,8 @@ type StackConfig struct {
 	ClusterVersion string
 	// EBSDefaultKey sets Cloud.EBSDefaultKey: a customer-managed default EBS key.
 	EBSDefaultKey string
+	// Caller and CallerRolePath set Cloud.Caller and Cloud.CallerRolePath: who runs the program.
+	Caller, CallerRolePath string
 	// AgentDir is where the plan takes the built node agent from, when it was built there ("": always the
 	// stand-in, infra.AgentOrStandIn).
 	AgentDir string
