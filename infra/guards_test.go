@@ -100,3 +100,51 @@ func deployedBy(t *testing.T, values map[string]any, caller, rolePath string) *p
 	assert.NilError(t, err)
 	return res
 }
+
+// TestOnlyTheDeployerWritesTheAgent: the agent bucket's policy denies every principal but the deploying one (the
+// IAM user, or for a role session the role, by aws:PrincipalArn) writing, deleting or superseding an object, and
+// suspending versioning or changing the lifecycle rule, which would expire the pinned version later; the readers and
+// the bucket policy itself are left alone. The objects are uploaded after the policy, so a new deployer names itself
+// first (security review round 4, L1).
+func TestOnlyTheDeployerWritesTheAgent(t *testing.T) {
+	for name, tc := range map[string]struct{ caller, rolePath, deployer string }{
+		"an IAM user": {"", "", "arn:aws:iam::" + mockcloud.Account + ":user/operator"},
+		"a role session": {"arn:aws:sts::" + mockcloud.Account + ":assumed-role/dynk8s-deploy/ci-1234", "/ci/",
+			"arn:aws:iam::" + mockcloud.Account + ":role/ci/dynk8s-deploy"},
+	} {
+		t.Run(name, func(t *testing.T) {
+			res := deployedBy(t, devConfig(t), tc.caller, tc.rolePath)
+			bucketPolicy := find(t, res, "aws:s3/bucketPolicy:BucketPolicy", "agent")
+			doc := policy(t, bucketPolicy, "policy")
+			bucket := "arn:aws:s3:::" + find(t, res, "aws:s3/bucketV2:BucketV2", "agent").ID
+			object := bucket + "/dynk8s-node/linux-amd64"
+			deniedToOthers := func(action, resource string) bool {
+				for _, s := range matchingStatements(doc, "Deny", action, resource) {
+					if strings.Join(s.Principal["AWS"], ",") == "*" && len(s.Condition) == 1 &&
+						len(s.Condition["StringNotEquals"]) == 1 &&
+						s.Condition["StringNotEquals"]["aws:PrincipalArn"] == tc.deployer {
+						return true
+					}
+				}
+				return false
+			}
+			for _, action := range []string{"s3:PutObject", "s3:DeleteObject", "s3:DeleteObjectVersion"} {
+				assert.Check(t, deniedToOthers(action, object), "%s is not denied to all but %s", action, tc.deployer)
+			}
+			for _, action := range []string{"s3:PutBucketVersioning", "s3:PutLifecycleConfiguration"} {
+				assert.Check(t, deniedToOthers(action, bucket), "%s is not denied to all but %s", action, tc.deployer)
+			}
+			for _, action := range []string{"s3:GetObject", "s3:GetObjectVersion", "s3:PutBucketPolicy",
+				"s3:DeleteBucketPolicy"} {
+				for _, resource := range []string{bucket, object} {
+					assert.Check(t, !deniedToOthers(action, resource), "%s on %s is denied", action, resource)
+				}
+			}
+			objects := res.Cloud.ByType("aws:s3/bucketObjectv2:BucketObjectv2")
+			assert.Assert(t, len(objects) > 0)
+			for _, o := range objects {
+				assert.Check(t, is.Contains(o.DependsOnURNs, bucketPolicy.URN), "%s is uploaded before the policy", o.Name)
+			}
+		})
+	}
+}

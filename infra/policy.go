@@ -300,15 +300,52 @@ func ReadAgentPolicy(objectARNs []string) PolicyDocument {
 	}}}
 }
 
-// AgentBucketPolicy is the agent bucket's own policy: no request without TLS, whoever makes it (the usual S3
-// guard, "Security best practices for Amazon S3", S3 User Guide); the readers' grants are in their IAM policies.
-func AgentBucketPolicy(bucketARN string) PolicyDocument {
-	return PolicyDocument{Version: policyVersion, Statement: []PolicyStatement{{
-		Sid:       "DenyWithoutTLS",
-		Effect:    "Deny",
-		Principal: map[string][]string{"AWS": {"*"}},
-		Action:    []string{"s3:*"},
-		Resource:  []string{bucketARN, bucketARN + "/*"},
-		Condition: map[string]map[string]string{"Bool": {"aws:SecureTransport": "false"}},
-	}}}
+// agentWriteActions are what could take the pinned agent away from the nodes at once or within retentionDays: a
+// PutObject or a DeleteObject without a version makes the pinned version noncurrent, and the lifecycle rule then
+// expires it; a DeleteObjectVersion deletes it.
+var agentWriteActions = []string{"s3:DeleteObject", "s3:DeleteObjectVersion", "s3:PutObject"}
+
+// agentBucketConfigActions are the bucket settings whose change would do the same: a lifecycle rule that expires
+// current versions, or versioning suspended (the deployer's next upload would then overwrite the "null" version a
+// launch template pins, where it now adds a version).
+var agentBucketConfigActions = []string{"s3:PutBucketVersioning", "s3:PutLifecycleConfiguration"}
+
+// AgentBucketPolicy is the agent bucket's own policy. No request without TLS, whoever makes it (the usual S3 guard,
+// "Security best practices for Amazon S3", S3 User Guide). And only the deploying principal may write, delete or
+// supersede an object, or change versioning or the lifecycle rule: every other principal of the account is denied,
+// whatever its IAM policies allow (an explicit deny in a resource policy wins, "Policy evaluation logic", IAM User
+// Guide). The deployer is compared by aws:PrincipalArn, which for a role session is the role's ARN, not the
+// session's (IAM User Guide, "AWS global condition context keys"), so that any session of the deploying role may
+// run `pulumi up` and `pulumi destroy`. The bucket policy itself is not guarded: another principal's first
+// `pulumi up` must be able to name itself here before it uploads, and a principal that may rewrite bucket policies
+// is an administrator anyway (the account's root user may always delete a bucket policy, so none locks the account
+// out). The readers' grants are in their IAM policies.
+func AgentBucketPolicy(bucketARN, deployerARN string) PolicyDocument {
+	notDeployer := map[string]map[string]string{"StringNotEquals": {"aws:PrincipalArn": deployerARN}}
+	return PolicyDocument{Version: policyVersion, Statement: []PolicyStatement{
+		{
+			Sid:       "DenyWithoutTLS",
+			Effect:    "Deny",
+			Principal: map[string][]string{"AWS": {"*"}},
+			Action:    []string{"s3:*"},
+			Resource:  []string{bucketARN, bucketARN + "/*"},
+			Condition: map[string]map[string]string{"Bool": {"aws:SecureTransport": "false"}},
+		},
+		{
+			Sid:       "OnlyTheDeployerWritesTheAgent",
+			Effect:    "Deny",
+			Principal: map[string][]string{"AWS": {"*"}},
+			Action:    agentWriteActions,
+			Resource:  []string{bucketARN + "/*"},
+			Condition: notDeployer,
+		},
+		{
+			Sid:       "OnlyTheDeployerConfiguresTheBucket",
+			Effect:    "Deny",
+			Principal: map[string][]string{"AWS": {"*"}},
+			Action:    agentBucketConfigActions,
+			Resource:  []string{bucketARN},
+			Condition: notDeployer,
+		},
+	}}
 }

@@ -165,6 +165,7 @@ func NewStack(ctx *pulumi.Context, cfg *config.Config, agent AgentFiles) (*Stack
 		Binaries:      binaries,
 		RetentionDays: cfg.Agent.RetentionDays,
 		Readers:       readers,
+		Deployer:      s.Identity.DeployerARN,
 	})
 	if err != nil {
 		return nil, err
