@@ -139,6 +139,9 @@ type AgentBucketArgs struct {
 	// Readers are the instance roles (by name) that download the agent, each with the architectures it runs: a
 	// role may read exactly those objects.
 	Readers []AgentReader
+	// Deployer is the principal running `pulumi up` (DeployerARN), the only one the bucket policy lets write,
+	// delete or supersede the objects (required).
+	Deployer pulumi.StringInput
 }
 
 // AgentReader is an instance role that downloads the agent for the architectures listed.
@@ -151,8 +154,8 @@ type AgentReader struct {
 
 // NewAgentBucket declares the bucket, its protections, the objects and the readers' policies.
 func NewAgentBucket(ctx *pulumi.Context, name string, args *AgentBucketArgs, opts ...pulumi.ResourceOption) (*AgentBucket, error) {
-	if args == nil || len(args.Binaries) == 0 {
-		return nil, errors.New("agent bucket: args with at least one binary are required")
+	if args == nil || len(args.Binaries) == 0 || args.Deployer == nil {
+		return nil, errors.New("agent bucket: args with at least one binary and the deployer are required")
 	}
 	if args.RetentionDays < config.MinAgentRetentionDays {
 		return nil, fmt.Errorf("agent bucket: retention of %d days is under %d", args.RetentionDays,
@@ -228,12 +231,16 @@ func NewAgentBucket(ctx *pulumi.Context, name string, args *AgentBucketArgs, opt
 	}, parent, pulumi.DependsOn([]pulumi.Resource{versioning})); err != nil {
 		return fail("lifecycle", err)
 	}
-	if _, err := s3.NewBucketPolicy(ctx, name, &s3.BucketPolicyArgs{
+	// The objects are written after the policy: a deployer other than the one the policy names (another operator,
+	// CI) first names itself there, then uploads. `pulumi destroy` deletes them before the policy, as the deployer
+	// the policy names; another principal's destroy is refused until its `pulumi up` has named it (or the root
+	// user deletes the bucket policy).
+	policy, err := s3.NewBucketPolicy(ctx, name, &s3.BucketPolicyArgs{
 		Bucket: bucket.ID(),
-		Policy: pulumix.Cast[pulumi.StringOutput](pulumix.ApplyErr(bucket.Arn, func(arn string) (string, error) {
-			return AgentBucketPolicy(arn).JSON()
-		})),
-	}, parent); err != nil {
+		Policy: pulumix.Cast[pulumi.StringOutput](pulumix.Apply2Err(bucket.Arn, args.Deployer.ToStringOutput(),
+			func(arn, deployer string) (string, error) { return AgentBucketPolicy(arn, deployer).JSON() })),
+	}, parent)
+	if err != nil {
 		return fail("bucket policy", err)
 	}
 
@@ -257,7 +264,7 @@ func NewAgentBucket(ctx *pulumi.Context, name string, args *AgentBucketArgs, opt
 			objArgs.Source = pulumi.NewFileAsset(b.Path)
 		}
 		obj, err := s3.NewBucketObjectv2(ctx, name+"-linux-"+b.Arch.Label(), objArgs, parent,
-			pulumi.DependsOn([]pulumi.Resource{versioning, sse}))
+			pulumi.DependsOn([]pulumi.Resource{versioning, sse, policy}))
 		if err != nil {
 			return fail("object "+key, err)
 		}

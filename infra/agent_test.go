@@ -32,7 +32,7 @@ func TestAgentBucketComponent(t *testing.T) {
 	cloud := runComponent(t, func(ctx *pulumi.Context) error {
 		b, err := infra.NewAgentBucket(ctx, "agent", &infra.AgentBucketArgs{
 			ClusterName: "a-cluster-name-longer-than-a-bucket-prefix-takes", Binaries: []infra.AgentBinary{x86, arm},
-			RetentionDays: 9,
+			RetentionDays: 9, Deployer: pulumi.String("arn:aws:iam::123456789012:role/deploy/pulumi"),
 			Readers: []infra.AgentReader{
 				{Name: "node", Role: pulumi.String("lab-node"), Arches: []kube.Arch{kube.ArchX86_64, kube.ArchArm64}},
 				{Name: "gateway", Role: pulumi.String("lab-gateway"), Arches: []kube.Arch{kube.ArchArm64}},
@@ -65,13 +65,22 @@ func TestAgentBucketComponent(t *testing.T) {
 	assert.DeepEqual(t, rule["noncurrentVersionExpiration"], map[string]any{"noncurrentDays": float64(9)})
 	assert.Check(t, rule["expiration"] == nil, "the live version never expires")
 	assert.Check(t, is.Contains(lifecycle.DependsOn, "agent"), "after versioning is on")
-	tls := policy(t, mustFind(t, cloud, "aws:s3/bucketPolicy:BucketPolicy", "agent"), "policy")
+	bucketPolicy := mustFind(t, cloud, "aws:s3/bucketPolicy:BucketPolicy", "agent")
+	tls := policy(t, bucketPolicy, "policy")
 	assert.DeepEqual(t, tls.Statement[0].Condition, map[string]map[string]string{"Bool": {"aws:SecureTransport": "false"}})
 	assert.Equal(t, tls.Statement[0].Effect, "Deny")
+	// Only the deployer writes (TestOnlyTheDeployerWritesTheAgent has the stack's).
+	assert.Equal(t, len(tls.Statement), 3)
+	for _, s := range tls.Statement[1:] {
+		assert.Equal(t, s.Effect, "Deny")
+		assert.DeepEqual(t, s.Condition, map[string]map[string]string{
+			"StringNotEquals": {"aws:PrincipalArn": "arn:aws:iam::123456789012:role/deploy/pulumi"}})
+	}
 
 	armObject := mustFind(t, cloud, "aws:s3/bucketObjectv2:BucketObjectv2", "agent-linux-arm64")
 	assert.Equal(t, in(armObject, "key"), "dynk8s-node/linux-arm64")
 	assert.Equal(t, armObject.Inputs["source"].AssetValue().Path, filepath.Join(dir, "dynk8s-node-linux-arm64"))
+	assert.Check(t, is.Contains(armObject.DependsOnURNs, bucketPolicy.URN), "uploaded before the bucket policy")
 	assert.DeepEqual(t, in(armObject, "metadata"), map[string]any{"sha256": sha256Hex("arm agent")})
 	x86Object := mustFind(t, cloud, "aws:s3/bucketObjectv2:BucketObjectv2", "agent-linux-amd64")
 	assert.Equal(t, in(x86Object, "key"), "dynk8s-node/linux-amd64")
@@ -97,7 +106,7 @@ func TestAgentBucketComponent(t *testing.T) {
 	assert.DeepEqual(t, policy(t, gateway, "policy").Statement[0].Resource, []string{arn("arm64")})
 }
 
-// A binary that is there but empty is refused, as is a retention under a day.
+// A binary that is there but empty is refused, as is a retention under a day, or a bucket without its deployer.
 func TestAgentBucketRefusesBadInput(t *testing.T) {
 	dir := t.TempDir()
 	assert.NilError(t, os.WriteFile(filepath.Join(dir, "dynk8s-node-linux-arm64"), nil, 0o755))
@@ -110,8 +119,12 @@ func TestAgentBucketRefusesBadInput(t *testing.T) {
 
 	cloud := runComponent(t, func(ctx *pulumi.Context) error {
 		_, err := infra.NewAgentBucket(ctx, "agent", &infra.AgentBucketArgs{ClusterName: "lab", RetentionDays: 0,
-			Binaries: []infra.AgentBinary{{Arch: kube.ArchArm64, SHA256: infra.StandInSHA256}}})
+			Binaries: []infra.AgentBinary{{Arch: kube.ArchArm64, SHA256: infra.StandInSHA256}},
+			Deployer: pulumi.String("arn:aws:iam::123456789012:user/operator")})
 		assert.Check(t, is.ErrorContains(err, "retention of 0 days"))
+		_, err = infra.NewAgentBucket(ctx, "agent", &infra.AgentBucketArgs{ClusterName: "lab", RetentionDays: 9,
+			Binaries: []infra.AgentBinary{{Arch: kube.ArchArm64, SHA256: infra.StandInSHA256}}})
+		assert.Check(t, is.ErrorContains(err, "the deployer are required"))
 		return nil
 	})
 	assert.Equal(t, len(cloud.Resources()), 0)

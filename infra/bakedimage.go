@@ -68,7 +68,8 @@ const maxComponentData = 16000
 
 // Image Builder's AWS managed policies for a build instance's role (EC2 Image Builder User Guide, "Prerequisites":
 // the instance profile needs EC2InstanceProfileForImageBuilder and AmazonSSMManagedInstanceCore: Image Builder
-// drives the build through Systems Manager).
+// drives the build through Systems Manager). The second allows ssm:GetParameter(s) on "*": the role's inline
+// NoStackParametersPolicy takes the stack's parameters back out.
 var buildManagedPolicies = []string{"EC2InstanceProfileForImageBuilder", "AmazonSSMManagedInstanceCore"}
 
 // ImageBuilder is what a stack's baked images share: the build instances' role and profile, and one
@@ -86,6 +87,8 @@ type ImageBuilder struct {
 type ImageBuilderArgs struct {
 	// ClusterName names and tags the resources (required).
 	ClusterName string
+	// Region is the stack's, where its SSM parameters are, which the build role may not read (required).
+	Region string
 	// Arches are the architectures of the baked pools (required, at least one).
 	Arches []kube.Arch
 	// SubnetID is where the build instances launch: a subnet of the stack, whose public address reaches Fedora's
@@ -97,8 +100,8 @@ type ImageBuilderArgs struct {
 
 // NewImageBuilder declares the build role, its instance profile and the infrastructure configurations.
 func NewImageBuilder(ctx *pulumi.Context, name string, args *ImageBuilderArgs, opts ...pulumi.ResourceOption) (*ImageBuilder, error) {
-	if args == nil || len(args.Arches) == 0 {
-		return nil, errors.New("image builder: args with at least one architecture are required")
+	if args == nil || len(args.Arches) == 0 || args.Region == "" {
+		return nil, errors.New("image builder: args with a region and at least one architecture are required")
 	}
 	comp := &ImageBuilder{Infrastructure: map[kube.Arch]pulumi.StringOutput{}}
 	if err := ctx.RegisterComponentResource(ImageBuilderType, name, comp, opts...); err != nil {
@@ -132,12 +135,27 @@ func NewImageBuilder(ctx *pulumi.Context, name string, args *ImageBuilderArgs, o
 			return fail("policy "+p, err)
 		}
 	}
+	// The build runs third-party package scriptlets as root: it must not read the join token or the gateway key,
+	// which the managed policy above would allow with SSM's own key. The deny is in place before the instance
+	// profile exists, so before any build instance can launch with the role.
+	account := aws.GetCallerIdentityOutput(ctx, aws.GetCallerIdentityOutputArgs{}, parent).AccountId()
+	noParameters := pulumix.Apply2Err(partition.Partition(), account, func(p, acct string) (string, error) {
+		return NoStackParametersPolicy(ParameterARN(p, args.Region, acct, ParameterPath(args.ClusterName)+"/*")).JSON()
+	})
+	deny, err := iam.NewRolePolicy(ctx, name+"-no-stack-parameters", &iam.RolePolicyArgs{
+		Role:   role.Name,
+		Name:   pulumi.String("no-stack-parameters"),
+		Policy: pulumix.Cast[pulumi.StringOutput](noParameters),
+	}, parent)
+	if err != nil {
+		return fail("parameter deny", err)
+	}
 	profile, err := iam.NewInstanceProfile(ctx, name+"-profile", &iam.InstanceProfileArgs{
 		Name: pulumi.String(iamName),
 		Path: pulumi.String("/dynk8s/"),
 		Role: role.Name,
 		Tags: tags,
-	}, parent)
+	}, parent, pulumi.DependsOn([]pulumi.Resource{deny}))
 	if err != nil {
 		return fail("instance profile", err)
 	}

@@ -11,14 +11,23 @@ import (
 	"github.com/pulumi/pulumi-aws/sdk/v6/go/aws/ssm"
 	"github.com/pulumi/pulumi/sdk/v3/go/pulumi"
 
+	"github.com/dynk8s/dynk8s/infra/addons"
 	"github.com/dynk8s/dynk8s/infra/config"
 )
 
 // IdentityType is the type token of the Identity component.
 const IdentityType = "dynk8s:infra:Identity"
 
+// ParameterPath is the SSM path of a cluster's parameters: the join token and the gateway key, and nothing else.
+func ParameterPath(clusterName string) string { return "/dynk8s/" + clusterName }
+
+// ParameterARN is the ARN of the SSM parameter (or parameter path, or pattern) name in partition, region and account.
+func ParameterARN(partition, region, account, name string) string {
+	return fmt.Sprintf("arn:%s:ssm:%s:%s:parameter/%s", partition, region, account, strings.TrimPrefix(name, "/"))
+}
+
 // JoinTokenParameter is the SSM SecureString that holds "<token-id>.<token-secret>" for the nodes of a cluster.
-func JoinTokenParameter(clusterName string) string { return "/dynk8s/" + clusterName + "/join-token" }
+func JoinTokenParameter(clusterName string) string { return ParameterPath(clusterName) + "/join-token" }
 
 // JoinTokenPlaceholder is the join token parameter's value until the in-cluster rotator first writes a token: not a
 // token, so a node that reads it retries (the node agent) instead of joining with something the cluster never issued.
@@ -26,7 +35,17 @@ const JoinTokenPlaceholder = "none: the dynk8s join token rotator has not writte
 
 // GatewayKeyParameter is the SSM SecureString that holds the WireGuard gateway's private key.
 func GatewayKeyParameter(clusterName string) string {
-	return "/dynk8s/" + clusterName + "/wireguard-gateway-key"
+	return ParameterPath(clusterName) + "/wireguard-gateway-key"
+}
+
+// DeployerARN is the principal that runs the program, as policies name it: the caller's IAM user (or the account's
+// root user), and for an assumed-role session the role's own IAM ARN, path included, which pulumi-aws's
+// getSessionContext answers as issuerArn. That is both what a key policy's Principal takes (a role, not one of its
+// sessions) and what the condition key aws:PrincipalArn holds for any session of the role (IAM User Guide, "AWS
+// global condition context keys").
+func DeployerARN(ctx *pulumi.Context, opts ...pulumi.InvokeOption) pulumi.StringOutput {
+	caller := aws.GetCallerIdentityOutput(ctx, aws.GetCallerIdentityOutputArgs{}, opts...)
+	return iam.GetSessionContextOutput(ctx, iam.GetSessionContextOutputArgs{Arn: caller.Arn()}, opts...).IssuerArn()
 }
 
 // Identity holds who may do what: the node and gateway roles (each may read exactly one SSM parameter; a node may
@@ -55,7 +74,11 @@ type Identity struct {
 	JoinTokenParameter pulumi.StringOutput `pulumi:"joinTokenParameter"`
 	// ParameterKeyARN is the KMS key of the SecureStrings, "" for SSM's own (identity.parameterKey).
 	ParameterKeyARN pulumi.StringOutput `pulumi:"parameterKeyArn"`
-	// JoinTokenParameterResource declares that parameter; the token rotator runs after it.
+	// DeployerARN is the principal running `pulumi up` (DeployerARN), which the stack's key policy and the agent
+	// bucket's policy name.
+	DeployerARN pulumi.StringOutput `pulumi:"deployerArn"`
+	// JoinTokenParameterResource declares that parameter; the token rotator runs after it and writes with its key
+	// (an addons.KeyedParameter).
 	JoinTokenParameterResource pulumi.Resource
 }
 
@@ -98,9 +121,11 @@ func NewIdentity(ctx *pulumi.Context, name string, args *IdentityArgs, opts ...p
 	partition := aws.GetPartitionOutput(ctx, aws.GetPartitionOutputArgs{}, parent)
 	account := aws.GetCallerIdentityOutput(ctx, aws.GetCallerIdentityOutputArgs{}, parent).AccountId()
 	parameterARN := func(parameter string) pulumi.StringOutput {
-		return pulumi.Sprintf("arn:%s:ssm:%s:%s:parameter/%s", partition.Partition(), args.Region, account,
-			strings.TrimPrefix(parameter, "/"))
+		return pulumi.All(partition.Partition(), account).ApplyT(func(v []any) string {
+			return ParameterARN(v[0].(string), args.Region, v[1].(string), parameter)
+		}).(pulumi.StringOutput)
 	}
+	comp.DeployerARN = DeployerARN(ctx, parent)
 	ec2Service := pulumi.Sprintf("ec2.%s", partition.DnsSuffix())
 
 	tokenParameter := JoinTokenParameter(args.ClusterName)
@@ -169,15 +194,18 @@ func NewIdentity(ctx *pulumi.Context, name string, args *IdentityArgs, opts ...p
 	}
 
 	// The stack's own key (identity.parameterKey create), once its principals exist: KMS refuses a key policy that
-	// names a principal it cannot find. Then the join token's parameter, encrypted with it.
+	// names a principal it cannot find. Then the join token's parameter, encrypted with it. The deployer named is
+	// whoever runs this `pulumi up`: another principal's first run rewrites the policy (through the account's
+	// kms:PutKeyPolicy) before it touches a parameter, which depends on the key.
 	switch {
 	case args.ParameterKey == config.ParameterKeyCreate:
 		keyPolicy := pulumi.All(partition.Partition(), account, nodeProfile.Arn, gatewayProfile.Arn,
 			rotatorKey.User, parameterARN(tokenParameter), parameterARN(GatewayKeyParameter(args.ClusterName)),
-			partition.DnsSuffix()).ApplyT(func(v []any) (string, error) {
+			partition.DnsSuffix(), comp.DeployerARN).ApplyT(func(v []any) (string, error) {
 			p, acct := v[0].(string), v[1].(string)
 			return ParameterKeyPolicy(ParameterKeyPrincipals{
 				Account:  fmt.Sprintf("arn:%s:iam::%s:root", p, acct),
+				Deployer: v[8].(string),
 				NodeRole: v[2].(string), GatewayRole: v[3].(string),
 				Rotator:        fmt.Sprintf("arn:%s:iam::%s:user/dynk8s/%s", p, acct, v[4].(string)),
 				TokenParameter: v[5].(string), GatewayKeyParameter: v[6].(string),
@@ -223,7 +251,7 @@ func NewIdentity(ctx *pulumi.Context, name string, args *IdentityArgs, opts ...p
 	if err != nil {
 		return fail("join token parameter", err)
 	}
-	comp.JoinTokenParameterResource = tokenParam
+	comp.JoinTokenParameterResource = keyedParameter{Parameter: tokenParam, key: comp.ParameterKeyARN}
 
 	comp.NodeInstanceProfileARN = nodeProfile.Profile.Arn
 	comp.GatewayInstanceProfileName = gatewayProfile.Profile.Name
@@ -249,11 +277,24 @@ func NewIdentity(ctx *pulumi.Context, name string, args *IdentityArgs, opts ...p
 		"tokenRotatorSecretAccessKey": comp.TokenRotatorSecretAccessKey,
 		"joinTokenParameter":          comp.JoinTokenParameter,
 		"parameterKeyArn":             comp.ParameterKeyARN,
+		"deployerArn":                 comp.DeployerARN,
 	}); err != nil {
 		return fail("outputs", err)
 	}
 	return comp, nil
 }
+
+// keyedParameter is the join token's parameter with the key it is encrypted with (addons.KeyedParameter): the
+// rotator runs after the one and writes with the other.
+type keyedParameter struct {
+	*ssm.Parameter
+	key pulumi.StringOutput
+}
+
+// ParameterKeyID is the parameter's KMS key ARN, "" for SSM's own.
+func (p keyedParameter) ParameterKeyID() pulumi.StringOutput { return p.key }
+
+var _ addons.KeyedParameter = keyedParameter{}
 
 // roleProfile is an instance role and its profile.
 type roleProfile struct {

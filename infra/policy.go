@@ -77,21 +77,45 @@ func parameterKeyStatement(sid, action, parameterARN, keyARN string) []PolicySta
 
 // ParameterKeyPrincipals are who may use the stack's own parameter key (identity.parameterKey create), by ARN.
 type ParameterKeyPrincipals struct {
-	// Account is the account's root ARN: key administration, and Pulumi's own writes and reads of the two
-	// parameters through principals whose IAM policies allow this key.
+	// Account is the account's root ARN: it administers the key (KMS refuses a key policy that would lock the
+	// account out of it) but may not use it.
 	Account string
+	// Deployer is the principal that runs `pulumi up` (DeployerARN: an IAM user, or a role by its IAM ARN, path
+	// included): Pulumi writes and reads back both parameters.
+	Deployer string
 	// NodeRole, GatewayRole and Rotator are the readers and the writer of the parameters.
 	NodeRole, GatewayRole, Rotator string
 	// TokenParameter and GatewayKeyParameter are the parameters' ARNs; SSMService is "ssm.<region>.<DNS suffix>".
 	TokenParameter, GatewayKeyParameter, SSMService string
 }
 
-// ParameterKeyPolicy is the key policy of the stack's parameter key: the account administers it but may not use it
-// except through SSM for the stack's two parameters (so Pulumi, whose principal is an IAM one of the account, can
-// write and read them back); the node role may decrypt only the join token, the gateway role only its key, and the
-// rotator encrypt only the join token, each through SSM. Unlike SSM's aws/ssm key, whose policy lets every principal
-// of the account that may call SSM use it, a principal with ssm:GetParameter on a parameter cannot decrypt it unless
-// it is one of these, or holds an IAM grant for this key.
+// parameterKeyAdminActions are what the account may do with the stack's parameter key: the KMS console's "key
+// administrators" statement ("Default key policy", AWS KMS Developer Guide) spelled out for a symmetric,
+// single-Region key with KMS's own key material, so that no wildcard brings in an action that hands out the key's use
+// (each name is a key-resource action of "Actions, resources, and condition keys for AWS Key Management Service",
+// Service Authorization Reference). Left out: kms:CreateGrant, by which any principal whose IAM policy allows it
+// would grant itself or anyone Decrypt (no AWS service needs a grant on this key: SSM uses none), and the
+// import, asymmetric and multi-Region actions, which do not apply. kms:PutKeyPolicy stays, and with it the account's
+// power to rewrite this policy, Decrypt included: that cannot be taken away without the key becoming unmanageable,
+// and KMS's policy lockout safety check refuses a policy whose creator could not put another one (CreateKey,
+// BypassPolicyLockoutSafetyCheck, AWS KMS API Reference). Whoever holds kms:PutKeyPolicy on this key is as trusted
+// as the deployer.
+var parameterKeyAdminActions = []string{
+	"kms:CancelKeyDeletion", "kms:CreateAlias", "kms:DeleteAlias", "kms:DescribeKey", "kms:DisableKey",
+	"kms:DisableKeyRotation", "kms:EnableKey", "kms:EnableKeyRotation", "kms:GetKeyPolicy", "kms:GetKeyRotationStatus",
+	"kms:ListGrants", "kms:ListKeyPolicies", "kms:ListKeyRotations", "kms:ListResourceTags", "kms:PutKeyPolicy",
+	"kms:RevokeGrant", "kms:RotateKeyOnDemand", "kms:ScheduleKeyDeletion", "kms:TagResource", "kms:UntagResource",
+	"kms:UpdateAlias", "kms:UpdateKeyDescription",
+}
+
+// ParameterKeyPolicy is the key policy of the stack's parameter key. The account administers it but may not use it;
+// the deploying principal may encrypt and decrypt both parameters (Pulumi writes them and reads them back), the node
+// role may decrypt only the join token, the gateway role only its key, and the rotator encrypt only the join token,
+// each through SSM for that parameter only. Unlike SSM's aws/ssm key, whose policy lets every principal of the
+// account that may call SSM use it, and unlike a key whose policy names the account root (which hands its use to
+// every IAM policy that allows kms:Decrypt on "*"), a principal with ssm:GetParameter on a parameter cannot decrypt
+// it unless it is one of these: naming a principal other than the root in a key policy grants only that principal
+// ("Key policies in AWS KMS", AWS KMS Developer Guide).
 func ParameterKeyPolicy(p ParameterKeyPrincipals) PolicyDocument {
 	via := func(parameter string) map[string]map[string]string {
 		return map[string]map[string]string{"StringEquals": {
@@ -103,15 +127,37 @@ func ParameterKeyPolicy(p ParameterKeyPrincipals) PolicyDocument {
 	}
 	return PolicyDocument{Version: policyVersion, Statement: []PolicyStatement{
 		{Sid: "AdministerTheKey", Effect: "Allow", Principal: map[string][]string{"AWS": {p.Account}},
-			Action: []string{"kms:Create*", "kms:Describe*", "kms:Enable*", "kms:List*", "kms:Put*", "kms:Update*",
-				"kms:Revoke*", "kms:Disable*", "kms:Get*", "kms:Delete*", "kms:TagResource", "kms:UntagResource",
-				"kms:ScheduleKeyDeletion", "kms:CancelKeyDeletion", "kms:RotateKeyOnDemand"},
-			Resource: []string{"*"}},
-		use("PulumiWritesTheJoinToken", p.Account, []string{"kms:Encrypt", "kms:Decrypt"}, p.TokenParameter),
-		use("PulumiWritesTheGatewayKey", p.Account, []string{"kms:Encrypt", "kms:Decrypt"}, p.GatewayKeyParameter),
+			Action: parameterKeyAdminActions, Resource: []string{"*"}},
+		use("PulumiWritesTheJoinToken", p.Deployer, []string{"kms:Encrypt", "kms:Decrypt"}, p.TokenParameter),
+		use("PulumiWritesTheGatewayKey", p.Deployer, []string{"kms:Encrypt", "kms:Decrypt"}, p.GatewayKeyParameter),
 		use("NodesReadTheJoinToken", p.NodeRole, []string{"kms:Decrypt"}, p.TokenParameter),
 		use("TheGatewayReadsItsKey", p.GatewayRole, []string{"kms:Decrypt"}, p.GatewayKeyParameter),
 		use("TheRotatorWritesTheJoinToken", p.Rotator, []string{"kms:Encrypt"}, p.TokenParameter),
+	}}
+}
+
+// NoStackParametersPolicy denies reading the stack's SSM parameters, whatever else the holder's policies allow: the
+// image build role's AmazonSSMManagedInstanceCore allows ssm:GetParameter and ssm:GetParameters on "*" (AWS
+// managed policy reference), which, with SSM's own key, would decrypt the join token and the gateway's private key.
+// Parameter Store authorizes each of its four reads on its own action, all four matched by ssm:GetParameter*, and
+// GetParametersByPath on the requested path, not on the parameters it returns ("How Parameter Store authorizes
+// parameter retrieval", Systems Manager User Guide): a deny on the parameters does not stop a query of an ancestor
+// path, "/" included, so the second statement refuses every path query, which a build never makes. parameters is
+// the ARN pattern of the stack's parameters (ParameterARN of ParameterPath + "/*").
+func NoStackParametersPolicy(parameters string) PolicyDocument {
+	return PolicyDocument{Version: policyVersion, Statement: []PolicyStatement{
+		{
+			Sid:      "NoStackParameters",
+			Effect:   "Deny",
+			Action:   []string{"ssm:GetParameter*"},
+			Resource: []string{parameters},
+		},
+		{
+			Sid:      "NoParameterPaths",
+			Effect:   "Deny",
+			Action:   []string{"ssm:GetParametersByPath"},
+			Resource: []string{"*"},
+		},
 	}}
 }
 
@@ -254,15 +300,52 @@ func ReadAgentPolicy(objectARNs []string) PolicyDocument {
 	}}}
 }
 
-// AgentBucketPolicy is the agent bucket's own policy: no request without TLS, whoever makes it (the usual S3
-// guard, "Security best practices for Amazon S3", S3 User Guide); the readers' grants are in their IAM policies.
-func AgentBucketPolicy(bucketARN string) PolicyDocument {
-	return PolicyDocument{Version: policyVersion, Statement: []PolicyStatement{{
-		Sid:       "DenyWithoutTLS",
-		Effect:    "Deny",
-		Principal: map[string][]string{"AWS": {"*"}},
-		Action:    []string{"s3:*"},
-		Resource:  []string{bucketARN, bucketARN + "/*"},
-		Condition: map[string]map[string]string{"Bool": {"aws:SecureTransport": "false"}},
-	}}}
+// agentWriteActions are what could take the pinned agent away from the nodes at once or within retentionDays: a
+// PutObject or a DeleteObject without a version makes the pinned version noncurrent, and the lifecycle rule then
+// expires it; a DeleteObjectVersion deletes it.
+var agentWriteActions = []string{"s3:DeleteObject", "s3:DeleteObjectVersion", "s3:PutObject"}
+
+// agentBucketConfigActions are the bucket settings whose change would do the same: a lifecycle rule that expires
+// current versions, or versioning suspended (the deployer's next upload would then overwrite the "null" version a
+// launch template pins, where it now adds a version).
+var agentBucketConfigActions = []string{"s3:PutBucketVersioning", "s3:PutLifecycleConfiguration"}
+
+// AgentBucketPolicy is the agent bucket's own policy. No request without TLS, whoever makes it (the usual S3 guard,
+// "Security best practices for Amazon S3", S3 User Guide). And only the deploying principal may write, delete or
+// supersede an object, or change versioning or the lifecycle rule: every other principal of the account is denied,
+// whatever its IAM policies allow (an explicit deny in a resource policy wins, "Policy evaluation logic", IAM User
+// Guide). The deployer is compared by aws:PrincipalArn, which for a role session is the role's ARN, not the
+// session's (IAM User Guide, "AWS global condition context keys"), so that any session of the deploying role may
+// run `pulumi up` and `pulumi destroy`. The bucket policy itself is not guarded: another principal's first
+// `pulumi up` must be able to name itself here before it uploads, and a principal that may rewrite bucket policies
+// is an administrator anyway (the account's root user may always delete a bucket policy, so none locks the account
+// out). The readers' grants are in their IAM policies.
+func AgentBucketPolicy(bucketARN, deployerARN string) PolicyDocument {
+	notDeployer := map[string]map[string]string{"StringNotEquals": {"aws:PrincipalArn": deployerARN}}
+	return PolicyDocument{Version: policyVersion, Statement: []PolicyStatement{
+		{
+			Sid:       "DenyWithoutTLS",
+			Effect:    "Deny",
+			Principal: map[string][]string{"AWS": {"*"}},
+			Action:    []string{"s3:*"},
+			Resource:  []string{bucketARN, bucketARN + "/*"},
+			Condition: map[string]map[string]string{"Bool": {"aws:SecureTransport": "false"}},
+		},
+		{
+			Sid:       "OnlyTheDeployerWritesTheAgent",
+			Effect:    "Deny",
+			Principal: map[string][]string{"AWS": {"*"}},
+			Action:    agentWriteActions,
+			Resource:  []string{bucketARN + "/*"},
+			Condition: notDeployer,
+		},
+		{
+			Sid:       "OnlyTheDeployerConfiguresTheBucket",
+			Effect:    "Deny",
+			Principal: map[string][]string{"AWS": {"*"}},
+			Action:    agentBucketConfigActions,
+			Resource:  []string{bucketARN},
+			Condition: notDeployer,
+		},
+	}}
 }

@@ -154,6 +154,7 @@ func NewStack(ctx *pulumi.Context, cfg *config.Config, agent AgentFiles, nodes O
 		bakedArches = slices.Compact(slices.Sorted(slices.Values(bakedArches)))
 		s.ImageBuilder, err = NewImageBuilder(ctx, "image-builder", &ImageBuilderArgs{
 			ClusterName:     cfg.ClusterName,
+			Region:          cfg.Region,
 			Arches:          bakedArches,
 			SubnetID:        s.Network.SubnetIDs.Index(pulumi.Int(0)),
 			SecurityGroupID: s.Network.NodeSecurityGroupID,
@@ -169,6 +170,7 @@ func NewStack(ctx *pulumi.Context, cfg *config.Config, agent AgentFiles, nodes O
 		Binaries:      binaries,
 		RetentionDays: cfg.Agent.RetentionDays,
 		Readers:       readers,
+		Deployer:      s.Identity.DeployerARN,
 	})
 	if err != nil {
 		return nil, err

@@ -266,6 +266,7 @@ func (b *builder) tokenRotatorPodSpec(creds *awsCredentials) *corev1.PodSpecArgs
 			&corev1.EnvVarArgs{Name: pulumi.String("SSM_PARAMETER"), Value: pulumi.String(a.JoinTokenParameter)},
 			&corev1.EnvVarArgs{Name: pulumi.String("AWS_REGION"), Value: pulumi.String(a.Region)},
 			&corev1.EnvVarArgs{Name: pulumi.String("SSM_ENDPOINT"), Value: pulumi.String(ssmEndpoint(a.Region))},
+			&corev1.EnvVarArgs{Name: pulumi.String("KMS_KEY_ID"), Value: tokenKeyID(a.JoinTokenParameterResource)},
 			&corev1.EnvVarArgs{
 				Name:  pulumi.String("TOKEN_TTL_SECONDS"),
 				Value: pulumi.String(strconv.Itoa(int(a.BootstrapTokenTTL.Seconds()))),
@@ -275,6 +276,34 @@ func (b *builder) tokenRotatorPodSpec(creds *awsCredentials) *corev1.PodSpecArgs
 			creds.env("AWS_SECRET_ACCESS_KEY", awsSecretKeyKey),
 		},
 	}.spec()
+}
+
+// DefaultParameterKey is the KMS key SSM encrypts a SecureString with when a PutParameter names none: the account's
+// AWS managed key for Systems Manager (PutParameter, KeyId: "the system uses the default key associated with your
+// Amazon Web Services account", Systems Manager API Reference), whose alias it is.
+const DefaultParameterKey = "alias/aws/ssm"
+
+// KeyedParameter is a parameter resource that also names the KMS key its SecureString is encrypted with ("" for
+// SSM's default): what a stack gives as ClusterAddonsArgs.JoinTokenParameterResource (infra.Identity), so that the
+// rotator writes each token with the key the stack chose instead of leaving it to SSM.
+type KeyedParameter interface {
+	pulumi.Resource
+	ParameterKeyID() pulumi.StringOutput
+}
+
+// tokenKeyID is the KMS key the rotator encrypts the join token with: the join token parameter's (KeyedParameter),
+// or SSM's default when it names none or the component runs without the parameter resource.
+func tokenKeyID(parameter pulumi.Resource) pulumi.StringInput {
+	p, ok := parameter.(KeyedParameter)
+	if !ok {
+		return pulumi.String(DefaultParameterKey)
+	}
+	return p.ParameterKeyID().ApplyT(func(key string) string {
+		if key == "" {
+			return DefaultParameterKey
+		}
+		return key
+	}).(pulumi.StringOutput)
 }
 
 // ssmEndpoint is the regional SSM endpoint of region's partition: the China regions' domain is amazonaws.com.cn,

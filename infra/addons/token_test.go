@@ -133,6 +133,7 @@ func TestAddonsTokenRotator(t *testing.T) {
 		"SSM_PARAMETER":         testTokenParameter,
 		"AWS_REGION":            "eu-central-1",
 		"SSM_ENDPOINT":          "https://ssm.eu-central-1.amazonaws.com",
+		"KMS_KEY_ID":            "alias/aws/ssm", // without the parameter resource: SSM's default key
 		"TOKEN_TTL_SECONDS":     "7200",
 		"HOME":                  "/tmp",
 		"AWS_ACCESS_KEY_ID":     "secret:" + TokenRotatorCredentialsName + "/aws_access_key_id",
@@ -232,6 +233,7 @@ type ssmPut struct {
 	Name      string
 	Value     string
 	Type      string
+	KeyID     string `json:"KeyId"`
 	Overwrite bool
 }
 
@@ -269,9 +271,12 @@ type rotateRun struct {
 	manifest map[string]any
 }
 
+// testTokenKey is the key the rotator's runs below are given.
+const testTokenKey = "arn:aws:kms:eu-central-1:123456789012:key/1234abcd-12ab-34cd-56ef-1234567890ab"
+
 // runRotateScript runs the embedded script with the real curl and jq, a stub kubectl that keeps what it is given
-// on stdin, and SSM at ssm.
-func runRotateScript(t *testing.T, ssm *httptest.Server, kubectlFails bool) rotateRun {
+// on stdin, and SSM at ssm; env replaces or adds to the environment the pods give it.
+func runRotateScript(t *testing.T, ssm *httptest.Server, kubectlFails bool, env ...string) rotateRun {
 	t.Helper()
 	realCurl := realtools.Require(t, "curl")
 	dir := realtools.ClosedPath(t, "jq")
@@ -294,8 +299,9 @@ exec "$STUB_REAL_CURL" "$@"`)
 		"STUB_DIR=" + dir, "STUB_REAL_CURL=" + realCurl,
 		"SSM_PARAMETER=" + testTokenParameter, "AWS_REGION=eu-central-1", "TOKEN_TTL_SECONDS=7200",
 		"AWS_ACCESS_KEY_ID=" + testRotatorKeyID, "AWS_SECRET_ACCESS_KEY=" + testRotatorSecret,
-		"SSM_ENDPOINT=" + ssm.URL,
+		"SSM_ENDPOINT=" + ssm.URL, "KMS_KEY_ID=" + testTokenKey,
 	}
+	cmd.Env = append(cmd.Env, env...)
 	out, err := cmd.CombinedOutput()
 	realtools.CheckNoMissingCommand(t, string(out))
 	run := rotateRun{output: string(out)}
@@ -316,8 +322,9 @@ exec "$STUB_REAL_CURL" "$@"`)
 
 // TestRotateTokenScript runs the real script against a stub kubectl and a fake SSM: it creates a bootstrap token
 // Secret as kubeadm's token discovery and the authenticator need it, expiring a TTL from now, and only then writes
-// "<id>.<secret>" of that very token to the parameter, SigV4-signed; two runs make two different tokens; no secret is
-// ever on a command line or in the log.
+// "<id>.<secret>" of that very token to the parameter, SigV4-signed, with the key it was given (so an overwrite
+// never leaves the key to SSM's default); two runs make two different tokens; no secret is ever on a command line
+// or in the log.
 func TestRotateTokenScript(t *testing.T) {
 	ssm := &fakeSSM{}
 	srv := httptest.NewServer(ssm)
@@ -351,7 +358,7 @@ func TestRotateTokenScript(t *testing.T) {
 		last := ssm.requests[len(ssm.requests)-1]
 		ssm.mu.Unlock()
 		assert.DeepEqual(t, last, ssmPut{Name: testTokenParameter, Value: id + "." + secret, Type: "SecureString",
-			Overwrite: true})
+			KeyID: testTokenKey, Overwrite: true})
 		assert.Check(t, is.Contains(run.output, "wrote token "+id+" to SSM parameter "+testTokenParameter))
 		for _, s := range []string{secret, testRotatorSecret} {
 			assert.Check(t, !strings.Contains(run.argv, s), "a secret is on a command line:\n%s", run.argv)
@@ -384,6 +391,15 @@ func TestRotateTokenScriptFailures(t *testing.T) {
 	assert.Check(t, is.Contains(run.output, "AccessDeniedException"))
 	assert.Check(t, is.Contains(run.output, "stays unused until it expires"))
 	assert.Check(t, !strings.Contains(run.output, dig(t, run.manifest, "stringData", "token-secret").(string)))
+
+	// Without a key, or with something else than a key ARN or alias, nothing happens at all.
+	ssm.status = 0
+	for _, key := range []string{"", `alias/a"b`, "1234abcd-12ab-34cd-56ef-1234567890ab"} {
+		run = runRotateScript(t, srv, false, "KMS_KEY_ID="+key)
+		assert.Check(t, run.status != 0, "KMS_KEY_ID=%q", key)
+		assert.Check(t, is.Contains(run.output, "KMS_KEY_ID"), "KMS_KEY_ID=%q", key)
+		assert.Check(t, run.argv == "", "KMS_KEY_ID=%q: %s ran", key, run.argv)
+	}
 }
 
 // TestNodeAdmission: kubelets (system:nodes) are held to the pool label: no change of it on UPDATE, a stack's pool

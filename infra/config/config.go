@@ -384,8 +384,8 @@ type Identity struct {
 	CustomerManagedEBSKey bool `key:"customerManagedEbsKey" default:"false"`
 	// ParameterKey is the KMS key of the two SecureStrings, the join token and the gateway's key: aws-managed (SSM's
 	// aws/ssm key; whoever may read the parameter may decrypt it), create (a key of the stack's own that only the
-	// node and gateway roles may decrypt with, about $1 a month) or a key ARN in the stack's region
-	// (docs/security.md, "Secrets at rest").
+	// node role (the token), the gateway role (its key) and the principal running `pulumi up` may decrypt with,
+	// about $1 a month) or a key ARN in the stack's region (docs/security.md, "Secrets at rest").
 	ParameterKey string `key:"parameterKey" default:"aws-managed"`
 }
 

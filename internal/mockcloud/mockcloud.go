@@ -10,6 +10,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
+	"regexp"
 	"slices"
 	"sort"
 	"strings"
@@ -48,8 +49,9 @@ type Resource struct {
 	DeleteBeforeReplace     bool
 	Protect                 bool
 	Provider                string
-	// DependsOn are the names of the resources this one explicitly depends on (the dependsOn option).
-	DependsOn []string
+	// DependsOn are the names of the resources this one explicitly depends on (the dependsOn option), and
+	// DependsOnURNs their URNs (a component's children may share a name).
+	DependsOn, DependsOnURNs []string
 	// InputDependencies are, per input, the names of the resources its value came from.
 	InputDependencies map[string][]string
 	// Read is true for a resource read from the cloud (a Get*), not declared.
@@ -75,6 +77,11 @@ type Cloud struct {
 	// EBSDefaultKey is the key ARN of the region's default EBS encryption key, a customer-managed key; empty: the
 	// AWS managed alias/aws/ebs, as in an account that never changed it.
 	EBSDefaultKey string
+	// Caller is the ARN getCallerIdentity answers; empty: the IAM user arn:aws:iam::<Account>:user/operator. For
+	// an assumed-role session (arn:aws:sts::<Account>:assumed-role/<role>/<session>) getSessionContext answers
+	// the role at CallerRolePath ("/" when empty), as IAM knows it.
+	Caller         string
+	CallerRolePath string
 
 	mu        sync.Mutex
 	resources []Resource
@@ -173,9 +180,11 @@ func (c *Cloud) NewResource(args pulumi.MockResourceArgs) (string, resource.Prop
 		for _, d := range rpc.GetDependencies() {
 			if !implied[d] {
 				r.DependsOn = append(r.DependsOn, urnName(d))
+				r.DependsOnURNs = append(r.DependsOnURNs, d)
 			}
 		}
 		sort.Strings(r.DependsOn)
+		sort.Strings(r.DependsOnURNs)
 		// The real engine marks additional secret outputs as secret in state; so does this stand-in.
 		for _, k := range rpc.GetAdditionalSecretOutputs() {
 			if v, ok := outputs[resource.PropertyKey(k)]; ok && !v.IsSecret() {
@@ -206,10 +215,12 @@ func (c *Cloud) Call(args pulumi.MockCallArgs) (resource.PropertyMap, error) {
 	case "aws:index/getCallerIdentity:getCallerIdentity":
 		return resource.NewPropertyMapFromMap(map[string]any{
 			"accountId": Account,
-			"arn":       "arn:aws:iam::" + Account + ":user/operator",
+			"arn":       c.callerARN(),
 			"userId":    "AIDAMOCKOPERATOR",
 			"id":        Account,
 		}), nil
+	case "aws:iam/getSessionContext:getSessionContext":
+		return c.sessionContext(args.Args)
 	case "aws:index/getPartition:getPartition":
 		return resource.NewPropertyMapFromMap(map[string]any{
 			"partition": "aws", "dnsSuffix": "amazonaws.com", "id": "aws", "reverseDnsPrefix": "com.amazonaws",
@@ -234,6 +245,34 @@ func (c *Cloud) Call(args pulumi.MockCallArgs) (resource.PropertyMap, error) {
 		return c.kmsKey(args.Args)
 	}
 	return nil, fmt.Errorf("mockcloud: no stand-in for invoke %s", args.Token)
+}
+
+// callerARN is the ARN of Cloud.Caller, by default an IAM user.
+func (c *Cloud) callerARN() string {
+	if c.Caller != "" {
+		return c.Caller
+	}
+	return "arn:aws:iam::" + Account + ":user/operator"
+}
+
+// assumedRole is an STS assumed-role session ARN: partition, account, role name, session name.
+var assumedRole = regexp.MustCompile(`^arn:([a-z-]+):sts::([0-9]{12}):assumed-role/([^/]+)/(.+)$`)
+
+// sessionContext answers iam.getSessionContext as the provider does: for an assumed-role session its role's IAM
+// ARN, path included (the path is IAM's, so CallerRolePath), for any other ARN the ARN itself.
+func (c *Cloud) sessionContext(args resource.PropertyMap) (resource.PropertyMap, error) {
+	arn := args["arn"].StringValue()
+	out := map[string]any{"arn": arn, "id": arn, "issuerArn": arn, "issuerId": "", "issuerName": "", "sessionName": ""}
+	if m := assumedRole.FindStringSubmatch(arn); m != nil {
+		path := c.CallerRolePath
+		if path == "" {
+			path = "/"
+		}
+		out["issuerArn"] = "arn:" + m[1] + ":iam::" + m[2] + ":role" + path + m[3]
+		out["issuerId"] = "AROA" + strings.ToUpper(shortHash(m[3]))
+		out["issuerName"], out["sessionName"] = m[3], m[4]
+	}
+	return resource.NewPropertyMapFromMap(out), nil
 }
 
 // zones answers getAvailabilityZones as EC2 does for an account that opted into a Local Zone: it comes first by

@@ -24,6 +24,8 @@ type StackConfig struct {
 	// OnPremNodes are the Ready Nodes labelled node-restriction.kubernetes.io/dynk8s-onprem the stand-in cluster has
 	// (nil: one, as the README's step leaves a cluster; empty: none).
 	OnPremNodes []string
+	// Caller and CallerRolePath set Cloud.Caller and Cloud.CallerRolePath: who runs the program.
+	Caller, CallerRolePath string
 	// AgentDir is where the plan takes the built node agent from, when it was built there ("": always the
 	// stand-in, infra.AgentOrStandIn).
 	AgentDir string

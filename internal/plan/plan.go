@@ -66,6 +66,7 @@ func RunConfig(stack string, cfg mockcloud.StackConfig) (*Result, error) {
 		cloud.ClusterVersion = cfg.ClusterVersion
 	}
 	cloud.EBSDefaultKey = cfg.EBSDefaultKey
+	cloud.Caller, cloud.CallerRolePath = cfg.Caller, cfg.CallerRolePath
 	res := &Result{Stack: stack, Cloud: cloud, Outputs: map[string]Output{}}
 	err := mockcloud.Run(func(ctx *pulumi.Context) error {
 		exports, err := infra.Program(ctx, slices.Sorted(maps.Keys(cfg.Values)), infra.AgentOrStandIn(cfg.AgentDir),

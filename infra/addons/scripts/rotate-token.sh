@@ -13,9 +13,11 @@
 # (https://docs.aws.amazon.com/systems-manager/latest/APIReference/API_PutParameter.html). The token secret and the
 # AWS key secret never reach a command line or the log: they go to jq, kubectl and curl on stdin only.
 #
-# Environment: SSM_PARAMETER (the parameter name), AWS_REGION, AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY,
-# TOKEN_TTL_SECONDS; optional: NAMESPACE (default kube-system), SSM_ENDPOINT (default the region's), and whatever
-# kubectl reads (in a pod: the service account; elsewhere KUBECONFIG).
+# Environment: SSM_PARAMETER (the parameter name), KMS_KEY_ID (the key the parameter is encrypted with: a key ARN, or
+# alias/aws/ssm for SSM's default; PutParameter is given it every time, so no overwrite leaves the key to SSM),
+# AWS_REGION, AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY, TOKEN_TTL_SECONDS; optional: NAMESPACE (default kube-system),
+# SSM_ENDPOINT (default the region's), and whatever kubectl reads (in a pod: the service account; elsewhere
+# KUBECONFIG).
 set -euo pipefail
 umask 077
 
@@ -26,6 +28,7 @@ fail() {
 }
 
 : "${SSM_PARAMETER:?SSM_PARAMETER is not set}" "${AWS_REGION:?AWS_REGION is not set}"
+: "${KMS_KEY_ID:?KMS_KEY_ID is not set}"
 : "${AWS_ACCESS_KEY_ID:?AWS_ACCESS_KEY_ID is not set}" "${AWS_SECRET_ACCESS_KEY:?AWS_SECRET_ACCESS_KEY is not set}"
 : "${TOKEN_TTL_SECONDS:?TOKEN_TTL_SECONDS is not set}"
 namespace=${NAMESPACE:-kube-system}
@@ -36,6 +39,8 @@ endpoint=${SSM_ENDPOINT:-https://ssm.$AWS_REGION.amazonaws.com}
 [[ $TOKEN_TTL_SECONDS =~ ^[1-9][0-9]*$ ]] || fail "TOKEN_TTL_SECONDS='$TOKEN_TTL_SECONDS' is not a positive number"
 [[ $AWS_REGION =~ ^[a-z]{2}(-[a-z]+)+-[0-9]+$ ]] || fail "AWS_REGION='$AWS_REGION' is not a region name"
 [[ $SSM_PARAMETER =~ ^/[A-Za-z0-9_./-]+$ ]] || fail "SSM_PARAMETER='$SSM_PARAMETER' is not a parameter path"
+[[ $KMS_KEY_ID =~ ^(arn:[a-z-]+:kms:[a-z0-9-]+:[0-9]{12}:)?(key|alias)/[A-Za-z0-9/_-]+$ ]] ||
+	fail "KMS_KEY_ID='$KMS_KEY_ID' is not a KMS key ARN or alias"
 [[ $AWS_ACCESS_KEY_ID =~ ^[A-Z0-9]{16,128}$ ]] || fail "AWS_ACCESS_KEY_ID is not an access key id"
 [[ $AWS_SECRET_ACCESS_KEY =~ ^[A-Za-z0-9/+=]+$ ]] || fail "AWS_SECRET_ACCESS_KEY is not an access key secret"
 for tool in kubectl curl jq; do
@@ -83,8 +88,8 @@ printf '%s' "$secret" | jq -R --arg id "$id" --arg ns "$namespace" --arg exp "$e
 log "created Secret $namespace/$name, expiring $expiration"
 
 # 2. Then SSM. The body and the credentials go to curl as its config on stdin.
-body=$(printf '%s.%s' "$id" "$secret" | jq -cR --arg name "$SSM_PARAMETER" \
-	'{Name: $name, Value: ., Type: "SecureString", Overwrite: true}')
+body=$(printf '%s.%s' "$id" "$secret" | jq -cR --arg name "$SSM_PARAMETER" --arg key "$KMS_KEY_ID" \
+	'{Name: $name, Value: ., Type: "SecureString", KeyId: $key, Overwrite: true}')
 quoted=${body//\\/\\\\}
 quoted=${quoted//\"/\\\"}
 config="user = \"$AWS_ACCESS_KEY_ID:$AWS_SECRET_ACCESS_KEY\""$'\n'"data-binary = \"$quoted\""
