@@ -96,16 +96,8 @@ func NewStack(ctx *pulumi.Context, cfg *config.Config, agent AgentFiles, nodes O
 	if err := checkEBSDefaultKey(ctx, cfg); err != nil {
 		return nil, err
 	}
-	// The on-prem cluster is read and checked before anything is declared in AWS (caCertHashes).
-	k8s, err := kubernetesProvider(ctx, cfg)
+	k8s, hashes, err := readOnPremCluster(ctx, cfg, nodes)
 	if err != nil {
-		return nil, err
-	}
-	hashes, err := caCertHashes(ctx, cfg, k8s)
-	if err != nil {
-		return nil, err
-	}
-	if err := checkOnPremNodes(ctx, cfg, nodes); err != nil {
 		return nil, err
 	}
 	var wgSource netip.Prefix
@@ -412,6 +404,24 @@ func availabilityZones(ctx *pulumi.Context, cfg *config.Config) ([]string, error
 		}
 	}
 	return names, nil
+}
+
+// readOnPremCluster reads and checks what the stack needs of the on-prem cluster before anything is declared in AWS:
+// its provider, the CA pins (caCertHashes) and a Ready Node for the on-prem-only parts (checkOnPremNodes).
+func readOnPremCluster(ctx *pulumi.Context, cfg *config.Config, nodes OnPremNodes) (*kubernetes.Provider,
+	pulumi.StringArrayOutput, error) {
+	k8s, err := kubernetesProvider(ctx, cfg)
+	if err != nil {
+		return nil, pulumi.StringArrayOutput{}, err
+	}
+	hashes, err := caCertHashes(ctx, cfg, k8s)
+	if err != nil {
+		return nil, pulumi.StringArrayOutput{}, err
+	}
+	if err := checkOnPremNodes(ctx, cfg, nodes); err != nil {
+		return nil, pulumi.StringArrayOutput{}, err
+	}
+	return k8s, hashes, nil
 }
 
 // kubernetesProvider is the explicit provider for the on-prem cluster: the configured kubeconfig (kept secret), or
