@@ -14,6 +14,7 @@ import (
 	"github.com/pulumi/pulumi/sdk/v3/go/pulumi"
 	"gotest.tools/v3/assert"
 	is "gotest.tools/v3/assert/cmp"
+	corev1 "k8s.io/api/core/v1"
 
 	"github.com/dynk8s/dynk8s/infra"
 	"github.com/dynk8s/dynk8s/internal/mockcloud"
@@ -38,6 +39,12 @@ func engineRun(t *testing.T, values map[string]any, mutate func(*mockcloud.Cloud
 	cloud := newCloud()
 	t.Setenv(pulumi.EnvConfig, mustJSON(t, sc.Values))
 	t.Setenv(infra.AgentDirEnv, builtAgent(t))
+	// The ambient kubeconfig (the dev stack configures none) names an API server with one Ready on-prem Node, which
+	// the engine's run lists (infra.ClusterOnPremNodes).
+	kubeconfig, _ := onPremAPIServer(t, onPremNode("onprem-1", corev1.ConditionTrue))
+	file := filepath.Join(t.TempDir(), "kubeconfig")
+	assert.NilError(t, os.WriteFile(file, []byte(kubeconfig), 0o600))
+	t.Setenv("KUBECONFIG", file)
 	var stderr bytes.Buffer
 	status := infra.Main(&stderr, pulumi.WithMocks(mockcloud.Project, "dev", cloud))
 
