@@ -317,24 +317,27 @@ func TestApproverFailsClosedWhenEC2CannotBeAsked(t *testing.T) {
 	assert.Check(t, is.Contains(run.output, "Could not connect to the endpoint URL"))
 }
 
-// TestApproverJudgesAFloodInRounds: a token holder's flood of CSRs (here 75, each for an instance that is not live)
-// cannot hold a real join back: the live instance's CSR, made last, is the first decision written, EC2 is asked once
-// a round rather than once a CSR, and no round writes more than 20 denials before the next one lists the CSRs again
-// (and would approve a CSR made meanwhile).
+// TestApproverJudgesAFloodInRounds: a token holder's flood of CSRs (here 100, each for an instance that is not live)
+// cannot hold a real join back: the CSRs of two live instances, one made before the flood and one after it, are the
+// first two decisions written (a round reads the oldest and the newest requests first, and approves before it
+// denies), EC2 is asked once a round rather than once a CSR, and no round writes more than 20 denials before the
+// next one lists the CSRs again (and would approve a CSR made meanwhile).
 func TestApproverJudgesAFloodInRounds(t *testing.T) {
-	const live = "i-0a00000000000000a"
+	const early, late = "i-0a00000000000000a", "i-0b00000000000000b"
 	c := func(name, node string) testCSR { return kubeletCSR(t, name, node) }
-	var csrs []testCSR
-	for i := range 75 {
-		csrs = append(csrs, c(fmt.Sprintf("flood-%02d", i), fmt.Sprintf("i-%017x", 0xf000+i)))
+	csrs := []testCSR{c("before-the-flood", early)}
+	for i := range 100 {
+		csrs = append(csrs, c(fmt.Sprintf("flood-%03d", i), fmt.Sprintf("i-%017x", 0xf000+i)))
 	}
-	csrs = append(csrs, c("real", live))
-	run := runApprover(t, csrs, nil, map[string]string{live: "builders-x86-asg builders-x86"}, false)
+	csrs = append(csrs, c("after-the-flood", late))
+	run := runApprover(t, csrs, nil, map[string]string{early: "builders-x86-asg builders-x86",
+		late: "builders-arm-asg builders-arm"}, false)
 	assert.Equal(t, run.status, 0, run.output)
-	assert.Equal(t, len(run.decisions), 76)
-	assert.Equal(t, run.order[0], "real", run.output)
-	assert.Equal(t, run.decisions["real"]["type"], "Approved")
-	assert.Equal(t, run.lists, 4, "75 denials take four rounds of at most 20")
+	assert.Equal(t, len(run.decisions), 102)
+	assert.DeepEqual(t, run.order[:2], []string{"before-the-flood", "after-the-flood"})
+	assert.Equal(t, run.decisions["before-the-flood"]["type"], "Approved")
+	assert.Equal(t, run.decisions["after-the-flood"]["type"], "Approved")
+	assert.Equal(t, run.lists, 5, "100 denials take five rounds of at most 20")
 	assert.Equal(t, run.ec2Calls, run.lists)
 }
 

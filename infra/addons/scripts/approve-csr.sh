@@ -24,9 +24,10 @@
 # other groups and signers (on-prem kubelets, certificate renewals, serving certificates) are never touched.
 #
 # It judges in rounds, so that a flood of CSRs cannot hold a real join back: each round lists the CSRs once, reads
-# every new pending request of the group in one jq run (a request is read once in the approver's life), asks EC2
-# once for all live instances of the cluster, writes its approvals first, then at most DENIALS_PER_ROUND denials,
-# and starts the next round at once while denials are left. A round starts on every change a watch reports, and
+# at most READS_PER_ROUND new pending requests of the group, the oldest and the newest half each, in one jq run (a
+# request is read once in the approver's life), asks EC2 once for all live instances of the cluster, writes its
+# approvals first, then at most DENIALS_PER_ROUND denials, and starts the next round at once while requests or
+# denials are left. A round starts on every change a watch reports, and
 # every RESYNC_SECONDS without one.
 #
 # What the API server cannot tell: the address a CSR came from (a CertificateSigningRequest records the requester's
@@ -59,8 +60,9 @@ readonly SIGNER=kubernetes.io/kube-apiserver-client-kubelet
 # asked); RESYNC_SECONDS the longest time between two rounds; WATCH_SECONDS how long one watch runs before the next.
 readonly RETRY_SECONDS=3 RESYNC_SECONDS=30 WATCH_SECONDS=300
 # A kubelet's request (an ECDSA P-256 key, the subject, no extensions) is under 700 bytes of base64; a request much
-# larger than that is no kubelet's and is denied unread. DENIALS_PER_ROUND bounds the writes between two rounds.
-readonly MAX_REQUEST_BYTES=4096 DENIALS_PER_ROUND=20
+# larger than that is no kubelet's and is denied unread. DENIALS_PER_ROUND bounds the writes between two rounds,
+# READS_PER_ROUND the requests read in one.
+readonly MAX_REQUEST_BYTES=4096 DENIALS_PER_ROUND=20 READS_PER_ROUND=50
 # PEM_BLOCK is what a request must be, whole: one block, no headers, no text before or after it (a trailing line
 # break is what pem.EncodeToMemory writes).
 readonly PEM_BLOCK=$'^-----BEGIN CERTIFICATE REQUEST-----\n[A-Za-z0-9+/=\n]+\n-----END CERTIFICATE REQUEST-----$'
@@ -70,27 +72,30 @@ readonly WORK
 declare -A READ   # CSR uid: "node <name>", or "deny <reason>", once its request was read
 declare -A DENIED # CSR uid: 1 once its denial was written
 
-# der_of: the DER bytes of the base64 request in $1 as od's decimal text; fails with a reason on stderr unless the
-# request is exactly one CERTIFICATE REQUEST PEM block (PEM_BLOCK).
+# der_of: sets DER to the DER bytes of the base64 request in $1 as decimal numbers on one line; sets REASON and fails
+# unless the request is exactly one CERTIFICATE REQUEST PEM block (PEM_BLOCK). Three programs a request: a flood
+# of requests is read at the speed of forks.
 der_of() {
-	local pem
-	((${#1} <= MAX_REQUEST_BYTES)) || {
-		echo "the request is ${#1} bytes of base64, more than a kubelet's request ($MAX_REQUEST_BYTES)" >&2
+	local pem body
+	if ((${#1} > MAX_REQUEST_BYTES)); then
+		REASON="the request is ${#1} bytes of base64, more than a kubelet's request ($MAX_REQUEST_BYTES)"
 		return 1
-	}
-	pem=$(printf '%s' "$1" | base64 -d 2>/dev/null) || {
-		echo "the request is not base64" >&2
+	fi
+	pem=$(base64 -d <<<"$1" 2>/dev/null) || {
+		REASON="the request is not base64"
 		return 1
 	}
 	[[ $pem =~ $PEM_BLOCK ]] || {
-		echo "the request is not exactly one CERTIFICATE REQUEST PEM block" >&2
+		REASON="the request is not exactly one CERTIFICATE REQUEST PEM block"
 		return 1
 	}
-	printf '%s' "$pem" | sed '/^-----/d' | base64 -d >"$WORK/request.der" 2>/dev/null || {
-		echo "the request's PEM block is not base64" >&2
+	body=${pem#*$'\n'}
+	body=${body%$'\n'*}
+	DER=$(base64 -d <<<"$body" 2>/dev/null | od -An -v -tu1) || {
+		REASON="the request's PEM block is not base64"
 		return 1
 	}
-	od -An -v -tu1 "$WORK/request.der" | tr -s ' \n' '  '
+	DER=${DER//$'\n'/ }
 }
 
 # VERDICTS reads lines "<uid>\t<DER bytes as decimal numbers>" and prints for each one "<uid>\tnode <name>" when
@@ -171,7 +176,7 @@ condition() {
 # round: one judgement of every pending CSR of the group. Returns 0 when it is done, 1 when it could not finish (the
 # API server or EC2 could not be asked: the CSRs left stay pending), 2 when denials are left for the next round.
 round() {
-	local list=$WORK/list.json pending=$WORK/pending.tsv name uid usages request der line verdict node err
+	local list=$WORK/list.json pending=$WORK/pending.tsv name uid usages request line verdict node err
 	local -A approved=() claimed=() facts=()
 	local -a order=() denials=()
 	kubectl get csr --output json >"$list" || {
@@ -194,11 +199,25 @@ round() {
 	done < <(jq -r '.items[].status.conditions[]? | select(.type == "Approved" and .reason == "DynK8sLiveInstance")
 		| .message | capture(" node (?<n>i-[0-9a-f]+)$").n' "$list")
 
-	# Read each request not read before: the cheap refusals here, the subjects in one jq run.
-	: >"$WORK/der.tsv"
+	# Read the requests not read before, at most READS_PER_ROUND of them, the oldest and the newest half each (a
+	# kubelet's request made before a flood and one made after it are both read in the next round): the cheap
+	# refusals here, the subjects in one jq run.
+	local -a unread=()
+	local -A reading=()
 	while IFS=$'\t' read -r name uid usages request; do
 		order+=("$name"$'\t'"$uid")
-		[[ -n ${READ[$uid]:-} ]] && continue
+		[[ -n ${READ[$uid]:-} ]] || unread+=("$uid")
+	done <"$pending"
+	local i n=${#unread[@]} half=$((READS_PER_ROUND / 2)) status=0
+	for ((i = 0; i < n; i++)); do
+		if ((n <= READS_PER_ROUND || i < half || i >= n - half)); then
+			reading[${unread[i]}]=1
+		fi
+	done
+	((n <= READS_PER_ROUND)) || status=2
+	: >"$WORK/der.tsv"
+	while IFS=$'\t' read -r name uid usages request; do
+		[[ -n ${reading[$uid]:-} ]] || continue
 		case $usages in
 		'client auth,digital signature' | 'client auth,digital signature,key encipherment') ;;
 		*)
@@ -207,11 +226,11 @@ round() {
 			continue
 			;;
 		esac
-		if ! der=$(der_of "$request" 2>&1); then
-			READ[$uid]="deny $der"
+		if ! der_of "$request"; then
+			READ[$uid]="deny $REASON"
 			continue
 		fi
-		printf '%s\t%s\n' "$uid" "$der" >>"$WORK/der.tsv"
+		printf '%s\t%s\n' "$uid" "$DER" >>"$WORK/der.tsv"
 	done <"$pending"
 	if [[ -s $WORK/der.tsv ]]; then
 		while IFS=$'\t' read -r uid verdict; do
@@ -223,9 +242,9 @@ round() {
 	local need_ec2=0
 	for line in "${order[@]}"; do
 		uid=${line#*$'\t'}
-		[[ ${READ[$uid]} == node\ * ]] && need_ec2=1
+		[[ ${READ[$uid]:-} == node\ * ]] && need_ec2=1
 	done
-	local rc=0 status=0 ec2=1 id group pool
+	local rc=0 ec2=1 id group pool
 	if ((need_ec2)); then
 		if err=$(live_instances 2>&1 >"$WORK/instances.txt"); then
 			while read -r id group pool; do
@@ -239,7 +258,8 @@ round() {
 	for line in "${order[@]}"; do
 		name=${line%%$'\t'*} uid=${line#*$'\t'}
 		[[ -n ${DENIED[$uid]:-} ]] && continue
-		verdict=${READ[$uid]}
+		verdict=${READ[$uid]:-}
+		[[ -n $verdict ]] || continue # not read yet: a later round reads it
 		if [[ $verdict == deny\ * ]]; then
 			denials+=("$name"$'\t'"$uid"$'\t'"${verdict#deny }")
 			continue
