@@ -5,6 +5,8 @@ import (
 	"regexp"
 	"strconv"
 	"time"
+
+	"github.com/dynk8s/dynk8s/internal/nodeconfig"
 )
 
 // Agent is where an instance downloads the node agent from: one object of the stack's agent bucket, pinned by its
@@ -16,13 +18,6 @@ type Agent struct {
 	VersionID string // the S3 version holding exactly these bytes
 	SHA256    string // lowercase hex
 }
-
-// AgentFetchTimeout is how long the bootstrap may try to install the agent: its own deadline, from which the
-// unit's hard timeout is derived with a margin, so the script's one reason is what the journal shows.
-const AgentFetchTimeout = 5 * time.Minute
-
-// agentUnitMargin is how much longer systemd waits than the script's deadline: the last attempt's download.
-const agentUnitMargin = 30 * time.Second
 
 // Where the bootstrap's files go.
 const (
@@ -57,18 +52,20 @@ func (a Agent) validate(e *errs) {
 
 // addAgent adds the bootstrap that installs the node agent to a cloud-config: the script, its inputs and its
 // oneshot unit, which the caller enables and starts (a unit that runs the agent Requires= and orders After= it).
-func addAgent(cc *cloudConfig, a Agent) error {
+// deadline is the script's own (nodeconfig.NodeAgentFetch and its siblings); the unit's hard timeout is derived
+// from it with a margin, so that the script's one reason is what the journal shows.
+func addAgent(cc *cloudConfig, a Agent, deadline time.Duration) error {
 	env, err := envFile("fetch-agent.sh", map[string]string{
 		"DYNK8S_AGENT_BUCKET":           a.Bucket,
 		"DYNK8S_AGENT_KEY":              a.Key,
 		"DYNK8S_AGENT_VERSION_ID":       a.VersionID,
 		"DYNK8S_AGENT_SHA256":           a.SHA256,
-		"DYNK8S_AGENT_DEADLINE_SECONDS": strconv.Itoa(int(AgentFetchTimeout / time.Second)),
+		"DYNK8S_AGENT_DEADLINE_SECONDS": strconv.Itoa(int(deadline / time.Second)),
 	})
 	if err != nil {
 		return err
 	}
-	unit, err := agentUnit().marshal()
+	unit, err := agentUnit(deadline).marshal()
 	if err != nil {
 		return fmt.Errorf("agent unit: %w", err)
 	}
@@ -80,7 +77,7 @@ func addAgent(cc *cloudConfig, a Agent) error {
 	return nil
 }
 
-func agentUnit() unitFile {
+func agentUnit(deadline time.Duration) unitFile {
 	return unitFile{
 		{Name: "Unit", Entries: []unitEntry{
 			{"Description", "dynk8s: install the node agent, hash-pinned, from the stack's S3 bucket"},
@@ -96,7 +93,7 @@ func agentUnit() unitFile {
 			{"StandardOutput", "journal+console"},
 			{"StandardError", "journal+console"},
 			{"SyslogIdentifier", "dynk8s-agent"},
-			{"TimeoutStartSec", unitSeconds(AgentFetchTimeout + agentUnitMargin)},
+			{"TimeoutStartSec", unitSeconds(nodeconfig.AgentFetchUnitTimeout(deadline))},
 		}},
 		{Name: "Install", Entries: []unitEntry{
 			{"WantedBy", "multi-user.target"},

@@ -58,7 +58,9 @@ func PrepareFiles(userData []byte) (files []File, repos []byte, err error) {
 
 // AgentFetch is the node agent's bootstrap outside cloud-init: the files addAgent writes into a node's user data
 // (the env file with the pin, the script), each with its path and mode, and the command that runs the script with
-// that env file, as dynk8s-agent.service does. A baked image's agent is so fetched and checked exactly as a node's.
+// that env file, as dynk8s-agent.service does. A baked image's agent is so fetched and checked exactly as a node's,
+// with a longer deadline (nodeconfig.BakeAgentFetch): a stack's first build runs minutes after the agent bucket's
+// versioning is first enabled.
 func AgentFetch(a Agent) (files []File, command string, err error) {
 	var e errs
 	a.validate(&e)
@@ -66,7 +68,7 @@ func AgentFetch(a Agent) (files []File, command string, err error) {
 		return nil, "", err
 	}
 	var cc cloudConfig
-	if err := addAgent(&cc, a); err != nil {
+	if err := addAgent(&cc, a, nodeconfig.BakeAgentFetch); err != nil {
 		return nil, "", err
 	}
 	for _, f := range cc.WriteFiles {

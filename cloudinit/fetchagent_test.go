@@ -24,6 +24,7 @@ import (
 	is "gotest.tools/v3/assert/cmp"
 
 	"github.com/dynk8s/dynk8s/internal/fakeimds"
+	"github.com/dynk8s/dynk8s/internal/nodeconfig"
 	"github.com/dynk8s/dynk8s/internal/realtools"
 )
 
@@ -313,7 +314,7 @@ func TestFetchAgent(t *testing.T) {
 				// to start bash and curl, so only the margin bounds it.
 				d, err := strconv.Atoi(tc.env["DYNK8S_AGENT_DEADLINE_SECONDS"])
 				assert.NilError(t, err)
-				assert.Check(t, run.elapsed < time.Duration(d)*time.Second+agentUnitMargin, "ran %s", run.elapsed)
+				assert.Check(t, run.elapsed < time.Duration(d)*time.Second+nodeconfig.AgentFetchUnitSlack, "ran %s", run.elapsed)
 			} else {
 				assert.Check(t, is.Equal(s3.requests, tc.wantGET))
 			}

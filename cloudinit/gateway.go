@@ -231,7 +231,7 @@ func Gateway(in GatewayInput) ([]byte, error) {
 		},
 	}
 	if in.Agent != nil {
-		if err := addAgent(&cc, *in.Agent); err != nil {
+		if err := addAgent(&cc, *in.Agent, nodeconfig.GatewayAgentFetch); err != nil {
 			return nil, fmt.Errorf("gateway user data: %w", err)
 		}
 		// Enabled for the boots to come; this boot's start of the packages unit pulls it in (Requires=).

@@ -33,17 +33,13 @@ type NodeInput struct {
 	PauseImage string
 	// LaunchHook is the name of the group's EC2_INSTANCE_LAUNCHING lifecycle hook, whose action the boot completes
 	// once prepared (in a warm pool) or joined (optional; empty: the group has no warm pool and no such hook). Its
-	// heartbeat timeout must be at least LaunchHookMinHeartbeat.
+	// heartbeat timeout must outlast the boot (nodeconfig.BootWorstCase).
 	LaunchHook string
 	Host       HostInput // the node's network and metadata settings (host.go)
 	// Agent is where the boot installs the node agent from (agent.go). The stack always sets it; nil renders no
 	// bootstrap (the real-engine tests that render a pool's user data without a bucket).
 	Agent *Agent
 }
-
-// LaunchHookMinHeartbeat is the shortest heartbeat a launch lifecycle hook may have: the boot completes the action
-// only after it has joined, which may take until the join unit's timeout.
-const LaunchHookMinHeartbeat = kube.JoinTimeout
 
 // Where the node's files go. The scripts derive the same paths (under DYNK8S_ROOT in tests).
 const (
@@ -157,7 +153,7 @@ func Node(in NodeInput) ([]byte, error) {
 	var startAgent [][]string
 	failedUnits := []string{routesUnitName, joinUnitName, imdsUnitName}
 	if in.Agent != nil {
-		if err := addAgent(&cc, *in.Agent); err != nil {
+		if err := addAgent(&cc, *in.Agent, nodeconfig.NodeAgentFetch); err != nil {
 			return nil, fmt.Errorf("node pool %q: %w", in.PoolName, err)
 		}
 		enable = append(enable, agentUnitName)

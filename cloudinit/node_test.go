@@ -162,8 +162,6 @@ func TestNodeRoundTrip(t *testing.T) {
 	assert.Check(t, is.Contains(unit, "ExecStart=/usr/local/bin/dynk8s-node join --config /etc/dynk8s/node.json\n"))
 	// The unit's hard timeout is the agent's deadline and its slack.
 	assert.Check(t, is.Contains(unit, "TimeoutStartSec=840s\n"))
-	// kube.JoinTimeout, which config and the lifecycle hook read, is the agent's unit timeout.
-	assert.Check(t, is.Equal(kube.JoinTimeout, nodeconfig.DefaultDeadlines.UnitTimeout()))
 	// The labels the agent sets from IMDS are those kube's list says the boot sets.
 	assert.Check(t, is.DeepEqual(slices.Sorted(maps.Keys(nodeconfig.RuntimeLabels(nodeconfig.Identity{}))),
 		slices.Sorted(slices.Values(kube.SetByBoot()))))

@@ -19,6 +19,7 @@ import (
 	"github.com/dynk8s/dynk8s/internal/endpoint"
 	"github.com/dynk8s/dynk8s/internal/kube"
 	"github.com/dynk8s/dynk8s/internal/mockcloud"
+	"github.com/dynk8s/dynk8s/internal/nodeconfig"
 )
 
 // Each AWS component on its own, under the mock engine, with args that no example stack has: the components take
@@ -367,15 +368,15 @@ func TestNodePoolWarmPool(t *testing.T) {
 	assert.Equal(t, in(hook, "autoscalingGroupName"), mockcloud.Plain(group.Outputs["name"], true))
 	assert.Equal(t, in(hook, "name"), infra.LaunchHookName)
 	assert.Equal(t, in(hook, "lifecycleTransition"), "autoscaling:EC2_INSTANCE_LAUNCHING")
-	assert.Equal(t, in(hook, "defaultResult"), "ABANDON", "an instance whose boot never completes is replaced")
+	assert.Equal(t, in(hook, "defaultResult"), "CONTINUE", "an instance whose boot never completes is left to the autoscaler")
 	heartbeat := in(hook, "heartbeatTimeout").(float64)
-	assert.Check(t, heartbeat > kube.JoinTimeout.Seconds() && heartbeat <= 7200,
+	assert.Check(t, heartbeat > nodeconfig.BootWorstCase().Seconds() && heartbeat <= 7200,
 		"the hook outlasts the boot's own deadline, within AWS's 7200 s: %v", heartbeat)
 	// The group is created with the same hook, so it holds the warm pool's first fill too (AWS N4); the option
 	// forces a new group when it changes, so it is ignored after creation and never replaces a running group.
 	assert.DeepEqual(t, in(group, "initialLifecycleHooks"), []any{map[string]any{
 		"name": infra.LaunchHookName, "lifecycleTransition": "autoscaling:EC2_INSTANCE_LAUNCHING",
-		"heartbeatTimeout": heartbeat, "defaultResult": "ABANDON",
+		"heartbeatTimeout": heartbeat, "defaultResult": "CONTINUE",
 	}})
 	assert.Check(t, is.Contains(group.IgnoreChanges, "initialLifecycleHooks"))
 

@@ -13,7 +13,7 @@ import (
 
 	"github.com/dynk8s/dynk8s/cloudinit"
 	"github.com/dynk8s/dynk8s/infra/config"
-	"github.com/dynk8s/dynk8s/internal/kube"
+	"github.com/dynk8s/dynk8s/internal/nodeconfig"
 )
 
 // NodePoolType is the type token of the NodePool component.
@@ -26,19 +26,25 @@ const drainMarginSeconds = 60
 // LaunchHookName is the launch lifecycle hook of a pool with a warm pool. A launching instance waits in
 // Warmed:Pending:Wait (entering the warm pool) and again in Pending:Wait (entering service, from the warm pool or
 // launched directly when the pool is empty) until its boot completes the action for this hook (node.json's
-// launchHook, set from LaunchHook), or the heartbeat ends and the default result, ABANDON, terminates it.
+// launchHook, set from LaunchHook), or the heartbeat ends and the default result, CONTINUE, lets it go on.
 // Without the hook the group would stop a warm instance as soon as it launched, in the middle of its preparation
 // (EC2 Auto Scaling User Guide, "Use lifecycle hooks with a warm pool in Auto Scaling group").
 const LaunchHookName = "dynk8s-launch"
 
-// launchHookHeartbeatSeconds is how long a launching instance may hold its hook: the boot's own deadline
-// (kube.JoinTimeout) and a margin, so the hook never abandons an instance whose boot is still within it.
-const launchHookHeartbeatSeconds = int(kube.JoinTimeout/time.Second) + drainMarginSeconds
+// launchHookHeartbeatSeconds is how long a launching instance may hold its hook: the boot's worst case
+// (nodeconfig.BootWorstCase, from its units' hard timeouts) and a margin, so the hook's default result never ends a
+// boot that is still within its deadlines.
+var launchHookHeartbeatSeconds = int(nodeconfig.BootWorstCase()/time.Second) + drainMarginSeconds
 
-// The launch hook's transition, and its result when the heartbeat ends: the group terminates the instance.
+// The launch hook's transition, and its result when the heartbeat ends: CONTINUE, the group keeps the instance. A
+// boot that never completes the action (its agent never ran: an agent fetch inside S3's versioning window, an
+// expired object version, a missing permission) is then left to the autoscaler, which removes it once it has been
+// unregistered for max-node-provision-time and lowers the group, as the agent's own failure path does; ABANDON
+// would have the group replace it every heartbeat for as long as the pod is pending. A stale warm instance is
+// handed back by the agent, which abandons its action explicitly.
 const (
 	launchTransition    = "autoscaling:EC2_INSTANCE_LAUNCHING"
-	launchDefaultResult = "ABANDON"
+	launchDefaultResult = "CONTINUE"
 )
 
 // LaunchHook is the launch lifecycle hook a pool's boot must complete: LaunchHookName with a warm pool, "" without

@@ -261,8 +261,8 @@ func WakeGatewayPolicy(instanceARN, clusterName, gatewayName string) PolicyDocum
 }
 
 // NodeLifecyclePolicy lets a node act on its own boot in its group (the node agent's join): complete the launch lifecycle
-// hook's action (CONTINUE once prepared or joined, ABANDON when it gives up) and mark itself Unhealthy when it gives
-// up without a hook, so the group replaces it at once. Both only on groups tagged as this cluster's, within
+// hook's action (CONTINUE once prepared or joined, or when it fails; ABANDON when it was prepared from an older launch
+// template) and mark such a stale instance Unhealthy when it has no hook, so the group replaces it at once. Both only on groups tagged as this cluster's, within
 // groupARNs (the stack's region and account); both support that scoping (the Service Authorization Reference for
 // EC2 Auto Scaling; kops scopes CompleteLifecycleAction by the same kind of tag, pkg/model/iam/iam_builder.go).
 // Finding its group's name takes DescribeAutoScalingInstances, and telling whether a warm instance was launched from

@@ -218,9 +218,8 @@ func (j *joiner) inService(ctx context.Context) error {
 // (event ScaleUpTimedOut), backs the group off (5 minutes, doubling up to 30), tries other groups for the pods
 // meanwhile, and removes the instance once it has been unregistered for max-node-provision-time, lowering the
 // desired capacity (cluster-autoscaler, clusterstate.updateScaleRequests and
-// static_autoscaler.removeOldUnregisteredNodes). A launch hook's action is completed with CONTINUE all the same: its
-// heartbeat would end with the default result, ABANDON, and the group would replace the instance just as a
-// hand-back does.
+// static_autoscaler.removeOldUnregisteredNodes). A launch hook's action is completed with CONTINUE at once: the hook's
+// default result is CONTINUE too, but only at the end of its heartbeat, which outlasts the boot's worst case.
 func (j *joiner) failed(ctx context.Context, err error) {
 	j.log.Printf("FAILED: %v", err)
 	j.log.Kernel(3, "FAILED: "+err.Error())

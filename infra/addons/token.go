@@ -307,7 +307,8 @@ func tokenKeyID(parameter pulumi.Resource) pulumi.StringInput {
 }
 
 // ssmEndpoint is the regional SSM endpoint of region's partition: the China regions' domain is amazonaws.com.cn,
-// every other region config accepts (commercial and GovCloud) is under amazonaws.com (AWS General Reference,
+// every other region config accepts (commercial and GovCloud; it refuses the isolated partitions) is under
+// amazonaws.com (AWS General Reference,
 // "Service endpoints"; the partitions' dnsSuffix in the AWS SDKs' endpoints.json).
 func ssmEndpoint(region string) string {
 	domain := "amazonaws.com"

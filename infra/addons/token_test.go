@@ -147,10 +147,9 @@ func TestAddonsTokenRotator(t *testing.T) {
 	}) // only on a labelled on-prem node, never on a pool node
 }
 
-// TestTokenRotatorJobName: the same config names the same Job (a second `pulumi up` leaves the finished Job alone);
-// a new rotation value or TTL names a new one, which runs.
 // TestTokenRotatorSSMEndpoint: the rotator talks to SSM in its region's partition, so a China region's
-// PutParameter goes to amazonaws.com.cn rather than to a domain where that region does not exist (AWS N11).
+// PutParameter goes to amazonaws.com.cn rather than to a domain where that region does not exist (AWS N11). Config
+// refuses the isolated partitions' regions, whose domains are their own.
 func TestTokenRotatorSSMEndpoint(t *testing.T) {
 	for region, want := range map[string]string{
 		"cn-north-1":    "https://ssm.cn-north-1.amazonaws.com.cn",
@@ -171,6 +170,8 @@ func TestTokenRotatorSSMEndpoint(t *testing.T) {
 	}
 }
 
+// TestTokenRotatorJobName: the same config names the same Job (a second `pulumi up` leaves the finished Job alone);
+// a new rotation value or TTL names a new one, which runs.
 func TestTokenRotatorJobName(t *testing.T) {
 	base := TokenRotatorJobName(testAddonsArgs())
 	assert.Check(t, regexp.MustCompile(`^`+TokenRotatorName+`-[0-9a-f]{10}$`).MatchString(base), base)

@@ -325,8 +325,9 @@ type Autoscaler struct {
 	// comma-separated chain (not price: the AWS provider has no pricing).
 	Expander string `key:"expander" default:"least-waste"`
 	// MaxNodeProvisionTime is how long the autoscaler waits for a launched node to register before it gives up on
-	// it; it must exceed the nodes' 14-minute join timeout.
-	MaxNodeProvisionTime time.Duration `key:"maxNodeProvisionTime" default:"15m"`
+	// it, counted from the scale-up; it must exceed a node's boot at its worst, 21m30s (a 2-minute launch estimate,
+	// then the agent's fetch, the on-prem routes and the join on their units' hard timeouts).
+	MaxNodeProvisionTime time.Duration `key:"maxNodeProvisionTime" default:"25m"`
 	// ScaleDownDelayAfterAdd is how long after a scale-up no node is removed.
 	ScaleDownDelayAfterAdd time.Duration `key:"scaleDownDelayAfterAdd" default:"10m"`
 	// MaxNodesTotal caps the nodes of the whole cluster, on-prem ones included (0: no cap).

@@ -13,8 +13,8 @@ import (
 	is "gotest.tools/v3/assert/cmp"
 
 	"github.com/dynk8s/dynk8s/infra/config"
-	"github.com/dynk8s/dynk8s/internal/kube"
 	"github.com/dynk8s/dynk8s/internal/mockcloud"
+	"github.com/dynk8s/dynk8s/internal/nodeconfig"
 )
 
 // devConfig is Pulumi.dev.yaml's config map, read afresh each call.
@@ -92,7 +92,7 @@ func TestDefaultsApplied(t *testing.T) {
 	assert.Equal(t, cfg.Autoscaler.ScaleDownUnneededTime, "10m")
 	assert.Equal(t, cfg.Autoscaler.Expander, "least-waste")
 	assert.Equal(t, cfg.Autoscaler.ScaleDownUnreadyTime, time.Hour)
-	assert.Equal(t, cfg.Autoscaler.MaxNodeProvisionTime, 15*time.Minute)
+	assert.Equal(t, cfg.Autoscaler.MaxNodeProvisionTime, 25*time.Minute)
 	assert.Check(t, !cfg.Autoscaler.SkipNodesWithSystemPods)
 	assert.Check(t, cfg.NodePools[0].Autoscaling.ScaleDownUnneededTime == nil, "no per-pool option unless given")
 	assert.Check(t, cfg.Fuse.Enabled)
@@ -116,6 +116,8 @@ func TestBadConfig(t *testing.T) {
 	}{
 		{"region missing", func(c map[string]any) { delete(c, "aws:region") }, "aws:region", "required"},
 		{"region malformed", func(c map[string]any) { c["aws:region"] = "europe" }, "aws:region", "not an AWS region"},
+		{"region of an isolated partition", func(c map[string]any) { c["aws:region"] = "us-isob-east-1" }, "aws:region", "isolated partition"},
+		{"region of another isolated partition", func(c map[string]any) { c["aws:region"] = "eu-isoe-west-1" }, "aws:region", "isolated partition"},
 		{"cluster name missing", func(c map[string]any) { delete(c, "dynk8s:clusterName") }, "dynk8s:clusterName", "required"},
 		{"cluster name not a tag segment", func(c map[string]any) { c["dynk8s:clusterName"] = "Home_Lab" }, "dynk8s:clusterName", "lowercase"},
 		{"cluster name too long", func(c map[string]any) { c["dynk8s:clusterName"] = strings.Repeat("a", 33) }, "dynk8s:clusterName", "1-32"},
@@ -291,7 +293,7 @@ func TestBadConfig(t *testing.T) {
 		{"fuse image not a reference", func(c map[string]any) {
 			obj(c, "fuse")["images"] = map[string]any{"arm64": "Example.com/Fuse:v1"}
 		}, "dynk8s:fuse.images.arm64", "is not an image reference"},
-		{"provision time under the join timeout", func(c map[string]any) { obj(c, "autoscaler")["maxNodeProvisionTime"] = "10m" }, "dynk8s:autoscaler.maxNodeProvisionTime", "join timeout"},
+		{"provision time under the boot's worst case", func(c map[string]any) { obj(c, "autoscaler")["maxNodeProvisionTime"] = "21m" }, "dynk8s:autoscaler.maxNodeProvisionTime", "boot at its worst"},
 		{"unready time under the gateway's recovery", func(c map[string]any) { obj(c, "autoscaler")["scaleDownUnreadyTime"] = "10m" }, "dynk8s:autoscaler.scaleDownUnreadyTime", "at least 20m0s"},
 		{"max nodes negative", func(c map[string]any) { obj(c, "autoscaler")["maxNodesTotal"] = -1 }, "dynk8s:autoscaler.maxNodesTotal", "0 (no cap)"},
 		{"system pods flag not a boolean", func(c map[string]any) { obj(c, "autoscaler")["skipNodesWithSystemPods"] = "sometimes" }, "dynk8s:autoscaler.skipNodesWithSystemPods", "true or false"},
@@ -397,8 +399,9 @@ func TestBootstrapTokenTTLBounds(t *testing.T) {
 func TestBootstrapTokenTTLFloorOutlivesAJoin(t *testing.T) {
 	ttl := config.MinBootstrapTokenTTL
 	left := ttl - config.BootstrapTokenRotationPeriod(ttl)
-	assert.Check(t, left > kube.JoinTimeout, "a %s token read one period (%s) after it was issued has %s left, "+
-		"not more than the join timeout %s", ttl, config.BootstrapTokenRotationPeriod(ttl), left, kube.JoinTimeout)
+	join := nodeconfig.DefaultDeadlines.UnitTimeout()
+	assert.Check(t, left > join, "a %s token read one period (%s) after it was issued has %s left, "+
+		"not more than the join unit's timeout %s", ttl, config.BootstrapTokenRotationPeriod(ttl), left, join)
 }
 
 // TestPoolAutoscalingOptionsBecomeTags: the autoscaler reads per-group options from the group's tags.

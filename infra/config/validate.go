@@ -40,11 +40,19 @@ const SubnetExtraBits = 4
 // (expander/factory/expander_factory.go); not grpc, which needs flags dynk8s does not set.
 var expanders = []string{"least-nodes", "least-waste", "most-pods", "priority", "random"}
 
+// isoRegionRE is the region names of AWS's isolated partitions (aws-iso, aws-iso-b, aws-iso-e, aws-iso-f:
+// us-iso-east-1, us-isob-east-1, eu-isoe-west-1, us-isof-south-1), whose service endpoints are under domains of
+// their own (c2s.ic.gov, sc2s.sgov.gov, ...; the partitions' dnsSuffix in the AWS SDKs' endpoint rules).
+var isoRegionRE = regexp.MustCompile(`^[a-z]{2}-iso[a-z]?-`)
+
 // validate checks the semantics of a decoded config, records every problem with its key path, and fills in Derived.
 func validate(r *reader, c *Config) {
 	ns := Namespace + ":"
 	if r.required("aws:region", c.Region != "") && !nodeconfig.IsRegion(c.Region) {
 		r.addf("aws:region", "%q is not an AWS region name (e.g. eu-central-1)", c.Region)
+	} else if isoRegionRE.MatchString(c.Region) {
+		r.addf("aws:region", "%q is a region of an isolated partition (aws-iso*): dynk8s supports the aws, aws-cn "+
+			"and aws-us-gov partitions, whose endpoints the in-cluster token rotator knows", c.Region)
 	}
 	if r.required(ns+"clusterName", c.ClusterName != "") && !clusterNameRE.MatchString(c.ClusterName) {
 		r.addf(ns+"clusterName", "%q must be 1-32 lowercase letters, digits and '-', starting and ending with a "+
@@ -587,9 +595,10 @@ func validateAutoscaler(r *reader, c *Config) {
 		}
 	}
 	a := c.Autoscaler
-	if a.MaxNodeProvisionTime <= kube.JoinTimeout {
-		r.addf(ap+"maxNodeProvisionTime", "must be longer than a node's join timeout (%s): the autoscaler would "+
-			"give up on nodes that still join, got %s", kube.JoinTimeout, a.MaxNodeProvisionTime)
+	if worst := nodeconfig.BootWorstCase(); a.MaxNodeProvisionTime <= worst {
+		r.addf(ap+"maxNodeProvisionTime", "must be longer than a node's boot at its worst (%s: the launch, the "+
+			"agent's fetch, the on-prem routes and the join on their deadlines): the autoscaler would give up on "+
+			"nodes that still join, got %s", worst, a.MaxNodeProvisionTime)
 	}
 	if a.ScaleDownDelayAfterAdd < 0 {
 		r.addf(ap+"scaleDownDelayAfterAdd", "must not be negative, got %s", a.ScaleDownDelayAfterAdd)

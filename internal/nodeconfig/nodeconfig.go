@@ -94,8 +94,8 @@ type Deadlines struct {
 	Routes Duration `json:"routes"`
 }
 
-// JoinDeadline is the boot's default deadline: 12 minutes, inside the Cluster Autoscaler's 15-minute
-// max-node-provision-time. UnitSlack is what the join unit's hard timeout adds to it (UnitTimeout), room for the
+// JoinDeadline is the join's default deadline: 12 minutes, counted from the join unit's start (BootWorstCase is
+// the whole boot's). UnitSlack is what the join unit's hard timeout adds to it (UnitTimeout), room for the
 // step it was in to stop (kubeadm reset, the hand-back of the lifecycle action).
 const (
 	JoinDeadline = 12 * time.Minute
@@ -111,6 +111,37 @@ var DefaultDeadlines = Deadlines{
 	BackoffInitial: Duration(time.Second),
 	BackoffMax:     Duration(5 * time.Second),
 	Routes:         Duration(2 * time.Minute),
+}
+
+// How long a boot's bootstrap may try to install the agent (fetch-agent.sh's DYNK8S_AGENT_DEADLINE_SECONDS), per
+// kind of boot, and what its unit's hard timeout adds (AgentFetchUnitTimeout), the last attempt's download.
+//
+// A node's fetch is short: it sits in the boot's worst case (BootWorstCase), which the launch hook's heartbeat and
+// the autoscaler's max-node-provision-time must outlast, and a node that cannot fetch its agent in two minutes is
+// better left to the autoscaler's timeout. A bake's is long: it runs right after the stack first enables
+// versioning on the agent bucket, and for up to 15 minutes after that a GET of an object written since may answer
+// 404 NoSuchKey ("Enabling versioning on buckets", Amazon S3 User Guide).
+const (
+	NodeAgentFetch      = 2 * time.Minute
+	GatewayAgentFetch   = 5 * time.Minute
+	BakeAgentFetch      = 20 * time.Minute
+	AgentFetchUnitSlack = 30 * time.Second
+	// LaunchEstimate is the time from a group's launch to cloud-init's first unit, an estimate: EC2's pending
+	// state, firmware, kernel and cloud-init's early stages take well under a minute on Nitro instances.
+	LaunchEstimate = 2 * time.Minute
+)
+
+// AgentFetchUnitTimeout is the agent bootstrap unit's hard timeout for a fetch deadline.
+func AgentFetchUnitTimeout(fetch time.Duration) time.Duration { return fetch + AgentFetchUnitSlack }
+
+// BootWorstCase is the longest a pool node's boot can take from its launch to a Ready kubelet, or to its one
+// reason for failing: the launch, then the units that run one after the other on their hard timeouts (the agent's
+// fetch, the on-prem routes, the join). A launch lifecycle hook's heartbeat must outlast it, or the hook's default
+// result ends a boot still within its deadlines, and so must the autoscaler's max-node-provision-time, or the
+// autoscaler removes a node that would still join.
+func BootWorstCase() time.Duration {
+	d := DefaultDeadlines
+	return LaunchEstimate + AgentFetchUnitTimeout(NodeAgentFetch) + d.RoutesUnitTimeout() + d.UnitTimeout()
 }
 
 // UnitTimeout is the join unit's hard timeout: the agent's own deadline and UnitSlack.
