@@ -11,6 +11,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/pulumi/pulumi/sdk/v3/go/common/resource"
 	"github.com/pulumi/pulumi/sdk/v3/go/pulumi"
@@ -24,6 +25,7 @@ import (
 	"github.com/dynk8s/dynk8s/infra/config"
 	"github.com/dynk8s/dynk8s/internal/kube"
 	"github.com/dynk8s/dynk8s/internal/mockcloud"
+	"github.com/dynk8s/dynk8s/internal/nodeconfig"
 	"github.com/dynk8s/dynk8s/internal/plan"
 	"github.com/dynk8s/dynk8s/internal/realtools"
 )
@@ -114,7 +116,8 @@ func TestBakedPoolDeclaresItsImage(t *testing.T) {
 	assert.Check(t, is.Contains(command(2), ". /etc/dynk8s/agent.env"))
 	assert.Check(t, is.Contains(command(1), "cloud-init single --name yum_add_repo"))
 
-	// The files are the pool's user data's own, byte for byte.
+	// The files are the pool's user data's own, byte for byte, but for the agent fetch's deadline: a bake's outlasts
+	// S3's versioning window, a node's is short.
 	lt := find(t, res, launchTemplate, "pool-builders-x86-lt")
 	raw, err := cloudinit.Decode(in(lt, "userData").(string))
 	assert.NilError(t, err)
@@ -124,7 +127,15 @@ func TestBakedPoolDeclaresItsImage(t *testing.T) {
 		"/usr/local/libexec/dynk8s/fetch-agent.sh"} {
 		i := slices.IndexFunc(files, func(f cloudinit.File) bool { return f.Path == p })
 		assert.Assert(t, i >= 0, p)
-		assert.Check(t, is.Equal(writtenFile(t, doc, p), files[i].Content), p)
+		want := files[i].Content
+		if p == "/etc/dynk8s/agent.env" {
+			line := func(d time.Duration) string {
+				return fmt.Sprintf("DYNK8S_AGENT_DEADLINE_SECONDS=%d\n", int(d.Seconds()))
+			}
+			assert.Assert(t, is.Contains(want, line(nodeconfig.NodeAgentFetch)))
+			want = strings.Replace(want, line(nodeconfig.NodeAgentFetch), line(nodeconfig.BakeAgentFetch), 1)
+		}
+		assert.Check(t, is.Equal(writtenFile(t, doc, p), want), p)
 	}
 
 	recipe := find(t, res, recipeType, "pool-builders-x86-image-recipe")

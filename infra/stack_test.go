@@ -107,7 +107,7 @@ func TestNodePoolsPinTheAgentOfTheirArch(t *testing.T) {
 		i := slices.IndexFunc(files, func(f cloudinit.File) bool { return f.Path == "/etc/dynk8s/agent.env" })
 		assert.Assert(t, i >= 0, "%s: no agent.env", pool)
 		assert.Check(t, is.Equal(files[i].Content, "DYNK8S_AGENT_BUCKET="+bucket+"\n"+
-			"DYNK8S_AGENT_DEADLINE_SECONDS=300\n"+
+			"DYNK8S_AGENT_DEADLINE_SECONDS="+strconv.Itoa(int(nodeconfig.NodeAgentFetch.Seconds()))+"\n"+
 			"DYNK8S_AGENT_KEY=dynk8s-node/linux-"+arch+"\n"+
 			"DYNK8S_AGENT_SHA256="+infra.StandInSHA256+"\n"+
 			"DYNK8S_AGENT_VERSION_ID="+object.Outputs["versionId"].StringValue()+"\n"), pool)
