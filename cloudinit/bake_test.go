@@ -1,22 +1,26 @@
 package cloudinit
 
 import (
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"gotest.tools/v3/assert"
 	is "gotest.tools/v3/assert/cmp"
 	"sigs.k8s.io/yaml"
 
+	"github.com/dynk8s/dynk8s/internal/nodeconfig"
 	"github.com/dynk8s/dynk8s/internal/realtools"
 )
 
 // An image build fetches the agent with the node's own bootstrap: AgentFetch's files are byte for byte, path and
-// mode, those a pool's user data writes for the same pin, and its command runs that script with that env file.
+// mode, those a pool's user data writes for the same pin, but for the fetch's deadline (a bake's outlasts S3's
+// versioning window), and its command runs that script with that env file.
 func TestAgentFetchIsTheNodesBootstrap(t *testing.T) {
 	in := spotPool()
 	raw, err := Node(in)
@@ -31,8 +35,17 @@ func TestAgentFetchIsTheNodesBootstrap(t *testing.T) {
 	files, command, err := AgentFetch(*in.Agent)
 	assert.NilError(t, err)
 	assert.Equal(t, len(files), 2)
+	deadline := func(d time.Duration) string {
+		return fmt.Sprintf("DYNK8S_AGENT_DEADLINE_SECONDS=%d\n", int(d.Seconds()))
+	}
 	for _, f := range files {
-		assert.Check(t, is.DeepEqual(f, byPath[f.Path]), f.Path)
+		want := byPath[f.Path]
+		if f.Path == agentEnvPath {
+			assert.Assert(t, is.Contains(want.Content, deadline(nodeconfig.NodeAgentFetch)))
+			want.Content = strings.Replace(want.Content, deadline(nodeconfig.NodeAgentFetch),
+				deadline(nodeconfig.BakeAgentFetch), 1)
+		}
+		assert.Check(t, is.DeepEqual(f, want), f.Path)
 	}
 	assert.Check(t, is.Contains(byPath[agentEnvPath].Content, "DYNK8S_AGENT_VERSION_ID="+testAgentVersion+"\n"))
 	assert.Check(t, strings.HasSuffix(command, " "+agentScript), command)

@@ -22,7 +22,7 @@ func instanceTypes(ctx *pulumi.Context, cfg *config.Config, zones []string) (map
 	for _, name := range cfg.InstanceTypeNames() {
 		res, err := ec2.GetInstanceType(ctx, &ec2.GetInstanceTypeArgs{InstanceType: name})
 		switch {
-		case config.IsUnknownInstanceType(err):
+		case config.IsUnknownInstanceType(err), config.IsOfflineCatalogMiss(err):
 			failed[name] = err
 			continue
 		case err != nil:

@@ -1077,8 +1077,11 @@ func TestInstanceTypesAskEC2(t *testing.T) {
 			obj(c, "network")["availabilityZones"] = []any{"eu-central-1c"}
 			pool(c, 1)["instanceTypes"] = []any{"c8g.2xlarge"}
 		}, "dynk8s:nodePools[1].instanceTypes[0]", "not offered in any of the stack's zones (eu-central-1c)"},
-		"gateway type unknown": {func(c map[string]any) { obj(c, "gateway")["instanceType"] = "t9.huge" },
-			"dynk8s:gateway.instanceType", "InvalidInstanceType"},
+		// The offline catalog says what it does not know rather than answering for EC2 (newcomer review).
+		"gateway type of a family the catalog lacks": {func(c map[string]any) { obj(c, "gateway")["instanceType"] = "t9.huge" },
+			"dynk8s:gateway.instanceType", `instance type "t9.huge" cannot be checked offline`},
+		"pool type of a family the catalog lacks": {func(c map[string]any) { pool(c, 0)["instanceTypes"] = []any{"g5.2xlarge"} },
+			"dynk8s:nodePools[0].instanceTypes[0]", "a real `pulumi preview` asks EC2 about it"},
 		"gateway on a Mac": {func(c map[string]any) { obj(c, "gateway")["instanceType"] = "mac2.metal" },
 			"dynk8s:gateway.instanceType", "neither an x86_64 nor an arm64 type"},
 		// The hibernation prerequisites that depend on the type: a hibernated warm pool.

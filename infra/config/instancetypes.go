@@ -67,6 +67,12 @@ func IsUnknownInstanceType(err error) bool {
 	return err != nil && strings.Contains(err.Error(), "InvalidInstanceType")
 }
 
+// IsOfflineCatalogMiss says whether a lookup failed because the offline plan's stand-in for EC2 does not hold the
+// type's family (mockcloud.OfflineCatalogMiss): nothing is known of the type then, and a real preview asks EC2.
+func IsOfflineCatalogMiss(err error) bool {
+	return err != nil && strings.Contains(err.Error(), "NotInOfflineCatalog")
+}
+
 // CheckInstanceTypes checks the config's instance types against what EC2 said of them. types has an entry for every
 // name in InstanceTypeNames that EC2 knows; lookupErrs has the error of every name it refused. zones are the stack's
 // zones, the gateway's first. Problems come back as an *Error with key paths; warnings are for the operator to read
@@ -79,9 +85,13 @@ func (c *Config) CheckInstanceTypes(types map[string]InstanceType, lookupErrs ma
 		if e, failed := lookupErrs[name]; failed {
 			// EC2's error code says the type does not exist; the rest of the text is the engine's and the
 			// provider's framing of the call. Any other failure (credentials, throttling) is shown whole.
-			if IsUnknownInstanceType(e) {
+			switch {
+			case IsUnknownInstanceType(e):
 				r.addf(path, "EC2 has no instance type %q in %s (InvalidInstanceType)", name, c.Region)
-			} else {
+			case IsOfflineCatalogMiss(e):
+				r.addf(path, "instance type %q cannot be checked offline: the plan's catalog of EC2 families does not "+
+					"hold it (a real `pulumi preview` asks EC2 about it)", name)
+			default:
 				r.addf(path, "asking EC2 about instance type %q in %s failed: %v", name, c.Region, e)
 			}
 			return InstanceType{}, false

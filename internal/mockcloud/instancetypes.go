@@ -2,6 +2,7 @@ package mockcloud
 
 import (
 	"fmt"
+	"maps"
 	"slices"
 	"strings"
 
@@ -102,11 +103,20 @@ func (t instanceType) offeredIn(zone string) bool {
 	return t.fam.zones == "" || strings.ContainsRune(t.fam.zones, rune(zone[len(zone)-1]))
 }
 
-// getInstanceType answers aws:ec2/getInstanceType as EC2 does, failing for a type it does not have with the error
-// text of ec2:DescribeInstanceTypes.
+// OfflineCatalogMiss is the error code of a lookup of a type whose family the catalog does not hold: the stand-in
+// cannot tell whether EC2 has it, so it says so instead of answering as EC2 would (config.IsOfflineCatalogMiss).
+const OfflineCatalogMiss = "NotInOfflineCatalog"
+
+// getInstanceType answers aws:ec2/getInstanceType as EC2 does for the catalog's families, failing for a size a
+// family does not have with the error text of ec2:DescribeInstanceTypes; a type of any other family fails with
+// OfflineCatalogMiss.
 func (c *Cloud) getInstanceType(args resource.PropertyMap) (resource.PropertyMap, error) {
 	name, _ := Plain(args["instanceType"], true).(string)
 	t, ok := lookupInstanceType(name)
+	if fam, _, _ := strings.Cut(name, "."); !ok && !slices.Contains(slices.Collect(maps.Keys(families)), fam) {
+		return nil, fmt.Errorf("reading EC2 Instance Type (%s): %s: the offline plan's catalog has no family %q "+
+			"(it holds %s)", name, OfflineCatalogMiss, fam, strings.Join(slices.Sorted(maps.Keys(families)), ", "))
+	}
 	if !ok {
 		return nil, fmt.Errorf("reading EC2 Instance Type (%s): InvalidInstanceType: The following supplied "+
 			"instance types do not exist: [%s]", name, name)
