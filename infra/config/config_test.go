@@ -484,10 +484,21 @@ func TestUnknownTopLevelKey(t *testing.T) {
 	_, err = parse(t, c)
 	assert.ErrorContains(t, err, "dynk8s:clustername: unknown key")
 
+	// A namespace a typo or two away from dynk8s would drop its whole section unread (newcomer review).
+	for _, key := range []string{"dynk8:autoscaler", "dnyk8s:autoscaler", "Dynk8s:autoscaler", "dynk88s:autoscaler"} {
+		c = devConfig(t)
+		c[key] = map[string]any{"expander": "random"}
+		_, err = parse(t, c)
+		assert.Assert(t, errors.As(err, &cfgErr), "%s passed: %v", key, err)
+		assert.Check(t, is.Equal(cfgErr.Errors[0].Path, key))
+		assert.Check(t, is.Contains(cfgErr.Errors[0].Msg, "did you mean dynk8s:autoscaler?"), key)
+	}
+
 	c = devConfig(t)
 	c["aws:profile"] = "lab"
 	c["kubernetes:context"] = "lab"
 	c["pulumi:tags"] = map[string]any{"team": "infra"}
+	c["random:seed"] = "x"
 	_, err = parse(t, c)
 	assert.NilError(t, err, "other namespaces are not dynk8s's to refuse")
 }

@@ -12,6 +12,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/agext/levenshtein"
 	"golang.zx2c4.com/wireguard/wgctrl/wgtypes"
 
 	"github.com/dynk8s/dynk8s/internal/endpoint"
@@ -133,9 +134,16 @@ func (r *reader) top(get func(string) (string, bool), cfg reflect.Value) {
 	}
 }
 
-// unknownTop reports the keys of the dynk8s namespace that no top-level field names. Other namespaces (aws:,
+// unknownTop reports the keys of the dynk8s namespace that no top-level field names, and the keys of a namespace a
+// typo away from it (dynk8:, dnyk8s:), which would otherwise drop a whole section unread. Other namespaces (aws:,
 // pulumi:, a provider's) belong to others and are left alone.
 func (r *reader) unknownTop(keys []string, cfg reflect.Type) {
+	for _, key := range slices.Sorted(slices.Values(keys)) {
+		if ns, _, ok := strings.Cut(key, ":"); ok && ns != Namespace && levenshtein.Distance(ns, Namespace, nil) <= 2 {
+			r.addf(key, "namespace %q is not %s: did you mean %s:%s?", ns, Namespace, Namespace,
+				strings.TrimPrefix(key, ns+":"))
+		}
+	}
 	var known []string
 	for i := range cfg.NumField() {
 		f := cfg.Field(i)

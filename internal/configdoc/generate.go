@@ -14,8 +14,9 @@ const intro = `
 Every key dynk8s reads, with its type, its default and what it does. The program reads each key once, applies the
 defaults and validates the whole configuration before anything is declared: every problem is reported at once, with
 its key path, e.g. ` + "`dynk8s:nodePools[1].maxSize: must be >= minSize (0), got -1`" + `. A ` + "`dynk8s:`" + ` key the
-program does not read, at the top level or inside a section, is refused with the keys known there, so a misspelt key
-is never silently ignored. Set a nested key with ` + "`pulumi config set --path`" + `, e.g.
+program does not read, at the top level or inside a section, is refused with the keys known there, and so is a key
+of a namespace a typo or two away from ` + "`dynk8s`" + ` (` + "`dynk8:autoscaler`" + `: did you mean ` + "`dynk8s:autoscaler`" + `?), so a
+misspelt key is never silently ignored. Set a nested key with ` + "`pulumi config set --path`" + `, e.g.
 ` + "`pulumi config set --path 'dynk8s:nodePools[0].maxSize' 6`" + `, or edit the stack file (` + "`Pulumi.<stack>.yaml`" + `).
 `
 
