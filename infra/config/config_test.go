@@ -4,6 +4,9 @@ import (
 	"errors"
 	"fmt"
 	"net/netip"
+	"os"
+	"path/filepath"
+	"regexp"
 	"slices"
 	"strings"
 	"testing"
@@ -636,4 +639,34 @@ func deleteKey(values map[string]any, path string) bool {
 	}
 	delete(m, last)
 	return true
+}
+
+// TestStackFileIsReadAsPulumiReadsIt: the stack file reader parses YAML as the Pulumi CLI does (gopkg.in/yaml.v3,
+// YAML 1.2's scalars), so what the offline plan accepts is what `pulumi preview` accepts: `spot: yes` is the string
+// "yes" and refused as a boolean, a key given twice is an error, and `spot: true` still reads.
+func TestStackFileIsReadAsPulumiReadsIt(t *testing.T) {
+	dev, err := os.ReadFile("../../Pulumi.dev.yaml")
+	assert.NilError(t, err)
+	read := func(t *testing.T, text string) (map[string]any, error) {
+		path := filepath.Join(t.TempDir(), "Pulumi.test.yaml")
+		assert.NilError(t, os.WriteFile(path, []byte(text), 0o600))
+		return config.ReadStackFile(path)
+	}
+	spot := regexp.MustCompile(`(?m)^(\s+)spot: (true|false)$`)
+	assert.Assert(t, spot.Match(dev), "Pulumi.dev.yaml sets no pool's spot")
+
+	values, err := read(t, spot.ReplaceAllString(string(dev), "${1}spot: yes"))
+	assert.NilError(t, err)
+	i := slices.IndexFunc(values["dynk8s:nodePools"].([]any), func(p any) bool { return p.(map[string]any)["spot"] != nil })
+	assert.Check(t, is.Equal(mockcloud.Pool(values, i)["spot"], "yes"), "YAML 1.1's yes read as a boolean")
+	_, err = parse(t, values)
+	assert.Check(t, is.ErrorContains(err, fmt.Sprintf("dynk8s:nodePools[%d].spot", i)))
+
+	_, err = read(t, strings.Replace(string(dev), "\n  dynk8s:clusterName:", "\n  aws:region: eu-west-1\n  dynk8s:clusterName:", 1))
+	assert.Check(t, is.ErrorContains(err, `mapping key "aws:region" already defined`))
+
+	values, err = read(t, string(dev))
+	assert.NilError(t, err)
+	_, err = parse(t, values)
+	assert.NilError(t, err)
 }

@@ -8,7 +8,7 @@ import (
 	"strconv"
 	"strings"
 
-	"sigs.k8s.io/yaml"
+	"gopkg.in/yaml.v3"
 )
 
 // The stack file reader: what `pulumi` would hand the program, read from a Pulumi.<stack>.yaml without the engine,
@@ -39,19 +39,32 @@ func LoadStackFile(path string) (StackValues, error) {
 	return cfg, nil
 }
 
-// ReadStackFile returns the config: map of a Pulumi.<stack>.yaml file as YAML values.
+// ReadStackFile returns the config: map of a Pulumi.<stack>.yaml file as JSON-shaped values (objects as
+// map[string]any, numbers as float64). It reads the file as Pulumi does, with gopkg.in/yaml.v3 (the Pulumi SDK's
+// encoding.YAML): YAML 1.2's scalars, so `spot: yes` is the string "yes", which config refuses as a boolean, not
+// YAML 1.1's true; and a key given twice in one mapping is an error, not the last one winning.
 func ReadStackFile(path string) (map[string]any, error) {
 	raw, err := os.ReadFile(path)
 	if err != nil {
 		return nil, err
 	}
 	var file struct {
-		Config map[string]any `json:"config"`
+		Config map[string]any `yaml:"config"`
 	}
 	if err := yaml.Unmarshal(raw, &file); err != nil {
 		return nil, fmt.Errorf("%s: %w", path, err)
 	}
-	return file.Config, nil
+	// The JSON shape the rest of config reads (and sigs.k8s.io/yaml gave): a mapping whose keys are not all strings
+	// is an error here.
+	b, err := json.Marshal(file.Config)
+	if err != nil {
+		return nil, fmt.Errorf("%s: config: %w", path, err)
+	}
+	var values map[string]any
+	if err := json.Unmarshal(b, &values); err != nil {
+		return nil, fmt.Errorf("%s: config: %w", path, err)
+	}
+	return values, nil
 }
 
 // EngineValues turns the config: map of a stack file (namespaced keys to YAML values) into the form the engine
