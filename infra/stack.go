@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net/netip"
 	"slices"
+	"time"
 
 	"github.com/pulumi/pulumi-aws/sdk/v6/go/aws"
 	"github.com/pulumi/pulumi-kubernetes/sdk/v4/go/kubernetes"
@@ -49,6 +50,11 @@ func Program(ctx *pulumi.Context, keys []string, agent AgentFiles, nodes OnPremN
 	cfg, err := LoadConfig(ctx, keys)
 	if err != nil {
 		return nil, err
+	}
+	for _, w := range cfg.Warnings(time.Now(), ctx.IsConfigSecret) {
+		if err := ctx.Log.Warn(w, nil); err != nil {
+			return nil, err
+		}
 	}
 	stack, err := NewStack(ctx, cfg, agent, nodes)
 	if err != nil {

@@ -80,7 +80,8 @@ type Derived struct {
 type Kubernetes struct {
 	// Version is the exact Kubernetes version of the nodes, e.g. 1.34.4 (1.31 or newer); CRI-O and the autoscaler
 	// follow its minor. It must not be of a newer minor than the control plane's (kube-system/kubeadm-config): nodes
-	// may trail the control plane, never lead it.
+	// may trail the control plane, never lead it. A minor past its end of life, or within 60 days of it, is warned
+	// about at every preview.
 	Version kube.Version `key:"version" required:"true"`
 	// APIServerEndpoint is host:port of the API server as reached through the tunnel; an address must be inside
 	// wireguard.onPremCidrs.
@@ -93,8 +94,8 @@ type Kubernetes struct {
 	// ServiceCIDR is the cluster's service range (checked not to overlap the stack's ranges); the default is
 	// kubeadm's.
 	ServiceCIDR netip.Prefix `key:"serviceCidr" default:"10.96.0.0/12"`
-	// Kubeconfig is the admin kubeconfig of the on-prem cluster, set as a secret (pulumi config set --secret); when
-	// unset, the ambient kubeconfig.
+	// Kubeconfig is the admin kubeconfig of the on-prem cluster, set as a secret (pulumi config set --secret; one
+	// in the clear is warned about at every preview); when unset, the ambient kubeconfig.
 	Kubeconfig *string `key:"kubeconfig"`
 	// ServerNameResolvesInVpc states that the API server name kube-public/cluster-info gives resolves from the VPC
 	// to an address the tunnel reaches; without it, a name there (rather than apiServerEndpoint's address) fails the

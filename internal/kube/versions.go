@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"regexp"
 	"strconv"
+	"time"
 )
 
 // Version is an exact release version, MAJOR.MINOR.PATCH: the form the Kubernetes packages and the Cluster
@@ -49,6 +50,15 @@ type Minor struct {
 	// when none is known yet (then autoscaler.version must name one). The autoscaler's minor must equal the control
 	// plane's (kubernetes/autoscaler cluster-autoscaler/README.md, "Releases"); a newer patch is always fine.
 	Autoscaler string
+	// EndOfLife is the day the minor gets its last patch release (YYYY-MM-DD, "End Of Life Date" on
+	// kubernetes.io/releases/1.<minor>), "" when not yet published.
+	EndOfLife string
+}
+
+// EndOfLifeDate is EndOfLife as a date (UTC midnight), ok false when it is not known.
+func (m Minor) EndOfLifeDate() (t time.Time, ok bool) {
+	t, err := time.Parse(time.DateOnly, m.EndOfLife)
+	return t, err == nil
 }
 
 // Minors are the supported Kubernetes minors, oldest first. The floor is 1.31: dynk8s writes kubeadm's v1beta4
@@ -57,14 +67,15 @@ type Minor struct {
 // Sources. Pause: PauseVersion read in the k8s.io/kubernetes module at v1.31.x, v1.34.4, v1.35.4, v1.36.1 and
 // v1.37.2. Autoscaler: the cluster-autoscaler-1.3x.y tags of kubernetes/autoscaler (1.32.7 to 1.36.1 as of
 // 2026-08-22, version.go bumps in PRs #10027, #10029, #10030); 1.31.5 is the last 1.31 release (PR #8637, merged
-// 2025-10-08; the next patch round, issue #8856, covered 1.32-1.34 only).
+// 2025-10-08; the next patch round, issue #8856, covered 1.32-1.34 only). EndOfLife: the "End Of Life Date" of
+// kubernetes.io/releases/1.3x, as those pages stood in 2026 (1.37's was not yet known here).
 var Minors = []Minor{
-	{Minor: 31, Pause: "3.10", CRIO: "1.31", Autoscaler: "1.31.5"},
-	{Minor: 32, Pause: "3.10", CRIO: "1.32", Autoscaler: "1.32.7"},
-	{Minor: 33, Pause: "3.10", CRIO: "1.33", Autoscaler: "1.33.6"},
-	{Minor: 34, Pause: "3.10.1", CRIO: "1.34", Autoscaler: "1.34.5"},
-	{Minor: 35, Pause: "3.10.1", CRIO: "1.35", Autoscaler: "1.35.2"},
-	{Minor: 36, Pause: "3.10.2", CRIO: "1.36", Autoscaler: "1.36.1"},
+	{Minor: 31, Pause: "3.10", CRIO: "1.31", Autoscaler: "1.31.5", EndOfLife: "2025-10-28"},
+	{Minor: 32, Pause: "3.10", CRIO: "1.32", Autoscaler: "1.32.7", EndOfLife: "2026-02-28"},
+	{Minor: 33, Pause: "3.10", CRIO: "1.33", Autoscaler: "1.33.6", EndOfLife: "2026-06-28"},
+	{Minor: 34, Pause: "3.10.1", CRIO: "1.34", Autoscaler: "1.34.5", EndOfLife: "2026-10-27"},
+	{Minor: 35, Pause: "3.10.1", CRIO: "1.35", Autoscaler: "1.35.2", EndOfLife: "2027-02-28"},
+	{Minor: 36, Pause: "3.10.2", CRIO: "1.36", Autoscaler: "1.36.1", EndOfLife: "2027-06-28"},
 	{Minor: 37, Pause: "3.10.2", CRIO: "1.37"},
 }
 
