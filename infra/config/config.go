@@ -78,7 +78,8 @@ type Derived struct {
 
 // Kubernetes is dynk8s:kubernetes: the on-prem cluster the nodes join.
 type Kubernetes struct {
-	// Version is the exact Kubernetes version of the nodes, e.g. 1.34.4 (1.31 or newer); CRI-O and the autoscaler
+	// Version is the exact Kubernetes version of the nodes, e.g. 1.34.4 (1.31 to 1.37; 1.37 needs
+	// autoscaler.version, no autoscaler release of it being known here); CRI-O and the autoscaler
 	// follow its minor. It must not be of a newer minor than the control plane's (kube-system/kubeadm-config): nodes
 	// may trail the control plane, never lead it. A minor past its end of life, or within 60 days of it, is warned
 	// about at every preview.
