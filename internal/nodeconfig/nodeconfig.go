@@ -126,8 +126,8 @@ const (
 	GatewayAgentFetch   = 5 * time.Minute
 	BakeAgentFetch      = 20 * time.Minute
 	AgentFetchUnitSlack = 30 * time.Second
-	// LaunchEstimate is the time from a group's launch to cloud-init's first unit, an estimate: EC2's pending
-	// state, firmware, kernel and cloud-init's early stages take well under a minute on Nitro instances.
+	// LaunchEstimate is the time from a group's launch to the agent fetch's start (EC2's pending state, firmware,
+	// kernel, cloud-init's early stages, network-online): an estimate with room, not measured on EC2 here.
 	LaunchEstimate = 2 * time.Minute
 )
 
