@@ -127,15 +127,7 @@ func TestBakedPoolDeclaresItsImage(t *testing.T) {
 		"/usr/local/libexec/dynk8s/fetch-agent.sh"} {
 		i := slices.IndexFunc(files, func(f cloudinit.File) bool { return f.Path == p })
 		assert.Assert(t, i >= 0, p)
-		want := files[i].Content
-		if p == "/etc/dynk8s/agent.env" {
-			line := func(d time.Duration) string {
-				return fmt.Sprintf("DYNK8S_AGENT_DEADLINE_SECONDS=%d\n", int(d.Seconds()))
-			}
-			assert.Assert(t, is.Contains(want, line(nodeconfig.NodeAgentFetch)))
-			want = strings.Replace(want, line(nodeconfig.NodeAgentFetch), line(nodeconfig.BakeAgentFetch), 1)
-		}
-		assert.Check(t, is.Equal(writtenFile(t, doc, p), want), p)
+		assert.Check(t, is.Equal(writtenFile(t, doc, p), bakedContent(t, files[i])), p)
 	}
 
 	recipe := find(t, res, recipeType, "pool-builders-x86-image-recipe")
@@ -360,7 +352,7 @@ func TestBakedStepsRunAsBash(t *testing.T) {
 		}
 		got, err := os.ReadFile(filepath.Join(root, f.Path))
 		assert.NilError(t, err)
-		assert.Check(t, is.Equal(string(got), f.Content), f.Path)
+		assert.Check(t, is.Equal(string(got), bakedContent(t, f)), f.Path)
 		info, err := os.Stat(filepath.Join(root, f.Path))
 		assert.NilError(t, err)
 		assert.Check(t, is.Equal(info.Mode().Perm(), f.Permissions.Perm()), f.Path)
@@ -384,4 +376,18 @@ func fetchAgentCarried(t *testing.T) string {
 	}
 	t.Fatal("testdata/stacks/dev/userdata/scripts.txt names no fetch-agent.sh")
 	return ""
+}
+
+// bakedContent is what an image build writes for a file of the pool's user data: the file as it is, but for the
+// agent fetch's deadline, a bake's (nodeconfig.BakeAgentFetch, past S3's versioning window) instead of a node's.
+func bakedContent(t *testing.T, f cloudinit.File) string {
+	t.Helper()
+	if f.Path != "/etc/dynk8s/agent.env" {
+		return f.Content
+	}
+	line := func(d time.Duration) string {
+		return fmt.Sprintf("DYNK8S_AGENT_DEADLINE_SECONDS=%d\n", int(d.Seconds()))
+	}
+	assert.Assert(t, is.Contains(f.Content, line(nodeconfig.NodeAgentFetch)))
+	return strings.Replace(f.Content, line(nodeconfig.NodeAgentFetch), line(nodeconfig.BakeAgentFetch), 1)
 }
