@@ -193,7 +193,7 @@ func TestPlanIdleBillDialIn(t *testing.T) {
 	var table bytes.Buffer
 	var stderr bytes.Buffer
 	assert.Equal(t, run([]string{"-stack", "dev"}, &table, &stderr), 0, stderr.String())
-	assert.Check(t, is.Contains(table.String(), "Idle bill, every pool at zero"))
+	assert.Check(t, is.Contains(table.String(), "Idle bill, every pool at its minimum"))
 	assert.Check(t, is.Regexp(`public-ipv4 +1 address +gateway-eip`, table.String()))
 	assert.Check(t, is.Regexp(`pool builders-x86 +1 × c7i.2xlarge \(on-demand\) +80 GiB gp3 +1 public IPv4`, table.String()))
 }

@@ -285,7 +285,7 @@ var units = map[string]string{BillSnapshot: "GiB", BillS3Storage: "MiB", BillVol
 
 // WriteIdleBill writes the bill as a table: quantities only, to be priced with docs/costs.md's table.
 func (b IdleBill) WriteIdleBill(w io.Writer) error {
-	fmt.Fprintln(w, "\nIdle bill, every pool at zero (quantities; docs/costs.md prices them):")
+	fmt.Fprintln(w, "\nIdle bill, every pool at its minimum (quantities; docs/costs.md prices them):")
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	row := func(it BillItem) {
 		q := fmt.Sprintf("%d %s", it.Quantity, units[it.Kind])

@@ -47,7 +47,7 @@ type JSONDocument struct {
 	Note      string         `json:"note"`
 	Resources []JSONResource `json:"resources"`
 	Outputs   map[string]any `json:"outputs"`
-	// IdleBill is what the stack bills with every pool at zero, and what nodes add.
+	// IdleBill is what the stack bills with every pool at its minimum (zero unless minSize), and what nodes add.
 	IdleBill IdleBill `json:"idleBill"`
 	// BakedImages are the image builds of the baked pools (none without one).
 	BakedImages []BakedImage `json:"bakedImages,omitempty"`
