@@ -24,7 +24,7 @@ type HostPort struct {
 func Parse(s string) (HostPort, error) {
 	host, port, err := net.SplitHostPort(s)
 	if err != nil {
-		return HostPort{}, fmt.Errorf("%q must be host:port (e.g. 192.168.10.10:6443)", s)
+		return HostPort{}, fmt.Errorf("%q must be host:port (e.g. 192.168.10.10:6443, vpn.example.com:51820)", s)
 	}
 	n, err := strconv.Atoi(port)
 	if err != nil || n < 1 || n > 65535 {
