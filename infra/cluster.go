@@ -64,8 +64,16 @@ func caCertHashes(ctx *pulumi.Context, cfg *config.Config, k8s *kubernetes.Provi
 // checkCluster checks what the stack read of the cluster against the config and returns the CA pins; a problem is a
 // *config.Error at the key that would fix it.
 func checkCluster(cfg *config.Config, clusterInfo, clusterConfiguration string) ([]string, error) {
-	if err := checkVersionSkew(cfg, clusterConfiguration); err != nil {
+	cp, err := checkVersionSkew(cfg, clusterConfiguration)
+	if err != nil {
 		return nil, clusterError(config.Namespace+":kubernetes.version", "kube-system/kubeadm-config: %v", err)
+	}
+	// The autoscaler's minor must be the control plane's (kubernetes/autoscaler cluster-autoscaler/README.md,
+	// "Releases"); its default follows the nodes' version, which may trail the control plane.
+	if ca := cfg.Derived.AutoscalerVersion; ca.Major != cp.Major || ca.Minor != cp.Minor {
+		return nil, clusterError(config.Namespace+":autoscaler.version", "kube-system/kubeadm-config: the control "+
+			"plane is %s and the Cluster Autoscaler %s: the autoscaler's minor must be the control plane's; set "+
+			"dynk8s:autoscaler.version to the latest cluster-autoscaler-1.%d.x release", cp, ca, cp.Minor)
 	}
 	if path, err := checkClusterInfoServer(cfg, clusterInfo); err != nil {
 		return nil, clusterError(path, "kube-public/cluster-info: %v", err)
@@ -88,22 +96,24 @@ func clusterError(path, format string, args ...any) *config.Error {
 // checkVersionSkew refuses nodes of a newer minor than the control plane, whose version kubeadm keeps in its
 // ClusterConfiguration: the kubelet may be older than the API server, never newer (kubernetes.io version skew
 // policy), and kubeadm refuses to join a cluster of an older minor.
-func checkVersionSkew(cfg *config.Config, clusterConfiguration string) error {
+// It returns the control plane's version.
+func checkVersionSkew(cfg *config.Config, clusterConfiguration string) (kube.Version, error) {
 	var cc struct {
 		KubernetesVersion string `json:"kubernetesVersion"`
 	}
 	if err := yaml.Unmarshal([]byte(clusterConfiguration), &cc); err != nil {
-		return fmt.Errorf("ClusterConfiguration: %w", err)
+		return kube.Version{}, fmt.Errorf("ClusterConfiguration: %w", err)
 	}
 	cp, err := kube.ParseVersion(strings.TrimPrefix(cc.KubernetesVersion, "v"))
 	if err != nil {
-		return fmt.Errorf("ClusterConfiguration.kubernetesVersion: %w", err)
+		return kube.Version{}, fmt.Errorf("ClusterConfiguration.kubernetesVersion: %w", err)
 	}
 	if node := cfg.Kubernetes.Version; node.Major != cp.Major || node.Minor > cp.Minor {
-		return fmt.Errorf("the nodes' version %s is newer than the control plane's %s: nodes may be older than "+
-			"the API server by minors, never newer; upgrade the control plane first", node, cc.KubernetesVersion)
+		return kube.Version{}, fmt.Errorf("the nodes' version %s is newer than the control plane's %s: nodes may be "+
+			"older than the API server by minors, never newer; upgrade the control plane first", node,
+			cc.KubernetesVersion)
 	}
-	return nil
+	return cp, nil
 }
 
 // checkClusterInfoServer compares the server a cluster-info kubeconfig names with the configured endpoint. A

@@ -1039,17 +1039,25 @@ func namesCarryTheCluster(t *testing.T, values map[string]any) {
 }
 
 // TestVersionSkew: nodes may be older than the control plane, never newer (the Kubernetes version skew policy); the
-// control plane's version comes from kube-system/kubeadm-config at preview.
+// control plane's version comes from kube-system/kubeadm-config at preview. The autoscaler's minor is the control
+// plane's, so nodes that trail it need autoscaler.version set (newcomer review F9).
 func TestVersionSkew(t *testing.T) {
-	run := func(version string) error {
-		cfg, err := mockcloud.ConfigFromMap(devConfig(t))
+	runWith := func(version, autoscaler string) error {
+		c := devConfig(t)
+		if autoscaler != "" {
+			obj(c, "autoscaler")["version"] = autoscaler
+		}
+		cfg, err := mockcloud.ConfigFromMap(c)
 		assert.NilError(t, err)
 		cfg.ClusterVersion = version
 		_, err = plan.RunConfig("dev", cfg)
 		return err
 	}
+	run := func(version string) error { return runWith(version, "") }
 	assert.NilError(t, run("v1.34.4"), "same version")
-	assert.NilError(t, run("v1.35.0"), "nodes one minor older")
+	assert.ErrorContains(t, run("v1.35.0"), "dynk8s:autoscaler.version: kube-system/kubeadm-config: the control "+
+		"plane is 1.35.0 and the Cluster Autoscaler 1.34.5")
+	assert.NilError(t, runWith("v1.35.0", "1.35.2"), "nodes one minor older, the autoscaler the control plane's")
 	assert.NilError(t, run("v1.34.2"), "a newer patch of the same minor")
 	assert.ErrorContains(t, run("v1.33.6"),
 		"dynk8s:kubernetes.version: kube-system/kubeadm-config: the nodes' version 1.34.4 is newer than the "+

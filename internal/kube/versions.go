@@ -109,9 +109,12 @@ func AutoscalerVersion(k8s Version, override string) (Version, error) {
 	if err != nil {
 		return Version{}, err
 	}
-	if ca.Major != k8s.Major || ca.Minor != k8s.Minor {
-		return Version{}, fmt.Errorf("the Cluster Autoscaler version %s does not match Kubernetes %s: the "+
-			"autoscaler's minor version must equal the control plane's (use a 1.%d.x release)", ca, k8s, k8s.Minor)
+	// The nodes may trail the control plane by up to three minors (the kubelet's version skew policy); the
+	// autoscaler's minor is the control plane's, which the preview compares with kube-system/kubeadm-config.
+	if ca.Major != k8s.Major || ca.Minor < k8s.Minor || ca.Minor > k8s.Minor+3 {
+		return Version{}, fmt.Errorf("the Cluster Autoscaler version %s does not fit nodes of Kubernetes %s: the "+
+			"autoscaler's minor must be the control plane's, which is the nodes' (1.%d) or up to three minors newer",
+			ca, k8s, k8s.Minor)
 	}
 	return ca, nil
 }
