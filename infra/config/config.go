@@ -318,8 +318,9 @@ func (p NodePool) WarmInstances() int {
 
 // Autoscaler is dynk8s:autoscaler.
 type Autoscaler struct {
-	// Version is the Cluster Autoscaler version, e.g. 1.34.5; when unset, the known latest patch of the Kubernetes
-	// minor (Derived.AutoscalerVersion is the one to run).
+	// Version is the Cluster Autoscaler version, e.g. 1.34.5; when unset, the known latest patch of the nodes'
+	// Kubernetes minor (Derived.AutoscalerVersion is the one to run). Its minor must be the control plane's, which
+	// the preview reads: set it when the nodes trail the control plane.
 	Version string `key:"version"`
 	// ScaleDownUnneededTime is how long a node is unneeded before it is removed, as the autoscaler's flag takes it.
 	ScaleDownUnneededTime string `key:"scaleDownUnneededTime" default:"10m"`
