@@ -18,6 +18,11 @@ import (
 	"time"
 
 	"github.com/pulumi/pulumi/sdk/v3/go/auto/optup"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
 	"sigs.k8s.io/yaml"
 
 	"github.com/dynk8s/dynk8s/infra"
@@ -581,15 +586,25 @@ func checkNodeAdmission(ctx context.Context, t *testing.T, c cluster, pool, othe
 	if _, err := c.kubectl(ctx, append(as(poolNode), "label", "node", poolNode, "e2e.dynk8s.io/own=yes")...); err != nil {
 		t.Errorf("a pool node cannot change a label of its own that is not the pool's: %v", err)
 	}
-	// The same through nodes/status, which the kubelet itself writes its labels and conditions through
-	// (kubectl patch --subresource=status, as a root user of a pool node could run it with kubelet.conf).
+	// The same through nodes/status, which the kubelet itself writes its labels and conditions through, as a root
+	// user of a pool node could send it with kubelet.conf: a PATCH alone. kubectl patch --subresource=status reads
+	// the object first, and a node may update and patch nodes/status but not get it (bootstrappolicy NodeRules).
 	statusPatch := func(node string, patch map[string]any) error {
 		b, err := json.Marshal(patch)
 		if err != nil {
 			t.Fatal(err)
 		}
-		_, err = c.kubectl(ctx, append(as(node), "patch", "node", node, "--subresource=status", "--type=merge",
-			"-p", string(b))...)
+		rc, err := clientcmd.BuildConfigFromFlags("", c.Kubeconfig)
+		if err != nil {
+			t.Fatal(err)
+		}
+		rc.Impersonate = rest.ImpersonationConfig{UserName: "system:node:" + node,
+			Groups: []string{"system:nodes", "system:authenticated"}}
+		cs, err := kubernetes.NewForConfig(rc)
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, err = cs.CoreV1().Nodes().Patch(ctx, node, types.MergePatchType, b, metav1.PatchOptions{}, "status")
 		return err
 	}
 	labels := func(v any) map[string]any { return map[string]any{"metadata": map[string]any{"labels": v}} }
