@@ -138,12 +138,6 @@ func (r *reader) top(get func(string) (string, bool), cfg reflect.Value) {
 // typo away from it (dynk8:, dnyk8s:), which would otherwise drop a whole section unread. Other namespaces (aws:,
 // pulumi:, a provider's) belong to others and are left alone.
 func (r *reader) unknownTop(keys []string, cfg reflect.Type) {
-	for _, key := range slices.Sorted(slices.Values(keys)) {
-		if ns, _, ok := strings.Cut(key, ":"); ok && ns != Namespace && levenshtein.Distance(ns, Namespace, nil) <= 2 {
-			r.addf(key, "namespace %q is not %s: did you mean %s:%s?", ns, Namespace, Namespace,
-				strings.TrimPrefix(key, ns+":"))
-		}
-	}
 	var known []string
 	for i := range cfg.NumField() {
 		f := cfg.Field(i)
@@ -155,7 +149,11 @@ func (r *reader) unknownTop(keys []string, cfg reflect.Type) {
 	for _, key := range slices.Sorted(slices.Values(keys)) {
 		k, ours := strings.CutPrefix(key, Namespace+":")
 		switch {
-		case !ours || slices.Contains(known, k):
+		case !ours:
+			if ns, rest, ok := strings.Cut(key, ":"); ok && levenshtein.Distance(ns, Namespace, nil) <= 2 {
+				r.addf(key, "namespace %q is not %s: did you mean %s:%s?", ns, Namespace, Namespace, rest)
+			}
+		case slices.Contains(known, k):
 		case removedKeys[key] != "":
 			r.addf(key, "%s", removedKeys[key])
 		default:
