@@ -67,7 +67,7 @@ func runBuild(t *testing.T, dir, out string, env []string) {
 func copyAgentSources(t *testing.T, dst string) {
 	t.Helper()
 	cmd := exec.Command("go", "list", "-deps", "-f", "{{if .Module}}{{if .Module.Main}}{{.Dir}}{{end}}{{end}}",
-		"./cmd/dynk8s-node")
+		"./node/cmd/dynk8s-node")
 	cmd.Env = append(os.Environ(), "GOOS=linux", "CGO_ENABLED=0")
 	out, err := cmd.Output()
 	assert.NilError(t, err)

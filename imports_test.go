@@ -26,17 +26,20 @@ var importRules = map[string][]string{
 	module + "/internal/timeline": {module + "/internal/mockcloud", module + "/internal/plan"},
 	// The reference generator reads the config types' source; it needs the config package only for its namespace.
 	module + "/internal/configdoc": {"github.com/pulumi/", module + "/infra/addons"},
-	// The node agent is one small static binary: its config type and the AWS SDK, nothing of the stack.
-	module + "/internal/nodeconfig": {"github.com/pulumi/", module + "/"},
-	module + "/cmd/dynk8s-node":     {"github.com/pulumi/", module + "/", "k8s.io/"},
+	// The node agent is one small static binary: its wing (node/), the leaves and the AWS SDK, nothing of the stack.
+	module + "/node/nodeconfig":      {"github.com/pulumi/", module + "/"},
+	module + "/node/cmd/dynk8s-node": {"github.com/pulumi/", module + "/", "k8s.io/"},
+	// The leaves: facts shared across the house, importing nothing of the module.
+	module + "/internal/names": {module + "/"},
 }
 
 // exempt are allowed although a rule's prefix matches them: infra/addons takes the config types, the node agent
 // its own, the WireGuard renderer the endpoint type (and the DNS-name rule it parses by).
 var exempt = map[string][]string{
-	module + "/infra/addons":    {module + "/infra/config"},
-	module + "/wireguard":       {module + "/internal/endpoint", module + "/internal/kube"},
-	module + "/cmd/dynk8s-node": {module + "/internal/nodeconfig"},
+	module + "/infra/addons":         {module + "/infra/config"},
+	module + "/wireguard":            {module + "/internal/endpoint", module + "/internal/kube"},
+	module + "/node/nodeconfig":      {module + "/internal/names"},
+	module + "/node/cmd/dynk8s-node": {module + "/node", module + "/internal/names"},
 }
 
 // TestImportRules reads every package's transitive imports with `go list -deps` and checks them against

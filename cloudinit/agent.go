@@ -6,7 +6,7 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/dynk8s/dynk8s/internal/nodeconfig"
+	"github.com/dynk8s/dynk8s/node/nodeconfig"
 )
 
 // Agent is where an instance downloads the node agent from: one object of the stack's agent bucket, pinned by its

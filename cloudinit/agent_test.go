@@ -17,15 +17,15 @@ import (
 	is "gotest.tools/v3/assert/cmp"
 
 	"github.com/dynk8s/dynk8s/internal/endpoint"
-	"github.com/dynk8s/dynk8s/internal/fakeimds"
-	"github.com/dynk8s/dynk8s/internal/nodeconfig"
+	"github.com/dynk8s/dynk8s/internal/fakeaws"
+	"github.com/dynk8s/dynk8s/node/nodeconfig"
 )
 
-// Acceptance of the node agent: the built cmd/dynk8s-node, with the node's configuration as NodeConfig renders it,
+// Acceptance of the node agent: the built node/cmd/dynk8s-node, with the node's configuration as NodeConfig renders it,
 // against the wire-level fakes (fakes_test.go: IMDSv2, SSM's JSON API, Auto Scaling's and EC2's Query APIs, each
 // checking the SigV4 signature with the role's credentials) through the endpoint overrides, with the host's
 // commands recorded by the same stand-ins the boot scripts ran with. The agent's own table tests
-// (cmd/dynk8s-node) cover every scenario with fake clients; these prove the real clients speak the wire protocols.
+// (node/cmd/dynk8s-node) cover every scenario with fake clients; these prove the real clients speak the wire protocols.
 
 const agentPath = "/usr/local/bin/dynk8s-node"
 
@@ -36,7 +36,7 @@ var agentBuild struct {
 	err  error
 }
 
-// builtAgent builds cmd/dynk8s-node once per test binary (the Go build cache makes it quick after the first).
+// builtAgent builds node/cmd/dynk8s-node once per test binary (the Go build cache makes it quick after the first).
 func builtAgent(t *testing.T) string {
 	t.Helper()
 	agentBuild.once.Do(func() {
@@ -45,7 +45,7 @@ func builtAgent(t *testing.T) string {
 			return
 		}
 		agentBuild.path = filepath.Join(agentBuild.dir, "dynk8s-node")
-		cmd := exec.Command("go", "build", "-trimpath", "-o", agentBuild.path, "github.com/dynk8s/dynk8s/cmd/dynk8s-node")
+		cmd := exec.Command("go", "build", "-trimpath", "-o", agentBuild.path, "github.com/dynk8s/dynk8s/node/cmd/dynk8s-node")
 		cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
 		if out, err := cmd.CombinedOutput(); err != nil {
 			agentBuild.err = &buildError{err: err, out: string(out)}
@@ -61,7 +61,7 @@ type buildError struct {
 }
 
 func (e *buildError) Error() string {
-	return "go build ./cmd/dynk8s-node: " + e.err.Error() + "\n" + e.out
+	return "go build ./node/cmd/dynk8s-node: " + e.err.Error() + "\n" + e.out
 }
 
 func TestMain(m *testing.M) {
@@ -74,7 +74,7 @@ func TestMain(m *testing.M) {
 
 // agentFixture renders the spot pool (changed by modify) for a fake API server that first drops apiDrops
 // connections, and returns its user data and a fake AWS serving the join token.
-func agentFixture(t *testing.T, apiDrops int, modify func(*NodeInput), inst fakeimds.Instance) ([]byte, *fakeAWS) {
+func agentFixture(t *testing.T, apiDrops int, modify func(*NodeInput), inst fakeaws.IMDSInstance) ([]byte, *fakeAWS) {
 	t.Helper()
 	api := newFakeAPIServer(t, apiDrops)
 	u, err := url.Parse(api.URL)
@@ -111,7 +111,7 @@ func newAgentEnv(t *testing.T, ud []byte, aws *fakeAWS, env map[string]string, p
 // timeline is what cmd/timeline and the runbook read.
 func TestAgentJoins(t *testing.T) {
 	t.Parallel()
-	ud, aws := agentFixture(t, 2, nil, fakeimds.Instance{})
+	ud, aws := agentFixture(t, 2, nil, fakeaws.IMDSInstance{})
 	aws.imds.FailTokens(2)
 	aws.ssmFailures = 1
 	env := newAgentEnv(t, ud, aws, map[string]string{"STUB_KUBEADM_FAILURES": "1"}, nil)
@@ -138,7 +138,7 @@ func TestAgentJoins(t *testing.T) {
 	assert.Check(t, is.Contains(calls, "dnf install -y "+dnfOptions+" --repo=dynk8s-kubernetes --repo=dynk8s-cri-o "+
 		"kubelet-1.34.4 kubeadm-1.34.4 cri-tools-1.34.* cri-o-1.34.*\n"))
 	checkLocksBeforeJoin(t, calls)
-	for _, secret := range []string{testToken, fakeSecretKey, fakeSession, fakeimds.SessionToken} {
+	for _, secret := range []string{testToken, fakeSecretKey, fakeSession, fakeaws.IMDSSessionToken} {
 		assert.Check(t, !strings.Contains(calls, secret), "a secret is in some command's argv")
 		assert.Check(t, !strings.Contains(run.stderr, secret), "a secret is in the log")
 		assert.Check(t, !strings.Contains(run.file("journal"), secret), "a secret is in the journal")
@@ -159,7 +159,7 @@ func TestAgentJoins(t *testing.T) {
 // calls no Auto Scaling.
 func TestAgentGivesUpAtDeadline(t *testing.T) {
 	t.Parallel()
-	ud, aws := agentFixture(t, 0, nil, fakeimds.Instance{})
+	ud, aws := agentFixture(t, 0, nil, fakeaws.IMDSInstance{})
 	aws.ssmFailures = -1
 	env := newAgentEnv(t, ud, aws, map[string]string{"DYNK8S_DEADLINE_SECONDS": "2"}, func(root string) {
 		assert.NilError(t, os.MkdirAll(filepath.Join(root, "dev"), 0o755))
@@ -194,7 +194,7 @@ func TestAgentWarmPool(t *testing.T) {
 	} {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
-			ud, aws := agentFixture(t, 0, withHook, fakeimds.Instance{LifecycleState: "Warmed:Stopped"})
+			ud, aws := agentFixture(t, 0, withHook, fakeaws.IMDSInstance{LifecycleState: "Warmed:Stopped"})
 			aws.pendingAction = true
 			aws.instanceVersion, aws.groupVersion = c.instance, c.group
 			env := newAgentEnv(t, ud, aws, nil, nil)
@@ -226,7 +226,7 @@ func TestAgentWarmPool(t *testing.T) {
 	}
 	t.Run("running", func(t *testing.T) {
 		t.Parallel()
-		ud, aws := agentFixture(t, 0, withHook, fakeimds.Instance{LifecycleState: "Warmed:Running"})
+		ud, aws := agentFixture(t, 0, withHook, fakeaws.IMDSInstance{LifecycleState: "Warmed:Running"})
 		aws.pendingAction = true
 		env := newAgentEnv(t, ud, aws, nil, nil)
 		assert.Equal(t, env.run(t, agentPath, "join").exitCode, 0)
@@ -241,14 +241,14 @@ func TestAgentWarmPool(t *testing.T) {
 func TestAgentWakesTheGateway(t *testing.T) {
 	t.Parallel()
 	withGateway := func(in *NodeInput) { in.GatewayInstanceID = testGatewayID }
-	ud, aws := agentFixture(t, 0, withGateway, fakeimds.Instance{})
+	ud, aws := agentFixture(t, 0, withGateway, fakeaws.IMDSInstance{})
 	aws.ec2.gatewayID, aws.ec2.gatewayState = testGatewayID, "stopped"
 	run := newAgentEnv(t, ud, aws, nil, nil).run(t, agentPath, "join")
 	assert.Equal(t, run.exitCode, 0)
 	assert.Check(t, is.Contains(run.stderr, "dynk8s-wake-gateway: gateway "+testGatewayID+" was stopped, now pending"))
 	assert.Check(t, is.DeepEqual(aws.ec2Actions(), []string{"StartInstances"}))
 
-	ud, aws = agentFixture(t, 0, withGateway, fakeimds.Instance{})
+	ud, aws = agentFixture(t, 0, withGateway, fakeaws.IMDSInstance{})
 	aws.ec2.gatewayID, aws.ec2.gatewayState, aws.ec2.stoppingCalls = testGatewayID, "stopping", 2
 	run = newAgentEnv(t, ud, aws, nil, nil).run(t, agentPath, "wake-gateway")
 	assert.Equal(t, run.exitCode, 0)
@@ -256,7 +256,7 @@ func TestAgentWakesTheGateway(t *testing.T) {
 	assert.Check(t, is.Contains(run.stderr, "was stopped, now pending"))
 	assert.Check(t, is.Len(aws.ec2Actions(), 3))
 
-	ud, aws = agentFixture(t, 0, withGateway, fakeimds.Instance{})
+	ud, aws = agentFixture(t, 0, withGateway, fakeaws.IMDSInstance{})
 	aws.ec2.gatewayID = testGatewayID
 	aws.ec2.failures, aws.ec2.failStatus, aws.ec2.failCode = -1, 403, "UnauthorizedOperation"
 	run = newAgentEnv(t, ud, aws, nil, nil).run(t, agentPath, "wake-gateway")
@@ -270,7 +270,7 @@ func TestAgentWakesTheGateway(t *testing.T) {
 // before it asks anything of IMDS.
 func TestAgentRefusesAnUnknownConfigKey(t *testing.T) {
 	t.Parallel()
-	ud, aws := agentFixture(t, 0, nil, fakeimds.Instance{})
+	ud, aws := agentFixture(t, 0, nil, fakeaws.IMDSInstance{})
 	run := newAgentEnv(t, ud, aws, nil, func(root string) {
 		path := filepath.Join(root, nodeconfig.Path)
 		cfg, err := os.ReadFile(path)
@@ -287,7 +287,7 @@ func TestAgentRefusesAnUnknownConfigKey(t *testing.T) {
 // hidden, and changes nothing: no command runs, no lifecycle action is completed, no file is written.
 func TestAgentDryRun(t *testing.T) {
 	t.Parallel()
-	ud, aws := agentFixture(t, 0, withHook, fakeimds.Instance{LifecycleState: "InService"})
+	ud, aws := agentFixture(t, 0, withHook, fakeaws.IMDSInstance{LifecycleState: "InService"})
 	aws.pendingAction = true
 	run := newAgentEnv(t, ud, aws, nil, nil).run(t, agentPath, "join", "--dry-run", "-v")
 	assert.Equal(t, run.exitCode, 0)

@@ -7,7 +7,7 @@ import (
 
 	"sigs.k8s.io/yaml"
 
-	"github.com/dynk8s/dynk8s/internal/nodeconfig"
+	"github.com/dynk8s/dynk8s/node/nodeconfig"
 )
 
 // An image build (infra's baked images) runs a pool's prepare step on a build instance outside cloud-init: it lays

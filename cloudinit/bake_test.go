@@ -14,8 +14,8 @@ import (
 	is "gotest.tools/v3/assert/cmp"
 	"sigs.k8s.io/yaml"
 
-	"github.com/dynk8s/dynk8s/internal/nodeconfig"
 	"github.com/dynk8s/dynk8s/internal/realtools"
+	"github.com/dynk8s/dynk8s/node/nodeconfig"
 )
 
 // An image build fetches the agent with the node's own bootstrap: AgentFetch's files are byte for byte, path and

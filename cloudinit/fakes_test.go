@@ -18,7 +18,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/dynk8s/dynk8s/internal/fakeimds"
+	"github.com/dynk8s/dynk8s/internal/fakeaws"
 	"github.com/dynk8s/dynk8s/internal/realtools"
 )
 
@@ -41,7 +41,7 @@ const (
 
 type fakeAWS struct {
 	t    *testing.T
-	imds *fakeimds.Server
+	imds *fakeaws.IMDS
 	ssm  *httptest.Server
 	ec2  *fakeEC2
 	asg  *httptest.Server
@@ -72,13 +72,13 @@ type fakeAWS struct {
 const fakeGroup = "homelab-spot-arm64-asg-1a2b3c"
 
 func newFakeAWS(t *testing.T, params map[string]string) *fakeAWS {
-	return newFakeAWSIn(t, params, fakeimds.Instance{})
+	return newFakeAWSIn(t, params, fakeaws.IMDSInstance{})
 }
 
 // newFakeAWSIn is newFakeAWS with the instance's domain and lifecycle state taken from inst.
-func newFakeAWSIn(t *testing.T, params map[string]string, inst fakeimds.Instance) *fakeAWS {
+func newFakeAWSIn(t *testing.T, params map[string]string, inst fakeaws.IMDSInstance) *fakeAWS {
 	f := &fakeAWS{t: t, params: params, ssmError: "AccessDeniedException", group: fakeGroup}
-	f.imds = fakeimds.New(t, fakeimds.Instance{
+	f.imds = fakeaws.NewIMDS(t, fakeaws.IMDSInstance{
 		ID: fakeInstanceID, Zone: fakeZone, Region: fakeRegion, PrivateIP: fakeNodeIP, Type: fakeInstanceType,
 		Role: fakeRole, AccessKeyID: fakeAccessKey, SecretAccessKey: fakeSecretKey, SessionToken: fakeSession,
 		Domain: inst.Domain, LifecycleState: inst.LifecycleState,

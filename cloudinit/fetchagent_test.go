@@ -23,9 +23,9 @@ import (
 	"gotest.tools/v3/assert"
 	is "gotest.tools/v3/assert/cmp"
 
-	"github.com/dynk8s/dynk8s/internal/fakeimds"
-	"github.com/dynk8s/dynk8s/internal/nodeconfig"
+	"github.com/dynk8s/dynk8s/internal/fakeaws"
 	"github.com/dynk8s/dynk8s/internal/realtools"
+	"github.com/dynk8s/dynk8s/node/nodeconfig"
 )
 
 // The bootstrap (fetch-agent.sh, dynk8s-agent.service) run for real, with the real curl, against the fake IMDS and a
@@ -200,7 +200,7 @@ func runFetchAgent(t *testing.T, root string, s3 *fakeS3, env map[string]string)
 		materialize(t, ud, root)
 		assert.NilError(t, os.MkdirAll(filepath.Join(root, "usr/local/bin"), 0o755))
 	}
-	imds := fakeimds.New(t, fakeimds.Instance{ID: fakeInstanceID, Zone: fakeZone, Region: fakeRegion,
+	imds := fakeaws.NewIMDS(t, fakeaws.IMDSInstance{ID: fakeInstanceID, Zone: fakeZone, Region: fakeRegion,
 		PrivateIP: fakeNodeIP, Type: fakeInstanceType, Role: fakeRole, AccessKeyID: fakeAccessKey,
 		SecretAccessKey: fakeSecretKey, SessionToken: fakeSession})
 	stubDir := t.TempDir()
@@ -235,7 +235,7 @@ func runFetchAgent(t *testing.T, root string, s3 *fakeS3, env map[string]string)
 	// The role's credentials and the IMDS token reach curl on stdin only: never in an argv, which any user can
 	// read in /proc.
 	argv, _ := os.ReadFile(filepath.Join(stubDir, "curl-argv"))
-	for _, secret := range []string{fakeSecretKey, fakeSession, fakeAccessKey, fakeimds.SessionToken} {
+	for _, secret := range []string{fakeSecretKey, fakeSession, fakeAccessKey, fakeaws.IMDSSessionToken} {
 		assert.Check(t, !strings.Contains(string(argv), secret), "a credential in curl's argv:\n%s", argv)
 	}
 	return run

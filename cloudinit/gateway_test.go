@@ -18,8 +18,8 @@ import (
 	"gotest.tools/v3/golden"
 
 	"github.com/dynk8s/dynk8s/internal/endpoint"
-	"github.com/dynk8s/dynk8s/internal/nodeconfig"
 	"github.com/dynk8s/dynk8s/internal/realtools"
+	"github.com/dynk8s/dynk8s/node/nodeconfig"
 )
 
 const (

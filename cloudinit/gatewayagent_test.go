@@ -12,13 +12,13 @@ import (
 	"gotest.tools/v3/assert"
 	is "gotest.tools/v3/assert/cmp"
 
-	"github.com/dynk8s/dynk8s/internal/fakeimds"
+	"github.com/dynk8s/dynk8s/internal/fakeaws"
 )
 
 // Acceptance of the gateway's commands (gateway-key, gateway-packages, gateway-idle): the built agent with the
 // gateway's configuration as Gateway renders it, against the wire-level fakes (IMDSv2, SSM's JSON API, EC2's Query
 // API, each checking the SigV4 signature with the role's credentials) through the endpoint overrides, and the
-// host's commands (rpm, dnf, systemctl, nft) recorded by the stand-ins. The agent's table tests (cmd/dynk8s-node,
+// host's commands (rpm, dnf, systemctl, nft) recorded by the stand-ins. The agent's table tests (node/cmd/dynk8s-node,
 // gateway_test.go) cover every scenario of the scripts these replace with fake clients; these prove the real
 // clients speak the wire protocols and the rendered config is the one the agent reads.
 
@@ -55,7 +55,7 @@ func TestGatewayAgentKey(t *testing.T) {
 	fi, err := os.Stat(keyFile)
 	assert.NilError(t, err)
 	assert.Check(t, is.Equal(fi.Mode().Perm(), os.FileMode(0o600)))
-	for _, secret := range []string{testGatewayPrivate, fakeSecretKey, fakeSession, fakeimds.SessionToken} {
+	for _, secret := range []string{testGatewayPrivate, fakeSecretKey, fakeSession, fakeaws.IMDSSessionToken} {
 		assert.Check(t, !strings.Contains(run.stderr, secret), "a secret is in the log")
 		assert.Check(t, !strings.Contains(run.file("calls"), secret), "a secret is in some command's argv")
 		assert.Check(t, !strings.Contains(run.file("journal"), secret), "a secret is in the journal")
@@ -157,7 +157,7 @@ func TestGatewayAgentIdleStops(t *testing.T) {
 	assert.Check(t, is.Contains(run.stderr, "stopping: idle for 96"), "16 minutes")
 	assert.Check(t, is.Contains(run.stderr, "(limit 900s)"))
 	assert.Check(t, is.DeepEqual(aws.ec2Actions(), []string{"DescribeInstances"}))
-	for _, secret := range []string{fakeSecretKey, fakeSession, fakeimds.SessionToken} {
+	for _, secret := range []string{fakeSecretKey, fakeSession, fakeaws.IMDSSessionToken} {
 		assert.Check(t, !strings.Contains(run.file("calls"), secret), "a secret is in some command's argv")
 		assert.Check(t, !strings.Contains(run.stderr, secret), "a secret is in the log")
 	}

@@ -14,8 +14,8 @@ import (
 	is "gotest.tools/v3/assert/cmp"
 	"sigs.k8s.io/yaml"
 
-	"github.com/dynk8s/dynk8s/internal/fakeimds"
-	"github.com/dynk8s/dynk8s/internal/nodeconfig"
+	"github.com/dynk8s/dynk8s/internal/fakeaws"
+	"github.com/dynk8s/dynk8s/node/nodeconfig"
 )
 
 // SELinux is decided, not defaulted: CRI-O's drop-in says selinux = false in so many words. CRI-O's own default is
@@ -38,7 +38,7 @@ func TestNodeCRIOSELinuxIsExplicit(t *testing.T) {
 // path (the real kubeadm applies it in the e2e TestKubeletJoin).
 func TestNodeKubeletPatchSetsResolvConf(t *testing.T) {
 	t.Parallel()
-	ud, aws := agentFixture(t, 0, nil, fakeimds.Instance{})
+	ud, aws := agentFixture(t, 0, nil, fakeaws.IMDSInstance{})
 	cc := parseCloudConfig(t, ud)
 	patch := fileByPath(t, cc, "/etc/kubernetes/patches/kubeletconfiguration+merge.yaml")
 	var p map[string]any
@@ -178,7 +178,7 @@ func TestHostUnitsRunTheAgent(t *testing.T) {
 		in.Host.OnPremCIDRs = append(in.Host.OnPremCIDRs, netip.MustParsePrefix("172.16.0.0/12"))
 		in.Host.TunnelMTU = 1380
 		in.Host.MetadataUIDs = []int{1000}
-	}, fakeimds.Instance{})
+	}, fakeaws.IMDSInstance{})
 
 	run := newAgentEnv(t, ud, aws, map[string]string{"STUB_IP_NO_ROUTE": "2"}, nil).run(t, agentPath, "onprem-routes")
 	assert.Equal(t, run.exitCode, 0)

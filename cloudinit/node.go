@@ -11,7 +11,8 @@ import (
 
 	"github.com/dynk8s/dynk8s/internal/endpoint"
 	"github.com/dynk8s/dynk8s/internal/kube"
-	"github.com/dynk8s/dynk8s/internal/nodeconfig"
+	"github.com/dynk8s/dynk8s/internal/names"
+	"github.com/dynk8s/dynk8s/node/nodeconfig"
 )
 
 // NodeInput is everything a node pool's user data depends on. All values are plain and public: nothing secret.
@@ -312,7 +313,7 @@ func joinTimer() unitFile {
 	}
 }
 
-// The JoinConfiguration's types are the agent's (internal/nodeconfig): the renderer writes the same document the
+// The JoinConfiguration's types are the agent's (node/nodeconfig): the renderer writes the same document the
 // agent marshals at boot.
 type (
 	joinConfiguration       = nodeconfig.JoinConfiguration
@@ -382,7 +383,7 @@ func (in NodeInput) validate() (kube.Minor, error) {
 		}
 	}
 	e.add("JoinTokenParameter", validateSSMName(in.JoinTokenParameter))
-	if in.GatewayInstanceID != "" && !nodeconfig.IsInstanceID(in.GatewayInstanceID) {
+	if in.GatewayInstanceID != "" && !names.IsInstanceID(in.GatewayInstanceID) {
 		e.add("GatewayInstanceID", fmt.Errorf("%q is not an EC2 instance id", in.GatewayInstanceID))
 	}
 	e.add("ClusterName", validateDNSLabel(in.ClusterName))

@@ -7,7 +7,7 @@ import (
 	"strings"
 
 	"github.com/dynk8s/dynk8s/internal/kube"
-	"github.com/dynk8s/dynk8s/internal/nodeconfig"
+	"github.com/dynk8s/dynk8s/internal/names"
 )
 
 var (
@@ -15,9 +15,9 @@ var (
 	ssmNameRE = regexp.MustCompile(`^[A-Za-z0-9_./-]+$`)
 
 	// tokenLikeRE finds a kubeadm bootstrap token inside any string.
-	tokenLikeRE = regexp.MustCompile(`(^|[^a-z0-9])` + nodeconfig.BootstrapTokenPattern + `([^a-z0-9]|$)`)
+	tokenLikeRE = regexp.MustCompile(`(^|[^a-z0-9])` + names.BootstrapTokenPattern + `([^a-z0-9]|$)`)
 	// keyLikeRE finds a WireGuard key inside any string, even after a '/'.
-	keyLikeRE = regexp.MustCompile(nodeconfig.WireGuardKeyPattern)
+	keyLikeRE = regexp.MustCompile(names.WireGuardKeyPattern)
 )
 
 // errs collects validation problems, each prefixed with the input field it is about.

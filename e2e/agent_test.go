@@ -13,7 +13,7 @@ import (
 	"github.com/dynk8s/dynk8s/cloudinit"
 )
 
-// The node agent (cmd/dynk8s-node), built once per test binary: the joins run it as the join unit does, and the
+// The node agent (node/cmd/dynk8s-node), built once per test binary: the joins run it as the join unit does, and the
 // node's box has it where the bootstrap installs it (the bootstrap's own download is cloudinit's TestFetchAgent).
 var agentBuild struct {
 	once      sync.Once
@@ -33,13 +33,13 @@ func builtAgent(t *testing.T) string {
 			return
 		}
 		agentBuild.path = filepath.Join(dir, "dynk8s-node")
-		cmd := exec.Command("go", "build", "-trimpath", "-o", agentBuild.path, "github.com/dynk8s/dynk8s/cmd/dynk8s-node")
+		cmd := exec.Command("go", "build", "-trimpath", "-o", agentBuild.path, "github.com/dynk8s/dynk8s/node/cmd/dynk8s-node")
 		cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
 		out, err := cmd.CombinedOutput()
 		agentBuild.out, agentBuild.err = string(out), err
 	})
 	if agentBuild.err != nil {
-		t.Fatalf("go build ./cmd/dynk8s-node: %v\n%s", agentBuild.err, agentBuild.out)
+		t.Fatalf("go build ./node/cmd/dynk8s-node: %v\n%s", agentBuild.err, agentBuild.out)
 	}
 	return agentBuild.path
 }

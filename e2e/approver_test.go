@@ -22,7 +22,7 @@ import (
 	"github.com/dynk8s/dynk8s/infra"
 	"github.com/dynk8s/dynk8s/infra/addons"
 	"github.com/dynk8s/dynk8s/internal/csrtest"
-	"github.com/dynk8s/dynk8s/internal/fakeimds"
+	"github.com/dynk8s/dynk8s/internal/fakeaws"
 )
 
 // A token of its own, of the stack's node group, so that no other test's join shares it.
@@ -95,7 +95,7 @@ func TestNodeCSRApprover(t *testing.T) {
 	param := infra.JoinTokenParameter(cfg.ClusterName)
 	ssm.putSecureString(t, cfg.Region, param, token)
 	zone := cfg.Region + fakeZoneSuffix
-	imds := fakeimds.New(t, fakeRoleInstance(live[0], zone, cfg.Region, fakeNodeIP, ""))
+	imds := fakeaws.NewIMDS(t, fakeRoleInstance(live[0], zone, cfg.Region, fakeNodeIP, ""))
 	userData := renderNodeUserData(ctx, t, c, cfg, pool, param)
 	n := bootNode(ctx, t, userData, realKubeadm, []string{c.Server, imds.URL, ssm.url})
 	t.Cleanup(func() {

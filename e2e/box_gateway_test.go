@@ -16,7 +16,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/dynk8s/dynk8s/internal/fakeimds"
+	"github.com/dynk8s/dynk8s/internal/fakeaws"
 )
 
 // The gateway in a box: the dev stack's gateway instance, booted from the user data its declared instance carries
@@ -81,7 +81,7 @@ func newBoxGateway(ctx context.Context, t *testing.T, p tunnelPlan, name string,
 	if inst.role != nil {
 		role = *inst.role
 	}
-	imds := fakeimds.New(t, fakeimds.Instance{
+	imds := fakeaws.NewIMDS(t, fakeaws.IMDSInstance{
 		ID: inst.id, Zone: p.region + "a", Region: p.region, PrivateIP: p.gatewayIP.String(),
 		Type: "t4g.micro", Role: "dynk8s-homelab-gateway", AccessKeyID: role.Key,
 		SecretAccessKey: role.Secret, SessionToken: role.Token,

@@ -20,7 +20,7 @@ import (
 
 	"github.com/dynk8s/dynk8s/infra"
 	"github.com/dynk8s/dynk8s/infra/config"
-	"github.com/dynk8s/dynk8s/internal/fakeimds"
+	"github.com/dynk8s/dynk8s/internal/fakeaws"
 )
 
 // A token of its own, so that the box tests and the other join tests never share or delete each other's.
@@ -35,7 +35,7 @@ type boxNode struct {
 	*box
 	*boxJoin
 	boxInstance
-	imds *fakeimds.Server
+	imds *fakeaws.IMDS
 }
 
 // boxJoin is what every instance of a pool needs to join: the control plane as kubeadm init leaves it, moto as SSM
@@ -121,7 +121,7 @@ func (j *boxJoin) newNode(t *testing.T, name string, inst boxInstance) *boxNode 
 	if a := strings.TrimPrefix(j.autoscaling, "http://"); !slices.Contains(forwards, a) {
 		forwards = append(forwards, a)
 	}
-	imds := fakeimds.New(t, role)
+	imds := fakeaws.NewIMDS(t, role)
 	b := newBox(t, boxSpec{
 		name: name, instanceID: inst.id, hostname: inst.hostname(),
 		nodeIP: inst.ip, userData: launchTemplateUserData(t, j.userData), imds: strings.TrimPrefix(imds.URL, "http://"),

@@ -23,7 +23,7 @@ import (
 	"github.com/dynk8s/dynk8s/infra"
 	"github.com/dynk8s/dynk8s/infra/config"
 	"github.com/dynk8s/dynk8s/internal/endpoint"
-	"github.com/dynk8s/dynk8s/internal/fakeimds"
+	"github.com/dynk8s/dynk8s/internal/fakeaws"
 )
 
 // The instance the fake IMDS describes.
@@ -58,7 +58,7 @@ func TestJoinDiscovery(t *testing.T) {
 	ssm := startMoto(ctx, t, moto)
 	param := infra.JoinTokenParameter(cfg.ClusterName)
 	ssm.putSecureString(t, cfg.Region, param, token)
-	imds := fakeimds.New(t, fakeRoleInstance(fakeInstanceID, cfg.Region+fakeZoneSuffix, cfg.Region, fakeNodeIP, ""))
+	imds := fakeaws.NewIMDS(t, fakeRoleInstance(fakeInstanceID, cfg.Region+fakeZoneSuffix, cfg.Region, fakeNodeIP, ""))
 
 	// The pin the stack computes when kubernetes.caCertHash is unset: from kube-public/cluster-info, as written by the
 	// real kubeadm. kubeadm's own discovery below accepting it is the proof that the two agree.
@@ -131,8 +131,8 @@ func TestJoinDiscovery(t *testing.T) {
 
 // fakeRoleInstance is an instance as the fake IMDS serves it, in a target lifecycle state ("" for none), with the
 // node role's credentials shaped like real ones (moto accepts any).
-func fakeRoleInstance(id, zone, region, ip, state string) fakeimds.Instance {
-	return fakeimds.Instance{
+func fakeRoleInstance(id, zone, region, ip, state string) fakeaws.IMDSInstance {
+	return fakeaws.IMDSInstance{
 		ID: id, Zone: zone, Region: region, PrivateIP: ip,
 		Type: fakeInstanceType, Role: fakeRole, AccessKeyID: "ASIAE2EFAKEROLEKEY01",
 		SecretAccessKey: "e2e/fake/role/secret/key/000000000000", SessionToken: "e2e-fake-session-token",

@@ -29,7 +29,7 @@ import (
 
 	"github.com/dynk8s/dynk8s/infra"
 	"github.com/dynk8s/dynk8s/infra/config"
-	"github.com/dynk8s/dynk8s/internal/fakeimds"
+	"github.com/dynk8s/dynk8s/internal/fakeaws"
 	"github.com/dynk8s/dynk8s/internal/kube"
 )
 
@@ -74,7 +74,7 @@ func TestKubeletJoin(t *testing.T) {
 	ssm := startMoto(ctx, t, moto)
 	param := infra.JoinTokenParameter(cfg.ClusterName)
 	zone := cfg.Region + fakeZoneSuffix
-	imds := fakeimds.New(t, fakeRoleInstance(fakeInstanceID, zone, cfg.Region, fakeNodeIP, ""))
+	imds := fakeaws.NewIMDS(t, fakeRoleInstance(fakeInstanceID, zone, cfg.Region, fakeNodeIP, ""))
 	userData := renderNodeUserData(ctx, t, c, cfg, pool, param)
 
 	n := bootNode(ctx, t, userData, realKubeadm, []string{c.Server, imds.URL, ssm.url})

@@ -28,7 +28,7 @@ import (
 	"github.com/dynk8s/dynk8s/infra"
 	"github.com/dynk8s/dynk8s/infra/addons"
 	"github.com/dynk8s/dynk8s/infra/config"
-	"github.com/dynk8s/dynk8s/internal/fakeimds"
+	"github.com/dynk8s/dynk8s/internal/fakeaws"
 	"github.com/dynk8s/dynk8s/internal/kube"
 )
 
@@ -104,7 +104,7 @@ func TestTokenRotator(t *testing.T) {
 	}
 
 	// 2. A node joins with what SSM holds.
-	imds := fakeimds.New(t, fakeRoleInstance(fakeInstanceID, cfg.Region+fakeZoneSuffix, cfg.Region, fakeNodeIP, ""))
+	imds := fakeaws.NewIMDS(t, fakeRoleInstance(fakeInstanceID, cfg.Region+fakeZoneSuffix, cfg.Region, fakeNodeIP, ""))
 	endpoint := apiServerEndpoint(t, c)
 	nodeCfg := *cfg
 	nodeCfg.Kubernetes.APIServerEndpoint = endpoint

@@ -23,10 +23,10 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/dynk8s/dynk8s/infra/config"
-	"github.com/dynk8s/dynk8s/internal/fakeimds"
+	"github.com/dynk8s/dynk8s/internal/fakeaws"
 	"github.com/dynk8s/dynk8s/internal/mockcloud"
-	"github.com/dynk8s/dynk8s/internal/nodeconfig"
 	"github.com/dynk8s/dynk8s/internal/plan"
+	"github.com/dynk8s/dynk8s/node/nodeconfig"
 )
 
 // The tunnel tests bring up what the dev stack renders for the WireGuard gateway and the on-prem peer in three
@@ -537,7 +537,7 @@ func (tn *tunnel) bootGateway(ctx context.Context, t *testing.T, moto string) {
 
 	ssm := startMoto(ctx, t, moto)
 	ssm.putSecureString(t, p.region, p.keyParameter, p.keyValue)
-	imds := fakeimds.New(t, fakeimds.Instance{
+	imds := fakeaws.NewIMDS(t, fakeaws.IMDSInstance{
 		ID: "i-0fedcba9876543210", Zone: p.region + "a", Region: p.region, PrivateIP: p.gatewayIP.String(),
 		Type: "t4g.micro", Role: "dynk8s-homelab-gateway", AccessKeyID: "ASIAE2EFAKEGATEWAY01",
 		SecretAccessKey: "e2e/fake/gateway/secret/key/000000000", SessionToken: "e2e-fake-gateway-session",

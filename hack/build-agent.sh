@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Cross-builds the node agent (./cmd/dynk8s-node) into OUT (default build/agent) as dynk8s-node-linux-amd64 and
+# Cross-builds the node agent (./node/cmd/dynk8s-node) into OUT (default build/agent) as dynk8s-node-linux-amd64 and
 # dynk8s-node-linux-arm64, reproducibly: the same source and the same Go release give the same bytes on any machine,
 # whatever its path, build cache, VCS state or environment (the stack pins each binary by its sha256, so a byte that
 # changed without the source changing would roll a new launch template version). Run by `make build`.
@@ -18,5 +18,5 @@ for arch in amd64 arm64; do
 	# -trimpath: no file system path; -buildvcs=false: no commit or dirty flag (a commit elsewhere in the repository
 	# would change the hash); -s -w: no symbol table or DWARF; -buildid=: no build id, which hashes the inputs' paths.
 	GOARCH=$arch "${GO:-go}" build -trimpath -buildvcs=false -ldflags='-s -w -buildid=' \
-		-o "$out/dynk8s-node-linux-$arch" ./cmd/dynk8s-node
+		-o "$out/dynk8s-node-linux-$arch" ./node/cmd/dynk8s-node
 done

@@ -18,7 +18,7 @@ import (
 
 	"github.com/dynk8s/dynk8s/infra/config"
 	"github.com/dynk8s/dynk8s/internal/kube"
-	"github.com/dynk8s/dynk8s/internal/nodeconfig"
+	"github.com/dynk8s/dynk8s/internal/names"
 )
 
 // AgentBucketType is the type token of the AgentBucket component.
@@ -254,7 +254,7 @@ func NewAgentBucket(ctx *pulumi.Context, name string, args *AgentBucketArgs, opt
 			ContentType: pulumi.String("application/octet-stream"),
 			// The hash the user data pins, also on the object for whoever inspects the bucket.
 			Metadata: pulumi.StringMap{"sha256": pulumi.String(b.SHA256)},
-			Tags:     awsTags([]config.Tag{{Key: nodeconfig.TagCluster, Value: args.ClusterName}}),
+			Tags:     awsTags([]config.Tag{{Key: names.TagCluster, Value: args.ClusterName}}),
 		}
 		if b.StandIn() {
 			objArgs.Metadata = pulumi.StringMap{"sha256": pulumi.String(b.SHA256),

@@ -21,7 +21,7 @@ import (
 	"github.com/dynk8s/dynk8s/cloudinit"
 	"github.com/dynk8s/dynk8s/infra/config"
 	"github.com/dynk8s/dynk8s/internal/kube"
-	"github.com/dynk8s/dynk8s/internal/nodeconfig"
+	"github.com/dynk8s/dynk8s/node/nodeconfig"
 )
 
 // A pool with nodePools[i].image baked boots an image the stack builds with EC2 Image Builder: from the pool's

@@ -25,9 +25,9 @@ import (
 	"github.com/dynk8s/dynk8s/infra/config"
 	"github.com/dynk8s/dynk8s/internal/kube"
 	"github.com/dynk8s/dynk8s/internal/mockcloud"
-	"github.com/dynk8s/dynk8s/internal/nodeconfig"
 	"github.com/dynk8s/dynk8s/internal/plan"
 	"github.com/dynk8s/dynk8s/internal/realtools"
+	"github.com/dynk8s/dynk8s/node/nodeconfig"
 )
 
 const (

@@ -10,8 +10,8 @@ import (
 
 	"github.com/dynk8s/dynk8s/cloudinit"
 	"github.com/dynk8s/dynk8s/internal/mockcloud"
-	"github.com/dynk8s/dynk8s/internal/nodeconfig"
 	"github.com/dynk8s/dynk8s/internal/plan"
+	"github.com/dynk8s/dynk8s/node/nodeconfig"
 )
 
 // TestBootWorstCaseFits: a pool node's boot at its worst, read from what the node runs (its user data's dynk8s

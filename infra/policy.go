@@ -5,7 +5,7 @@ import (
 	"fmt"
 
 	"github.com/dynk8s/dynk8s/infra/config"
-	"github.com/dynk8s/dynk8s/internal/nodeconfig"
+	"github.com/dynk8s/dynk8s/internal/names"
 )
 
 // PolicyDocument is an IAM policy document. dynk8s builds every policy from these types and marshals it, so a
@@ -254,8 +254,8 @@ func WakeGatewayPolicy(instanceARN, clusterName, gatewayName string) PolicyDocum
 		Action:   []string{"ec2:StartInstances"},
 		Resource: []string{instanceARN},
 		Condition: map[string]map[string]string{"StringEquals": {
-			"aws:ResourceTag/" + nodeconfig.TagCluster: clusterName,
-			"aws:ResourceTag/Name":                     gatewayName,
+			"aws:ResourceTag/" + names.TagCluster: clusterName,
+			"aws:ResourceTag/Name":                gatewayName,
 		}},
 	}}}
 }

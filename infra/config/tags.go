@@ -7,7 +7,7 @@ import (
 	"strings"
 
 	"github.com/dynk8s/dynk8s/internal/kube"
-	"github.com/dynk8s/dynk8s/internal/nodeconfig"
+	"github.com/dynk8s/dynk8s/internal/names"
 )
 
 // Cluster Autoscaler tag keys: auto-discovery (--node-group-auto-discovery=asg:tag=...) and the node-template tags
@@ -38,9 +38,9 @@ func AutoscalerClusterTag(clusterName string) string { return autoscalerTagPrefi
 // IdentityTags are the tags that name a resource of the stack: Name, and the cluster and pool (when not "") it
 // belongs to. Every tagged resource carries them, so two stacks in one account can be told apart.
 func IdentityTags(clusterName, pool, name string) []Tag {
-	tags := []Tag{{Key: "Name", Value: name}, {Key: nodeconfig.TagCluster, Value: clusterName}}
+	tags := []Tag{{Key: "Name", Value: name}, {Key: names.TagCluster, Value: clusterName}}
 	if pool != "" {
-		tags = append(tags, Tag{Key: nodeconfig.TagPool, Value: pool})
+		tags = append(tags, Tag{Key: names.TagPool, Value: pool})
 	}
 	return tags
 }

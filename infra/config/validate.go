@@ -15,7 +15,8 @@ import (
 
 	"github.com/dynk8s/dynk8s/internal/endpoint"
 	"github.com/dynk8s/dynk8s/internal/kube"
-	"github.com/dynk8s/dynk8s/internal/nodeconfig"
+	"github.com/dynk8s/dynk8s/internal/names"
+	"github.com/dynk8s/dynk8s/node/nodeconfig"
 	"github.com/dynk8s/dynk8s/wireguard"
 )
 
@@ -48,7 +49,7 @@ var isoRegionRE = regexp.MustCompile(`^[a-z]{2}-iso[a-z]?-`)
 // validate checks the semantics of a decoded config, records every problem with its key path, and fills in Derived.
 func validate(r *reader, c *Config) {
 	ns := Namespace + ":"
-	if r.required("aws:region", c.Region != "") && !nodeconfig.IsRegion(c.Region) {
+	if r.required("aws:region", c.Region != "") && !names.IsRegion(c.Region) {
 		r.addf("aws:region", "%q is not an AWS region name (e.g. eu-central-1)", c.Region)
 	} else if isoRegionRE.MatchString(c.Region) {
 		r.addf("aws:region", "%q is a region of an isolated partition (aws-iso*): dynk8s supports the aws, aws-cn "+
@@ -126,7 +127,7 @@ func validateKubernetes(r *reader, c *Config) {
 		switch errs := validation.IsDNS1123Subdomain(n); {
 		case len(errs) > 0:
 			r.addf(np, "%q is not a Node name: %s", n, strings.Join(errs, "; "))
-		case nodeconfig.IsInstanceID(n):
+		case names.IsInstanceID(n):
 			r.addf(np, "%q is an EC2 instance id: pool nodes register with their pool label and need no entry", n)
 		case slices.Index(k.OnPremNodes, n) < i:
 			r.addf(np, "%q is listed twice", n)

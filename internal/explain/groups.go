@@ -14,7 +14,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/autoscaling/types"
 
 	"github.com/dynk8s/dynk8s/infra/config"
-	"github.com/dynk8s/dynk8s/internal/nodeconfig"
+	"github.com/dynk8s/dynk8s/internal/names"
 )
 
 // GroupsAPI is the part of the Auto Scaling API the AWS view reads (autoscaling.Client; a fake in tests).
@@ -40,7 +40,7 @@ func GroupsView(ctx context.Context, api GroupsAPI, cfg *config.Config, out io.W
 			return fmt.Errorf("DescribeAutoScalingGroups: %w", err)
 		}
 		for _, g := range page.AutoScalingGroups {
-			if pool := tagValue(g.Tags, nodeconfig.TagPool); pool != "" {
+			if pool := tagValue(g.Tags, names.TagPool); pool != "" {
 				groups[pool] = g
 			}
 		}

@@ -9,7 +9,7 @@ import (
 
 	"github.com/dynk8s/dynk8s/infra"
 	"github.com/dynk8s/dynk8s/internal/mockcloud"
-	"github.com/dynk8s/dynk8s/internal/nodeconfig"
+	"github.com/dynk8s/dynk8s/internal/names"
 )
 
 // Kinds of billed items: what AWS charges for and by what unit.
@@ -216,7 +216,7 @@ func warmPoolItems(group string, wp map[string]any, h PoolHour) []BillItem {
 func poolHour(g mockcloud.Resource, in map[string]any, templates map[string]map[string]any, mapsPublicIP map[string]bool) PoolHour {
 	h := PoolHour{Pool: g.Name}
 	for _, tag := range list(in["tags"]) {
-		if t, _ := tag.(map[string]any); t["key"] == nodeconfig.TagPool {
+		if t, _ := tag.(map[string]any); t["key"] == names.TagPool {
 			h.Pool = str(t["value"])
 		}
 	}

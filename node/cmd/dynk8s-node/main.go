@@ -1,5 +1,5 @@
 // Command dynk8s-node is the node agent, one static binary that cloud-init's units run: on a pool's instance, with
-// the node's configuration (/etc/dynk8s/node.json, internal/nodeconfig), the boot (join), the wake-up of the stack's
+// the node's configuration (/etc/dynk8s/node.json, node/nodeconfig), the boot (join), the wake-up of the stack's
 // WireGuard gateway (wake-gateway), the routes toward on-prem (onprem-routes) and the lockdown of the instance
 // metadata service (imds-lock); on the gateway, with its configuration (/etc/dynk8s/gateway.json), its key,
 // packages and idle check (gateway.go); in an image build, the prepare step and what follows it (prepare.go).
@@ -30,7 +30,7 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/dynk8s/dynk8s/internal/nodeconfig"
+	"github.com/dynk8s/dynk8s/node/nodeconfig"
 )
 
 // version is set at build time (-ldflags "-X main.version=...").

@@ -13,7 +13,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/dynk8s/dynk8s/internal/nodeconfig"
+	"github.com/dynk8s/dynk8s/node/nodeconfig"
 )
 
 // The routes toward on-prem, capped at the tunnel's MTU: run at every boot by dynk8s-onprem-routes.service, before

@@ -1,5 +1,5 @@
 // Package nodeconfig is the node's boot configuration: what the renderer (cloudinit) writes to /etc/dynk8s/node.json
-// and the node agent (cmd/dynk8s-node) decodes, strictly, at boot. It is a leaf package: both sides import it, and it
+// and the node agent (node/cmd/dynk8s-node) decodes, strictly, at boot. It is a leaf package: both sides import it, and it
 // imports nothing of this module, so the contract between them is this one type and not a set of string keys.
 package nodeconfig
 

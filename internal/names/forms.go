@@ -1,6 +1,16 @@
-package nodeconfig
+// Package names holds the names and forms dynk8s spells in more than one place: the tag keys it puts on AWS
+// resources and the forms of ids, regions, tokens and keys that the config, the renderer and the node agent check.
+// It is a leaf: it imports nothing of the module.
+package names
 
 import "regexp"
+
+// The stack's identity tag keys: infra/config's IdentityTags puts them on every resource it tags, the IAM policies
+// scope by them, and the gateway's idle check tells the stack's pool instances by them.
+const (
+	TagCluster = "dynk8s:cluster"
+	TagPool    = "dynk8s:pool"
+)
 
 // The forms of the values the agent reads (from its config, IMDS and SSM), which the config and the renderer check
 // too, or look for where a secret must not be: one home each.

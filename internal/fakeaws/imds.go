@@ -1,7 +1,6 @@
-// Package fakeimds is a loopback stand-in for the EC2 instance metadata service as dynk8s instances have it:
-// IMDSv2 only (every read needs a session token from PUT /latest/api/token), serving the identity paths and the
-// instance role's credentials that the boot scripts read. Tests point the scripts at it with DYNK8S_IMDS_ENDPOINT.
-package fakeimds
+// Package fakeaws holds wire-level fakes of the AWS services dynk8s calls, one per service, for tests that run the
+// real clients (the node agent's built binary, the bootstrap, the in-cluster parts) against loopback servers.
+package fakeaws
 
 import (
 	"encoding/json"
@@ -13,11 +12,11 @@ import (
 	"testing"
 )
 
-// SessionToken is the IMDSv2 session token the server hands out and requires.
-const SessionToken = "AQAEAFakeImdsToken-0123=="
+// IMDSSessionToken is the IMDSv2 session token the server hands out and requires.
+const IMDSSessionToken = "AQAEAFakeImdsToken-0123=="
 
-// Instance is what the server answers.
-type Instance struct {
+// IMDSInstance is what the server answers.
+type IMDSInstance struct {
 	ID, Zone, Region, PrivateIP, Type string
 	// Role is the instance profile's role name; AccessKeyID, SecretAccessKey and SessionToken its credentials.
 	Role, AccessKeyID, SecretAccessKey, SessionToken string
@@ -33,9 +32,12 @@ type Instance struct {
 // instance metadata".
 const lifecyclePath = "/latest/meta-data/autoscaling/target-lifecycle-state"
 
-// Server is a running fake IMDS. Requests that break the IMDSv2 rules are answered as the real service does and
+// IMDS is a loopback stand-in for the EC2 instance metadata service as dynk8s instances have it: IMDSv2 only (every
+// read needs a session token from PUT /latest/api/token), serving the identity paths and the instance role's
+// credentials that the node agent and the bootstrap read. Tests point them at it with DYNK8S_IMDS_ENDPOINT.
+// Requests that break the IMDSv2 rules are answered as the real service does and
 // reported as test errors when the test ends.
-type Server struct {
+type IMDS struct {
 	*httptest.Server
 
 	mu            sync.Mutex
@@ -46,7 +48,7 @@ type Server struct {
 }
 
 // New starts a server for inst; it stops, and reports its problems, when t ends.
-func New(t testing.TB, inst Instance) *Server {
+func NewIMDS(t testing.TB, inst IMDSInstance) *IMDS {
 	t.Helper()
 	creds, err := json.Marshal(map[string]string{
 		"Code": "Success", "Type": "AWS-HMAC", "AccessKeyId": inst.AccessKeyID,
@@ -55,7 +57,7 @@ func New(t testing.TB, inst Instance) *Server {
 	if err != nil {
 		t.Fatal(err)
 	}
-	s := &Server{values: map[string]string{
+	s := &IMDS{values: map[string]string{
 		"/latest/meta-data/instance-id":                           inst.ID,
 		"/latest/meta-data/placement/availability-zone":           inst.Zone,
 		"/latest/meta-data/placement/region":                      inst.Region,
@@ -84,7 +86,7 @@ func New(t testing.TB, inst Instance) *Server {
 }
 
 // FailTokens makes the next n token requests fail with 503, as a metadata service still starting up does.
-func (s *Server) FailTokens(n int) {
+func (s *IMDS) FailTokens(n int) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.tokenFailures = n
@@ -92,7 +94,7 @@ func (s *Server) FailTokens(n int) {
 
 // SetLifecycleState changes the target lifecycle state, as the group does when it moves a warm instance into
 // service; empty removes the path.
-func (s *Server) SetLifecycleState(state string) {
+func (s *IMDS) SetLifecycleState(state string) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if state == "" {
@@ -103,13 +105,13 @@ func (s *Server) SetLifecycleState(state string) {
 }
 
 // Requests is how many requests the server has had.
-func (s *Server) Requests() int {
+func (s *IMDS) Requests() int {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.requests
 }
 
-func (s *Server) serve(w http.ResponseWriter, r *http.Request) {
+func (s *IMDS) serve(w http.ResponseWriter, r *http.Request) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.requests++
@@ -126,10 +128,10 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request) {
 		}
 		// As IMDS answers: the token's TTL in seconds, which the AWS SDKs read to know when to renew it.
 		w.Header().Set("X-Aws-Ec2-Metadata-Token-Ttl-Seconds", r.Header.Get("X-aws-ec2-metadata-token-ttl-seconds"))
-		_, _ = io.WriteString(w, SessionToken)
+		_, _ = io.WriteString(w, IMDSSessionToken)
 		return
 	}
-	if r.Header.Get("X-aws-ec2-metadata-token") != SessionToken {
+	if r.Header.Get("X-aws-ec2-metadata-token") != IMDSSessionToken {
 		s.problemf("%s without the session token (IMDSv1 is off on dynk8s instances)", r.URL.Path)
 		http.Error(w, "unauthorized", http.StatusUnauthorized)
 		return
@@ -142,6 +144,6 @@ func (s *Server) serve(w http.ResponseWriter, r *http.Request) {
 	_, _ = io.WriteString(w, v)
 }
 
-func (s *Server) problemf(format string, args ...any) {
+func (s *IMDS) problemf(format string, args ...any) {
 	s.problems = append(s.problems, fmt.Sprintf(format, args...))
 }

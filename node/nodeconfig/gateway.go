@@ -12,13 +12,6 @@ import (
 // GatewayPath is where cloud-init writes the WireGuard gateway's configuration.
 const GatewayPath = "/etc/dynk8s/gateway.json"
 
-// The stack's identity tag keys (infra/config's IdentityTags puts them on every resource it tags): the idle check
-// tells the stack's pool instances by them, so they are this contract's too.
-const (
-	TagCluster = "dynk8s:cluster"
-	TagPool    = "dynk8s:pool"
-)
-
 // Gateway is what the agent's gateway commands need (gateway-key, gateway-packages, gateway-idle): the gateway's
 // counterpart of Node, written by the renderer (cloudinit.Gateway) and decoded strictly at boot. All values are
 // public: the private key is read from SSM at boot, never written here.
@@ -41,7 +34,7 @@ type Gateway struct {
 
 // GatewayIdle is what the idle check looks at.
 type GatewayIdle struct {
-	// ClusterName is the TagCluster value of the pool instances that keep the gateway up.
+	// ClusterName is the names.TagCluster value of the pool instances that keep the gateway up.
 	ClusterName string `json:"clusterName"`
 	// Stop is how long the gateway stays up with no pool instance pending or running and no packet forwarded.
 	Stop Duration `json:"stop"`

@@ -14,7 +14,8 @@ import (
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/ssm"
 
-	"github.com/dynk8s/dynk8s/internal/nodeconfig"
+	"github.com/dynk8s/dynk8s/internal/names"
+	"github.com/dynk8s/dynk8s/node/nodeconfig"
 )
 
 // The WireGuard gateway's commands, run by its units with the gateway's configuration (/etc/dynk8s/gateway.json,
@@ -148,7 +149,7 @@ func (g *gatewayRun) key(ctx context.Context) error {
 		return nil
 	case err != nil:
 		return fmt.Errorf("no WireGuard key: SSM parameter %s could not be read (%w) and %s is absent", param, last, path)
-	case !nodeconfig.IsWireGuardKey(key):
+	case !names.IsWireGuardKey(key):
 		return fmt.Errorf("SSM parameter %s does not hold a WireGuard key (32 bytes, base64)", param)
 	case strings.TrimRight(string(onDisk), "\n") == key:
 		g.log.Printf("key in %s is current", path)

@@ -19,7 +19,7 @@ import (
 	"gotest.tools/v3/assert"
 	is "gotest.tools/v3/assert/cmp"
 
-	"github.com/dynk8s/dynk8s/internal/nodeconfig"
+	"github.com/dynk8s/dynk8s/node/nodeconfig"
 )
 
 // The gateway's commands, each scenario of the scripts' tests before the agent (cloudinit's gateway_test.go,

@@ -14,7 +14,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/ec2"
 	ec2types "github.com/aws/aws-sdk-go-v2/service/ec2/types"
 
-	"github.com/dynk8s/dynk8s/internal/nodeconfig"
+	"github.com/dynk8s/dynk8s/internal/names"
 )
 
 // The idle check stops this WireGuard gateway when it has been idle for idle.stop: no instance of the stack's node
@@ -142,8 +142,8 @@ func (g *gatewayRun) writeIdleState(path string, s idleState) error {
 // filtered page may be empty while more follow ("Pagination in the Amazon EC2 API", EC2 developer guide).
 func (g *gatewayRun) poolInstances(ctx context.Context) ([]string, error) {
 	in := &ec2.DescribeInstancesInput{MaxResults: aws.Int32(5), Filters: []ec2types.Filter{
-		{Name: aws.String("tag:" + nodeconfig.TagCluster), Values: []string{g.cfg.Idle.ClusterName}},
-		{Name: aws.String("tag-key"), Values: []string{nodeconfig.TagPool}},
+		{Name: aws.String("tag:" + names.TagCluster), Values: []string{g.cfg.Idle.ClusterName}},
+		{Name: aws.String("tag-key"), Values: []string{names.TagPool}},
 		{Name: aws.String("instance-state-name"), Values: []string{"pending", "running"}},
 	}}
 	for range maxIdlePages {

@@ -27,7 +27,7 @@ import (
 	"github.com/aws/smithy-go"
 	smithyhttp "github.com/aws/smithy-go/transport/http"
 
-	"github.com/dynk8s/dynk8s/internal/nodeconfig"
+	"github.com/dynk8s/dynk8s/node/nodeconfig"
 )
 
 // Fake clients for the agent's table tests: each answers as its AWS service does, in the SDK's types, and records

@@ -22,7 +22,8 @@ import (
 	"golang.org/x/sys/unix"
 	"sigs.k8s.io/yaml"
 
-	"github.com/dynk8s/dynk8s/internal/nodeconfig"
+	"github.com/dynk8s/dynk8s/internal/names"
+	"github.com/dynk8s/dynk8s/node/nodeconfig"
 )
 
 // The node's boot, in two phases: prepare (kernel modules, packages, CRI-O, image pre-pull: nothing that needs the
@@ -49,9 +50,9 @@ var identityForms = []struct {
 	re   *regexp.Regexp
 	get  func(j *joiner) string
 }{
-	{"INSTANCE_ID", regexp.MustCompile(`^` + nodeconfig.InstanceIDPattern + `$`), func(j *joiner) string { return j.id.InstanceID }},
+	{"INSTANCE_ID", regexp.MustCompile(`^` + names.InstanceIDPattern + `$`), func(j *joiner) string { return j.id.InstanceID }},
 	{"ZONE", regexp.MustCompile(`^[a-z]{2}(-[a-z0-9]+)+$`), func(j *joiner) string { return j.id.Zone }},
-	{"REGION", regexp.MustCompile(`^` + nodeconfig.RegionPattern + `$`), func(j *joiner) string { return j.id.Region }},
+	{"REGION", regexp.MustCompile(`^` + names.RegionPattern + `$`), func(j *joiner) string { return j.id.Region }},
 	{"DOMAIN", regexp.MustCompile(`^[a-z0-9-]+(\.[a-z0-9-]+)+$`), func(j *joiner) string { return j.domain }},
 	{"NODE_IP", regexp.MustCompile(`^(25[0-5]|2[0-4][0-9]|1?[0-9]?[0-9])(\.(25[0-5]|2[0-4][0-9]|1?[0-9]?[0-9])){3}$`),
 		func(j *joiner) string { return j.id.NodeIP }},
@@ -601,7 +602,7 @@ func (j *joiner) readToken(ctx context.Context) error {
 		}
 		return err
 	}
-	if out.Parameter == nil || !nodeconfig.IsBootstrapToken(aws.ToString(out.Parameter.Value)) {
+	if out.Parameter == nil || !names.IsBootstrapToken(aws.ToString(out.Parameter.Value)) {
 		return errors.New("it holds no bootstrap token ([a-z0-9]{6}.[a-z0-9]{16}) yet: the cluster's token rotator " +
 			"has not written one")
 	}

@@ -11,7 +11,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/ec2"
 
-	"github.com/dynk8s/dynk8s/internal/nodeconfig"
+	"github.com/dynk8s/dynk8s/internal/names"
 )
 
 // waker makes sure the stack's WireGuard gateway runs, which stops itself when the pools have been idle (the
@@ -52,7 +52,7 @@ func (w *waker) run(ctx context.Context, gateway string) error {
 		w.log.Printf("the gateway never sleeps (gateway.idleStop 0): nothing to wake")
 		return nil
 	}
-	if !nodeconfig.IsInstanceID(gateway) {
+	if !names.IsInstanceID(gateway) {
 		return fmt.Errorf("'%s' is not an EC2 instance id", gateway)
 	}
 	if w.cloud.ec2 == nil {

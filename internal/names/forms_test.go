@@ -1,4 +1,4 @@
-package nodeconfig
+package names
 
 import (
 	"testing"

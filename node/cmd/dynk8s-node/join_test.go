@@ -13,7 +13,7 @@ import (
 	is "gotest.tools/v3/assert/cmp"
 	"sigs.k8s.io/yaml"
 
-	"github.com/dynk8s/dynk8s/internal/nodeconfig"
+	"github.com/dynk8s/dynk8s/node/nodeconfig"
 )
 
 // The join's scenarios, each what a test of the boot script checked (cloudinit's joinsh_test.go and boot_test.go

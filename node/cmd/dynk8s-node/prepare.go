@@ -15,7 +15,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/dynk8s/dynk8s/internal/nodeconfig"
+	"github.com/dynk8s/dynk8s/node/nodeconfig"
 )
 
 // The image build's subcommands (docs/baked-images.md, "The contract with the image build"): prepare runs the

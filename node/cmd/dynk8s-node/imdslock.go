@@ -11,7 +11,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/dynk8s/dynk8s/internal/nodeconfig"
+	"github.com/dynk8s/dynk8s/node/nodeconfig"
 )
 
 // The lockdown of the instance metadata service, and with it of the node role's credentials (hence the join token):
