@@ -1,4 +1,4 @@
-package main
+package hostsetup
 
 import (
 	"bytes"
@@ -13,6 +13,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/dynk8s/dynk8s/node/internal/system"
 	"github.com/dynk8s/dynk8s/node/nodeconfig"
 )
 
@@ -30,12 +31,12 @@ type routeTable interface {
 	replace(ctx context.Context, dst netip.Prefix, gateway netip.Addr, dev string, mtu int) error
 }
 
-// onPremRoutes waits for the default route (DHCP may still be at it) until the routes deadline, then routes every
+// OnPremRoutes waits for the default route (DHCP may still be at it) until the routes deadline, then routes every
 // on-prem range via it at the tunnel's MTU.
-func onPremRoutes(ctx context.Context, cfg nodeconfig.Node, table routeTable, clock *clock, log *logger) error {
+func OnPremRoutes(ctx context.Context, cfg nodeconfig.Node, table routeTable, clock *system.Clock, log *system.Logger) error {
 	var gw netip.Addr
 	var dev string
-	if err := clock.retry(ctx, log, "find the default route", func(ctx context.Context) error {
+	if err := clock.Retry(ctx, log, "find the default route", func(ctx context.Context) error {
 		var err error
 		gw, dev, err = table.defaultRoute(ctx)
 		return err
@@ -60,11 +61,11 @@ func joinPrefixes(ps []netip.Prefix) string {
 	return strings.Join(s, " ")
 }
 
-// ipRoutes is the routing table through ip(8) of iproute2, which every image has: its JSON output (-j) is read by the
+// IpRoutes is the routing table through ip(8) of iproute2, which every image has: its JSON output (-j) is read by the
 // agent, not by a shell.
-type ipRoutes struct {
-	dryRun bool
-	log    *logger
+type IpRoutes struct {
+	DryRun bool
+	Log    *system.Logger
 }
 
 // ipRoute is one route of `ip -j route show` (iproute2's print_route in ip/iproute.c names the fields).
@@ -75,7 +76,7 @@ type ipRoute struct {
 	Metric  int    `json:"metric"`
 }
 
-func (r ipRoutes) defaultRoute(ctx context.Context) (netip.Addr, string, error) {
+func (r IpRoutes) defaultRoute(ctx context.Context) (netip.Addr, string, error) {
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
 	var stderr bytes.Buffer
@@ -106,10 +107,10 @@ func parseDefaultRoute(out []byte) (netip.Addr, string, error) {
 	return gw, best.Dev, nil
 }
 
-func (r ipRoutes) replace(ctx context.Context, dst netip.Prefix, gw netip.Addr, dev string, mtu int) error {
+func (r IpRoutes) replace(ctx context.Context, dst netip.Prefix, gw netip.Addr, dev string, mtu int) error {
 	args := []string{"route", "replace", dst.String(), "via", gw.String(), "dev", dev, "mtu", strconv.Itoa(mtu)}
-	if r.dryRun {
-		r.log.Printf("dry run: would run ip %s", strings.Join(args, " "))
+	if r.DryRun {
+		r.Log.Printf("dry run: would run ip %s", strings.Join(args, " "))
 		return nil
 	}
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)

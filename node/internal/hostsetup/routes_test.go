@@ -1,4 +1,4 @@
-package main
+package hostsetup
 
 import (
 	"context"
@@ -10,6 +10,8 @@ import (
 
 	"gotest.tools/v3/assert"
 	is "gotest.tools/v3/assert/cmp"
+
+	"github.com/dynk8s/dynk8s/node/internal/system"
 )
 
 // fakeRoutes has no default route for its first noRoute looks, then EC2's; it records what was routed.
@@ -55,12 +57,11 @@ func TestOnPremRoutes(t *testing.T) {
 			failure: "could not route 172.16.0.0/12 via 10.100.1.1 dev ens5 with MTU 1380: exit status 2"},
 	} {
 		t.Run(name, func(t *testing.T) {
-			r := newRig(t, "", "")
+			r := newHostRig(t)
 			r.cfg.Host.OnPremCIDRs = append(r.cfg.Host.OnPremCIDRs, netip.MustParsePrefix("172.16.0.0/12"))
 			r.cfg.Host.TunnelMTU = 1380
-			r.log = &syncBuffer{}
-			log := newLogger("dynk8s-onprem-routes", r.log, r.root)
-			err := onPremRoutes(context.Background(), r.cfg, &c.routes, newClock(300*time.Millisecond, 20*time.Millisecond,
+			log := system.NewLogger("dynk8s-onprem-routes", r.log, r.root)
+			err := OnPremRoutes(context.Background(), r.cfg, &c.routes, system.NewClock(300*time.Millisecond, 20*time.Millisecond,
 				50*time.Millisecond), log)
 			assert.Check(t, is.DeepEqual(c.routes.replaced, c.want))
 			if c.failure != "" {

@@ -1,4 +1,4 @@
-package main
+package boot
 
 import (
 	"context"
@@ -12,6 +12,11 @@ import (
 
 	"gotest.tools/v3/assert"
 	is "gotest.tools/v3/assert/cmp"
+
+	"github.com/dynk8s/dynk8s/node/internal/cloud/cloudfake"
+	"github.com/dynk8s/dynk8s/node/internal/image"
+	"github.com/dynk8s/dynk8s/node/internal/system"
+	"github.com/dynk8s/dynk8s/node/internal/system/systemfake"
 )
 
 // The image build's prepare and clean-identity, and the boot from a baked image (docs/baked-images.md).
@@ -19,34 +24,34 @@ import (
 // bakeRig runs the image build's prepare on the rig's root, as `dynk8s-node prepare` does, and returns its log.
 func (r *rig) bakeRig() (string, error) {
 	r.t.Helper()
-	r.log = &syncBuffer{}
-	log := newLogger("dynk8s-prepare", r.log, r.root)
-	log.journal = false
-	j := &joiner{cfg: r.cfg, host: r.host, files: files{root: r.root, proc: filepath.Join(r.root, "proc")}, log: log,
-		clock: newClock(r.cfg.Deadlines.Join.D(), r.cfg.Deadlines.BackoffInitial.D(), r.cfg.Deadlines.BackoffMax.D()),
-		tl:    newTimeline(time.Now), baking: true}
+	r.log = &systemfake.SyncBuffer{}
+	log := system.NewLogger("dynk8s-prepare", r.log, r.root)
+	log.Journal = false
+	j := &Joiner{Cfg: r.cfg, Host: r.host, Files: system.Files{Root: r.root, Proc: filepath.Join(r.root, "proc")}, Log: log,
+		Clock: system.NewClock(r.cfg.Deadlines.Join.D(), r.cfg.Deadlines.BackoffInitial.D(), r.cfg.Deadlines.BackoffMax.D()),
+		Tl:    system.NewTimeline(time.Now), baking: true}
 	err := j.bake(context.Background(), "c0ffee")
 	j.finish()
 	r.t.Logf("prepare: %v\n%s", err, r.log.String())
 	return r.log.String(), err
 }
 
-func (r *rig) marker() bakedMarker {
+func (r *rig) marker() image.Marker {
 	r.t.Helper()
 	b, err := os.ReadFile(filepath.Join(r.root, "etc/dynk8s/baked.json"))
 	assert.NilError(r.t, err)
-	var m bakedMarker
+	var m image.Marker
 	dec := json.NewDecoder(strings.NewReader(string(b)))
 	dec.DisallowUnknownFields()
 	assert.NilError(r.t, dec.Decode(&m))
 	return m
 }
 
-func (r *rig) writeMarker(m bakedMarker) {
+func (r *rig) writeMarker(m image.Marker) {
 	r.t.Helper()
 	b, err := json.Marshal(m)
 	assert.NilError(r.t, err)
-	assert.NilError(r.t, writeFileAtomic(filepath.Join(r.root, "etc/dynk8s/baked.json"), b, 0o644))
+	assert.NilError(r.t, system.WriteFileAtomic(filepath.Join(r.root, "etc/dynk8s/baked.json"), b, 0o644))
 }
 
 func dnfCalls(calls []string) []string {
@@ -75,15 +80,15 @@ func TestPrepareWritesTheMarker(t *testing.T) {
 	assert.Check(t, slices.Index(calls, "systemctl disable kubelet.service") > slices.Index(calls, "systemctl enable kubelet.service"),
 		"the kubelet is left enabled: %v", calls)
 	assert.Check(t, slices.IndexFunc(calls, func(c string) bool { return strings.HasPrefix(c, "kubeadm") }) < 0)
-	assert.Check(t, is.Equal(r.imds.requests, 0))
+	assert.Check(t, is.Equal(r.imds.Requests, 0))
 
 	m := r.marker()
 	assert.Check(t, is.Equal(m.Format, 1))
-	assert.Check(t, is.Equal(m.Agent.Version, version))
+	assert.Check(t, is.Equal(m.Agent.Version, system.Version))
 	assert.Check(t, is.Equal(m.Config.SHA256, "c0ffee"))
 	assert.Check(t, is.DeepEqual(m.Config.Packages, r.cfg.Packages))
 	assert.Check(t, is.DeepEqual(m.Config.PrePullImages, r.cfg.PrePullImages))
-	assert.Check(t, is.DeepEqual(m.Installed, []bakedPackage{
+	assert.Check(t, is.DeepEqual(m.Installed, []image.MarkerPackage{
 		{Spec: "kubelet-1.34.4", Name: "kubelet", NEVRA: "kubelet-1.34.4-150500.1.1.x86_64"},
 		{Spec: "kubeadm-1.34.4", Name: "kubeadm", NEVRA: "kubeadm-1.34.4-150500.1.1.x86_64"},
 		{Spec: "cri-tools-1.34.*", Name: "cri-tools", NEVRA: "cri-tools-1.34.0-150500.1.1.x86_64"},
@@ -115,10 +120,10 @@ func TestPrepareRefusesWhatItDidNotInstall(t *testing.T) {
 // never joins; without a marker the boot is today's.
 func TestJoinBaked(t *testing.T) {
 	t.Parallel()
-	baked := func(r *rig) bakedMarker {
-		return bakedMarker{Format: 1, Agent: bakedAgent{Version: "devel"},
-			Config: bakedConfig{Packages: r.cfg.Packages, SystemPackages: r.cfg.SystemPackages},
-			Installed: []bakedPackage{{NEVRA: "kubelet-1.34.4-150500.1.1.x86_64"}, {NEVRA: "kubeadm-1.34.4-150500.1.1.x86_64"},
+	baked := func(r *rig) image.Marker {
+		return image.Marker{Format: 1, Agent: image.MarkerAgent{Version: "devel"},
+			Config: image.MarkerConfig{Packages: r.cfg.Packages, SystemPackages: r.cfg.SystemPackages},
+			Installed: []image.MarkerPackage{{NEVRA: "kubelet-1.34.4-150500.1.1.x86_64"}, {NEVRA: "kubeadm-1.34.4-150500.1.1.x86_64"},
 				{NEVRA: "cri-tools-1.34.0-150500.1.1.x86_64"}, {NEVRA: "cri-o-1.34.2-150500.1.1.x86_64"}},
 			Images: r.cfg.PrePullImages}
 	}
@@ -161,7 +166,7 @@ func TestJoinBaked(t *testing.T) {
 			r.writeMarker(m)
 		}, reason: "has format 2, this agent reads 1: build the pool's image again"},
 		"a marker that does not parse": {image: func(r *rig) {
-			assert.NilError(t, writeFileAtomic(filepath.Join(r.root, "etc/dynk8s/baked.json"), []byte("{"), 0o644))
+			assert.NilError(t, system.WriteFileAtomic(filepath.Join(r.root, "etc/dynk8s/baked.json"), []byte("{"), 0o644))
 		}, reason: "does not parse"},
 		"no marker": {image: func(*rig) {}},
 	} {
@@ -215,7 +220,7 @@ func TestJoinBakedPullsWhatTheImageLacks(t *testing.T) {
 	r := newRig(t, "", "")
 	r.host.modulesMissing = []string{"br_netfilter"}
 	r.host.install([]string{"kubelet-1.34.4", "kubeadm-1.34.4", "cri-tools-1.34.*", "cri-o-1.34.*"})
-	r.writeMarker(bakedMarker{Format: 1, Images: []string{"registry.k8s.io/pause:3.10.1"}, Installed: []bakedPackage{
+	r.writeMarker(image.Marker{Format: 1, Images: []string{"registry.k8s.io/pause:3.10.1"}, Installed: []image.MarkerPackage{
 		{NEVRA: "kubelet-1.34.4-150500.1.1.x86_64"}, {NEVRA: "kubeadm-1.34.4-150500.1.1.x86_64"},
 		{NEVRA: "cri-tools-1.34.0-150500.1.1.x86_64"}, {NEVRA: "cri-o-1.34.2-150500.1.1.x86_64"}}})
 	run := r.join()
@@ -239,7 +244,7 @@ func TestBakeThenBootJoinsWithoutDnf(t *testing.T) {
 	r := newRig(t, "", "")
 	_, err := r.bakeRig()
 	assert.NilError(t, err)
-	assert.NilError(t, cleanIdentity(files{root: r.root}, r.quietLogger(), false))
+	assert.NilError(t, image.CleanIdentity(system.Files{Root: r.root}, r.quietLogger(), false))
 	r.reboot()
 	run := r.join()
 	assert.NilError(t, run.err)
@@ -247,94 +252,6 @@ func TestBakeThenBootJoinsWithoutDnf(t *testing.T) {
 	assert.Check(t, is.Contains(run.log, "phase=packages took="))
 	assert.Check(t, is.Contains(run.log, "(baked)"))
 	assert.Check(t, is.Equal(run.timeline.Result, "joined"))
-}
-
-func (r *rig) quietLogger() *logger {
-	r.log = &syncBuffer{}
-	l := newLogger("dynk8s-clean-identity", r.log, r.root)
-	l.journal = false
-	return l
-}
-
-// clean-identity removes what makes the build instance one instance (cloud-init's state and logs but its seed,
-// the machine ID, the random seed, the journal, the SSH host keys, the agent's state and the build's config, dnf's
-// caches) and keeps the image: the packages' files, the pulled images, the marker, the agent. Without a marker it
-// removes nothing; a dry run lists and removes nothing.
-func TestCleanIdentity(t *testing.T) {
-	t.Parallel()
-	removed := []string{
-		"var/lib/cloud/instance", "var/lib/cloud/instances/i-0build/user-data.txt", "var/lib/cloud/data/status.json",
-		"var/log/cloud-init.log", "var/log/cloud-init-output.log", "var/lib/dbus/machine-id",
-		"var/lib/systemd/random-seed", "var/log/journal/0123abcd/system.journal", "etc/ssh/ssh_host_ed25519_key",
-		"etc/ssh/ssh_host_ed25519_key.pub", "var/lib/dynk8s/prepared", "run/dynk8s/timeline.json",
-		"etc/dynk8s/node.json", "etc/dynk8s/agent.env", "var/cache/dnf/packages.db", "var/cache/libdnf5/repo.solv",
-	}
-	kept := []string{
-		"var/lib/cloud/seed/nocloud/user-data", "etc/ssh/sshd_config", "etc/dynk8s/baked.json",
-		"var/lib/containers/storage/overlay-images/images.json", "usr/local/bin/dynk8s-node", "usr/bin/kubelet",
-		"var/log/dnf5.log",
-	}
-	for name, c := range map[string]struct {
-		marker, dryRun bool
-		err            string
-	}{
-		"after prepare": {marker: true},
-		"a dry run":     {marker: true, dryRun: true},
-		"no marker":     {err: "no baked marker"},
-	} {
-		t.Run(name, func(t *testing.T) {
-			t.Parallel()
-			r := newRig(t, "", "")
-			for _, p := range append(slices.Clone(removed), append(kept, "etc/machine-id")...) {
-				if p == "etc/dynk8s/baked.json" && !c.marker {
-					continue
-				}
-				assert.NilError(t, os.MkdirAll(filepath.Dir(filepath.Join(r.root, p)), 0o755))
-				assert.NilError(t, os.WriteFile(filepath.Join(r.root, p), []byte("x"), 0o644))
-			}
-			err := cleanIdentity(files{root: r.root}, r.quietLogger(), c.dryRun)
-			t.Log(r.log.String())
-			gone := func(p string) bool {
-				_, err := os.Lstat(filepath.Join(r.root, p))
-				return os.IsNotExist(err)
-			}
-			if c.err != "" {
-				assert.ErrorContains(t, err, c.err)
-			} else {
-				assert.NilError(t, err)
-			}
-			changes := c.err == "" && !c.dryRun
-			for _, p := range removed {
-				assert.Check(t, is.Equal(gone(p), changes), "%s", p)
-			}
-			for _, p := range kept {
-				assert.Check(t, !gone(p) || (p == "etc/dynk8s/baked.json" && !c.marker), "%s was removed", p)
-			}
-			for _, d := range []string{"var/lib/cloud/instances", "var/log/journal/0123abcd", "var/lib/dynk8s"} {
-				assert.Check(t, is.Equal(gone(d), changes), "%s", d)
-			}
-			id, err := os.ReadFile(filepath.Join(r.root, "etc/machine-id"))
-			assert.NilError(t, err)
-			want := "x"
-			if changes {
-				want = "uninitialized\n"
-			}
-			assert.Check(t, is.Equal(string(id), want))
-		})
-	}
-}
-
-// The dbus machine ID is often systemd's symlink to /etc/machine-id: that stays.
-func TestCleanIdentityKeepsTheDbusSymlink(t *testing.T) {
-	t.Parallel()
-	r := newRig(t, "", "")
-	r.writeMarker(bakedMarker{Format: 1})
-	assert.NilError(t, os.MkdirAll(filepath.Join(r.root, "var/lib/dbus"), 0o755))
-	assert.NilError(t, os.Symlink("/etc/machine-id", filepath.Join(r.root, "var/lib/dbus/machine-id")))
-	assert.NilError(t, cleanIdentity(files{root: r.root}, r.quietLogger(), false))
-	target, err := os.Readlink(filepath.Join(r.root, "var/lib/dbus/machine-id"))
-	assert.NilError(t, err)
-	assert.Check(t, is.Equal(target, "/etc/machine-id"))
 }
 
 func TestParseSpec(t *testing.T) {
@@ -362,23 +279,23 @@ func TestJoinBakedInTheWarmPool(t *testing.T) {
 	for name, version := range map[string]string{"matching": "1.34.4", "stale": "1.33.7"} {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
-			r := newRig(t, "Warmed:Stopped", testHook)
-			r.asg.pendingAction = true
+			r := newRig(t, "Warmed:Stopped", cloudfake.Hook)
+			r.asg.PendingAction = true
 			r.host.rpmDB = map[string]rpmPackage{}
 			for _, p := range []string{"kubelet", "kubeadm", "cri-tools", "cri-o"} {
 				r.host.rpmDB[p] = fakeRPM(p, version, "150500.1.1", "x86_64")
 			}
-			installed := []bakedPackage{}
+			installed := []image.MarkerPackage{}
 			for _, p := range r.host.rpmDB {
-				installed = append(installed, bakedPackage{NEVRA: p.nevra})
+				installed = append(installed, image.MarkerPackage{NEVRA: p.nevra})
 			}
 			specs := []string{"kubelet-" + version, "kubeadm-" + version, "cri-tools-" + version, "cri-o-" + version}
-			r.writeMarker(bakedMarker{Format: 1, Config: bakedConfig{Packages: specs}, Installed: installed,
+			r.writeMarker(image.Marker{Format: 1, Config: image.MarkerConfig{Packages: specs}, Installed: installed,
 				Images: r.cfg.PrePullImages})
 			warm := r.join()
 			assert.Check(t, is.Len(dnfCalls(warm.calls), 0))
-			complete := "CompleteLifecycleAction " + testGroup + " " + testHook + " " + testInstanceID + " CONTINUE"
-			assert.Check(t, is.Contains(r.asg.recorded(), complete))
+			complete := "CompleteLifecycleAction " + cloudfake.Group + " " + cloudfake.Hook + " " + cloudfake.InstanceID + " CONTINUE"
+			assert.Check(t, is.Contains(r.asg.Recorded(), complete))
 			if version != "1.34.4" {
 				assert.Check(t, warm.err != nil)
 				assert.Check(t, is.Len(warm.failedLines(), 1))
@@ -397,35 +314,9 @@ func TestJoinBakedInTheWarmPool(t *testing.T) {
 	}
 }
 
-// The image build's validate step: the marker names the build's node.json and the identity is gone; anything else
-// is one reason.
-func TestCheckImage(t *testing.T) {
-	t.Parallel()
-	for name, c := range map[string]struct {
-		marker    *bakedMarker
-		machineID string
-		err       string
-	}{
-		"baked and clean":     {marker: &bakedMarker{Format: 1, Config: bakedConfig{SHA256: "abc"}}, machineID: "uninitialized\n"},
-		"another node.json":   {marker: &bakedMarker{Format: 1, Config: bakedConfig{SHA256: "def"}}, machineID: "uninitialized\n", err: "baked from node.json def, not abc"},
-		"identity still here": {marker: &bakedMarker{Format: 1, Config: bakedConfig{SHA256: "abc"}}, machineID: "0123abcd\n", err: "is not \"uninitialized\""},
-		"another format":      {marker: &bakedMarker{Format: 2}, machineID: "uninitialized\n", err: "has format 2"},
-		"no marker":           {machineID: "uninitialized\n", err: "no baked marker"},
-	} {
-		t.Run(name, func(t *testing.T) {
-			t.Parallel()
-			r := newRig(t, "", "")
-			if c.marker != nil {
-				r.writeMarker(*c.marker)
-			}
-			assert.NilError(t, os.MkdirAll(filepath.Join(r.root, "etc"), 0o755))
-			assert.NilError(t, os.WriteFile(filepath.Join(r.root, "etc/machine-id"), []byte(c.machineID), 0o444))
-			err := checkImage(files{root: r.root}, "abc")
-			if c.err == "" {
-				assert.NilError(t, err)
-				return
-			}
-			assert.ErrorContains(t, err, c.err)
-		})
-	}
+func (r *rig) quietLogger() *system.Logger {
+	r.log = &systemfake.SyncBuffer{}
+	l := system.NewLogger("dynk8s-clean-identity", r.log, r.root)
+	l.Journal = false
+	return l
 }

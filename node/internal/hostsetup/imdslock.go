@@ -1,4 +1,4 @@
-package main
+package hostsetup
 
 import (
 	"context"
@@ -11,6 +11,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/dynk8s/dynk8s/node/internal/system"
 	"github.com/dynk8s/dynk8s/node/nodeconfig"
 )
 
@@ -52,9 +53,9 @@ table inet dynk8s_imds_lock {
 // lookupUID is a local user's uid; ok false when there is no such user.
 type lookupUID func(name string) (uid int, ok bool, err error)
 
-// localUser looks a user up in passwd(5) at path (/etc/passwd; DYNK8S_ROOT's in tests), as os/user does without cgo
+// LocalUser looks a user up in passwd(5) at path (/etc/passwd; DYNK8S_ROOT's in tests), as os/user does without cgo
 // but under the agent's root: the system users an image's packages create (sysusers.d) are local.
-func localUser(path string) lookupUID {
+func LocalUser(path string) lookupUID {
 	return func(name string) (int, bool, error) {
 		b, err := os.ReadFile(path)
 		if errors.Is(err, fs.ErrNotExist) {
@@ -99,21 +100,21 @@ func lockUIDs(cfg nodeconfig.Node, lookup lookupUID) (string, error) {
 	return strings.Join(names, ", "), nil
 }
 
-// lockMetadata writes the ruleset under /run/dynk8s (for an operator to read) and loads it with nft.
-func lockMetadata(ctx context.Context, cfg nodeconfig.Node, lookup lookupUID, h host, f files, log *logger) error {
+// LockMetadata writes the ruleset under /run/dynk8s (for an operator to read) and loads it with nft.
+func LockMetadata(ctx context.Context, cfg nodeconfig.Node, lookup lookupUID, h system.Host, f system.Files, log *system.Logger) error {
 	uids, err := lockUIDs(cfg, lookup)
 	if err != nil {
 		return err
 	}
 	ruleset := fmt.Sprintf(imdsRuleset, uids)
-	path := f.run("imds-lock.nft")
-	if err := os.MkdirAll(f.run(""), 0o755); err != nil {
+	path := f.Run("imds-lock.nft")
+	if err := os.MkdirAll(f.Run(""), 0o755); err != nil {
 		return err
 	}
 	if err := os.WriteFile(path, []byte(ruleset), 0o644); err != nil {
 		return err
 	}
-	if err := h.run(ctx, time.Minute, false, "nft", "-f", path); err != nil {
+	if err := h.Run(ctx, time.Minute, false, "nft", "-f", path); err != nil {
 		return fmt.Errorf("nft could not load %s: %w", path, err)
 	}
 	log.Printf("instance metadata locked: only uids %s reach it on the host; no pod network at all", uids)

@@ -1,4 +1,4 @@
-package main
+package hostsetup
 
 import (
 	"context"
@@ -12,6 +12,7 @@ import (
 	is "gotest.tools/v3/assert/cmp"
 
 	"github.com/dynk8s/dynk8s/internal/realtools"
+	"github.com/dynk8s/dynk8s/node/internal/system"
 )
 
 // The lockdown lets root, the pool's users and EC2 Instance Connect's (when the image has it) reach the metadata
@@ -33,25 +34,24 @@ func TestLockMetadata(t *testing.T) {
 		"nft refuses":          {nftFail: true, failure: "nft could not load"},
 	} {
 		t.Run(name, func(t *testing.T) {
-			r := newRig(t, "", "")
+			r := newHostRig(t)
 			if c.passwd != "" {
 				assert.NilError(t, os.MkdirAll(filepath.Join(r.root, "etc"), 0o755))
 				assert.NilError(t, os.WriteFile(filepath.Join(r.root, "etc/passwd"), []byte(c.passwd), 0o644))
 			}
-			f := files{root: r.root}
-			ruleset := f.run("imds-lock.nft")
+			f := system.Files{Root: r.root}
+			ruleset := f.Run("imds-lock.nft")
 			if c.nftFail {
 				r.host.fail["nft -f "+ruleset] = true
 			}
-			r.log = &syncBuffer{}
-			err := lockMetadata(context.Background(), r.cfg, localUser(f.etc("passwd")), r.host, f,
-				newLogger("dynk8s-imds-lock", r.log, r.root))
+			err := LockMetadata(context.Background(), r.cfg, LocalUser(f.Etc("passwd")), r.host, f,
+				system.NewLogger("dynk8s-imds-lock", r.log, r.root))
 			if c.failure != "" {
 				assert.ErrorContains(t, err, c.failure)
 				return
 			}
 			assert.NilError(t, err)
-			assert.Check(t, is.DeepEqual(r.host.recorded(), []string{"nft -f " + ruleset}))
+			assert.Check(t, is.DeepEqual(r.host.calls, []string{"nft -f " + ruleset}))
 			b, err := os.ReadFile(ruleset)
 			assert.NilError(t, err)
 			assert.Check(t, is.Contains(string(b), "elements = { "+c.uids+" }"))
@@ -65,8 +65,11 @@ func TestLockMetadata(t *testing.T) {
 func TestIMDSRulesetLoads(t *testing.T) {
 	nft := realtools.Require(t, "nft")
 	ruleset := func(uids string) string { return strings.Replace(imdsRuleset, "%s", uids, 1) }
+	// Both of the service's addresses, on the host and forwarded: IMDS answers on fd00:ec2::254 where the instance
+	// enables its IPv6 endpoint (EC2 User Guide, "Instance metadata service endpoints").
 	for _, want := range []string{"ip daddr 169.254.169.254 meta skuid != @imds_users drop",
-		"type filter hook forward priority filter; policy accept;\n    ip daddr 169.254.169.254 drop"} {
+		"ip6 daddr fd00:ec2::254 meta skuid != @imds_users drop",
+		"type filter hook forward priority filter; policy accept;\n    ip daddr 169.254.169.254 drop\n    ip6 daddr fd00:ec2::254 drop"} {
 		assert.Check(t, is.Contains(imdsRuleset, want))
 	}
 	check := func(doc string) (string, error) {

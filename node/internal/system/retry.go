@@ -1,4 +1,4 @@
-package main
+package system
 
 import (
 	"context"
@@ -7,19 +7,19 @@ import (
 	"time"
 )
 
-// clock is one deadline for a run: every step retries until then, and each attempt's own timeout is capped by it.
-type clock struct {
+// Clock is one deadline for a run: every step retries until then, and each attempt's own timeout is capped by it.
+type Clock struct {
 	deadline       time.Time
 	budget         time.Duration // the deadline, as configured: for the log
-	backoffInitial time.Duration
-	backoffMax     time.Duration
-	now            func() time.Time
-	sleep          func(context.Context, time.Duration) error
+	BackoffInitial time.Duration
+	BackoffMax     time.Duration
+	Now            func() time.Time
+	Sleep          func(context.Context, time.Duration) error
 }
 
-func newClock(budget, backoffInitial, backoffMax time.Duration) *clock {
-	c := &clock{budget: budget, backoffInitial: backoffInitial, backoffMax: backoffMax, now: time.Now, sleep: sleepCtx}
-	c.deadline = c.now().Add(budget)
+func NewClock(budget, backoffInitial, backoffMax time.Duration) *Clock {
+	c := &Clock{budget: budget, BackoffInitial: backoffInitial, BackoffMax: backoffMax, Now: time.Now, Sleep: sleepCtx}
+	c.deadline = c.Now().Add(budget)
 	return c
 }
 
@@ -35,10 +35,10 @@ func sleepCtx(ctx context.Context, d time.Duration) error {
 }
 
 // left is what remains before the deadline.
-func (c *clock) left() time.Duration { return c.deadline.Sub(c.now()) }
+func (c *Clock) left() time.Duration { return c.deadline.Sub(c.Now()) }
 
-// timeout is d capped by what is left before the deadline (d = 0: all of it), at least a second.
-func (c *clock) timeout(d time.Duration) time.Duration {
+// Timeout is d capped by what is left before the deadline (d = 0: all of it), at least a second.
+func (c *Clock) Timeout(d time.Duration) time.Duration {
 	t := c.left()
 	if d > 0 && d < t {
 		t = d
@@ -51,11 +51,14 @@ type permanent struct{ error }
 
 func (p permanent) Unwrap() error { return p.error }
 
-// retry runs attempt until it succeeds, pausing with exponential backoff (capped), and gives up when the next
+// Permanent marks err as one that no retry can change.
+func Permanent(err error) error { return permanent{err} }
+
+// Retry runs attempt until it succeeds, pausing with exponential backoff (capped), and gives up when the next
 // attempt could not start before the deadline; a permanent error ends it at once. Each failed attempt is logged
 // with its reason, a late success with its attempt number.
-func (c *clock) retry(ctx context.Context, log *logger, desc string, attempt func(context.Context) error) error {
-	delay := c.backoffInitial
+func (c *Clock) Retry(ctx context.Context, log *Logger, desc string, attempt func(context.Context) error) error {
+	delay := c.BackoffInitial
 	for n := 1; ; n++ {
 		err := attempt(ctx)
 		if err == nil {
@@ -71,9 +74,9 @@ func (c *clock) retry(ctx context.Context, log *logger, desc string, attempt fun
 			return fmt.Errorf("%s: gave up after %d attempts (deadline %s): %w", desc, n, c.budget, err)
 		}
 		log.Printf("%s: attempt %d failed: %v; retrying in %.3fs", desc, n, err, delay.Seconds())
-		if err := c.sleep(ctx, delay); err != nil {
+		if err := c.Sleep(ctx, delay); err != nil {
 			return fmt.Errorf("%s: %w", desc, err)
 		}
-		delay = min(2*delay, c.backoffMax)
+		delay = min(2*delay, c.BackoffMax)
 	}
 }

@@ -1,4 +1,4 @@
-package main
+package gateway
 
 import (
 	"context"
@@ -19,6 +19,10 @@ import (
 	"gotest.tools/v3/assert"
 	is "gotest.tools/v3/assert/cmp"
 
+	"github.com/dynk8s/dynk8s/node/internal/cloud"
+	"github.com/dynk8s/dynk8s/node/internal/cloud/cloudfake"
+	"github.com/dynk8s/dynk8s/node/internal/system"
+	"github.com/dynk8s/dynk8s/node/internal/system/systemfake"
 	"github.com/dynk8s/dynk8s/node/nodeconfig"
 )
 
@@ -32,11 +36,6 @@ const (
 	testOtherKey     = "HIgo9xNzJMWLKASShiTqIybxZ0U3wGLiUeJ1PKf8ykw="
 	testIdleStop     = 15 * time.Minute
 )
-
-// DescribeInstances: the wake-up's fake knows only the gateway; the idle check's tests use fakeFleet.
-func (f *fakeEC2) DescribeInstances(context.Context, *ec2.DescribeInstancesInput, ...func(*ec2.Options)) (*ec2.DescribeInstancesOutput, error) {
-	return nil, fmt.Errorf("fake EC2: the wake-up describes no instance")
-}
 
 // fakeKeySSM serves the gateway's key parameter.
 type fakeKeySSM struct {
@@ -53,7 +52,7 @@ func (f *fakeKeySSM) GetParameter(_ context.Context, in *ssm.GetParameterInput, 
 	}
 	if f.failures != 0 {
 		f.failures--
-		return nil, apiErr(400, "AccessDeniedException", "fake SSM says no")
+		return nil, cloudfake.APIErr(400, "AccessDeniedException", "fake SSM says no")
 	}
 	return &ssm.GetParameterOutput{Parameter: &ssmtypes.Parameter{Name: in.Name, Value: aws.String(f.value)}}, nil
 }
@@ -90,7 +89,7 @@ func (f *fakeFleet) DescribeInstances(_ context.Context, in *ec2.DescribeInstanc
 	f.tokens = append(f.tokens, aws.ToString(in.NextToken))
 	if f.failures != 0 {
 		f.failures--
-		return nil, apiErr(f.failStatus, f.failCode, "fake EC2 says no")
+		return nil, cloudfake.APIErr(f.failStatus, f.failCode, "fake EC2 says no")
 	}
 	filters := map[string][]string{}
 	for _, flt := range in.Filters {
@@ -140,7 +139,7 @@ type fakeGatewayHost struct {
 	fail     map[string]bool
 }
 
-func (h *fakeGatewayHost) has(string) bool { return true }
+func (h *fakeGatewayHost) Has(string) bool { return true }
 
 func (h *fakeGatewayHost) record(name string, args []string) string {
 	line := strings.TrimSpace(name + " " + strings.Join(args, " "))
@@ -150,25 +149,25 @@ func (h *fakeGatewayHost) record(name string, args []string) string {
 	return line
 }
 
-func (h *fakeGatewayHost) run(_ context.Context, _ time.Duration, _ bool, name string, args ...string) error {
+func (h *fakeGatewayHost) Run(_ context.Context, _ time.Duration, _ bool, name string, args ...string) error {
 	line := h.record(name, args)
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	switch {
 	case h.fail[line]:
-		return &exitError{name: name, code: 1}
+		return &system.ExitError{Name: name, Code: 1}
 	case name == "dnf" && h.dnfFailures != 0:
 		h.dnfFailures--
-		return &exitError{name: name, code: 1}
+		return &system.ExitError{Name: name, Code: 1}
 	}
 	return nil
 }
 
-func (h *fakeGatewayHost) output(_ context.Context, _ time.Duration, name string, args ...string) (string, error) {
+func (h *fakeGatewayHost) Output(_ context.Context, _ time.Duration, name string, args ...string) (string, error) {
 	h.record(name, args)
 	if name == "rpm" {
 		if slices.Contains(h.rpmMissing, args[len(args)-1]) {
-			return "", &exitError{name: name, code: 1}
+			return "", &system.ExitError{Name: name, Code: 1}
 		}
 		return args[len(args)-1] + "-1.0-1.fc43.x86_64\n", nil
 	}
@@ -189,7 +188,7 @@ type gatewayRig struct {
 	t      *testing.T
 	root   string
 	cfg    nodeconfig.Gateway
-	imds   *fakeIMDS
+	imds   *cloudfake.IMDS
 	ssm    *fakeKeySSM
 	ec2    *fakeFleet
 	host   *fakeGatewayHost
@@ -198,7 +197,7 @@ type gatewayRig struct {
 }
 
 func newGatewayRig(t *testing.T) *gatewayRig {
-	r := &gatewayRig{t: t, root: t.TempDir(), imds: newFakeIMDS("", ""), ssm: &fakeKeySSM{value: testKey},
+	r := &gatewayRig{t: t, root: t.TempDir(), imds: cloudfake.NewIMDS("", ""), ssm: &fakeKeySSM{value: testKey},
 		host: &fakeGatewayHost{fail: map[string]bool{}}, now: time.Now()}
 	r.ec2 = &fakeFleet{t: t, instances: []fakeInstance{
 		// The gateway itself (no pool tag) and another cluster's node never count.
@@ -227,27 +226,27 @@ type gatewayResult struct {
 // run runs one of the gateway's commands as runGateway does, and logs FAILED as it does.
 func (r *gatewayRig) run(cmd string) gatewayResult {
 	r.t.Helper()
-	out := &syncBuffer{}
-	log := newLogger(gatewayCommands[cmd], out, r.root)
-	log.journal = false
-	c := &cloud{imds: r.imds, connect: func(c *cloud, region, domain string) {
+	out := &systemfake.SyncBuffer{}
+	log := system.NewLogger(Tags[cmd], out, r.root)
+	log.Journal = false
+	c := &cloud.Cloud{IMDS: r.imds, Connect: func(c *cloud.Cloud, region, domain string) {
 		if region != "eu-central-1" || domain != "amazonaws.com" {
 			r.t.Errorf("connect(%q, %q)", region, domain)
 		}
-		c.ssm, c.ec2 = r.ssm, r.ec2
+		c.SSM, c.EC2 = r.ssm, r.ec2
 	}}
-	g := &gatewayRun{cfg: r.cfg, cloud: c, host: r.host, files: files{root: r.root}, log: log,
-		now: func() time.Time { return r.now }, dryRun: r.dryRun}
+	g := &GatewayRun{Cfg: r.cfg, Cloud: c, Host: r.host, Files: system.Files{Root: r.root}, Log: log,
+		Now: func() time.Time { return r.now }, DryRun: r.dryRun}
 	before := len(r.host.recorded())
 	start := time.Now()
 	var err error
 	switch cmd {
 	case "gateway-key":
-		err = g.key(context.Background())
+		err = g.Key(context.Background())
 	case "gateway-packages":
-		err = g.packages(context.Background())
+		err = g.Packages(context.Background())
 	default:
-		err = g.idle(context.Background())
+		err = g.Idle(context.Background())
 	}
 	if err != nil {
 		log.Printf("FAILED: %v", err)
@@ -286,7 +285,7 @@ func TestGatewayKey(t *testing.T) {
 		want    string // the key file's key after the run ("": none)
 	}{
 		// A first boot: IMDS's token and SSM each fail once, then the key is written.
-		"first boot": {setup: func(r *gatewayRig) { r.imds.tokenFailures, r.ssm.failures = 1, 1 },
+		"first boot": {setup: func(r *gatewayRig) { r.imds.TokenFailures, r.ssm.failures = 1, 1 },
 			logs: []string{"IMDSv2 token: HTTP 503", "HTTP 400 AccessDeniedException: fake SSM says no",
 				"read the WireGuard key from SSM parameter " + testKeyParameter + ": succeeded on attempt 3",
 				"wrote the key from SSM to "}, want: testKey},
@@ -616,7 +615,7 @@ func TestLoadGatewayConfigHooks(t *testing.T) {
 	assert.NilError(t, os.WriteFile(path, b, 0o644))
 	t.Setenv("DYNK8S_DEADLINE_SECONDS", "7")
 	t.Setenv("DYNK8S_BACKOFF_MAX_MS", "250")
-	cfg, err := loadGatewayConfig(path)
+	cfg, err := LoadGatewayConfig(path)
 	assert.NilError(t, err)
 	d := cfg.Deadlines
 	for _, v := range []nodeconfig.Duration{d.Key, d.KeyOnDisk, d.Packages, d.Idle} {
@@ -624,8 +623,8 @@ func TestLoadGatewayConfigHooks(t *testing.T) {
 	}
 	assert.Check(t, is.Equal(d.BackoffMax.D(), 250*time.Millisecond))
 	t.Setenv("DYNK8S_DEADLINE_SECONDS", "soon")
-	_, err = loadGatewayConfig(path)
+	_, err = LoadGatewayConfig(path)
 	assert.ErrorContains(t, err, "DYNK8S_DEADLINE_SECONDS=soon is not a whole number")
-	_, err = loadGatewayConfig(filepath.Join(t.TempDir(), "none.json"))
+	_, err = LoadGatewayConfig(filepath.Join(t.TempDir(), "none.json"))
 	assert.ErrorContains(t, err, "is missing or unreadable")
 }

@@ -1,4 +1,4 @@
-package main
+package system
 
 import (
 	"encoding/json"
@@ -12,10 +12,10 @@ import (
 	"time"
 )
 
-// timeline times the boot's phases: each is logged as "phase=NAME took=12.3s" when it ends, and the whole boot as
+// Timeline times the boot's phases: each is logged as "phase=NAME took=12.3s" when it ends, and the whole boot as
 // one "timeline: result=... mode=... total=... NAME=...s" line and /run/dynk8s/timeline.json, which the runbook
 // and cmd/timeline's readers take as they are.
-type timeline struct {
+type Timeline struct {
 	now   func() time.Time
 	start time.Time
 
@@ -30,15 +30,15 @@ type phaseTime struct {
 	took time.Duration
 }
 
-func newTimeline(now func() time.Time) *timeline { return &timeline{now: now, start: now()} }
+func NewTimeline(now func() time.Time) *Timeline { return &Timeline{now: now, start: now()} }
 
-// phase runs fn as the phase name, and logs and records it when it succeeds; a failure is recorded by cut.
-func (t *timeline) phase(log *logger, name string, fn func() error) error {
-	return t.notedPhase(log, name, "", fn)
+// Phase runs fn as the phase name, and logs and records it when it succeeds; a failure is recorded by cut.
+func (t *Timeline) Phase(log *Logger, name string, fn func() error) error {
+	return t.NotedPhase(log, name, "", fn)
 }
 
-// notedPhase is phase with a note after the time in its log line ("phase=packages took=0.1s (baked)").
-func (t *timeline) notedPhase(log *logger, name, note string, fn func() error) error {
+// NotedPhase is phase with a note after the time in its log line ("phase=packages took=0.1s (baked)").
+func (t *Timeline) NotedPhase(log *Logger, name, note string, fn func() error) error {
 	t.mu.Lock()
 	t.current, t.since = name, t.now()
 	t.mu.Unlock()
@@ -50,19 +50,19 @@ func (t *timeline) notedPhase(log *logger, name, note string, fn func() error) e
 	t.phases = append(t.phases, phaseTime{name, took})
 	t.current = ""
 	t.mu.Unlock()
-	log.Printf("phase=%s took=%ss%s", name, seconds(took), note)
+	log.Printf("phase=%s took=%ss%s", name, Seconds(took), note)
 	return nil
 }
 
-// add records a phase that ran beside the others (the pre-pull).
-func (t *timeline) add(name string, took time.Duration) {
+// Add records a phase that ran beside the others (the pre-pull).
+func (t *Timeline) Add(name string, took time.Duration) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	t.phases = append(t.phases, phaseTime{name, took})
 }
 
-// cut records the phase a failure ended, as far as it got.
-func (t *timeline) cut() {
+// Cut records the phase a failure ended, as far as it got.
+func (t *Timeline) Cut() {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if t.current != "" {
@@ -71,19 +71,19 @@ func (t *timeline) cut() {
 	}
 }
 
-// seconds is d in seconds with one decimal, truncated, as the log has always written it.
-func seconds(d time.Duration) string {
+// Seconds is d in seconds with one decimal, truncated, as the log has always written it.
+func Seconds(d time.Duration) string {
 	ms := d.Milliseconds()
 	return fmt.Sprintf("%d.%d", ms/1000, ms%1000/100)
 }
 
-// outcome is what the timeline says of the boot.
-type outcome struct {
-	instanceID, lifecycle, mode, result, reason string
+// Outcome is what the timeline says of the boot.
+type Outcome struct {
+	InstanceID, Lifecycle, Mode, Result, Reason string
 }
 
-// timelineDoc is /run/dynk8s/timeline.json.
-type timelineDoc struct {
+// TimelineDoc is /run/dynk8s/timeline.json.
+type TimelineDoc struct {
 	InstanceID              string          `json:"instanceId"`
 	LifecycleState          string          `json:"lifecycleState"`
 	Mode                    string          `json:"mode"`
@@ -99,27 +99,27 @@ type timelinePhase struct {
 	Seconds float64 `json:"seconds"`
 }
 
-// write logs the timeline line (to the kernel log too, at error level when the boot failed) and writes the JSON.
+// Write logs the timeline line (to the kernel log too, at error level when the boot failed) and writes the JSON.
 // uptime is /proc/uptime, from which the start's seconds after boot follow.
-func (t *timeline) write(log *logger, o outcome, dir, uptimeFile string) error {
+func (t *Timeline) Write(log *Logger, o Outcome, dir, uptimeFile string) error {
 	t.mu.Lock()
 	phases := append([]phaseTime(nil), t.phases...)
 	t.mu.Unlock()
 	total := t.now().Sub(t.start)
-	mode := o.mode
+	mode := o.Mode
 	if mode == "" {
 		mode = "none"
 	}
-	line := fmt.Sprintf("timeline: result=%s mode=%s total=%ss", o.result, mode, seconds(total))
-	doc := timelineDoc{InstanceID: o.instanceID, LifecycleState: o.lifecycle, Mode: o.mode, Result: o.result,
-		Reason: o.reason, TotalSeconds: float64(total.Milliseconds()) / 1000, Phases: []timelinePhase{}}
+	line := fmt.Sprintf("timeline: result=%s mode=%s total=%ss", o.Result, mode, Seconds(total))
+	doc := TimelineDoc{InstanceID: o.InstanceID, LifecycleState: o.Lifecycle, Mode: o.Mode, Result: o.Result,
+		Reason: o.Reason, TotalSeconds: float64(total.Milliseconds()) / 1000, Phases: []timelinePhase{}}
 	for _, p := range phases {
-		line += fmt.Sprintf(" %s=%ss", p.name, seconds(p.took))
+		line += fmt.Sprintf(" %s=%ss", p.name, Seconds(p.took))
 		doc.Phases = append(doc.Phases, timelinePhase{p.name, float64(p.took.Milliseconds()) / 1000})
 	}
 	log.Printf("%s", line)
 	level := 5
-	if o.result == "failed" {
+	if o.Result == "failed" {
 		level = 3
 	}
 	log.Kernel(level, line)

@@ -1,4 +1,4 @@
-package main
+package boot
 
 import (
 	"os"
@@ -13,6 +13,8 @@ import (
 	is "gotest.tools/v3/assert/cmp"
 	"sigs.k8s.io/yaml"
 
+	"github.com/dynk8s/dynk8s/node/internal/cloud/cloudfake"
+	"github.com/dynk8s/dynk8s/node/internal/system"
 	"github.com/dynk8s/dynk8s/node/nodeconfig"
 )
 
@@ -35,8 +37,8 @@ func TestJoinRetriesThenJoins(t *testing.T) {
 	r := newRig(t, "", "")
 	api := newAPIServer(t, 2)
 	r.cfg.APIServerEndpoint = strings.TrimPrefix(api.URL, "https://")
-	r.imds.tokenFailures = 2
-	r.ssm.failures = 1
+	r.imds.TokenFailures = 2
+	r.ssm.Failures = 1
 	r.host.failN["kubeadm"] = 1
 	cni := filepath.Join(r.root, "etc/cni/net.d")
 	assert.NilError(t, os.MkdirAll(cni, 0o755))
@@ -46,9 +48,9 @@ func TestJoinRetriesThenJoins(t *testing.T) {
 	run := r.join()
 	assert.NilError(t, run.err)
 	for step, attempts := range map[string]int{
-		"read instance identity from IMDS":                        3,
-		"read the join token from SSM parameter " + testParameter: 2,
-		"reach the API server at " + r.cfg.APIServerEndpoint:      3,
+		"read instance identity from IMDS":                                   3,
+		"read the join token from SSM parameter " + cloudfake.TokenParameter: 2,
+		"reach the API server at " + r.cfg.APIServerEndpoint:                 3,
 		"kubeadm join": 2,
 	} {
 		assert.Check(t, is.Contains(run.log, step+": attempt 1 failed"))
@@ -59,7 +61,7 @@ func TestJoinRetriesThenJoins(t *testing.T) {
 	assert.Check(t, is.Contains(run.log, "API server answered HTTP 200"))
 	assert.Check(t, is.Contains(run.log, "kubeadm join exited 1 (its output is above)"))
 	assert.Check(t, is.Len(run.failedLines(), 0))
-	assert.Check(t, strings.HasPrefix(run.log, "dynk8s-join: dynk8s-node "+version+" ("), "the first line names the version")
+	assert.Check(t, strings.HasPrefix(run.log, "dynk8s-join: dynk8s-node "+system.Version+" ("), "the first line names the version")
 
 	// One transaction, from the pinned repos only: the image has the system packages, so no Fedora metadata.
 	assert.Check(t, is.Contains(run.calls, dnfInstall+" --repo=dynk8s-kubernetes --repo=dynk8s-cri-o "+
@@ -77,14 +79,14 @@ func TestJoinRetriesThenJoins(t *testing.T) {
 	assert.Check(t, is.DeepEqual(jc, nodeconfig.JoinConfiguration{
 		APIVersion: "kubeadm.k8s.io/v1beta4", Kind: "JoinConfiguration",
 		Discovery: nodeconfig.Discovery{BootstrapToken: nodeconfig.BootstrapTokenDiscovery{
-			APIServerEndpoint: r.cfg.APIServerEndpoint, CACertHashes: []string{testCAHash}, Token: testToken}},
-		NodeRegistration: nodeconfig.NodeRegistration{Name: testInstanceID, CRISocket: "unix:///var/run/crio/crio.sock",
+			APIServerEndpoint: r.cfg.APIServerEndpoint, CACertHashes: []string{cloudfake.CAHash}, Token: cloudfake.Token}},
+		NodeRegistration: nodeconfig.NodeRegistration{Name: cloudfake.InstanceID, CRISocket: "unix:///var/run/crio/crio.sock",
 			KubeletExtraArgs: []nodeconfig.KubeletArg{
 				{Name: "node-ip", Value: "10.100.1.23"},
 				{Name: "node-labels", Value: "dynk8s.io/capacity-type=spot,dynk8s.io/pool=spot-arm64," +
 					"node.kubernetes.io/instance-type=m7g.large,topology.kubernetes.io/region=eu-central-1," +
 					"topology.kubernetes.io/zone=eu-central-1a"},
-				{Name: "provider-id", Value: "aws:///eu-central-1a/" + testInstanceID},
+				{Name: "provider-id", Value: "aws:///eu-central-1a/" + cloudfake.InstanceID},
 			},
 			Taints: []nodeconfig.Taint{{Key: "dynk8s.io/capacity-type", Value: "spot", Effect: "NoSchedule"}}},
 		Patches: nodeconfig.Patches{Directory: r.root + "/etc/kubernetes/patches"},
@@ -97,14 +99,14 @@ func TestJoinRetriesThenJoins(t *testing.T) {
 	assert.Check(t, os.IsNotExist(err), "CRI-O's default bridge conflist survived")
 	_, err = os.Stat(filepath.Join(cni, "10-calico.conflist"))
 	assert.Check(t, err, "the cluster CNI's conflist was removed")
-	assert.Check(t, !strings.Contains(run.log, testToken), "the token is in the log")
-	assert.Check(t, !strings.Contains(strings.Join(run.calls, "\n"), testToken), "the token is on a command line")
+	assert.Check(t, !strings.Contains(run.log, cloudfake.Token), "the token is in the log")
+	assert.Check(t, !strings.Contains(strings.Join(run.calls, "\n"), cloudfake.Token), "the token is on a command line")
 
 	assert.Assert(t, run.timeline != nil)
 	assert.Check(t, is.Equal(run.timeline.Result, "joined"))
 	assert.Check(t, is.Equal(run.timeline.Mode, "join"))
 	assert.Check(t, is.Equal(run.timeline.LifecycleState, "InService"))
-	assert.Check(t, is.Equal(run.timeline.InstanceID, testInstanceID))
+	assert.Check(t, is.Equal(run.timeline.InstanceID, cloudfake.InstanceID))
 	assert.Check(t, is.DeepEqual(run.phases(), []string{"identity", "kernel", "packages", "crio", "checks", "token",
 		"api-server", "kubeadm-join", "pre-pull"}))
 	checkTimeline(t, run)
@@ -114,11 +116,11 @@ func TestJoinRetriesThenJoins(t *testing.T) {
 	assert.Check(t, is.Contains(run.log, "timeline: result=joined mode=join total="))
 
 	// The node joined: running the join again does nothing at all.
-	requests := r.imds.requests
+	requests := r.imds.Requests
 	again := r.join()
 	assert.Check(t, is.Contains(again.log, "already joined"))
 	assert.Check(t, is.Len(again.calls, 0))
-	assert.Check(t, is.Equal(r.imds.requests, requests))
+	assert.Check(t, is.Equal(r.imds.Requests, requests))
 }
 
 // checkTimeline: the phases fit in the total, and the start's seconds after boot follow from /proc/uptime (42.5 s).
@@ -193,7 +195,7 @@ func TestJoinPinsTheClusterCA(t *testing.T) {
 	run := r.join()
 	assert.NilError(t, run.err)
 	assert.Assert(t, is.Len(r.host.joinConfigs, 1))
-	assert.Check(t, is.DeepEqual(joinConfig(t, r.host.joinConfigs[0]).Discovery.BootstrapToken.CACertHashes, []string{testCAHash}))
+	assert.Check(t, is.DeepEqual(joinConfig(t, r.host.joinConfigs[0]).Discovery.BootstrapToken.CACertHashes, []string{cloudfake.CAHash}))
 	assert.Check(t, !strings.Contains(r.host.joinConfigs[0], "unsafeSkipCAVerification"))
 	for _, c := range run.calls {
 		if strings.HasPrefix(c, "kubeadm join") {
@@ -211,16 +213,16 @@ func TestJoinGivesUp(t *testing.T) {
 		failure   []string
 		lastPhase string
 	}{
-		"SSM refuses": {modify: func(r *rig) { r.ssm.failures = -1 },
-			failure: []string{"read the join token from SSM parameter " + testParameter + ": gave up after",
+		"SSM refuses": {modify: func(r *rig) { r.ssm.Failures = -1 },
+			failure: []string{"read the join token from SSM parameter " + cloudfake.TokenParameter + ": gave up after",
 				"(deadline 2s)", "HTTP 400 AccessDeniedException: fake SSM says no"}, lastPhase: "token"},
 		"API server unreachable": {modify: func(r *rig) {
 			api := newAPIServer(t, 0)
 			r.cfg.APIServerEndpoint = strings.TrimPrefix(api.URL, "https://")
 			api.Close()
 		}, failure: []string{"reach the API server at ", ": gave up after", "connection refused"}, lastPhase: "api-server"},
-		"malformed token": {modify: func(r *rig) { r.ssm.value = "Not-A-Token-but-a-secret" },
-			failure: []string{"read the join token from SSM parameter " + testParameter + ": gave up after",
+		"malformed token": {modify: func(r *rig) { r.ssm.Value = "Not-A-Token-but-a-secret" },
+			failure: []string{"read the join token from SSM parameter " + cloudfake.TokenParameter + ": gave up after",
 				"it holds no bootstrap token"}, lastPhase: "token"},
 		"lockdown fails": {modify: func(r *rig) { r.host.fail["systemctl start "+imdsLockUnit] = true },
 			failure: []string{"the instance metadata lockdown did not load (journalctl -u dynk8s-imds-lock): no " +
@@ -256,7 +258,7 @@ func TestJoinGivesUp(t *testing.T) {
 			}
 			assert.Check(t, !strings.Contains(run.log, "Not-A-Token-but-a-secret"), "the parameter's value is in the log")
 			assert.Check(t, run.index("kubeadm join") < 0, "kubeadm ran: %v", run.calls)
-			assert.Check(t, is.Len(r.asg.recorded(), 0), "the instance was handed back to its group")
+			assert.Check(t, is.Len(r.asg.Recorded(), 0), "the instance was handed back to its group")
 			assert.Assert(t, run.timeline != nil)
 			assert.Check(t, is.Equal(run.timeline.Result, "failed"))
 			assert.Check(t, is.Contains(run.timeline.Reason, c.failure[0]))
@@ -276,16 +278,16 @@ func TestJoinGivesUp(t *testing.T) {
 func TestJoinWaitsForTheFirstToken(t *testing.T) {
 	t.Parallel()
 	r := newRig(t, "", "")
-	r.ssm.queued = []string{"", "", "none: the dynk8s join token rotator has not written a token yet"}
+	r.ssm.Queued = []string{"", "", "none: the dynk8s join token rotator has not written a token yet"}
 	run := r.join()
 	assert.NilError(t, run.err)
-	step := "read the join token from SSM parameter " + testParameter
-	assert.Check(t, is.Contains(run.log, step+": attempt 1 failed: SSM GetParameter "+testParameter+
+	step := "read the join token from SSM parameter " + cloudfake.TokenParameter
+	assert.Check(t, is.Contains(run.log, step+": attempt 1 failed: SSM GetParameter "+cloudfake.TokenParameter+
 		": HTTP 400 ParameterNotFound (not created yet)"))
 	assert.Check(t, is.Contains(run.log, step+": attempt 3 failed: it holds no bootstrap token"))
 	assert.Check(t, is.Contains(run.log, step+": succeeded on attempt 4\n"))
 	assert.Check(t, !strings.Contains(run.log, "rotator has not written a token yet"), "the value is in the log")
-	assert.Check(t, is.Equal(joinConfig(t, r.host.joinConfigs[0]).Discovery.BootstrapToken.Token, testToken))
+	assert.Check(t, is.Equal(joinConfig(t, r.host.joinConfigs[0]).Discovery.BootstrapToken.Token, cloudfake.Token))
 }
 
 // A join that fails (kubeadm refuses, as it does a token that expired since it was read) is retried with the token
@@ -293,13 +295,13 @@ func TestJoinWaitsForTheFirstToken(t *testing.T) {
 func TestJoinRereadsTheTokenAfterAFailedJoin(t *testing.T) {
 	t.Parallel()
 	r := newRig(t, "", "")
-	r.ssm.queued = []string{"oldtok.0123456789abcdef"}
+	r.ssm.Queued = []string{"oldtok.0123456789abcdef"}
 	r.host.failN["kubeadm"] = 1
 	run := r.join()
 	assert.NilError(t, run.err)
 	assert.Check(t, is.Contains(run.log, "kubeadm join: succeeded on attempt 2"))
-	assert.Check(t, is.Equal(joinConfig(t, r.host.joinConfigs[len(r.host.joinConfigs)-1]).Discovery.BootstrapToken.Token, testToken))
-	assert.Check(t, is.Equal(r.ssm.requests, 2), "one read before each join attempt")
+	assert.Check(t, is.Equal(joinConfig(t, r.host.joinConfigs[len(r.host.joinConfigs)-1]).Discovery.BootstrapToken.Token, cloudfake.Token))
+	assert.Check(t, is.Equal(r.ssm.Requests, 2), "one read before each join attempt")
 }
 
 // The phase decision for every target lifecycle state IMDS can return ("" is an instance whose IMDS has none).
@@ -311,17 +313,17 @@ func TestJoinFollowsTheLifecycleState(t *testing.T) {
 		failure     string
 	}{
 		{state: "InService", result: "joined"},
-		{state: "InService", hook: testHook, result: "joined"},
+		{state: "InService", hook: cloudfake.Hook, result: "joined"},
 		{state: "", result: "joined"},
-		{state: "Warmed:Stopped", hook: testHook, result: "prepared"},
-		{state: "Warmed:Running", hook: testHook, result: "prepared"},
-		{state: "Warmed:Hibernated", hook: testHook, result: "prepared"},
+		{state: "Warmed:Stopped", hook: cloudfake.Hook, result: "prepared"},
+		{state: "Warmed:Running", hook: cloudfake.Hook, result: "prepared"},
+		{state: "Warmed:Hibernated", hook: cloudfake.Hook, result: "prepared"},
 		{state: "Warmed:Stopped", result: "prepared"},
 		{state: "Warmed:Terminated", result: "skipped"},
 		{state: "Terminated", result: "skipped"},
 		{state: "Detached", result: "skipped"},
 		{state: "Standby", result: "skipped"},
-		{state: "", hook: testHook, failure: "target-lifecycle-state: HTTP 404 (a group with launch hook " + testHook + " sets it)"},
+		{state: "", hook: cloudfake.Hook, failure: "target-lifecycle-state: HTTP 404 (a group with launch hook " + cloudfake.Hook + " sets it)"},
 		{state: "Pending:Wait", failure: "IMDS returned an unexpected LIFECYCLE: 'Pending:Wait'"},
 	} {
 		t.Run(tc.state+"/"+tc.hook, func(t *testing.T) {
@@ -331,7 +333,7 @@ func TestJoinFollowsTheLifecycleState(t *testing.T) {
 				// Only a failing case waits its deadline out; one that joins keeps the rig's, for a busy machine.
 				r.cfg.Deadlines.Join = nodeconfig.Duration(time.Second)
 			}
-			r.asg.pendingAction = tc.hook != ""
+			r.asg.PendingAction = tc.hook != ""
 			run := r.join()
 			dnf := run.index("dnf install") >= 0
 			if tc.failure != "" {
@@ -347,7 +349,7 @@ func TestJoinFollowsTheLifecycleState(t *testing.T) {
 			assert.Check(t, is.Equal(dnf, tc.result != "skipped"), "dnf: %v", run.calls)
 			assert.Check(t, is.Equal(run.index("kubeadm join") >= 0, tc.result == "joined"), "kubeadm: %v", run.calls)
 			completed := false
-			for _, c := range r.asg.recorded() {
+			for _, c := range r.asg.Recorded() {
 				completed = completed || strings.HasPrefix(c, "CompleteLifecycleAction")
 			}
 			assert.Check(t, is.Equal(completed, tc.hook != "" && tc.result != "skipped"))
@@ -363,8 +365,8 @@ func TestJoinFollowsTheLifecycleState(t *testing.T) {
 // skips the preparation and joins, then completes the action once more. A third boot does nothing.
 func TestJoinPreparesInTheWarmPoolThenJoins(t *testing.T) {
 	t.Parallel()
-	r := newRig(t, "Warmed:Stopped", testHook)
-	r.asg.pendingAction = true
+	r := newRig(t, "Warmed:Stopped", cloudfake.Hook)
+	r.asg.PendingAction = true
 	warm := r.join()
 	assert.NilError(t, warm.err)
 	assert.Check(t, warm.index("dnf install") >= 0)
@@ -374,12 +376,12 @@ func TestJoinPreparesInTheWarmPoolThenJoins(t *testing.T) {
 	assert.Check(t, warm.index("systemctl start "+imdsLockUnit) < 0, "the metadata lock was started before the join")
 	assert.Check(t, warm.index("swapoff") < 0, "swap turned off while preparing (a hibernating warm pool needs it)")
 	assert.Check(t, is.Contains(warm.calls, "sysctl -q -e --system"), "the sysctls cloud-init wrote were not applied")
-	assert.Check(t, is.Equal(r.ssm.requests, 0), "the token was read in the warm pool")
-	assert.Check(t, is.DeepEqual(r.asg.recorded(), []string{
-		"DescribeAutoScalingInstances " + testInstanceID,
-		"CompleteLifecycleAction " + testGroup + " " + testHook + " " + testInstanceID + " CONTINUE",
+	assert.Check(t, is.Equal(r.ssm.Requests, 0), "the token was read in the warm pool")
+	assert.Check(t, is.DeepEqual(r.asg.Recorded(), []string{
+		"DescribeAutoScalingInstances " + cloudfake.InstanceID,
+		"CompleteLifecycleAction " + cloudfake.Group + " " + cloudfake.Hook + " " + cloudfake.InstanceID + " CONTINUE",
 	}))
-	assert.Check(t, !r.asg.pendingAction, "the launch hook still holds the instance")
+	assert.Check(t, !r.asg.PendingAction, "the launch hook still holds the instance")
 	assert.Check(t, is.Contains(warm.log, "prepared in the warm pool"))
 	assert.Check(t, is.Equal(warm.timeline.Result, "prepared"))
 	assert.Check(t, is.Equal(warm.timeline.Mode, "prepare"))
@@ -393,8 +395,8 @@ func TestJoinPreparesInTheWarmPoolThenJoins(t *testing.T) {
 	assert.Check(t, is.Contains(start.calls, "systemctl start crio.service"))
 	checkLocksBeforeJoin(t, start)
 	assert.Check(t, is.Contains(start.log, "prepared on an earlier boot"))
-	asg := r.asg.recorded()
-	assert.Check(t, is.Equal(asg[len(asg)-1], "CompleteLifecycleAction "+testGroup+" "+testHook+" "+testInstanceID+" CONTINUE"))
+	asg := r.asg.Recorded()
+	assert.Check(t, is.Equal(asg[len(asg)-1], "CompleteLifecycleAction "+cloudfake.Group+" "+cloudfake.Hook+" "+cloudfake.InstanceID+" CONTINUE"))
 	assert.Check(t, is.Equal(start.timeline.Result, "joined"))
 	assert.Check(t, is.DeepEqual(start.phases(), []string{"identity", "crio", "checks", "token", "api-server",
 		"kubeadm-join", "lifecycle"}))
@@ -409,10 +411,10 @@ func TestJoinPreparesInTheWarmPoolThenJoins(t *testing.T) {
 // lifecycle action pending.
 func (r *rig) startFromTheWarmPool() joinRun {
 	r.reboot()
-	r.imds.setLifecycle("InService")
-	r.asg.mu.Lock()
-	r.asg.pendingAction = true
-	r.asg.mu.Unlock()
+	r.imds.SetLifecycle("InService")
+	r.asg.Mu.Lock()
+	r.asg.PendingAction = true
+	r.asg.Mu.Unlock()
 	return r.join()
 }
 
@@ -425,28 +427,28 @@ func TestJoinHandsBackAStaleWarmInstance(t *testing.T) {
 	for name, c := range map[string]struct {
 		hook, instance, group, result, last string
 	}{
-		"stale":         {testHook, "3", "4", "stale", "CompleteLifecycleAction " + testGroup + " " + testHook + " " + testInstanceID + " ABANDON"},
-		"stale no hook": {"", "9", "10", "stale", "SetInstanceHealth " + testInstanceID + " Unhealthy"},
-		"current":       {testHook, "4", "4", "joined", "CompleteLifecycleAction " + testGroup + " " + testHook + " " + testInstanceID + " CONTINUE"},
-		"unknown":       {testHook, "", "", "joined", "CompleteLifecycleAction " + testGroup + " " + testHook + " " + testInstanceID + " CONTINUE"},
+		"stale":         {cloudfake.Hook, "3", "4", "stale", "CompleteLifecycleAction " + cloudfake.Group + " " + cloudfake.Hook + " " + cloudfake.InstanceID + " ABANDON"},
+		"stale no hook": {"", "9", "10", "stale", "SetInstanceHealth " + cloudfake.InstanceID + " Unhealthy"},
+		"current":       {cloudfake.Hook, "4", "4", "joined", "CompleteLifecycleAction " + cloudfake.Group + " " + cloudfake.Hook + " " + cloudfake.InstanceID + " CONTINUE"},
+		"unknown":       {cloudfake.Hook, "", "", "joined", "CompleteLifecycleAction " + cloudfake.Group + " " + cloudfake.Hook + " " + cloudfake.InstanceID + " CONTINUE"},
 	} {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
 			r := newRig(t, "Warmed:Stopped", c.hook)
-			r.asg.pendingAction = true
-			r.asg.instanceVersion, r.asg.groupVersion = c.instance, c.group
+			r.asg.PendingAction = true
+			r.asg.InstanceVersion, r.asg.GroupVersion = c.instance, c.group
 			assert.NilError(t, r.join().err)
-			requests := r.ssm.requests
+			requests := r.ssm.Requests
 			start := r.startFromTheWarmPool()
 			assert.NilError(t, start.err)
 			assert.Check(t, is.Equal(start.timeline.Result, c.result))
-			asg := r.asg.recorded()
+			asg := r.asg.Recorded()
 			assert.Check(t, is.Equal(asg[len(asg)-1], c.last))
 			if c.result == "stale" {
 				assert.Check(t, is.Contains(start.log, "launched from version "+c.instance+" of the launch template; "+
 					"the group launches version "+c.group))
 				assert.Check(t, start.index("kubeadm") < 0, "a stale instance joined")
-				assert.Check(t, is.Equal(r.ssm.requests, requests), "a stale instance read the token")
+				assert.Check(t, is.Equal(r.ssm.Requests, requests), "a stale instance read the token")
 				return
 			}
 			assert.Check(t, start.index("kubeadm join") >= 0)
@@ -459,8 +461,8 @@ func TestJoinHandsBackAStaleWarmInstance(t *testing.T) {
 // instance in service, the next run joins, on the same boot, and stops the timer after the join.
 func TestJoinWaitsRunningInTheWarmPoolThenJoins(t *testing.T) {
 	t.Parallel()
-	r := newRig(t, "Warmed:Running", testHook)
-	r.asg.pendingAction = true
+	r := newRig(t, "Warmed:Running", cloudfake.Hook)
+	r.asg.PendingAction = true
 	timer := filepath.Join(r.root, "etc/systemd/system", joinTimerName)
 	assert.NilError(t, os.MkdirAll(filepath.Dir(timer), 0o755))
 	assert.NilError(t, os.WriteFile(timer, nil, 0o644))
@@ -469,20 +471,20 @@ func TestJoinWaitsRunningInTheWarmPoolThenJoins(t *testing.T) {
 	assert.Check(t, is.Equal(warm.timeline.Result, "prepared"))
 	timeline, err := os.ReadFile(filepath.Join(r.root, "run/dynk8s/timeline.json"))
 	assert.NilError(t, err)
-	asgCalls := len(r.asg.recorded())
+	asgCalls := len(r.asg.Recorded())
 	for range 3 {
 		tick := r.join()
 		assert.Check(t, tick.waited)
 		assert.Check(t, is.Equal(tick.log, ""), "a waiting run logs nothing")
 		assert.Check(t, is.Len(tick.calls, 0))
 	}
-	assert.Check(t, is.Len(r.asg.recorded(), asgCalls), "a waiting run called Auto Scaling")
+	assert.Check(t, is.Len(r.asg.Recorded(), asgCalls), "a waiting run called Auto Scaling")
 	again, err := os.ReadFile(filepath.Join(r.root, "run/dynk8s/timeline.json"))
 	assert.NilError(t, err)
 	assert.Check(t, is.Equal(string(again), string(timeline)), "a waiting run rewrote the timeline")
 
-	r.imds.setLifecycle("InService")
-	r.asg.pendingAction = true
+	r.imds.SetLifecycle("InService")
+	r.asg.PendingAction = true
 	join := r.join()
 	assert.NilError(t, join.err)
 	checkLocksBeforeJoin(t, join)
@@ -498,40 +500,40 @@ func TestJoinLifecycleActionOnFailure(t *testing.T) {
 	t.Parallel()
 	t.Run("no action waits", func(t *testing.T) {
 		t.Parallel()
-		r := newRig(t, "InService", testHook)
+		r := newRig(t, "InService", cloudfake.Hook)
 		run := r.join()
 		assert.NilError(t, run.err)
-		assert.Check(t, is.Contains(run.log, "no lifecycle action of hook "+testHook+" waits for this instance"))
+		assert.Check(t, is.Contains(run.log, "no lifecycle action of hook "+cloudfake.Hook+" waits for this instance"))
 		assert.Check(t, is.Len(run.failedLines(), 0))
 	})
 	t.Run("no action waits, giving up", func(t *testing.T) {
 		t.Parallel()
-		r := newRig(t, "InService", testHook)
+		r := newRig(t, "InService", cloudfake.Hook)
 		r.cfg.Deadlines.Join = nodeconfig.Duration(time.Second)
-		r.ssm.failures = -1
+		r.ssm.Failures = -1
 		run := r.join()
 		assert.Check(t, run.err != nil)
-		for _, c := range r.asg.recorded() {
+		for _, c := range r.asg.Recorded() {
 			assert.Check(t, !strings.HasPrefix(c, "SetInstanceHealth"), "the instance was handed back: %s", c)
 		}
-		assert.Check(t, is.Contains(run.log, "no lifecycle action of hook "+testHook+" waits for this instance"))
+		assert.Check(t, is.Contains(run.log, "no lifecycle action of hook "+cloudfake.Hook+" waits for this instance"))
 	})
 	for _, state := range []string{"Warmed:Stopped", "InService"} {
 		t.Run(state, func(t *testing.T) {
 			t.Parallel()
-			r := newRig(t, state, testHook)
+			r := newRig(t, state, cloudfake.Hook)
 			r.cfg.Deadlines.Join = nodeconfig.Duration(time.Second)
-			r.asg.pendingAction = true
+			r.asg.PendingAction = true
 			r.host.dnfNeedsRepo = "no-such-repo"
 			run := r.join()
 			assert.Check(t, run.err != nil)
 			assert.Assert(t, is.Len(run.failedLines(), 1), run.log)
-			assert.Check(t, is.DeepEqual(r.asg.recorded(), []string{
-				"DescribeAutoScalingInstances " + testInstanceID,
-				"CompleteLifecycleAction " + testGroup + " " + testHook + " " + testInstanceID + " CONTINUE",
+			assert.Check(t, is.DeepEqual(r.asg.Recorded(), []string{
+				"DescribeAutoScalingInstances " + cloudfake.InstanceID,
+				"CompleteLifecycleAction " + cloudfake.Group + " " + cloudfake.Hook + " " + cloudfake.InstanceID + " CONTINUE",
 			}))
-			assert.Check(t, !r.asg.pendingAction, "the hook still holds the instance (its timeout would abandon it)")
-			assert.Check(t, is.Contains(run.log, "completed the lifecycle action of hook "+testHook+" with CONTINUE"))
+			assert.Check(t, !r.asg.PendingAction, "the hook still holds the instance (its timeout would abandon it)")
+			assert.Check(t, is.Contains(run.log, "completed the lifecycle action of hook "+cloudfake.Hook+" with CONTINUE"))
 			assert.Check(t, is.Equal(run.timeline.Result, "failed"))
 		})
 	}
@@ -591,12 +593,4 @@ func TestJoinPrePullsWhileJoining(t *testing.T) {
 	assert.Check(t, is.Contains(run.log, "(4 images, 1 failed)"))
 	assert.Check(t, is.Equal(run.timeline.Result, "joined"))
 	assert.Check(t, is.Equal(run.phases()[len(run.phases())-1], "pre-pull"))
-}
-
-// The endpoints follow the partition's DNS suffix from IMDS, unless a test overrides them.
-func TestEndpointsFollowTheDomain(t *testing.T) {
-	assert.Equal(t, endpoint("ssm", "cn-north-1", "amazonaws.com.cn"), "https://ssm.cn-north-1.amazonaws.com.cn")
-	assert.Equal(t, endpoint("autoscaling", "eu-central-1", "amazonaws.com"), "https://autoscaling.eu-central-1.amazonaws.com")
-	t.Setenv("DYNK8S_EC2_ENDPOINT", "http://127.0.0.1:1234")
-	assert.Equal(t, endpoint("ec2", "eu-central-1", "amazonaws.com"), "http://127.0.0.1:1234")
 }

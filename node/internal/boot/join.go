@@ -1,8 +1,9 @@
-package main
+package boot
 
 import (
 	"context"
 	"crypto/tls"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net"
@@ -23,6 +24,9 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/dynk8s/dynk8s/internal/names"
+	"github.com/dynk8s/dynk8s/node/internal/cloud"
+	"github.com/dynk8s/dynk8s/node/internal/image"
+	"github.com/dynk8s/dynk8s/node/internal/system"
 	"github.com/dynk8s/dynk8s/node/nodeconfig"
 )
 
@@ -41,43 +45,42 @@ import (
 const (
 	joinTimerName = "dynk8s-join.timer"
 	imdsLockUnit  = "dynk8s-imds-lock.service"
-	lifecyclePath = "autoscaling/target-lifecycle-state"
 )
 
 // The runtime values go into the JoinConfiguration and requests, so each must match its strict form.
 var identityForms = []struct {
 	name string
 	re   *regexp.Regexp
-	get  func(j *joiner) string
+	get  func(j *Joiner) string
 }{
-	{"INSTANCE_ID", regexp.MustCompile(`^` + names.InstanceIDPattern + `$`), func(j *joiner) string { return j.id.InstanceID }},
-	{"ZONE", regexp.MustCompile(`^[a-z]{2}(-[a-z0-9]+)+$`), func(j *joiner) string { return j.id.Zone }},
-	{"REGION", regexp.MustCompile(`^` + names.RegionPattern + `$`), func(j *joiner) string { return j.id.Region }},
-	{"DOMAIN", regexp.MustCompile(`^[a-z0-9-]+(\.[a-z0-9-]+)+$`), func(j *joiner) string { return j.domain }},
+	{"INSTANCE_ID", regexp.MustCompile(`^` + names.InstanceIDPattern + `$`), func(j *Joiner) string { return j.id.InstanceID }},
+	{"ZONE", regexp.MustCompile(`^[a-z]{2}(-[a-z0-9]+)+$`), func(j *Joiner) string { return j.id.Zone }},
+	{"REGION", regexp.MustCompile(`^` + names.RegionPattern + `$`), func(j *Joiner) string { return j.id.Region }},
+	{"DOMAIN", regexp.MustCompile(`^[a-z0-9-]+(\.[a-z0-9-]+)+$`), func(j *Joiner) string { return j.domain }},
 	{"NODE_IP", regexp.MustCompile(`^(25[0-5]|2[0-4][0-9]|1?[0-9]?[0-9])(\.(25[0-5]|2[0-4][0-9]|1?[0-9]?[0-9])){3}$`),
-		func(j *joiner) string { return j.id.NodeIP }},
-	{"INSTANCE_TYPE", regexp.MustCompile(`^[a-z0-9-]+\.[a-z0-9-]+$`), func(j *joiner) string { return j.id.InstanceType }},
+		func(j *Joiner) string { return j.id.NodeIP }},
+	{"INSTANCE_TYPE", regexp.MustCompile(`^[a-z0-9-]+\.[a-z0-9-]+$`), func(j *Joiner) string { return j.id.InstanceType }},
 	{"LIFECYCLE", regexp.MustCompile(`^(InService|Standby|Detached|Terminated|Warmed:(Stopped|Running|Hibernated|Terminated))$`),
-		func(j *joiner) string { return j.lifecycle }},
+		func(j *Joiner) string { return j.lifecycle }},
 }
 
-// joiner is one run of the join.
-type joiner struct {
-	cfg   nodeconfig.Node
-	cloud *cloud
-	host  host
-	files files
-	log   *logger
-	clock *clock
-	tl    *timeline
-	// dryRun reads (IMDS, SSM, Auto Scaling's descriptions) but changes nothing: no command, no file, no
+// Joiner is one run of the join.
+type Joiner struct {
+	Cfg   nodeconfig.Node
+	Cloud *cloud.Cloud
+	Host  system.Host
+	Files system.Files
+	Log   *system.Logger
+	Clock *system.Clock
+	Tl    *system.Timeline
+	// DryRun reads (IMDS, SSM, Auto Scaling's descriptions) but changes nothing: no command, no file, no
 	// lifecycle action, no gateway start; verbose then prints the JoinConfiguration it would use, token hidden.
-	dryRun, verbose bool
+	DryRun, Verbose bool
 
 	id                nodeconfig.Identity
 	domain, lifecycle string
 	group             string
-	out               outcome
+	out               system.Outcome
 
 	missing      []string // system packages the image lacks
 	withUpdates  bool     // the next package transaction adds Fedora's repositories and their updates
@@ -90,34 +93,34 @@ type joiner struct {
 
 	// baked is the marker of a baked image (nil: a stock image, baked.go); baking: this run bakes an image
 	// (prepare.go), and installs even where a marker is.
-	baked  *bakedMarker
+	baked  *image.Marker
 	baking bool
 }
 
-func (j *joiner) markerPrepared() string { return j.files.root + "/var/lib/dynk8s/prepared" }
+func (j *Joiner) markerPrepared() string { return j.Files.Root + "/var/lib/dynk8s/prepared" }
 
 // markerWarm: this instance has prepared and completed its lifecycle action in the warm pool since it last started.
-func (j *joiner) markerWarm() string { return j.files.run("warm-ready") }
-func (j *joiner) joinConfig() string { return j.files.run("kubeadm-join.yaml") }
+func (j *Joiner) markerWarm() string { return j.Files.Run("warm-ready") }
+func (j *Joiner) joinConfig() string { return j.Files.Run("kubeadm-join.yaml") }
 
-// alreadyJoined: a joined node has the kubelet's kubeconfig; the join unit's Condition checks the same file.
-func alreadyJoined(f files) bool { return f.exists(f.etc("kubernetes/kubelet.conf")) }
+// AlreadyJoined: a joined node has the kubelet's kubeconfig; the join unit's Condition checks the same file.
+func AlreadyJoined(f system.Files) bool { return f.Exists(f.Etc("kubernetes/kubelet.conf")) }
 
-// waiting: the warm pool's timer runs the join every 15 s while a Running or Hibernated warm instance waits: one
+// Waiting: the warm pool's timer runs the join every 15 s while a Running or Hibernated warm instance waits: one
 // IMDS read, and nothing to say until the group puts the instance in service.
-func (j *joiner) waiting(ctx context.Context) bool {
-	if !j.files.exists(j.markerWarm()) {
+func (j *Joiner) Waiting(ctx context.Context) bool {
+	if !j.Files.Exists(j.markerWarm()) {
 		return false
 	}
 	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
-	state, err := j.cloud.imds.Get(ctx, lifecyclePath)
+	state, err := j.Cloud.IMDS.Get(ctx, cloud.LifecyclePath)
 	return err == nil && strings.HasPrefix(state, "Warmed:")
 }
 
-// run is the boot; it returns the error that ended it (already handled by failed) or nil.
-func (j *joiner) run(ctx context.Context) error {
-	j.out.result = "failed"
+// Run is the boot; it returns the error that ended it (already handled by failed) or nil.
+func (j *Joiner) Run(ctx context.Context) error {
+	j.out.Result = "failed"
 	err := j.boot(ctx)
 	if err != nil {
 		j.failed(ctx, err)
@@ -126,10 +129,10 @@ func (j *joiner) run(ctx context.Context) error {
 	return err
 }
 
-func (j *joiner) boot(ctx context.Context) error {
-	j.log.Printf("booting pool %s of cluster %s (API server %s)", j.cfg.PoolName, j.cfg.ClusterName, j.cfg.APIServerEndpoint)
-	if err := j.tl.phase(j.log, "identity", func() error {
-		return j.clock.retry(ctx, j.log, "read instance identity from IMDS", j.identity)
+func (j *Joiner) boot(ctx context.Context) error {
+	j.Log.Printf("booting pool %s of cluster %s (API server %s)", j.Cfg.PoolName, j.Cfg.ClusterName, j.Cfg.APIServerEndpoint)
+	if err := j.Tl.Phase(j.Log, "identity", func() error {
+		return j.Clock.Retry(ctx, j.Log, "read instance identity from IMDS", j.identity)
 	}); err != nil {
 		return err
 	}
@@ -138,15 +141,15 @@ func (j *joiner) boot(ctx context.Context) error {
 			return fmt.Errorf("IMDS returned an unexpected %s: '%s'", f.name, v)
 		}
 	}
-	j.out.instanceID, j.out.lifecycle = j.id.InstanceID, j.lifecycle
-	j.log.Printf("instance %s (%s) in %s, node IP %s, target lifecycle state %s", j.id.InstanceID, j.id.InstanceType,
+	j.out.InstanceID, j.out.Lifecycle = j.id.InstanceID, j.lifecycle
+	j.Log.Printf("instance %s (%s) in %s, node IP %s, target lifecycle state %s", j.id.InstanceID, j.id.InstanceType,
 		j.id.Zone, j.id.NodeIP, j.lifecycle)
-	j.cloud.connect(j.cloud, j.id.Region, j.domain)
+	j.Cloud.Connect(j.Cloud, j.id.Region, j.domain)
 
 	switch {
 	case slices.Contains([]string{"Warmed:Terminated", "Terminated", "Detached", "Standby"}, j.lifecycle):
-		j.out.result = "skipped"
-		j.log.Printf("target lifecycle state %s: nothing to do", j.lifecycle)
+		j.out.Result = "skipped"
+		j.Log.Printf("target lifecycle state %s: nothing to do", j.lifecycle)
 		return nil
 	case strings.HasPrefix(j.lifecycle, "Warmed:"):
 		return j.warm(ctx)
@@ -155,10 +158,10 @@ func (j *joiner) boot(ctx context.Context) error {
 	}
 }
 
-func (j *joiner) warm(ctx context.Context) error {
-	j.out.mode = "prepare"
-	if j.cfg.LaunchHook == "" {
-		j.log.Printf("no launch hook: the group may stop this instance before it is prepared (the next boot finishes the job)")
+func (j *Joiner) warm(ctx context.Context) error {
+	j.out.Mode = "prepare"
+	if j.Cfg.LaunchHook == "" {
+		j.Log.Printf("no launch hook: the group may stop this instance before it is prepared (the next boot finishes the job)")
 	}
 	if err := j.prepare(ctx); err != nil {
 		return err
@@ -170,29 +173,29 @@ func (j *joiner) warm(ctx context.Context) error {
 	if err := j.touch(j.markerWarm(), ""); err != nil {
 		return err
 	}
-	j.out.result = "prepared"
-	j.log.Printf("prepared in the warm pool; the group stops, hibernates or keeps it, and it joins when it enters service")
+	j.out.Result = "prepared"
+	j.Log.Printf("prepared in the warm pool; the group stops, hibernates or keeps it, and it joins when it enters service")
 	return nil
 }
 
-func (j *joiner) inService(ctx context.Context) error {
-	j.out.mode = "join"
-	prepared := j.files.exists(j.markerPrepared())
+func (j *Joiner) inService(ctx context.Context) error {
+	j.out.Mode = "join"
+	prepared := j.Files.Exists(j.markerPrepared())
 	// Prepared in the warm pool: on this boot (Running, Hibernated) or an earlier one (Stopped).
-	if (prepared || j.files.exists(j.markerWarm())) && j.handBackStale(ctx) {
+	if (prepared || j.Files.Exists(j.markerWarm())) && j.handBackStale(ctx) {
 		return nil
 	}
 	// The gateway may be asleep: it boots while this node prepares. The join does not wait for it; its log says
 	// why the tunnel stays down.
-	if j.cfg.GatewayInstanceID != "" {
-		w := &waker{cloud: j.cloud, log: j.log.with("dynk8s-wake-gateway"), dryRun: j.dryRun,
-			clock:  newClock(j.cfg.Deadlines.Wake.D(), j.clock.backoffInitial, j.clock.backoffMax),
-			settle: j.cfg.Deadlines.WakeSettle.D(), interval: j.cfg.Deadlines.WakeInterval.D()}
-		go func() { _ = w.wake(ctx, j.cfg.GatewayInstanceID) }()
+	if j.Cfg.GatewayInstanceID != "" {
+		w := &Waker{Cloud: j.Cloud, Log: j.Log.With("dynk8s-wake-gateway"), DryRun: j.DryRun,
+			Clock:  system.NewClock(j.Cfg.Deadlines.Wake.D(), j.Clock.BackoffInitial, j.Clock.BackoffMax),
+			Settle: j.Cfg.Deadlines.WakeSettle.D(), Interval: j.Cfg.Deadlines.WakeInterval.D()}
+		go func() { _ = w.Wake(ctx, j.Cfg.GatewayInstanceID) }()
 	}
 	if prepared {
-		j.log.Printf("prepared on an earlier boot (%s)", j.markerPrepared())
-		if err := j.tl.phase(j.log, "crio", func() error { return j.startCrio(ctx) }); err != nil {
+		j.Log.Printf("prepared on an earlier boot (%s)", j.markerPrepared())
+		if err := j.Tl.Phase(j.Log, "crio", func() error { return j.startCrio(ctx) }); err != nil {
 			return err
 		}
 	} else if err := j.prepare(ctx); err != nil {
@@ -205,7 +208,7 @@ func (j *joiner) inService(ctx context.Context) error {
 	if err := j.lifecycleContinue(ctx); err != nil {
 		return err
 	}
-	j.out.result = "joined"
+	j.out.Result = "joined"
 	return nil
 }
 
@@ -221,12 +224,12 @@ func (j *joiner) inService(ctx context.Context) error {
 // desired capacity (cluster-autoscaler, clusterstate.updateScaleRequests and
 // static_autoscaler.removeOldUnregisteredNodes). A launch hook's action is completed with CONTINUE at once: the hook's
 // default result is CONTINUE too, but only at the end of its heartbeat, which outlasts the boot's worst case.
-func (j *joiner) failed(ctx context.Context, err error) {
-	j.log.Printf("FAILED: %v", err)
-	j.log.Kernel(3, "FAILED: "+err.Error())
-	j.out.result, j.out.reason = "failed", err.Error()
-	j.tl.cut()
-	if j.cfg.LaunchHook == "" || j.id.InstanceID == "" || j.completing || j.cloud.asg == nil {
+func (j *Joiner) failed(ctx context.Context, err error) {
+	j.Log.Printf("FAILED: %v", err)
+	j.Log.Kernel(3, "FAILED: "+err.Error())
+	j.out.Result, j.out.Reason = "failed", err.Error()
+	j.Tl.Cut()
+	if j.Cfg.LaunchHook == "" || j.id.InstanceID == "" || j.completing || j.Cloud.ASG == nil {
 		return
 	}
 	j.completing = true
@@ -235,31 +238,31 @@ func (j *joiner) failed(ctx context.Context, err error) {
 	noAction, cerr := j.completeLifecycle(ctx, "CONTINUE")
 	switch {
 	case cerr != nil:
-		j.log.Printf("could not complete the lifecycle action of hook %s: %v", j.cfg.LaunchHook, cerr)
+		j.Log.Printf("could not complete the lifecycle action of hook %s: %v", j.Cfg.LaunchHook, cerr)
 	case !noAction:
-		j.log.Printf("completed the lifecycle action of hook %s with CONTINUE: the group keeps this instance, and the "+
-			"autoscaler removes it at max-node-provision-time", j.cfg.LaunchHook)
+		j.Log.Printf("completed the lifecycle action of hook %s with CONTINUE: the group keeps this instance, and the "+
+			"autoscaler removes it at max-node-provision-time", j.Cfg.LaunchHook)
 	}
 }
 
 // finish runs on every end but the warm wait: it removes the rendered JoinConfiguration (it holds the token), stops
 // a pre-pull still running, and writes the timeline.
-func (j *joiner) finish() {
-	if j.dryRun {
+func (j *Joiner) finish() {
+	if j.DryRun {
 		return
 	}
 	_ = os.Remove(j.joinConfig())
 	if j.stopPrepull != nil {
 		j.stopPrepull()
 	}
-	j.tl.cut()
-	if err := j.tl.write(j.log, j.out, j.files.run(""), j.files.proc+"/uptime"); err != nil {
-		j.log.Printf("could not write %s: %v", j.files.run("timeline.json"), err)
+	j.Tl.Cut()
+	if err := j.Tl.Write(j.Log, j.out, j.Files.Run(""), j.Files.Proc+"/uptime"); err != nil {
+		j.Log.Printf("could not write %s: %v", j.Files.Run("timeline.json"), err)
 	}
 }
 
-func (j *joiner) identity(ctx context.Context) error {
-	ctx, cancel := context.WithTimeout(ctx, j.clock.timeout(30*time.Second))
+func (j *Joiner) identity(ctx context.Context) error {
+	ctx, cancel := context.WithTimeout(ctx, j.Clock.Timeout(30*time.Second))
 	defer cancel()
 	for _, v := range []struct {
 		into *string
@@ -269,7 +272,7 @@ func (j *joiner) identity(ctx context.Context) error {
 		{&j.id.Region, "placement/region"}, {&j.domain, "services/domain"}, {&j.id.NodeIP, "local-ipv4"},
 		{&j.id.InstanceType, "instance-type"},
 	} {
-		s, err := j.cloud.imds.Get(ctx, v.path)
+		s, err := j.Cloud.IMDS.Get(ctx, v.path)
 		if err != nil {
 			return err
 		}
@@ -280,24 +283,24 @@ func (j *joiner) identity(ctx context.Context) error {
 
 // lifecycleState: an instance outside any group has no target lifecycle state (404); without a launch hook that
 // means InService. With a hook the group sets it before the instance boots, so it must be there.
-func (j *joiner) lifecycleState(ctx context.Context) error {
-	s, err := j.cloud.imds.Get(ctx, lifecyclePath)
+func (j *Joiner) lifecycleState(ctx context.Context) error {
+	s, err := j.Cloud.IMDS.Get(ctx, cloud.LifecyclePath)
 	if err == nil {
 		j.lifecycle = s
 		return nil
 	}
-	if ie := (*imdsErr)(nil); !errors.As(err, &ie) || ie.Status != http.StatusNotFound {
+	if ie := (*cloud.IMDSErr)(nil); !errors.As(err, &ie) || ie.Status != http.StatusNotFound {
 		return err
 	}
-	if j.cfg.LaunchHook != "" {
-		return fmt.Errorf("%w (a group with launch hook %s sets it)", err, j.cfg.LaunchHook)
+	if j.Cfg.LaunchHook != "" {
+		return fmt.Errorf("%w (a group with launch hook %s sets it)", err, j.Cfg.LaunchHook)
 	}
 	j.lifecycle = "InService"
-	j.log.Printf("IMDS has no target lifecycle state; going on as InService")
+	j.Log.Printf("IMDS has no target lifecycle state; going on as InService")
 	return nil
 }
 
-func (j *joiner) prepare(ctx context.Context) error {
+func (j *Joiner) prepare(ctx context.Context) error {
 	if !j.baking {
 		if err := j.loadBaked(); err != nil {
 			return err
@@ -311,16 +314,16 @@ func (j *joiner) prepare(ctx context.Context) error {
 		name, note string
 		fn         func(context.Context) error
 	}{{"kernel", "", j.kernelModules}, {"packages", note, packages}, {"crio", "", j.crio}} {
-		if err := j.tl.notedPhase(j.log, p.name, p.note, func() error { return p.fn(ctx) }); err != nil {
+		if err := j.Tl.NotedPhase(j.Log, p.name, p.note, func() error { return p.fn(ctx) }); err != nil {
 			return err
 		}
 	}
 	j.startPrepull(ctx)
-	return j.touch(j.markerPrepared(), strings.Join(j.cfg.Packages, ",")+"\n")
+	return j.touch(j.markerPrepared(), strings.Join(j.Cfg.Packages, ",")+"\n")
 }
 
-func (j *joiner) touch(path, content string) error {
-	if j.dryRun {
+func (j *Joiner) touch(path, content string) error {
+	if j.DryRun {
 		return nil
 	}
 	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
@@ -337,12 +340,12 @@ func repoArgs(ids []string) []string {
 	return out
 }
 
-func (j *joiner) dnfInstall(ctx context.Context, args ...string) error {
+func (j *Joiner) dnfInstall(ctx context.Context, args ...string) error {
 	base := []string{"install", "-y", "--setopt=install_weak_deps=False", "--setopt=tsflags=nodocs",
 		"--setopt=max_parallel_downloads=10"}
-	err := j.host.run(ctx, j.clock.timeout(0), false, "dnf", append(base, args...)...)
-	if ee := (*exitError)(nil); errors.As(err, &ee) {
-		return fmt.Errorf("dnf install exited %d", ee.code)
+	err := j.Host.Run(ctx, j.Clock.Timeout(0), false, "dnf", append(base, args...)...)
+	if ee := (*system.ExitError)(nil); errors.As(err, &ee) {
+		return fmt.Errorf("dnf install exited %d", ee.Code)
 	}
 	return err
 }
@@ -355,34 +358,34 @@ func (j *joiner) dnfInstall(ctx context.Context, args ...string) error {
 // The sysctls (some need br_netfilter) are applied once the modules are in: cloud-init wrote them after
 // systemd-sysctl ran at this first boot. Tolerant (-e): an unknown key must not stop the boot. A baked image has
 // the modules its build installed, for the kernel it runs: its boot never installs, and logs what stays missing.
-func (j *joiner) kernelModules(ctx context.Context) error {
+func (j *Joiner) kernelModules(ctx context.Context) error {
 	modprobe := func(ms []string) (missing []string) {
 		for _, m := range ms {
-			if j.host.run(ctx, time.Minute, true, "modprobe", m) != nil {
+			if j.Host.Run(ctx, time.Minute, true, "modprobe", m) != nil {
 				missing = append(missing, m)
 			}
 		}
 		return missing
 	}
-	missing := modprobe(j.cfg.KernelModules)
+	missing := modprobe(j.Cfg.KernelModules)
 	still := missing
 	if len(missing) > 0 && j.baked == nil {
 		pkg := "kernel-modules-extra-" + kernelRelease()
-		j.log.Printf("kernel modules missing: %s; installing %s from Fedora's repositories", strings.Join(missing, " "), pkg)
-		repos := repoArgs(j.cfg.SystemRepos)
+		j.Log.Printf("kernel modules missing: %s; installing %s from Fedora's repositories", strings.Join(missing, " "), pkg)
+		repos := repoArgs(j.Cfg.SystemRepos)
 		if err := j.dnfInstall(ctx, append(repos, pkg)...); err != nil {
-			repos = append(repos, repoArgs(j.cfg.UpdateRepos)...)
+			repos = append(repos, repoArgs(j.Cfg.UpdateRepos)...)
 			if err := j.dnfInstall(ctx, append(repos, pkg)...); err != nil {
-				j.log.Printf("installing kernel-modules-extra failed: %v", err)
+				j.Log.Printf("installing kernel-modules-extra failed: %v", err)
 			}
 		}
 		still = modprobe(missing)
 	}
 	if len(still) > 0 {
-		j.log.Printf("still missing kernel modules: %s (kubeadm join does not need them; bridge CNIs need "+
+		j.Log.Printf("still missing kernel modules: %s (kubeadm join does not need them; bridge CNIs need "+
 			"br_netfilter, CRI-O's overlay storage needs overlay)", strings.Join(still, " "))
 	}
-	_ = j.host.run(ctx, time.Minute, false, "sysctl", "-q", "-e", "--system")
+	_ = j.Host.Run(ctx, time.Minute, false, "sysctl", "-q", "-e", "--system")
 	return nil
 }
 
@@ -399,30 +402,30 @@ func kernelRelease() string {
 // (1, Fedora's 99) keeps a Fedora package of the same name from winning on version (dnf.conf(5), priority). Fedora's
 // release repository joins only when the image lacks one of those; after a failed attempt the next adds Fedora's
 // repositories and their updates, for a dependency the image lacks and none foresaw, or a newer image than GA.
-func (j *joiner) packages(ctx context.Context) error {
-	for _, p := range j.cfg.SystemPackages {
-		if j.host.run(ctx, time.Minute, true, "rpm", "-q", "--whatprovides", p) != nil {
+func (j *Joiner) packages(ctx context.Context) error {
+	for _, p := range j.Cfg.SystemPackages {
+		if j.Host.Run(ctx, time.Minute, true, "rpm", "-q", "--whatprovides", p) != nil {
 			j.missing = append(j.missing, p)
 		}
 	}
 	if len(j.missing) > 0 {
-		j.log.Printf("the image lacks %s (rpm -q): Fedora's release repository joins the transaction", strings.Join(j.missing, " "))
+		j.Log.Printf("the image lacks %s (rpm -q): Fedora's release repository joins the transaction", strings.Join(j.missing, " "))
 	} else {
-		j.log.Printf("the image has %s (rpm -q): no Fedora repository metadata needed", strings.Join(j.cfg.SystemPackages, " "))
+		j.Log.Printf("the image has %s (rpm -q): no Fedora repository metadata needed", strings.Join(j.Cfg.SystemPackages, " "))
 	}
-	desc := "install " + strings.Join(slices.Concat(j.cfg.Packages, j.missing), " ")
-	return j.clock.retry(ctx, j.log, desc, j.installPackages)
+	desc := "install " + strings.Join(slices.Concat(j.Cfg.Packages, j.missing), " ")
+	return j.Clock.Retry(ctx, j.Log, desc, j.installPackages)
 }
 
-func (j *joiner) installPackages(ctx context.Context) error {
-	args := repoArgs(j.cfg.Repos)
+func (j *Joiner) installPackages(ctx context.Context) error {
+	args := repoArgs(j.Cfg.Repos)
 	if len(j.missing) > 0 || j.withUpdates {
-		args = append(args, repoArgs(j.cfg.SystemRepos)...)
+		args = append(args, repoArgs(j.Cfg.SystemRepos)...)
 	}
 	if j.withUpdates {
-		args = append(args, repoArgs(j.cfg.UpdateRepos)...)
+		args = append(args, repoArgs(j.Cfg.UpdateRepos)...)
 	}
-	err := j.dnfInstall(ctx, slices.Concat(args, j.cfg.Packages, j.missing)...)
+	err := j.dnfInstall(ctx, slices.Concat(args, j.Cfg.Packages, j.missing)...)
 	if err != nil && !j.withUpdates {
 		j.withUpdates = true
 		return fmt.Errorf("%w; the next attempt adds Fedora's repositories and their updates", err)
@@ -432,24 +435,24 @@ func (j *joiner) installPackages(ctx context.Context) error {
 
 // crio starts CRI-O. Its package ships a bridge CNI config that would give every node the same pod range; the
 // cluster CNI owns that.
-func (j *joiner) crio(ctx context.Context) error {
-	bridges, _ := filepath.Glob(j.files.etc("cni/net.d/*crio*bridge*.conflist"))
+func (j *Joiner) crio(ctx context.Context) error {
+	bridges, _ := filepath.Glob(j.Files.Etc("cni/net.d/*crio*bridge*.conflist"))
 	for _, b := range bridges {
-		if !j.dryRun {
+		if !j.DryRun {
 			_ = os.Remove(b)
 		}
 	}
-	if j.host.run(ctx, 5*time.Minute, false, "systemctl", "enable", "--now", "crio.service") != nil {
+	if j.Host.Run(ctx, 5*time.Minute, false, "systemctl", "enable", "--now", "crio.service") != nil {
 		return errors.New("crio.service did not start (journalctl -u crio)")
 	}
-	if j.host.run(ctx, time.Minute, false, "systemctl", "enable", "kubelet.service") != nil {
+	if j.Host.Run(ctx, time.Minute, false, "systemctl", "enable", "kubelet.service") != nil {
 		return errors.New("could not enable kubelet.service")
 	}
 	return nil
 }
 
-func (j *joiner) startCrio(ctx context.Context) error {
-	if j.host.run(ctx, 5*time.Minute, false, "systemctl", "start", "crio.service") != nil {
+func (j *Joiner) startCrio(ctx context.Context) error {
+	if j.Host.Run(ctx, 5*time.Minute, false, "systemctl", "start", "crio.service") != nil {
 		return errors.New("crio.service did not start (journalctl -u crio)")
 	}
 	return nil
@@ -457,73 +460,73 @@ func (j *joiner) startCrio(ctx context.Context) error {
 
 // startPrepull pulls the images in the background, so that the join goes on meanwhile; a failed pull is logged and
 // never fails the boot (the kubelet pulls what is still missing). Each pull is bounded by the deadline.
-func (j *joiner) startPrepull(ctx context.Context) {
+func (j *Joiner) startPrepull(ctx context.Context) {
 	images := j.prePullImages()
 	if j.baked != nil && len(images) == 0 {
-		j.log.Printf("phase=pre-pull took=0.0s (baked)")
+		j.Log.Printf("phase=pre-pull took=0.0s (baked)")
 		j.prepull = make(chan time.Duration, 1)
 		j.prepull <- 0
 		return
 	}
-	if !j.host.has("crictl") {
-		j.log.Printf("pre-pull skipped: no crictl")
+	if !j.Host.Has("crictl") {
+		j.Log.Printf("pre-pull skipped: no crictl")
 		return
 	}
 	ctx, j.stopPrepull = context.WithCancel(ctx)
 	j.prepull = make(chan time.Duration, 1)
 	go func() {
-		start := j.clock.now()
+		start := j.Clock.Now()
 		failed := 0
 		for _, img := range images {
-			err := j.host.run(ctx, j.clock.timeout(5*time.Minute), true, "crictl", "--runtime-endpoint", j.cfg.CRISocket,
+			err := j.Host.Run(ctx, j.Clock.Timeout(5*time.Minute), true, "crictl", "--runtime-endpoint", j.Cfg.CRISocket,
 				"pull", img)
 			if ctx.Err() != nil {
 				return
 			}
 			if err != nil {
 				failed++
-				j.log.Printf("pre-pull of %s failed (%v); the kubelet pulls it when needed", img, err)
+				j.Log.Printf("pre-pull of %s failed (%v); the kubelet pulls it when needed", img, err)
 			} else {
 				j.pulled = append(j.pulled, img)
 			}
 		}
-		took := j.clock.now().Sub(start)
-		j.log.Printf("phase=pre-pull took=%ss (%d images, %d failed)", seconds(took), len(images), failed)
+		took := j.Clock.Now().Sub(start)
+		j.Log.Printf("phase=pre-pull took=%ss (%d images, %d failed)", system.Seconds(took), len(images), failed)
 		j.prepull <- took
 	}()
 }
 
-func (j *joiner) waitPrepull() {
+func (j *Joiner) waitPrepull() {
 	if j.prepull == nil {
 		return
 	}
-	j.tl.add("pre-pull", <-j.prepull)
+	j.Tl.Add("pre-pull", <-j.prepull)
 	j.prepull = nil
 }
 
-func (j *joiner) joinCluster(ctx context.Context) error {
-	if err := j.tl.phase(j.log, "checks", func() error { return j.readyToJoin(ctx) }); err != nil {
+func (j *Joiner) joinCluster(ctx context.Context) error {
+	if err := j.Tl.Phase(j.Log, "checks", func() error { return j.readyToJoin(ctx) }); err != nil {
 		return err
 	}
-	if err := j.tl.phase(j.log, "token", func() error {
-		return j.clock.retry(ctx, j.log, "read the join token from SSM parameter "+j.cfg.JoinTokenParameter, j.readToken)
+	if err := j.Tl.Phase(j.Log, "token", func() error {
+		return j.Clock.Retry(ctx, j.Log, "read the join token from SSM parameter "+j.Cfg.JoinTokenParameter, j.readToken)
 	}); err != nil {
 		return err
 	}
-	if err := j.tl.phase(j.log, "api-server", func() error {
-		return j.clock.retry(ctx, j.log, "reach the API server at "+j.cfg.APIServerEndpoint, j.probeAPIServer)
+	if err := j.Tl.Phase(j.Log, "api-server", func() error {
+		return j.Clock.Retry(ctx, j.Log, "reach the API server at "+j.Cfg.APIServerEndpoint, j.probeAPIServer)
 	}); err != nil {
 		return err
 	}
 	if err := j.render(); err != nil {
 		return err
 	}
-	if err := j.tl.phase(j.log, "kubeadm-join", func() error {
-		return j.clock.retry(ctx, j.log, "kubeadm join", j.kubeadmJoin)
+	if err := j.Tl.Phase(j.Log, "kubeadm-join", func() error {
+		return j.Clock.Retry(ctx, j.Log, "kubeadm join", j.kubeadmJoin)
 	}); err != nil {
 		return err
 	}
-	j.log.Printf("joined the cluster as %s", j.id.InstanceID)
+	j.Log.Printf("joined the cluster as %s", j.id.InstanceID)
 	j.stopTimer(ctx)
 	return nil
 }
@@ -534,10 +537,10 @@ func (j *joiner) joinCluster(ctx context.Context) error {
 // now, not while preparing, as a warm pool instance that hibernates needs its swap); and the metadata lockdown,
 // which the kubelet's drop-in requires: starting it here first makes a failure the join's, with its reason, instead
 // of a kubelet that never starts.
-func (j *joiner) readyToJoin(ctx context.Context) error {
+func (j *Joiner) readyToJoin(ctx context.Context) error {
 	var missing []string
 	for _, exe := range []string{"ip", "iptables", "mount", "nsenter"} {
-		if !j.host.has(exe) {
+		if !j.Host.Has(exe) {
 			missing = append(missing, exe)
 		}
 	}
@@ -547,10 +550,10 @@ func (j *joiner) readyToJoin(ctx context.Context) error {
 	if err := j.forwarding(ctx); err != nil {
 		return err
 	}
-	if j.host.run(ctx, time.Minute, false, "swapoff", "-a") != nil {
+	if j.Host.Run(ctx, time.Minute, false, "swapoff", "-a") != nil {
 		return errors.New("could not turn swap off (swapoff -a): the kubelet refuses to start with swap on")
 	}
-	if j.host.run(ctx, 5*time.Minute, false, "systemctl", "start", imdsLockUnit) != nil {
+	if j.Host.Run(ctx, 5*time.Minute, false, "systemctl", "start", imdsLockUnit) != nil {
 		return errors.New("the instance metadata lockdown did not load (journalctl -u dynk8s-imds-lock): no kubelet " +
 			"may run without it")
 	}
@@ -558,8 +561,8 @@ func (j *joiner) readyToJoin(ctx context.Context) error {
 }
 
 // forwarding: kubeadm join's preflight needs IP forwarding of the API server address's family.
-func (j *joiner) forwarding(ctx context.Context) error {
-	host, _, err := net.SplitHostPort(j.cfg.APIServerEndpoint)
+func (j *Joiner) forwarding(ctx context.Context) error {
+	host, _, err := net.SplitHostPort(j.Cfg.APIServerEndpoint)
 	if err != nil {
 		return nil
 	}
@@ -572,13 +575,13 @@ func (j *joiner) forwarding(ctx context.Context) error {
 		key, file = "net.ipv6.conf.default.forwarding", "sys/net/ipv6/conf/default/forwarding"
 	}
 	isOne := func() bool {
-		b, err := os.ReadFile(j.files.proc + "/" + file)
+		b, err := os.ReadFile(j.Files.Proc + "/" + file)
 		return err == nil && strings.TrimSpace(string(b)) == "1"
 	}
-	if isOne() || j.dryRun {
+	if isOne() || j.DryRun {
 		return nil
 	}
-	_ = j.host.run(ctx, time.Minute, false, "sysctl", "-q", "-w", key+"=1")
+	_ = j.Host.Run(ctx, time.Minute, false, "sysctl", "-q", "-w", key+"=1")
 	if !isOne() {
 		return fmt.Errorf("kubeadm join needs %s = 1 (preflight FileContent check), and it is not", key)
 	}
@@ -588,16 +591,16 @@ func (j *joiner) forwarding(ctx context.Context) error {
 // readToken: the token rotator in the cluster writes the parameter; until its first run (a fresh install) the
 // parameter is missing or holds a placeholder, and a token it wrote may have expired if it stopped running: each is
 // a reason to retry, never to join with what is there. The value is never logged.
-func (j *joiner) readToken(ctx context.Context) error {
+func (j *Joiner) readToken(ctx context.Context) error {
 	j.token = ""
-	ctx, cancel := context.WithTimeout(ctx, j.clock.timeout(10*time.Second))
+	ctx, cancel := context.WithTimeout(ctx, j.Clock.Timeout(10*time.Second))
 	defer cancel()
-	out, err := j.cloud.ssm.GetParameter(ctx, &ssm.GetParameterInput{Name: aws.String(j.cfg.JoinTokenParameter),
+	out, err := j.Cloud.SSM.GetParameter(ctx, &ssm.GetParameterInput{Name: aws.String(j.Cfg.JoinTokenParameter),
 		WithDecryption: aws.Bool(true)})
 	if err != nil {
-		j.cloud.forget(err)
-		err = apiError("SSM GetParameter "+j.cfg.JoinTokenParameter, err)
-		if errorCode(err) == "ParameterNotFound" {
+		j.Cloud.Forget(err)
+		err = cloud.APIError("SSM GetParameter "+j.Cfg.JoinTokenParameter, err)
+		if cloud.ErrorCode(err) == "ParameterNotFound" {
 			return fmt.Errorf("%w (not created yet)", err)
 		}
 		return err
@@ -612,37 +615,37 @@ func (j *joiner) readToken(ctx context.Context) error {
 
 // probeAPIServer only proves that the tunnel and the API server answer (any HTTP status), without checking its
 // certificate: kubeadm then pins the CA by hash.
-func (j *joiner) probeAPIServer(ctx context.Context) error {
-	client := &http.Client{Timeout: j.clock.timeout(10 * time.Second), Transport: &http.Transport{
+func (j *Joiner) probeAPIServer(ctx context.Context) error {
+	client := &http.Client{Timeout: j.Clock.Timeout(10 * time.Second), Transport: &http.Transport{
 		TLSClientConfig: &tls.Config{InsecureSkipVerify: true}, //nolint:gosec // a probe; kubeadm pins the CA
 	}}
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "https://"+j.cfg.APIServerEndpoint+"/readyz", nil)
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "https://"+j.Cfg.APIServerEndpoint+"/readyz", nil)
 	if err != nil {
-		return permanent{err}
+		return system.Permanent(err)
 	}
 	resp, err := client.Do(req)
 	if err != nil {
 		return err
 	}
 	_ = resp.Body.Close()
-	j.log.Printf("API server answered HTTP %d", resp.StatusCode)
+	j.Log.Printf("API server answered HTTP %d", resp.StatusCode)
 	return nil
 }
 
 // render writes the JoinConfiguration, which holds the token, readable by root alone.
-func (j *joiner) render() error {
-	b, err := yaml.Marshal(j.cfg.JoinConfig(j.id, j.token, j.files.root))
+func (j *Joiner) render() error {
+	b, err := yaml.Marshal(j.Cfg.JoinConfig(j.id, j.token, j.Files.Root))
 	if err != nil {
 		return fmt.Errorf("JoinConfiguration: %w", err)
 	}
-	if j.dryRun {
-		if j.verbose {
-			hidden, _ := yaml.Marshal(j.cfg.JoinConfig(j.id, "<the token from SSM>", j.files.root))
-			j.log.Printf("dry run: the JoinConfiguration:\n%s", hidden)
+	if j.DryRun {
+		if j.Verbose {
+			hidden, _ := yaml.Marshal(j.Cfg.JoinConfig(j.id, "<the token from SSM>", j.Files.Root))
+			j.Log.Printf("dry run: the JoinConfiguration:\n%s", hidden)
 		}
 		return nil
 	}
-	if err := os.MkdirAll(j.files.run(""), 0o755); err != nil {
+	if err := os.MkdirAll(j.Files.Run(""), 0o755); err != nil {
 		return err
 	}
 	f, err := os.OpenFile(j.joinConfig(), os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o600)
@@ -656,26 +659,26 @@ func (j *joiner) render() error {
 	return f.Close()
 }
 
-func (j *joiner) kubeadmJoin(ctx context.Context) error {
+func (j *Joiner) kubeadmJoin(ctx context.Context) error {
 	if j.joinAttempts++; j.joinAttempts > 1 {
 		// The token may have expired or been rotated since the last attempt read it: use what SSM holds now.
 		if err := j.readToken(ctx); err != nil {
 			return err
 		}
 		if err := j.render(); err != nil {
-			return permanent{err}
+			return system.Permanent(err)
 		}
 	}
-	err := j.host.run(ctx, j.clock.timeout(0), false, "kubeadm", "join", "--config", j.joinConfig())
+	err := j.Host.Run(ctx, j.Clock.Timeout(0), false, "kubeadm", "join", "--config", j.joinConfig())
 	if err == nil {
 		return nil
 	}
-	if ee := (*exitError)(nil); errors.As(err, &ee) {
-		err = fmt.Errorf("kubeadm join exited %d (its output is above)", ee.code)
+	if ee := (*system.ExitError)(nil); errors.As(err, &ee) {
+		err = fmt.Errorf("kubeadm join exited %d (its output is above)", ee.Code)
 	}
 	// A failed join leaves files that fail the next attempt's preflight checks.
-	if j.host.run(ctx, j.clock.timeout(time.Minute), true, "kubeadm", "reset", "--force") != nil {
-		j.log.Printf("kubeadm reset after the failed join failed too")
+	if j.Host.Run(ctx, j.Clock.Timeout(time.Minute), true, "kubeadm", "reset", "--force") != nil {
+		j.Log.Printf("kubeadm reset after the failed join failed too")
 	}
 	return err
 }
@@ -683,22 +686,22 @@ func (j *joiner) kubeadmJoin(ctx context.Context) error {
 // stopTimer: a joined node needs no timer; the join unit's Condition would skip its runs, but a skipped run leaves
 // the timer's base where it was, so it would fire every 15 s for the node's life. --no-block: nothing may make the
 // join wait on another unit's job.
-func (j *joiner) stopTimer(ctx context.Context) {
-	if !j.files.exists(j.files.etc("systemd/system/" + joinTimerName)) {
+func (j *Joiner) stopTimer(ctx context.Context) {
+	if !j.Files.Exists(j.Files.Etc("systemd/system/" + joinTimerName)) {
 		return
 	}
-	if j.host.run(ctx, time.Minute, false, "systemctl", "disable", "--now", "--no-block", joinTimerName) != nil {
-		j.log.Printf("could not stop %s (harmless: its runs are skipped)", joinTimerName)
+	if j.Host.Run(ctx, time.Minute, false, "systemctl", "disable", "--now", "--no-block", joinTimerName) != nil {
+		j.Log.Printf("could not stop %s (harmless: its runs are skipped)", joinTimerName)
 	}
 }
 
 // describe is this instance's group and launch template version, from DescribeAutoScalingInstances.
-func (j *joiner) describe(ctx context.Context) (group, version string, err error) {
-	out, err := j.cloud.asg.DescribeAutoScalingInstances(ctx, &autoscaling.DescribeAutoScalingInstancesInput{
+func (j *Joiner) describe(ctx context.Context) (group, version string, err error) {
+	out, err := j.Cloud.ASG.DescribeAutoScalingInstances(ctx, &autoscaling.DescribeAutoScalingInstancesInput{
 		InstanceIds: []string{j.id.InstanceID}})
 	if err != nil {
-		j.cloud.forget(err)
-		return "", "", apiError("Auto Scaling DescribeAutoScalingInstances", err)
+		j.Cloud.Forget(err)
+		return "", "", cloud.APIError("Auto Scaling DescribeAutoScalingInstances", err)
 	}
 	if len(out.AutoScalingInstances) == 0 || aws.ToString(out.AutoScalingInstances[0].AutoScalingGroupName) == "" {
 		return "", "", fmt.Errorf("no group has %s", j.id.InstanceID)
@@ -711,7 +714,7 @@ func (j *joiner) describe(ctx context.Context) (group, version string, err error
 	return j.group, version, nil
 }
 
-func (j *joiner) groupName(ctx context.Context) (string, error) {
+func (j *Joiner) groupName(ctx context.Context) (string, error) {
 	if j.group != "" {
 		return j.group, nil
 	}
@@ -725,8 +728,8 @@ var templateVersionRE = regexp.MustCompile(`^[0-9]+$`)
 // template than the group launches now. A `pulumi up` since then may have changed what its user data baked in (the
 // gateway to wake, the CA pin, the Kubernetes version), and a warm instance keeps the user data it was launched
 // with (EC2 Auto Scaling User Guide, "Update the instances in a warm pool").
-func (j *joiner) stale(ctx context.Context) (bool, error) {
-	ctx, cancel := context.WithTimeout(ctx, j.clock.timeout(30*time.Second))
+func (j *Joiner) stale(ctx context.Context) (bool, error) {
+	ctx, cancel := context.WithTimeout(ctx, j.Clock.Timeout(30*time.Second))
 	defer cancel()
 	group, mine, err := j.describe(ctx)
 	if err != nil {
@@ -735,11 +738,11 @@ func (j *joiner) stale(ctx context.Context) (bool, error) {
 	if !templateVersionRE.MatchString(mine) {
 		return false, fmt.Errorf("no launch template version in the answer ('%s')", mine)
 	}
-	out, err := j.cloud.asg.DescribeAutoScalingGroups(ctx, &autoscaling.DescribeAutoScalingGroupsInput{
+	out, err := j.Cloud.ASG.DescribeAutoScalingGroups(ctx, &autoscaling.DescribeAutoScalingGroupsInput{
 		AutoScalingGroupNames: []string{group}})
 	if err != nil {
-		j.cloud.forget(err)
-		return false, apiError("Auto Scaling DescribeAutoScalingGroups", err)
+		j.Cloud.Forget(err)
+		return false, cloud.APIError("Auto Scaling DescribeAutoScalingGroups", err)
 	}
 	current := ""
 	if len(out.AutoScalingGroups) > 0 && out.AutoScalingGroups[0].LaunchTemplate != nil {
@@ -748,7 +751,7 @@ func (j *joiner) stale(ctx context.Context) (bool, error) {
 	if !templateVersionRE.MatchString(current) {
 		return false, fmt.Errorf("no launch template version in the answer ('%s')", current)
 	}
-	j.log.Printf("launched from version %s of the launch template; the group launches version %s", mine, current)
+	j.Log.Printf("launched from version %s of the launch template; the group launches version %s", mine, current)
 	m, _ := strconv.Atoi(mine) // both match templateVersionRE
 	c, _ := strconv.Atoi(current)
 	return m < c, nil
@@ -758,87 +761,123 @@ func (j *joiner) stale(ctx context.Context) (bool, error) {
 // Unhealthy), so the group terminates it and launches another (from the warm pool, or fresh with the current user
 // data). One question each: an unanswered one is no reason to give up a join that may well work. It says whether
 // the instance was handed back.
-func (j *joiner) handBackStale(ctx context.Context) bool {
+func (j *Joiner) handBackStale(ctx context.Context) bool {
 	stale, err := j.stale(ctx)
 	if err != nil {
-		j.log.Printf("could not compare launch template versions (%v); joining with the user data it has", err)
+		j.Log.Printf("could not compare launch template versions (%v); joining with the user data it has", err)
 		return false
 	}
 	if !stale {
 		return false
 	}
-	j.out.result = "stale"
-	if j.cfg.LaunchHook != "" {
+	j.out.Result = "stale"
+	if j.Cfg.LaunchHook != "" {
 		noAction, err := j.completeLifecycle(ctx, "ABANDON")
 		if err == nil && !noAction {
-			j.log.Printf("prepared from an older launch template: abandoned the lifecycle action of hook %s, the group "+
-				"replaces this instance", j.cfg.LaunchHook)
+			j.Log.Printf("prepared from an older launch template: abandoned the lifecycle action of hook %s, the group "+
+				"replaces this instance", j.Cfg.LaunchHook)
 			return true
 		}
 	}
 	if err := j.setUnhealthy(ctx); err != nil {
-		j.log.Printf("prepared from an older launch template, and could not hand it back (%v): joining with the user "+
+		j.Log.Printf("prepared from an older launch template, and could not hand it back (%v): joining with the user "+
 			"data it has", err)
-		j.out.result = "failed"
+		j.out.Result = "failed"
 		return false
 	}
-	j.log.Printf("prepared from an older launch template: marked this instance Unhealthy, the group replaces it")
+	j.Log.Printf("prepared from an older launch template: marked this instance Unhealthy, the group replaces it")
 	return true
 }
 
-func (j *joiner) setUnhealthy(ctx context.Context) error {
-	if j.dryRun {
-		j.log.Printf("dry run: would mark %s Unhealthy", j.id.InstanceID)
+func (j *Joiner) setUnhealthy(ctx context.Context) error {
+	if j.DryRun {
+		j.Log.Printf("dry run: would mark %s Unhealthy", j.id.InstanceID)
 		return nil
 	}
-	ctx, cancel := context.WithTimeout(ctx, j.clock.timeout(10*time.Second))
+	ctx, cancel := context.WithTimeout(ctx, j.Clock.Timeout(10*time.Second))
 	defer cancel()
-	_, err := j.cloud.asg.SetInstanceHealth(ctx, &autoscaling.SetInstanceHealthInput{InstanceId: aws.String(j.id.InstanceID),
+	_, err := j.Cloud.ASG.SetInstanceHealth(ctx, &autoscaling.SetInstanceHealthInput{InstanceId: aws.String(j.id.InstanceID),
 		HealthStatus: aws.String("Unhealthy"), ShouldRespectGracePeriod: aws.Bool(false)})
 	if err != nil {
-		j.cloud.forget(err)
-		return apiError("Auto Scaling SetInstanceHealth", err)
+		j.Cloud.Forget(err)
+		return cloud.APIError("Auto Scaling SetInstanceHealth", err)
 	}
 	return nil
 }
 
 // completeLifecycle completes the launch hook's action for this instance with result (CONTINUE or ABANDON);
 // noAction says that none was waiting (a reboot with no transition in progress), which is no error.
-func (j *joiner) completeLifecycle(ctx context.Context, result string) (noAction bool, err error) {
+func (j *Joiner) completeLifecycle(ctx context.Context, result string) (noAction bool, err error) {
 	group, err := j.groupName(ctx)
 	if err != nil {
 		return false, err
 	}
-	if j.dryRun {
-		j.log.Printf("dry run: would complete the lifecycle action of hook %s with %s", j.cfg.LaunchHook, result)
+	if j.DryRun {
+		j.Log.Printf("dry run: would complete the lifecycle action of hook %s with %s", j.Cfg.LaunchHook, result)
 		return false, nil
 	}
-	ctx, cancel := context.WithTimeout(ctx, j.clock.timeout(10*time.Second))
+	ctx, cancel := context.WithTimeout(ctx, j.Clock.Timeout(10*time.Second))
 	defer cancel()
-	_, err = j.cloud.asg.CompleteLifecycleAction(ctx, &autoscaling.CompleteLifecycleActionInput{
-		AutoScalingGroupName: aws.String(group), LifecycleHookName: aws.String(j.cfg.LaunchHook),
+	_, err = j.Cloud.ASG.CompleteLifecycleAction(ctx, &autoscaling.CompleteLifecycleActionInput{
+		AutoScalingGroupName: aws.String(group), LifecycleHookName: aws.String(j.Cfg.LaunchHook),
 		InstanceId: aws.String(j.id.InstanceID), LifecycleActionResult: aws.String(result)})
 	if err == nil {
 		return false, nil
 	}
-	j.cloud.forget(err)
-	err = apiError("Auto Scaling CompleteLifecycleAction", err)
+	j.Cloud.Forget(err)
+	err = cloud.APIError("Auto Scaling CompleteLifecycleAction", err)
 	if strings.Contains(err.Error(), "No active Lifecycle Action") {
-		j.log.Printf("no lifecycle action of hook %s waits for this instance", j.cfg.LaunchHook)
+		j.Log.Printf("no lifecycle action of hook %s waits for this instance", j.Cfg.LaunchHook)
 		return true, nil
 	}
 	return false, err
 }
 
-func (j *joiner) lifecycleContinue(ctx context.Context) error {
-	if j.cfg.LaunchHook == "" {
+func (j *Joiner) lifecycleContinue(ctx context.Context) error {
+	if j.Cfg.LaunchHook == "" {
 		return nil
 	}
-	return j.tl.phase(j.log, "lifecycle", func() error {
-		return j.clock.retry(ctx, j.log, "complete the lifecycle action of hook "+j.cfg.LaunchHook,
+	return j.Tl.Phase(j.Log, "lifecycle", func() error {
+		return j.Clock.Retry(ctx, j.Log, "complete the lifecycle action of hook "+j.Cfg.LaunchHook,
 			func(ctx context.Context) error {
 				_, err := j.completeLifecycle(ctx, "CONTINUE")
 				return err
 			})
 	})
+}
+
+// bake runs the prepare phases to the end (the pre-pull included), leaves the kubelet to the node's join, and
+// writes the marker of what it installed. configSHA256 is node.json's.
+func (j *Joiner) bake(ctx context.Context, configSHA256 string) error {
+	j.out.Mode, j.out.Result = "bake", "failed"
+	j.Log.Printf("baking an image from pool %s's configuration: %s", j.Cfg.PoolName, strings.Join(j.Cfg.Packages, " "))
+	if err := j.prepare(ctx); err != nil {
+		return err
+	}
+	j.waitPrepull()
+	m, err := j.bakedMarkerOf(ctx, configSHA256)
+	if err != nil {
+		return err
+	}
+	// Left enabled, the kubelet would start on every boot of the image before cloud-init has written its metadata
+	// lockdown drop-in (and crash-loop until the join); the node's crio phase enables it, and kubeadm join starts it
+	// after the lockdown, as on a stock boot.
+	if j.Host.Run(ctx, time.Minute, false, "systemctl", "disable", "kubelet.service") != nil {
+		return errors.New("could not disable kubelet.service")
+	}
+	b, err := json.MarshalIndent(m, "", "  ")
+	if err != nil {
+		return err
+	}
+	if err := system.WriteFileAtomic(j.Files.Baked(), append(b, '\n'), 0o644); err != nil {
+		return fmt.Errorf("could not write the marker: %w", err)
+	}
+	j.out.Result = "baked"
+	nevras := make([]string, len(m.Installed))
+	for i, p := range m.Installed {
+		nevras[i] = p.NEVRA
+	}
+	j.Log.Printf("baked: %s says %s, cri-o %s, %d of %d images pulled", j.Files.Baked(), strings.Join(nevras, " "),
+		m.CRIO, len(m.Images), len(j.Cfg.PrePullImages))
+	return nil
 }

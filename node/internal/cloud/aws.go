@@ -1,4 +1,4 @@
-package main
+package cloud
 
 import (
 	"context"
@@ -21,6 +21,11 @@ import (
 	"github.com/aws/smithy-go"
 	smithyhttp "github.com/aws/smithy-go/transport/http"
 )
+
+// LifecyclePath is where IMDS has the Auto Scaling target lifecycle state (after "latest/meta-data/"): "the state
+// it is transitioning to" (EC2 Auto Scaling User Guide, "Retrieve the target lifecycle state through instance
+// metadata").
+const LifecyclePath = "autoscaling/target-lifecycle-state"
 
 // The AWS calls of the boot, as small interfaces the SDK's clients satisfy and the tests fake.
 
@@ -50,24 +55,24 @@ type instances interface {
 	DescribeInstances(ctx context.Context, in *ec2.DescribeInstancesInput, opts ...func(*ec2.Options)) (*ec2.DescribeInstancesOutput, error)
 }
 
-// cloud is the instance's view of AWS: IMDS now, and the signed services once the region and the partition's
+// Cloud is the instance's view of AWS: IMDS now, and the signed services once the region and the partition's
 // domain are known (connect).
-type cloud struct {
-	imds   metadata
-	ssm    parameters
-	asg    groups
-	ec2    instances
+type Cloud struct {
+	IMDS   metadata
+	SSM    parameters
+	ASG    groups
+	EC2    instances
 	client *http.Client
 	// creds are the instance role's, from IMDS, cached until they expire; a 403 drops them (forget).
 	creds *aws.CredentialsCache
-	// connect builds the signed clients for a region and domain (fakes in tests).
-	connect func(c *cloud, region, domain string)
+	// Connect builds the signed clients for a region and domain (fakes in tests).
+	Connect func(c *Cloud, region, domain string)
 }
 
-// newCloud is the real AWS: IMDS at DYNK8S_IMDS_ENDPOINT (default the link-local address), the services at
+// New is the real AWS: IMDS at DYNK8S_IMDS_ENDPOINT (default the link-local address), the services at
 // DYNK8S_<SERVICE>_ENDPOINT or https://<service>.<region>.<domain>. The SDK's own retries are off: every step
 // retries under the boot's one deadline and logs each failed attempt.
-func newCloud() *cloud {
+func New() *Cloud {
 	client := &http.Client{Timeout: 30 * time.Second}
 	im := imds.New(imds.Options{
 		Endpoint:       os.Getenv("DYNK8S_IMDS_ENDPOINT"),
@@ -75,21 +80,21 @@ func newCloud() *cloud {
 		Retryer:        aws.NopRetryer{},
 		EnableFallback: aws.FalseTernary, // IMDSv1 is off on dynk8s instances
 	})
-	c := &cloud{imds: imdsReader{im}, client: client}
+	c := &Cloud{IMDS: imdsReader{im}, client: client}
 	c.creds = aws.NewCredentialsCache(ec2rolecreds.New(func(o *ec2rolecreds.Options) { o.Client = im }))
-	c.connect = connectSDK
+	c.Connect = connectSDK
 	return c
 }
 
-func connectSDK(c *cloud, region, domain string) {
+func connectSDK(c *Cloud, region, domain string) {
 	cfg := aws.Config{Region: region, Credentials: c.creds, HTTPClient: c.client, Retryer: func() aws.Retryer {
 		return aws.NopRetryer{}
 	}}
-	c.ssm = ssm.NewFromConfig(cfg, func(o *ssm.Options) { o.BaseEndpoint = aws.String(endpoint("ssm", region, domain)) })
-	c.asg = autoscaling.NewFromConfig(cfg, func(o *autoscaling.Options) {
+	c.SSM = ssm.NewFromConfig(cfg, func(o *ssm.Options) { o.BaseEndpoint = aws.String(endpoint("ssm", region, domain)) })
+	c.ASG = autoscaling.NewFromConfig(cfg, func(o *autoscaling.Options) {
 		o.BaseEndpoint = aws.String(endpoint("autoscaling", region, domain))
 	})
-	c.ec2 = ec2.NewFromConfig(cfg, func(o *ec2.Options) { o.BaseEndpoint = aws.String(endpoint("ec2", region, domain)) })
+	c.EC2 = ec2.NewFromConfig(cfg, func(o *ec2.Options) { o.BaseEndpoint = aws.String(endpoint("ec2", region, domain)) })
 }
 
 // endpoint is the service's endpoint in the instance's partition (IMDS meta-data/services/domain: amazonaws.com,
@@ -101,8 +106,8 @@ func endpoint(service, region, domain string) string {
 	return "https://" + service + "." + region + "." + domain
 }
 
-// forget drops the cached role credentials after a 403, so the next attempt reads them from IMDS again.
-func (c *cloud) forget(err error) {
+// Forget drops the cached role credentials after a 403, so the next attempt reads them from IMDS again.
+func (c *Cloud) Forget(err error) {
 	if c.creds != nil && httpStatus(err) == http.StatusForbidden {
 		c.creds.Invalidate()
 	}
@@ -125,13 +130,13 @@ func (r imdsReader) Get(ctx context.Context, path string) (string, error) {
 }
 
 // imdsErr is an IMDS answer other than 200; Status 404 means the path is absent.
-type imdsErr struct {
+type IMDSErr struct {
 	What   string // "IMDSv2 token" or "IMDS <path>"
 	Status int
 	Err    error
 }
 
-func (e *imdsErr) Error() string {
+func (e *IMDSErr) Error() string {
 	if e.Status != 0 {
 		return fmt.Sprintf("%s: HTTP %d", e.What, e.Status)
 	}
@@ -146,9 +151,9 @@ func imdsError(path string, err error) error {
 		if m := tokenStatusRE.FindStringSubmatch(err.Error()); m != nil {
 			status, _ = strconv.Atoi(m[1])
 		}
-		return &imdsErr{What: "IMDSv2 token", Status: status, Err: err}
+		return &IMDSErr{What: "IMDSv2 token", Status: status, Err: err}
 	}
-	return &imdsErr{What: "IMDS meta-data/" + path, Status: status, Err: err}
+	return &IMDSErr{What: "IMDS meta-data/" + path, Status: status, Err: err}
 }
 
 var tokenStatusRE = regexp.MustCompile(`StatusCode: (\d+)`)
@@ -163,7 +168,7 @@ func httpStatus(err error) int {
 }
 
 // apiError says what an AWS call answered: "<what>: HTTP <status> <code> <message>", or the transport error.
-func apiError(what string, err error) error {
+func APIError(what string, err error) error {
 	status := httpStatus(err)
 	var ae smithy.APIError
 	if status == 0 || !errors.As(err, &ae) {
@@ -191,8 +196,8 @@ func (e *awsErr) Error() string {
 	return s
 }
 
-// errorCode is the AWS error code of err ("" for none).
-func errorCode(err error) string {
+// ErrorCode is the AWS error code of err ("" for none).
+func ErrorCode(err error) string {
 	var ae *awsErr
 	if errors.As(err, &ae) {
 		return ae.code

@@ -1,4 +1,4 @@
-package main
+package gateway
 
 import (
 	"context"
@@ -15,6 +15,7 @@ import (
 	ec2types "github.com/aws/aws-sdk-go-v2/service/ec2/types"
 
 	"github.com/dynk8s/dynk8s/internal/names"
+	"github.com/dynk8s/dynk8s/node/internal/cloud"
 )
 
 // The idle check stops this WireGuard gateway when it has been idle for idle.stop: no instance of the stack's node
@@ -44,23 +45,23 @@ type idleState struct {
 	packets    int64
 }
 
-func (g *gatewayRun) idle(ctx context.Context) error {
-	idle := g.cfg.Idle
+func (g *GatewayRun) Idle(ctx context.Context) error {
+	idle := g.Cfg.Idle
 	if idle == nil {
-		g.log.Printf("the gateway never sleeps (gateway.idleStop 0): nothing to check")
+		g.Log.Printf("the gateway never sleeps (gateway.idleStop 0): nothing to check")
 		return nil
 	}
-	g.newClock(g.cfg.Deadlines.Idle.D())
-	now := g.now().Unix()
-	path := g.files.run(idleStateFile)
+	g.newClock(g.Cfg.Deadlines.Idle.D())
+	now := g.Now().Unix()
+	path := g.Files.Run(idleStateFile)
 	state := g.readIdleState(path, now)
 
-	if err := g.clock.retry(ctx, g.log, "read the region and the partition's domain from IMDS", g.connect); err != nil {
+	if err := g.clock.Retry(ctx, g.Log, "read the region and the partition's domain from IMDS", g.connect); err != nil {
 		return err
 	}
 	var pool []string
 	var last error
-	if err := g.clock.retry(ctx, g.log, "list the pool instances of cluster "+idle.ClusterName, func(ctx context.Context) error {
+	if err := g.clock.Retry(ctx, g.Log, "list the pool instances of cluster "+idle.ClusterName, func(ctx context.Context) error {
 		pool, last = g.poolInstances(ctx)
 		return last
 	}); err != nil {
@@ -90,14 +91,14 @@ func (g *gatewayRun) idle(ctx context.Context) error {
 
 	switch {
 	case len(busy) > 0:
-		g.log.Printf("staying up: %s", strings.Join(busy, " "))
+		g.Log.Printf("staying up: %s", strings.Join(busy, " "))
 	case idleFor < limit:
-		g.log.Printf("staying up: idle for %ds of %ds (no pool instance pending or running, no packet forwarded)",
+		g.Log.Printf("staying up: idle for %ds of %ds (no pool instance pending or running, no packet forwarded)",
 			idleFor, limit)
 	default:
-		g.log.Printf("stopping: idle for %ds (limit %ds): no pool instance pending or running and no packet forwarded "+
+		g.Log.Printf("stopping: idle for %ds (limit %ds): no pool instance pending or running and no packet forwarded "+
 			"through wg0; a booting node starts the gateway again", idleFor, limit)
-		if g.host.run(ctx, time.Minute, false, "systemctl", "poweroff") != nil {
+		if g.Host.Run(ctx, time.Minute, false, "systemctl", "poweroff") != nil {
 			return errors.New("systemctl poweroff failed")
 		}
 	}
@@ -106,7 +107,7 @@ func (g *gatewayRun) idle(ctx context.Context) error {
 
 // readIdleState reads the state a run of this boot left; none (a fresh boot) or a malformed one starts the window
 // now.
-func (g *gatewayRun) readIdleState(path string, now int64) idleState {
+func (g *GatewayRun) readIdleState(path string, now int64) idleState {
 	fresh := idleState{lastActive: now, packets: -1}
 	b, err := os.ReadFile(path)
 	if err != nil {
@@ -120,14 +121,14 @@ func (g *gatewayRun) readIdleState(path string, now int64) idleState {
 		s.packets, errP = strconv.ParseInt(f[1], 10, 64)
 	}
 	if len(f) != 2 || errA != nil || errP != nil || s.lastActive < 0 || s.packets < -1 {
-		g.log.Printf("ignoring malformed state in %s; the idle window starts now", path)
+		g.Log.Printf("ignoring malformed state in %s; the idle window starts now", path)
 		return fresh
 	}
 	return s
 }
 
-func (g *gatewayRun) writeIdleState(path string, s idleState) error {
-	if g.dryRun {
+func (g *GatewayRun) writeIdleState(path string, s idleState) error {
+	if g.DryRun {
 		return nil
 	}
 	if err := writePrivate(path, fmt.Appendf(nil, "%d %d\n", s.lastActive, s.packets)); err != nil {
@@ -140,9 +141,9 @@ func (g *gatewayRun) writeIdleState(path string, s idleState) error {
 // carry dynk8s:cluster and dynk8s:pool (the gateway has no pool tag); the states are filtered by EC2 and again here.
 // One instance is enough to stay up, so it reads pages until one shows an instance or no NextToken is left: a
 // filtered page may be empty while more follow ("Pagination in the Amazon EC2 API", EC2 developer guide).
-func (g *gatewayRun) poolInstances(ctx context.Context) ([]string, error) {
+func (g *GatewayRun) poolInstances(ctx context.Context) ([]string, error) {
 	in := &ec2.DescribeInstancesInput{MaxResults: aws.Int32(5), Filters: []ec2types.Filter{
-		{Name: aws.String("tag:" + names.TagCluster), Values: []string{g.cfg.Idle.ClusterName}},
+		{Name: aws.String("tag:" + names.TagCluster), Values: []string{g.Cfg.Idle.ClusterName}},
 		{Name: aws.String("tag-key"), Values: []string{names.TagPool}},
 		{Name: aws.String("instance-state-name"), Values: []string{"pending", "running"}},
 	}}
@@ -170,13 +171,13 @@ func (g *gatewayRun) poolInstances(ctx context.Context) ([]string, error) {
 	return nil, fmt.Errorf("EC2 DescribeInstances: still a NextToken after %d pages", maxIdlePages)
 }
 
-func (g *gatewayRun) describe(ctx context.Context, in *ec2.DescribeInstancesInput) (*ec2.DescribeInstancesOutput, error) {
-	ctx, cancel := context.WithTimeout(ctx, g.clock.timeout(10*time.Second))
+func (g *GatewayRun) describe(ctx context.Context, in *ec2.DescribeInstancesInput) (*ec2.DescribeInstancesOutput, error) {
+	ctx, cancel := context.WithTimeout(ctx, g.clock.Timeout(10*time.Second))
 	defer cancel()
-	out, err := g.cloud.ec2.DescribeInstances(ctx, in)
+	out, err := g.Cloud.EC2.DescribeInstances(ctx, in)
 	if err != nil {
-		g.cloud.forget(err)
-		return nil, apiError("EC2 DescribeInstances", err)
+		g.Cloud.Forget(err)
+		return nil, cloud.APIError("EC2 DescribeInstances", err)
 	}
 	return out, nil
 }
@@ -193,9 +194,9 @@ type nftCounters struct {
 
 // forwardedPackets is the packets forwarded into and out of wg0 so far, or -1 when the table is not loaded (the
 // tunnel is down, so nothing can cross it).
-func (g *gatewayRun) forwardedPackets(ctx context.Context) (int64, error) {
-	table := g.cfg.Idle.NFTTable
-	out, err := g.host.output(ctx, g.clock.timeout(10*time.Second), "nft", "-j", "list", "counters", "table", "inet", table)
+func (g *GatewayRun) forwardedPackets(ctx context.Context) (int64, error) {
+	table := g.Cfg.Idle.NFTTable
+	out, err := g.Host.Output(ctx, g.clock.Timeout(10*time.Second), "nft", "-j", "list", "counters", "table", "inet", table)
 	if err != nil {
 		return -1, nil
 	}

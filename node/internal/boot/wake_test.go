@@ -1,4 +1,4 @@
-package main
+package boot
 
 import (
 	"context"
@@ -8,6 +8,10 @@ import (
 
 	"gotest.tools/v3/assert"
 	is "gotest.tools/v3/assert/cmp"
+
+	"github.com/dynk8s/dynk8s/node/internal/cloud/cloudfake"
+	"github.com/dynk8s/dynk8s/node/internal/system"
+	"github.com/dynk8s/dynk8s/node/internal/system/systemfake"
 )
 
 // The gateway's wake-up, each scenario of cloudinit's wakegateway_test.go before the agent.
@@ -20,13 +24,13 @@ type wakeRun struct {
 // wake runs the wake-up of gateway against r's fakes, the settle window 300 ms, a start every 100 ms.
 func (r *rig) wake(gateway string, deadline time.Duration) wakeRun {
 	r.t.Helper()
-	out := &syncBuffer{}
-	log := newLogger("dynk8s-wake-gateway", out, r.root)
-	log.journal = false
+	out := &systemfake.SyncBuffer{}
+	log := system.NewLogger("dynk8s-wake-gateway", out, r.root)
+	log.Journal = false
 	d := r.cfg.Deadlines
-	w := &waker{cloud: r.cloud(), log: log, settle: d.WakeSettle.D(), interval: d.WakeInterval.D(),
-		clock: newClock(deadline, d.BackoffInitial.D(), d.BackoffMax.D())}
-	err := w.wake(context.Background(), gateway)
+	w := &Waker{Cloud: r.cloud(), Log: log, Settle: d.WakeSettle.D(), Interval: d.WakeInterval.D(),
+		Clock: system.NewClock(deadline, d.BackoffInitial.D(), d.BackoffMax.D())}
+	err := w.Wake(context.Background(), gateway)
 	r.t.Logf("wake: %v\n%s", err, out)
 	return wakeRun{err: err, log: out.String()}
 }
@@ -34,7 +38,7 @@ func (r *rig) wake(gateway string, deadline time.Duration) wakeRun {
 func TestWakeGateway(t *testing.T) {
 	t.Parallel()
 	for name, c := range map[string]struct {
-		modify  func(e *fakeEC2)
+		modify  func(e *cloudfake.EC2)
 		gateway string
 		// minStarts and maxStarts bound the StartInstances calls: the settle window ticks fewer times on a busy machine.
 		minStarts, maxStarts int
@@ -46,35 +50,35 @@ func TestWakeGateway(t *testing.T) {
 	}{
 		// A stopped gateway is started once.
 		"stopped": {minStarts: 1, maxStarts: 1,
-			logs: []string{"gateway " + testGateway + " was stopped, now pending"}},
+			logs: []string{"gateway " + cloudfake.GatewayID + " was stopped, now pending"}},
 		// A running one is "started" again through the settle window (it may be powering itself off), always
 		// without a change.
-		"running": {modify: func(e *fakeEC2) { e.state = "running" }, minStarts: 2, maxStarts: 4,
-			logs: []string{"gateway " + testGateway + " was running, now running",
-				"gateway " + testGateway + " stayed running for 300ms: it is up"}},
+		"running": {modify: func(e *cloudfake.EC2) { e.State = "running" }, minStarts: 2, maxStarts: 4,
+			logs: []string{"gateway " + cloudfake.GatewayID + " was running, now running",
+				"gateway " + cloudfake.GatewayID + " stayed running for 300ms: it is up"}},
 		// The race of AWS N6: the idle check ran before this node existed and the gateway's OS is powering off,
 		// which EC2 still shows as running; the wake-up sees it stopping, retries, and starts it once stopped.
-		"powering off": {modify: func(e *fakeEC2) { e.state, e.haltingCalls, e.stoppingCalls = "running", 1, 1 },
+		"powering off": {modify: func(e *cloudfake.EC2) { e.State, e.HaltingCalls, e.StoppingCalls = "running", 1, 1 },
 			minStarts: 3, maxStarts: 3, logs: []string{"was running, now running",
 				"(stopping): EC2 StartInstances: HTTP 400 IncorrectInstanceState", "was stopped, now pending"}},
 		// A gateway still stopping refuses to start; the wake-up retries until it has stopped.
-		"stopping": {modify: func(e *fakeEC2) { e.state, e.stoppingCalls = "stopping", 2 }, minStarts: 3, maxStarts: 3,
-			logs: []string{"attempt 1 failed: gateway " + testGateway + " is not in a state it can start from " +
+		"stopping": {modify: func(e *cloudfake.EC2) { e.State, e.StoppingCalls = "stopping", 2 }, minStarts: 3, maxStarts: 3,
+			logs: []string{"attempt 1 failed: gateway " + cloudfake.GatewayID + " is not in a state it can start from " +
 				"(stopping): EC2 StartInstances: HTTP 400 IncorrectInstanceState",
-				"start the WireGuard gateway " + testGateway + ": succeeded on attempt 3", "was stopped, now pending"}},
+				"start the WireGuard gateway " + cloudfake.GatewayID + ": succeeded on attempt 3", "was stopped, now pending"}},
 		// Throttling and server errors are retried too.
-		"throttled": {modify: func(e *fakeEC2) { e.failures, e.failStatus, e.failCode = 2, 503, "RequestLimitExceeded" },
+		"throttled": {modify: func(e *cloudfake.EC2) { e.Failures, e.FailStatus, e.FailCode = 2, 503, "RequestLimitExceeded" },
 			minStarts: 3, maxStarts: 3, logs: []string{"HTTP 503 RequestLimitExceeded: fake EC2 says no; retrying",
 				"succeeded on attempt 3"}},
 		// No permission, or no such instance: retrying cannot help, so the wake-up fails at once.
-		"refused": {modify: func(e *fakeEC2) { e.failures, e.failStatus, e.failCode = -1, 403, "UnauthorizedOperation" },
+		"refused": {modify: func(e *cloudfake.EC2) { e.Failures, e.FailStatus, e.FailCode = -1, 403, "UnauthorizedOperation" },
 			minStarts: 1, maxStarts: 1,
-			failure: "cannot start gateway " + testGateway + ": EC2 StartInstances: HTTP 403 UnauthorizedOperation"},
+			failure: "cannot start gateway " + cloudfake.GatewayID + ": EC2 StartInstances: HTTP 403 UnauthorizedOperation"},
 		"no such instance": {gateway: "i-0000000000000dead", minStarts: 1, maxStarts: 1,
 			failure: "FAILED: cannot start gateway i-0000000000000dead: EC2 StartInstances: HTTP 400 InvalidInstanceID.NotFound"},
 		// A gateway that never finishes stopping: the wake-up gives up at its deadline with one reason.
-		"never stops": {modify: func(e *fakeEC2) { e.state, e.stoppingCalls = "stopping", 1<<20 }, minStarts: 2, maxStarts: 1000,
-			failure: "start the WireGuard gateway " + testGateway + ": gave up after", deadline: time.Second},
+		"never stops": {modify: func(e *cloudfake.EC2) { e.State, e.StoppingCalls = "stopping", 1<<20 }, minStarts: 2, maxStarts: 1000,
+			failure: "start the WireGuard gateway " + cloudfake.GatewayID + ": gave up after", deadline: time.Second},
 		"not an instance id": {gateway: "sg-123", failure: "'sg-123' is not an EC2 instance id"},
 	} {
 		t.Run(name, func(t *testing.T) {
@@ -85,14 +89,14 @@ func TestWakeGateway(t *testing.T) {
 			}
 			gateway := c.gateway
 			if gateway == "" {
-				gateway = testGateway
+				gateway = cloudfake.GatewayID
 			}
 			deadline := c.deadline
 			if deadline == 0 {
 				deadline = 10 * time.Second
 			}
 			run := r.wake(gateway, deadline)
-			starts := r.ec2.started()
+			starts := r.ec2.Started()
 			assert.Check(t, starts >= c.minStarts && starts <= c.maxStarts, "%d starts", starts)
 			for _, want := range c.logs {
 				assert.Check(t, is.Contains(run.log, want))
@@ -106,7 +110,7 @@ func TestWakeGateway(t *testing.T) {
 			if c.failure == "" {
 				assert.NilError(t, run.err)
 				assert.Check(t, is.Len(failed, 0))
-				assert.Check(t, is.Equal(r.ec2.state, "running"))
+				assert.Check(t, is.Equal(r.ec2.State, "running"))
 				return
 			}
 			assert.Check(t, run.err != nil)
@@ -123,8 +127,8 @@ func TestWakeGatewayWithoutIDDoesNothing(t *testing.T) {
 	run := r.wake("", time.Second)
 	assert.NilError(t, run.err)
 	assert.Check(t, is.Contains(run.log, "the gateway never sleeps"))
-	assert.Check(t, is.Equal(r.ec2.started(), 0))
-	assert.Check(t, is.Equal(r.imds.requests, 0))
+	assert.Check(t, is.Equal(r.ec2.Started(), 0))
+	assert.Check(t, is.Equal(r.imds.Requests, 0))
 }
 
 // The join starts the wake-up beside it and joins as before; a wake-up that fails (no permission) is logged and
@@ -135,19 +139,19 @@ func TestJoinWakesTheGateway(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
 			r := newRig(t, "", "")
-			r.cfg.GatewayInstanceID = testGateway
+			r.cfg.GatewayInstanceID = cloudfake.GatewayID
 			if fail {
-				r.ec2.failures, r.ec2.failStatus, r.ec2.failCode = -1, 403, "UnauthorizedOperation"
+				r.ec2.Failures, r.ec2.FailStatus, r.ec2.FailCode = -1, 403, "UnauthorizedOperation"
 			}
 			run := r.join()
 			assert.NilError(t, run.err)
 			if fail {
 				assert.Check(t, is.Contains(run.log, "dynk8s-wake-gateway: FAILED: cannot start gateway"))
 			} else {
-				assert.Check(t, is.Contains(run.log, "dynk8s-wake-gateway: gateway "+testGateway+" was stopped, now pending"))
+				assert.Check(t, is.Contains(run.log, "dynk8s-wake-gateway: gateway "+cloudfake.GatewayID+" was stopped, now pending"))
 			}
-			assert.Check(t, is.Contains(run.log, "joined the cluster as "+testInstanceID))
-			assert.Check(t, is.Equal(r.ec2.started(), 1))
+			assert.Check(t, is.Contains(run.log, "joined the cluster as "+cloudfake.InstanceID))
+			assert.Check(t, is.Equal(r.ec2.Started(), 1))
 		})
 	}
 }

@@ -1,88 +1,24 @@
-package main
+package boot
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
-	"io/fs"
-	"os"
 	"path"
 	"slices"
 	"strings"
 	"time"
+
+	"github.com/dynk8s/dynk8s/node/internal/image"
+	"github.com/dynk8s/dynk8s/node/internal/system"
 )
-
-// A baked image holds what the prepare phases install (docs/baked-images.md): `dynk8s-node prepare` ran them on
-// the image's build instance and left the marker, which says what it installed. A boot that finds the marker
-// installs nothing: it checks with rpm that the image holds the packages its own node.json pins, and refuses an
-// image baked for something else, so that no node joins with a kubelet of another version.
-
-// bakedFormat is the marker's format; a marker of another format is refused (the image is rebuilt, not guessed at).
-const bakedFormat = 1
-
-// bakedMarker is /etc/dynk8s/baked.json.
-type bakedMarker struct {
-	Format    int            `json:"format"`
-	Agent     bakedAgent     `json:"agent"`
-	Config    bakedConfig    `json:"config"`
-	Kernel    string         `json:"kernel"`
-	Installed []bakedPackage `json:"installed"`
-	CRIO      string         `json:"crio"`
-	Images    []string       `json:"images"`
-}
-
-// bakedAgent is the agent that baked the image.
-type bakedAgent struct {
-	Version string `json:"version"`
-	SHA256  string `json:"sha256"`
-}
-
-// bakedConfig is what the image was baked from: the build's node.json (its hash) and the fields the prepare read.
-type bakedConfig struct {
-	SHA256         string   `json:"sha256"`
-	Packages       []string `json:"packages"`
-	SystemPackages []string `json:"systemPackages"`
-	KernelModules  []string `json:"kernelModules"`
-	PrePullImages  []string `json:"prePullImages"`
-}
-
-// bakedPackage is one package the prepare installed (or found), as rpm reports it.
-type bakedPackage struct {
-	Spec  string `json:"spec"`
-	Name  string `json:"name"`
-	NEVRA string `json:"nevra"`
-}
-
-func (f files) baked() string { return f.etc("dynk8s/baked.json") }
 
 // loadBaked reads the marker into j.baked; no marker is a stock image (nil, no error). A marker that cannot be read
 // or is of another format fails the boot: the image is not one this agent knows what it holds.
-func (j *joiner) loadBaked() error {
-	m, err := readMarker(j.files)
+func (j *Joiner) loadBaked() error {
+	m, err := image.ReadMarker(j.Files)
 	j.baked = m
 	return err
-}
-
-// readMarker reads the marker: nil without one, an error for one this agent cannot read.
-func readMarker(f files) (*bakedMarker, error) {
-	p := f.baked()
-	b, err := os.ReadFile(p)
-	if errors.Is(err, fs.ErrNotExist) {
-		return nil, nil
-	}
-	if err != nil {
-		return nil, fmt.Errorf("baked image: the marker %s is unreadable: %w", p, err)
-	}
-	var m bakedMarker
-	if err := json.Unmarshal(b, &m); err != nil {
-		return nil, fmt.Errorf("baked image: the marker %s does not parse (%w): build the pool's image again", p, err)
-	}
-	if m.Format != bakedFormat {
-		return nil, fmt.Errorf("baked image: the marker %s has format %d, this agent reads %d: build the pool's image again",
-			p, m.Format, bakedFormat)
-	}
-	return &m, nil
 }
 
 // rpmQueryFormat: one line per installed package; rpm expands the \t and \n escapes itself (rpm-queryformat(7)).
@@ -95,13 +31,13 @@ type rpmPackage struct {
 
 // rpmQuery lists the installed packages named name (whatProvides: those that provide it). None installed is no
 // error: rpm -q then exits 1 and says so on stdout.
-func (j *joiner) rpmQuery(ctx context.Context, whatProvides bool, name string) ([]rpmPackage, error) {
+func (j *Joiner) rpmQuery(ctx context.Context, whatProvides bool, name string) ([]rpmPackage, error) {
 	args := []string{"-q"}
 	if whatProvides {
 		args = append(args, "--whatprovides")
 	}
-	out, err := j.host.output(ctx, time.Minute, "rpm", append(args, "--qf", rpmQueryFormat, name)...)
-	if ee := (*exitError)(nil); err != nil && !errors.As(err, &ee) {
+	out, err := j.Host.Output(ctx, time.Minute, "rpm", append(args, "--qf", rpmQueryFormat, name)...)
+	if ee := (*system.ExitError)(nil); err != nil && !errors.As(err, &ee) {
 		return nil, fmt.Errorf("rpm -q %s: %w", name, err)
 	}
 	var pkgs []rpmPackage
@@ -147,7 +83,7 @@ func (s packageSpec) matches(p rpmPackage) bool {
 
 // installed is the installed package that satisfies spec (system: a Fedora package, any that provides it), or why
 // none does.
-func (j *joiner) installed(ctx context.Context, spec string, system bool) (rpmPackage, error) {
+func (j *Joiner) installed(ctx context.Context, spec string, system bool) (rpmPackage, error) {
 	s := parseSpec(spec)
 	if system {
 		s = packageSpec{spec: spec, name: spec}
@@ -178,40 +114,40 @@ func (j *joiner) installed(ctx context.Context, spec string, system bool) (rpmPa
 
 // checkBaked is the packages phase of a boot from a baked image: nothing is installed; every package this node's
 // config pins must be installed at a matching version, and be the one the marker says the image was baked with.
-func (j *joiner) checkBaked(ctx context.Context) error {
+func (j *Joiner) checkBaked(ctx context.Context) error {
 	m := j.baked
-	j.log.Printf("baked image (%s): baked by agent %s (sha256 %s) from a config with sha256 %s, packages %s, kernel %s",
-		j.files.baked(), m.Agent.Version, m.Agent.SHA256, m.Config.SHA256, strings.Join(m.Config.Packages, " "), m.Kernel)
+	j.Log.Printf("baked image (%s): baked by agent %s (sha256 %s) from a config with sha256 %s, packages %s, kernel %s",
+		j.Files.Baked(), m.Agent.Version, m.Agent.SHA256, m.Config.SHA256, strings.Join(m.Config.Packages, " "), m.Kernel)
 	var found []string
-	for _, spec := range j.cfg.Packages {
+	for _, spec := range j.Cfg.Packages {
 		p, err := j.installed(ctx, spec, false)
 		if err != nil {
 			return fmt.Errorf("baked image: %w, and the pool needs %s: the image was baked for packages %s; build the "+
 				"pool's image again (a baked boot never installs)", err, spec, strings.Join(m.Config.Packages, " "))
 		}
-		if !slices.ContainsFunc(m.Installed, func(b bakedPackage) bool { return b.NEVRA == p.nevra }) {
+		if !slices.ContainsFunc(m.Installed, func(b image.MarkerPackage) bool { return b.NEVRA == p.nevra }) {
 			return fmt.Errorf("baked image: rpm -q has %s, which its marker %s does not list: the image changed after "+
-				"it was baked; build the pool's image again", p.nevra, j.files.baked())
+				"it was baked; build the pool's image again", p.nevra, j.Files.Baked())
 		}
 		found = append(found, p.nevra)
 	}
-	for _, name := range j.cfg.SystemPackages {
+	for _, name := range j.Cfg.SystemPackages {
 		if _, err := j.installed(ctx, name, true); err != nil {
 			return fmt.Errorf("baked image: %w, which the pool needs; build the pool's image again", err)
 		}
 	}
-	j.log.Printf("baked image holds %s and %s (rpm -q): nothing to install", strings.Join(found, " "),
-		strings.Join(j.cfg.SystemPackages, " "))
+	j.Log.Printf("baked image holds %s and %s (rpm -q): nothing to install", strings.Join(found, " "),
+		strings.Join(j.Cfg.SystemPackages, " "))
 	return nil
 }
 
 // prePullImages are the images this boot pulls: on a baked image, those the image does not hold already.
-func (j *joiner) prePullImages() []string {
+func (j *Joiner) prePullImages() []string {
 	if j.baked == nil {
-		return j.cfg.PrePullImages
+		return j.Cfg.PrePullImages
 	}
 	var out []string
-	for _, img := range j.cfg.PrePullImages {
+	for _, img := range j.Cfg.PrePullImages {
 		if !slices.Contains(j.baked.Images, img) {
 			out = append(out, img)
 		}
@@ -220,30 +156,30 @@ func (j *joiner) prePullImages() []string {
 }
 
 // bakedMarkerOf is the marker for what the prepare just installed; config is node.json's bytes.
-func (j *joiner) bakedMarkerOf(ctx context.Context, configSHA256 string) (bakedMarker, error) {
-	m := bakedMarker{Format: bakedFormat, Agent: bakedAgent{Version: version, SHA256: selfHash()},
-		Config: bakedConfig{SHA256: configSHA256, Packages: j.cfg.Packages, SystemPackages: j.cfg.SystemPackages,
-			KernelModules: j.cfg.KernelModules, PrePullImages: j.cfg.PrePullImages},
+func (j *Joiner) bakedMarkerOf(ctx context.Context, configSHA256 string) (image.Marker, error) {
+	m := image.Marker{Format: image.MarkerFormat, Agent: image.MarkerAgent{Version: system.Version, SHA256: system.SelfHash()},
+		Config: image.MarkerConfig{SHA256: configSHA256, Packages: j.Cfg.Packages, SystemPackages: j.Cfg.SystemPackages,
+			KernelModules: j.Cfg.KernelModules, PrePullImages: j.Cfg.PrePullImages},
 		Kernel: kernelRelease(), Images: j.pulled}
 	if m.Images == nil {
 		m.Images = []string{}
 	}
-	for _, spec := range j.cfg.Packages {
+	for _, spec := range j.Cfg.Packages {
 		p, err := j.installed(ctx, spec, false)
 		if err != nil {
 			return m, fmt.Errorf("after the install, %w", err)
 		}
-		m.Installed = append(m.Installed, bakedPackage{Spec: spec, Name: p.name, NEVRA: p.nevra})
+		m.Installed = append(m.Installed, image.MarkerPackage{Spec: spec, Name: p.name, NEVRA: p.nevra})
 		if p.name == "cri-o" {
 			m.CRIO = p.version + "-" + p.release
 		}
 	}
-	for _, name := range j.cfg.SystemPackages {
+	for _, name := range j.Cfg.SystemPackages {
 		p, err := j.installed(ctx, name, true)
 		if err != nil {
 			return m, fmt.Errorf("after the install, %w", err)
 		}
-		m.Installed = append(m.Installed, bakedPackage{Spec: name, Name: p.name, NEVRA: p.nevra})
+		m.Installed = append(m.Installed, image.MarkerPackage{Spec: name, Name: p.name, NEVRA: p.nevra})
 	}
 	return m, nil
 }

@@ -1,4 +1,4 @@
-package main
+package system
 
 import (
 	"crypto/sha256"
@@ -11,43 +11,43 @@ import (
 	"sync"
 )
 
-// logger writes "TAG: message" lines to stderr, which the unit sends to the journal and the console. Outside systemd
+// Logger writes "TAG: message" lines to stderr, which the unit sends to the journal and the console. Outside systemd
 // (no JOURNAL_STREAM) each line is copied to the journal with logger(1), as the boot scripts did. Its first line
 // names the agent's version, so every boot's log says which binary ran; a run with nothing to say logs nothing.
-type logger struct {
+type Logger struct {
 	tag     string
 	out     io.Writer
-	journal bool   // copy each line with logger(1)
+	Journal bool   // copy each line with logger(1)
 	kmsg    string // the kernel log device (DYNK8S_ROOT/dev/kmsg)
 
 	mu      sync.Mutex
 	started bool
 }
 
-func newLogger(tag string, out io.Writer, root string) *logger {
-	return &logger{tag: tag, out: out, journal: os.Getenv("JOURNAL_STREAM") == "", kmsg: root + "/dev/kmsg"}
+func NewLogger(tag string, out io.Writer, root string) *Logger {
+	return &Logger{tag: tag, out: out, Journal: os.Getenv("JOURNAL_STREAM") == "", kmsg: root + "/dev/kmsg"}
 }
 
-// with is a logger for another part of the same run (the gateway's wake-up beside the join): same output, own tag.
-func (l *logger) with(tag string) *logger {
-	return &logger{tag: tag, out: l.out, journal: l.journal, kmsg: l.kmsg, started: true}
+// With is a logger for another part of the same run (the gateway's wake-up beside the join): same output, own tag.
+func (l *Logger) With(tag string) *Logger {
+	return &Logger{tag: tag, out: l.out, Journal: l.Journal, kmsg: l.kmsg, started: true}
 }
 
-func (l *logger) Printf(format string, args ...any) {
+func (l *Logger) Printf(format string, args ...any) {
 	msg := fmt.Sprintf(format, args...)
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if !l.started {
 		l.started = true
-		l.line(fmt.Sprintf("dynk8s-node %s (sha256 %s, %s, %s/%s)", version, selfHash(), runtime.Version(), runtime.GOOS,
+		l.line(fmt.Sprintf("dynk8s-node %s (sha256 %s, %s, %s/%s)", Version, SelfHash(), runtime.Version(), runtime.GOOS,
 			runtime.GOARCH))
 	}
 	l.line(msg)
 }
 
-// selfHash is the sha256 of the running binary: the reproducible build has no version of its own to print, and this
+// SelfHash is the sha256 of the running binary: the reproducible build has no version of its own to print, and this
 // is the hash the user data pins (agent.env), so the log names exactly which agent ran.
-func selfHash() string {
+func SelfHash() string {
 	f, err := os.Open("/proc/self/exe")
 	if err != nil {
 		return "unknown"
@@ -60,9 +60,9 @@ func selfHash() string {
 	return hex.EncodeToString(h.Sum(nil))
 }
 
-func (l *logger) line(msg string) {
+func (l *Logger) line(msg string) {
 	_, _ = fmt.Fprintf(l.out, "%s: %s\n", l.tag, msg)
-	if l.journal {
+	if l.Journal {
 		if path, err := exec.LookPath("logger"); err == nil {
 			_ = exec.Command(path, "-t", l.tag, "--", msg).Run()
 		}
@@ -74,7 +74,7 @@ func (l *logger) line(msg string) {
 // follows /dev/console, the last console= of the kernel command line, and Fedora 43's aarch64 EC2 images name
 // ttyAMA0 there, a PL011 that Graviton does not have (its UART is a 16550, ttyS0, which the kernel still registers
 // from the ACPI SPCR table). Best effort: a kernel log that cannot be written loses only this copy.
-func (l *logger) Kernel(level int, msg string) {
+func (l *Logger) Kernel(level int, msg string) {
 	f, err := os.OpenFile(l.kmsg, os.O_WRONLY|os.O_APPEND, 0)
 	if err != nil {
 		return
@@ -84,4 +84,14 @@ func (l *logger) Kernel(level int, msg string) {
 		msg = msg[:900]
 	}
 	_, _ = fmt.Fprintf(f, "<%d>%s: %s\n", level, l.tag, msg)
+}
+
+// Version is set at build time (-ldflags "-X main.version=...").
+var Version = "devel"
+
+// Failed logs a run's one reason, to the journal and the kernel log (the serial console), and is its exit status.
+func Failed(log *Logger, err error) int {
+	log.Printf("FAILED: %v", err)
+	log.Kernel(3, "FAILED: "+err.Error())
+	return 1
 }

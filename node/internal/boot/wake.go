@@ -1,4 +1,4 @@
-package main
+package boot
 
 import (
 	"context"
@@ -12,9 +12,11 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/ec2"
 
 	"github.com/dynk8s/dynk8s/internal/names"
+	"github.com/dynk8s/dynk8s/node/internal/cloud"
+	"github.com/dynk8s/dynk8s/node/internal/system"
 )
 
-// waker makes sure the stack's WireGuard gateway runs, which stops itself when the pools have been idle (the
+// Waker makes sure the stack's WireGuard gateway runs, which stops itself when the pools have been idle (the
 // gateway's idle check). The join starts it first thing, so the gateway boots while this node installs its
 // packages; the join then waits for the API server through the tunnel as before.
 //
@@ -27,95 +29,95 @@ import (
 // then repeated through a settle window longer than a poweroff takes, until EC2 shows the gateway stopping (refused,
 // retried) and then starting from stopped. A gateway still running at the end of the window stays up: its idle
 // check now sees this node.
-type waker struct {
-	cloud            *cloud
-	log              *logger
-	clock            *clock
-	settle, interval time.Duration
-	dryRun           bool
+type Waker struct {
+	Cloud            *cloud.Cloud
+	Log              *system.Logger
+	Clock            *system.Clock
+	Settle, Interval time.Duration
+	DryRun           bool
 }
 
 // refusals are the StartInstances errors no retry changes.
 var refusals = []string{"UnauthorizedOperation", "AuthFailure", "OptInRequired"}
 
-// wake starts gateway ("": the gateway never sleeps). Its failure is logged as the one reason, and returned.
-func (w *waker) wake(ctx context.Context, gateway string) error {
+// Wake starts gateway ("": the gateway never sleeps). Its failure is logged as the one reason, and returned.
+func (w *Waker) Wake(ctx context.Context, gateway string) error {
 	err := w.run(ctx, gateway)
 	if err != nil {
-		w.log.Printf("FAILED: %v", err)
+		w.Log.Printf("FAILED: %v", err)
 	}
 	return err
 }
 
-func (w *waker) run(ctx context.Context, gateway string) error {
+func (w *Waker) run(ctx context.Context, gateway string) error {
 	if gateway == "" {
-		w.log.Printf("the gateway never sleeps (gateway.idleStop 0): nothing to wake")
+		w.Log.Printf("the gateway never sleeps (gateway.idleStop 0): nothing to wake")
 		return nil
 	}
 	if !names.IsInstanceID(gateway) {
 		return fmt.Errorf("'%s' is not an EC2 instance id", gateway)
 	}
-	if w.cloud.ec2 == nil {
+	if w.Cloud.EC2 == nil {
 		var region, domain string
-		if err := w.clock.retry(ctx, w.log, "read the region and the partition's domain from IMDS", func(ctx context.Context) error {
-			ctx, cancel := context.WithTimeout(ctx, w.clock.timeout(10*time.Second))
+		if err := w.Clock.Retry(ctx, w.Log, "read the region and the partition's domain from IMDS", func(ctx context.Context) error {
+			ctx, cancel := context.WithTimeout(ctx, w.Clock.Timeout(10*time.Second))
 			defer cancel()
 			var err error
-			if region, err = w.cloud.imds.Get(ctx, "placement/region"); err != nil {
+			if region, err = w.Cloud.IMDS.Get(ctx, "placement/region"); err != nil {
 				return err
 			}
-			domain, err = w.cloud.imds.Get(ctx, "services/domain")
+			domain, err = w.Cloud.IMDS.Get(ctx, "services/domain")
 			return err
 		}); err != nil {
 			return err
 		}
-		w.cloud.connect(w.cloud, region, domain)
+		w.Cloud.Connect(w.Cloud, region, domain)
 	}
 	previous := ""
 	start := func(ctx context.Context) (err error) {
 		previous, err = w.start(ctx, gateway)
 		return err
 	}
-	if err := w.clock.retry(ctx, w.log, "start the WireGuard gateway "+gateway, start); err != nil {
+	if err := w.Clock.Retry(ctx, w.Log, "start the WireGuard gateway "+gateway, start); err != nil {
 		return err
 	}
 	if previous != "running" {
 		return nil
 	}
-	until := w.clock.now().Add(w.settle)
-	for !w.clock.now().Add(w.interval).After(until) {
-		if err := w.clock.sleep(ctx, w.interval); err != nil {
+	until := w.Clock.Now().Add(w.Settle)
+	for !w.Clock.Now().Add(w.Interval).After(until) {
+		if err := w.Clock.Sleep(ctx, w.Interval); err != nil {
 			return err
 		}
-		if err := w.clock.retry(ctx, w.log, "start the WireGuard gateway "+gateway+" again", start); err != nil {
+		if err := w.Clock.Retry(ctx, w.Log, "start the WireGuard gateway "+gateway+" again", start); err != nil {
 			return err
 		}
 		if previous != "running" {
 			return nil
 		}
 	}
-	w.log.Printf("gateway %s stayed running for %s: it is up", gateway, w.settle)
+	w.Log.Printf("gateway %s stayed running for %s: it is up", gateway, w.Settle)
 	return nil
 }
 
 // start is one StartInstances of the gateway; it returns the state the gateway was in.
-func (w *waker) start(ctx context.Context, gateway string) (string, error) {
-	if w.dryRun {
-		w.log.Printf("dry run: would start gateway %s", gateway)
+func (w *Waker) start(ctx context.Context, gateway string) (string, error) {
+	if w.DryRun {
+		w.Log.Printf("dry run: would start gateway %s", gateway)
 		return "stopped", nil
 	}
-	ctx, cancel := context.WithTimeout(ctx, w.clock.timeout(10*time.Second))
+	ctx, cancel := context.WithTimeout(ctx, w.Clock.Timeout(10*time.Second))
 	defer cancel()
-	out, err := w.cloud.ec2.StartInstances(ctx, &ec2.StartInstancesInput{InstanceIds: []string{gateway}})
+	out, err := w.Cloud.EC2.StartInstances(ctx, &ec2.StartInstancesInput{InstanceIds: []string{gateway}})
 	if err != nil {
-		w.cloud.forget(err)
-		err = apiError("EC2 StartInstances", err)
-		code := errorCode(err)
+		w.Cloud.Forget(err)
+		err = cloud.APIError("EC2 StartInstances", err)
+		code := cloud.ErrorCode(err)
 		switch {
 		case code == "IncorrectInstanceState":
 			return "", fmt.Errorf("gateway %s is not in a state it can start from (stopping): %w", gateway, err)
 		case slices.Contains(refusals, code) || strings.HasPrefix(code, "InvalidInstanceID."):
-			return "", permanent{fmt.Errorf("cannot start gateway %s: %w", gateway, err)}
+			return "", system.Permanent(fmt.Errorf("cannot start gateway %s: %w", gateway, err))
 		}
 		return "", err
 	}
@@ -131,6 +133,6 @@ func (w *waker) start(ctx context.Context, gateway string) (string, error) {
 	if state != "pending" && state != "running" {
 		return "", fmt.Errorf("StartInstances answered state '%s' for '%s'", state, id)
 	}
-	w.log.Printf("gateway %s was %s, now %s", id, previous, state)
+	w.Log.Printf("gateway %s was %s, now %s", id, previous, state)
 	return previous, nil
 }

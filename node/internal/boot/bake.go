@@ -1,0 +1,34 @@
+package boot
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"io"
+	"os"
+	"time"
+
+	"github.com/dynk8s/dynk8s/node/internal/system"
+)
+
+func PrepareImage(ctx context.Context, f system.Files, log *system.Logger, out io.Writer, config string, verbose bool) error {
+	raw, err := os.ReadFile(config)
+	if err != nil {
+		return fmt.Errorf("config %s is missing or unreadable: %w", config, err)
+	}
+	cfg, err := system.LoadConfig(config)
+	if err != nil {
+		return err
+	}
+	if verbose {
+		log.Printf("config %s:\n%s", config, raw)
+	}
+	d := cfg.Deadlines
+	j := &Joiner{Cfg: cfg, Host: system.RealHost{Out: out, Log: log}, Files: f, Log: log,
+		Clock: system.NewClock(d.Join.D(), d.BackoffInitial.D(), d.BackoffMax.D()), Tl: system.NewTimeline(time.Now), baking: true}
+	sum := sha256.Sum256(raw)
+	err = j.bake(ctx, hex.EncodeToString(sum[:]))
+	j.finish()
+	return err
+}

@@ -1,0 +1,253 @@
+package cloudfake
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"slices"
+	"strings"
+	"sync"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/autoscaling"
+	astypes "github.com/aws/aws-sdk-go-v2/service/autoscaling/types"
+	"github.com/aws/aws-sdk-go-v2/service/ec2"
+	ec2types "github.com/aws/aws-sdk-go-v2/service/ec2/types"
+	"github.com/aws/aws-sdk-go-v2/service/ssm"
+	ssmtypes "github.com/aws/aws-sdk-go-v2/service/ssm/types"
+	"github.com/aws/smithy-go"
+	smithyhttp "github.com/aws/smithy-go/transport/http"
+
+	"github.com/dynk8s/dynk8s/node/internal/cloud"
+)
+
+// Fake clients for the agent's table tests: each answers as its AWS service does, in the SDK's types, and records
+// what it was asked. The wire-level fakes (cloudinit's fakes_test.go) check the same calls against the built binary.
+
+const (
+	InstanceID     = "i-0123456789abcdef0"
+	Group          = "homelab-spot-arm64-asg-1a2b3c"
+	Hook           = "dynk8s-launch"
+	TokenParameter = "/dynk8s/test/join-token"
+	Token          = "k7x2qa.0f9e8d7c6b5a4z3y"
+	GatewayID      = "i-0feedfacecafe0001"
+	CAHash         = "sha256:" + "0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef"
+)
+
+// APIErr is an AWS error answer as the SDK returns it: the HTTP status and the service's code and message.
+func APIErr(status int, code, msg string) error {
+	return &smithyhttp.ResponseError{
+		Response: &smithyhttp.Response{Response: &http.Response{StatusCode: status}},
+		Err:      &smithy.GenericAPIError{Code: code, Message: msg},
+	}
+}
+
+type IMDS struct {
+	mu            sync.Mutex
+	values        map[string]string
+	TokenFailures int
+	Requests      int
+}
+
+func NewIMDS(lifecycle, domain string) *IMDS {
+	f := &IMDS{values: map[string]string{
+		"instance-id": InstanceID, "placement/availability-zone": "eu-central-1a",
+		"placement/region": "eu-central-1", "services/domain": "amazonaws.com", "local-ipv4": "10.100.1.23",
+		"instance-type": "m7g.large",
+	}}
+	if domain != "" {
+		f.values["services/domain"] = domain
+	}
+	f.SetLifecycle(lifecycle)
+	return f
+}
+
+func (f *IMDS) SetLifecycle(state string) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if state == "" {
+		delete(f.values, cloud.LifecyclePath)
+	} else {
+		f.values[cloud.LifecyclePath] = state
+	}
+}
+
+func (f *IMDS) Get(_ context.Context, path string) (string, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.Requests++
+	if f.TokenFailures > 0 {
+		f.TokenFailures--
+		return "", &cloud.IMDSErr{What: "IMDSv2 token", Status: 503}
+	}
+	v, ok := f.values[path]
+	if !ok {
+		return "", &cloud.IMDSErr{What: "IMDS meta-data/" + path, Status: 404}
+	}
+	return v, nil
+}
+
+type SSM struct {
+	mu sync.Mutex
+	// Failures answers that many calls with AccessDeniedException first; negative: every call.
+	Failures int
+	Value    string
+	// Queued values are served one per call before value; "" answers ParameterNotFound.
+	Queued   []string
+	Requests int
+}
+
+func (f *SSM) GetParameter(_ context.Context, in *ssm.GetParameterInput, _ ...func(*ssm.Options)) (*ssm.GetParameterOutput, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.Requests++
+	if aws.ToString(in.Name) != TokenParameter || !aws.ToBool(in.WithDecryption) {
+		return nil, fmt.Errorf("fake SSM: unexpected request %s (decrypt %v)", aws.ToString(in.Name), aws.ToBool(in.WithDecryption))
+	}
+	if f.Failures != 0 {
+		f.Failures--
+		return nil, APIErr(400, "AccessDeniedException", "fake SSM says no")
+	}
+	v := f.Value
+	if len(f.Queued) > 0 {
+		v, f.Queued = f.Queued[0], f.Queued[1:]
+	}
+	if v == "" {
+		return nil, APIErr(400, "ParameterNotFound", "")
+	}
+	return &ssm.GetParameterOutput{Parameter: &ssmtypes.Parameter{Name: in.Name, Value: aws.String(v)}}, nil
+}
+
+type AutoScaling struct {
+	Mu sync.Mutex
+	// PendingAction: a lifecycle action waits for the instance (Pending:Wait, Warmed:Pending:Wait).
+	PendingAction bool
+	// InstanceVersion and groupVersion are the launch template versions ("": none given).
+	InstanceVersion, GroupVersion string
+	calls                         []string
+}
+
+func (f *AutoScaling) record(format string, args ...any) {
+	f.calls = append(f.calls, fmt.Sprintf(format, args...))
+}
+
+func template(version string) *astypes.LaunchTemplateSpecification {
+	if version == "" {
+		return nil
+	}
+	return &astypes.LaunchTemplateSpecification{LaunchTemplateId: aws.String("lt-0123456789abcdef0"), Version: aws.String(version)}
+}
+
+func (f *AutoScaling) DescribeAutoScalingInstances(_ context.Context, in *autoscaling.DescribeAutoScalingInstancesInput,
+	_ ...func(*autoscaling.Options)) (*autoscaling.DescribeAutoScalingInstancesOutput, error) {
+	f.Mu.Lock()
+	defer f.Mu.Unlock()
+	f.record("DescribeAutoScalingInstances %s", strings.Join(in.InstanceIds, ","))
+	out := &autoscaling.DescribeAutoScalingInstancesOutput{}
+	if slices.Equal(in.InstanceIds, []string{InstanceID}) {
+		out.AutoScalingInstances = []astypes.AutoScalingInstanceDetails{{InstanceId: aws.String(InstanceID),
+			AutoScalingGroupName: aws.String(Group), LaunchTemplate: template(f.InstanceVersion)}}
+	}
+	return out, nil
+}
+
+func (f *AutoScaling) DescribeAutoScalingGroups(_ context.Context, in *autoscaling.DescribeAutoScalingGroupsInput,
+	_ ...func(*autoscaling.Options)) (*autoscaling.DescribeAutoScalingGroupsOutput, error) {
+	f.Mu.Lock()
+	defer f.Mu.Unlock()
+	f.record("DescribeAutoScalingGroups %s", strings.Join(in.AutoScalingGroupNames, ","))
+	if f.GroupVersion == "" || !slices.Equal(in.AutoScalingGroupNames, []string{Group}) {
+		return nil, APIErr(400, "ValidationError", "fake autoscaling knows no such group")
+	}
+	return &autoscaling.DescribeAutoScalingGroupsOutput{AutoScalingGroups: []astypes.AutoScalingGroup{{
+		AutoScalingGroupName: aws.String(Group), LaunchTemplate: template(f.GroupVersion)}}}, nil
+}
+
+func (f *AutoScaling) CompleteLifecycleAction(_ context.Context, in *autoscaling.CompleteLifecycleActionInput,
+	_ ...func(*autoscaling.Options)) (*autoscaling.CompleteLifecycleActionOutput, error) {
+	f.Mu.Lock()
+	defer f.Mu.Unlock()
+	f.record("CompleteLifecycleAction %s %s %s %s", aws.ToString(in.AutoScalingGroupName), aws.ToString(in.LifecycleHookName),
+		aws.ToString(in.InstanceId), aws.ToString(in.LifecycleActionResult))
+	if !f.PendingAction || aws.ToString(in.AutoScalingGroupName) != Group {
+		return nil, APIErr(400, "ValidationError", "No active Lifecycle Action found with instance ID "+aws.ToString(in.InstanceId))
+	}
+	f.PendingAction = false
+	return &autoscaling.CompleteLifecycleActionOutput{}, nil
+}
+
+func (f *AutoScaling) SetInstanceHealth(_ context.Context, in *autoscaling.SetInstanceHealthInput,
+	_ ...func(*autoscaling.Options)) (*autoscaling.SetInstanceHealthOutput, error) {
+	f.Mu.Lock()
+	defer f.Mu.Unlock()
+	f.record("SetInstanceHealth %s %s", aws.ToString(in.InstanceId), aws.ToString(in.HealthStatus))
+	return &autoscaling.SetInstanceHealthOutput{}, nil
+}
+
+func (f *AutoScaling) Recorded() []string {
+	f.Mu.Lock()
+	defer f.Mu.Unlock()
+	return slices.Clone(f.calls)
+}
+
+// EC2 is StartInstances of the one gateway, through its states: idempotent on a running instance, refused while
+// it is stopping.
+type EC2 struct {
+	mu    sync.Mutex
+	State string
+	// StoppingCalls: starts refused (IncorrectInstanceState) while stopping; haltingCalls: starts a running gateway
+	// still answers "running" while its OS powers off, after which it is stopping.
+	StoppingCalls, HaltingCalls int
+	// Failures answers that many calls with failCode (failStatus) first; negative: every call.
+	Failures   int
+	FailCode   string
+	FailStatus int
+	calls      int
+}
+
+func (f *EC2) StartInstances(_ context.Context, in *ec2.StartInstancesInput, _ ...func(*ec2.Options)) (*ec2.StartInstancesOutput, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.calls++
+	if f.Failures != 0 {
+		f.Failures--
+		return nil, APIErr(f.FailStatus, f.FailCode, "fake EC2 says no")
+	}
+	if !slices.Equal(in.InstanceIds, []string{GatewayID}) {
+		return nil, APIErr(400, "InvalidInstanceID.NotFound", fmt.Sprintf("The instance ID '%s' does not exist", in.InstanceIds[0]))
+	}
+	halting := false
+	if f.State == "running" && f.HaltingCalls > 0 {
+		f.HaltingCalls--
+		halting = f.HaltingCalls == 0
+	}
+	if f.State == "stopping" {
+		if f.StoppingCalls > 0 {
+			f.StoppingCalls--
+			return nil, APIErr(400, "IncorrectInstanceState", "The instance is not in a state from which it can be started.")
+		}
+		f.State = "stopped"
+	}
+	previous, current := f.State, ec2types.InstanceStateNameRunning
+	if previous == "stopped" {
+		current = ec2types.InstanceStateNamePending
+	}
+	f.State = "running"
+	if halting {
+		f.State = "stopping"
+	}
+	return &ec2.StartInstancesOutput{StartingInstances: []ec2types.InstanceStateChange{{InstanceId: aws.String(GatewayID),
+		CurrentState:  &ec2types.InstanceState{Name: current},
+		PreviousState: &ec2types.InstanceState{Name: ec2types.InstanceStateName(previous)}}}}, nil
+}
+
+func (f *EC2) Started() int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.calls
+}
+
+// DescribeInstances: the wake-up's fake knows only the gateway; the idle check's tests use fakeFleet.
+func (f *EC2) DescribeInstances(context.Context, *ec2.DescribeInstancesInput, ...func(*ec2.Options)) (*ec2.DescribeInstancesOutput, error) {
+	return nil, fmt.Errorf("fake EC2: the wake-up describes no instance")
+}

@@ -1,0 +1,206 @@
+package gateway
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/ssm"
+
+	"github.com/dynk8s/dynk8s/internal/names"
+	"github.com/dynk8s/dynk8s/node/internal/cloud"
+	"github.com/dynk8s/dynk8s/node/internal/system"
+	"github.com/dynk8s/dynk8s/node/nodeconfig"
+)
+
+// GatewayRun is one run of a gateway command.
+type GatewayRun struct {
+	Cfg    nodeconfig.Gateway
+	Cloud  *cloud.Cloud
+	Host   system.Host
+	Files  system.Files
+	Log    *system.Logger
+	clock  *system.Clock
+	Now    func() time.Time
+	DryRun bool
+}
+
+// Tags are the gateway's commands and their log tags.
+var Tags = map[string]string{
+	"gateway-key":      "dynk8s-wg-key",
+	"gateway-packages": "dynk8s-gateway-packages",
+	"gateway-idle":     "dynk8s-gateway-idle",
+}
+
+// LoadGatewayConfig reads the gateway's configuration strictly, with the test hooks' deadlines: like the scripts'
+// DYNK8S_DEADLINE_SECONDS, one value for every command's deadline.
+func LoadGatewayConfig(path string) (nodeconfig.Gateway, error) {
+	cfg, err := system.ReadConfig(path, nodeconfig.DecodeGateway)
+	if err != nil {
+		return cfg, err
+	}
+	d := &cfg.Deadlines
+	return cfg, system.ApplyDeadlineHooks([]system.DeadlineHook{
+		system.Hook("DYNK8S_DEADLINE_SECONDS", time.Second, &d.Key, &d.KeyOnDisk, &d.Packages, &d.Idle),
+		system.Hook("DYNK8S_BACKOFF_INITIAL_MS", time.Millisecond, &d.BackoffInitial),
+		system.Hook("DYNK8S_BACKOFF_MAX_MS", time.Millisecond, &d.BackoffMax),
+	})
+}
+
+func (g *GatewayRun) newClock(deadline time.Duration) {
+	d := g.Cfg.Deadlines
+	g.clock = system.NewClock(deadline, d.BackoffInitial.D(), d.BackoffMax.D())
+}
+
+// connect reads the region and the partition's domain from IMDS and builds the signed clients, once.
+func (g *GatewayRun) connect(ctx context.Context) error {
+	if g.Cloud.SSM != nil {
+		return nil
+	}
+	ctx, cancel := context.WithTimeout(ctx, g.clock.Timeout(10*time.Second))
+	defer cancel()
+	region, err := g.Cloud.IMDS.Get(ctx, "placement/region")
+	if err != nil {
+		return err
+	}
+	domain, err := g.Cloud.IMDS.Get(ctx, "services/domain")
+	if err != nil {
+		return err
+	}
+	g.Cloud.Connect(g.Cloud, region, domain)
+	return nil
+}
+
+// Key puts the gateway's WireGuard private key from SSM into the key file (0600). The key stays on disk so that a
+// reboot or an EC2 auto-recovery while SSM is unreachable still brings the tunnel up: with a key there, SSM gets a
+// short try (deadlines.keyOnDisk) and the key on disk is kept. When SSM answers, its value wins, so a rotated key
+// needs only a restart of the tunnel.
+func (g *GatewayRun) Key(ctx context.Context) error {
+	path := g.Files.Root + g.Cfg.KeyFile
+	onDisk, _ := os.ReadFile(path)
+	if len(onDisk) > 0 {
+		g.newClock(g.Cfg.Deadlines.KeyOnDisk.D())
+	} else {
+		g.newClock(g.Cfg.Deadlines.Key.D())
+	}
+	param := g.Cfg.KeyParameter
+	var key string
+	var last error
+	err := g.clock.Retry(ctx, g.Log, "read the WireGuard key from SSM parameter "+param, func(ctx context.Context) error {
+		last = g.readKey(ctx, &key)
+		return last
+	})
+	switch {
+	case err != nil && len(onDisk) > 0:
+		g.Log.Printf("SSM unreachable (%v); keeping the key already in %s", last, path)
+		return nil
+	case err != nil:
+		return fmt.Errorf("no WireGuard key: SSM parameter %s could not be read (%w) and %s is absent", param, last, path)
+	case !names.IsWireGuardKey(key):
+		return fmt.Errorf("SSM parameter %s does not hold a WireGuard key (32 bytes, base64)", param)
+	case strings.TrimRight(string(onDisk), "\n") == key:
+		g.Log.Printf("key in %s is current", path)
+		return nil
+	case g.DryRun:
+		g.Log.Printf("dry run: would write the key from SSM to %s", path)
+		return nil
+	}
+	if err := writePrivate(path, []byte(key+"\n")); err != nil {
+		return fmt.Errorf("write the key to %s: %w", path, err)
+	}
+	g.Log.Printf("wrote the key from SSM to %s", path)
+	return nil
+}
+
+// readKey is one attempt at the key: IMDS for the region, then SSM GetParameter, decrypted.
+func (g *GatewayRun) readKey(ctx context.Context, key *string) error {
+	if err := g.connect(ctx); err != nil {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(ctx, g.clock.Timeout(10*time.Second))
+	defer cancel()
+	out, err := g.Cloud.SSM.GetParameter(ctx, &ssm.GetParameterInput{Name: aws.String(g.Cfg.KeyParameter),
+		WithDecryption: aws.Bool(true)})
+	if err != nil {
+		g.Cloud.Forget(err)
+		return cloud.APIError("SSM GetParameter "+g.Cfg.KeyParameter, err)
+	}
+	if out.Parameter == nil || out.Parameter.Value == nil {
+		return errors.New("SSM answer has no Parameter.Value")
+	}
+	*key = *out.Parameter.Value
+	return nil
+}
+
+// writePrivate replaces path with content, readable by root only, through a new file and a rename, so that a
+// reader never sees half a file.
+func writePrivate(path string, content []byte) error {
+	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
+		return err
+	}
+	tmp := path + ".new"
+	if err := os.WriteFile(tmp, content, 0o600); err != nil {
+		return err
+	}
+	// WriteFile keeps the mode of a file already there.
+	if err := os.Chmod(tmp, 0o600); err != nil {
+		return err
+	}
+	return os.Rename(tmp, path)
+}
+
+// Packages installs the gateway's packages where rpm does not find them and then starts the tunnel; run at every
+// boot, so after the first it only checks. cloud-init's own package step runs once per instance: a mirror hiccup
+// then would leave a gateway that never brings its tunnel up. A failed install is retried under the deadline; past
+// it the command fails and systemd starts it again (Restart=on-failure).
+func (g *GatewayRun) Packages(ctx context.Context) error {
+	g.newClock(g.Cfg.Deadlines.Packages.D())
+	var missing []string
+	for _, p := range g.Cfg.Packages {
+		// A query, run in a dry run too: what the dry run would install is what is missing.
+		if _, err := g.Host.Output(ctx, 30*time.Second, "rpm", "-q", "--whatprovides", p); err != nil {
+			missing = append(missing, p)
+		}
+	}
+	if len(missing) == 0 {
+		g.Log.Printf("%s already installed", strings.Join(g.Cfg.Packages, " "))
+	} else {
+		// The first attempt reads only the release repository's metadata (the image is the release's GA image,
+		// whose packages it matches); the next ones every enabled repository, updates included.
+		var repos []string
+		for _, r := range g.Cfg.SystemRepos {
+			repos = append(repos, "--repo="+r)
+		}
+		what := strings.Join(missing, " ")
+		if err := g.clock.Retry(ctx, g.Log, "install "+what, func(ctx context.Context) error {
+			args := append(append([]string{"install", "-y", "--setopt=install_weak_deps=False"}, repos...), missing...)
+			repos = nil
+			return dnfError(g.Host.Run(ctx, g.clock.Timeout(0), false, "dnf", args...))
+		}); err != nil {
+			return err
+		}
+		g.Log.Printf("installed %s", what)
+	}
+	if g.Host.Run(ctx, time.Minute, false, "systemctl", "daemon-reload") != nil {
+		return errors.New("systemctl daemon-reload failed")
+	}
+	// --no-block: the tunnel's own start (its key from SSM) has its own timeout and retries.
+	if g.Host.Run(ctx, time.Minute, false, "systemctl", "enable", "--now", "--no-block", g.Cfg.TunnelUnit) != nil {
+		return fmt.Errorf("could not enable and start %s", g.Cfg.TunnelUnit)
+	}
+	return nil
+}
+
+// dnfError says what a failed dnf install did, as the journal reads it.
+func dnfError(err error) error {
+	var ee *system.ExitError
+	if errors.As(err, &ee) {
+		return fmt.Errorf("dnf install exited %d", ee.Code)
+	}
+	return err
+}

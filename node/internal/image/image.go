@@ -1,0 +1,90 @@
+package image
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+
+	"github.com/dynk8s/dynk8s/node/internal/system"
+)
+
+// identityGlobs are what clean-identity removes (under DYNK8S_ROOT), identityKeep what it leaves among them. They
+// are the effects of `cloud-init clean --logs --machine-id` (canonical/cloud-init, cloudinit/cmd/clean.py: all of
+// cloud_dir but its seed, the logs, machine-id), done here so that they do not depend on the image's cloud-init,
+// and what else one instance leaves that the next must not share: systemd's random seed, the journal, the SSH host
+// keys, the agent's state and the build's configuration, and dnf's caches (size only).
+var (
+	identityGlobs = []string{
+		"/var/lib/cloud/*", "/var/log/cloud-init.log", "/var/log/cloud-init-output.log",
+		"/var/lib/systemd/random-seed", "/var/log/journal/*", "/etc/ssh/ssh_host_*",
+		"/var/lib/dynk8s", "/run/dynk8s", "/etc/dynk8s/*",
+		"/var/cache/dnf/*", "/var/cache/libdnf5/*",
+	}
+	identityKeep = []string{"/var/lib/cloud/seed", "/etc/dynk8s/baked.json"}
+)
+
+func CleanIdentity(f system.Files, log *system.Logger, dryRun bool) error {
+	// On a node this would remove the node's identity: only an image build, after prepare, runs it.
+	if !f.Exists(f.Baked()) {
+		return fmt.Errorf("no baked marker %s: clean-identity is an image build's last step, after dynk8s-node prepare",
+			f.Baked())
+	}
+	var paths []string
+	for _, g := range identityGlobs {
+		m, err := filepath.Glob(f.Root + g)
+		if err != nil {
+			return err
+		}
+		for _, p := range m {
+			if !slices.Contains(identityKeep, strings.TrimPrefix(p, f.Root)) {
+				paths = append(paths, p)
+			}
+		}
+	}
+	dbus := f.Root + "/var/lib/dbus/machine-id"
+	if st, err := os.Lstat(dbus); err == nil && st.Mode().IsRegular() {
+		paths = append(paths, dbus) // a copy, not systemd's symlink to /etc/machine-id
+	}
+	machineID := f.Etc("machine-id")
+	if dryRun {
+		for _, p := range paths {
+			log.Printf("dry run: would remove %s", p)
+		}
+		log.Printf("dry run: would set %s to 'uninitialized'", machineID)
+		return nil
+	}
+	for _, p := range paths {
+		if err := os.RemoveAll(p); err != nil {
+			return fmt.Errorf("could not remove %s: %w", p, err)
+		}
+	}
+	// "uninitialized": the next boot is a first boot, and systemd writes the instance's own machine ID
+	// (machine-id(5), "First Boot Semantics").
+	if err := system.WriteFileAtomic(machineID, []byte("uninitialized\n"), 0o444); err != nil {
+		return fmt.Errorf("could not reset %s: %w", machineID, err)
+	}
+	log.Printf("removed the build instance's identity and state (%d paths: %s); %s is 'uninitialized'", len(paths),
+		strings.Join(paths, " "), machineID)
+	return nil
+}
+
+func CheckImage(f system.Files, configSHA256 string) error {
+	m, err := ReadMarker(f)
+	if err != nil {
+		return err
+	}
+	if m == nil {
+		return fmt.Errorf("no baked marker %s: dynk8s-node prepare did not finish", f.Baked())
+	}
+	if m.Config.SHA256 != configSHA256 {
+		return fmt.Errorf("baked from node.json %s, not %s", m.Config.SHA256, configSHA256)
+	}
+	id, err := os.ReadFile(f.Etc("machine-id"))
+	if err != nil || strings.TrimSpace(string(id)) != "uninitialized" {
+		return fmt.Errorf("%s is not \"uninitialized\": the instance's identity is still in the image (clean-identity)",
+			f.Etc("machine-id"))
+	}
+	return nil
+}

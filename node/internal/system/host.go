@@ -1,0 +1,130 @@
+package system
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"time"
+)
+
+func (f Files) Baked() string { return f.Etc("dynk8s/baked.json") }
+
+// Host runs the commands that change the node (dnf, systemctl, kubeadm, ...): the one seam between the boot's
+// logic and the machine, so the table tests record command lines instead.
+type Host interface {
+	// Run runs name with args, its output to the unit's (quiet: discarded), killed at timeout (0: none).
+	Run(ctx context.Context, timeout time.Duration, quiet bool, name string, args ...string) error
+	// Output runs a query (rpm -q) and returns its standard output, even in a dry run: it changes nothing.
+	Output(ctx context.Context, timeout time.Duration, name string, args ...string) (string, error)
+	// Has says whether name is on PATH.
+	Has(name string) bool
+}
+
+// ExitError is a command that ran and failed, with its exit status.
+type ExitError struct {
+	Name string
+	Code int
+}
+
+func (e *ExitError) Error() string { return fmt.Sprintf("%s exited %d", e.Name, e.Code) }
+
+// RealHost runs commands for real, stdout and stderr to the agent's stderr (the journal); dryRun only logs them.
+type RealHost struct {
+	Out    io.Writer
+	DryRun bool
+	Log    *Logger
+}
+
+func (h RealHost) Run(ctx context.Context, timeout time.Duration, quiet bool, name string, args ...string) error {
+	if h.DryRun {
+		h.Log.Printf("dry run: would run %s %s", name, strings.Join(args, " "))
+		return nil
+	}
+	if timeout > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, timeout)
+		defer cancel()
+	}
+	cmd := exec.CommandContext(ctx, name, args...)
+	// As timeout(1) -k: SIGTERM at the timeout, SIGKILL 10 s later.
+	cmd.Cancel = func() error { return cmd.Process.Signal(syscall.SIGTERM) }
+	cmd.WaitDelay = 10 * time.Second
+	if !quiet {
+		cmd.Stdout, cmd.Stderr = h.Out, h.Out
+	}
+	err := cmd.Run()
+	var ee *exec.ExitError
+	switch {
+	case err == nil:
+		return nil
+	case ctx.Err() != nil:
+		return fmt.Errorf("%s timed out after %s", name, timeout)
+	case errors.As(err, &ee):
+		return &ExitError{Name: name, Code: ee.ExitCode()}
+	default:
+		return fmt.Errorf("%s: %w", name, err)
+	}
+}
+
+// Output runs a query and returns its standard output, in a dry run too (it changes nothing); a command that ran
+// and failed gives its output and an *exitError (rpm -q says "not installed" so), with its standard error.
+func (h RealHost) Output(ctx context.Context, timeout time.Duration, name string, args ...string) (string, error) {
+	if timeout > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, timeout)
+		defer cancel()
+	}
+	cmd := exec.CommandContext(ctx, name, args...)
+	cmd.Cancel = func() error { return cmd.Process.Signal(syscall.SIGTERM) }
+	cmd.WaitDelay = 10 * time.Second
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	var ee *exec.ExitError
+	switch {
+	case err == nil:
+		return string(out), nil
+	case ctx.Err() != nil:
+		return string(out), fmt.Errorf("%s timed out after %s", name, timeout)
+	case errors.As(err, &ee):
+		return string(out), fmt.Errorf("%w: %s", &ExitError{Name: name, Code: ee.ExitCode()}, strings.TrimSpace(stderr.String()))
+	default:
+		return string(out), fmt.Errorf("%s: %w", name, err)
+	}
+}
+
+func (h RealHost) Has(name string) bool {
+	_, err := exec.LookPath(name)
+	return err == nil
+}
+
+// Files is where the node's state lives: under root in tests (DYNK8S_ROOT), / on a node; proc is /proc
+// (DYNK8S_PROC in tests).
+type Files struct {
+	Root, Proc string
+}
+
+func (f Files) Etc(p string) string { return f.Root + "/etc/" + p }
+func (f Files) Run(p string) string { return f.Root + "/run/dynk8s/" + p }
+
+func (f Files) Exists(p string) bool {
+	_, err := os.Stat(p)
+	return err == nil
+}
+
+func WriteFileAtomic(path string, b []byte, mode os.FileMode) error {
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		return err
+	}
+	if err := os.WriteFile(path+".new", b, mode); err != nil {
+		return err
+	}
+	return os.Rename(path+".new", path)
+}
