@@ -12,7 +12,7 @@ import (
 	"github.com/dynk8s/dynk8s/node/internal/system"
 )
 
-func PrepareImage(ctx context.Context, f system.Files, log *system.Logger, out io.Writer, config string, verbose bool) error {
+func prepareImage(ctx context.Context, f system.Files, log *system.Logger, out io.Writer, config string, verbose bool) error {
 	raw, err := os.ReadFile(config)
 	if err != nil {
 		return fmt.Errorf("config %s is missing or unreadable: %w", config, err)
@@ -25,8 +25,8 @@ func PrepareImage(ctx context.Context, f system.Files, log *system.Logger, out i
 		log.Printf("config %s:\n%s", config, raw)
 	}
 	d := cfg.Deadlines
-	j := &Joiner{Cfg: cfg, Host: system.RealHost{Out: out, Log: log}, Files: f, Log: log,
-		Clock: system.NewClock(d.Join.D(), d.BackoffInitial.D(), d.BackoffMax.D()), Tl: system.NewTimeline(time.Now), baking: true}
+	j := &joiner{cfg: cfg, Host: system.RealHost{Out: out, Log: log}, Files: f, Log: log,
+		clock: system.NewClock(d.Join.D(), d.BackoffInitial.D(), d.BackoffMax.D()), tl: system.NewTimeline(time.Now), baking: true}
 	sum := sha256.Sum256(raw)
 	err = j.bake(ctx, hex.EncodeToString(sum[:]))
 	j.finish()

@@ -15,7 +15,7 @@ import (
 
 // loadBaked reads the marker into j.baked; no marker is a stock image (nil, no error). A marker that cannot be read
 // or is of another format fails the boot: the image is not one this agent knows what it holds.
-func (j *Joiner) loadBaked() error {
+func (j *joiner) loadBaked() error {
 	m, err := image.ReadMarker(j.Files)
 	j.baked = m
 	return err
@@ -31,7 +31,7 @@ type rpmPackage struct {
 
 // rpmQuery lists the installed packages named name (whatProvides: those that provide it). None installed is no
 // error: rpm -q then exits 1 and says so on stdout.
-func (j *Joiner) rpmQuery(ctx context.Context, whatProvides bool, name string) ([]rpmPackage, error) {
+func (j *joiner) rpmQuery(ctx context.Context, whatProvides bool, name string) ([]rpmPackage, error) {
 	args := []string{"-q"}
 	if whatProvides {
 		args = append(args, "--whatprovides")
@@ -83,7 +83,7 @@ func (s packageSpec) matches(p rpmPackage) bool {
 
 // installed is the installed package that satisfies spec (system: a Fedora package, any that provides it), or why
 // none does.
-func (j *Joiner) installed(ctx context.Context, spec string, system bool) (rpmPackage, error) {
+func (j *joiner) installed(ctx context.Context, spec string, system bool) (rpmPackage, error) {
 	s := parseSpec(spec)
 	if system {
 		s = packageSpec{spec: spec, name: spec}
@@ -114,12 +114,12 @@ func (j *Joiner) installed(ctx context.Context, spec string, system bool) (rpmPa
 
 // checkBaked is the packages phase of a boot from a baked image: nothing is installed; every package this node's
 // config pins must be installed at a matching version, and be the one the marker says the image was baked with.
-func (j *Joiner) checkBaked(ctx context.Context) error {
+func (j *joiner) checkBaked(ctx context.Context) error {
 	m := j.baked
 	j.Log.Printf("baked image (%s): baked by agent %s (sha256 %s) from a config with sha256 %s, packages %s, kernel %s",
 		j.Files.Baked(), m.Agent.Version, m.Agent.SHA256, m.Config.SHA256, strings.Join(m.Config.Packages, " "), m.Kernel)
 	var found []string
-	for _, spec := range j.Cfg.Packages {
+	for _, spec := range j.cfg.Packages {
 		p, err := j.installed(ctx, spec, false)
 		if err != nil {
 			return fmt.Errorf("baked image: %w, and the pool needs %s: the image was baked for packages %s; build the "+
@@ -131,23 +131,23 @@ func (j *Joiner) checkBaked(ctx context.Context) error {
 		}
 		found = append(found, p.nevra)
 	}
-	for _, name := range j.Cfg.SystemPackages {
+	for _, name := range j.cfg.SystemPackages {
 		if _, err := j.installed(ctx, name, true); err != nil {
 			return fmt.Errorf("baked image: %w, which the pool needs; build the pool's image again", err)
 		}
 	}
 	j.Log.Printf("baked image holds %s and %s (rpm -q): nothing to install", strings.Join(found, " "),
-		strings.Join(j.Cfg.SystemPackages, " "))
+		strings.Join(j.cfg.SystemPackages, " "))
 	return nil
 }
 
 // prePullImages are the images this boot pulls: on a baked image, those the image does not hold already.
-func (j *Joiner) prePullImages() []string {
+func (j *joiner) prePullImages() []string {
 	if j.baked == nil {
-		return j.Cfg.PrePullImages
+		return j.cfg.PrePullImages
 	}
 	var out []string
-	for _, img := range j.Cfg.PrePullImages {
+	for _, img := range j.cfg.PrePullImages {
 		if !slices.Contains(j.baked.Images, img) {
 			out = append(out, img)
 		}
@@ -156,15 +156,15 @@ func (j *Joiner) prePullImages() []string {
 }
 
 // bakedMarkerOf is the marker for what the prepare just installed; config is node.json's bytes.
-func (j *Joiner) bakedMarkerOf(ctx context.Context, configSHA256 string) (image.Marker, error) {
+func (j *joiner) bakedMarkerOf(ctx context.Context, configSHA256 string) (image.Marker, error) {
 	m := image.Marker{Format: image.MarkerFormat, Agent: image.MarkerAgent{Version: system.Version, SHA256: system.SelfHash()},
-		Config: image.MarkerConfig{SHA256: configSHA256, Packages: j.Cfg.Packages, SystemPackages: j.Cfg.SystemPackages,
-			KernelModules: j.Cfg.KernelModules, PrePullImages: j.Cfg.PrePullImages},
+		Config: image.MarkerConfig{SHA256: configSHA256, Packages: j.cfg.Packages, SystemPackages: j.cfg.SystemPackages,
+			KernelModules: j.cfg.KernelModules, PrePullImages: j.cfg.PrePullImages},
 		Kernel: kernelRelease(), Images: j.pulled}
 	if m.Images == nil {
 		m.Images = []string{}
 	}
-	for _, spec := range j.Cfg.Packages {
+	for _, spec := range j.cfg.Packages {
 		p, err := j.installed(ctx, spec, false)
 		if err != nil {
 			return m, fmt.Errorf("after the install, %w", err)
@@ -174,7 +174,7 @@ func (j *Joiner) bakedMarkerOf(ctx context.Context, configSHA256 string) (image.
 			m.CRIO = p.version + "-" + p.release
 		}
 	}
-	for _, name := range j.Cfg.SystemPackages {
+	for _, name := range j.cfg.SystemPackages {
 		p, err := j.installed(ctx, name, true)
 		if err != nil {
 			return m, fmt.Errorf("after the install, %w", err)

@@ -27,9 +27,9 @@ func (r *rig) bakeRig() (string, error) {
 	r.log = &systemfake.SyncBuffer{}
 	log := system.NewLogger("dynk8s-prepare", r.log, r.root)
 	log.Journal = false
-	j := &Joiner{Cfg: r.cfg, Host: r.host, Files: system.Files{Root: r.root, Proc: filepath.Join(r.root, "proc")}, Log: log,
-		Clock: system.NewClock(r.cfg.Deadlines.Join.D(), r.cfg.Deadlines.BackoffInitial.D(), r.cfg.Deadlines.BackoffMax.D()),
-		Tl:    system.NewTimeline(time.Now), baking: true}
+	j := &joiner{cfg: r.cfg, Host: r.host, Files: system.Files{Root: r.root, Proc: filepath.Join(r.root, "proc")}, Log: log,
+		clock: system.NewClock(r.cfg.Deadlines.Join.D(), r.cfg.Deadlines.BackoffInitial.D(), r.cfg.Deadlines.BackoffMax.D()),
+		tl:    system.NewTimeline(time.Now), baking: true}
 	err := j.bake(context.Background(), "c0ffee")
 	j.finish()
 	r.t.Logf("prepare: %v\n%s", err, r.log.String())

@@ -1,3 +1,7 @@
+// Package boot is the node's boot (dynk8s-node join): prepare (kernel modules, packages, CRI-O, the image
+// pre-pull), then join (the join token, the API server through the tunnel, kubeadm join), as the instance's Auto
+// Scaling target lifecycle state picks; and the wake-up of the stack's gateway beside it, and an image build's
+// prepare.
 package boot
 
 import (
@@ -51,31 +55,31 @@ const (
 var identityForms = []struct {
 	name string
 	re   *regexp.Regexp
-	get  func(j *Joiner) string
+	get  func(j *joiner) string
 }{
-	{"INSTANCE_ID", regexp.MustCompile(`^` + names.InstanceIDPattern + `$`), func(j *Joiner) string { return j.id.InstanceID }},
-	{"ZONE", regexp.MustCompile(`^[a-z]{2}(-[a-z0-9]+)+$`), func(j *Joiner) string { return j.id.Zone }},
-	{"REGION", regexp.MustCompile(`^` + names.RegionPattern + `$`), func(j *Joiner) string { return j.id.Region }},
-	{"DOMAIN", regexp.MustCompile(`^[a-z0-9-]+(\.[a-z0-9-]+)+$`), func(j *Joiner) string { return j.domain }},
+	{"INSTANCE_ID", regexp.MustCompile(`^` + names.InstanceIDPattern + `$`), func(j *joiner) string { return j.id.InstanceID }},
+	{"ZONE", regexp.MustCompile(`^[a-z]{2}(-[a-z0-9]+)+$`), func(j *joiner) string { return j.id.Zone }},
+	{"REGION", regexp.MustCompile(`^` + names.RegionPattern + `$`), func(j *joiner) string { return j.id.Region }},
+	{"DOMAIN", regexp.MustCompile(`^[a-z0-9-]+(\.[a-z0-9-]+)+$`), func(j *joiner) string { return j.domain }},
 	{"NODE_IP", regexp.MustCompile(`^(25[0-5]|2[0-4][0-9]|1?[0-9]?[0-9])(\.(25[0-5]|2[0-4][0-9]|1?[0-9]?[0-9])){3}$`),
-		func(j *Joiner) string { return j.id.NodeIP }},
-	{"INSTANCE_TYPE", regexp.MustCompile(`^[a-z0-9-]+\.[a-z0-9-]+$`), func(j *Joiner) string { return j.id.InstanceType }},
+		func(j *joiner) string { return j.id.NodeIP }},
+	{"INSTANCE_TYPE", regexp.MustCompile(`^[a-z0-9-]+\.[a-z0-9-]+$`), func(j *joiner) string { return j.id.InstanceType }},
 	{"LIFECYCLE", regexp.MustCompile(`^(InService|Standby|Detached|Terminated|Warmed:(Stopped|Running|Hibernated|Terminated))$`),
-		func(j *Joiner) string { return j.lifecycle }},
+		func(j *joiner) string { return j.lifecycle }},
 }
 
-// Joiner is one run of the join.
-type Joiner struct {
-	Cfg   nodeconfig.Node
-	Cloud *cloud.Cloud
+// joiner is one run of the join.
+type joiner struct {
+	cfg   nodeconfig.Node
+	cloud *cloud.Cloud
 	Host  system.Host
 	Files system.Files
 	Log   *system.Logger
-	Clock *system.Clock
-	Tl    *system.Timeline
-	// DryRun reads (IMDS, SSM, Auto Scaling's descriptions) but changes nothing: no command, no file, no
+	clock *system.Clock
+	tl    *system.Timeline
+	// dryRun reads (IMDS, SSM, Auto Scaling's descriptions) but changes nothing: no command, no file, no
 	// lifecycle action, no gateway start; verbose then prints the JoinConfiguration it would use, token hidden.
-	DryRun, Verbose bool
+	dryRun, verbose bool
 
 	id                nodeconfig.Identity
 	domain, lifecycle string
@@ -97,29 +101,29 @@ type Joiner struct {
 	baking bool
 }
 
-func (j *Joiner) markerPrepared() string { return j.Files.Root + "/var/lib/dynk8s/prepared" }
+func (j *joiner) markerPrepared() string { return j.Files.Root + "/var/lib/dynk8s/prepared" }
 
 // markerWarm: this instance has prepared and completed its lifecycle action in the warm pool since it last started.
-func (j *Joiner) markerWarm() string { return j.Files.Run("warm-ready") }
-func (j *Joiner) joinConfig() string { return j.Files.Run("kubeadm-join.yaml") }
+func (j *joiner) markerWarm() string { return j.Files.Run("warm-ready") }
+func (j *joiner) joinConfig() string { return j.Files.Run("kubeadm-join.yaml") }
 
-// AlreadyJoined: a joined node has the kubelet's kubeconfig; the join unit's Condition checks the same file.
-func AlreadyJoined(f system.Files) bool { return f.Exists(f.Etc("kubernetes/kubelet.conf")) }
+// alreadyJoined: a joined node has the kubelet's kubeconfig; the join unit's Condition checks the same file.
+func alreadyJoined(f system.Files) bool { return f.Exists(f.Etc("kubernetes/kubelet.conf")) }
 
-// Waiting: the warm pool's timer runs the join every 15 s while a Running or Hibernated warm instance waits: one
+// waiting: the warm pool's timer runs the join every 15 s while a Running or Hibernated warm instance waits: one
 // IMDS read, and nothing to say until the group puts the instance in service.
-func (j *Joiner) Waiting(ctx context.Context) bool {
+func (j *joiner) waiting(ctx context.Context) bool {
 	if !j.Files.Exists(j.markerWarm()) {
 		return false
 	}
 	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
-	state, err := j.Cloud.IMDS.Get(ctx, cloud.LifecyclePath)
+	state, err := j.cloud.IMDS.Get(ctx, cloud.LifecyclePath)
 	return err == nil && strings.HasPrefix(state, "Warmed:")
 }
 
 // Run is the boot; it returns the error that ended it (already handled by failed) or nil.
-func (j *Joiner) Run(ctx context.Context) error {
+func (j *joiner) Run(ctx context.Context) error {
 	j.out.Result = "failed"
 	err := j.boot(ctx)
 	if err != nil {
@@ -129,10 +133,10 @@ func (j *Joiner) Run(ctx context.Context) error {
 	return err
 }
 
-func (j *Joiner) boot(ctx context.Context) error {
-	j.Log.Printf("booting pool %s of cluster %s (API server %s)", j.Cfg.PoolName, j.Cfg.ClusterName, j.Cfg.APIServerEndpoint)
-	if err := j.Tl.Phase(j.Log, "identity", func() error {
-		return j.Clock.Retry(ctx, j.Log, "read instance identity from IMDS", j.identity)
+func (j *joiner) boot(ctx context.Context) error {
+	j.Log.Printf("booting pool %s of cluster %s (API server %s)", j.cfg.PoolName, j.cfg.ClusterName, j.cfg.APIServerEndpoint)
+	if err := j.tl.Phase(j.Log, "identity", func() error {
+		return j.clock.Retry(ctx, j.Log, "read instance identity from IMDS", j.identity)
 	}); err != nil {
 		return err
 	}
@@ -144,7 +148,7 @@ func (j *Joiner) boot(ctx context.Context) error {
 	j.out.InstanceID, j.out.Lifecycle = j.id.InstanceID, j.lifecycle
 	j.Log.Printf("instance %s (%s) in %s, node IP %s, target lifecycle state %s", j.id.InstanceID, j.id.InstanceType,
 		j.id.Zone, j.id.NodeIP, j.lifecycle)
-	j.Cloud.Connect(j.Cloud, j.id.Region, j.domain)
+	j.cloud.Connect(j.cloud, j.id.Region, j.domain)
 
 	switch {
 	case slices.Contains([]string{"Warmed:Terminated", "Terminated", "Detached", "Standby"}, j.lifecycle):
@@ -158,9 +162,9 @@ func (j *Joiner) boot(ctx context.Context) error {
 	}
 }
 
-func (j *Joiner) warm(ctx context.Context) error {
+func (j *joiner) warm(ctx context.Context) error {
 	j.out.Mode = "prepare"
-	if j.Cfg.LaunchHook == "" {
+	if j.cfg.LaunchHook == "" {
 		j.Log.Printf("no launch hook: the group may stop this instance before it is prepared (the next boot finishes the job)")
 	}
 	if err := j.prepare(ctx); err != nil {
@@ -178,7 +182,7 @@ func (j *Joiner) warm(ctx context.Context) error {
 	return nil
 }
 
-func (j *Joiner) inService(ctx context.Context) error {
+func (j *joiner) inService(ctx context.Context) error {
 	j.out.Mode = "join"
 	prepared := j.Files.Exists(j.markerPrepared())
 	// Prepared in the warm pool: on this boot (Running, Hibernated) or an earlier one (Stopped).
@@ -187,15 +191,15 @@ func (j *Joiner) inService(ctx context.Context) error {
 	}
 	// The gateway may be asleep: it boots while this node prepares. The join does not wait for it; its log says
 	// why the tunnel stays down.
-	if j.Cfg.GatewayInstanceID != "" {
-		w := &Waker{Cloud: j.Cloud, Log: j.Log.With("dynk8s-wake-gateway"), DryRun: j.DryRun,
-			Clock:  system.NewClock(j.Cfg.Deadlines.Wake.D(), j.Clock.BackoffInitial, j.Clock.BackoffMax),
-			Settle: j.Cfg.Deadlines.WakeSettle.D(), Interval: j.Cfg.Deadlines.WakeInterval.D()}
-		go func() { _ = w.Wake(ctx, j.Cfg.GatewayInstanceID) }()
+	if j.cfg.GatewayInstanceID != "" {
+		w := &waker{cloud: j.cloud, Log: j.Log.With("dynk8s-wake-gateway"), dryRun: j.dryRun,
+			clock:  system.NewClock(j.cfg.Deadlines.Wake.D(), j.clock.BackoffInitial, j.clock.BackoffMax),
+			settle: j.cfg.Deadlines.WakeSettle.D(), interval: j.cfg.Deadlines.WakeInterval.D()}
+		go func() { _ = w.wake(ctx, j.cfg.GatewayInstanceID) }()
 	}
 	if prepared {
 		j.Log.Printf("prepared on an earlier boot (%s)", j.markerPrepared())
-		if err := j.Tl.Phase(j.Log, "crio", func() error { return j.startCrio(ctx) }); err != nil {
+		if err := j.tl.Phase(j.Log, "crio", func() error { return j.startCrio(ctx) }); err != nil {
 			return err
 		}
 	} else if err := j.prepare(ctx); err != nil {
@@ -224,12 +228,12 @@ func (j *Joiner) inService(ctx context.Context) error {
 // desired capacity (cluster-autoscaler, clusterstate.updateScaleRequests and
 // static_autoscaler.removeOldUnregisteredNodes). A launch hook's action is completed with CONTINUE at once: the hook's
 // default result is CONTINUE too, but only at the end of its heartbeat, which outlasts the boot's worst case.
-func (j *Joiner) failed(ctx context.Context, err error) {
+func (j *joiner) failed(ctx context.Context, err error) {
 	j.Log.Printf("FAILED: %v", err)
 	j.Log.Kernel(3, "FAILED: "+err.Error())
 	j.out.Result, j.out.Reason = "failed", err.Error()
-	j.Tl.Cut()
-	if j.Cfg.LaunchHook == "" || j.id.InstanceID == "" || j.completing || j.Cloud.ASG == nil {
+	j.tl.Cut()
+	if j.cfg.LaunchHook == "" || j.id.InstanceID == "" || j.completing || j.cloud.ASG == nil {
 		return
 	}
 	j.completing = true
@@ -238,31 +242,31 @@ func (j *Joiner) failed(ctx context.Context, err error) {
 	noAction, cerr := j.completeLifecycle(ctx, "CONTINUE")
 	switch {
 	case cerr != nil:
-		j.Log.Printf("could not complete the lifecycle action of hook %s: %v", j.Cfg.LaunchHook, cerr)
+		j.Log.Printf("could not complete the lifecycle action of hook %s: %v", j.cfg.LaunchHook, cerr)
 	case !noAction:
 		j.Log.Printf("completed the lifecycle action of hook %s with CONTINUE: the group keeps this instance, and the "+
-			"autoscaler removes it at max-node-provision-time", j.Cfg.LaunchHook)
+			"autoscaler removes it at max-node-provision-time", j.cfg.LaunchHook)
 	}
 }
 
 // finish runs on every end but the warm wait: it removes the rendered JoinConfiguration (it holds the token), stops
 // a pre-pull still running, and writes the timeline.
-func (j *Joiner) finish() {
-	if j.DryRun {
+func (j *joiner) finish() {
+	if j.dryRun {
 		return
 	}
 	_ = os.Remove(j.joinConfig())
 	if j.stopPrepull != nil {
 		j.stopPrepull()
 	}
-	j.Tl.Cut()
-	if err := j.Tl.Write(j.Log, j.out, j.Files.Run(""), j.Files.Proc+"/uptime"); err != nil {
+	j.tl.Cut()
+	if err := j.tl.Write(j.Log, j.out, j.Files.Run(""), j.Files.Proc+"/uptime"); err != nil {
 		j.Log.Printf("could not write %s: %v", j.Files.Run("timeline.json"), err)
 	}
 }
 
-func (j *Joiner) identity(ctx context.Context) error {
-	ctx, cancel := context.WithTimeout(ctx, j.Clock.Timeout(30*time.Second))
+func (j *joiner) identity(ctx context.Context) error {
+	ctx, cancel := context.WithTimeout(ctx, j.clock.Timeout(30*time.Second))
 	defer cancel()
 	for _, v := range []struct {
 		into *string
@@ -272,7 +276,7 @@ func (j *Joiner) identity(ctx context.Context) error {
 		{&j.id.Region, "placement/region"}, {&j.domain, "services/domain"}, {&j.id.NodeIP, "local-ipv4"},
 		{&j.id.InstanceType, "instance-type"},
 	} {
-		s, err := j.Cloud.IMDS.Get(ctx, v.path)
+		s, err := j.cloud.IMDS.Get(ctx, v.path)
 		if err != nil {
 			return err
 		}
@@ -283,8 +287,8 @@ func (j *Joiner) identity(ctx context.Context) error {
 
 // lifecycleState: an instance outside any group has no target lifecycle state (404); without a launch hook that
 // means InService. With a hook the group sets it before the instance boots, so it must be there.
-func (j *Joiner) lifecycleState(ctx context.Context) error {
-	s, err := j.Cloud.IMDS.Get(ctx, cloud.LifecyclePath)
+func (j *joiner) lifecycleState(ctx context.Context) error {
+	s, err := j.cloud.IMDS.Get(ctx, cloud.LifecyclePath)
 	if err == nil {
 		j.lifecycle = s
 		return nil
@@ -292,15 +296,15 @@ func (j *Joiner) lifecycleState(ctx context.Context) error {
 	if ie := (*cloud.IMDSErr)(nil); !errors.As(err, &ie) || ie.Status != http.StatusNotFound {
 		return err
 	}
-	if j.Cfg.LaunchHook != "" {
-		return fmt.Errorf("%w (a group with launch hook %s sets it)", err, j.Cfg.LaunchHook)
+	if j.cfg.LaunchHook != "" {
+		return fmt.Errorf("%w (a group with launch hook %s sets it)", err, j.cfg.LaunchHook)
 	}
 	j.lifecycle = "InService"
 	j.Log.Printf("IMDS has no target lifecycle state; going on as InService")
 	return nil
 }
 
-func (j *Joiner) prepare(ctx context.Context) error {
+func (j *joiner) prepare(ctx context.Context) error {
 	if !j.baking {
 		if err := j.loadBaked(); err != nil {
 			return err
@@ -314,16 +318,16 @@ func (j *Joiner) prepare(ctx context.Context) error {
 		name, note string
 		fn         func(context.Context) error
 	}{{"kernel", "", j.kernelModules}, {"packages", note, packages}, {"crio", "", j.crio}} {
-		if err := j.Tl.NotedPhase(j.Log, p.name, p.note, func() error { return p.fn(ctx) }); err != nil {
+		if err := j.tl.NotedPhase(j.Log, p.name, p.note, func() error { return p.fn(ctx) }); err != nil {
 			return err
 		}
 	}
 	j.startPrepull(ctx)
-	return j.touch(j.markerPrepared(), strings.Join(j.Cfg.Packages, ",")+"\n")
+	return j.touch(j.markerPrepared(), strings.Join(j.cfg.Packages, ",")+"\n")
 }
 
-func (j *Joiner) touch(path, content string) error {
-	if j.DryRun {
+func (j *joiner) touch(path, content string) error {
+	if j.dryRun {
 		return nil
 	}
 	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
@@ -340,10 +344,10 @@ func repoArgs(ids []string) []string {
 	return out
 }
 
-func (j *Joiner) dnfInstall(ctx context.Context, args ...string) error {
+func (j *joiner) dnfInstall(ctx context.Context, args ...string) error {
 	base := []string{"install", "-y", "--setopt=install_weak_deps=False", "--setopt=tsflags=nodocs",
 		"--setopt=max_parallel_downloads=10"}
-	err := j.Host.Run(ctx, j.Clock.Timeout(0), false, "dnf", append(base, args...)...)
+	err := j.Host.Run(ctx, j.clock.Timeout(0), false, "dnf", append(base, args...)...)
 	if ee := (*system.ExitError)(nil); errors.As(err, &ee) {
 		return fmt.Errorf("dnf install exited %d", ee.Code)
 	}
@@ -358,7 +362,7 @@ func (j *Joiner) dnfInstall(ctx context.Context, args ...string) error {
 // The sysctls (some need br_netfilter) are applied once the modules are in: cloud-init wrote them after
 // systemd-sysctl ran at this first boot. Tolerant (-e): an unknown key must not stop the boot. A baked image has
 // the modules its build installed, for the kernel it runs: its boot never installs, and logs what stays missing.
-func (j *Joiner) kernelModules(ctx context.Context) error {
+func (j *joiner) kernelModules(ctx context.Context) error {
 	modprobe := func(ms []string) (missing []string) {
 		for _, m := range ms {
 			if j.Host.Run(ctx, time.Minute, true, "modprobe", m) != nil {
@@ -367,14 +371,14 @@ func (j *Joiner) kernelModules(ctx context.Context) error {
 		}
 		return missing
 	}
-	missing := modprobe(j.Cfg.KernelModules)
+	missing := modprobe(j.cfg.KernelModules)
 	still := missing
 	if len(missing) > 0 && j.baked == nil {
 		pkg := "kernel-modules-extra-" + kernelRelease()
 		j.Log.Printf("kernel modules missing: %s; installing %s from Fedora's repositories", strings.Join(missing, " "), pkg)
-		repos := repoArgs(j.Cfg.SystemRepos)
+		repos := repoArgs(j.cfg.SystemRepos)
 		if err := j.dnfInstall(ctx, append(repos, pkg)...); err != nil {
-			repos = append(repos, repoArgs(j.Cfg.UpdateRepos)...)
+			repos = append(repos, repoArgs(j.cfg.UpdateRepos)...)
 			if err := j.dnfInstall(ctx, append(repos, pkg)...); err != nil {
 				j.Log.Printf("installing kernel-modules-extra failed: %v", err)
 			}
@@ -402,8 +406,8 @@ func kernelRelease() string {
 // (1, Fedora's 99) keeps a Fedora package of the same name from winning on version (dnf.conf(5), priority). Fedora's
 // release repository joins only when the image lacks one of those; after a failed attempt the next adds Fedora's
 // repositories and their updates, for a dependency the image lacks and none foresaw, or a newer image than GA.
-func (j *Joiner) packages(ctx context.Context) error {
-	for _, p := range j.Cfg.SystemPackages {
+func (j *joiner) packages(ctx context.Context) error {
+	for _, p := range j.cfg.SystemPackages {
 		if j.Host.Run(ctx, time.Minute, true, "rpm", "-q", "--whatprovides", p) != nil {
 			j.missing = append(j.missing, p)
 		}
@@ -411,21 +415,21 @@ func (j *Joiner) packages(ctx context.Context) error {
 	if len(j.missing) > 0 {
 		j.Log.Printf("the image lacks %s (rpm -q): Fedora's release repository joins the transaction", strings.Join(j.missing, " "))
 	} else {
-		j.Log.Printf("the image has %s (rpm -q): no Fedora repository metadata needed", strings.Join(j.Cfg.SystemPackages, " "))
+		j.Log.Printf("the image has %s (rpm -q): no Fedora repository metadata needed", strings.Join(j.cfg.SystemPackages, " "))
 	}
-	desc := "install " + strings.Join(slices.Concat(j.Cfg.Packages, j.missing), " ")
-	return j.Clock.Retry(ctx, j.Log, desc, j.installPackages)
+	desc := "install " + strings.Join(slices.Concat(j.cfg.Packages, j.missing), " ")
+	return j.clock.Retry(ctx, j.Log, desc, j.installPackages)
 }
 
-func (j *Joiner) installPackages(ctx context.Context) error {
-	args := repoArgs(j.Cfg.Repos)
+func (j *joiner) installPackages(ctx context.Context) error {
+	args := repoArgs(j.cfg.Repos)
 	if len(j.missing) > 0 || j.withUpdates {
-		args = append(args, repoArgs(j.Cfg.SystemRepos)...)
+		args = append(args, repoArgs(j.cfg.SystemRepos)...)
 	}
 	if j.withUpdates {
-		args = append(args, repoArgs(j.Cfg.UpdateRepos)...)
+		args = append(args, repoArgs(j.cfg.UpdateRepos)...)
 	}
-	err := j.dnfInstall(ctx, slices.Concat(args, j.Cfg.Packages, j.missing)...)
+	err := j.dnfInstall(ctx, slices.Concat(args, j.cfg.Packages, j.missing)...)
 	if err != nil && !j.withUpdates {
 		j.withUpdates = true
 		return fmt.Errorf("%w; the next attempt adds Fedora's repositories and their updates", err)
@@ -435,10 +439,10 @@ func (j *Joiner) installPackages(ctx context.Context) error {
 
 // crio starts CRI-O. Its package ships a bridge CNI config that would give every node the same pod range; the
 // cluster CNI owns that.
-func (j *Joiner) crio(ctx context.Context) error {
+func (j *joiner) crio(ctx context.Context) error {
 	bridges, _ := filepath.Glob(j.Files.Etc("cni/net.d/*crio*bridge*.conflist"))
 	for _, b := range bridges {
-		if !j.DryRun {
+		if !j.dryRun {
 			_ = os.Remove(b)
 		}
 	}
@@ -451,7 +455,7 @@ func (j *Joiner) crio(ctx context.Context) error {
 	return nil
 }
 
-func (j *Joiner) startCrio(ctx context.Context) error {
+func (j *joiner) startCrio(ctx context.Context) error {
 	if j.Host.Run(ctx, 5*time.Minute, false, "systemctl", "start", "crio.service") != nil {
 		return errors.New("crio.service did not start (journalctl -u crio)")
 	}
@@ -460,7 +464,7 @@ func (j *Joiner) startCrio(ctx context.Context) error {
 
 // startPrepull pulls the images in the background, so that the join goes on meanwhile; a failed pull is logged and
 // never fails the boot (the kubelet pulls what is still missing). Each pull is bounded by the deadline.
-func (j *Joiner) startPrepull(ctx context.Context) {
+func (j *joiner) startPrepull(ctx context.Context) {
 	images := j.prePullImages()
 	if j.baked != nil && len(images) == 0 {
 		j.Log.Printf("phase=pre-pull took=0.0s (baked)")
@@ -475,10 +479,10 @@ func (j *Joiner) startPrepull(ctx context.Context) {
 	ctx, j.stopPrepull = context.WithCancel(ctx)
 	j.prepull = make(chan time.Duration, 1)
 	go func() {
-		start := j.Clock.Now()
+		start := j.clock.Now()
 		failed := 0
 		for _, img := range images {
-			err := j.Host.Run(ctx, j.Clock.Timeout(5*time.Minute), true, "crictl", "--runtime-endpoint", j.Cfg.CRISocket,
+			err := j.Host.Run(ctx, j.clock.Timeout(5*time.Minute), true, "crictl", "--runtime-endpoint", j.cfg.CRISocket,
 				"pull", img)
 			if ctx.Err() != nil {
 				return
@@ -490,39 +494,39 @@ func (j *Joiner) startPrepull(ctx context.Context) {
 				j.pulled = append(j.pulled, img)
 			}
 		}
-		took := j.Clock.Now().Sub(start)
+		took := j.clock.Now().Sub(start)
 		j.Log.Printf("phase=pre-pull took=%ss (%d images, %d failed)", system.Seconds(took), len(images), failed)
 		j.prepull <- took
 	}()
 }
 
-func (j *Joiner) waitPrepull() {
+func (j *joiner) waitPrepull() {
 	if j.prepull == nil {
 		return
 	}
-	j.Tl.Add("pre-pull", <-j.prepull)
+	j.tl.Add("pre-pull", <-j.prepull)
 	j.prepull = nil
 }
 
-func (j *Joiner) joinCluster(ctx context.Context) error {
-	if err := j.Tl.Phase(j.Log, "checks", func() error { return j.readyToJoin(ctx) }); err != nil {
+func (j *joiner) joinCluster(ctx context.Context) error {
+	if err := j.tl.Phase(j.Log, "checks", func() error { return j.readyToJoin(ctx) }); err != nil {
 		return err
 	}
-	if err := j.Tl.Phase(j.Log, "token", func() error {
-		return j.Clock.Retry(ctx, j.Log, "read the join token from SSM parameter "+j.Cfg.JoinTokenParameter, j.readToken)
+	if err := j.tl.Phase(j.Log, "token", func() error {
+		return j.clock.Retry(ctx, j.Log, "read the join token from SSM parameter "+j.cfg.JoinTokenParameter, j.readToken)
 	}); err != nil {
 		return err
 	}
-	if err := j.Tl.Phase(j.Log, "api-server", func() error {
-		return j.Clock.Retry(ctx, j.Log, "reach the API server at "+j.Cfg.APIServerEndpoint, j.probeAPIServer)
+	if err := j.tl.Phase(j.Log, "api-server", func() error {
+		return j.clock.Retry(ctx, j.Log, "reach the API server at "+j.cfg.APIServerEndpoint, j.probeAPIServer)
 	}); err != nil {
 		return err
 	}
 	if err := j.render(); err != nil {
 		return err
 	}
-	if err := j.Tl.Phase(j.Log, "kubeadm-join", func() error {
-		return j.Clock.Retry(ctx, j.Log, "kubeadm join", j.kubeadmJoin)
+	if err := j.tl.Phase(j.Log, "kubeadm-join", func() error {
+		return j.clock.Retry(ctx, j.Log, "kubeadm join", j.kubeadmJoin)
 	}); err != nil {
 		return err
 	}
@@ -537,7 +541,7 @@ func (j *Joiner) joinCluster(ctx context.Context) error {
 // now, not while preparing, as a warm pool instance that hibernates needs its swap); and the metadata lockdown,
 // which the kubelet's drop-in requires: starting it here first makes a failure the join's, with its reason, instead
 // of a kubelet that never starts.
-func (j *Joiner) readyToJoin(ctx context.Context) error {
+func (j *joiner) readyToJoin(ctx context.Context) error {
 	var missing []string
 	for _, exe := range []string{"ip", "iptables", "mount", "nsenter"} {
 		if !j.Host.Has(exe) {
@@ -561,8 +565,8 @@ func (j *Joiner) readyToJoin(ctx context.Context) error {
 }
 
 // forwarding: kubeadm join's preflight needs IP forwarding of the API server address's family.
-func (j *Joiner) forwarding(ctx context.Context) error {
-	host, _, err := net.SplitHostPort(j.Cfg.APIServerEndpoint)
+func (j *joiner) forwarding(ctx context.Context) error {
+	host, _, err := net.SplitHostPort(j.cfg.APIServerEndpoint)
 	if err != nil {
 		return nil
 	}
@@ -578,7 +582,7 @@ func (j *Joiner) forwarding(ctx context.Context) error {
 		b, err := os.ReadFile(j.Files.Proc + "/" + file)
 		return err == nil && strings.TrimSpace(string(b)) == "1"
 	}
-	if isOne() || j.DryRun {
+	if isOne() || j.dryRun {
 		return nil
 	}
 	_ = j.Host.Run(ctx, time.Minute, false, "sysctl", "-q", "-w", key+"=1")
@@ -591,15 +595,15 @@ func (j *Joiner) forwarding(ctx context.Context) error {
 // readToken: the token rotator in the cluster writes the parameter; until its first run (a fresh install) the
 // parameter is missing or holds a placeholder, and a token it wrote may have expired if it stopped running: each is
 // a reason to retry, never to join with what is there. The value is never logged.
-func (j *Joiner) readToken(ctx context.Context) error {
+func (j *joiner) readToken(ctx context.Context) error {
 	j.token = ""
-	ctx, cancel := context.WithTimeout(ctx, j.Clock.Timeout(10*time.Second))
+	ctx, cancel := context.WithTimeout(ctx, j.clock.Timeout(10*time.Second))
 	defer cancel()
-	out, err := j.Cloud.SSM.GetParameter(ctx, &ssm.GetParameterInput{Name: aws.String(j.Cfg.JoinTokenParameter),
+	out, err := j.cloud.SSM.GetParameter(ctx, &ssm.GetParameterInput{Name: aws.String(j.cfg.JoinTokenParameter),
 		WithDecryption: aws.Bool(true)})
 	if err != nil {
-		j.Cloud.Forget(err)
-		err = cloud.APIError("SSM GetParameter "+j.Cfg.JoinTokenParameter, err)
+		j.cloud.Forget(err)
+		err = cloud.APIError("SSM GetParameter "+j.cfg.JoinTokenParameter, err)
 		if cloud.ErrorCode(err) == "ParameterNotFound" {
 			return fmt.Errorf("%w (not created yet)", err)
 		}
@@ -615,11 +619,11 @@ func (j *Joiner) readToken(ctx context.Context) error {
 
 // probeAPIServer only proves that the tunnel and the API server answer (any HTTP status), without checking its
 // certificate: kubeadm then pins the CA by hash.
-func (j *Joiner) probeAPIServer(ctx context.Context) error {
-	client := &http.Client{Timeout: j.Clock.Timeout(10 * time.Second), Transport: &http.Transport{
+func (j *joiner) probeAPIServer(ctx context.Context) error {
+	client := &http.Client{Timeout: j.clock.Timeout(10 * time.Second), Transport: &http.Transport{
 		TLSClientConfig: &tls.Config{InsecureSkipVerify: true}, //nolint:gosec // a probe; kubeadm pins the CA
 	}}
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "https://"+j.Cfg.APIServerEndpoint+"/readyz", nil)
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "https://"+j.cfg.APIServerEndpoint+"/readyz", nil)
 	if err != nil {
 		return system.Permanent(err)
 	}
@@ -633,14 +637,14 @@ func (j *Joiner) probeAPIServer(ctx context.Context) error {
 }
 
 // render writes the JoinConfiguration, which holds the token, readable by root alone.
-func (j *Joiner) render() error {
-	b, err := yaml.Marshal(j.Cfg.JoinConfig(j.id, j.token, j.Files.Root))
+func (j *joiner) render() error {
+	b, err := yaml.Marshal(j.cfg.JoinConfig(j.id, j.token, j.Files.Root))
 	if err != nil {
 		return fmt.Errorf("JoinConfiguration: %w", err)
 	}
-	if j.DryRun {
-		if j.Verbose {
-			hidden, _ := yaml.Marshal(j.Cfg.JoinConfig(j.id, "<the token from SSM>", j.Files.Root))
+	if j.dryRun {
+		if j.verbose {
+			hidden, _ := yaml.Marshal(j.cfg.JoinConfig(j.id, "<the token from SSM>", j.Files.Root))
 			j.Log.Printf("dry run: the JoinConfiguration:\n%s", hidden)
 		}
 		return nil
@@ -659,7 +663,7 @@ func (j *Joiner) render() error {
 	return f.Close()
 }
 
-func (j *Joiner) kubeadmJoin(ctx context.Context) error {
+func (j *joiner) kubeadmJoin(ctx context.Context) error {
 	if j.joinAttempts++; j.joinAttempts > 1 {
 		// The token may have expired or been rotated since the last attempt read it: use what SSM holds now.
 		if err := j.readToken(ctx); err != nil {
@@ -669,7 +673,7 @@ func (j *Joiner) kubeadmJoin(ctx context.Context) error {
 			return system.Permanent(err)
 		}
 	}
-	err := j.Host.Run(ctx, j.Clock.Timeout(0), false, "kubeadm", "join", "--config", j.joinConfig())
+	err := j.Host.Run(ctx, j.clock.Timeout(0), false, "kubeadm", "join", "--config", j.joinConfig())
 	if err == nil {
 		return nil
 	}
@@ -677,7 +681,7 @@ func (j *Joiner) kubeadmJoin(ctx context.Context) error {
 		err = fmt.Errorf("kubeadm join exited %d (its output is above)", ee.Code)
 	}
 	// A failed join leaves files that fail the next attempt's preflight checks.
-	if j.Host.Run(ctx, j.Clock.Timeout(time.Minute), true, "kubeadm", "reset", "--force") != nil {
+	if j.Host.Run(ctx, j.clock.Timeout(time.Minute), true, "kubeadm", "reset", "--force") != nil {
 		j.Log.Printf("kubeadm reset after the failed join failed too")
 	}
 	return err
@@ -686,7 +690,7 @@ func (j *Joiner) kubeadmJoin(ctx context.Context) error {
 // stopTimer: a joined node needs no timer; the join unit's Condition would skip its runs, but a skipped run leaves
 // the timer's base where it was, so it would fire every 15 s for the node's life. --no-block: nothing may make the
 // join wait on another unit's job.
-func (j *Joiner) stopTimer(ctx context.Context) {
+func (j *joiner) stopTimer(ctx context.Context) {
 	if !j.Files.Exists(j.Files.Etc("systemd/system/" + joinTimerName)) {
 		return
 	}
@@ -696,11 +700,11 @@ func (j *Joiner) stopTimer(ctx context.Context) {
 }
 
 // describe is this instance's group and launch template version, from DescribeAutoScalingInstances.
-func (j *Joiner) describe(ctx context.Context) (group, version string, err error) {
-	out, err := j.Cloud.ASG.DescribeAutoScalingInstances(ctx, &autoscaling.DescribeAutoScalingInstancesInput{
+func (j *joiner) describe(ctx context.Context) (group, version string, err error) {
+	out, err := j.cloud.ASG.DescribeAutoScalingInstances(ctx, &autoscaling.DescribeAutoScalingInstancesInput{
 		InstanceIds: []string{j.id.InstanceID}})
 	if err != nil {
-		j.Cloud.Forget(err)
+		j.cloud.Forget(err)
 		return "", "", cloud.APIError("Auto Scaling DescribeAutoScalingInstances", err)
 	}
 	if len(out.AutoScalingInstances) == 0 || aws.ToString(out.AutoScalingInstances[0].AutoScalingGroupName) == "" {
@@ -714,7 +718,7 @@ func (j *Joiner) describe(ctx context.Context) (group, version string, err error
 	return j.group, version, nil
 }
 
-func (j *Joiner) groupName(ctx context.Context) (string, error) {
+func (j *joiner) groupName(ctx context.Context) (string, error) {
 	if j.group != "" {
 		return j.group, nil
 	}
@@ -728,8 +732,8 @@ var templateVersionRE = regexp.MustCompile(`^[0-9]+$`)
 // template than the group launches now. A `pulumi up` since then may have changed what its user data baked in (the
 // gateway to wake, the CA pin, the Kubernetes version), and a warm instance keeps the user data it was launched
 // with (EC2 Auto Scaling User Guide, "Update the instances in a warm pool").
-func (j *Joiner) stale(ctx context.Context) (bool, error) {
-	ctx, cancel := context.WithTimeout(ctx, j.Clock.Timeout(30*time.Second))
+func (j *joiner) stale(ctx context.Context) (bool, error) {
+	ctx, cancel := context.WithTimeout(ctx, j.clock.Timeout(30*time.Second))
 	defer cancel()
 	group, mine, err := j.describe(ctx)
 	if err != nil {
@@ -738,10 +742,10 @@ func (j *Joiner) stale(ctx context.Context) (bool, error) {
 	if !templateVersionRE.MatchString(mine) {
 		return false, fmt.Errorf("no launch template version in the answer ('%s')", mine)
 	}
-	out, err := j.Cloud.ASG.DescribeAutoScalingGroups(ctx, &autoscaling.DescribeAutoScalingGroupsInput{
+	out, err := j.cloud.ASG.DescribeAutoScalingGroups(ctx, &autoscaling.DescribeAutoScalingGroupsInput{
 		AutoScalingGroupNames: []string{group}})
 	if err != nil {
-		j.Cloud.Forget(err)
+		j.cloud.Forget(err)
 		return false, cloud.APIError("Auto Scaling DescribeAutoScalingGroups", err)
 	}
 	current := ""
@@ -761,7 +765,7 @@ func (j *Joiner) stale(ctx context.Context) (bool, error) {
 // Unhealthy), so the group terminates it and launches another (from the warm pool, or fresh with the current user
 // data). One question each: an unanswered one is no reason to give up a join that may well work. It says whether
 // the instance was handed back.
-func (j *Joiner) handBackStale(ctx context.Context) bool {
+func (j *joiner) handBackStale(ctx context.Context) bool {
 	stale, err := j.stale(ctx)
 	if err != nil {
 		j.Log.Printf("could not compare launch template versions (%v); joining with the user data it has", err)
@@ -771,11 +775,11 @@ func (j *Joiner) handBackStale(ctx context.Context) bool {
 		return false
 	}
 	j.out.Result = "stale"
-	if j.Cfg.LaunchHook != "" {
+	if j.cfg.LaunchHook != "" {
 		noAction, err := j.completeLifecycle(ctx, "ABANDON")
 		if err == nil && !noAction {
 			j.Log.Printf("prepared from an older launch template: abandoned the lifecycle action of hook %s, the group "+
-				"replaces this instance", j.Cfg.LaunchHook)
+				"replaces this instance", j.cfg.LaunchHook)
 			return true
 		}
 	}
@@ -789,17 +793,17 @@ func (j *Joiner) handBackStale(ctx context.Context) bool {
 	return true
 }
 
-func (j *Joiner) setUnhealthy(ctx context.Context) error {
-	if j.DryRun {
+func (j *joiner) setUnhealthy(ctx context.Context) error {
+	if j.dryRun {
 		j.Log.Printf("dry run: would mark %s Unhealthy", j.id.InstanceID)
 		return nil
 	}
-	ctx, cancel := context.WithTimeout(ctx, j.Clock.Timeout(10*time.Second))
+	ctx, cancel := context.WithTimeout(ctx, j.clock.Timeout(10*time.Second))
 	defer cancel()
-	_, err := j.Cloud.ASG.SetInstanceHealth(ctx, &autoscaling.SetInstanceHealthInput{InstanceId: aws.String(j.id.InstanceID),
+	_, err := j.cloud.ASG.SetInstanceHealth(ctx, &autoscaling.SetInstanceHealthInput{InstanceId: aws.String(j.id.InstanceID),
 		HealthStatus: aws.String("Unhealthy"), ShouldRespectGracePeriod: aws.Bool(false)})
 	if err != nil {
-		j.Cloud.Forget(err)
+		j.cloud.Forget(err)
 		return cloud.APIError("Auto Scaling SetInstanceHealth", err)
 	}
 	return nil
@@ -807,38 +811,38 @@ func (j *Joiner) setUnhealthy(ctx context.Context) error {
 
 // completeLifecycle completes the launch hook's action for this instance with result (CONTINUE or ABANDON);
 // noAction says that none was waiting (a reboot with no transition in progress), which is no error.
-func (j *Joiner) completeLifecycle(ctx context.Context, result string) (noAction bool, err error) {
+func (j *joiner) completeLifecycle(ctx context.Context, result string) (noAction bool, err error) {
 	group, err := j.groupName(ctx)
 	if err != nil {
 		return false, err
 	}
-	if j.DryRun {
-		j.Log.Printf("dry run: would complete the lifecycle action of hook %s with %s", j.Cfg.LaunchHook, result)
+	if j.dryRun {
+		j.Log.Printf("dry run: would complete the lifecycle action of hook %s with %s", j.cfg.LaunchHook, result)
 		return false, nil
 	}
-	ctx, cancel := context.WithTimeout(ctx, j.Clock.Timeout(10*time.Second))
+	ctx, cancel := context.WithTimeout(ctx, j.clock.Timeout(10*time.Second))
 	defer cancel()
-	_, err = j.Cloud.ASG.CompleteLifecycleAction(ctx, &autoscaling.CompleteLifecycleActionInput{
-		AutoScalingGroupName: aws.String(group), LifecycleHookName: aws.String(j.Cfg.LaunchHook),
+	_, err = j.cloud.ASG.CompleteLifecycleAction(ctx, &autoscaling.CompleteLifecycleActionInput{
+		AutoScalingGroupName: aws.String(group), LifecycleHookName: aws.String(j.cfg.LaunchHook),
 		InstanceId: aws.String(j.id.InstanceID), LifecycleActionResult: aws.String(result)})
 	if err == nil {
 		return false, nil
 	}
-	j.Cloud.Forget(err)
+	j.cloud.Forget(err)
 	err = cloud.APIError("Auto Scaling CompleteLifecycleAction", err)
 	if strings.Contains(err.Error(), "No active Lifecycle Action") {
-		j.Log.Printf("no lifecycle action of hook %s waits for this instance", j.Cfg.LaunchHook)
+		j.Log.Printf("no lifecycle action of hook %s waits for this instance", j.cfg.LaunchHook)
 		return true, nil
 	}
 	return false, err
 }
 
-func (j *Joiner) lifecycleContinue(ctx context.Context) error {
-	if j.Cfg.LaunchHook == "" {
+func (j *joiner) lifecycleContinue(ctx context.Context) error {
+	if j.cfg.LaunchHook == "" {
 		return nil
 	}
-	return j.Tl.Phase(j.Log, "lifecycle", func() error {
-		return j.Clock.Retry(ctx, j.Log, "complete the lifecycle action of hook "+j.Cfg.LaunchHook,
+	return j.tl.Phase(j.Log, "lifecycle", func() error {
+		return j.clock.Retry(ctx, j.Log, "complete the lifecycle action of hook "+j.cfg.LaunchHook,
 			func(ctx context.Context) error {
 				_, err := j.completeLifecycle(ctx, "CONTINUE")
 				return err
@@ -848,9 +852,9 @@ func (j *Joiner) lifecycleContinue(ctx context.Context) error {
 
 // bake runs the prepare phases to the end (the pre-pull included), leaves the kubelet to the node's join, and
 // writes the marker of what it installed. configSHA256 is node.json's.
-func (j *Joiner) bake(ctx context.Context, configSHA256 string) error {
+func (j *joiner) bake(ctx context.Context, configSHA256 string) error {
 	j.out.Mode, j.out.Result = "bake", "failed"
-	j.Log.Printf("baking an image from pool %s's configuration: %s", j.Cfg.PoolName, strings.Join(j.Cfg.Packages, " "))
+	j.Log.Printf("baking an image from pool %s's configuration: %s", j.cfg.PoolName, strings.Join(j.cfg.Packages, " "))
 	if err := j.prepare(ctx); err != nil {
 		return err
 	}
@@ -878,6 +882,6 @@ func (j *Joiner) bake(ctx context.Context, configSHA256 string) error {
 		nevras[i] = p.NEVRA
 	}
 	j.Log.Printf("baked: %s says %s, cri-o %s, %d of %d images pulled", j.Files.Baked(), strings.Join(nevras, " "),
-		m.CRIO, len(m.Images), len(j.Cfg.PrePullImages))
+		m.CRIO, len(m.Images), len(j.cfg.PrePullImages))
 	return nil
 }

@@ -272,13 +272,13 @@ func (r *rig) join() joinRun {
 	before := len(r.host.recorded())
 	start := time.Now()
 	run := joinRun{}
-	if AlreadyJoined(f) {
+	if alreadyJoined(f) {
 		log.Printf("already joined; nothing to do")
 	} else {
-		j := &Joiner{Cfg: r.cfg, Cloud: r.cloud(), Host: r.host, Files: f, Log: log,
-			Clock: system.NewClock(r.cfg.Deadlines.Join.D(), r.cfg.Deadlines.BackoffInitial.D(), r.cfg.Deadlines.BackoffMax.D()),
-			Tl:    system.NewTimeline(time.Now)}
-		if j.Waiting(context.Background()) {
+		j := &joiner{cfg: r.cfg, cloud: r.cloud(), Host: r.host, Files: f, Log: log,
+			clock: system.NewClock(r.cfg.Deadlines.Join.D(), r.cfg.Deadlines.BackoffInitial.D(), r.cfg.Deadlines.BackoffMax.D()),
+			tl:    system.NewTimeline(time.Now)}
+		if j.waiting(context.Background()) {
 			run.waited = true
 		} else {
 			run.err = j.Run(context.Background())

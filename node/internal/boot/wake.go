@@ -16,7 +16,7 @@ import (
 	"github.com/dynk8s/dynk8s/node/internal/system"
 )
 
-// Waker makes sure the stack's WireGuard gateway runs, which stops itself when the pools have been idle (the
+// waker makes sure the stack's WireGuard gateway runs, which stops itself when the pools have been idle (the
 // gateway's idle check). The join starts it first thing, so the gateway boots while this node installs its
 // packages; the join then waits for the API server through the tunnel as before.
 //
@@ -29,19 +29,19 @@ import (
 // then repeated through a settle window longer than a poweroff takes, until EC2 shows the gateway stopping (refused,
 // retried) and then starting from stopped. A gateway still running at the end of the window stays up: its idle
 // check now sees this node.
-type Waker struct {
-	Cloud            *cloud.Cloud
+type waker struct {
+	cloud            *cloud.Cloud
 	Log              *system.Logger
-	Clock            *system.Clock
-	Settle, Interval time.Duration
-	DryRun           bool
+	clock            *system.Clock
+	settle, interval time.Duration
+	dryRun           bool
 }
 
 // refusals are the StartInstances errors no retry changes.
 var refusals = []string{"UnauthorizedOperation", "AuthFailure", "OptInRequired"}
 
-// Wake starts gateway ("": the gateway never sleeps). Its failure is logged as the one reason, and returned.
-func (w *Waker) Wake(ctx context.Context, gateway string) error {
+// wake starts gateway ("": the gateway never sleeps). Its failure is logged as the one reason, and returned.
+func (w *waker) wake(ctx context.Context, gateway string) error {
 	err := w.run(ctx, gateway)
 	if err != nil {
 		w.Log.Printf("FAILED: %v", err)
@@ -49,7 +49,7 @@ func (w *Waker) Wake(ctx context.Context, gateway string) error {
 	return err
 }
 
-func (w *Waker) run(ctx context.Context, gateway string) error {
+func (w *waker) run(ctx context.Context, gateway string) error {
 	if gateway == "" {
 		w.Log.Printf("the gateway never sleeps (gateway.idleStop 0): nothing to wake")
 		return nil
@@ -57,60 +57,60 @@ func (w *Waker) run(ctx context.Context, gateway string) error {
 	if !names.IsInstanceID(gateway) {
 		return fmt.Errorf("'%s' is not an EC2 instance id", gateway)
 	}
-	if w.Cloud.EC2 == nil {
+	if w.cloud.EC2 == nil {
 		var region, domain string
-		if err := w.Clock.Retry(ctx, w.Log, "read the region and the partition's domain from IMDS", func(ctx context.Context) error {
-			ctx, cancel := context.WithTimeout(ctx, w.Clock.Timeout(10*time.Second))
+		if err := w.clock.Retry(ctx, w.Log, "read the region and the partition's domain from IMDS", func(ctx context.Context) error {
+			ctx, cancel := context.WithTimeout(ctx, w.clock.Timeout(10*time.Second))
 			defer cancel()
 			var err error
-			if region, err = w.Cloud.IMDS.Get(ctx, "placement/region"); err != nil {
+			if region, err = w.cloud.IMDS.Get(ctx, "placement/region"); err != nil {
 				return err
 			}
-			domain, err = w.Cloud.IMDS.Get(ctx, "services/domain")
+			domain, err = w.cloud.IMDS.Get(ctx, "services/domain")
 			return err
 		}); err != nil {
 			return err
 		}
-		w.Cloud.Connect(w.Cloud, region, domain)
+		w.cloud.Connect(w.cloud, region, domain)
 	}
 	previous := ""
 	start := func(ctx context.Context) (err error) {
 		previous, err = w.start(ctx, gateway)
 		return err
 	}
-	if err := w.Clock.Retry(ctx, w.Log, "start the WireGuard gateway "+gateway, start); err != nil {
+	if err := w.clock.Retry(ctx, w.Log, "start the WireGuard gateway "+gateway, start); err != nil {
 		return err
 	}
 	if previous != "running" {
 		return nil
 	}
-	until := w.Clock.Now().Add(w.Settle)
-	for !w.Clock.Now().Add(w.Interval).After(until) {
-		if err := w.Clock.Sleep(ctx, w.Interval); err != nil {
+	until := w.clock.Now().Add(w.settle)
+	for !w.clock.Now().Add(w.interval).After(until) {
+		if err := w.clock.Sleep(ctx, w.interval); err != nil {
 			return err
 		}
-		if err := w.Clock.Retry(ctx, w.Log, "start the WireGuard gateway "+gateway+" again", start); err != nil {
+		if err := w.clock.Retry(ctx, w.Log, "start the WireGuard gateway "+gateway+" again", start); err != nil {
 			return err
 		}
 		if previous != "running" {
 			return nil
 		}
 	}
-	w.Log.Printf("gateway %s stayed running for %s: it is up", gateway, w.Settle)
+	w.Log.Printf("gateway %s stayed running for %s: it is up", gateway, w.settle)
 	return nil
 }
 
 // start is one StartInstances of the gateway; it returns the state the gateway was in.
-func (w *Waker) start(ctx context.Context, gateway string) (string, error) {
-	if w.DryRun {
+func (w *waker) start(ctx context.Context, gateway string) (string, error) {
+	if w.dryRun {
 		w.Log.Printf("dry run: would start gateway %s", gateway)
 		return "stopped", nil
 	}
-	ctx, cancel := context.WithTimeout(ctx, w.Clock.Timeout(10*time.Second))
+	ctx, cancel := context.WithTimeout(ctx, w.clock.Timeout(10*time.Second))
 	defer cancel()
-	out, err := w.Cloud.EC2.StartInstances(ctx, &ec2.StartInstancesInput{InstanceIds: []string{gateway}})
+	out, err := w.cloud.EC2.StartInstances(ctx, &ec2.StartInstancesInput{InstanceIds: []string{gateway}})
 	if err != nil {
-		w.Cloud.Forget(err)
+		w.cloud.Forget(err)
 		err = cloud.APIError("EC2 StartInstances", err)
 		code := cloud.ErrorCode(err)
 		switch {

@@ -1,3 +1,6 @@
+// Package cloud is the instance's view of AWS: IMDSv2, and the signed services (SSM, Auto Scaling, EC2) in the
+// instance's region and partition, as small interfaces the SDK's clients satisfy and cloudfake fakes, with errors
+// that say what answered.
 package cloud
 
 import (
@@ -129,7 +132,7 @@ func (r imdsReader) Get(ctx context.Context, path string) (string, error) {
 	return string(b), nil
 }
 
-// imdsErr is an IMDS answer other than 200; Status 404 means the path is absent.
+// IMDSErr is an IMDS answer other than 200; Status 404 means the path is absent.
 type IMDSErr struct {
 	What   string // "IMDSv2 token" or "IMDS <path>"
 	Status int
@@ -167,7 +170,7 @@ func httpStatus(err error) int {
 	return 0
 }
 
-// apiError says what an AWS call answered: "<what>: HTTP <status> <code> <message>", or the transport error.
+// APIError says what an AWS call answered: "<what>: HTTP <status> <code> <message>", or the transport error.
 func APIError(what string, err error) error {
 	status := httpStatus(err)
 	var ae smithy.APIError

@@ -1,3 +1,5 @@
+// Package gateway is what the agent does on the WireGuard gateway: its private key from SSM, its packages, and the
+// idle check that stops it when no pool instance has needed the tunnel for a while.
 package gateway
 
 import (
@@ -18,28 +20,21 @@ import (
 	"github.com/dynk8s/dynk8s/node/nodeconfig"
 )
 
-// GatewayRun is one run of a gateway command.
-type GatewayRun struct {
-	Cfg    nodeconfig.Gateway
-	Cloud  *cloud.Cloud
+// gatewayRun is one run of a gateway command.
+type gatewayRun struct {
+	cfg    nodeconfig.Gateway
+	cloud  *cloud.Cloud
 	Host   system.Host
 	Files  system.Files
 	Log    *system.Logger
 	clock  *system.Clock
 	Now    func() time.Time
-	DryRun bool
+	dryRun bool
 }
 
-// Tags are the gateway's commands and their log tags.
-var Tags = map[string]string{
-	"gateway-key":      "dynk8s-wg-key",
-	"gateway-packages": "dynk8s-gateway-packages",
-	"gateway-idle":     "dynk8s-gateway-idle",
-}
-
-// LoadGatewayConfig reads the gateway's configuration strictly, with the test hooks' deadlines: like the scripts'
+// loadGatewayConfig reads the gateway's configuration strictly, with the test hooks' deadlines: like the scripts'
 // DYNK8S_DEADLINE_SECONDS, one value for every command's deadline.
-func LoadGatewayConfig(path string) (nodeconfig.Gateway, error) {
+func loadGatewayConfig(path string) (nodeconfig.Gateway, error) {
 	cfg, err := system.ReadConfig(path, nodeconfig.DecodeGateway)
 	if err != nil {
 		return cfg, err
@@ -52,27 +47,27 @@ func LoadGatewayConfig(path string) (nodeconfig.Gateway, error) {
 	})
 }
 
-func (g *GatewayRun) newClock(deadline time.Duration) {
-	d := g.Cfg.Deadlines
+func (g *gatewayRun) newClock(deadline time.Duration) {
+	d := g.cfg.Deadlines
 	g.clock = system.NewClock(deadline, d.BackoffInitial.D(), d.BackoffMax.D())
 }
 
 // connect reads the region and the partition's domain from IMDS and builds the signed clients, once.
-func (g *GatewayRun) connect(ctx context.Context) error {
-	if g.Cloud.SSM != nil {
+func (g *gatewayRun) connect(ctx context.Context) error {
+	if g.cloud.SSM != nil {
 		return nil
 	}
 	ctx, cancel := context.WithTimeout(ctx, g.clock.Timeout(10*time.Second))
 	defer cancel()
-	region, err := g.Cloud.IMDS.Get(ctx, "placement/region")
+	region, err := g.cloud.IMDS.Get(ctx, "placement/region")
 	if err != nil {
 		return err
 	}
-	domain, err := g.Cloud.IMDS.Get(ctx, "services/domain")
+	domain, err := g.cloud.IMDS.Get(ctx, "services/domain")
 	if err != nil {
 		return err
 	}
-	g.Cloud.Connect(g.Cloud, region, domain)
+	g.cloud.Connect(g.cloud, region, domain)
 	return nil
 }
 
@@ -80,15 +75,15 @@ func (g *GatewayRun) connect(ctx context.Context) error {
 // reboot or an EC2 auto-recovery while SSM is unreachable still brings the tunnel up: with a key there, SSM gets a
 // short try (deadlines.keyOnDisk) and the key on disk is kept. When SSM answers, its value wins, so a rotated key
 // needs only a restart of the tunnel.
-func (g *GatewayRun) Key(ctx context.Context) error {
-	path := g.Files.Root + g.Cfg.KeyFile
+func (g *gatewayRun) Key(ctx context.Context) error {
+	path := g.Files.Root + g.cfg.KeyFile
 	onDisk, _ := os.ReadFile(path)
 	if len(onDisk) > 0 {
-		g.newClock(g.Cfg.Deadlines.KeyOnDisk.D())
+		g.newClock(g.cfg.Deadlines.KeyOnDisk.D())
 	} else {
-		g.newClock(g.Cfg.Deadlines.Key.D())
+		g.newClock(g.cfg.Deadlines.Key.D())
 	}
-	param := g.Cfg.KeyParameter
+	param := g.cfg.KeyParameter
 	var key string
 	var last error
 	err := g.clock.Retry(ctx, g.Log, "read the WireGuard key from SSM parameter "+param, func(ctx context.Context) error {
@@ -106,7 +101,7 @@ func (g *GatewayRun) Key(ctx context.Context) error {
 	case strings.TrimRight(string(onDisk), "\n") == key:
 		g.Log.Printf("key in %s is current", path)
 		return nil
-	case g.DryRun:
+	case g.dryRun:
 		g.Log.Printf("dry run: would write the key from SSM to %s", path)
 		return nil
 	}
@@ -118,17 +113,17 @@ func (g *GatewayRun) Key(ctx context.Context) error {
 }
 
 // readKey is one attempt at the key: IMDS for the region, then SSM GetParameter, decrypted.
-func (g *GatewayRun) readKey(ctx context.Context, key *string) error {
+func (g *gatewayRun) readKey(ctx context.Context, key *string) error {
 	if err := g.connect(ctx); err != nil {
 		return err
 	}
 	ctx, cancel := context.WithTimeout(ctx, g.clock.Timeout(10*time.Second))
 	defer cancel()
-	out, err := g.Cloud.SSM.GetParameter(ctx, &ssm.GetParameterInput{Name: aws.String(g.Cfg.KeyParameter),
+	out, err := g.cloud.SSM.GetParameter(ctx, &ssm.GetParameterInput{Name: aws.String(g.cfg.KeyParameter),
 		WithDecryption: aws.Bool(true)})
 	if err != nil {
-		g.Cloud.Forget(err)
-		return cloud.APIError("SSM GetParameter "+g.Cfg.KeyParameter, err)
+		g.cloud.Forget(err)
+		return cloud.APIError("SSM GetParameter "+g.cfg.KeyParameter, err)
 	}
 	if out.Parameter == nil || out.Parameter.Value == nil {
 		return errors.New("SSM answer has no Parameter.Value")
@@ -158,22 +153,22 @@ func writePrivate(path string, content []byte) error {
 // boot, so after the first it only checks. cloud-init's own package step runs once per instance: a mirror hiccup
 // then would leave a gateway that never brings its tunnel up. A failed install is retried under the deadline; past
 // it the command fails and systemd starts it again (Restart=on-failure).
-func (g *GatewayRun) Packages(ctx context.Context) error {
-	g.newClock(g.Cfg.Deadlines.Packages.D())
+func (g *gatewayRun) Packages(ctx context.Context) error {
+	g.newClock(g.cfg.Deadlines.Packages.D())
 	var missing []string
-	for _, p := range g.Cfg.Packages {
+	for _, p := range g.cfg.Packages {
 		// A query, run in a dry run too: what the dry run would install is what is missing.
 		if _, err := g.Host.Output(ctx, 30*time.Second, "rpm", "-q", "--whatprovides", p); err != nil {
 			missing = append(missing, p)
 		}
 	}
 	if len(missing) == 0 {
-		g.Log.Printf("%s already installed", strings.Join(g.Cfg.Packages, " "))
+		g.Log.Printf("%s already installed", strings.Join(g.cfg.Packages, " "))
 	} else {
 		// The first attempt reads only the release repository's metadata (the image is the release's GA image,
 		// whose packages it matches); the next ones every enabled repository, updates included.
 		var repos []string
-		for _, r := range g.Cfg.SystemRepos {
+		for _, r := range g.cfg.SystemRepos {
 			repos = append(repos, "--repo="+r)
 		}
 		what := strings.Join(missing, " ")
@@ -190,8 +185,8 @@ func (g *GatewayRun) Packages(ctx context.Context) error {
 		return errors.New("systemctl daemon-reload failed")
 	}
 	// --no-block: the tunnel's own start (its key from SSM) has its own timeout and retries.
-	if g.Host.Run(ctx, time.Minute, false, "systemctl", "enable", "--now", "--no-block", g.Cfg.TunnelUnit) != nil {
-		return fmt.Errorf("could not enable and start %s", g.Cfg.TunnelUnit)
+	if g.Host.Run(ctx, time.Minute, false, "systemctl", "enable", "--now", "--no-block", g.cfg.TunnelUnit) != nil {
+		return fmt.Errorf("could not enable and start %s", g.cfg.TunnelUnit)
 	}
 	return nil
 }

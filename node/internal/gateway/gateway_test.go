@@ -227,7 +227,7 @@ type gatewayResult struct {
 func (r *gatewayRig) run(cmd string) gatewayResult {
 	r.t.Helper()
 	out := &systemfake.SyncBuffer{}
-	log := system.NewLogger(Tags[cmd], out, r.root)
+	log := system.NewLogger("dynk8s-"+cmd, out, r.root)
 	log.Journal = false
 	c := &cloud.Cloud{IMDS: r.imds, Connect: func(c *cloud.Cloud, region, domain string) {
 		if region != "eu-central-1" || domain != "amazonaws.com" {
@@ -235,8 +235,8 @@ func (r *gatewayRig) run(cmd string) gatewayResult {
 		}
 		c.SSM, c.EC2 = r.ssm, r.ec2
 	}}
-	g := &GatewayRun{Cfg: r.cfg, Cloud: c, Host: r.host, Files: system.Files{Root: r.root}, Log: log,
-		Now: func() time.Time { return r.now }, DryRun: r.dryRun}
+	g := &gatewayRun{cfg: r.cfg, cloud: c, Host: r.host, Files: system.Files{Root: r.root}, Log: log,
+		Now: func() time.Time { return r.now }, dryRun: r.dryRun}
 	before := len(r.host.recorded())
 	start := time.Now()
 	var err error
@@ -615,7 +615,7 @@ func TestLoadGatewayConfigHooks(t *testing.T) {
 	assert.NilError(t, os.WriteFile(path, b, 0o644))
 	t.Setenv("DYNK8S_DEADLINE_SECONDS", "7")
 	t.Setenv("DYNK8S_BACKOFF_MAX_MS", "250")
-	cfg, err := LoadGatewayConfig(path)
+	cfg, err := loadGatewayConfig(path)
 	assert.NilError(t, err)
 	d := cfg.Deadlines
 	for _, v := range []nodeconfig.Duration{d.Key, d.KeyOnDisk, d.Packages, d.Idle} {
@@ -623,8 +623,8 @@ func TestLoadGatewayConfigHooks(t *testing.T) {
 	}
 	assert.Check(t, is.Equal(d.BackoffMax.D(), 250*time.Millisecond))
 	t.Setenv("DYNK8S_DEADLINE_SECONDS", "soon")
-	_, err = LoadGatewayConfig(path)
+	_, err = loadGatewayConfig(path)
 	assert.ErrorContains(t, err, "DYNK8S_DEADLINE_SECONDS=soon is not a whole number")
-	_, err = LoadGatewayConfig(filepath.Join(t.TempDir(), "none.json"))
+	_, err = loadGatewayConfig(filepath.Join(t.TempDir(), "none.json"))
 	assert.ErrorContains(t, err, "is missing or unreadable")
 }

@@ -45,13 +45,13 @@ type idleState struct {
 	packets    int64
 }
 
-func (g *GatewayRun) Idle(ctx context.Context) error {
-	idle := g.Cfg.Idle
+func (g *gatewayRun) Idle(ctx context.Context) error {
+	idle := g.cfg.Idle
 	if idle == nil {
 		g.Log.Printf("the gateway never sleeps (gateway.idleStop 0): nothing to check")
 		return nil
 	}
-	g.newClock(g.Cfg.Deadlines.Idle.D())
+	g.newClock(g.cfg.Deadlines.Idle.D())
 	now := g.Now().Unix()
 	path := g.Files.Run(idleStateFile)
 	state := g.readIdleState(path, now)
@@ -107,7 +107,7 @@ func (g *GatewayRun) Idle(ctx context.Context) error {
 
 // readIdleState reads the state a run of this boot left; none (a fresh boot) or a malformed one starts the window
 // now.
-func (g *GatewayRun) readIdleState(path string, now int64) idleState {
+func (g *gatewayRun) readIdleState(path string, now int64) idleState {
 	fresh := idleState{lastActive: now, packets: -1}
 	b, err := os.ReadFile(path)
 	if err != nil {
@@ -127,8 +127,8 @@ func (g *GatewayRun) readIdleState(path string, now int64) idleState {
 	return s
 }
 
-func (g *GatewayRun) writeIdleState(path string, s idleState) error {
-	if g.DryRun {
+func (g *gatewayRun) writeIdleState(path string, s idleState) error {
+	if g.dryRun {
 		return nil
 	}
 	if err := writePrivate(path, fmt.Appendf(nil, "%d %d\n", s.lastActive, s.packets)); err != nil {
@@ -141,9 +141,9 @@ func (g *GatewayRun) writeIdleState(path string, s idleState) error {
 // carry dynk8s:cluster and dynk8s:pool (the gateway has no pool tag); the states are filtered by EC2 and again here.
 // One instance is enough to stay up, so it reads pages until one shows an instance or no NextToken is left: a
 // filtered page may be empty while more follow ("Pagination in the Amazon EC2 API", EC2 developer guide).
-func (g *GatewayRun) poolInstances(ctx context.Context) ([]string, error) {
+func (g *gatewayRun) poolInstances(ctx context.Context) ([]string, error) {
 	in := &ec2.DescribeInstancesInput{MaxResults: aws.Int32(5), Filters: []ec2types.Filter{
-		{Name: aws.String("tag:" + names.TagCluster), Values: []string{g.Cfg.Idle.ClusterName}},
+		{Name: aws.String("tag:" + names.TagCluster), Values: []string{g.cfg.Idle.ClusterName}},
 		{Name: aws.String("tag-key"), Values: []string{names.TagPool}},
 		{Name: aws.String("instance-state-name"), Values: []string{"pending", "running"}},
 	}}
@@ -171,12 +171,12 @@ func (g *GatewayRun) poolInstances(ctx context.Context) ([]string, error) {
 	return nil, fmt.Errorf("EC2 DescribeInstances: still a NextToken after %d pages", maxIdlePages)
 }
 
-func (g *GatewayRun) describe(ctx context.Context, in *ec2.DescribeInstancesInput) (*ec2.DescribeInstancesOutput, error) {
+func (g *gatewayRun) describe(ctx context.Context, in *ec2.DescribeInstancesInput) (*ec2.DescribeInstancesOutput, error) {
 	ctx, cancel := context.WithTimeout(ctx, g.clock.Timeout(10*time.Second))
 	defer cancel()
-	out, err := g.Cloud.EC2.DescribeInstances(ctx, in)
+	out, err := g.cloud.EC2.DescribeInstances(ctx, in)
 	if err != nil {
-		g.Cloud.Forget(err)
+		g.cloud.Forget(err)
 		return nil, cloud.APIError("EC2 DescribeInstances", err)
 	}
 	return out, nil
@@ -194,8 +194,8 @@ type nftCounters struct {
 
 // forwardedPackets is the packets forwarded into and out of wg0 so far, or -1 when the table is not loaded (the
 // tunnel is down, so nothing can cross it).
-func (g *GatewayRun) forwardedPackets(ctx context.Context) (int64, error) {
-	table := g.Cfg.Idle.NFTTable
+func (g *gatewayRun) forwardedPackets(ctx context.Context) (int64, error) {
+	table := g.cfg.Idle.NFTTable
 	out, err := g.Host.Output(ctx, g.clock.Timeout(10*time.Second), "nft", "-j", "list", "counters", "table", "inet", table)
 	if err != nil {
 		return -1, nil

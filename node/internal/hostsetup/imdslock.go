@@ -53,9 +53,9 @@ table inet dynk8s_imds_lock {
 // lookupUID is a local user's uid; ok false when there is no such user.
 type lookupUID func(name string) (uid int, ok bool, err error)
 
-// LocalUser looks a user up in passwd(5) at path (/etc/passwd; DYNK8S_ROOT's in tests), as os/user does without cgo
+// localUser looks a user up in passwd(5) at path (/etc/passwd; DYNK8S_ROOT's in tests), as os/user does without cgo
 // but under the agent's root: the system users an image's packages create (sysusers.d) are local.
-func LocalUser(path string) lookupUID {
+func localUser(path string) lookupUID {
 	return func(name string) (int, bool, error) {
 		b, err := os.ReadFile(path)
 		if errors.Is(err, fs.ErrNotExist) {
@@ -100,8 +100,8 @@ func lockUIDs(cfg nodeconfig.Node, lookup lookupUID) (string, error) {
 	return strings.Join(names, ", "), nil
 }
 
-// LockMetadata writes the ruleset under /run/dynk8s (for an operator to read) and loads it with nft.
-func LockMetadata(ctx context.Context, cfg nodeconfig.Node, lookup lookupUID, h system.Host, f system.Files, log *system.Logger) error {
+// lockMetadata writes the ruleset under /run/dynk8s (for an operator to read) and loads it with nft.
+func lockMetadata(ctx context.Context, cfg nodeconfig.Node, lookup lookupUID, h system.Host, f system.Files, log *system.Logger) error {
 	uids, err := lockUIDs(cfg, lookup)
 	if err != nil {
 		return err

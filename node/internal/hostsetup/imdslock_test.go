@@ -44,7 +44,7 @@ func TestLockMetadata(t *testing.T) {
 			if c.nftFail {
 				r.host.fail["nft -f "+ruleset] = true
 			}
-			err := LockMetadata(context.Background(), r.cfg, LocalUser(f.Etc("passwd")), r.host, f,
+			err := lockMetadata(context.Background(), r.cfg, localUser(f.Etc("passwd")), r.host, f,
 				system.NewLogger("dynk8s-imds-lock", r.log, r.root))
 			if c.failure != "" {
 				assert.ErrorContains(t, err, c.failure)

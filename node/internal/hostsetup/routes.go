@@ -1,3 +1,5 @@
+// Package hostsetup is the node's host setup beside the boot: the routes toward on-prem at the tunnel's MTU, and
+// the lockdown of the instance metadata service to root and the pool's listed users.
 package hostsetup
 
 import (
@@ -31,9 +33,9 @@ type routeTable interface {
 	replace(ctx context.Context, dst netip.Prefix, gateway netip.Addr, dev string, mtu int) error
 }
 
-// OnPremRoutes waits for the default route (DHCP may still be at it) until the routes deadline, then routes every
+// onPremRoutes waits for the default route (DHCP may still be at it) until the routes deadline, then routes every
 // on-prem range via it at the tunnel's MTU.
-func OnPremRoutes(ctx context.Context, cfg nodeconfig.Node, table routeTable, clock *system.Clock, log *system.Logger) error {
+func onPremRoutes(ctx context.Context, cfg nodeconfig.Node, table routeTable, clock *system.Clock, log *system.Logger) error {
 	var gw netip.Addr
 	var dev string
 	if err := clock.Retry(ctx, log, "find the default route", func(ctx context.Context) error {
@@ -61,10 +63,10 @@ func joinPrefixes(ps []netip.Prefix) string {
 	return strings.Join(s, " ")
 }
 
-// IpRoutes is the routing table through ip(8) of iproute2, which every image has: its JSON output (-j) is read by the
+// ipRoutes is the routing table through ip(8) of iproute2, which every image has: its JSON output (-j) is read by the
 // agent, not by a shell.
-type IpRoutes struct {
-	DryRun bool
+type ipRoutes struct {
+	dryRun bool
 	Log    *system.Logger
 }
 
@@ -76,7 +78,7 @@ type ipRoute struct {
 	Metric  int    `json:"metric"`
 }
 
-func (r IpRoutes) defaultRoute(ctx context.Context) (netip.Addr, string, error) {
+func (r ipRoutes) defaultRoute(ctx context.Context) (netip.Addr, string, error) {
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
 	var stderr bytes.Buffer
@@ -107,9 +109,9 @@ func parseDefaultRoute(out []byte) (netip.Addr, string, error) {
 	return gw, best.Dev, nil
 }
 
-func (r IpRoutes) replace(ctx context.Context, dst netip.Prefix, gw netip.Addr, dev string, mtu int) error {
+func (r ipRoutes) replace(ctx context.Context, dst netip.Prefix, gw netip.Addr, dev string, mtu int) error {
 	args := []string{"route", "replace", dst.String(), "via", gw.String(), "dev", dev, "mtu", strconv.Itoa(mtu)}
-	if r.DryRun {
+	if r.dryRun {
 		r.Log.Printf("dry run: would run ip %s", strings.Join(args, " "))
 		return nil
 	}

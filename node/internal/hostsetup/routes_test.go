@@ -61,7 +61,7 @@ func TestOnPremRoutes(t *testing.T) {
 			r.cfg.Host.OnPremCIDRs = append(r.cfg.Host.OnPremCIDRs, netip.MustParsePrefix("172.16.0.0/12"))
 			r.cfg.Host.TunnelMTU = 1380
 			log := system.NewLogger("dynk8s-onprem-routes", r.log, r.root)
-			err := OnPremRoutes(context.Background(), r.cfg, &c.routes, system.NewClock(300*time.Millisecond, 20*time.Millisecond,
+			err := onPremRoutes(context.Background(), r.cfg, &c.routes, system.NewClock(300*time.Millisecond, 20*time.Millisecond,
 				50*time.Millisecond), log)
 			assert.Check(t, is.DeepEqual(c.routes.replaced, c.want))
 			if c.failure != "" {

@@ -1,3 +1,5 @@
+// Package image is what makes a baked image one: the marker prepare writes (what it installed and pulled, from which
+// node.json), the removal of the build instance's identity, and the image's check.
 package image
 
 import (
@@ -25,6 +27,8 @@ var (
 	identityKeep = []string{"/var/lib/cloud/seed", "/etc/dynk8s/baked.json"}
 )
 
+// CleanIdentity removes what made the build instance one instance rather than an image (identityGlobs), and with
+// dryRun logs what it would remove. Only an image with a baked marker is cleaned.
 func CleanIdentity(f system.Files, log *system.Logger, dryRun bool) error {
 	// On a node this would remove the node's identity: only an image build, after prepare, runs it.
 	if !f.Exists(f.Baked()) {
@@ -70,7 +74,7 @@ func CleanIdentity(f system.Files, log *system.Logger, dryRun bool) error {
 	return nil
 }
 
-func CheckImage(f system.Files, configSHA256 string) error {
+func checkImage(f system.Files, configSHA256 string) error {
 	m, err := ReadMarker(f)
 	if err != nil {
 		return err

@@ -141,7 +141,7 @@ func TestCheckImage(t *testing.T) {
 			}
 			assert.NilError(t, os.MkdirAll(filepath.Join(r.root, "etc"), 0o755))
 			assert.NilError(t, os.WriteFile(filepath.Join(r.root, "etc/machine-id"), []byte(c.machineID), 0o444))
-			err := CheckImage(system.Files{Root: r.root}, "abc")
+			err := checkImage(system.Files{Root: r.root}, "abc")
 			if c.err == "" {
 				assert.NilError(t, err)
 				return

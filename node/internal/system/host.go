@@ -1,3 +1,6 @@
+// Package system is the agent's seam to the machine: the commands it runs (Host), the files under the node's root
+// (Files), one deadline with retries (Clock), the log (Logger) and the boot's timeline, and the configuration files
+// with their test hooks.
 package system
 
 import (
@@ -14,6 +17,7 @@ import (
 	"time"
 )
 
+// Baked is the baked image's marker (/etc/dynk8s/baked.json).
 func (f Files) Baked() string { return f.Etc("dynk8s/baked.json") }
 
 // Host runs the commands that change the node (dnf, systemctl, kubeadm, ...): the one seam between the boot's
@@ -42,6 +46,7 @@ type RealHost struct {
 	Log    *Logger
 }
 
+// Run runs name with args, or with DryRun logs it.
 func (h RealHost) Run(ctx context.Context, timeout time.Duration, quiet bool, name string, args ...string) error {
 	if h.DryRun {
 		h.Log.Printf("dry run: would run %s %s", name, strings.Join(args, " "))
@@ -100,6 +105,7 @@ func (h RealHost) Output(ctx context.Context, timeout time.Duration, name string
 	}
 }
 
+// Has says whether name is on PATH.
 func (h RealHost) Has(name string) bool {
 	_, err := exec.LookPath(name)
 	return err == nil
@@ -111,14 +117,19 @@ type Files struct {
 	Root, Proc string
 }
 
+// Etc is /etc/p under the root.
 func (f Files) Etc(p string) string { return f.Root + "/etc/" + p }
+
+// Run is /run/dynk8s/p under the root, the agent's state of this boot.
 func (f Files) Run(p string) string { return f.Root + "/run/dynk8s/" + p }
 
+// Exists says whether p is there.
 func (f Files) Exists(p string) bool {
 	_, err := os.Stat(p)
 	return err == nil
 }
 
+// WriteFileAtomic writes b to path through a rename, so a reader sees the old file or the whole new one.
 func WriteFileAtomic(path string, b []byte, mode os.FileMode) error {
 	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
 		return err

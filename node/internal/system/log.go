@@ -24,6 +24,7 @@ type Logger struct {
 	started bool
 }
 
+// NewLogger logs under tag to out; root is the node's root, where the kernel log device is.
 func NewLogger(tag string, out io.Writer, root string) *Logger {
 	return &Logger{tag: tag, out: out, Journal: os.Getenv("JOURNAL_STREAM") == "", kmsg: root + "/dev/kmsg"}
 }
@@ -33,6 +34,7 @@ func (l *Logger) With(tag string) *Logger {
 	return &Logger{tag: tag, out: l.out, Journal: l.Journal, kmsg: l.kmsg, started: true}
 }
 
+// Printf logs one line, after the line that names the agent at a run's first.
 func (l *Logger) Printf(format string, args ...any) {
 	msg := fmt.Sprintf(format, args...)
 	l.mu.Lock()

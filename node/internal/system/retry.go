@@ -17,6 +17,7 @@ type Clock struct {
 	Sleep          func(context.Context, time.Duration) error
 }
 
+// NewClock is a deadline budget from now, retried with backoff from backoffInitial up to backoffMax.
 func NewClock(budget, backoffInitial, backoffMax time.Duration) *Clock {
 	c := &Clock{budget: budget, BackoffInitial: backoffInitial, BackoffMax: backoffMax, Now: time.Now, Sleep: sleepCtx}
 	c.deadline = c.Now().Add(budget)

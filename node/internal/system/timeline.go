@@ -30,6 +30,7 @@ type phaseTime struct {
 	took time.Duration
 }
 
+// NewTimeline starts a boot's timeline at now().
 func NewTimeline(now func() time.Time) *Timeline { return &Timeline{now: now, start: now()} }
 
 // Phase runs fn as the phase name, and logs and records it when it succeeds; a failure is recorded by cut.

@@ -1,3 +1,5 @@
+// Package cloudfake holds in-process fakes of the AWS clients the agent's cloud package takes: each answers as its
+// service does, in the SDK's types, and records what it was asked.
 package cloudfake
 
 import (
@@ -21,9 +23,7 @@ import (
 	"github.com/dynk8s/dynk8s/node/internal/cloud"
 )
 
-// Fake clients for the agent's table tests: each answers as its AWS service does, in the SDK's types, and records
-// what it was asked. The wire-level fakes (cloudinit's fakes_test.go) check the same calls against the built binary.
-
+// The fakes' instance, group, launch hook, join token parameter and token, gateway, and the cluster CA's pin.
 const (
 	InstanceID     = "i-0123456789abcdef0"
 	Group          = "homelab-spot-arm64-asg-1a2b3c"
@@ -42,6 +42,7 @@ func APIErr(status int, code, msg string) error {
 	}
 }
 
+// IMDS answers the instance identity paths and the target lifecycle state.
 type IMDS struct {
 	mu            sync.Mutex
 	values        map[string]string
@@ -49,6 +50,8 @@ type IMDS struct {
 	Requests      int
 }
 
+// NewIMDS is InstanceID in eu-central-1 in lifecycle state lifecycle ("": none, 404) and partition domain ("":
+// amazonaws.com).
 func NewIMDS(lifecycle, domain string) *IMDS {
 	f := &IMDS{values: map[string]string{
 		"instance-id": InstanceID, "placement/availability-zone": "eu-central-1a",
@@ -62,6 +65,7 @@ func NewIMDS(lifecycle, domain string) *IMDS {
 	return f
 }
 
+// SetLifecycle moves the instance to state ("": none).
 func (f *IMDS) SetLifecycle(state string) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
@@ -72,6 +76,7 @@ func (f *IMDS) SetLifecycle(state string) {
 	}
 }
 
+// Get answers a meta-data path, 404 for one it does not have.
 func (f *IMDS) Get(_ context.Context, path string) (string, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
@@ -87,6 +92,7 @@ func (f *IMDS) Get(_ context.Context, path string) (string, error) {
 	return v, nil
 }
 
+// SSM holds the join token parameter.
 type SSM struct {
 	mu sync.Mutex
 	// Failures answers that many calls with AccessDeniedException first; negative: every call.
@@ -97,6 +103,7 @@ type SSM struct {
 	Requests int
 }
 
+// GetParameter answers TokenParameter.
 func (f *SSM) GetParameter(_ context.Context, in *ssm.GetParameterInput, _ ...func(*ssm.Options)) (*ssm.GetParameterOutput, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
@@ -118,6 +125,7 @@ func (f *SSM) GetParameter(_ context.Context, in *ssm.GetParameterInput, _ ...fu
 	return &ssm.GetParameterOutput{Parameter: &ssmtypes.Parameter{Name: in.Name, Value: aws.String(v)}}, nil
 }
 
+// AutoScaling is the instance's group, its launch template versions and its lifecycle actions.
 type AutoScaling struct {
 	Mu sync.Mutex
 	// PendingAction: a lifecycle action waits for the instance (Pending:Wait, Warmed:Pending:Wait).
@@ -138,6 +146,7 @@ func template(version string) *astypes.LaunchTemplateSpecification {
 	return &astypes.LaunchTemplateSpecification{LaunchTemplateId: aws.String("lt-0123456789abcdef0"), Version: aws.String(version)}
 }
 
+// DescribeAutoScalingInstances answers as Auto Scaling does, and records the call.
 func (f *AutoScaling) DescribeAutoScalingInstances(_ context.Context, in *autoscaling.DescribeAutoScalingInstancesInput,
 	_ ...func(*autoscaling.Options)) (*autoscaling.DescribeAutoScalingInstancesOutput, error) {
 	f.Mu.Lock()
@@ -151,6 +160,7 @@ func (f *AutoScaling) DescribeAutoScalingInstances(_ context.Context, in *autosc
 	return out, nil
 }
 
+// DescribeAutoScalingGroups answers as Auto Scaling does, and records the call.
 func (f *AutoScaling) DescribeAutoScalingGroups(_ context.Context, in *autoscaling.DescribeAutoScalingGroupsInput,
 	_ ...func(*autoscaling.Options)) (*autoscaling.DescribeAutoScalingGroupsOutput, error) {
 	f.Mu.Lock()
@@ -163,6 +173,7 @@ func (f *AutoScaling) DescribeAutoScalingGroups(_ context.Context, in *autoscali
 		AutoScalingGroupName: aws.String(Group), LaunchTemplate: template(f.GroupVersion)}}}, nil
 }
 
+// CompleteLifecycleAction answers as Auto Scaling does, and records the call.
 func (f *AutoScaling) CompleteLifecycleAction(_ context.Context, in *autoscaling.CompleteLifecycleActionInput,
 	_ ...func(*autoscaling.Options)) (*autoscaling.CompleteLifecycleActionOutput, error) {
 	f.Mu.Lock()
@@ -176,6 +187,7 @@ func (f *AutoScaling) CompleteLifecycleAction(_ context.Context, in *autoscaling
 	return &autoscaling.CompleteLifecycleActionOutput{}, nil
 }
 
+// SetInstanceHealth answers as Auto Scaling does, and records the call.
 func (f *AutoScaling) SetInstanceHealth(_ context.Context, in *autoscaling.SetInstanceHealthInput,
 	_ ...func(*autoscaling.Options)) (*autoscaling.SetInstanceHealthOutput, error) {
 	f.Mu.Lock()
@@ -184,6 +196,7 @@ func (f *AutoScaling) SetInstanceHealth(_ context.Context, in *autoscaling.SetIn
 	return &autoscaling.SetInstanceHealthOutput{}, nil
 }
 
+// Recorded is the calls so far.
 func (f *AutoScaling) Recorded() []string {
 	f.Mu.Lock()
 	defer f.Mu.Unlock()
@@ -205,6 +218,7 @@ type EC2 struct {
 	calls      int
 }
 
+// StartInstances starts the gateway, or answers with the error set for it.
 func (f *EC2) StartInstances(_ context.Context, in *ec2.StartInstancesInput, _ ...func(*ec2.Options)) (*ec2.StartInstancesOutput, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
@@ -241,13 +255,14 @@ func (f *EC2) StartInstances(_ context.Context, in *ec2.StartInstancesInput, _ .
 		PreviousState: &ec2types.InstanceState{Name: ec2types.InstanceStateName(previous)}}}}, nil
 }
 
+// Started is how many StartInstances calls were made.
 func (f *EC2) Started() int {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	return f.calls
 }
 
-// DescribeInstances: the wake-up's fake knows only the gateway; the idle check's tests use fakeFleet.
+// DescribeInstances is empty: the wake-up's fake knows only the gateway; the idle check's tests use fakeFleet.
 func (f *EC2) DescribeInstances(context.Context, *ec2.DescribeInstancesInput, ...func(*ec2.Options)) (*ec2.DescribeInstancesOutput, error) {
 	return nil, fmt.Errorf("fake EC2: the wake-up describes no instance")
 }

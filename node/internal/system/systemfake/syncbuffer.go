@@ -1,3 +1,4 @@
+// Package systemfake holds the system package's fakes for the agent's table tests.
 package systemfake
 
 import (
@@ -5,6 +6,8 @@ import (
 	"sync"
 )
 
+// SyncBuffer is a bytes.Buffer that goroutines may write at once (a logger's output while the boot's pre-pull
+// and wake-up log beside it).
 type SyncBuffer struct {
 	mu sync.Mutex
 	b  bytes.Buffer

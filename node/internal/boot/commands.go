@@ -1,0 +1,58 @@
+package boot
+
+import (
+	"context"
+	"time"
+
+	"github.com/dynk8s/dynk8s/node/internal/cli"
+	"github.com/dynk8s/dynk8s/node/internal/cloud"
+	"github.com/dynk8s/dynk8s/node/internal/system"
+)
+
+// Join is `dynk8s-node join`, the boot: dynk8s-join.service runs it at every boot until the node has joined, and
+// the warm pool's timer every 15 s while the instance waits there.
+func Join(ctx context.Context, env *cli.Env) error {
+	if alreadyJoined(env.Files) {
+		env.Log.Printf("already joined (%s exists); nothing to do", env.Files.Etc("kubernetes/kubelet.conf"))
+		return nil
+	}
+	cfg, err := system.LoadConfig(env.Config)
+	if err != nil {
+		return err
+	}
+	env.LogConfig(cfg)
+	d := cfg.Deadlines
+	j := &joiner{cfg: cfg, cloud: cloud.New(), Host: env.Host(), Files: env.Files, Log: env.Log,
+		clock: system.NewClock(d.Join.D(), d.BackoffInitial.D(), d.BackoffMax.D()), tl: system.NewTimeline(time.Now),
+		dryRun: env.DryRun, verbose: env.Verbose}
+	if j.waiting(ctx) {
+		return nil
+	}
+	if err := j.Run(ctx); err != nil {
+		return cli.Reported(err)
+	}
+	return nil
+}
+
+// WakeGateway is `dynk8s-node wake-gateway`: the start of the stack's gateway, if it sleeps. The join runs the same
+// beside its prepare; the unit is for an operator.
+func WakeGateway(ctx context.Context, env *cli.Env) error {
+	cfg, err := system.LoadConfig(env.Config)
+	if err != nil {
+		return err
+	}
+	env.LogConfig(cfg)
+	d := cfg.Deadlines
+	w := &waker{cloud: cloud.New(), Log: env.Log, dryRun: env.DryRun, settle: d.WakeSettle.D(), interval: d.WakeInterval.D(),
+		clock: system.NewClock(d.Wake.D(), d.BackoffInitial.D(), d.BackoffMax.D())}
+	if err := w.wake(ctx, cfg.GatewayInstanceID); err != nil {
+		return cli.Reported(err)
+	}
+	return nil
+}
+
+// Prepare is `dynk8s-node prepare`: an image build's first step (docs/baked-images.md, "The contract with the image
+// build"), the boot's prepare phases on a build instance, then the baked marker.
+func Prepare(ctx context.Context, env *cli.Env) error {
+	return prepareImage(ctx, env.Files, env.Log, env.Out, env.Config, env.Verbose)
+}
