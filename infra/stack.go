@@ -263,7 +263,7 @@ func NewStack(ctx *pulumi.Context, cfg *config.Config, agent AgentFiles, nodes O
 }
 
 // NodeInput is what the node renderer needs of a pool: plain values only. The e2e join test renders through it too,
-// so the script it runs gets exactly what a pool's launch template carries. With fuse on, nodes register with the
+// so the agent it runs gets exactly what a pool's launch template carries. With fuse on, nodes register with the
 // fuse startup taint: until the plugin advertises the resource, the autoscaler counts the node as still starting
 // instead of adding another for the pods that wait for it; and they pre-pull the plugin's image. A pool with a warm
 // pool names its launch lifecycle hook, whose action the boot completes.
