@@ -57,7 +57,7 @@ type GatewayDeadlines struct {
 	BackoffMax     Duration `json:"backoffMax"`
 }
 
-// DefaultGatewayDeadlines are the gateway's: the scripts' deadlines before the agent.
+// DefaultGatewayDeadlines are the gateway commands' defaults.
 var DefaultGatewayDeadlines = GatewayDeadlines{
 	Key:            Duration(10 * time.Minute),
 	KeyOnDisk:      Duration(45 * time.Second),

@@ -217,17 +217,10 @@ func (j *joiner) inService(ctx context.Context) error {
 }
 
 // failed logs the one reason the boot stops, to the kernel log too, and completes a waiting launch lifecycle action
-// with CONTINUE. The instance is never handed back to its group (marked Unhealthy, or its action abandoned) to be
-// replaced: what stops a boot on its deadline (the join token, the tunnel or the API server, the package
-// repositories, kubeadm join) is most often a fault every replacement meets too, and an instance the group replaces
-// is one the Cluster Autoscaler never times out: each replacement is younger than max-node-provision-time, so the
-// autoscaler neither removes it nor lowers the group, and the group replaces instance after instance for as long as
-// the pod is pending. Left in place, the instance stays unregistered: the autoscaler then times the scale-up out
-// (event ScaleUpTimedOut), backs the group off (5 minutes, doubling up to 30), tries other groups for the pods
-// meanwhile, and removes the instance once it has been unregistered for max-node-provision-time, lowering the
-// desired capacity (cluster-autoscaler, clusterstate.updateScaleRequests and
-// static_autoscaler.removeOldUnregisteredNodes). A launch hook's action is completed with CONTINUE at once: the hook's
-// default result is CONTINUE too, but only at the end of its heartbeat, which outlasts the boot's worst case.
+// with CONTINUE at once (the hook's default result is CONTINUE too, but only at the end of its heartbeat). It never
+// hands the instance back to its group: why, and how the autoscaler retires it instead (its scale-up times out, and
+// cluster-autoscaler's removeOldUnregisteredNodes removes it at max-node-provision-time), is in
+// docs/how-it-works.md, "When a boot fails".
 func (j *joiner) failed(ctx context.Context, err error) {
 	j.Log.Printf("FAILED: %v", err)
 	j.Log.Kernel(3, "FAILED: "+err.Error())

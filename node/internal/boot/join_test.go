@@ -18,8 +18,7 @@ import (
 	"github.com/dynk8s/dynk8s/node/nodeconfig"
 )
 
-// The join's scenarios, each what a test of the boot script checked (cloudinit's joinsh_test.go and boot_test.go
-// before the agent), against the fake clients.
+// The join's scenarios, against the fake clients.
 
 const dnfInstall = "dnf install -y --setopt=install_weak_deps=False --setopt=tsflags=nodocs --setopt=max_parallel_downloads=10"
 

@@ -14,7 +14,7 @@ import (
 	"github.com/dynk8s/dynk8s/node/internal/system/systemfake"
 )
 
-// The gateway's wake-up, each scenario of cloudinit's wakegateway_test.go before the agent.
+// The gateway's wake-up, scenario by scenario, against the fake clients.
 
 type wakeRun struct {
 	err error

@@ -32,8 +32,8 @@ type gatewayRun struct {
 	dryRun bool
 }
 
-// loadGatewayConfig reads the gateway's configuration strictly, with the test hooks' deadlines: like the scripts'
-// DYNK8S_DEADLINE_SECONDS, one value for every command's deadline.
+// loadGatewayConfig reads the gateway's configuration strictly, with the test hooks' deadlines:
+// DYNK8S_DEADLINE_SECONDS is one value for every command's deadline.
 func loadGatewayConfig(path string) (nodeconfig.Gateway, error) {
 	cfg, err := system.ReadConfig(path, nodeconfig.DecodeGateway)
 	if err != nil {

@@ -26,9 +26,8 @@ import (
 	"github.com/dynk8s/dynk8s/node/nodeconfig"
 )
 
-// The gateway's commands, each scenario of the scripts' tests before the agent (cloudinit's gateway_test.go,
-// gatewayidle_test.go, gatewayidle_pages_test.go: wg-key.sh, gateway-packages.sh, gateway-idle.sh), with fake
-// clients. cloudinit's acceptance tests run the built agent against the wire-level fakes.
+// The gateway's commands, scenario by scenario, with fake clients. The built agent's acceptance tests run it against
+// the wire-level fakes.
 
 const (
 	testKeyParameter = "/dynk8s/homelab/gateway-private-key"
@@ -442,7 +441,7 @@ func (r *gatewayRig) readState() (lastActive time.Time, packets int) {
 
 const poweroff = "systemctl poweroff"
 
-// gateway-idle: the decision rules of gateway-idle.sh, each with what it logs and the state it leaves.
+// gateway-idle: its decision rules, each with what it logs and the state it leaves.
 func TestGatewayIdle(t *testing.T) {
 	t.Parallel()
 	pool := func(id, state string) fakeInstance {
@@ -606,7 +605,7 @@ func TestGatewayDryRun(t *testing.T) {
 	assert.Check(t, is.Equal(string(after), string(before)))
 }
 
-// loadGatewayConfig's test hooks replace every deadline, as the scripts' DYNK8S_DEADLINE_SECONDS did.
+// loadGatewayConfig's test hooks replace every deadline: DYNK8S_DEADLINE_SECONDS is one value for all.
 func TestLoadGatewayConfigHooks(t *testing.T) {
 	r := newGatewayRig(t)
 	b, err := r.cfg.Encode()

@@ -12,7 +12,7 @@ import (
 )
 
 // Logger writes "TAG: message" lines to stderr, which the unit sends to the journal and the console. Outside systemd
-// (no JOURNAL_STREAM) each line is copied to the journal with logger(1), as the boot scripts did. Its first line
+// (no JOURNAL_STREAM) each line is copied to the journal with logger(1). Its first line
 // names the agent's version, so every boot's log says which binary ran; a run with nothing to say logs nothing.
 type Logger struct {
 	tag     string
