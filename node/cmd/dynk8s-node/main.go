@@ -5,7 +5,8 @@
 // packages and idle check; in an image build, the prepare step and what follows it. The commands are the
 // table below, which node/internal/cli runs.
 //
-//	dynk8s-node join|wake-gateway|onprem-routes|imds-lock [--config FILE] [--dry-run] [-v]
+//	dynk8s-node join [--config FILE] [--dry-run] [-v] [--skip PHASE,...]
+//	dynk8s-node wake-gateway|onprem-routes|imds-lock [--config FILE] [--dry-run] [-v]
 //	dynk8s-node gateway-key|gateway-packages|gateway-idle [--config FILE] [--dry-run] [-v]
 //	dynk8s-node prepare [--config FILE] [-v]     (an image build's first step, docs/baked-images.md)
 //	dynk8s-node clean-identity [--dry-run]       (and its last)
@@ -23,6 +24,7 @@ import (
 	"context"
 	"os"
 	"os/signal"
+	"strings"
 	"syscall"
 
 	"github.com/dynk8s/dynk8s/node/internal/boot"
@@ -42,7 +44,10 @@ const (
 // implementation logged under, kept for the operators' greps).
 var commands = []cli.Command{
 	{Name: "join", Tag: "dynk8s-join", Config: nodeconfig.Path, DryRun: dryRun,
-		Verbose: "log the configuration and, with --dry-run, the JoinConfiguration (token hidden)", Run: boot.Join},
+		Verbose: "log the configuration and, with --dry-run, the JoinConfiguration (token hidden)",
+		Strings: map[string]string{"skip": "phases to leave out, comma-separated (" + strings.Join(boot.Phases, ", ") +
+			"): for an operator on a node"},
+		Run: boot.Join},
 	{Name: "wake-gateway", Tag: "dynk8s-wake-gateway", Config: nodeconfig.Path, DryRun: dryRun, Verbose: logConfig,
 		Run: boot.WakeGateway},
 	{Name: "onprem-routes", Tag: "dynk8s-onprem-routes", Config: nodeconfig.Path, DryRun: dryRun, Verbose: logConfig,

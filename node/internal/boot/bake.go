@@ -25,7 +25,7 @@ func prepareImage(ctx context.Context, f system.Files, log *system.Logger, out i
 		log.Printf("config %s:\n%s", config, raw)
 	}
 	d := cfg.Deadlines
-	j := &joiner{cfg: cfg, Host: system.RealHost{Out: out, Log: log}, Files: f, Log: log,
+	j := &joiner{cfg: cfg, host: system.RealHost{Out: out, Log: log}, files: f, log: log,
 		clock: system.NewClock(d.Join.D(), d.BackoffInitial.D(), d.BackoffMax.D()), tl: system.NewTimeline(time.Now), baking: true}
 	sum := sha256.Sum256(raw)
 	err = j.bake(ctx, hex.EncodeToString(sum[:]))

@@ -16,7 +16,7 @@ import (
 // loadBaked reads the marker into j.baked; no marker is a stock image (nil, no error). A marker that cannot be read
 // or is of another format fails the boot: the image is not one this agent knows what it holds.
 func (j *joiner) loadBaked() error {
-	m, err := image.ReadMarker(j.Files)
+	m, err := image.ReadMarker(j.files)
 	j.baked = m
 	return err
 }
@@ -36,7 +36,7 @@ func (j *joiner) rpmQuery(ctx context.Context, whatProvides bool, name string) (
 	if whatProvides {
 		args = append(args, "--whatprovides")
 	}
-	out, err := j.Host.Output(ctx, time.Minute, "rpm", append(args, "--qf", rpmQueryFormat, name)...)
+	out, err := j.host.Output(ctx, time.Minute, "rpm", append(args, "--qf", rpmQueryFormat, name)...)
 	if ee := (*system.ExitError)(nil); err != nil && !errors.As(err, &ee) {
 		return nil, fmt.Errorf("rpm -q %s: %w", name, err)
 	}
@@ -116,8 +116,8 @@ func (j *joiner) installed(ctx context.Context, spec string, system bool) (rpmPa
 // config pins must be installed at a matching version, and be the one the marker says the image was baked with.
 func (j *joiner) checkBaked(ctx context.Context) error {
 	m := j.baked
-	j.Log.Printf("baked image (%s): baked by agent %s (sha256 %s) from a config with sha256 %s, packages %s, kernel %s",
-		j.Files.Baked(), m.Agent.Version, m.Agent.SHA256, m.Config.SHA256, strings.Join(m.Config.Packages, " "), m.Kernel)
+	j.log.Printf("baked image (%s): baked by agent %s (sha256 %s) from a config with sha256 %s, packages %s, kernel %s",
+		j.files.Baked(), m.Agent.Version, m.Agent.SHA256, m.Config.SHA256, strings.Join(m.Config.Packages, " "), m.Kernel)
 	var found []string
 	for _, spec := range j.cfg.Packages {
 		p, err := j.installed(ctx, spec, false)
@@ -127,7 +127,7 @@ func (j *joiner) checkBaked(ctx context.Context) error {
 		}
 		if !slices.ContainsFunc(m.Installed, func(b image.MarkerPackage) bool { return b.NEVRA == p.nevra }) {
 			return fmt.Errorf("baked image: rpm -q has %s, which its marker %s does not list: the image changed after "+
-				"it was baked; build the pool's image again", p.nevra, j.Files.Baked())
+				"it was baked; build the pool's image again", p.nevra, j.files.Baked())
 		}
 		found = append(found, p.nevra)
 	}
@@ -136,7 +136,7 @@ func (j *joiner) checkBaked(ctx context.Context) error {
 			return fmt.Errorf("baked image: %w, which the pool needs; build the pool's image again", err)
 		}
 	}
-	j.Log.Printf("baked image holds %s and %s (rpm -q): nothing to install", strings.Join(found, " "),
+	j.log.Printf("baked image holds %s and %s (rpm -q): nothing to install", strings.Join(found, " "),
 		strings.Join(j.cfg.SystemPackages, " "))
 	return nil
 }

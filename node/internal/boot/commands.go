@@ -2,6 +2,9 @@ package boot
 
 import (
 	"context"
+	"fmt"
+	"slices"
+	"strings"
 	"time"
 
 	"github.com/dynk8s/dynk8s/node/internal/cli"
@@ -16,13 +19,17 @@ func Join(ctx context.Context, env *cli.Env) error {
 		env.Log.Printf("already joined (%s exists); nothing to do", env.Files.Etc("kubernetes/kubelet.conf"))
 		return nil
 	}
+	skip, err := skipped(env.String("skip"))
+	if err != nil {
+		return err
+	}
 	cfg, err := system.LoadConfig(env.Config)
 	if err != nil {
 		return err
 	}
 	env.LogConfig(cfg)
 	d := cfg.Deadlines
-	j := &joiner{cfg: cfg, cloud: cloud.New(), Host: env.Host(), Files: env.Files, Log: env.Log,
+	j := &joiner{skip: skip, cfg: cfg, cloud: cloud.New(), host: env.Host(), files: env.Files, log: env.Log,
 		clock: system.NewClock(d.Join.D(), d.BackoffInitial.D(), d.BackoffMax.D()), tl: system.NewTimeline(time.Now),
 		dryRun: env.DryRun, verbose: env.Verbose}
 	if j.waiting(ctx) {
@@ -34,6 +41,22 @@ func Join(ctx context.Context, env *cli.Env) error {
 	return nil
 }
 
+// skipped is --skip's phases ("a,b"), each one of Phases.
+func skipped(list string) (map[string]bool, error) {
+	skip := map[string]bool{}
+	for _, p := range strings.Split(list, ",") {
+		switch {
+		case p == "":
+		case !slices.Contains(Phases, p):
+			return nil, cli.UsageError(fmt.Sprintf("--skip %s: no phase %q (the phases: %s)", list, p,
+				strings.Join(Phases, ", ")))
+		default:
+			skip[p] = true
+		}
+	}
+	return skip, nil
+}
+
 // WakeGateway is `dynk8s-node wake-gateway`: the start of the stack's gateway, if it sleeps. The join runs the same
 // beside its prepare; the unit is for an operator.
 func WakeGateway(ctx context.Context, env *cli.Env) error {
@@ -43,7 +66,7 @@ func WakeGateway(ctx context.Context, env *cli.Env) error {
 	}
 	env.LogConfig(cfg)
 	d := cfg.Deadlines
-	w := &waker{cloud: cloud.New(), Log: env.Log, dryRun: env.DryRun, settle: d.WakeSettle.D(), interval: d.WakeInterval.D(),
+	w := &waker{cloud: cloud.New(), log: env.Log, dryRun: env.DryRun, settle: d.WakeSettle.D(), interval: d.WakeInterval.D(),
 		clock: system.NewClock(d.Wake.D(), d.BackoffInitial.D(), d.BackoffMax.D())}
 	if err := w.wake(ctx, cfg.GatewayInstanceID); err != nil {
 		return cli.Reported(err)

@@ -72,9 +72,9 @@ var identityForms = []struct {
 type joiner struct {
 	cfg   nodeconfig.Node
 	cloud *cloud.Cloud
-	Host  system.Host
-	Files system.Files
-	Log   *system.Logger
+	host  system.Host
+	files system.Files
+	log   *system.Logger
 	clock *system.Clock
 	tl    *system.Timeline
 	// dryRun reads (IMDS, SSM, Auto Scaling's descriptions) but changes nothing: no command, no file, no
@@ -99,13 +99,15 @@ type joiner struct {
 	// (prepare.go), and installs even where a marker is.
 	baked  *image.Marker
 	baking bool
+	// skip are the phases the operator skips (--skip).
+	skip map[string]bool
 }
 
-func (j *joiner) markerPrepared() string { return j.Files.Root + "/var/lib/dynk8s/prepared" }
+func (j *joiner) markerPrepared() string { return j.files.Root + "/var/lib/dynk8s/prepared" }
 
 // markerWarm: this instance has prepared and completed its lifecycle action in the warm pool since it last started.
-func (j *joiner) markerWarm() string { return j.Files.Run("warm-ready") }
-func (j *joiner) joinConfig() string { return j.Files.Run("kubeadm-join.yaml") }
+func (j *joiner) markerWarm() string { return j.files.Run("warm-ready") }
+func (j *joiner) joinConfig() string { return j.files.Run("kubeadm-join.yaml") }
 
 // alreadyJoined: a joined node has the kubelet's kubeconfig; the join unit's Condition checks the same file.
 func alreadyJoined(f system.Files) bool { return f.Exists(f.Etc("kubernetes/kubelet.conf")) }
@@ -113,7 +115,7 @@ func alreadyJoined(f system.Files) bool { return f.Exists(f.Etc("kubernetes/kube
 // waiting: the warm pool's timer runs the join every 15 s while a Running or Hibernated warm instance waits: one
 // IMDS read, and nothing to say until the group puts the instance in service.
 func (j *joiner) waiting(ctx context.Context) bool {
-	if !j.Files.Exists(j.markerWarm()) {
+	if !j.files.Exists(j.markerWarm()) {
 		return false
 	}
 	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
@@ -134,9 +136,9 @@ func (j *joiner) Run(ctx context.Context) error {
 }
 
 func (j *joiner) boot(ctx context.Context) error {
-	j.Log.Printf("booting pool %s of cluster %s (API server %s)", j.cfg.PoolName, j.cfg.ClusterName, j.cfg.APIServerEndpoint)
-	if err := j.tl.Phase(j.Log, "identity", func() error {
-		return j.clock.Retry(ctx, j.Log, "read instance identity from IMDS", j.identity)
+	j.log.Printf("booting pool %s of cluster %s (API server %s)", j.cfg.PoolName, j.cfg.ClusterName, j.cfg.APIServerEndpoint)
+	if err := j.tl.Phase(j.log, "identity", func() error {
+		return j.clock.Retry(ctx, j.log, "read instance identity from IMDS", j.identity)
 	}); err != nil {
 		return err
 	}
@@ -146,14 +148,14 @@ func (j *joiner) boot(ctx context.Context) error {
 		}
 	}
 	j.out.InstanceID, j.out.Lifecycle = j.id.InstanceID, j.lifecycle
-	j.Log.Printf("instance %s (%s) in %s, node IP %s, target lifecycle state %s", j.id.InstanceID, j.id.InstanceType,
+	j.log.Printf("instance %s (%s) in %s, node IP %s, target lifecycle state %s", j.id.InstanceID, j.id.InstanceType,
 		j.id.Zone, j.id.NodeIP, j.lifecycle)
 	j.cloud.Connect(j.cloud, j.id.Region, j.domain)
 
 	switch {
 	case slices.Contains([]string{"Warmed:Terminated", "Terminated", "Detached", "Standby"}, j.lifecycle):
 		j.out.Result = "skipped"
-		j.Log.Printf("target lifecycle state %s: nothing to do", j.lifecycle)
+		j.log.Printf("target lifecycle state %s: nothing to do", j.lifecycle)
 		return nil
 	case strings.HasPrefix(j.lifecycle, "Warmed:"):
 		return j.warm(ctx)
@@ -165,7 +167,7 @@ func (j *joiner) boot(ctx context.Context) error {
 func (j *joiner) warm(ctx context.Context) error {
 	j.out.Mode = "prepare"
 	if j.cfg.LaunchHook == "" {
-		j.Log.Printf("no launch hook: the group may stop this instance before it is prepared (the next boot finishes the job)")
+		j.log.Printf("no launch hook: the group may stop this instance before it is prepared (the next boot finishes the job)")
 	}
 	if err := j.prepare(ctx); err != nil {
 		return err
@@ -178,28 +180,28 @@ func (j *joiner) warm(ctx context.Context) error {
 		return err
 	}
 	j.out.Result = "prepared"
-	j.Log.Printf("prepared in the warm pool; the group stops, hibernates or keeps it, and it joins when it enters service")
+	j.log.Printf("prepared in the warm pool; the group stops, hibernates or keeps it, and it joins when it enters service")
 	return nil
 }
 
 func (j *joiner) inService(ctx context.Context) error {
 	j.out.Mode = "join"
-	prepared := j.Files.Exists(j.markerPrepared())
+	prepared := j.files.Exists(j.markerPrepared())
 	// Prepared in the warm pool: on this boot (Running, Hibernated) or an earlier one (Stopped).
-	if (prepared || j.Files.Exists(j.markerWarm())) && j.handBackStale(ctx) {
+	if (prepared || j.files.Exists(j.markerWarm())) && j.handBackStale(ctx) {
 		return nil
 	}
 	// The gateway may be asleep: it boots while this node prepares. The join does not wait for it; its log says
 	// why the tunnel stays down.
 	if j.cfg.GatewayInstanceID != "" {
-		w := &waker{cloud: j.cloud, Log: j.Log.With("dynk8s-wake-gateway"), dryRun: j.dryRun,
+		w := &waker{cloud: j.cloud, log: j.log.With("dynk8s-wake-gateway"), dryRun: j.dryRun,
 			clock:  system.NewClock(j.cfg.Deadlines.Wake.D(), j.clock.BackoffInitial, j.clock.BackoffMax),
 			settle: j.cfg.Deadlines.WakeSettle.D(), interval: j.cfg.Deadlines.WakeInterval.D()}
 		go func() { _ = w.wake(ctx, j.cfg.GatewayInstanceID) }()
 	}
 	if prepared {
-		j.Log.Printf("prepared on an earlier boot (%s)", j.markerPrepared())
-		if err := j.tl.Phase(j.Log, "crio", func() error { return j.startCrio(ctx) }); err != nil {
+		j.log.Printf("prepared on an earlier boot (%s)", j.markerPrepared())
+		if err := j.tl.Phase(j.log, "crio", func() error { return j.startCrio(ctx) }); err != nil {
 			return err
 		}
 	} else if err := j.prepare(ctx); err != nil {
@@ -222,8 +224,8 @@ func (j *joiner) inService(ctx context.Context) error {
 // cluster-autoscaler's removeOldUnregisteredNodes removes it at max-node-provision-time), is in
 // docs/how-it-works.md, "When a boot fails".
 func (j *joiner) failed(ctx context.Context, err error) {
-	j.Log.Printf("FAILED: %v", err)
-	j.Log.Kernel(3, "FAILED: "+err.Error())
+	j.log.Printf("FAILED: %v", err)
+	j.log.Kernel(3, "FAILED: "+err.Error())
 	j.out.Result, j.out.Reason = "failed", err.Error()
 	j.tl.Cut()
 	if j.cfg.LaunchHook == "" || j.id.InstanceID == "" || j.completing || j.cloud.ASG == nil {
@@ -235,9 +237,9 @@ func (j *joiner) failed(ctx context.Context, err error) {
 	noAction, cerr := j.completeLifecycle(ctx, "CONTINUE")
 	switch {
 	case cerr != nil:
-		j.Log.Printf("could not complete the lifecycle action of hook %s: %v", j.cfg.LaunchHook, cerr)
+		j.log.Printf("could not complete the lifecycle action of hook %s: %v", j.cfg.LaunchHook, cerr)
 	case !noAction:
-		j.Log.Printf("completed the lifecycle action of hook %s with CONTINUE: the group keeps this instance, and the "+
+		j.log.Printf("completed the lifecycle action of hook %s with CONTINUE: the group keeps this instance, and the "+
 			"autoscaler removes it at max-node-provision-time", j.cfg.LaunchHook)
 	}
 }
@@ -253,8 +255,8 @@ func (j *joiner) finish() {
 		j.stopPrepull()
 	}
 	j.tl.Cut()
-	if err := j.tl.Write(j.Log, j.out, j.Files.Run(""), j.Files.Proc+"/uptime"); err != nil {
-		j.Log.Printf("could not write %s: %v", j.Files.Run("timeline.json"), err)
+	if err := j.tl.Write(j.log, j.out, j.files.Run(""), j.files.Proc+"/uptime"); err != nil {
+		j.log.Printf("could not write %s: %v", j.files.Run("timeline.json"), err)
 	}
 }
 
@@ -293,7 +295,7 @@ func (j *joiner) lifecycleState(ctx context.Context) error {
 		return fmt.Errorf("%w (a group with launch hook %s sets it)", err, j.cfg.LaunchHook)
 	}
 	j.lifecycle = "InService"
-	j.Log.Printf("IMDS has no target lifecycle state; going on as InService")
+	j.log.Printf("IMDS has no target lifecycle state; going on as InService")
 	return nil
 }
 
@@ -307,13 +309,9 @@ func (j *joiner) prepare(ctx context.Context) error {
 	if j.baked != nil {
 		packages, note = j.checkBaked, " (baked)"
 	}
-	for _, p := range []struct {
-		name, note string
-		fn         func(context.Context) error
-	}{{"kernel", "", j.kernelModules}, {"packages", note, packages}, {"crio", "", j.crio}} {
-		if err := j.tl.NotedPhase(j.Log, p.name, p.note, func() error { return p.fn(ctx) }); err != nil {
-			return err
-		}
+	if err := j.runPhases(ctx, []phase{{name: "kernel", run: j.kernelModules}, {name: "packages", note: note, run: packages},
+		{name: "crio", run: j.crio}}); err != nil {
+		return err
 	}
 	j.startPrepull(ctx)
 	return j.touch(j.markerPrepared(), strings.Join(j.cfg.Packages, ",")+"\n")
@@ -340,7 +338,7 @@ func repoArgs(ids []string) []string {
 func (j *joiner) dnfInstall(ctx context.Context, args ...string) error {
 	base := []string{"install", "-y", "--setopt=install_weak_deps=False", "--setopt=tsflags=nodocs",
 		"--setopt=max_parallel_downloads=10"}
-	err := j.Host.Run(ctx, j.clock.Timeout(0), false, "dnf", append(base, args...)...)
+	err := j.host.Run(ctx, j.clock.Timeout(0), false, "dnf", append(base, args...)...)
 	if ee := (*system.ExitError)(nil); errors.As(err, &ee) {
 		return fmt.Errorf("dnf install exited %d", ee.Code)
 	}
@@ -358,7 +356,7 @@ func (j *joiner) dnfInstall(ctx context.Context, args ...string) error {
 func (j *joiner) kernelModules(ctx context.Context) error {
 	modprobe := func(ms []string) (missing []string) {
 		for _, m := range ms {
-			if j.Host.Run(ctx, time.Minute, true, "modprobe", m) != nil {
+			if j.host.Run(ctx, time.Minute, true, "modprobe", m) != nil {
 				missing = append(missing, m)
 			}
 		}
@@ -368,21 +366,21 @@ func (j *joiner) kernelModules(ctx context.Context) error {
 	still := missing
 	if len(missing) > 0 && j.baked == nil {
 		pkg := "kernel-modules-extra-" + kernelRelease()
-		j.Log.Printf("kernel modules missing: %s; installing %s from Fedora's repositories", strings.Join(missing, " "), pkg)
+		j.log.Printf("kernel modules missing: %s; installing %s from Fedora's repositories", strings.Join(missing, " "), pkg)
 		repos := repoArgs(j.cfg.SystemRepos)
 		if err := j.dnfInstall(ctx, append(repos, pkg)...); err != nil {
 			repos = append(repos, repoArgs(j.cfg.UpdateRepos)...)
 			if err := j.dnfInstall(ctx, append(repos, pkg)...); err != nil {
-				j.Log.Printf("installing kernel-modules-extra failed: %v", err)
+				j.log.Printf("installing kernel-modules-extra failed: %v", err)
 			}
 		}
 		still = modprobe(missing)
 	}
 	if len(still) > 0 {
-		j.Log.Printf("still missing kernel modules: %s (kubeadm join does not need them; bridge CNIs need "+
+		j.log.Printf("still missing kernel modules: %s (kubeadm join does not need them; bridge CNIs need "+
 			"br_netfilter, CRI-O's overlay storage needs overlay)", strings.Join(still, " "))
 	}
-	_ = j.Host.Run(ctx, time.Minute, false, "sysctl", "-q", "-e", "--system")
+	_ = j.host.Run(ctx, time.Minute, false, "sysctl", "-q", "-e", "--system")
 	return nil
 }
 
@@ -401,17 +399,17 @@ func kernelRelease() string {
 // repositories and their updates, for a dependency the image lacks and none foresaw, or a newer image than GA.
 func (j *joiner) packages(ctx context.Context) error {
 	for _, p := range j.cfg.SystemPackages {
-		if j.Host.Run(ctx, time.Minute, true, "rpm", "-q", "--whatprovides", p) != nil {
+		if j.host.Run(ctx, time.Minute, true, "rpm", "-q", "--whatprovides", p) != nil {
 			j.missing = append(j.missing, p)
 		}
 	}
 	if len(j.missing) > 0 {
-		j.Log.Printf("the image lacks %s (rpm -q): Fedora's release repository joins the transaction", strings.Join(j.missing, " "))
+		j.log.Printf("the image lacks %s (rpm -q): Fedora's release repository joins the transaction", strings.Join(j.missing, " "))
 	} else {
-		j.Log.Printf("the image has %s (rpm -q): no Fedora repository metadata needed", strings.Join(j.cfg.SystemPackages, " "))
+		j.log.Printf("the image has %s (rpm -q): no Fedora repository metadata needed", strings.Join(j.cfg.SystemPackages, " "))
 	}
 	desc := "install " + strings.Join(slices.Concat(j.cfg.Packages, j.missing), " ")
-	return j.clock.Retry(ctx, j.Log, desc, j.installPackages)
+	return j.clock.Retry(ctx, j.log, desc, j.installPackages)
 }
 
 func (j *joiner) installPackages(ctx context.Context) error {
@@ -433,23 +431,23 @@ func (j *joiner) installPackages(ctx context.Context) error {
 // crio starts CRI-O. Its package ships a bridge CNI config that would give every node the same pod range; the
 // cluster CNI owns that.
 func (j *joiner) crio(ctx context.Context) error {
-	bridges, _ := filepath.Glob(j.Files.Etc("cni/net.d/*crio*bridge*.conflist"))
+	bridges, _ := filepath.Glob(j.files.Etc("cni/net.d/*crio*bridge*.conflist"))
 	for _, b := range bridges {
 		if !j.dryRun {
 			_ = os.Remove(b)
 		}
 	}
-	if j.Host.Run(ctx, 5*time.Minute, false, "systemctl", "enable", "--now", "crio.service") != nil {
+	if j.host.Run(ctx, 5*time.Minute, false, "systemctl", "enable", "--now", "crio.service") != nil {
 		return errors.New("crio.service did not start (journalctl -u crio)")
 	}
-	if j.Host.Run(ctx, time.Minute, false, "systemctl", "enable", "kubelet.service") != nil {
+	if j.host.Run(ctx, time.Minute, false, "systemctl", "enable", "kubelet.service") != nil {
 		return errors.New("could not enable kubelet.service")
 	}
 	return nil
 }
 
 func (j *joiner) startCrio(ctx context.Context) error {
-	if j.Host.Run(ctx, 5*time.Minute, false, "systemctl", "start", "crio.service") != nil {
+	if j.host.Run(ctx, 5*time.Minute, false, "systemctl", "start", "crio.service") != nil {
 		return errors.New("crio.service did not start (journalctl -u crio)")
 	}
 	return nil
@@ -460,13 +458,13 @@ func (j *joiner) startCrio(ctx context.Context) error {
 func (j *joiner) startPrepull(ctx context.Context) {
 	images := j.prePullImages()
 	if j.baked != nil && len(images) == 0 {
-		j.Log.Printf("phase=pre-pull took=0.0s (baked)")
+		j.log.Printf("phase=pre-pull took=0.0s (baked)")
 		j.prepull = make(chan time.Duration, 1)
 		j.prepull <- 0
 		return
 	}
-	if !j.Host.Has("crictl") {
-		j.Log.Printf("pre-pull skipped: no crictl")
+	if !j.host.Has("crictl") {
+		j.log.Printf("pre-pull skipped: no crictl")
 		return
 	}
 	ctx, j.stopPrepull = context.WithCancel(ctx)
@@ -475,20 +473,20 @@ func (j *joiner) startPrepull(ctx context.Context) {
 		start := j.clock.Now()
 		failed := 0
 		for _, img := range images {
-			err := j.Host.Run(ctx, j.clock.Timeout(5*time.Minute), true, "crictl", "--runtime-endpoint", j.cfg.CRISocket,
+			err := j.host.Run(ctx, j.clock.Timeout(5*time.Minute), true, "crictl", "--runtime-endpoint", j.cfg.CRISocket,
 				"pull", img)
 			if ctx.Err() != nil {
 				return
 			}
 			if err != nil {
 				failed++
-				j.Log.Printf("pre-pull of %s failed (%v); the kubelet pulls it when needed", img, err)
+				j.log.Printf("pre-pull of %s failed (%v); the kubelet pulls it when needed", img, err)
 			} else {
 				j.pulled = append(j.pulled, img)
 			}
 		}
 		took := j.clock.Now().Sub(start)
-		j.Log.Printf("phase=pre-pull took=%ss (%d images, %d failed)", system.Seconds(took), len(images), failed)
+		j.log.Printf("phase=pre-pull took=%ss (%d images, %d failed)", system.Seconds(took), len(images), failed)
 		j.prepull <- took
 	}()
 }
@@ -502,30 +500,52 @@ func (j *joiner) waitPrepull() {
 }
 
 func (j *joiner) joinCluster(ctx context.Context) error {
-	if err := j.tl.Phase(j.Log, "checks", func() error { return j.readyToJoin(ctx) }); err != nil {
-		return err
-	}
-	if err := j.tl.Phase(j.Log, "token", func() error {
-		return j.clock.Retry(ctx, j.Log, "read the join token from SSM parameter "+j.cfg.JoinTokenParameter, j.readToken)
+	if err := j.runPhases(ctx, []phase{
+		{name: "checks", run: j.readyToJoin},
+		{name: "token", run: j.retried("read the join token from SSM parameter "+j.cfg.JoinTokenParameter, j.readToken)},
+		{name: "api-server", run: j.retried("reach the API server at "+j.cfg.APIServerEndpoint, j.probeAPIServer)},
+		{run: func(context.Context) error { return j.render() }},
+		{name: "kubeadm-join", run: j.retried("kubeadm join", j.kubeadmJoin)},
 	}); err != nil {
 		return err
 	}
-	if err := j.tl.Phase(j.Log, "api-server", func() error {
-		return j.clock.Retry(ctx, j.Log, "reach the API server at "+j.cfg.APIServerEndpoint, j.probeAPIServer)
-	}); err != nil {
-		return err
-	}
-	if err := j.render(); err != nil {
-		return err
-	}
-	if err := j.tl.Phase(j.Log, "kubeadm-join", func() error {
-		return j.clock.Retry(ctx, j.Log, "kubeadm join", j.kubeadmJoin)
-	}); err != nil {
-		return err
-	}
-	j.Log.Printf("joined the cluster as %s", j.id.InstanceID)
+	j.log.Printf("joined the cluster as %s", j.id.InstanceID)
 	j.stopTimer(ctx)
 	return nil
+}
+
+// phase is one step of the boot, timed in its timeline under its name (none: a step between phases, untimed); note
+// follows the time in its log line ("phase=packages took=0.1s (baked)").
+type phase struct {
+	name, note string
+	run        func(context.Context) error
+}
+
+// Phases are the boot's phases in order, the names --skip takes: prepare's, then the join's.
+var Phases = []string{"kernel", "packages", "crio", "checks", "token", "api-server", "kubeadm-join"}
+
+// runPhases runs phases in order, but those the operator skips (--skip), which it logs.
+func (j *joiner) runPhases(ctx context.Context, phases []phase) error {
+	for _, p := range phases {
+		switch {
+		case p.name == "":
+			if err := p.run(ctx); err != nil {
+				return err
+			}
+		case j.skip[p.name]:
+			j.log.Printf("phase=%s skipped (--skip)", p.name)
+		default:
+			if err := j.tl.NotedPhase(j.log, p.name, p.note, func() error { return p.run(ctx) }); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// retried is attempt retried under the boot's deadline as desc.
+func (j *joiner) retried(desc string, attempt func(context.Context) error) func(context.Context) error {
+	return func(ctx context.Context) error { return j.clock.Retry(ctx, j.log, desc, attempt) }
 }
 
 // readyToJoin is what must hold before kubeadm join starts the kubelet: what its preflight fails on
@@ -537,7 +557,7 @@ func (j *joiner) joinCluster(ctx context.Context) error {
 func (j *joiner) readyToJoin(ctx context.Context) error {
 	var missing []string
 	for _, exe := range []string{"ip", "iptables", "mount", "nsenter"} {
-		if !j.Host.Has(exe) {
+		if !j.host.Has(exe) {
 			missing = append(missing, exe)
 		}
 	}
@@ -547,10 +567,10 @@ func (j *joiner) readyToJoin(ctx context.Context) error {
 	if err := j.forwarding(ctx); err != nil {
 		return err
 	}
-	if j.Host.Run(ctx, time.Minute, false, "swapoff", "-a") != nil {
+	if j.host.Run(ctx, time.Minute, false, "swapoff", "-a") != nil {
 		return errors.New("could not turn swap off (swapoff -a): the kubelet refuses to start with swap on")
 	}
-	if j.Host.Run(ctx, 5*time.Minute, false, "systemctl", "start", imdsLockUnit) != nil {
+	if j.host.Run(ctx, 5*time.Minute, false, "systemctl", "start", imdsLockUnit) != nil {
 		return errors.New("the instance metadata lockdown did not load (journalctl -u dynk8s-imds-lock): no kubelet " +
 			"may run without it")
 	}
@@ -572,13 +592,13 @@ func (j *joiner) forwarding(ctx context.Context) error {
 		key, file = "net.ipv6.conf.default.forwarding", "sys/net/ipv6/conf/default/forwarding"
 	}
 	isOne := func() bool {
-		b, err := os.ReadFile(j.Files.Proc + "/" + file)
+		b, err := os.ReadFile(j.files.Proc + "/" + file)
 		return err == nil && strings.TrimSpace(string(b)) == "1"
 	}
 	if isOne() || j.dryRun {
 		return nil
 	}
-	_ = j.Host.Run(ctx, time.Minute, false, "sysctl", "-q", "-w", key+"=1")
+	_ = j.host.Run(ctx, time.Minute, false, "sysctl", "-q", "-w", key+"=1")
 	if !isOne() {
 		return fmt.Errorf("kubeadm join needs %s = 1 (preflight FileContent check), and it is not", key)
 	}
@@ -625,24 +645,24 @@ func (j *joiner) probeAPIServer(ctx context.Context) error {
 		return err
 	}
 	_ = resp.Body.Close()
-	j.Log.Printf("API server answered HTTP %d", resp.StatusCode)
+	j.log.Printf("API server answered HTTP %d", resp.StatusCode)
 	return nil
 }
 
 // render writes the JoinConfiguration, which holds the token, readable by root alone.
 func (j *joiner) render() error {
-	b, err := yaml.Marshal(j.cfg.JoinConfig(j.id, j.token, j.Files.Root))
+	b, err := yaml.Marshal(j.cfg.JoinConfig(j.id, j.token, j.files.Root))
 	if err != nil {
 		return fmt.Errorf("JoinConfiguration: %w", err)
 	}
 	if j.dryRun {
 		if j.verbose {
-			hidden, _ := yaml.Marshal(j.cfg.JoinConfig(j.id, "<the token from SSM>", j.Files.Root))
-			j.Log.Printf("dry run: the JoinConfiguration:\n%s", hidden)
+			hidden, _ := yaml.Marshal(j.cfg.JoinConfig(j.id, "<the token from SSM>", j.files.Root))
+			j.log.Printf("dry run: the JoinConfiguration:\n%s", hidden)
 		}
 		return nil
 	}
-	if err := os.MkdirAll(j.Files.Run(""), 0o755); err != nil {
+	if err := os.MkdirAll(j.files.Run(""), 0o755); err != nil {
 		return err
 	}
 	f, err := os.OpenFile(j.joinConfig(), os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o600)
@@ -666,7 +686,7 @@ func (j *joiner) kubeadmJoin(ctx context.Context) error {
 			return system.Permanent(err)
 		}
 	}
-	err := j.Host.Run(ctx, j.clock.Timeout(0), false, "kubeadm", "join", "--config", j.joinConfig())
+	err := j.host.Run(ctx, j.clock.Timeout(0), false, "kubeadm", "join", "--config", j.joinConfig())
 	if err == nil {
 		return nil
 	}
@@ -674,8 +694,8 @@ func (j *joiner) kubeadmJoin(ctx context.Context) error {
 		err = fmt.Errorf("kubeadm join exited %d (its output is above)", ee.Code)
 	}
 	// A failed join leaves files that fail the next attempt's preflight checks.
-	if j.Host.Run(ctx, j.clock.Timeout(time.Minute), true, "kubeadm", "reset", "--force") != nil {
-		j.Log.Printf("kubeadm reset after the failed join failed too")
+	if j.host.Run(ctx, j.clock.Timeout(time.Minute), true, "kubeadm", "reset", "--force") != nil {
+		j.log.Printf("kubeadm reset after the failed join failed too")
 	}
 	return err
 }
@@ -684,11 +704,11 @@ func (j *joiner) kubeadmJoin(ctx context.Context) error {
 // the timer's base where it was, so it would fire every 15 s for the node's life. --no-block: nothing may make the
 // join wait on another unit's job.
 func (j *joiner) stopTimer(ctx context.Context) {
-	if !j.Files.Exists(j.Files.Etc("systemd/system/" + joinTimerName)) {
+	if !j.files.Exists(j.files.Etc("systemd/system/" + joinTimerName)) {
 		return
 	}
-	if j.Host.Run(ctx, time.Minute, false, "systemctl", "disable", "--now", "--no-block", joinTimerName) != nil {
-		j.Log.Printf("could not stop %s (harmless: its runs are skipped)", joinTimerName)
+	if j.host.Run(ctx, time.Minute, false, "systemctl", "disable", "--now", "--no-block", joinTimerName) != nil {
+		j.log.Printf("could not stop %s (harmless: its runs are skipped)", joinTimerName)
 	}
 }
 
@@ -748,7 +768,7 @@ func (j *joiner) stale(ctx context.Context) (bool, error) {
 	if !templateVersionRE.MatchString(current) {
 		return false, fmt.Errorf("no launch template version in the answer ('%s')", current)
 	}
-	j.Log.Printf("launched from version %s of the launch template; the group launches version %s", mine, current)
+	j.log.Printf("launched from version %s of the launch template; the group launches version %s", mine, current)
 	m, _ := strconv.Atoi(mine) // both match templateVersionRE
 	c, _ := strconv.Atoi(current)
 	return m < c, nil
@@ -761,7 +781,7 @@ func (j *joiner) stale(ctx context.Context) (bool, error) {
 func (j *joiner) handBackStale(ctx context.Context) bool {
 	stale, err := j.stale(ctx)
 	if err != nil {
-		j.Log.Printf("could not compare launch template versions (%v); joining with the user data it has", err)
+		j.log.Printf("could not compare launch template versions (%v); joining with the user data it has", err)
 		return false
 	}
 	if !stale {
@@ -771,24 +791,24 @@ func (j *joiner) handBackStale(ctx context.Context) bool {
 	if j.cfg.LaunchHook != "" {
 		noAction, err := j.completeLifecycle(ctx, "ABANDON")
 		if err == nil && !noAction {
-			j.Log.Printf("prepared from an older launch template: abandoned the lifecycle action of hook %s, the group "+
+			j.log.Printf("prepared from an older launch template: abandoned the lifecycle action of hook %s, the group "+
 				"replaces this instance", j.cfg.LaunchHook)
 			return true
 		}
 	}
 	if err := j.setUnhealthy(ctx); err != nil {
-		j.Log.Printf("prepared from an older launch template, and could not hand it back (%v): joining with the user "+
+		j.log.Printf("prepared from an older launch template, and could not hand it back (%v): joining with the user "+
 			"data it has", err)
 		j.out.Result = "failed"
 		return false
 	}
-	j.Log.Printf("prepared from an older launch template: marked this instance Unhealthy, the group replaces it")
+	j.log.Printf("prepared from an older launch template: marked this instance Unhealthy, the group replaces it")
 	return true
 }
 
 func (j *joiner) setUnhealthy(ctx context.Context) error {
 	if j.dryRun {
-		j.Log.Printf("dry run: would mark %s Unhealthy", j.id.InstanceID)
+		j.log.Printf("dry run: would mark %s Unhealthy", j.id.InstanceID)
 		return nil
 	}
 	ctx, cancel := context.WithTimeout(ctx, j.clock.Timeout(10*time.Second))
@@ -810,7 +830,7 @@ func (j *joiner) completeLifecycle(ctx context.Context, result string) (noAction
 		return false, err
 	}
 	if j.dryRun {
-		j.Log.Printf("dry run: would complete the lifecycle action of hook %s with %s", j.cfg.LaunchHook, result)
+		j.log.Printf("dry run: would complete the lifecycle action of hook %s with %s", j.cfg.LaunchHook, result)
 		return false, nil
 	}
 	ctx, cancel := context.WithTimeout(ctx, j.clock.Timeout(10*time.Second))
@@ -824,7 +844,7 @@ func (j *joiner) completeLifecycle(ctx context.Context, result string) (noAction
 	j.cloud.Forget(err)
 	err = cloud.APIError("Auto Scaling CompleteLifecycleAction", err)
 	if strings.Contains(err.Error(), "No active Lifecycle Action") {
-		j.Log.Printf("no lifecycle action of hook %s waits for this instance", j.cfg.LaunchHook)
+		j.log.Printf("no lifecycle action of hook %s waits for this instance", j.cfg.LaunchHook)
 		return true, nil
 	}
 	return false, err
@@ -834,8 +854,8 @@ func (j *joiner) lifecycleContinue(ctx context.Context) error {
 	if j.cfg.LaunchHook == "" {
 		return nil
 	}
-	return j.tl.Phase(j.Log, "lifecycle", func() error {
-		return j.clock.Retry(ctx, j.Log, "complete the lifecycle action of hook "+j.cfg.LaunchHook,
+	return j.tl.Phase(j.log, "lifecycle", func() error {
+		return j.clock.Retry(ctx, j.log, "complete the lifecycle action of hook "+j.cfg.LaunchHook,
 			func(ctx context.Context) error {
 				_, err := j.completeLifecycle(ctx, "CONTINUE")
 				return err
@@ -847,7 +867,7 @@ func (j *joiner) lifecycleContinue(ctx context.Context) error {
 // writes the marker of what it installed. configSHA256 is node.json's.
 func (j *joiner) bake(ctx context.Context, configSHA256 string) error {
 	j.out.Mode, j.out.Result = "bake", "failed"
-	j.Log.Printf("baking an image from pool %s's configuration: %s", j.cfg.PoolName, strings.Join(j.cfg.Packages, " "))
+	j.log.Printf("baking an image from pool %s's configuration: %s", j.cfg.PoolName, strings.Join(j.cfg.Packages, " "))
 	if err := j.prepare(ctx); err != nil {
 		return err
 	}
@@ -859,14 +879,14 @@ func (j *joiner) bake(ctx context.Context, configSHA256 string) error {
 	// Left enabled, the kubelet would start on every boot of the image before cloud-init has written its metadata
 	// lockdown drop-in (and crash-loop until the join); the node's crio phase enables it, and kubeadm join starts it
 	// after the lockdown, as on a stock boot.
-	if j.Host.Run(ctx, time.Minute, false, "systemctl", "disable", "kubelet.service") != nil {
+	if j.host.Run(ctx, time.Minute, false, "systemctl", "disable", "kubelet.service") != nil {
 		return errors.New("could not disable kubelet.service")
 	}
 	b, err := json.MarshalIndent(m, "", "  ")
 	if err != nil {
 		return err
 	}
-	if err := system.WriteFileAtomic(j.Files.Baked(), append(b, '\n'), 0o644); err != nil {
+	if err := system.WriteFileAtomic(j.files.Baked(), append(b, '\n'), 0o644); err != nil {
 		return fmt.Errorf("could not write the marker: %w", err)
 	}
 	j.out.Result = "baked"
@@ -874,7 +894,7 @@ func (j *joiner) bake(ctx context.Context, configSHA256 string) error {
 	for i, p := range m.Installed {
 		nevras[i] = p.NEVRA
 	}
-	j.Log.Printf("baked: %s says %s, cri-o %s, %d of %d images pulled", j.Files.Baked(), strings.Join(nevras, " "),
+	j.log.Printf("baked: %s says %s, cri-o %s, %d of %d images pulled", j.files.Baked(), strings.Join(nevras, " "),
 		m.CRIO, len(m.Images), len(j.cfg.PrePullImages))
 	return nil
 }

@@ -593,3 +593,23 @@ func TestJoinPrePullsWhileJoining(t *testing.T) {
 	assert.Check(t, is.Equal(run.timeline.Result, "joined"))
 	assert.Check(t, is.Equal(run.phases()[len(run.phases())-1], "pre-pull"))
 }
+
+// --skip leaves the named phases out of the boot, each with one log line, and runs the rest in order; a name that is
+// no phase is a usage error before anything runs.
+func TestJoinSkipsPhases(t *testing.T) {
+	r := newRig(t, "", "")
+	r.skip = map[string]bool{"packages": true, "api-server": true}
+	run := r.join()
+	assert.NilError(t, run.err)
+	assert.Check(t, is.DeepEqual(run.phases(), []string{"identity", "kernel", "crio", "checks", "token", "kubeadm-join",
+		"pre-pull"}))
+	assert.Check(t, is.Contains(run.log, "phase=packages skipped (--skip)"))
+	assert.Check(t, is.Contains(run.log, "phase=api-server skipped (--skip)"))
+	assert.Check(t, run.index("dnf") == -1, "dnf ran: %v", run.calls)
+
+	skip, err := skipped("packages,crio")
+	assert.NilError(t, err)
+	assert.Check(t, is.DeepEqual(skip, map[string]bool{"packages": true, "crio": true}))
+	_, err = skipped("packages,kubelet")
+	assert.ErrorContains(t, err, `--skip packages,kubelet: no phase "kubelet" (the phases: kernel, packages, crio, checks, token, api-server, kubeadm-join)`)
+}

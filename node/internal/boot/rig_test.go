@@ -201,6 +201,8 @@ type rig struct {
 	ec2  *cloudfake.EC2
 	host *fakeHost
 	log  *systemfake.SyncBuffer
+	// skip are the phases the join skips (--skip).
+	skip map[string]bool
 }
 
 // newRig is a spot pool's instance in lifecycle state ("": none) with a launch hook hook ("": none) and an API server
@@ -275,7 +277,7 @@ func (r *rig) join() joinRun {
 	if alreadyJoined(f) {
 		log.Printf("already joined; nothing to do")
 	} else {
-		j := &joiner{cfg: r.cfg, cloud: r.cloud(), Host: r.host, Files: f, Log: log,
+		j := &joiner{skip: r.skip, cfg: r.cfg, cloud: r.cloud(), host: r.host, files: f, log: log,
 			clock: system.NewClock(r.cfg.Deadlines.Join.D(), r.cfg.Deadlines.BackoffInitial.D(), r.cfg.Deadlines.BackoffMax.D()),
 			tl:    system.NewTimeline(time.Now)}
 		if j.waiting(context.Background()) {

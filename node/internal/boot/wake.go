@@ -31,7 +31,7 @@ import (
 // check now sees this node.
 type waker struct {
 	cloud            *cloud.Cloud
-	Log              *system.Logger
+	log              *system.Logger
 	clock            *system.Clock
 	settle, interval time.Duration
 	dryRun           bool
@@ -44,14 +44,14 @@ var refusals = []string{"UnauthorizedOperation", "AuthFailure", "OptInRequired"}
 func (w *waker) wake(ctx context.Context, gateway string) error {
 	err := w.run(ctx, gateway)
 	if err != nil {
-		w.Log.Printf("FAILED: %v", err)
+		w.log.Printf("FAILED: %v", err)
 	}
 	return err
 }
 
 func (w *waker) run(ctx context.Context, gateway string) error {
 	if gateway == "" {
-		w.Log.Printf("the gateway never sleeps (gateway.idleStop 0): nothing to wake")
+		w.log.Printf("the gateway never sleeps (gateway.idleStop 0): nothing to wake")
 		return nil
 	}
 	if !names.IsInstanceID(gateway) {
@@ -59,7 +59,7 @@ func (w *waker) run(ctx context.Context, gateway string) error {
 	}
 	if w.cloud.EC2 == nil {
 		var region, domain string
-		if err := w.clock.Retry(ctx, w.Log, "read the region and the partition's domain from IMDS", func(ctx context.Context) error {
+		if err := w.clock.Retry(ctx, w.log, "read the region and the partition's domain from IMDS", func(ctx context.Context) error {
 			ctx, cancel := context.WithTimeout(ctx, w.clock.Timeout(10*time.Second))
 			defer cancel()
 			var err error
@@ -78,7 +78,7 @@ func (w *waker) run(ctx context.Context, gateway string) error {
 		previous, err = w.start(ctx, gateway)
 		return err
 	}
-	if err := w.clock.Retry(ctx, w.Log, "start the WireGuard gateway "+gateway, start); err != nil {
+	if err := w.clock.Retry(ctx, w.log, "start the WireGuard gateway "+gateway, start); err != nil {
 		return err
 	}
 	if previous != "running" {
@@ -89,21 +89,21 @@ func (w *waker) run(ctx context.Context, gateway string) error {
 		if err := w.clock.Sleep(ctx, w.interval); err != nil {
 			return err
 		}
-		if err := w.clock.Retry(ctx, w.Log, "start the WireGuard gateway "+gateway+" again", start); err != nil {
+		if err := w.clock.Retry(ctx, w.log, "start the WireGuard gateway "+gateway+" again", start); err != nil {
 			return err
 		}
 		if previous != "running" {
 			return nil
 		}
 	}
-	w.Log.Printf("gateway %s stayed running for %s: it is up", gateway, w.settle)
+	w.log.Printf("gateway %s stayed running for %s: it is up", gateway, w.settle)
 	return nil
 }
 
 // start is one StartInstances of the gateway; it returns the state the gateway was in.
 func (w *waker) start(ctx context.Context, gateway string) (string, error) {
 	if w.dryRun {
-		w.Log.Printf("dry run: would start gateway %s", gateway)
+		w.log.Printf("dry run: would start gateway %s", gateway)
 		return "stopped", nil
 	}
 	ctx, cancel := context.WithTimeout(ctx, w.clock.Timeout(10*time.Second))
@@ -133,6 +133,6 @@ func (w *waker) start(ctx context.Context, gateway string) (string, error) {
 	if state != "pending" && state != "running" {
 		return "", fmt.Errorf("StartInstances answered state '%s' for '%s'", state, id)
 	}
-	w.Log.Printf("gateway %s was %s, now %s", id, previous, state)
+	w.log.Printf("gateway %s was %s, now %s", id, previous, state)
 	return previous, nil
 }

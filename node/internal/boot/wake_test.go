@@ -28,7 +28,7 @@ func (r *rig) wake(gateway string, deadline time.Duration) wakeRun {
 	log := system.NewLogger("dynk8s-wake-gateway", out, r.root)
 	log.Journal = false
 	d := r.cfg.Deadlines
-	w := &waker{cloud: r.cloud(), Log: log, settle: d.WakeSettle.D(), interval: d.WakeInterval.D(),
+	w := &waker{cloud: r.cloud(), log: log, settle: d.WakeSettle.D(), interval: d.WakeInterval.D(),
 		clock: system.NewClock(deadline, d.BackoffInitial.D(), d.BackoffMax.D())}
 	err := w.wake(context.Background(), gateway)
 	r.t.Logf("wake: %v\n%s", err, out)

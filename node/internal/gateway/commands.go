@@ -24,7 +24,7 @@ func command(step func(*gatewayRun, context.Context) error) func(context.Context
 			return err
 		}
 		env.LogConfig(cfg)
-		g := &gatewayRun{cfg: cfg, cloud: cloud.New(), Host: env.Host(), Files: env.Files, Log: env.Log, Now: time.Now,
+		g := &gatewayRun{cfg: cfg, cloud: cloud.New(), host: env.Host(), files: env.Files, log: env.Log, now: time.Now,
 			dryRun: env.DryRun}
 		return step(g, ctx)
 	}

@@ -24,11 +24,11 @@ import (
 type gatewayRun struct {
 	cfg    nodeconfig.Gateway
 	cloud  *cloud.Cloud
-	Host   system.Host
-	Files  system.Files
-	Log    *system.Logger
+	host   system.Host
+	files  system.Files
+	log    *system.Logger
 	clock  *system.Clock
-	Now    func() time.Time
+	now    func() time.Time
 	dryRun bool
 }
 
@@ -76,7 +76,7 @@ func (g *gatewayRun) connect(ctx context.Context) error {
 // short try (deadlines.keyOnDisk) and the key on disk is kept. When SSM answers, its value wins, so a rotated key
 // needs only a restart of the tunnel.
 func (g *gatewayRun) Key(ctx context.Context) error {
-	path := g.Files.Root + g.cfg.KeyFile
+	path := g.files.Root + g.cfg.KeyFile
 	onDisk, _ := os.ReadFile(path)
 	if len(onDisk) > 0 {
 		g.newClock(g.cfg.Deadlines.KeyOnDisk.D())
@@ -86,29 +86,29 @@ func (g *gatewayRun) Key(ctx context.Context) error {
 	param := g.cfg.KeyParameter
 	var key string
 	var last error
-	err := g.clock.Retry(ctx, g.Log, "read the WireGuard key from SSM parameter "+param, func(ctx context.Context) error {
+	err := g.clock.Retry(ctx, g.log, "read the WireGuard key from SSM parameter "+param, func(ctx context.Context) error {
 		last = g.readKey(ctx, &key)
 		return last
 	})
 	switch {
 	case err != nil && len(onDisk) > 0:
-		g.Log.Printf("SSM unreachable (%v); keeping the key already in %s", last, path)
+		g.log.Printf("SSM unreachable (%v); keeping the key already in %s", last, path)
 		return nil
 	case err != nil:
 		return fmt.Errorf("no WireGuard key: SSM parameter %s could not be read (%w) and %s is absent", param, last, path)
 	case !names.IsWireGuardKey(key):
 		return fmt.Errorf("SSM parameter %s does not hold a WireGuard key (32 bytes, base64)", param)
 	case strings.TrimRight(string(onDisk), "\n") == key:
-		g.Log.Printf("key in %s is current", path)
+		g.log.Printf("key in %s is current", path)
 		return nil
 	case g.dryRun:
-		g.Log.Printf("dry run: would write the key from SSM to %s", path)
+		g.log.Printf("dry run: would write the key from SSM to %s", path)
 		return nil
 	}
 	if err := writePrivate(path, []byte(key+"\n")); err != nil {
 		return fmt.Errorf("write the key to %s: %w", path, err)
 	}
-	g.Log.Printf("wrote the key from SSM to %s", path)
+	g.log.Printf("wrote the key from SSM to %s", path)
 	return nil
 }
 
@@ -158,12 +158,12 @@ func (g *gatewayRun) Packages(ctx context.Context) error {
 	var missing []string
 	for _, p := range g.cfg.Packages {
 		// A query, run in a dry run too: what the dry run would install is what is missing.
-		if _, err := g.Host.Output(ctx, 30*time.Second, "rpm", "-q", "--whatprovides", p); err != nil {
+		if _, err := g.host.Output(ctx, 30*time.Second, "rpm", "-q", "--whatprovides", p); err != nil {
 			missing = append(missing, p)
 		}
 	}
 	if len(missing) == 0 {
-		g.Log.Printf("%s already installed", strings.Join(g.cfg.Packages, " "))
+		g.log.Printf("%s already installed", strings.Join(g.cfg.Packages, " "))
 	} else {
 		// The first attempt reads only the release repository's metadata (the image is the release's GA image,
 		// whose packages it matches); the next ones every enabled repository, updates included.
@@ -172,20 +172,20 @@ func (g *gatewayRun) Packages(ctx context.Context) error {
 			repos = append(repos, "--repo="+r)
 		}
 		what := strings.Join(missing, " ")
-		if err := g.clock.Retry(ctx, g.Log, "install "+what, func(ctx context.Context) error {
+		if err := g.clock.Retry(ctx, g.log, "install "+what, func(ctx context.Context) error {
 			args := append(append([]string{"install", "-y", "--setopt=install_weak_deps=False"}, repos...), missing...)
 			repos = nil
-			return dnfError(g.Host.Run(ctx, g.clock.Timeout(0), false, "dnf", args...))
+			return dnfError(g.host.Run(ctx, g.clock.Timeout(0), false, "dnf", args...))
 		}); err != nil {
 			return err
 		}
-		g.Log.Printf("installed %s", what)
+		g.log.Printf("installed %s", what)
 	}
-	if g.Host.Run(ctx, time.Minute, false, "systemctl", "daemon-reload") != nil {
+	if g.host.Run(ctx, time.Minute, false, "systemctl", "daemon-reload") != nil {
 		return errors.New("systemctl daemon-reload failed")
 	}
 	// --no-block: the tunnel's own start (its key from SSM) has its own timeout and retries.
-	if g.Host.Run(ctx, time.Minute, false, "systemctl", "enable", "--now", "--no-block", g.cfg.TunnelUnit) != nil {
+	if g.host.Run(ctx, time.Minute, false, "systemctl", "enable", "--now", "--no-block", g.cfg.TunnelUnit) != nil {
 		return fmt.Errorf("could not enable and start %s", g.cfg.TunnelUnit)
 	}
 	return nil

@@ -234,8 +234,8 @@ func (r *gatewayRig) run(cmd string) gatewayResult {
 		}
 		c.SSM, c.EC2 = r.ssm, r.ec2
 	}}
-	g := &gatewayRun{cfg: r.cfg, cloud: c, Host: r.host, Files: system.Files{Root: r.root}, Log: log,
-		Now: func() time.Time { return r.now }, dryRun: r.dryRun}
+	g := &gatewayRun{cfg: r.cfg, cloud: c, host: r.host, files: system.Files{Root: r.root}, log: log,
+		now: func() time.Time { return r.now }, dryRun: r.dryRun}
 	before := len(r.host.recorded())
 	start := time.Now()
 	var err error

@@ -48,20 +48,20 @@ type idleState struct {
 func (g *gatewayRun) Idle(ctx context.Context) error {
 	idle := g.cfg.Idle
 	if idle == nil {
-		g.Log.Printf("the gateway never sleeps (gateway.idleStop 0): nothing to check")
+		g.log.Printf("the gateway never sleeps (gateway.idleStop 0): nothing to check")
 		return nil
 	}
 	g.newClock(g.cfg.Deadlines.Idle.D())
-	now := g.Now().Unix()
-	path := g.Files.Run(idleStateFile)
+	now := g.now().Unix()
+	path := g.files.Run(idleStateFile)
 	state := g.readIdleState(path, now)
 
-	if err := g.clock.Retry(ctx, g.Log, "read the region and the partition's domain from IMDS", g.connect); err != nil {
+	if err := g.clock.Retry(ctx, g.log, "read the region and the partition's domain from IMDS", g.connect); err != nil {
 		return err
 	}
 	var pool []string
 	var last error
-	if err := g.clock.Retry(ctx, g.Log, "list the pool instances of cluster "+idle.ClusterName, func(ctx context.Context) error {
+	if err := g.clock.Retry(ctx, g.log, "list the pool instances of cluster "+idle.ClusterName, func(ctx context.Context) error {
 		pool, last = g.poolInstances(ctx)
 		return last
 	}); err != nil {
@@ -91,14 +91,14 @@ func (g *gatewayRun) Idle(ctx context.Context) error {
 
 	switch {
 	case len(busy) > 0:
-		g.Log.Printf("staying up: %s", strings.Join(busy, " "))
+		g.log.Printf("staying up: %s", strings.Join(busy, " "))
 	case idleFor < limit:
-		g.Log.Printf("staying up: idle for %ds of %ds (no pool instance pending or running, no packet forwarded)",
+		g.log.Printf("staying up: idle for %ds of %ds (no pool instance pending or running, no packet forwarded)",
 			idleFor, limit)
 	default:
-		g.Log.Printf("stopping: idle for %ds (limit %ds): no pool instance pending or running and no packet forwarded "+
+		g.log.Printf("stopping: idle for %ds (limit %ds): no pool instance pending or running and no packet forwarded "+
 			"through wg0; a booting node starts the gateway again", idleFor, limit)
-		if g.Host.Run(ctx, time.Minute, false, "systemctl", "poweroff") != nil {
+		if g.host.Run(ctx, time.Minute, false, "systemctl", "poweroff") != nil {
 			return errors.New("systemctl poweroff failed")
 		}
 	}
@@ -121,7 +121,7 @@ func (g *gatewayRun) readIdleState(path string, now int64) idleState {
 		s.packets, errP = strconv.ParseInt(f[1], 10, 64)
 	}
 	if len(f) != 2 || errA != nil || errP != nil || s.lastActive < 0 || s.packets < -1 {
-		g.Log.Printf("ignoring malformed state in %s; the idle window starts now", path)
+		g.log.Printf("ignoring malformed state in %s; the idle window starts now", path)
 		return fresh
 	}
 	return s
@@ -196,7 +196,7 @@ type nftCounters struct {
 // tunnel is down, so nothing can cross it).
 func (g *gatewayRun) forwardedPackets(ctx context.Context) (int64, error) {
 	table := g.cfg.Idle.NFTTable
-	out, err := g.Host.Output(ctx, g.clock.Timeout(10*time.Second), "nft", "-j", "list", "counters", "table", "inet", table)
+	out, err := g.host.Output(ctx, g.clock.Timeout(10*time.Second), "nft", "-j", "list", "counters", "table", "inet", table)
 	if err != nil {
 		return -1, nil
 	}

@@ -16,7 +16,7 @@ func Routes(ctx context.Context, env *cli.Env) error {
 	env.LogConfig(cfg)
 	d := cfg.Deadlines
 	clock := system.NewClock(d.Routes.D(), d.BackoffInitial.D(), d.BackoffMax.D())
-	return onPremRoutes(ctx, cfg, ipRoutes{dryRun: env.DryRun, Log: env.Log}, clock, env.Log)
+	return onPremRoutes(ctx, cfg, ipRoutes{dryRun: env.DryRun, log: env.Log}, clock, env.Log)
 }
 
 // LockIMDS is `dynk8s-node imds-lock`: the instance metadata lockdown, which the kubelet's drop-in requires.

@@ -67,7 +67,7 @@ func joinPrefixes(ps []netip.Prefix) string {
 // agent, not by a shell.
 type ipRoutes struct {
 	dryRun bool
-	Log    *system.Logger
+	log    *system.Logger
 }
 
 // ipRoute is one route of `ip -j route show` (iproute2's print_route in ip/iproute.c names the fields).
@@ -112,7 +112,7 @@ func parseDefaultRoute(out []byte) (netip.Addr, string, error) {
 func (r ipRoutes) replace(ctx context.Context, dst netip.Prefix, gw netip.Addr, dev string, mtu int) error {
 	args := []string{"route", "replace", dst.String(), "via", gw.String(), "dev", dev, "mtu", strconv.Itoa(mtu)}
 	if r.dryRun {
-		r.Log.Printf("dry run: would run ip %s", strings.Join(args, " "))
+		r.log.Printf("dry run: would run ip %s", strings.Join(args, " "))
 		return nil
 	}
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
