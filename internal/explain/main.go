@@ -21,7 +21,6 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/dynk8s/dynk8s/infra/config"
-	"github.com/dynk8s/dynk8s/internal/mockcloud"
 )
 
 const usage = `usage: explain [-stack NAME | -config FILE] POD.yaml...
@@ -125,7 +124,7 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 
 // Load reads and validates a stack file and builds its pools' template nodes.
 func Load(file string) (*config.Config, []Template, error) {
-	sc, err := mockcloud.LoadStackFile(file)
+	sc, err := config.LoadStackFile(file)
 	if err != nil {
 		return nil, nil, err
 	}
