@@ -23,9 +23,9 @@ var importRules = map[string][]string{
 	module + "/wireguard":         {"github.com/pulumi/", module + "/"},
 	module + "/infra/addons":      {"github.com/pulumi/pulumi-aws/", module + "/infra/"},
 	// The tool for a real cluster reads stack files with infra/config, never through the mock engine.
-	module + "/internal/timeline": {module + "/internal/mockcloud", module + "/internal/plan"},
+	module + "/cmd/timeline/timeline": {module + "/cmd/plan/mockcloud", module + "/cmd/plan/plan"},
 	// The reference generator reads the config types' source; it needs the config package only for its namespace.
-	module + "/internal/configdoc": {"github.com/pulumi/", module + "/infra/addons"},
+	module + "/infra/config/configdoc": {"github.com/pulumi/", module + "/infra/addons"},
 	// The node agent is one small static binary: its wing (node/), the leaves and the AWS SDK, nothing of the stack.
 	module + "/node/nodeconfig":      {"github.com/pulumi/", module + "/"},
 	module + "/node/cmd/dynk8s-node": {"github.com/pulumi/", module + "/", "k8s.io/"},
