@@ -13,7 +13,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/dynk8s/dynk8s/infra/config"
-	"github.com/dynk8s/dynk8s/internal/configdoc"
+	"github.com/dynk8s/dynk8s/infra/config/configdoc"
 )
 
 // The docs checks: the configuration reference is generated and current, and the commands the docs name exist.

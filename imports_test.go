@@ -2,6 +2,7 @@ package main
 
 import (
 	"os/exec"
+	"slices"
 	"strings"
 	"testing"
 
@@ -16,21 +17,22 @@ const module = "github.com/dynk8s/dynk8s"
 var importRules = map[string][]string{
 	// The schema depends on no renderer: the facts both need live in internal/kube, the endpoint type in
 	// internal/endpoint.
-	module + "/infra/config":      {"github.com/pulumi/", module + "/cloudinit", module + "/infra/addons"},
-	module + "/internal/kube":     {"github.com/pulumi/", module + "/"},
-	module + "/internal/endpoint": {"github.com/pulumi/", module + "/cloudinit", module + "/infra"},
-	module + "/cloudinit":         {"github.com/pulumi/", module + "/infra"},
-	module + "/wireguard":         {"github.com/pulumi/", module + "/"},
-	module + "/infra/addons":      {"github.com/pulumi/pulumi-aws/", module + "/infra/"},
-	// The tool for a real cluster reads stack files with infra/config, never through the mock engine.
-	module + "/internal/timeline": {module + "/internal/mockcloud", module + "/internal/plan"},
+	module + "/infra/config": {"github.com/pulumi/", module + "/cloudinit", module + "/infra/addons"},
+	module + "/cloudinit":    {"github.com/pulumi/", module + "/infra"},
+	module + "/wireguard":    {"github.com/pulumi/", module + "/"},
+	module + "/infra/addons": {"github.com/pulumi/pulumi-aws/", module + "/infra/"},
+	// The tools for a real cluster read stack files with infra/config, never through the offline plan (cmd/plan/...:
+	// the mock engine and the plan's report) or the Pulumi SDK; explain sizes its template nodes from the offline
+	// catalog itself (internal/ec2catalog).
+	module + "/cmd/timeline": {module + "/cmd/plan/", "github.com/pulumi/"},
+	module + "/cmd/explain":  {module + "/cmd/plan/", "github.com/pulumi/"},
+	// The pipeline's gate reads a preview's JSON alone, nothing of the stack.
+	module + "/cmd/previewgate/previewgate": {module + "/"},
 	// The reference generator reads the config types' source; it needs the config package only for its namespace.
-	module + "/internal/configdoc": {"github.com/pulumi/", module + "/infra/addons"},
+	module + "/infra/config/configdoc": {"github.com/pulumi/", module + "/infra/addons"},
 	// The node agent is one small static binary: its wing (node/), the leaves and the AWS SDK, nothing of the stack.
 	module + "/node/nodeconfig":      {"github.com/pulumi/", module + "/"},
 	module + "/node/cmd/dynk8s-node": {"github.com/pulumi/", module + "/", "k8s.io/"},
-	// The leaves: facts shared across the house, importing nothing of the module.
-	module + "/internal/names": {module + "/"},
 }
 
 // exempt are allowed although a rule's prefix matches them: infra/addons takes the config types, the node agent
@@ -40,6 +42,15 @@ var exempt = map[string][]string{
 	module + "/wireguard":            {module + "/internal/endpoint", module + "/internal/kube"},
 	module + "/node/nodeconfig":      {module + "/internal/names"},
 	module + "/node/cmd/dynk8s-node": {module + "/node", module + "/internal/names"},
+}
+
+// leaves are the facts shared across the house (internal/): they depend on no Pulumi and on nothing of the module
+// but each other (the endpoint grammar takes internal/kube's DNS-name rule).
+var leaves = []string{
+	module + "/internal/kube",
+	module + "/internal/endpoint",
+	module + "/internal/names",
+	module + "/internal/ec2catalog",
 }
 
 // TestImportRules reads every package's transitive imports with `go list -deps` and checks them against
@@ -86,4 +97,33 @@ func packageDeps(t *testing.T) map[string][]string {
 		deps[fields[0]] = fields[1:]
 	}
 	return deps
+}
+
+// TestInternalIsTheGroundFloor: every package under internal/, a leaf or a test kit, depends on nothing of the module
+// but the leaves: no arrow runs from internal/ back up to infra, cloudinit, node/ or a command. The leaves depend on
+// no Pulumi either.
+func TestInternalIsTheGroundFloor(t *testing.T) {
+	deps := packageDeps(t)
+	for _, leaf := range leaves {
+		_, ok := deps[leaf]
+		assert.Check(t, ok, "leaf %s is gone: update leaves", leaf)
+	}
+	for pkg, list := range deps {
+		if !strings.HasPrefix(pkg, module+"/internal/") {
+			continue
+		}
+		var bad []string
+		for _, dep := range list {
+			if strings.HasPrefix(dep, module+"/") && !slices.Contains(leaves, dep) {
+				bad = append(bad, dep)
+			}
+			if slices.Contains(leaves, pkg) && strings.HasPrefix(dep, "github.com/pulumi/") {
+				bad = append(bad, dep)
+			}
+		}
+		if len(bad) > 0 {
+			t.Errorf("%s is on internal/'s floor, but depends on %d packages above it: %s", pkg, len(bad),
+				strings.Join(bad[:min(len(bad), 3)], ", "))
+		}
+	}
 }

@@ -12,7 +12,7 @@ import (
 	resourcehelper "k8s.io/component-helpers/resource"
 	"sigs.k8s.io/yaml"
 
-	"github.com/dynk8s/dynk8s/internal/explain"
+	"github.com/dynk8s/dynk8s/cmd/explain/explain"
 )
 
 // The Jenkins kit (docs/jenkins/): every example pod template fits the dev stack's pool it is named after and no

@@ -13,15 +13,15 @@ import (
 	"gotest.tools/v3/assert"
 	"gotest.tools/v3/golden"
 
-	"github.com/dynk8s/dynk8s/internal/plan"
-	"github.com/dynk8s/dynk8s/internal/scriptstub"
+	"github.com/dynk8s/dynk8s/cmd/plan/plan"
+	"github.com/dynk8s/dynk8s/internal/testkit/scriptstub"
 )
 
 // The whole-stack golden, as kops keeps one per cluster (kubernetes/kops tests/integration/update_cluster): for each
 // example stack, what `go run ./cmd/plan -stack NAME -out DIR` writes, under testdata/stacks/NAME: plan.json (every
 // resource with its inputs and options, embedded documents replaced by a pointer to their file), the decoded user
 // data (each embedded boot script as its name alone, its sha256 and line count once in userdata/scripts.txt:
-// internal/scriptstub), every IAM policy
+// internal/testkit/scriptstub), every IAM policy
 // document, every in-cluster manifest and the on-prem WireGuard config. Any change to what
 // the stack declares shows here as a reviewable diff; `make golden` rewrites the files.
 

@@ -10,7 +10,7 @@ import (
 	"gotest.tools/v3/golden"
 	"sigs.k8s.io/yaml"
 
-	"github.com/dynk8s/dynk8s/internal/scriptstub"
+	"github.com/dynk8s/dynk8s/internal/testkit/scriptstub"
 )
 
 // stubScripts is user data as its golden file holds it: each embedded script as its name, carried as

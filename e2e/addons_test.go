@@ -16,11 +16,11 @@ import (
 	"github.com/pulumi/pulumi/sdk/v3/go/auto/optup"
 	"github.com/pulumi/pulumi/sdk/v3/go/pulumi"
 
+	"github.com/dynk8s/dynk8s/cmd/plan/mockcloud"
 	"github.com/dynk8s/dynk8s/infra"
 	"github.com/dynk8s/dynk8s/infra/addons"
 	"github.com/dynk8s/dynk8s/infra/config"
 	"github.com/dynk8s/dynk8s/internal/kube"
-	"github.com/dynk8s/dynk8s/internal/mockcloud"
 )
 
 // Fixed values in place of the access keys the full stack takes from IAM, whose provider cannot run here.

@@ -21,8 +21,8 @@ import (
 
 	"github.com/dynk8s/dynk8s/infra"
 	"github.com/dynk8s/dynk8s/infra/addons"
-	"github.com/dynk8s/dynk8s/internal/csrtest"
 	"github.com/dynk8s/dynk8s/internal/fakeaws"
+	"github.com/dynk8s/dynk8s/internal/testkit/csrtest"
 )
 
 // A token of its own, of the stack's node group, so that no other test's join shares it.

@@ -18,9 +18,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/dynk8s/dynk8s/cmd/plan/mockcloud"
+	"github.com/dynk8s/dynk8s/cmd/plan/plan"
 	"github.com/dynk8s/dynk8s/infra/config"
-	"github.com/dynk8s/dynk8s/internal/mockcloud"
-	"github.com/dynk8s/dynk8s/internal/plan"
 )
 
 // The autoscaler tests run the real Cluster Autoscaler (hack/tools.sh builds upstream's cluster-autoscaler-1.34.5

@@ -21,9 +21,9 @@ import (
 	"github.com/pulumi/pulumi/sdk/v3/go/auto/optup"
 	"sigs.k8s.io/yaml"
 
+	"github.com/dynk8s/dynk8s/cmd/timeline/timeline"
 	"github.com/dynk8s/dynk8s/infra/config"
 	"github.com/dynk8s/dynk8s/internal/kube"
-	"github.com/dynk8s/dynk8s/internal/timeline"
 )
 
 // The burst, end to end: a build pod that no node can run makes the real Cluster Autoscaler raise the group of the

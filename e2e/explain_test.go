@@ -16,7 +16,7 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 
-	"github.com/dynk8s/dynk8s/internal/explain"
+	"github.com/dynk8s/dynk8s/cmd/explain/explain"
 	"github.com/dynk8s/dynk8s/internal/kube"
 )
 

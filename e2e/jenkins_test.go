@@ -15,7 +15,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 
-	"github.com/dynk8s/dynk8s/internal/explain"
+	"github.com/dynk8s/dynk8s/cmd/explain/explain"
 )
 
 // kitAgentImage stands in for the jnlp container's image, which the kubernetes plugin fills in (the example pod

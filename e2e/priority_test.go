@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/dynk8s/dynk8s/internal/mockcloud"
+	"github.com/dynk8s/dynk8s/cmd/plan/mockcloud"
 )
 
 // rankedStack is the dev stack with the priority expander, first in a chain with least-waste, and the given rank on

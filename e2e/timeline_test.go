@@ -18,8 +18,8 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/client-go/util/retry"
 
+	"github.com/dynk8s/dynk8s/cmd/timeline/timeline"
 	"github.com/dynk8s/dynk8s/internal/kube"
-	"github.com/dynk8s/dynk8s/internal/timeline"
 )
 
 // The timeline tests run cmd/timeline's Main against the real kube-apiserver of hack/start-kube.sh. With no

@@ -22,10 +22,10 @@ import (
 
 	"sigs.k8s.io/yaml"
 
+	"github.com/dynk8s/dynk8s/cmd/plan/mockcloud"
+	"github.com/dynk8s/dynk8s/cmd/plan/plan"
 	"github.com/dynk8s/dynk8s/infra/config"
 	"github.com/dynk8s/dynk8s/internal/fakeaws"
-	"github.com/dynk8s/dynk8s/internal/mockcloud"
-	"github.com/dynk8s/dynk8s/internal/plan"
 	"github.com/dynk8s/dynk8s/node/nodeconfig"
 )
 

@@ -7,11 +7,11 @@ import (
 	"gotest.tools/v3/assert"
 	is "gotest.tools/v3/assert/cmp"
 
+	"github.com/dynk8s/dynk8s/cmd/plan/mockcloud"
+	"github.com/dynk8s/dynk8s/cmd/plan/plan"
 	"github.com/dynk8s/dynk8s/infra"
 	"github.com/dynk8s/dynk8s/infra/config"
 	"github.com/dynk8s/dynk8s/internal/kube"
-	"github.com/dynk8s/dynk8s/internal/mockcloud"
-	"github.com/dynk8s/dynk8s/internal/plan"
 )
 
 // Real Fedora image names, both upload schemes, and which query each must and must not satisfy.

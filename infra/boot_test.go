@@ -9,8 +9,8 @@ import (
 	"gotest.tools/v3/assert"
 
 	"github.com/dynk8s/dynk8s/cloudinit"
-	"github.com/dynk8s/dynk8s/internal/mockcloud"
-	"github.com/dynk8s/dynk8s/internal/plan"
+	"github.com/dynk8s/dynk8s/cmd/plan/mockcloud"
+	"github.com/dynk8s/dynk8s/cmd/plan/plan"
 	"github.com/dynk8s/dynk8s/node/nodeconfig"
 )
 

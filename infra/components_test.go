@@ -14,11 +14,11 @@ import (
 	is "gotest.tools/v3/assert/cmp"
 
 	"github.com/dynk8s/dynk8s/cloudinit"
+	"github.com/dynk8s/dynk8s/cmd/plan/mockcloud"
 	"github.com/dynk8s/dynk8s/infra"
 	"github.com/dynk8s/dynk8s/infra/config"
 	"github.com/dynk8s/dynk8s/internal/endpoint"
 	"github.com/dynk8s/dynk8s/internal/kube"
-	"github.com/dynk8s/dynk8s/internal/mockcloud"
 	"github.com/dynk8s/dynk8s/node/nodeconfig"
 )
 

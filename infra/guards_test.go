@@ -8,9 +8,9 @@ import (
 	"gotest.tools/v3/assert"
 	is "gotest.tools/v3/assert/cmp"
 
+	"github.com/dynk8s/dynk8s/cmd/plan/mockcloud"
+	"github.com/dynk8s/dynk8s/cmd/plan/plan"
 	"github.com/dynk8s/dynk8s/infra"
-	"github.com/dynk8s/dynk8s/internal/mockcloud"
-	"github.com/dynk8s/dynk8s/internal/plan"
 )
 
 // iamMatch reports whether an IAM pattern matches s: * any run of characters (slashes included), ? any one

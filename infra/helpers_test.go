@@ -7,8 +7,8 @@ import (
 	"gotest.tools/v3/assert"
 
 	"github.com/dynk8s/dynk8s/cloudinit"
+	"github.com/dynk8s/dynk8s/cmd/plan/mockcloud"
 	"github.com/dynk8s/dynk8s/infra/config"
-	"github.com/dynk8s/dynk8s/internal/mockcloud"
 	"github.com/dynk8s/dynk8s/node/nodeconfig"
 )
 

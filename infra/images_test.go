@@ -9,7 +9,7 @@ import (
 	is "gotest.tools/v3/assert/cmp"
 
 	"github.com/dynk8s/dynk8s/cloudinit"
-	"github.com/dynk8s/dynk8s/internal/plan"
+	"github.com/dynk8s/dynk8s/cmd/plan/plan"
 )
 
 // containerImages collects the image of every container of every workload in the plan (Deployment, DaemonSet,

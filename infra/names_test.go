@@ -6,8 +6,8 @@ import (
 
 	"gotest.tools/v3/assert"
 
+	"github.com/dynk8s/dynk8s/cmd/plan/mockcloud"
 	"github.com/dynk8s/dynk8s/infra/config"
-	"github.com/dynk8s/dynk8s/internal/mockcloud"
 )
 
 // nameTags collects every Name tag value in v (an input of a resource): `tags: {Name: ...}` maps and the groups'

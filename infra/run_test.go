@@ -16,8 +16,8 @@ import (
 	is "gotest.tools/v3/assert/cmp"
 	corev1 "k8s.io/api/core/v1"
 
+	"github.com/dynk8s/dynk8s/cmd/plan/mockcloud"
 	"github.com/dynk8s/dynk8s/infra"
-	"github.com/dynk8s/dynk8s/internal/mockcloud"
 )
 
 // engineRun is what the engine does with the program, under the mock engine: it starts the program with the whole

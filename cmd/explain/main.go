@@ -12,7 +12,7 @@ import (
 	"os/signal"
 	"syscall"
 
-	"github.com/dynk8s/dynk8s/internal/explain"
+	"github.com/dynk8s/dynk8s/cmd/explain/explain"
 )
 
 func main() {

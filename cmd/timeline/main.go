@@ -14,7 +14,7 @@ import (
 	"os/signal"
 	"syscall"
 
-	"github.com/dynk8s/dynk8s/internal/timeline"
+	"github.com/dynk8s/dynk8s/cmd/timeline/timeline"
 )
 
 func main() {

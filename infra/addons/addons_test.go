@@ -22,7 +22,7 @@ import (
 	"gotest.tools/v3/golden"
 	"sigs.k8s.io/yaml"
 
-	"github.com/dynk8s/dynk8s/internal/mockcloud"
+	"github.com/dynk8s/dynk8s/cmd/plan/mockcloud"
 	"github.com/dynk8s/dynk8s/internal/realtools"
 
 	"github.com/dynk8s/dynk8s/infra/config"

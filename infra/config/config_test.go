@@ -15,8 +15,8 @@ import (
 	"gotest.tools/v3/assert"
 	is "gotest.tools/v3/assert/cmp"
 
+	"github.com/dynk8s/dynk8s/cmd/plan/mockcloud"
 	"github.com/dynk8s/dynk8s/infra/config"
-	"github.com/dynk8s/dynk8s/internal/mockcloud"
 	"github.com/dynk8s/dynk8s/node/nodeconfig"
 )
 

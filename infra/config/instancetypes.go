@@ -11,8 +11,9 @@ import (
 
 // InstanceType is what EC2 says of one instance type in the stack's region: its shape and capabilities
 // (ec2:DescribeInstanceTypes, the ec2.GetInstanceType data source) and the stack's zones that offer it
-// (ec2:DescribeInstanceTypeOfferings). dynk8s keeps no table of its own: the API is the source of truth, and the
-// offline plan answers from the mock cloud's catalog.
+// (ec2:DescribeInstanceTypeOfferings). The stack keeps no table of its own: the API is the source of truth. Only
+// the tools that run without an AWS account, the offline plan's stand-in for EC2 and explain's template nodes, size
+// types from the offline catalog (internal/ec2catalog).
 type InstanceType struct {
 	Name string
 	// Arch is the architecture a Fedora image exists for: x86_64 or arm64, "" for any other (i386-only, Mac).

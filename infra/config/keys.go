@@ -1,6 +1,6 @@
 package config
 
-//go:generate go run ../../internal/configdoc/gen -pulumi ../../Pulumi.yaml -md ../../docs/configuration.md
+//go:generate go run ./configdoc/gen -pulumi ../../Pulumi.yaml -md ../../docs/configuration.md
 
 import (
 	"reflect"

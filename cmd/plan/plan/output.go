@@ -15,7 +15,7 @@ import (
 	"github.com/pulumi/pulumi/sdk/v3/go/common/resource"
 
 	"github.com/dynk8s/dynk8s/cloudinit"
-	"github.com/dynk8s/dynk8s/internal/mockcloud"
+	"github.com/dynk8s/dynk8s/cmd/plan/mockcloud"
 )
 
 // Banner says what the plan is and is not.

@@ -18,10 +18,9 @@ import (
 	"k8s.io/apimachinery/pkg/fields"
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/tools/clientcmd"
 
+	"github.com/dynk8s/dynk8s/cmd/internal/kubeclient"
 	"github.com/dynk8s/dynk8s/infra/config"
-	"github.com/dynk8s/dynk8s/internal/mockcloud"
 )
 
 const usage = `usage: explain [-stack NAME | -config FILE] POD.yaml...
@@ -92,17 +91,9 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		}
 		return 0
 	}
-	rules := clientcmd.NewDefaultClientConfigLoadingRules()
-	rules.ExplicitPath = *kubeconfig
-	rest, err := clientcmd.NewNonInteractiveDeferredLoadingClientConfig(rules,
-		&clientcmd.ConfigOverrides{CurrentContext: *kubeContext}).ClientConfig()
+	client, err := kubeclient.New(*kubeconfig, *kubeContext)
 	if err != nil {
-		fmt.Fprintf(stderr, "explain: kubeconfig: %v\n", err)
-		return 1
-	}
-	client, err := kubernetes.NewForConfig(rest)
-	if err != nil {
-		fmt.Fprintf(stderr, "explain: client: %v\n", err)
+		fmt.Fprintf(stderr, "explain: %v\n", err)
 		return 1
 	}
 	if err := explainPending(ctx, client, cfg, templates, *namespace, stdout); err != nil {
@@ -125,7 +116,7 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 
 // Load reads and validates a stack file and builds its pools' template nodes.
 func Load(file string) (*config.Config, []Template, error) {
-	sc, err := mockcloud.LoadStackFile(file)
+	sc, err := config.LoadStackFile(file)
 	if err != nil {
 		return nil, nil, err
 	}

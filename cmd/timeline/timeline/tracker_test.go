@@ -11,8 +11,8 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"github.com/dynk8s/dynk8s/cmd/timeline/timeline"
 	"github.com/dynk8s/dynk8s/internal/kube"
-	"github.com/dynk8s/dynk8s/internal/timeline"
 )
 
 var t0 = time.Date(2026, 9, 1, 12, 0, 0, 0, time.UTC)
@@ -154,13 +154,13 @@ func TestPodSpec(t *testing.T) {
 // cluster.
 func TestMainRefuses(t *testing.T) {
 	var out, errs strings.Builder
-	assert.Equal(t, timeline.Main(t.Context(), []string{"-config", "../../Pulumi.dev.yaml"}, &out, &errs), 2)
+	assert.Equal(t, timeline.Main(t.Context(), []string{"-config", "../../../Pulumi.dev.yaml"}, &out, &errs), 2)
 	assert.Check(t, is.Contains(errs.String(), "usage"))
 	errs.Reset()
-	assert.Equal(t, timeline.Main(t.Context(), []string{"-config", "../../Pulumi.dev.yaml", "-pool", "gpu"}, &out, &errs), 1)
+	assert.Equal(t, timeline.Main(t.Context(), []string{"-config", "../../../Pulumi.dev.yaml", "-pool", "gpu"}, &out, &errs), 1)
 	assert.Check(t, is.Contains(errs.String(), `no node pool "gpu" (pools: [builders-x86 builders-arm])`))
 	errs.Reset()
-	assert.Equal(t, timeline.Main(t.Context(), []string{"-config", "../../Pulumi.dev.yaml", "-pool", "builders-arm",
+	assert.Equal(t, timeline.Main(t.Context(), []string{"-config", "../../../Pulumi.dev.yaml", "-pool", "builders-arm",
 		"-kubeconfig", "/nonexistent/kubeconfig"}, &out, &errs), 1)
 	assert.Check(t, is.Contains(errs.String(), "kubeconfig"))
 	assert.Equal(t, out.String(), "")

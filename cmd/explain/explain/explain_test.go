@@ -11,14 +11,14 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"github.com/dynk8s/dynk8s/cmd/plan/mockcloud"
 	"github.com/dynk8s/dynk8s/infra/config"
-	"github.com/dynk8s/dynk8s/internal/mockcloud"
 )
 
 // devStack is the dev stack's config, changed by change (its config map).
 func devStack(t *testing.T, change func(map[string]any)) (*config.Config, []Template) {
 	t.Helper()
-	values, err := config.ReadStackFile("../../Pulumi.dev.yaml")
+	values, err := config.ReadStackFile("../../../Pulumi.dev.yaml")
 	assert.NilError(t, err)
 	change(values)
 	sc, err := mockcloud.ConfigFromMap(values)

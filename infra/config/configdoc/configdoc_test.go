@@ -10,7 +10,7 @@ import (
 	is "gotest.tools/v3/assert/cmp"
 
 	"github.com/dynk8s/dynk8s/infra/config"
-	"github.com/dynk8s/dynk8s/internal/configdoc"
+	"github.com/dynk8s/dynk8s/infra/config/configdoc"
 )
 
 const project = "name: dynk8s\n" + configdoc.PulumiMarker + "\nconfig: {}\n"
@@ -69,7 +69,7 @@ func TestAnUndocumentedKeyFails(t *testing.T) {
 // copyConfig copies infra/config's source to a temporary directory, inserting insert after the line after.
 func copyConfig(t *testing.T, after, insert string) string {
 	t.Helper()
-	src := filepath.Join("..", "..", "infra", "config")
+	src := ".." // infra/config, this package's parent
 	dst := t.TempDir()
 	files, err := filepath.Glob(filepath.Join(src, "*.go"))
 	assert.NilError(t, err)

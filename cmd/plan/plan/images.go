@@ -6,8 +6,8 @@ import (
 	"strings"
 	"text/tabwriter"
 
+	"github.com/dynk8s/dynk8s/cmd/plan/mockcloud"
 	"github.com/dynk8s/dynk8s/infra"
-	"github.com/dynk8s/dynk8s/internal/mockcloud"
 )
 
 // BakedImage is one baked pool's image build, as the program declares it: what `pulumi up` builds with EC2 Image

@@ -8,9 +8,7 @@ import (
 	"slices"
 	"time"
 
-	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/tools/clientcmd"
-
+	"github.com/dynk8s/dynk8s/cmd/internal/kubeclient"
 	"github.com/dynk8s/dynk8s/infra/config"
 )
 
@@ -51,17 +49,9 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		opts.Image = *image
 	}
 
-	rules := clientcmd.NewDefaultClientConfigLoadingRules()
-	rules.ExplicitPath = *kubeconfig
-	rest, err := clientcmd.NewNonInteractiveDeferredLoadingClientConfig(rules,
-		&clientcmd.ConfigOverrides{CurrentContext: *kubeContext}).ClientConfig()
+	client, err := kubeclient.New(*kubeconfig, *kubeContext)
 	if err != nil {
-		fmt.Fprintf(stderr, "timeline: kubeconfig: %v\n", err)
-		return 1
-	}
-	client, err := kubernetes.NewForConfig(rest)
-	if err != nil {
-		fmt.Fprintf(stderr, "timeline: client: %v\n", err)
+		fmt.Fprintf(stderr, "timeline: %v\n", err)
 		return 1
 	}
 	if _, err := Run(ctx, client, opts, stdout); err != nil {

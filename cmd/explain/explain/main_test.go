@@ -47,7 +47,7 @@ func runMain(t *testing.T, args ...string) (int, string, string) {
 func TestMainManifests(t *testing.T) {
 	file := filepath.Join(t.TempDir(), "pods.yaml")
 	assert.NilError(t, os.WriteFile(file, []byte(agentManifest), 0o600))
-	code, out, errs := runMain(t, "-config", "../../Pulumi.dev.yaml", file)
+	code, out, errs := runMain(t, "-config", "../../../Pulumi.dev.yaml", file)
 	assert.Equal(t, code, 0, errs)
 	assert.Equal(t, out, `pod ci/agent
   builders-x86: does not fit
@@ -64,7 +64,7 @@ pod default/x86
 }
 
 func TestMainUsageAndErrors(t *testing.T) {
-	code, _, errs := runMain(t, "-config", "../../Pulumi.dev.yaml")
+	code, _, errs := runMain(t, "-config", "../../../Pulumi.dev.yaml")
 	assert.Equal(t, code, 2)
 	assert.Check(t, is.Contains(errs, "give pod manifests or -pending"))
 	code, _, errs = runMain(t, "-h")
@@ -74,13 +74,13 @@ func TestMainUsageAndErrors(t *testing.T) {
 
 	file := filepath.Join(t.TempDir(), "deploy.yaml")
 	assert.NilError(t, os.WriteFile(file, []byte("apiVersion: apps/v1\nkind: Deployment\nmetadata: {name: x}\n"), 0o600))
-	code, _, errs = runMain(t, "-config", "../../Pulumi.dev.yaml", file)
+	code, _, errs = runMain(t, "-config", "../../../Pulumi.dev.yaml", file)
 	assert.Equal(t, code, 1)
 	assert.Check(t, is.Contains(errs, `document 1: kind "Deployment", want Pod`))
 
 	// A bad stack is refused with its key path.
 	bad := filepath.Join(t.TempDir(), "Pulumi.bad.yaml")
-	dev, err := os.ReadFile("../../Pulumi.dev.yaml")
+	dev, err := os.ReadFile("../../../Pulumi.dev.yaml")
 	assert.NilError(t, err)
 	assert.NilError(t, os.WriteFile(bad, []byte(strings.Replace(string(dev), "expander: least-waste",
 		"expander: priority", 1)), 0o600))
@@ -92,7 +92,7 @@ func TestMainUsageAndErrors(t *testing.T) {
 // TestPendingShowsTheAutoscalersView: only pods the scheduler found no node for, each with the autoscaler's latest
 // event of each kind.
 func TestPendingShowsTheAutoscalersView(t *testing.T) {
-	cfg, templates, err := Load("../../Pulumi.dev.yaml")
+	cfg, templates, err := Load("../../../Pulumi.dev.yaml")
 	assert.NilError(t, err)
 	pods, err := DecodePods(strings.NewReader(agentManifest))
 	assert.NilError(t, err)

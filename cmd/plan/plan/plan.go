@@ -1,4 +1,4 @@
-// Package plan runs the dynk8s program under the mock engine (internal/mockcloud) and presents what it declares: a
+// Package plan runs the dynk8s program under the mock engine (cmd/plan/mockcloud) and presents what it declares: a
 // table, a JSON document (a stable interface for tests and reviewers) and the rendered artifacts. cmd/plan is its
 // command line; the tests of every package use it to run the real program.
 package plan
@@ -13,9 +13,9 @@ import (
 
 	"github.com/pulumi/pulumi/sdk/v3/go/pulumi"
 
+	"github.com/dynk8s/dynk8s/cmd/plan/mockcloud"
 	"github.com/dynk8s/dynk8s/infra"
 	"github.com/dynk8s/dynk8s/infra/config"
-	"github.com/dynk8s/dynk8s/internal/mockcloud"
 )
 
 // ConfigError is a stack configuration the program refused.

@@ -7,8 +7,8 @@ import (
 	"strings"
 	"text/tabwriter"
 
+	"github.com/dynk8s/dynk8s/cmd/plan/mockcloud"
 	"github.com/dynk8s/dynk8s/infra"
-	"github.com/dynk8s/dynk8s/internal/mockcloud"
 	"github.com/dynk8s/dynk8s/internal/names"
 )
 

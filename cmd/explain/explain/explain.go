@@ -27,8 +27,8 @@ import (
 	"k8s.io/component-helpers/scheduling/corev1/nodeaffinity"
 
 	"github.com/dynk8s/dynk8s/infra/config"
+	"github.com/dynk8s/dynk8s/internal/ec2catalog"
 	"github.com/dynk8s/dynk8s/internal/kube"
-	"github.com/dynk8s/dynk8s/internal/mockcloud"
 )
 
 // The node-template tag prefixes the AWS provider reads (cloudprovider/aws/aws_manager.go at
@@ -44,12 +44,12 @@ const (
 // Shapes says what EC2 says of an instance type (vCPUs, memory); ok false for a type it does not know.
 type Shapes func(instanceType string) (config.InstanceType, bool)
 
-// CatalogShape sizes an instance type from the offline catalog cmd/plan answers with (internal/mockcloud): the
-// shape the offline plan renders the groups' tags with. A real group's tags carry EC2's figures (the same for the
-// dev stack's types).
+// CatalogShape sizes an instance type from the offline catalog the plan's stand-in for EC2 answers with
+// (internal/ec2catalog): the shape the offline plan renders the groups' tags with. A real group's tags carry EC2's
+// figures (the same for the dev stack's types).
 func CatalogShape(instanceType string) (config.InstanceType, bool) {
-	vcpu, mib, ok := mockcloud.Shape(instanceType)
-	return config.InstanceType{Name: instanceType, VCPU: vcpu, MemoryMiB: mib}, ok
+	t, ok := ec2catalog.Lookup(instanceType)
+	return config.InstanceType{Name: instanceType, VCPU: t.VCPU, MemoryMiB: t.MemoryMiB}, ok
 }
 
 // Template is one pool's template node.

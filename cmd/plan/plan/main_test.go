@@ -1,4 +1,4 @@
-package main
+package plan_test
 
 import (
 	"bytes"
@@ -11,19 +11,19 @@ import (
 	"gotest.tools/v3/assert"
 	is "gotest.tools/v3/assert/cmp"
 
-	"github.com/dynk8s/dynk8s/internal/plan"
+	"github.com/dynk8s/dynk8s/cmd/plan/plan"
 )
 
 // chdirRoot runs the command from the repository root, where the stack files are.
 func chdirRoot(t *testing.T) {
 	t.Helper()
-	t.Chdir("../..")
+	t.Chdir("../../..")
 }
 
 func TestPlanTable(t *testing.T) {
 	chdirRoot(t)
 	var stdout, stderr bytes.Buffer
-	assert.Equal(t, run([]string{"-stack", "dev"}, &stdout, &stderr), 0, stderr.String())
+	assert.Equal(t, plan.Main([]string{"-stack", "dev"}, &stdout, &stderr), 0, stderr.String())
 	out := stdout.String()
 	assert.Check(t, is.Contains(out, "stand-ins"), "the plan says its lookups are stand-ins")
 	assert.Check(t, is.Contains(out, "pulumi preview"))
@@ -36,7 +36,7 @@ func TestPlanTable(t *testing.T) {
 func TestPlanJSON(t *testing.T) {
 	chdirRoot(t)
 	var stdout, stderr bytes.Buffer
-	assert.Equal(t, run([]string{"-stack", "dev", "-json"}, &stdout, &stderr), 0, stderr.String())
+	assert.Equal(t, plan.Main([]string{"-stack", "dev", "-json"}, &stdout, &stderr), 0, stderr.String())
 	var doc struct {
 		Stack     string `json:"stack"`
 		Resources []struct {
@@ -69,7 +69,7 @@ func TestPlanArtifacts(t *testing.T) {
 	chdirRoot(t)
 	dir := t.TempDir()
 	var stdout, stderr bytes.Buffer
-	assert.Equal(t, run([]string{"-stack", "dev", "-out", dir}, &stdout, &stderr), 0, stderr.String())
+	assert.Equal(t, plan.Main([]string{"-stack", "dev", "-out", dir}, &stdout, &stderr), 0, stderr.String())
 	for _, f := range []string{"userdata/builders-x86.yaml", "userdata/builders-arm.yaml", "userdata/gateway.yaml",
 		"wireguard/onprem.conf"} {
 		b, err := os.ReadFile(filepath.Join(dir, f))
@@ -88,13 +88,13 @@ func TestPlanArtifacts(t *testing.T) {
 
 func TestPlanBadConfig(t *testing.T) {
 	file := filepath.Join(t.TempDir(), "Pulumi.bad.yaml")
-	src, err := os.ReadFile("../../Pulumi.dev.yaml")
+	src, err := os.ReadFile("../../../Pulumi.dev.yaml")
 	assert.NilError(t, err)
 	bad := strings.Replace(string(src), "maxSize: 6", "maxSize: -1", 1)
 	bad = strings.Replace(bad, "mtu: 1420", "mtu: 100", 1)
 	assert.NilError(t, os.WriteFile(file, []byte(bad), 0o644))
 	var stdout, stderr bytes.Buffer
-	assert.Equal(t, run([]string{"-config", file, "-json"}, &stdout, &stderr), 1)
+	assert.Equal(t, plan.Main([]string{"-config", file, "-json"}, &stdout, &stderr), 1)
 	assert.Equal(t, stdout.String(), "", "nothing on stdout")
 	assert.Check(t, is.Contains(stderr.String(), "dynk8s:nodePools[1].maxSize: must be >= minSize (0), got -1"))
 	assert.Check(t, is.Contains(stderr.String(), "dynk8s:wireguard.mtu: must be 1280..8920"))
@@ -103,12 +103,12 @@ func TestPlanBadConfig(t *testing.T) {
 // A misspelt top-level key is refused, not ignored: the plan reads the stack file's keys as the engine lists them.
 func TestPlanUnknownTopLevelKey(t *testing.T) {
 	file := filepath.Join(t.TempDir(), "Pulumi.typo.yaml")
-	src, err := os.ReadFile("../../Pulumi.dev.yaml")
+	src, err := os.ReadFile("../../../Pulumi.dev.yaml")
 	assert.NilError(t, err)
 	typo := string(src) + "  dynk8s:autoscalr:\n    expander: random\n"
 	assert.NilError(t, os.WriteFile(file, []byte(typo), 0o644))
 	var stdout, stderr bytes.Buffer
-	assert.Equal(t, run([]string{"-config", file}, &stdout, &stderr), 1, stdout.String())
+	assert.Equal(t, plan.Main([]string{"-config", file}, &stdout, &stderr), 1, stdout.String())
 	assert.Equal(t, stdout.String(), "", "nothing on stdout")
 	assert.Check(t, is.Contains(stderr.String(), "dynk8s:autoscalr: unknown key (known keys here: agent, autoscaler, "))
 }
@@ -116,14 +116,14 @@ func TestPlanUnknownTopLevelKey(t *testing.T) {
 // The issue's stack: a public on-prem range and an endpoint inside the on-prem ranges are refused, each at its key.
 func TestPlanRefusesPublicOnPremRangeAndInnerEndpoint(t *testing.T) {
 	file := filepath.Join(t.TempDir(), "Pulumi.public.yaml")
-	src, err := os.ReadFile("../../Pulumi.dev.yaml")
+	src, err := os.ReadFile("../../../Pulumi.dev.yaml")
 	assert.NilError(t, err)
 	bad := strings.Replace(string(src), "      - 192.168.10.0/24\n",
 		"      - 192.168.10.0/24\n      - 8.8.8.0/24\n    onPremEndpoint: 192.168.10.5:51820\n", 1)
 	assert.Assert(t, bad != string(src), "the dev stack's onPremCidrs moved")
 	assert.NilError(t, os.WriteFile(file, []byte(bad), 0o644))
 	var stdout, stderr bytes.Buffer
-	assert.Equal(t, run([]string{"-config", file}, &stdout, &stderr), 1, stdout.String())
+	assert.Equal(t, plan.Main([]string{"-config", file}, &stdout, &stderr), 1, stdout.String())
 	assert.Check(t, is.Contains(stderr.String(), "2 problems"))
 	assert.Check(t, is.Contains(stderr.String(), "dynk8s:wireguard.onPremCidrs[1]: 8.8.8.0/24 is not a private range"))
 	assert.Check(t, is.Contains(stderr.String(),
@@ -132,7 +132,7 @@ func TestPlanRefusesPublicOnPremRangeAndInnerEndpoint(t *testing.T) {
 
 func TestPlanMissingStackFile(t *testing.T) {
 	var stdout, stderr bytes.Buffer
-	assert.Equal(t, run([]string{"-stack", "nope"}, &stdout, &stderr), 1)
+	assert.Equal(t, plan.Main([]string{"-stack", "nope"}, &stdout, &stderr), 1)
 	assert.Equal(t, stdout.String(), "")
 	assert.Check(t, is.Contains(stderr.String(), "Pulumi.nope.yaml"))
 }
@@ -141,7 +141,7 @@ func TestPlanMissingStackFile(t *testing.T) {
 func idleBill(t *testing.T, args ...string) plan.IdleBill {
 	t.Helper()
 	var stdout, stderr bytes.Buffer
-	assert.Equal(t, run(append(args, "-json", "-agent", fakeAgent(t)), &stdout, &stderr), 0, stderr.String())
+	assert.Equal(t, plan.Main(append(args, "-json", "-agent", fakeAgent(t)), &stdout, &stderr), 0, stderr.String())
 	var doc struct {
 		IdleBill *plan.IdleBill `json:"idleBill"`
 	}
@@ -192,7 +192,7 @@ func TestPlanIdleBillDialIn(t *testing.T) {
 	})
 	var table bytes.Buffer
 	var stderr bytes.Buffer
-	assert.Equal(t, run([]string{"-stack", "dev"}, &table, &stderr), 0, stderr.String())
+	assert.Equal(t, plan.Main([]string{"-stack", "dev"}, &table, &stderr), 0, stderr.String())
 	assert.Check(t, is.Contains(table.String(), "Idle bill, every pool at its minimum"))
 	assert.Check(t, is.Regexp(`public-ipv4 +1 address +gateway-eip`, table.String()))
 	assert.Check(t, is.Regexp(`pool builders-x86 +1 × c7i.2xlarge \(on-demand\) +80 GiB gp3 +1 public IPv4`, table.String()))
@@ -289,7 +289,7 @@ func TestPlanBakedImage(t *testing.T) {
 
 	var stdout, stderr bytes.Buffer
 	dir := t.TempDir()
-	assert.Equal(t, run([]string{"-config", file, "-out", dir}, &stdout, &stderr), 0, stderr.String())
+	assert.Equal(t, plan.Main([]string{"-config", file, "-out", dir}, &stdout, &stderr), 0, stderr.String())
 	assert.Check(t, is.Regexp(`(?m)^  builders-x86 +x86_64 +1\.34\.4 +34\.4\.\d+ +34\.4\.\d+ +ami-[0-9a-f]+ +c7i\.large +10 GiB$`,
 		stdout.String()))
 	assert.Check(t, !strings.Contains(stdout.String(), "builders-arm  arm64"), "the stock pool builds nothing")

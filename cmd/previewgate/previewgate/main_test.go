@@ -1,4 +1,4 @@
-package main
+package previewgate
 
 import (
 	"bytes"
@@ -36,7 +36,7 @@ func preview(t *testing.T, steps ...[2]string) string {
 
 func gate(args ...string) (int, string, string) {
 	var out, errOut bytes.Buffer
-	code := run(args, &out, &errOut)
+	code := Main(args, &out, &errOut)
 	return code, out.String(), errOut.String()
 }
 
