@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"net/netip"
 	"reflect"
 	"regexp"
 	"slices"
@@ -1208,5 +1209,22 @@ func TestOnPremNodesCheck(t *testing.T) {
 	assert.ErrorContains(t, err, "kubectl label node NAME "+kube.LabelOnPrem+"=true")
 	for _, r := range res.Resources() {
 		assert.Check(t, !strings.HasPrefix(r.Type, "aws:"), "declared %s %s before the check", r.Type, r.Name)
+	}
+}
+
+// Every pool's node.json carries the tunnel as configured: the on-prem ranges its routes go to and wireguard.mtu, the
+// MTU they are capped at (a value other than the default, so a node that took the default would fail this).
+func TestPoolNodesRouteThroughTheTunnelAsConfigured(t *testing.T) {
+	c := devConfig(t)
+	obj(c, "wireguard")["mtu"] = 1380
+	obj(c, "wireguard")["onPremCidrs"] = []any{"192.168.0.0/16", "172.16.0.0/12"}
+	res := runStack(t, c)
+	lts := res.Cloud.ByType("aws:ec2/launchTemplate:LaunchTemplate")
+	assert.Assert(t, len(lts) > 0)
+	for _, lt := range lts {
+		host := poolNodeConfig(t, &lt).Host
+		assert.Check(t, is.Equal(host.TunnelMTU, 1380), lt.Name)
+		assert.Check(t, slices.Equal(host.OnPremCIDRs, []netip.Prefix{netip.MustParsePrefix("192.168.0.0/16"),
+			netip.MustParsePrefix("172.16.0.0/12")}), "%s: %v", lt.Name, host.OnPremCIDRs)
 	}
 }
