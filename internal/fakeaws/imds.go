@@ -24,6 +24,14 @@ type IMDSInstance struct {
 	LifecycleState string
 }
 
+// NodeInstance is the instance the fakes describe unless a test needs another: an arm64 pool node in eu-central-1,
+// with its role's temporary credentials.
+func NodeInstance() IMDSInstance {
+	return IMDSInstance{ID: "i-0123456789abcdef0", Zone: "eu-central-1a", Region: "eu-central-1",
+		PrivateIP: "10.100.1.23", Type: "m7g.large", Role: "dynk8s-node", AccessKeyID: "AKIAFAKEACCESSKEY01",
+		SecretAccessKey: "fakeSecret/Key+0123456789abcdefghijklmn", SessionToken: "FwoGZXIvYXdzEFAKE/session+token=="}
+}
+
 // SigV4 is what the instance's role signs with: its credentials, in its region.
 func (inst IMDSInstance) SigV4() SigV4 {
 	return SigV4{Region: inst.Region, Credentials: aws.Credentials{AccessKeyID: inst.AccessKeyID,
