@@ -87,14 +87,12 @@ func (a *AutoScaling) Completed(result string) int {
 }
 
 func (a *AutoScaling) serve(w http.ResponseWriter, r *http.Request) {
-	form, ok := queryForm(&a.server, r, "2011-01-01")
+	form, ok := a.queryForm(w, r, "2011-01-01", autoscalingError)
 	if !ok {
-		autoscalingError(w, http.StatusBadRequest, "MalformedQueryString", "not a Query API request")
 		return
 	}
-	action := form.Get("Action")
 	a.calls = append(a.calls, callLine(form))
-	switch action {
+	switch action := form.Get("Action"); action {
 	case "DescribeAutoScalingInstances":
 		member := ""
 		if form.Get("InstanceIds.member.1") == a.inst.ID {
@@ -148,14 +146,18 @@ func autoscalingError(w http.ResponseWriter, status int, code, msg string) {
 		autoscalingNS, code, xmlText(msg))
 }
 
-// queryForm reads a Query API request (a form POST) of API version, reporting one that is not. The caller holds
-// s.mu.
-func queryForm(s *server, r *http.Request, version string) (url.Values, bool) {
+// errorAnswer answers a request with an error of the service's, in its format.
+type errorAnswer func(w http.ResponseWriter, status int, code, msg string)
+
+// queryForm reads a Query API request (a form POST) of API version, reporting one that is not; it answers a
+// request it cannot read with fail. The caller holds s.mu.
+func (s *server) queryForm(w http.ResponseWriter, r *http.Request, version string, fail errorAnswer) (url.Values, bool) {
 	if r.Method != http.MethodPost || !strings.HasPrefix(r.Header.Get("Content-Type"), "application/x-www-form-urlencoded") {
 		s.problemf("%s with content type %q", r.Method, r.Header.Get("Content-Type"))
 	}
 	if err := r.ParseForm(); err != nil {
 		s.problemf("form: %v", err)
+		fail(w, http.StatusBadRequest, "MalformedQueryString", err.Error())
 		return nil, false
 	}
 	if v := r.PostForm.Get("Version"); v != version {

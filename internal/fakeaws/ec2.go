@@ -116,9 +116,8 @@ func (e *EC2) instance(id string) *EC2Instance {
 }
 
 func (e *EC2) serve(w http.ResponseWriter, r *http.Request) {
-	form, ok := queryForm(&e.server, r, "2016-11-15")
+	form, ok := e.queryForm(w, r, "2016-11-15", ec2Error)
 	if !ok {
-		ec2Error(w, http.StatusBadRequest, "InvalidParameterValue", "not a Query API request")
 		return
 	}
 	action := form.Get("Action")

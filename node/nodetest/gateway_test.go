@@ -88,9 +88,7 @@ func TestGatewayAgentKeyFailsWithoutAnyKey(t *testing.T) {
 	assert.Assert(t, is.Len(failed, 1), run.stderr)
 	assert.Check(t, is.Contains(failed[0], "no WireGuard key: SSM parameter "+testKeyParameter+" could not be read"))
 	assert.Check(t, is.Contains(failed[0], "AccessDeniedException"))
-	kmsg, err := os.ReadFile(filepath.Join(run.root, "dev/kmsg"))
-	assert.NilError(t, err)
-	assert.Check(t, is.Contains(string(kmsg), "<3>dynk8s-wg-key: FAILED: no WireGuard key"))
+	assert.Check(t, is.Contains(strings.Join(KernelLog(t, run.root), "\n"), "<3>dynk8s-wg-key: FAILED: no WireGuard key"))
 }
 
 // Two failed installs, then one that works, and the tunnel started after it: the first reads only Fedora's release

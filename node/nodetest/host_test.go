@@ -22,7 +22,7 @@ func TestAgentPointsKubeadmAtThePatches(t *testing.T) {
 	ud, aws := agentFixture(t, 0, nil, fakeaws.IMDSInstance{})
 	run := newAgentEnv(t, ud, aws, nil, nil).run(t, AgentPath, "join")
 	assert.Equal(t, run.exitCode, 0)
-	jc := parseJoinConfig(t, run.file("join-config.yaml"))
+	jc := ParseJoinConfig(t, run.file("join-config.yaml"))
 	assert.Check(t, is.Equal(jc.Patches.Directory, filepath.Join(run.root, "etc/kubernetes/patches")))
 	_, err := os.Stat(filepath.Join(jc.Patches.Directory, "kubeletconfiguration+merge.yaml"))
 	assert.Check(t, err)

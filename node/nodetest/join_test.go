@@ -10,7 +10,6 @@ import (
 
 	"gotest.tools/v3/assert"
 	is "gotest.tools/v3/assert/cmp"
-	"sigs.k8s.io/yaml"
 
 	"github.com/dynk8s/dynk8s/cloudinit"
 	"github.com/dynk8s/dynk8s/internal/fakeaws"
@@ -51,14 +50,6 @@ func newAgentEnv(t *testing.T, ud []byte, aws *cloud, env map[string]string, pre
 	})
 }
 
-// parseJoinConfig reads the JoinConfiguration the agent handed kubeadm, refusing unknown fields.
-func parseJoinConfig(t *testing.T, doc string) nodeconfig.JoinConfiguration {
-	t.Helper()
-	var jc nodeconfig.JoinConfiguration
-	assert.NilError(t, yaml.UnmarshalStrict([]byte(doc), &jc))
-	return jc
-}
-
 // The agent joins through every wire protocol: IMDSv2 (its token failing twice), SSM (refusing once), the API
 // server (dropping twice) and kubeadm (failing once), each signed AWS request checked by the fakes; the
 // JoinConfiguration has the token and the identity; no secret reaches a command line, the log or the journal; the
@@ -83,7 +74,7 @@ func TestAgentJoins(t *testing.T) {
 	assert.Check(t, is.Contains(run.stderr, "IMDSv2 token: HTTP 503"))
 	assert.Check(t, is.Contains(run.stderr, "HTTP 400 AccessDeniedException: fake SSM says no"))
 	assert.Check(t, is.Len(FailedLines(run.stderr), 0))
-	jc := parseJoinConfig(t, run.file("join-config.yaml"))
+	jc := ParseJoinConfig(t, run.file("join-config.yaml"))
 	assert.Check(t, is.Equal(jc.Discovery.BootstrapToken.Token, testToken))
 	assert.Check(t, is.DeepEqual(jc.Discovery.BootstrapToken.CACertHashes, []string{testCAHash}))
 	assert.Check(t, is.Equal(jc.NodeRegistration.Name, testInstanceID))
@@ -127,10 +118,8 @@ func TestAgentGivesUpAtDeadline(t *testing.T) {
 	assert.Check(t, is.Contains(failed[0], "(deadline 2s)"))
 	assert.Check(t, !strings.Contains(run.file("calls"), "kubeadm "), "kubeadm ran")
 	assert.Check(t, is.Len(aws.asg.Calls(), 0), "the instance was handed back to its group")
-	kmsg, err := os.ReadFile(filepath.Join(run.root, "dev/kmsg"))
-	assert.NilError(t, err)
-	lines := strings.Split(strings.TrimSuffix(string(kmsg), "\n"), "\n")
-	assert.Assert(t, is.Len(lines, 2), "%s", kmsg)
+	lines := KernelLog(t, run.root)
+	assert.Assert(t, is.Len(lines, 2), "%q", lines)
 	assert.Check(t, strings.HasPrefix(lines[0], "<3>dynk8s-join: FAILED: read the join token"), lines[0])
 	assert.Check(t, strings.HasPrefix(lines[1], "<3>dynk8s-join: timeline: result=failed mode=join "), lines[1])
 	assert.Check(t, is.Equal(readTimeline(t, run).Result, "failed"))

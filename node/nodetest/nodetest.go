@@ -1,7 +1,7 @@
 // Package nodetest is the kit of the tests that run the node agent as built (node/cmd/dynk8s-node): its own
 // acceptance tests here, which run it with the configuration cloudinit renders against the wire fakes of
 // internal/fakeaws, and the e2e's boxes and joins. It builds the agent once per test binary and reads what the
-// agent leaves for operators (its log's failure lines, the timeline).
+// agent leaves: its log's failure lines, the JoinConfiguration it hands kubeadm, the timeline.
 package nodetest
 
 import (
@@ -16,6 +16,9 @@ import (
 	"time"
 
 	"gotest.tools/v3/assert"
+	"sigs.k8s.io/yaml"
+
+	"github.com/dynk8s/dynk8s/node/nodeconfig"
 )
 
 // AgentPath is where the bootstrap installs the agent on an instance.
@@ -72,6 +75,26 @@ func FailedLines(log string) []string {
 		}
 	}
 	return out
+}
+
+// KernelLog are the lines the agent wrote to the kernel log of the node under root (its dev/kmsg, which the test
+// makes a file).
+func KernelLog(t testing.TB, root string) []string {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join(root, "dev/kmsg"))
+	assert.NilError(t, err)
+	if len(b) == 0 {
+		return nil
+	}
+	return strings.Split(strings.TrimSuffix(string(b), "\n"), "\n")
+}
+
+// ParseJoinConfig reads a JoinConfiguration as the agent hands it to kubeadm, refusing unknown fields.
+func ParseJoinConfig(t testing.TB, doc string) nodeconfig.JoinConfiguration {
+	t.Helper()
+	var jc nodeconfig.JoinConfiguration
+	assert.NilError(t, yaml.UnmarshalStrict([]byte(doc), &jc))
+	return jc
 }
 
 // Timeline is /run/dynk8s/timeline.json as the runbook and cmd/timeline read it.
