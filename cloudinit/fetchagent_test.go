@@ -1,22 +1,14 @@
 package cloudinit
 
 import (
-	"crypto/hmac"
 	"crypto/sha256"
 	"encoding/hex"
 	"errors"
-	"fmt"
-	"net/http"
-	"net/http/httptest"
 	"os"
 	"os/exec"
 	"path/filepath"
-	"regexp"
-	"slices"
-	"sort"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -26,10 +18,11 @@ import (
 	"github.com/dynk8s/dynk8s/internal/fakeaws"
 	"github.com/dynk8s/dynk8s/internal/realtools"
 	"github.com/dynk8s/dynk8s/node/nodeconfig"
+	"github.com/dynk8s/dynk8s/node/nodetest"
 )
 
-// The bootstrap (fetch-agent.sh, dynk8s-agent.service) run for real, with the real curl, against the fake IMDS and a
-// fake S3 that verifies each request's SigV4 signature with the role's secret key and session token.
+// The bootstrap (fetch-agent.sh, dynk8s-agent.service) run for real, with the real curl, against internal/fakeaws'
+// IMDS and S3, which verifies each request's SigV4 signature with the role's key, secret and session token.
 
 // testAgentBinary is the agent the fake S3 serves in the tests (testAgentSHA256 is its hash).
 var testAgentBinary = []byte("#!/bin/sh\necho dynk8s-node test build\n")
@@ -41,122 +34,6 @@ func TestTestAgentSHA256(t *testing.T) {
 func sha256Of(b []byte) string {
 	sum := sha256.Sum256(b)
 	return hex.EncodeToString(sum[:])
-}
-
-// fakeS3 serves GetObject of one bucket's objects by key and version id, path-style, as S3 does for a signed
-// request, and answers 403 SignatureDoesNotMatch to any other.
-type fakeS3 struct {
-	*httptest.Server
-	bucket string
-	// objects are by "key?versionId".
-	objects map[string][]byte
-	// secret is the secret key signatures are checked with.
-	secret string
-
-	mu sync.Mutex
-	// failures answers that many GETs with 503 SlowDown first; negative: every GET.
-	failures int
-	requests int
-}
-
-func newFakeS3(t *testing.T) *fakeS3 {
-	s := &fakeS3{bucket: testAgentBucket, secret: fakeSecretKey, objects: map[string][]byte{}}
-	s.Server = httptest.NewServer(http.HandlerFunc(s.serve))
-	t.Cleanup(s.Close)
-	return s
-}
-
-func (s *fakeS3) serve(w http.ResponseWriter, r *http.Request) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.requests++
-	if err := s.verify(r); err != nil {
-		w.WriteHeader(http.StatusForbidden)
-		_, _ = fmt.Fprintf(w, "<Error><Code>SignatureDoesNotMatch</Code><Message>%s</Message></Error>", err)
-		return
-	}
-	if s.failures != 0 {
-		s.failures--
-		w.WriteHeader(http.StatusServiceUnavailable)
-		_, _ = w.Write([]byte("<Error><Code>SlowDown</Code></Error>"))
-		return
-	}
-	key, ok := strings.CutPrefix(r.URL.Path, "/"+s.bucket+"/")
-	body, found := s.objects[key+"?"+r.URL.Query().Get("versionId")]
-	if r.Method != http.MethodGet || !ok || !found {
-		w.WriteHeader(http.StatusNotFound)
-		_, _ = w.Write([]byte("<Error><Code>NoSuchVersion</Code></Error>"))
-		return
-	}
-	_, _ = w.Write(body)
-}
-
-var authRE = regexp.MustCompile(`^AWS4-HMAC-SHA256 Credential=([^/]+)/(\d{8})/([^/]+)/s3/aws4_request, ?SignedHeaders=([a-z0-9;-]+), ?Signature=([0-9a-f]{64})$`)
-
-// verify checks r's SigV4 signature as S3 does ("Signature Version 4 signing process", AWS General Reference;
-// "Authenticating Requests: Using the Authorization Header", S3 API Reference): the canonical request from the
-// headers the client says it signed, the role's key id and region, and the session token among the signed headers.
-func (s *fakeS3) verify(r *http.Request) error {
-	m := authRE.FindStringSubmatch(r.Header.Get("Authorization"))
-	if m == nil {
-		return fmt.Errorf("not SigV4 for s3: %q", r.Header.Get("Authorization"))
-	}
-	keyID, date, region, signed, signature := m[1], m[2], m[3], strings.Split(m[4], ";"), m[5]
-	switch {
-	case keyID != fakeAccessKey || region != fakeRegion:
-		return fmt.Errorf("signed by %s for %s", keyID, region)
-	case !slices.Contains(signed, "x-amz-security-token") || r.Header.Get("X-Amz-Security-Token") != fakeSession:
-		return errors.New("the session token is not sent and signed")
-	case !slices.Contains(signed, "host"):
-		return errors.New("the host is not signed")
-	}
-	var headers strings.Builder
-	for _, h := range signed {
-		v := r.Header.Get(h)
-		if h == "host" {
-			v = r.Host
-		}
-		headers.WriteString(h + ":" + strings.TrimSpace(v) + "\n")
-	}
-	payload := r.Header.Get("X-Amz-Content-Sha256")
-	if payload == "" {
-		payload = sha256Of(nil)
-	}
-	query := r.URL.Query()
-	var pairs []string
-	for k, vs := range query {
-		for _, v := range vs {
-			pairs = append(pairs, awsEscape(k)+"="+awsEscape(v))
-		}
-	}
-	sort.Strings(pairs)
-	canonical := strings.Join([]string{r.Method, r.URL.EscapedPath(), strings.Join(pairs, "&"), headers.String(),
-		strings.Join(signed, ";"), payload}, "\n")
-	scope := date + "/" + region + "/s3/aws4_request"
-	toSign := "AWS4-HMAC-SHA256\n" + r.Header.Get("X-Amz-Date") + "\n" + scope + "\n" + sha256Of([]byte(canonical))
-	key := []byte("AWS4" + s.secret)
-	for _, part := range []string{date, region, "s3", "aws4_request", toSign} {
-		mac := hmac.New(sha256.New, key)
-		mac.Write([]byte(part))
-		key = mac.Sum(nil)
-	}
-	if !hmac.Equal([]byte(hex.EncodeToString(key)), []byte(signature)) {
-		return errors.New("the signature does not match")
-	}
-	return nil
-}
-
-// awsEscape is SigV4's URI encoding: every byte but the unreserved characters percent-encoded, in upper case.
-func awsEscape(s string) string {
-	var b strings.Builder
-	for _, c := range []byte(s) {
-		if c >= 'A' && c <= 'Z' || c >= 'a' && c <= 'z' || c >= '0' && c <= '9' || strings.IndexByte("-_.~", c) >= 0 {
-			b.WriteByte(c)
-		} else {
-			fmt.Fprintf(&b, "%%%02X", c)
-		}
-	}
-	return b.String()
 }
 
 type agentRun struct {
@@ -190,7 +67,7 @@ func (r agentRun) binDir(t *testing.T) []string {
 // runFetchAgent renders spotPool's user data, lays its files out under a fresh root (root, if not empty) and runs
 // the bootstrap with the unit's environment (its EnvironmentFile, then env over it), through a closed PATH whose curl
 // is the real one behind a stand-in that records every argv.
-func runFetchAgent(t *testing.T, root string, s3 *fakeS3, env map[string]string) agentRun {
+func runFetchAgent(t *testing.T, root string, s3 *fakeaws.S3, env map[string]string) agentRun {
 	t.Helper()
 	realCurl := realtools.Require(t, "curl")
 	ud, err := Node(spotPool())
@@ -200,9 +77,8 @@ func runFetchAgent(t *testing.T, root string, s3 *fakeS3, env map[string]string)
 		materialize(t, ud, root)
 		assert.NilError(t, os.MkdirAll(filepath.Join(root, "usr/local/bin"), 0o755))
 	}
-	imds := fakeaws.NewIMDS(t, fakeaws.IMDSInstance{ID: fakeInstanceID, Zone: fakeZone, Region: fakeRegion,
-		PrivateIP: fakeNodeIP, Type: fakeInstanceType, Role: fakeRole, AccessKeyID: fakeAccessKey,
-		SecretAccessKey: fakeSecretKey, SessionToken: fakeSession})
+	inst := fakeaws.NodeInstance()
+	imds := fakeaws.NewIMDS(t, inst)
 	stubDir := t.TempDir()
 	bin := realtools.ClosedPath(t)
 	realtools.WriteStub(t, bin, "curl", "#!/usr/bin/env bash\nprintf '%s\\n' \"$*\" >>"+stubDir+"/curl-argv\nexec "+realCurl+" \"$@\"\n")
@@ -235,7 +111,7 @@ func runFetchAgent(t *testing.T, root string, s3 *fakeS3, env map[string]string)
 	// The role's credentials and the IMDS token reach curl on stdin only: never in an argv, which any user can
 	// read in /proc.
 	argv, _ := os.ReadFile(filepath.Join(stubDir, "curl-argv"))
-	for _, secret := range []string{fakeSecretKey, fakeSession, fakeAccessKey, fakeaws.IMDSSessionToken} {
+	for _, secret := range []string{inst.SecretAccessKey, inst.SessionToken, inst.AccessKeyID, fakeaws.IMDSSessionToken} {
 		assert.Check(t, !strings.Contains(string(argv), secret), "a credential in curl's argv:\n%s", argv)
 	}
 	return run
@@ -246,7 +122,7 @@ func TestFetchAgent(t *testing.T) {
 	const key = "dynk8s-node/linux-arm64"
 	for _, tc := range []struct {
 		name string
-		// object is what S3 holds at the pinned version (nil: nothing); failures as fakeS3's.
+		// object is what S3 holds at the pinned version (nil: nothing); failures as fakeaws.S3's Fail.
 		object   []byte
 		failures int
 		secret   string // the fake S3's secret key, when not the role's
@@ -286,14 +162,15 @@ func TestFetchAgent(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
-			s3 := newFakeS3(t)
-			if tc.object != nil {
-				s3.objects[key+"?"+testAgentVersion] = tc.object
-			}
-			s3.failures = tc.failures
+			sig := fakeaws.NodeInstance().SigV4()
 			if tc.secret != "" {
-				s3.secret = tc.secret
+				sig.Credentials.SecretAccessKey = tc.secret
 			}
+			s3 := fakeaws.NewS3(t, sig)
+			if tc.object != nil {
+				s3.PutObject(testAgentBucket, key, testAgentVersion, tc.object)
+			}
+			s3.Fail(tc.failures)
 			run := runFetchAgent(t, "", s3, tc.env)
 			assert.Check(t, is.Equal(run.exitCode, tc.wantExit))
 			rest := run.out
@@ -305,10 +182,13 @@ func TestFetchAgent(t *testing.T) {
 				}
 				rest = rest[i+len(want):]
 			}
-			assert.Check(t, is.Len(failedLines(run.out), min(tc.wantExit, 1)), "one reason when it fails, none else")
-			s3.mu.Lock()
-			if tc.deadline {
-				assert.Check(t, s3.requests >= tc.wantGET, "%d requests", s3.requests)
+			assert.Check(t, is.Len(nodetest.FailedLines(run.out), min(tc.wantExit, 1)), "one reason when it fails, none else")
+			if tc.secret != "" {
+				refused := s3.Refusals()
+				assert.Check(t, len(refused) > 0 && strings.Contains(refused[0], "the signature does not match"), "%v", refused)
+			}
+			if requests := s3.Requests(); tc.deadline {
+				assert.Check(t, requests >= tc.wantGET, "%d requests", requests)
 				// It gives up on its own (the deadline's message above), before systemd's timeout would stop it: the
 				// unit allows agentUnitMargin past the deadline. Not a speed check: a loaded machine may take seconds
 				// to start bash and curl, so only the margin bounds it.
@@ -316,9 +196,8 @@ func TestFetchAgent(t *testing.T) {
 				assert.NilError(t, err)
 				assert.Check(t, run.elapsed < time.Duration(d)*time.Second+nodeconfig.AgentFetchUnitSlack, "ran %s", run.elapsed)
 			} else {
-				assert.Check(t, is.Equal(s3.requests, tc.wantGET))
+				assert.Check(t, is.Equal(requests, tc.wantGET))
 			}
-			s3.mu.Unlock()
 			got, mode, err := run.installed()
 			if tc.wantInstall {
 				assert.Check(t, err)
@@ -337,14 +216,14 @@ func TestFetchAgent(t *testing.T) {
 // build installed replaces it.
 func TestFetchAgentOnLaterBoots(t *testing.T) {
 	t.Parallel()
-	s3 := newFakeS3(t)
-	s3.objects["dynk8s-node/linux-arm64?"+testAgentVersion] = testAgentBinary
+	s3 := fakeaws.NewS3(t, fakeaws.NodeInstance().SigV4())
+	s3.PutObject(testAgentBucket, "dynk8s-node/linux-arm64", testAgentVersion, testAgentBinary)
 	first := runFetchAgent(t, "", s3, nil)
 	assert.Equal(t, first.exitCode, 0)
 	again := runFetchAgent(t, first.root, s3, nil)
 	assert.Check(t, is.Equal(again.exitCode, 0))
 	assert.Check(t, is.Contains(again.out, "dynk8s-agent: dynk8s-node "+testAgentSHA256+" is installed"))
-	assert.Check(t, is.Equal(s3.requests, 1), "S3 asked again")
+	assert.Check(t, is.Equal(s3.Requests(), 1), "S3 asked again")
 
 	assert.NilError(t, os.WriteFile(filepath.Join(first.root, "usr/local/bin/dynk8s-node"), []byte("old build"), 0o755))
 	replaced := runFetchAgent(t, first.root, s3, nil)

@@ -27,6 +27,7 @@ const (
 	testGatewayPrivate  = "yAnz5TF+lXXJte14tji3zlMNq+hd2rYUIgJBgB3fBmk="
 	testKeyParameter    = "/dynk8s/homelab/gateway-private-key"
 	testGatewayEndpoint = "203.0.113.10:51820"
+	testClusterName     = "homelab"
 )
 
 // mustKey is a WireGuard key from its base64 form.

@@ -19,6 +19,7 @@ import (
 	"github.com/dynk8s/dynk8s/internal/endpoint"
 	"github.com/dynk8s/dynk8s/internal/kube"
 	"github.com/dynk8s/dynk8s/node/nodeconfig"
+	"github.com/dynk8s/dynk8s/node/nodetest"
 )
 
 const testCAHash = "sha256:8a3d1c2f0e9b7a6554433221100ffeeddccbbaa99887766554433221100ffee0"
@@ -166,7 +167,7 @@ func TestNodeRoundTrip(t *testing.T) {
 	assert.Check(t, is.DeepEqual(slices.Sorted(maps.Keys(nodeconfig.RuntimeLabels(nodeconfig.Identity{}))),
 		slices.Sorted(slices.Values(kube.SetByBoot()))))
 
-	jc := parseJoinConfig(t, testJoinConfig(t, cc))
+	jc := nodetest.ParseJoinConfig(t, testJoinConfig(t, cc))
 	assert.DeepEqual(t, jc, joinConfiguration{
 		APIVersion: "kubeadm.k8s.io/v1beta4",
 		Kind:       "JoinConfiguration",
@@ -403,13 +404,6 @@ func testJoinConfig(t *testing.T, cc cloudConfig) string {
 	b, err := yaml.Marshal(jc)
 	assert.NilError(t, err)
 	return string(b)
-}
-
-func parseJoinConfig(t *testing.T, doc string) joinConfiguration {
-	t.Helper()
-	var jc joinConfiguration
-	assert.NilError(t, yaml.UnmarshalStrict([]byte(doc), &jc))
-	return jc
 }
 
 // kubeadm itself validates the JoinConfiguration the agent hands it (built as the agent builds it). kubeadm is not a

@@ -155,7 +155,7 @@ func renderedNodeUserData(t *testing.T) map[string][]byte {
 	t.Helper()
 	out := map[string][]byte{}
 	warm := generalPool()
-	withHook(&warm)
+	warm.LaunchHook = "dynk8s-launch"
 	for name, in := range map[string]NodeInput{"node-general": generalPool(), "node-spot-arm64": spotPool(),
 		"node-warm": warm} {
 		ud, err := Node(in)

@@ -21,6 +21,7 @@ import (
 	"github.com/dynk8s/dynk8s/cmd/plan/mockcloud"
 	"github.com/dynk8s/dynk8s/cmd/plan/plan"
 	"github.com/dynk8s/dynk8s/infra/config"
+	"github.com/dynk8s/dynk8s/node/nodetest"
 )
 
 // The autoscaler tests run the real Cluster Autoscaler (hack/tools.sh builds upstream's cluster-autoscaler-1.34.5
@@ -342,7 +343,7 @@ func policyWithout(t *testing.T, policy, action string) string {
 // awsEnv is moto with the stack replayed into it.
 type awsEnv struct {
 	url, region string
-	logs        *syncBuffer
+	logs        *nodetest.SyncBuffer
 	script      string
 	admin       awsKey
 	users       map[string]awsKey
@@ -460,7 +461,7 @@ func (a *awsEnv) cloudConfig(t *testing.T) string {
 
 // autoscalerProcess is a running cluster-autoscaler.
 type autoscalerProcess struct {
-	logs *syncBuffer
+	logs *nodetest.SyncBuffer
 	done chan struct{}
 }
 
@@ -515,7 +516,7 @@ func startAutoscaler(ctx context.Context, t *testing.T, c cluster, s stackAutosc
 	for k, v := range s.env {
 		cmd.Env = append(cmd.Env, k+"="+v)
 	}
-	p := &autoscalerProcess{logs: &syncBuffer{}}
+	p := &autoscalerProcess{logs: &nodetest.SyncBuffer{}}
 	cmd.Stdout, cmd.Stderr = p.logs, p.logs
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	p.done = stopOnCleanup(t, autoscalerName, cmd, p.logs)
@@ -550,7 +551,7 @@ func (p *autoscalerProcess) waitLog(ctx context.Context, t *testing.T, timeout t
 
 // stopOnCleanup starts cmd and stops it (SIGTERM, then SIGKILL after 5 s) when the test ends, logging its output if
 // the test failed. The returned channel is closed when the process has exited.
-func stopOnCleanup(t *testing.T, name string, cmd *exec.Cmd, logs *syncBuffer) chan struct{} {
+func stopOnCleanup(t *testing.T, name string, cmd *exec.Cmd, logs *nodetest.SyncBuffer) chan struct{} {
 	t.Helper()
 	if err := cmd.Start(); err != nil {
 		t.Fatalf("start %s: %v", name, err)

@@ -21,16 +21,14 @@ import (
 	"github.com/dynk8s/dynk8s/infra"
 )
 
-// s3 makes one S3 request to moto (path-style) and returns the answer's headers. moto checks no signature: the
-// Authorization header only names the service and region, which moto dispatches and keys its state by.
+// s3 makes one S3 request to moto (path-style) and returns the answer's headers.
 func (m *motoSSM) s3(t *testing.T, region, method, path string, body []byte) http.Header {
 	t.Helper()
 	req, err := http.NewRequest(method, m.url+path, bytes.NewReader(body))
 	if err != nil {
 		t.Fatal(err)
 	}
-	req.Header.Set("Authorization", "AWS4-HMAC-SHA256 Credential=AKIAE2ETEST/20260101/"+region+
-		"/s3/aws4_request, SignedHeaders=host, Signature=0")
+	signForMoto(t, req, "s3", region)
 	resp, err := motoClient.Do(req)
 	if err != nil {
 		t.Fatalf("S3 %s %s: %v", method, path, err)

@@ -18,6 +18,7 @@ import (
 
 	"github.com/dynk8s/dynk8s/cloudinit"
 	"github.com/dynk8s/dynk8s/internal/kube"
+	"github.com/dynk8s/dynk8s/node/nodetest"
 )
 
 // The baked image in the box (docs/baked-images.md): the image build's steps run in a box booted from the stock
@@ -71,11 +72,11 @@ func bakeImage(ctx context.Context, t *testing.T, j *boxJoin, zone, image string
 	t.Helper()
 	n := j.newNode(t, "box-bake", boxInstance{id: "i-0ba4ed00000000b01", zone: zone, ip: "10.100.1.40"})
 	writeBoxFile(t, n.root, "/var/lib/cloud/seed/nocloud/user-data", bakeUserData(t, j.userData), 0o600)
-	agent, err := os.ReadFile(builtAgent(t))
+	agent, err := os.ReadFile(nodetest.BuiltAgent(t))
 	if err != nil {
 		t.Fatal(err)
 	}
-	writeBoxFile(t, n.root, agentPath, agent, 0o755)
+	writeBoxFile(t, n.root, nodetest.AgentPath, agent, 0o755)
 	n.boot(t)
 	if err := n.waitBooted(ctx, 3*time.Minute); err != nil {
 		t.Fatal(err)
@@ -87,8 +88,8 @@ func bakeImage(ctx context.Context, t *testing.T, j *boxJoin, zone, image string
 		t.Fatalf("cloud-init did not write the pool's node.json: %v", err)
 	}
 	configSum := fmt.Sprintf("%x", sha256.Sum256(nodeJSON))
-	for _, step := range [][]string{{agentPath, "prepare", "--config", "/etc/dynk8s/node.json"}, {agentPath, "clean-identity"},
-		{agentPath, "check-image", "--config-sha256", configSum}} {
+	for _, step := range [][]string{{nodetest.AgentPath, "prepare", "--config", "/etc/dynk8s/node.json"}, {nodetest.AgentPath, "clean-identity"},
+		{nodetest.AgentPath, "check-image", "--config-sha256", configSum}} {
 		start := time.Now()
 		out, err := n.exec(ctx, step...)
 		t.Logf("bake: %s (%.1f s): %v\n%s", strings.Join(step, " "), time.Since(start).Seconds(), err, out)

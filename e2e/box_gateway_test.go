@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/dynk8s/dynk8s/internal/fakeaws"
+	"github.com/dynk8s/dynk8s/node/nodetest"
 )
 
 // The gateway in a box: the dev stack's gateway instance, booted from the user data its declared instance carries
@@ -121,7 +122,7 @@ func newBoxGateway(ctx context.Context, t *testing.T, p tunnelPlan, name string,
 		}
 	}
 	b.binds = append(b.binds, "--bind-ro="+wgGo+":/usr/local/bin/wireguard-go", "--bind=/dev/net/tun",
-		"--bind-ro="+builtAgent(t)+":"+agentPath)
+		"--bind-ro="+nodetest.BuiltAgent(t)+":"+nodetest.AgentPath)
 
 	tn := &tunnel{plan: p, gw: netns(name), gwIface: "wg0", wireguardGo: wgGo}
 	tn.lanIP = nthAddr(p.onPremCIDRs[0].Masked().Addr(), 10)

@@ -5,22 +5,18 @@ package e2e
 import (
 	"context"
 	"encoding/json"
-	"fmt"
-	"maps"
-	"net/http"
-	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/dynk8s/dynk8s/infra"
 	"github.com/dynk8s/dynk8s/infra/config"
 	"github.com/dynk8s/dynk8s/internal/fakeaws"
+	"github.com/dynk8s/dynk8s/node/nodetest"
 )
 
 // A token of its own, so that the box tests and the other join tests never share or delete each other's.
@@ -134,7 +130,7 @@ func (j *boxJoin) newNode(t *testing.T, name string, inst boxInstance) *boxNode 
 	// User data without the bootstrap (no bucket here: TestBoxNodeInstallsTheAgent has one) gets the agent where the
 	// bootstrap would install it.
 	if !hasBootstrap(t, j.userData) {
-		b.binds = append(b.binds, "--bind-ro="+builtAgent(t)+":"+agentPath)
+		b.binds = append(b.binds, "--bind-ro="+nodetest.BuiltAgent(t)+":"+nodetest.AgentPath)
 	}
 	t.Cleanup(func() {
 		if name, err := findNode(context.Background(), j.c, inst.providerID()); err == nil && name != "" {
@@ -427,99 +423,9 @@ func TestBoxNodeColdThenReboot(t *testing.T) {
 	t.Logf("box boots (nspawn start to exit): %v", n.boots)
 }
 
-// lifecycleStandIn answers the EC2 Auto Scaling Query API calls the boot makes (DescribeAutoScalingInstances,
-// CompleteLifecycleAction, SetInstanceHealth) for one instance of one group with the launch hook: moto 5.2 has no
-// CompleteLifecycleAction. It holds a pending lifecycle action, as the group does for a launching instance or one
-// leaving the warm pool, and records each call.
-type lifecycleStandIn struct {
-	*httptest.Server
-	group, hook string
-	mu          sync.Mutex
-	pending     bool
-	calls       []string
-}
-
-func newLifecycleStandIn(t *testing.T, group, hook string) *lifecycleStandIn {
-	t.Helper()
-	l := &lifecycleStandIn{group: group, hook: hook}
-	l.Server = httptest.NewServer(http.HandlerFunc(l.serve))
-	t.Cleanup(l.Close)
-	return l
-}
-
-// hold makes the group hold the instance in the hook again (a launch, or a warm instance entering service).
-func (l *lifecycleStandIn) hold() {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	l.pending = true
-}
-
-// completed is how many lifecycle actions were completed with result.
-func (l *lifecycleStandIn) completed(result string) int {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	n := 0
-	for _, c := range l.calls {
-		if strings.HasPrefix(c, "CompleteLifecycleAction ") && strings.Contains(c, " LifecycleActionResult="+result+" ") {
-			n++
-		}
-	}
-	return n
-}
-
-func (l *lifecycleStandIn) callLog() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return strings.Join(l.calls, "\n")
-}
-
-func (l *lifecycleStandIn) serve(w http.ResponseWriter, r *http.Request) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if err := r.ParseForm(); err != nil {
-		http.Error(w, err.Error(), http.StatusBadRequest)
-		return
-	}
-	f := r.PostForm
-	var params []string
-	for _, k := range slices.Sorted(maps.Keys(f)) {
-		if k != "Action" && k != "Version" {
-			params = append(params, k+"="+f.Get(k))
-		}
-	}
-	action := f.Get("Action")
-	l.calls = append(l.calls, action+" "+strings.Join(params, " ")+" ")
-	const ns = `xmlns="http://autoscaling.amazonaws.com/doc/2011-01-01/"`
-	fail := func(code, msg string) {
-		w.WriteHeader(http.StatusBadRequest)
-		_, _ = fmt.Fprintf(w, `<ErrorResponse %s><Error><Type>Sender</Type><Code>%s</Code><Message>%s</Message></Error></ErrorResponse>`, ns, code, msg)
-	}
-	switch action {
-	case "DescribeAutoScalingInstances":
-		member := ""
-		if f.Get("InstanceIds.member.1") == fakeInstanceID {
-			member = "<member><InstanceId>" + fakeInstanceID + "</InstanceId><AutoScalingGroupName>" + l.group +
-				"</AutoScalingGroupName></member>"
-		}
-		_, _ = fmt.Fprintf(w, `<DescribeAutoScalingInstancesResponse %s><DescribeAutoScalingInstancesResult><AutoScalingInstances>%s</AutoScalingInstances></DescribeAutoScalingInstancesResult></DescribeAutoScalingInstancesResponse>`, ns, member)
-	case "CompleteLifecycleAction":
-		if !l.pending || f.Get("AutoScalingGroupName") != l.group || f.Get("LifecycleHookName") != l.hook ||
-			f.Get("InstanceId") != fakeInstanceID {
-			fail("ValidationError", "No active Lifecycle Action found with instance ID "+f.Get("InstanceId"))
-			return
-		}
-		l.pending = false
-		_, _ = fmt.Fprintf(w, `<CompleteLifecycleActionResponse %s><CompleteLifecycleActionResult/></CompleteLifecycleActionResponse>`, ns)
-	case "SetInstanceHealth":
-		_, _ = fmt.Fprintf(w, `<SetInstanceHealthResponse %s/>`, ns)
-	default:
-		fail("InvalidAction", "the stand-in knows no "+action)
-	}
-}
-
-// warmPool is the dev stack's tainted pool with a warm pool waiting in state, and the stand-in holding its first
-// launch in the launch hook.
-func warmPool(t *testing.T, state string) (*config.Config, config.NodePool, *lifecycleStandIn) {
+// warmPool is the dev stack's tainted pool with a warm pool waiting in state, and Auto Scaling (fakeaws': moto 5.2
+// has no CompleteLifecycleAction) holding the instance's first launch in the launch hook.
+func warmPool(t *testing.T, state string) (*config.Config, config.NodePool, *fakeaws.AutoScaling) {
 	t.Helper()
 	cfg := devConfig(t)
 	pool := firstTaintedPool(t, cfg)
@@ -527,8 +433,10 @@ func warmPool(t *testing.T, state string) (*config.Config, config.NodePool, *lif
 	if infra.LaunchHook(pool) == "" {
 		t.Fatal("a pool with a warm pool has no launch hook")
 	}
-	asg := newLifecycleStandIn(t, "dynk8s-"+cfg.ClusterName+"-"+pool.Name, infra.LaunchHook(pool))
-	asg.hold()
+	role := fakeRoleInstance(fakeInstanceID, cfg.Region+fakeZoneSuffix, cfg.Region, fakeNodeIP, "")
+	asg := fakeaws.NewAutoScaling(t, role.SigV4(), fakeaws.AutoScalingInstance{ID: fakeInstanceID,
+		Group: "dynk8s-" + cfg.ClusterName + "-" + pool.Name, Hook: infra.LaunchHook(pool)})
+	asg.Hold()
 	return cfg, pool, asg
 }
 
@@ -546,14 +454,14 @@ func (n *boxNode) waitCloudInit(ctx context.Context, t *testing.T, limit time.Du
 
 // prepareInWarmPool runs the boot that puts the instance in the warm pool: it prepares, completes the launch hook's
 // action, and joins nothing; cloud-init and systemd end clean.
-func (n *boxNode) prepareInWarmPool(ctx context.Context, t *testing.T, asg *lifecycleStandIn) {
+func (n *boxNode) prepareInWarmPool(ctx context.Context, t *testing.T, asg *fakeaws.AutoScaling) {
 	t.Helper()
 	start := time.Now()
 	n.boot(t)
 	n.waitCloudInit(ctx, t, 4*time.Minute)
 	t.Logf("prepare boot: cloud-init finished %.1f s after the box started", time.Since(start).Seconds())
-	if asg.completed("CONTINUE") != 1 {
-		t.Errorf("the launch hook's action was not completed once with CONTINUE:\n%s", asg.callLog())
+	if asg.Completed("CONTINUE") != 1 {
+		t.Errorf("the launch hook's action was not completed once with CONTINUE:\n%s", strings.Join(asg.Calls(), "\n"))
 	}
 	n.checkSettled(ctx, t)
 	n.checkCloudInit(t)
@@ -588,7 +496,7 @@ func TestBoxNodeWarmStopped(t *testing.T) {
 	}
 	t.Run("enters service", func(t *testing.T) {
 		n.imds.SetLifecycleState("InService")
-		asg.hold()
+		asg.Hold()
 		start := time.Now()
 		n.boot(t)
 		// The join's own deadline is 12 minutes; a join that works takes well under one here.
@@ -601,8 +509,8 @@ func TestBoxNodeWarmStopped(t *testing.T) {
 		if result, mode := n.timeline(ctx, t); result != "joined" || mode != "join" {
 			t.Errorf("timeline: result %q mode %q, want joined, join", result, mode)
 		}
-		if asg.completed("CONTINUE") != 2 {
-			t.Errorf("the action the group held the instance in was not completed:\n%s", asg.callLog())
+		if asg.Completed("CONTINUE") != 2 {
+			t.Errorf("the action the group held the instance in was not completed:\n%s", strings.Join(asg.Calls(), "\n"))
 		}
 		n.checkMetadataLocked(ctx, t)
 		n.checkLockBeforeKubelet(ctx, t)
@@ -629,7 +537,7 @@ func TestBoxNodeWarmRunning(t *testing.T) {
 		t.Fatalf("dynk8s-join.timer is %s", got)
 	}
 	n.imds.SetLifecycleState("InService")
-	asg.hold()
+	asg.Hold()
 	start := time.Now()
 	node := n.waitReady(ctx, t, 3*time.Minute)
 	t.Logf("warm running: Node Ready %.1f s after the group put it in service", time.Since(start).Seconds())
@@ -639,9 +547,9 @@ func TestBoxNodeWarmRunning(t *testing.T) {
 	}
 	checkJoinedNode(t, node, n.cfg, n.pool, n.zone)
 	if err := n.wait(ctx, time.Minute, "lifecycle action completed", func(context.Context) bool {
-		return asg.completed("CONTINUE") == 2
+		return asg.Completed("CONTINUE") == 2
 	}); err != nil {
-		t.Errorf("%v:\n%s", err, asg.callLog())
+		t.Errorf("%v:\n%s", err, strings.Join(asg.Calls(), "\n"))
 	}
 	n.checkSettled(ctx, t)
 	n.checkMetadataLocked(ctx, t)

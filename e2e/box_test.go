@@ -20,6 +20,7 @@ import (
 	"time"
 
 	"github.com/dynk8s/dynk8s/cloudinit"
+	"github.com/dynk8s/dynk8s/node/nodetest"
 )
 
 // The box: one "instance" booted from the rendered user data under real systemd and real cloud-init. The cached
@@ -49,7 +50,7 @@ type box struct {
 type boxBoot struct {
 	cmd     *exec.Cmd
 	done    chan struct{}
-	console *syncBuffer
+	console *nodetest.SyncBuffer
 	start   time.Time
 }
 
@@ -277,7 +278,7 @@ func (b *box) boot(t *testing.T) {
 	cmd := exec.Command("sh", append([]string{"-c", `for g in $BOX_CGROUPS; do echo $$ >"$g/cgroup.procs"; done; exec "$0" "$@"`,
 		"systemd-nspawn"}, args...)...)
 	cmd.Env = append(os.Environ(), "BOX_CGROUPS="+strings.Join(groups, " "))
-	bb := &boxBoot{cmd: cmd, done: make(chan struct{}), console: &syncBuffer{}, start: time.Now()}
+	bb := &boxBoot{cmd: cmd, done: make(chan struct{}), console: &nodetest.SyncBuffer{}, start: time.Now()}
 	cmd.Stdout, cmd.Stderr = bb.console, bb.console
 	// Should the test die, nspawn shuts the box down on SIGTERM (a SIGKILL would leave it running, orphaned).
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGTERM, Setpgid: true}

@@ -24,6 +24,7 @@ import (
 	"github.com/dynk8s/dynk8s/cmd/timeline/timeline"
 	"github.com/dynk8s/dynk8s/infra/config"
 	"github.com/dynk8s/dynk8s/internal/kube"
+	"github.com/dynk8s/dynk8s/node/nodetest"
 )
 
 // The burst, end to end: a build pod that no node can run makes the real Cluster Autoscaler raise the group of the
@@ -234,7 +235,7 @@ func (b *burst) run(t *testing.T) {
 // pending pod (the pause image, one fuse device, the pool's taints tolerated) aimed at the same pool, watched with
 // nothing but the API, until it runs on the new node.
 type operatorTimeline struct {
-	out  *syncBuffer
+	out  *nodetest.SyncBuffer
 	done chan struct{}
 	tr   *timeline.Tracker
 	err  error
@@ -242,7 +243,7 @@ type operatorTimeline struct {
 
 func (b *burst) startTimeline(t *testing.T) *operatorTimeline {
 	t.Helper()
-	o := &operatorTimeline{out: &syncBuffer{}, done: make(chan struct{})}
+	o := &operatorTimeline{out: &nodetest.SyncBuffer{}, done: make(chan struct{})}
 	opts := timeline.Options{Namespace: "default", Pool: b.pool.Name, Taints: b.pool.Taints, Fuse: true,
 		Image: renderedPauseImage(t, b.launcher.join.userData), Limit: 5 * time.Minute}
 	client := clientFor(t, b.c)
@@ -474,7 +475,7 @@ func startScheduler(t *testing.T, c cluster) {
 	cmd := exec.Command("kube-scheduler", "--kubeconfig="+c.Kubeconfig,
 		"--authentication-kubeconfig="+c.Kubeconfig, "--authorization-kubeconfig="+c.Kubeconfig,
 		"--leader-elect=false", "--bind-address=127.0.0.1", "--secure-port=0")
-	logs := &syncBuffer{}
+	logs := &nodetest.SyncBuffer{}
 	cmd.Stdout, cmd.Stderr = logs, logs
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	stopOnCleanup(t, "kube-scheduler", cmd, logs)

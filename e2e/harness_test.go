@@ -13,7 +13,6 @@ import (
 	"path/filepath"
 	"sort"
 	"strings"
-	"sync"
 	"testing"
 
 	"github.com/pulumi/pulumi/sdk/v3/go/auto"
@@ -23,6 +22,7 @@ import (
 	"github.com/pulumi/pulumi/sdk/v3/go/pulumi"
 
 	"github.com/dynk8s/dynk8s/internal/realtools"
+	"github.com/dynk8s/dynk8s/node/nodetest"
 )
 
 // cluster is the control plane hack/start-kube.sh started for this run.
@@ -91,7 +91,7 @@ func (c cluster) getJSON(ctx context.Context, v any, args ...string) error {
 // program runs in this test process (so no Go language host is needed).
 type pulumiStack struct {
 	auto.Stack
-	log *syncBuffer
+	log *nodetest.SyncBuffer
 }
 
 const (
@@ -134,31 +134,13 @@ func newStack(ctx context.Context, t *testing.T, c cluster, program pulumi.RunFu
 	if err != nil {
 		t.Fatalf("create stack: %v", err)
 	}
-	ps := &pulumiStack{Stack: s, log: &syncBuffer{}}
+	ps := &pulumiStack{Stack: s, log: &nodetest.SyncBuffer{}}
 	t.Cleanup(func() {
 		if t.Failed() {
 			t.Logf("engine output:\n%s", ps.log.String())
 		}
 	})
 	return ps
-}
-
-// syncBuffer collects engine output; the Automation API writes it from its own goroutines.
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
 }
 
 // k8sObject is one Kubernetes object the stack manages, as recorded in its state.

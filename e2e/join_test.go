@@ -24,6 +24,7 @@ import (
 	"github.com/dynk8s/dynk8s/infra/config"
 	"github.com/dynk8s/dynk8s/internal/endpoint"
 	"github.com/dynk8s/dynk8s/internal/fakeaws"
+	"github.com/dynk8s/dynk8s/node/nodetest"
 )
 
 // The instance the fake IMDS describes.
@@ -350,7 +351,7 @@ func (n nodeEnv) join(ctx context.Context, t *testing.T, in cloudinit.NodeInput,
 
 	callLog := filepath.Join(dir, "calls.log")
 	joinCopy := filepath.Join(dir, "join-config.yaml")
-	cmd := exec.CommandContext(ctx, builtAgent(t), "join")
+	cmd := exec.CommandContext(ctx, nodetest.BuiltAgent(t), "join")
 	cmd.Env = append(os.Environ(),
 		"PATH="+bin+":"+os.Getenv("PATH"),
 		"DYNK8S_ROOT="+root,

@@ -31,6 +31,7 @@ import (
 	"github.com/dynk8s/dynk8s/infra/config"
 	"github.com/dynk8s/dynk8s/internal/fakeaws"
 	"github.com/dynk8s/dynk8s/internal/kube"
+	"github.com/dynk8s/dynk8s/node/nodetest"
 )
 
 // A token of its own, so that this test and TestJoinDiscovery never share or delete each other's.
@@ -368,7 +369,7 @@ func bootNode(ctx context.Context, t *testing.T, userData []byte, realKubeadm st
 	cmd := exec.Command("unshare", "--net", "--mount", "--uts", "--propagation", "private", "--", "bash", nodeSh)
 	cmd.Env = append(os.Environ(), "NODE_DIR="+dir, "NODE_ETC_KUBERNETES="+filepath.Join(n.root, "etc/kubernetes"),
 		"NODE_IP="+fakeNodeIP, "NODE_HOSTNAME="+n.hostname, "KUBELET_WAIT_SECONDS=150")
-	logs := &syncBuffer{}
+	logs := &nodetest.SyncBuffer{}
 	cmd.Stdout, cmd.Stderr = logs, logs
 	if err := cmd.Start(); err != nil {
 		t.Fatalf("start node.sh: %v", err)
@@ -432,7 +433,7 @@ func bootNode(ctx context.Context, t *testing.T, userData []byte, realKubeadm st
 func (n *node) join(ctx context.Context, t *testing.T, deadlineSeconds int) joinRun {
 	t.Helper()
 	cmd := exec.CommandContext(ctx, "nsenter", "-t", strconv.Itoa(n.pid), "-n", "-m", "-u", "--",
-		builtAgent(t), "join")
+		nodetest.BuiltAgent(t), "join")
 	cmd.Env = append(slices.Clone(n.env), "DYNK8S_DEADLINE_SECONDS="+strconv.Itoa(deadlineSeconds))
 	out, err := cmd.CombinedOutput()
 	return joinRun{err: err, output: string(out)}

@@ -17,13 +17,17 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/dynk8s/dynk8s/internal/fakeaws"
+	"github.com/dynk8s/dynk8s/node/nodetest"
 )
 
 // motoSSM is a moto_server of this test on a loopback port that it bound itself, stopped with the test.
 type motoSSM struct {
 	url  string
 	done chan struct{} // closed when the process has exited
-	logs *syncBuffer
+	logs *nodetest.SyncBuffer
 }
 
 // motoListening is werkzeug's start-up line, which names the port it actually bound.
@@ -41,7 +45,7 @@ var motoClient = &http.Client{Timeout: 10 * time.Second}
 // env is added to moto's environment (moto's own settings, such as INITIAL_NO_AUTH_ACTION_COUNT).
 func startMoto(ctx context.Context, t *testing.T, bin string, env ...string) *motoSSM {
 	t.Helper()
-	m := &motoSSM{done: make(chan struct{}), logs: &syncBuffer{}}
+	m := &motoSSM{done: make(chan struct{}), logs: &nodetest.SyncBuffer{}}
 	cmd := exec.Command(bin, "-H", "127.0.0.1", "-p", "0")
 	if len(env) > 0 {
 		cmd.Env = append(os.Environ(), env...)
@@ -119,9 +123,7 @@ func (m *motoSSM) alive() error {
 	}
 }
 
-// ssm makes one SSM call (target e.g. "PutParameter") with the request as JSON and returns the status and body. moto
-// does not check signatures, so the Authorization header only carries the region (in its credential scope), which
-// moto keys its state by.
+// ssm makes one SSM call (target e.g. "PutParameter") with the request as JSON and returns the status and body.
 func (m *motoSSM) ssm(t *testing.T, region, target string, request map[string]any) (int, []byte) {
 	t.Helper()
 	body, err := json.Marshal(request)
@@ -134,8 +136,7 @@ func (m *motoSSM) ssm(t *testing.T, region, target string, request map[string]an
 	}
 	req.Header.Set("Content-Type", "application/x-amz-json-1.1")
 	req.Header.Set("X-Amz-Target", "AmazonSSM."+target)
-	req.Header.Set("Authorization", "AWS4-HMAC-SHA256 Credential=AKIAE2ETEST/20260101/"+region+
-		"/ssm/aws4_request, SignedHeaders=host, Signature=0")
+	signForMoto(t, req, "ssm", region)
 	resp, err := motoClient.Do(req)
 	if err != nil {
 		t.Fatalf("SSM %s: %v", target, errors.Join(err, m.alive()))
@@ -152,5 +153,15 @@ func (m *motoSSM) putSecureString(t *testing.T, region, name, value string) {
 		map[string]any{"Name": name, "Value": value, "Type": "SecureString", "Overwrite": true})
 	if status != http.StatusOK {
 		t.Fatalf("SSM PutParameter: HTTP %d: %s", status, strings.TrimSpace(string(b)))
+	}
+}
+
+// signForMoto signs one of the harness's own requests to moto for service in region, as an SDK would: moto checks no
+// signature, but keys its state by the credential scope's region.
+func signForMoto(t *testing.T, req *http.Request, service, region string) {
+	t.Helper()
+	sig := fakeaws.SigV4{Region: region, Credentials: aws.Credentials{AccessKeyID: "AKIAE2ETEST", SecretAccessKey: "e2e-moto"}}
+	if err := sig.Sign(req, service); err != nil {
+		t.Fatal(err)
 	}
 }

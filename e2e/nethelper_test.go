@@ -14,6 +14,8 @@ import (
 	"strconv"
 	"testing"
 	"time"
+
+	"github.com/dynk8s/dynk8s/node/nodetest"
 )
 
 // netHelperEnv makes the test binary a small TCP endpoint instead of a test run, so that the tunnel tests can
@@ -29,7 +31,9 @@ func TestMain(m *testing.M) {
 	if os.Getenv(netHelperEnv) != "" {
 		os.Exit(netHelper(os.Args[1:]))
 	}
-	os.Exit(m.Run())
+	code := m.Run()
+	nodetest.RemoveBuiltAgent()
+	os.Exit(code)
 }
 
 // netHelper runs one helper command and returns its exit code:

@@ -20,6 +20,7 @@ import (
 
 	"github.com/dynk8s/dynk8s/cmd/timeline/timeline"
 	"github.com/dynk8s/dynk8s/internal/kube"
+	"github.com/dynk8s/dynk8s/node/nodetest"
 )
 
 // The timeline tests run cmd/timeline's Main against the real kube-apiserver of hack/start-kube.sh. With no
@@ -53,8 +54,8 @@ func timelinePods(ctx context.Context, t *testing.T, client kubernetes.Interface
 }
 
 // runTimeline runs the tool's Main in the background and returns its exit status and output when it ends.
-func runTimeline(ctx context.Context, args ...string) (<-chan int, *syncBuffer, *syncBuffer) {
-	stdout, stderr := &syncBuffer{}, &syncBuffer{}
+func runTimeline(ctx context.Context, args ...string) (<-chan int, *nodetest.SyncBuffer, *nodetest.SyncBuffer) {
+	stdout, stderr := &nodetest.SyncBuffer{}, &nodetest.SyncBuffer{}
 	done := make(chan int, 1)
 	go func() { done <- timeline.Main(ctx, args, stdout, stderr) }()
 	return done, stdout, stderr

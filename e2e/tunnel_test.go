@@ -27,6 +27,7 @@ import (
 	"github.com/dynk8s/dynk8s/infra/config"
 	"github.com/dynk8s/dynk8s/internal/fakeaws"
 	"github.com/dynk8s/dynk8s/node/nodeconfig"
+	"github.com/dynk8s/dynk8s/node/nodetest"
 )
 
 // The tunnel tests bring up what the dev stack renders for the WireGuard gateway and the on-prem peer in three
@@ -559,7 +560,7 @@ exec ip netns exec "$ns" bash -euo pipefail -c 'iface=$1; shift; for f in "$@"; 
 		t.Fatal(err)
 	}
 	args := []string{"--mount", "--propagation", "private", "--", "bash", "-c", boot, "gateway-boot",
-		work, tn.gwRoot, string(tn.gw), tn.gwIface, builtAgent(t)}
+		work, tn.gwRoot, string(tn.gw), tn.gwIface, nodetest.BuiltAgent(t)}
 	args = append(args, userDataPaths(t, p.gatewayUserData, "/etc/sysctl.d/*.conf")...)
 	cmd := exec.CommandContext(ctx, "unshare", args...)
 	cmd.WaitDelay = 5 * time.Second

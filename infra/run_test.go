@@ -38,7 +38,7 @@ func engineRun(t *testing.T, values map[string]any, mutate func(*mockcloud.Cloud
 	}
 	cloud := newCloud()
 	t.Setenv(pulumi.EnvConfig, mustJSON(t, sc.Values))
-	t.Setenv(infra.AgentDirEnv, builtAgent(t))
+	t.Setenv(infra.AgentDirEnv, standInAgentDir(t))
 	// The ambient kubeconfig (the dev stack configures none) names an API server with one Ready on-prem Node, which
 	// the engine's run lists (infra.ClusterOnPremNodes).
 	kubeconfig, _ := onPremAPIServer(t, onPremNode("onprem-1", corev1.ConditionTrue))
@@ -58,8 +58,9 @@ func engineRun(t *testing.T, values map[string]any, mutate func(*mockcloud.Cloud
 	return status, stderr.String(), logged.errors(), cloud
 }
 
-// builtAgent is a directory with the node agent of both architectures as `make build` leaves it (stand-in bytes).
-func builtAgent(t *testing.T) string {
+// standInAgentDir is a directory laid out as `make build` leaves the node agent of both architectures, holding
+// stand-in bytes, not a build.
+func standInAgentDir(t *testing.T) string {
 	t.Helper()
 	dir := t.TempDir()
 	for _, arch := range []string{"amd64", "arm64"} {
@@ -75,7 +76,7 @@ func TestEngineNeedsTheBuiltAgent(t *testing.T) {
 	sc, err := mockcloud.ConfigFromMap(c)
 	assert.NilError(t, err)
 	t.Setenv(pulumi.EnvConfig, mustJSON(t, sc.Values))
-	dir := builtAgent(t)
+	dir := standInAgentDir(t)
 	assert.NilError(t, os.Remove(filepath.Join(dir, "dynk8s-node-linux-arm64")))
 	t.Setenv(infra.AgentDirEnv, dir)
 	cloud := mockcloud.New(sc.Values["aws:region"])

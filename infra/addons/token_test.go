@@ -5,24 +5,22 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
-	"net/http"
-	"net/http/httptest"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"regexp"
 	"slices"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
+	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/robfig/cron/v3"
 	"gotest.tools/v3/assert"
 	is "gotest.tools/v3/assert/cmp"
 
 	"github.com/dynk8s/dynk8s/infra/config"
+	"github.com/dynk8s/dynk8s/internal/fakeaws"
 	"github.com/dynk8s/dynk8s/internal/kube"
 	"github.com/dynk8s/dynk8s/internal/realtools"
 )
@@ -222,47 +220,10 @@ func TestTokenRotationSchedule(t *testing.T) {
 	}
 }
 
-// fakeSSM answers PutParameter as SSM does, recording what it was sent.
-type fakeSSM struct {
-	mu       sync.Mutex
-	status   int
-	requests []ssmPut
-	problems []string
-}
-
-type ssmPut struct {
-	Name      string
-	Value     string
-	Type      string
-	KeyID     string `json:"KeyId"`
-	Overwrite bool
-}
-
-func (f *fakeSSM) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	auth := r.Header.Get("Authorization")
-	switch {
-	case r.Method != http.MethodPost || r.Header.Get("X-Amz-Target") != "AmazonSSM.PutParameter":
-		f.problems = append(f.problems, fmt.Sprintf("%s with target %q", r.Method, r.Header.Get("X-Amz-Target")))
-	case r.Header.Get("Content-Type") != "application/x-amz-json-1.1":
-		f.problems = append(f.problems, "content type "+r.Header.Get("Content-Type"))
-	case !strings.HasPrefix(auth, "AWS4-HMAC-SHA256 Credential="+testRotatorKeyID+"/") ||
-		!strings.Contains(auth, "/eu-central-1/ssm/aws4_request"):
-		f.problems = append(f.problems, "not SigV4-signed for eu-central-1/ssm with the rotator's key: "+auth)
-	}
-	var put ssmPut
-	body, _ := io.ReadAll(r.Body)
-	if err := json.Unmarshal(body, &put); err != nil {
-		f.problems = append(f.problems, fmt.Sprintf("body %q: %v", body, err))
-	}
-	f.requests = append(f.requests, put)
-	if f.status != 0 {
-		w.WriteHeader(f.status)
-		_, _ = io.WriteString(w, `{"__type":"AccessDeniedException","message":"not allowed (fake)"}`)
-		return
-	}
-	_, _ = fmt.Fprintf(w, `{"Tier":"Standard","Version":%d}`, len(f.requests))
+// rotatorSSM is SSM as the rotator reaches it: signed with the rotator's long-term key, in the test args' region.
+func rotatorSSM(t *testing.T) *fakeaws.SSM {
+	return fakeaws.NewSSM(t, fakeaws.SigV4{Region: "eu-central-1",
+		Credentials: aws.Credentials{AccessKeyID: testRotatorKeyID, SecretAccessKey: testRotatorSecret}})
 }
 
 type rotateRun struct {
@@ -277,7 +238,7 @@ const testTokenKey = "arn:aws:kms:eu-central-1:123456789012:key/1234abcd-12ab-34
 
 // runRotateScript runs the embedded script with the real curl and jq, a stub kubectl that keeps what it is given
 // on stdin, and SSM at ssm; env replaces or adds to the environment the pods give it.
-func runRotateScript(t *testing.T, ssm *httptest.Server, kubectlFails bool, env ...string) rotateRun {
+func runRotateScript(t *testing.T, ssm *fakeaws.SSM, kubectlFails bool, env ...string) rotateRun {
 	t.Helper()
 	realCurl := realtools.Require(t, "curl")
 	dir := realtools.ClosedPath(t, "jq")
@@ -327,14 +288,12 @@ exec "$STUB_REAL_CURL" "$@"`)
 // never leaves the key to SSM's default); two runs make two different tokens; no secret is ever on a command line
 // or in the log.
 func TestRotateTokenScript(t *testing.T) {
-	ssm := &fakeSSM{}
-	srv := httptest.NewServer(ssm)
-	t.Cleanup(srv.Close)
+	ssm := rotatorSSM(t)
 
 	var tokens []string
 	for range 2 {
 		before := time.Now().UTC().Truncate(time.Second)
-		run := runRotateScript(t, srv, false)
+		run := runRotateScript(t, ssm, false)
 		assert.Equal(t, run.status, 0)
 		m := run.manifest
 		sd := dig(t, m, "stringData").(map[string]any)
@@ -355,10 +314,8 @@ func TestRotateTokenScript(t *testing.T) {
 			"expiration %s is not the TTL from now", exp)
 		assert.Check(t, is.Contains(run.argv, "kubectl create --filename - --output name\n"))
 
-		ssm.mu.Lock()
-		last := ssm.requests[len(ssm.requests)-1]
-		ssm.mu.Unlock()
-		assert.DeepEqual(t, last, ssmPut{Name: testTokenParameter, Value: id + "." + secret, Type: "SecureString",
+		puts := ssm.Puts()
+		assert.DeepEqual(t, puts[len(puts)-1], fakeaws.SSMPut{Name: testTokenParameter, Value: id + "." + secret, Type: "SecureString",
 			KeyID: testTokenKey, Overwrite: true})
 		assert.Check(t, is.Contains(run.output, "wrote token "+id+" to SSM parameter "+testTokenParameter))
 		for _, s := range []string{secret, testRotatorSecret} {
@@ -368,25 +325,20 @@ func TestRotateTokenScript(t *testing.T) {
 		tokens = append(tokens, id+"."+secret)
 	}
 	assert.Check(t, tokens[0] != tokens[1], "two runs issued the same token")
-	ssm.mu.Lock()
-	defer ssm.mu.Unlock()
-	assert.Check(t, is.Len(ssm.problems, 0), "%v", ssm.problems)
 }
 
 // TestRotateTokenScriptFailures: a Secret the API server refuses means no SSM write at all (a token in SSM the
 // cluster does not know would fail every join); an SSM error fails the run with SSM's reason.
 func TestRotateTokenScriptFailures(t *testing.T) {
-	ssm := &fakeSSM{}
-	srv := httptest.NewServer(ssm)
-	t.Cleanup(srv.Close)
+	ssm := rotatorSSM(t)
 
-	run := runRotateScript(t, srv, true)
+	run := runRotateScript(t, ssm, true)
 	assert.Equal(t, run.status, 1)
 	assert.Check(t, is.Contains(run.output, "FAILED: could not create Secret kube-system/bootstrap-token-"))
 	assert.Check(t, !strings.Contains(run.argv, "curl "), "SSM was called after the Secret failed")
 
-	ssm.status = http.StatusBadRequest
-	run = runRotateScript(t, srv, false)
+	ssm.Fail(-1, "AccessDeniedException")
+	run = runRotateScript(t, ssm, false)
 	assert.Equal(t, run.status, 1)
 	assert.Check(t, is.Contains(run.output, "FAILED: SSM PutParameter "+testTokenParameter+": curl exit 0, HTTP 400"))
 	assert.Check(t, is.Contains(run.output, "AccessDeniedException"))
@@ -394,9 +346,9 @@ func TestRotateTokenScriptFailures(t *testing.T) {
 	assert.Check(t, !strings.Contains(run.output, dig(t, run.manifest, "stringData", "token-secret").(string)))
 
 	// Without a key, or with something else than a key ARN or alias, nothing happens at all.
-	ssm.status = 0
+	ssm.Fail(0, "")
 	for _, key := range []string{"", `alias/a"b`, "1234abcd-12ab-34cd-56ef-1234567890ab"} {
-		run = runRotateScript(t, srv, false, "KMS_KEY_ID="+key)
+		run = runRotateScript(t, ssm, false, "KMS_KEY_ID="+key)
 		assert.Check(t, run.status != 0, "KMS_KEY_ID=%q", key)
 		assert.Check(t, is.Contains(run.output, "KMS_KEY_ID"), "KMS_KEY_ID=%q", key)
 		assert.Check(t, run.argv == "", "KMS_KEY_ID=%q: %s ran", key, run.argv)

@@ -1,15 +1,12 @@
-// Package fakeaws holds wire-level fakes of the AWS services dynk8s calls, one per service, for tests that run the
-// real clients (the node agent's built binary, the bootstrap, the in-cluster parts) against loopback servers.
 package fakeaws
 
 import (
 	"encoding/json"
-	"fmt"
 	"io"
 	"net/http"
-	"net/http/httptest"
-	"sync"
 	"testing"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
 )
 
 // IMDSSessionToken is the IMDSv2 session token the server hands out and requires.
@@ -27,6 +24,20 @@ type IMDSInstance struct {
 	LifecycleState string
 }
 
+// NodeInstance is the instance the fakes describe unless a test needs another: an arm64 pool node in eu-central-1,
+// with its role's temporary credentials.
+func NodeInstance() IMDSInstance {
+	return IMDSInstance{ID: "i-0123456789abcdef0", Zone: "eu-central-1a", Region: "eu-central-1",
+		PrivateIP: "10.100.1.23", Type: "m7g.large", Role: "dynk8s-node", AccessKeyID: "AKIAFAKEACCESSKEY01",
+		SecretAccessKey: "fakeSecret/Key+0123456789abcdefghijklmn", SessionToken: "FwoGZXIvYXdzEFAKE/session+token=="}
+}
+
+// SigV4 is what the instance's role signs with: its credentials, in its region.
+func (inst IMDSInstance) SigV4() SigV4 {
+	return SigV4{Region: inst.Region, Credentials: aws.Credentials{AccessKeyID: inst.AccessKeyID,
+		SecretAccessKey: inst.SecretAccessKey, SessionToken: inst.SessionToken}}
+}
+
 // lifecyclePath is where IMDS has the Auto Scaling target lifecycle state: "the state it is transitioning to"
 // (InService, Warmed:Stopped, ...), per the EC2 Auto Scaling user guide, "Retrieve the target lifecycle state through
 // instance metadata".
@@ -38,16 +49,12 @@ const lifecyclePath = "/latest/meta-data/autoscaling/target-lifecycle-state"
 // Requests that break the IMDSv2 rules are answered as the real service does and
 // reported as test errors when the test ends.
 type IMDS struct {
-	*httptest.Server
-
-	mu            sync.Mutex
+	server
 	values        map[string]string
 	tokenFailures int
-	requests      int
-	problems      []string
 }
 
-// New starts a server for inst; it stops, and reports its problems, when t ends.
+// NewIMDS starts a server for inst; it stops, and reports its problems, when t ends.
 func NewIMDS(t testing.TB, inst IMDSInstance) *IMDS {
 	t.Helper()
 	creds, err := json.Marshal(map[string]string{
@@ -73,15 +80,7 @@ func NewIMDS(t testing.TB, inst IMDSInstance) *IMDS {
 	if inst.LifecycleState != "" {
 		s.values[lifecyclePath] = inst.LifecycleState
 	}
-	s.Server = httptest.NewServer(http.HandlerFunc(s.serve))
-	t.Cleanup(func() {
-		s.Close()
-		s.mu.Lock()
-		defer s.mu.Unlock()
-		for _, p := range s.problems {
-			t.Errorf("fake IMDS: %s", p)
-		}
-	})
+	s.start(t, "IMDS", "", SigV4{}, nil, s.serve)
 	return s
 }
 
@@ -104,17 +103,7 @@ func (s *IMDS) SetLifecycleState(state string) {
 	s.values[lifecyclePath] = state
 }
 
-// Requests is how many requests the server has had.
-func (s *IMDS) Requests() int {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.requests
-}
-
 func (s *IMDS) serve(w http.ResponseWriter, r *http.Request) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.requests++
 	if r.URL.Path == "/latest/api/token" {
 		if r.Method != http.MethodPut || r.Header.Get("X-aws-ec2-metadata-token-ttl-seconds") == "" {
 			s.problemf("token request %s without a TTL header", r.Method)
@@ -142,8 +131,4 @@ func (s *IMDS) serve(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	_, _ = io.WriteString(w, v)
-}
-
-func (s *IMDS) problemf(format string, args ...any) {
-	s.problems = append(s.problems, fmt.Sprintf(format, args...))
 }

@@ -1,104 +1,49 @@
-package cloudinit
+package nodetest
 
 import (
-	"bytes"
 	"crypto/sha256"
-	"encoding/json"
 	"fmt"
-	"net/url"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 
 	"gotest.tools/v3/assert"
 	is "gotest.tools/v3/assert/cmp"
 
-	"github.com/dynk8s/dynk8s/internal/endpoint"
+	"github.com/dynk8s/dynk8s/cloudinit"
 	"github.com/dynk8s/dynk8s/internal/fakeaws"
 	"github.com/dynk8s/dynk8s/node/nodeconfig"
 )
 
 // Acceptance of the node agent: the built node/cmd/dynk8s-node, with the node's configuration as NodeConfig renders it,
-// against the wire-level fakes (fakes_test.go: IMDSv2, SSM's JSON API, Auto Scaling's and EC2's Query APIs, each
-// checking the SigV4 signature with the role's credentials) through the endpoint overrides, with the host's
+// against the wire-level fakes (internal/fakeaws: IMDSv2, SSM's JSON API, Auto Scaling's and EC2's Query APIs,
+// each checking the SigV4 signature with the role's credentials) through the endpoint overrides, with the host's
 // commands recorded by the same stand-ins the boot scripts ran with. The agent's own table tests
 // (node/cmd/dynk8s-node) cover every scenario with fake clients; these prove the real clients speak the wire protocols.
 
-const agentPath = "/usr/local/bin/dynk8s-node"
-
-var agentBuild struct {
-	once sync.Once
-	dir  string
-	path string
-	err  error
-}
-
-// builtAgent builds node/cmd/dynk8s-node once per test binary (the Go build cache makes it quick after the first).
-func builtAgent(t *testing.T) string {
+// agentFixture renders the test pool (changed by modify) for a fake API server that first drops apiDrops
+// connections, and returns its user data and the fakes, SSM serving the join token.
+func agentFixture(t *testing.T, apiDrops int, modify func(*cloudinit.NodeInput), inst fakeaws.IMDSInstance) ([]byte, *cloud) {
 	t.Helper()
-	agentBuild.once.Do(func() {
-		agentBuild.dir, agentBuild.err = os.MkdirTemp("", "dynk8s-agent-")
-		if agentBuild.err != nil {
-			return
-		}
-		agentBuild.path = filepath.Join(agentBuild.dir, "dynk8s-node")
-		cmd := exec.Command("go", "build", "-trimpath", "-o", agentBuild.path, "github.com/dynk8s/dynk8s/node/cmd/dynk8s-node")
-		cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
-		if out, err := cmd.CombinedOutput(); err != nil {
-			agentBuild.err = &buildError{err: err, out: string(out)}
-		}
-	})
-	assert.NilError(t, agentBuild.err)
-	return agentBuild.path
-}
-
-type buildError struct {
-	err error
-	out string
-}
-
-func (e *buildError) Error() string {
-	return "go build ./node/cmd/dynk8s-node: " + e.err.Error() + "\n" + e.out
-}
-
-func TestMain(m *testing.M) {
-	code := m.Run()
-	if agentBuild.dir != "" {
-		_ = os.RemoveAll(agentBuild.dir)
-	}
-	os.Exit(code)
-}
-
-// agentFixture renders the spot pool (changed by modify) for a fake API server that first drops apiDrops
-// connections, and returns its user data and a fake AWS serving the join token.
-func agentFixture(t *testing.T, apiDrops int, modify func(*NodeInput), inst fakeaws.IMDSInstance) ([]byte, *fakeAWS) {
-	t.Helper()
-	api := newFakeAPIServer(t, apiDrops)
-	u, err := url.Parse(api.URL)
-	assert.NilError(t, err)
-	in := spotPool()
-	in.APIServerEndpoint, err = endpoint.Parse(u.Host)
-	assert.NilError(t, err)
-	in.JoinTokenParameter = testTokenParameter
+	aws := newCloud(t, map[string]string{testTokenParameter: testToken}, inst, apiDrops)
+	in := testPool(aws.apiEndpoint(t))
 	if modify != nil {
 		modify(&in)
 	}
-	ud, err := Node(in)
+	ud, err := cloudinit.Node(in)
 	assert.NilError(t, err)
-	return ud, newFakeAWSIn(t, map[string]string{testTokenParameter: testToken}, inst)
+	return ud, aws
 }
 
 // newAgentEnv is newScriptEnv with the agent installed where the bootstrap puts it.
-func newAgentEnv(t *testing.T, ud []byte, aws *fakeAWS, env map[string]string, prepare func(root string)) *scriptEnv {
+func newAgentEnv(t *testing.T, ud []byte, aws *cloud, env map[string]string, prepare func(root string)) *scriptEnv {
 	t.Helper()
-	bin := builtAgent(t)
+	bin := BuiltAgent(t)
 	return newScriptEnv(t, ud, aws, env, func(root string) {
 		// A link, not a copy: a file written here while a parallel test forks could be busy (ETXTBSY) when it runs.
-		assert.NilError(t, os.MkdirAll(filepath.Join(root, filepath.Dir(agentPath)), 0o755))
-		assert.NilError(t, os.Symlink(bin, filepath.Join(root, agentPath)))
+		assert.NilError(t, os.MkdirAll(filepath.Join(root, filepath.Dir(AgentPath)), 0o755))
+		assert.NilError(t, os.Symlink(bin, filepath.Join(root, AgentPath)))
 		if prepare != nil {
 			prepare(root)
 		}
@@ -113,11 +58,11 @@ func TestAgentJoins(t *testing.T) {
 	t.Parallel()
 	ud, aws := agentFixture(t, 2, nil, fakeaws.IMDSInstance{})
 	aws.imds.FailTokens(2)
-	aws.ssmFailures = 1
+	aws.ssm.Fail(1, "AccessDeniedException")
 	env := newAgentEnv(t, ud, aws, map[string]string{"STUB_KUBEADM_FAILURES": "1"}, nil)
-	run := env.run(t, agentPath, "join")
+	run := env.run(t, AgentPath, "join")
 	assert.Equal(t, run.exitCode, 0)
-	sum, err := os.ReadFile(builtAgent(t))
+	sum, err := os.ReadFile(BuiltAgent(t))
 	assert.NilError(t, err)
 	assert.Check(t, strings.HasPrefix(run.stderr, fmt.Sprintf("dynk8s-join: dynk8s-node devel (sha256 %x, ", sha256.Sum256(sum))),
 		"the first line names the version and the binary's hash")
@@ -128,29 +73,29 @@ func TestAgentJoins(t *testing.T) {
 	}
 	assert.Check(t, is.Contains(run.stderr, "IMDSv2 token: HTTP 503"))
 	assert.Check(t, is.Contains(run.stderr, "HTTP 400 AccessDeniedException: fake SSM says no"))
-	assert.Check(t, is.Len(failedLines(run.stderr), 0))
-	jc := parseJoinConfig(t, run.file("join-config.yaml"))
+	assert.Check(t, is.Len(FailedLines(run.stderr), 0))
+	jc := ParseJoinConfig(t, run.file("join-config.yaml"))
 	assert.Check(t, is.Equal(jc.Discovery.BootstrapToken.Token, testToken))
 	assert.Check(t, is.DeepEqual(jc.Discovery.BootstrapToken.CACertHashes, []string{testCAHash}))
-	assert.Check(t, is.Equal(jc.NodeRegistration.Name, fakeInstanceID))
+	assert.Check(t, is.Equal(jc.NodeRegistration.Name, testInstanceID))
 	assert.Check(t, is.Equal(strings.TrimSpace(run.file("join-config.mode")), "600"))
 	calls := run.file("calls")
 	assert.Check(t, is.Contains(calls, "dnf install -y "+dnfOptions+" --repo=dynk8s-kubernetes --repo=dynk8s-cri-o "+
 		"kubelet-1.34.4 kubeadm-1.34.4 cri-tools-1.34.* cri-o-1.34.*\n"))
 	checkLocksBeforeJoin(t, calls)
-	for _, secret := range []string{testToken, fakeSecretKey, fakeSession, fakeaws.IMDSSessionToken} {
+	for _, secret := range []string{testToken, aws.inst.SecretAccessKey, aws.inst.SessionToken, fakeaws.IMDSSessionToken} {
 		assert.Check(t, !strings.Contains(calls, secret), "a secret is in some command's argv")
 		assert.Check(t, !strings.Contains(run.stderr, secret), "a secret is in the log")
 		assert.Check(t, !strings.Contains(run.file("journal"), secret), "a secret is in the journal")
 	}
-	assert.Check(t, is.Contains(run.file("journal"), "joined the cluster as "+fakeInstanceID), "outside systemd the log also goes to logger")
+	assert.Check(t, is.Contains(run.file("journal"), "joined the cluster as "+testInstanceID), "outside systemd the log also goes to logger")
 	tl := readTimeline(t, run)
 	assert.Check(t, is.Equal(tl.Result, "joined"))
-	assert.Check(t, is.DeepEqual(tl.phaseNames(), []string{"identity", "kernel", "packages", "crio", "checks", "token",
+	assert.Check(t, is.DeepEqual(tl.PhaseNames(), []string{"identity", "kernel", "packages", "crio", "checks", "token",
 		"api-server", "kubeadm-join", "pre-pull"}))
 	assert.Check(t, is.Contains(run.stderr, "timeline: result=joined mode=join total="))
 
-	again := env.run(t, agentPath, "join")
+	again := env.run(t, AgentPath, "join")
 	assert.Equal(t, again.exitCode, 0)
 	assert.Check(t, is.Contains(again.stderr, "already joined"))
 }
@@ -160,23 +105,21 @@ func TestAgentJoins(t *testing.T) {
 func TestAgentGivesUpAtDeadline(t *testing.T) {
 	t.Parallel()
 	ud, aws := agentFixture(t, 0, nil, fakeaws.IMDSInstance{})
-	aws.ssmFailures = -1
+	aws.ssm.Fail(-1, "AccessDeniedException")
 	env := newAgentEnv(t, ud, aws, map[string]string{"DYNK8S_DEADLINE_SECONDS": "2"}, func(root string) {
 		assert.NilError(t, os.MkdirAll(filepath.Join(root, "dev"), 0o755))
 		assert.NilError(t, os.WriteFile(filepath.Join(root, "dev/kmsg"), nil, 0o644))
 	})
-	run := env.run(t, agentPath, "join")
+	run := env.run(t, AgentPath, "join")
 	assert.Check(t, is.Equal(run.exitCode, 1))
-	failed := failedLines(run.stderr)
+	failed := FailedLines(run.stderr)
 	assert.Assert(t, is.Len(failed, 1), run.stderr)
 	assert.Check(t, is.Contains(failed[0], "read the join token from SSM parameter "+testTokenParameter+": gave up after"))
 	assert.Check(t, is.Contains(failed[0], "(deadline 2s)"))
 	assert.Check(t, !strings.Contains(run.file("calls"), "kubeadm "), "kubeadm ran")
-	assert.Check(t, is.Len(aws.autoscalingCalls(), 0), "the instance was handed back to its group")
-	kmsg, err := os.ReadFile(filepath.Join(run.root, "dev/kmsg"))
-	assert.NilError(t, err)
-	lines := strings.Split(strings.TrimSuffix(string(kmsg), "\n"), "\n")
-	assert.Assert(t, is.Len(lines, 2), "%s", kmsg)
+	assert.Check(t, is.Len(aws.asg.Calls(), 0), "the instance was handed back to its group")
+	lines := KernelLog(t, run.root)
+	assert.Assert(t, is.Len(lines, 2), "%q", lines)
 	assert.Check(t, strings.HasPrefix(lines[0], "<3>dynk8s-join: FAILED: read the join token"), lines[0])
 	assert.Check(t, strings.HasPrefix(lines[1], "<3>dynk8s-join: timeline: result=failed mode=join "), lines[1])
 	assert.Check(t, is.Equal(readTimeline(t, run).Result, "failed"))
@@ -195,31 +138,29 @@ func TestAgentWarmPool(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
 			ud, aws := agentFixture(t, 0, withHook, fakeaws.IMDSInstance{LifecycleState: "Warmed:Stopped"})
-			aws.pendingAction = true
-			aws.instanceVersion, aws.groupVersion = c.instance, c.group
+			aws.asg.Hold()
+			aws.asg.SetLaunchTemplateVersions(c.instance, c.group)
 			env := newAgentEnv(t, ud, aws, nil, nil)
-			warm := env.run(t, agentPath, "join")
+			warm := env.run(t, AgentPath, "join")
 			assert.Equal(t, warm.exitCode, 0)
 			assert.Check(t, is.Equal(readTimeline(t, warm).Result, "prepared"))
-			complete := "CompleteLifecycleAction AutoScalingGroupName=" + fakeGroup + " InstanceId=" + fakeInstanceID +
+			complete := "CompleteLifecycleAction AutoScalingGroupName=" + testGroup + " InstanceId=" + testInstanceID +
 				" LifecycleActionResult=%s LifecycleHookName=" + testHook
-			assert.Check(t, is.DeepEqual(aws.autoscalingCalls(), []string{
-				"DescribeAutoScalingInstances InstanceIds.member.1=" + fakeInstanceID,
+			assert.Check(t, is.DeepEqual(aws.asg.Calls(), []string{
+				"DescribeAutoScalingInstances InstanceIds.member.1=" + testInstanceID,
 				strings.Replace(complete, "%s", "CONTINUE", 1),
 			}))
 			assert.Check(t, !strings.Contains(warm.file("calls"), "\nkubeadm "), "kubeadm ran in the warm pool")
 
 			reboot(t, env.root)
 			aws.imds.SetLifecycleState("InService")
-			aws.mu.Lock()
-			aws.pendingAction = true
-			aws.mu.Unlock()
+			aws.asg.Hold()
 			assert.NilError(t, os.Remove(filepath.Join(env.stubDir, "calls")))
-			start := env.run(t, agentPath, "join")
+			start := env.run(t, AgentPath, "join")
 			assert.Equal(t, start.exitCode, 0)
 			assert.Check(t, is.Equal(readTimeline(t, start).Result, c.result))
-			asg := aws.autoscalingCalls()
-			assert.Check(t, is.Contains(asg, "DescribeAutoScalingGroups AutoScalingGroupNames.member.1="+fakeGroup))
+			asg := aws.asg.Calls()
+			assert.Check(t, is.Contains(asg, "DescribeAutoScalingGroups AutoScalingGroupNames.member.1="+testGroup))
 			assert.Check(t, is.Equal(asg[len(asg)-1], strings.Replace(complete, "%s", c.action, 1)))
 			assert.Check(t, is.Equal(strings.Contains(start.file("calls"), "kubeadm join"), c.result == "joined"))
 		})
@@ -227,10 +168,10 @@ func TestAgentWarmPool(t *testing.T) {
 	t.Run("running", func(t *testing.T) {
 		t.Parallel()
 		ud, aws := agentFixture(t, 0, withHook, fakeaws.IMDSInstance{LifecycleState: "Warmed:Running"})
-		aws.pendingAction = true
+		aws.asg.Hold()
 		env := newAgentEnv(t, ud, aws, nil, nil)
-		assert.Equal(t, env.run(t, agentPath, "join").exitCode, 0)
-		tick := env.run(t, agentPath, "join")
+		assert.Equal(t, env.run(t, AgentPath, "join").exitCode, 0)
+		tick := env.run(t, AgentPath, "join")
 		assert.Equal(t, tick.exitCode, 0)
 		assert.Check(t, is.Equal(tick.stderr, ""), "a waiting run logs nothing")
 	})
@@ -240,30 +181,32 @@ func TestAgentWarmPool(t *testing.T) {
 // gateway still stopping and fails at once, with the reason, when refused.
 func TestAgentWakesTheGateway(t *testing.T) {
 	t.Parallel()
-	withGateway := func(in *NodeInput) { in.GatewayInstanceID = testGatewayID }
+	withGateway := func(in *cloudinit.NodeInput) { in.GatewayInstanceID = testGatewayID }
 	ud, aws := agentFixture(t, 0, withGateway, fakeaws.IMDSInstance{})
-	aws.ec2.gatewayID, aws.ec2.gatewayState = testGatewayID, "stopped"
-	run := newAgentEnv(t, ud, aws, nil, nil).run(t, agentPath, "join")
+	aws.ec2.AddInstances(fakeaws.EC2Instance{ID: testGatewayID, State: "stopped"})
+	run := newAgentEnv(t, ud, aws, nil, nil).run(t, AgentPath, "join")
 	assert.Equal(t, run.exitCode, 0)
 	assert.Check(t, is.Contains(run.stderr, "dynk8s-wake-gateway: gateway "+testGatewayID+" was stopped, now pending"))
-	assert.Check(t, is.DeepEqual(aws.ec2Actions(), []string{"StartInstances"}))
+	assert.Check(t, is.DeepEqual(aws.ec2.Actions(), []string{"StartInstances"}))
+	assert.Check(t, is.Equal(aws.ec2.State(testGatewayID), "running"))
 
 	ud, aws = agentFixture(t, 0, withGateway, fakeaws.IMDSInstance{})
-	aws.ec2.gatewayID, aws.ec2.gatewayState, aws.ec2.stoppingCalls = testGatewayID, "stopping", 2
-	run = newAgentEnv(t, ud, aws, nil, nil).run(t, agentPath, "wake-gateway")
+	aws.ec2.AddInstances(fakeaws.EC2Instance{ID: testGatewayID, State: "stopping", StartsRefused: 2})
+	run = newAgentEnv(t, ud, aws, nil, nil).run(t, AgentPath, "wake-gateway")
 	assert.Equal(t, run.exitCode, 0)
 	assert.Check(t, is.Contains(run.stderr, "(stopping): EC2 StartInstances: HTTP 400 IncorrectInstanceState"))
 	assert.Check(t, is.Contains(run.stderr, "was stopped, now pending"))
-	assert.Check(t, is.Len(aws.ec2Actions(), 3))
+	assert.Check(t, is.Len(aws.ec2.Actions(), 3))
+	assert.Check(t, is.Equal(aws.ec2.State(testGatewayID), "running"))
 
 	ud, aws = agentFixture(t, 0, withGateway, fakeaws.IMDSInstance{})
-	aws.ec2.gatewayID = testGatewayID
-	aws.ec2.failures, aws.ec2.failStatus, aws.ec2.failCode = -1, 403, "UnauthorizedOperation"
-	run = newAgentEnv(t, ud, aws, nil, nil).run(t, agentPath, "wake-gateway")
+	aws.ec2.AddInstances(fakeaws.EC2Instance{ID: testGatewayID, State: "running"})
+	aws.ec2.Fail(-1, 403, "UnauthorizedOperation")
+	run = newAgentEnv(t, ud, aws, nil, nil).run(t, AgentPath, "wake-gateway")
 	assert.Check(t, is.Equal(run.exitCode, 1))
-	assert.Check(t, is.DeepEqual(failedLines(run.stderr), []string{"dynk8s-wake-gateway: FAILED: cannot start gateway " +
+	assert.Check(t, is.DeepEqual(FailedLines(run.stderr), []string{"dynk8s-wake-gateway: FAILED: cannot start gateway " +
 		testGatewayID + ": EC2 StartInstances: HTTP 403 UnauthorizedOperation: fake EC2 says no"}))
-	assert.Check(t, is.Len(aws.ec2Actions(), 1))
+	assert.Check(t, is.Len(aws.ec2.Actions(), 1))
 }
 
 // A configuration the agent does not understand (here a key it does not know) stops the boot with that reason
@@ -276,9 +219,9 @@ func TestAgentRefusesAnUnknownConfigKey(t *testing.T) {
 		cfg, err := os.ReadFile(path)
 		assert.NilError(t, err)
 		assert.NilError(t, os.WriteFile(path, []byte(strings.Replace(string(cfg), `"poolName"`, `"poolNmae"`, 1)), 0o644))
-	}).run(t, agentPath, "join")
+	}).run(t, AgentPath, "join")
 	assert.Check(t, is.Equal(run.exitCode, 1))
-	assert.Check(t, is.Len(failedLines(run.stderr), 1), run.stderr)
+	assert.Check(t, is.Len(FailedLines(run.stderr), 1), run.stderr)
 	assert.Check(t, is.Contains(run.stderr, `unknown key "poolNmae"`))
 	assert.Check(t, is.Equal(aws.imds.Requests(), 0))
 }
@@ -288,11 +231,11 @@ func TestAgentRefusesAnUnknownConfigKey(t *testing.T) {
 func TestAgentDryRun(t *testing.T) {
 	t.Parallel()
 	ud, aws := agentFixture(t, 0, withHook, fakeaws.IMDSInstance{LifecycleState: "InService"})
-	aws.pendingAction = true
-	run := newAgentEnv(t, ud, aws, nil, nil).run(t, agentPath, "join", "--dry-run", "-v")
+	aws.asg.Hold()
+	run := newAgentEnv(t, ud, aws, nil, nil).run(t, AgentPath, "join", "--dry-run", "-v")
 	assert.Equal(t, run.exitCode, 0)
 	assert.Check(t, is.Equal(run.file("calls"), ""), "a command ran")
-	assert.Check(t, aws.pendingAction, "the lifecycle action was completed")
+	assert.Check(t, aws.asg.Pending(), "the lifecycle action was completed")
 	assert.Check(t, is.Contains(run.stderr, "dry run: would run dnf install -y"))
 	assert.Check(t, is.Contains(run.stderr, "dry run: would run kubeadm join --config"))
 	assert.Check(t, is.Contains(run.stderr, "token: <the token from SSM>"))
@@ -302,26 +245,7 @@ func TestAgentDryRun(t *testing.T) {
 	assert.Check(t, os.IsNotExist(err), "the dry run wrote under /run/dynk8s")
 }
 
-const (
-	testTokenParameter = "/dynk8s/test/join-token"
-	testToken          = "k7x2qa.0f9e8d7c6b5a4z3y"
-	testGatewayID      = "i-0feedfacecafe0001"
-	testHook           = "dynk8s-launch"
-	// dnfOptions are the options of every dnf transaction of the boot.
-	dnfOptions = "--setopt=install_weak_deps=False --setopt=tsflags=nodocs --setopt=max_parallel_downloads=10"
-)
-
-func withHook(in *NodeInput) { in.LaunchHook = testHook }
-
-func failedLines(stderr string) []string {
-	var out []string
-	for _, l := range strings.Split(stderr, "\n") {
-		if strings.Contains(l, "FAILED") {
-			out = append(out, l)
-		}
-	}
-	return out
-}
+func withHook(in *cloudinit.NodeInput) { in.LaunchHook = testHook }
 
 // reboot is what a stop and start leaves of the node's files: /run is a tmpfs.
 func reboot(t *testing.T, root string) {
@@ -329,52 +253,10 @@ func reboot(t *testing.T, root string) {
 	assert.NilError(t, os.RemoveAll(filepath.Join(root, "run")))
 }
 
-// timeline is /run/dynk8s/timeline.json as the runbook and cmd/timeline's readers take it.
-type timeline struct {
-	InstanceID              string   `json:"instanceId"`
-	LifecycleState          string   `json:"lifecycleState"`
-	Mode                    string   `json:"mode"`
-	Result                  string   `json:"result"`
-	Reason                  string   `json:"reason"`
-	TotalSeconds            float64  `json:"totalSeconds"`
-	StartedSecondsAfterBoot *float64 `json:"startedSecondsAfterBoot"`
-	Phases                  []struct {
-		Name    string  `json:"name"`
-		Seconds float64 `json:"seconds"`
-	} `json:"phases"`
-}
-
-func (tl timeline) phaseNames() []string {
-	var out []string
-	for _, p := range tl.Phases {
-		out = append(out, p.Name)
-	}
-	return out
-}
-
-// readTimeline reads the run's timeline strictly and checks that its phases fit its total and the fake
-// /proc/uptime (42.5 s).
-func readTimeline(t *testing.T, run scriptRun) timeline {
+// readTimeline is ReadTimeline of the run, on a node whose /proc/uptime says 42.5 s.
+func readTimeline(t *testing.T, run scriptRun) Timeline {
 	t.Helper()
-	b, err := os.ReadFile(filepath.Join(run.root, "run/dynk8s/timeline.json"))
-	assert.NilError(t, err)
-	var tl timeline
-	dec := json.NewDecoder(bytes.NewReader(b))
-	dec.DisallowUnknownFields()
-	assert.NilError(t, dec.Decode(&tl), string(b))
-	sum := 0.0
-	for _, p := range tl.Phases {
-		assert.Check(t, p.Seconds >= 0 && p.Seconds <= tl.TotalSeconds+0.01, "phase %+v of %.3f s", p, tl.TotalSeconds)
-		if p.Name != "pre-pull" { // runs beside the others
-			sum += p.Seconds
-		}
-	}
-	assert.Check(t, sum <= tl.TotalSeconds+0.01, "phases sum to %.3f s, more than the %.3f s total", sum, tl.TotalSeconds)
-	assert.Check(t, tl.TotalSeconds <= run.elapsed.Seconds(), "total %.3f s, but the agent ran %s", tl.TotalSeconds, run.elapsed)
-	if assert.Check(t, tl.StartedSecondsAfterBoot != nil) {
-		assert.Check(t, *tl.StartedSecondsAfterBoot > 0 && *tl.StartedSecondsAfterBoot <= 42.5)
-	}
-	return tl
+	return ReadTimeline(t, run.root, run.elapsed, testUptime)
 }
 
 // checkLocksBeforeJoin: the join loads the metadata lockdown and turns swap off before kubeadm join starts the

@@ -1,4 +1,4 @@
-package cloudinit
+package nodetest
 
 import (
 	"fmt"
@@ -12,12 +12,13 @@ import (
 	"gotest.tools/v3/assert"
 	is "gotest.tools/v3/assert/cmp"
 
+	"github.com/dynk8s/dynk8s/cloudinit"
 	"github.com/dynk8s/dynk8s/internal/fakeaws"
 )
 
 // Acceptance of the gateway's commands (gateway-key, gateway-packages, gateway-idle): the built agent with the
-// gateway's configuration as Gateway renders it, against the wire-level fakes (IMDSv2, SSM's JSON API, EC2's Query
-// API, each checking the SigV4 signature with the role's credentials) through the endpoint overrides, and the
+// gateway's configuration as Gateway renders it, against the wire-level fakes of internal/fakeaws (IMDSv2, SSM's JSON
+// API, EC2's Query API, each checking the SigV4 signature with the role's credentials) through the endpoint overrides, and the
 // host's commands (rpm, dnf, systemctl, nft) recorded by the stand-ins. The agent's table tests (node/cmd/dynk8s-node,
 // gateway_test.go) cover every scenario of the scripts these replace with fake clients; these prove the real
 // clients speak the wire protocols and the rendered config is the one the agent reads.
@@ -25,9 +26,9 @@ import (
 const idleStateFile = "run/dynk8s/gateway-idle.state"
 
 // gatewayEnv is a gateway's root with the rendered user data (in) and the agent where the bootstrap installs it.
-func gatewayEnv(t *testing.T, in GatewayInput, aws *fakeAWS, env map[string]string, prepare func(root string)) *scriptEnv {
+func gatewayEnv(t *testing.T, in cloudinit.GatewayInput, aws *cloud, env map[string]string, prepare func(root string)) *scriptEnv {
 	t.Helper()
-	ud, err := Gateway(in)
+	ud, err := cloudinit.Gateway(in)
 	assert.NilError(t, err)
 	return newAgentEnv(t, ud, aws, env, prepare)
 }
@@ -37,11 +38,11 @@ func gatewayEnv(t *testing.T, in GatewayInput, aws *fakeAWS, env map[string]stri
 // down keeps it.
 func TestGatewayAgentKey(t *testing.T) {
 	t.Parallel()
-	aws := newFakeAWS(t, map[string]string{testKeyParameter: testGatewayPrivate})
+	aws := newCloud(t, map[string]string{testKeyParameter: testGatewayPrivate}, fakeaws.IMDSInstance{}, 0)
 	aws.imds.FailTokens(1)
-	aws.ssmFailures = 1
+	aws.ssm.Fail(1, "AccessDeniedException")
 	env := gatewayEnv(t, testGateway(), aws, nil, nil)
-	run := env.run(t, agentPath, "gateway-key")
+	run := env.run(t, AgentPath, "gateway-key")
 	assert.Equal(t, run.exitCode, 0)
 	assert.Check(t, strings.HasPrefix(run.stderr, "dynk8s-wg-key: dynk8s-node devel (sha256 "), "the first line names the agent")
 	assert.Check(t, is.Contains(run.stderr, "read the WireGuard key from SSM parameter "+testKeyParameter+
@@ -55,53 +56,49 @@ func TestGatewayAgentKey(t *testing.T) {
 	fi, err := os.Stat(keyFile)
 	assert.NilError(t, err)
 	assert.Check(t, is.Equal(fi.Mode().Perm(), os.FileMode(0o600)))
-	for _, secret := range []string{testGatewayPrivate, fakeSecretKey, fakeSession, fakeaws.IMDSSessionToken} {
+	for _, secret := range []string{testGatewayPrivate, aws.inst.SecretAccessKey, aws.inst.SessionToken, fakeaws.IMDSSessionToken} {
 		assert.Check(t, !strings.Contains(run.stderr, secret), "a secret is in the log")
 		assert.Check(t, !strings.Contains(run.file("calls"), secret), "a secret is in some command's argv")
 		assert.Check(t, !strings.Contains(run.file("journal"), secret), "a secret is in the journal")
 	}
 
-	again := env.run(t, agentPath, "gateway-key")
+	again := env.run(t, AgentPath, "gateway-key")
 	assert.Equal(t, again.exitCode, 0)
 	assert.Check(t, is.Contains(again.stderr, "is current"))
 
-	aws.mu.Lock()
-	aws.ssmFailures = -1
-	aws.mu.Unlock()
-	down := env.run(t, agentPath, "gateway-key")
+	aws.ssm.Fail(-1, "AccessDeniedException")
+	down := env.run(t, AgentPath, "gateway-key")
 	assert.Equal(t, down.exitCode, 0)
 	assert.Check(t, is.Contains(down.stderr, "keeping the key already in "+keyFile))
-	assert.Check(t, is.Len(failedLines(down.stderr), 0))
+	assert.Check(t, is.Len(FailedLines(down.stderr), 0))
 }
 
 // A first boot with SSM refusing and no key on disk: one clear reason, to the kernel log too, and exit 1.
 func TestGatewayAgentKeyFailsWithoutAnyKey(t *testing.T) {
 	t.Parallel()
-	aws := newFakeAWS(t, nil)
-	aws.ssmFailures = -1
+	aws := newCloud(t, nil, fakeaws.IMDSInstance{}, 0)
+	aws.ssm.Fail(-1, "AccessDeniedException")
 	env := gatewayEnv(t, testGateway(), aws, map[string]string{"DYNK8S_DEADLINE_SECONDS": "2"}, func(root string) {
 		assert.NilError(t, os.MkdirAll(filepath.Join(root, "dev"), 0o755))
 		assert.NilError(t, os.WriteFile(filepath.Join(root, "dev/kmsg"), nil, 0o600))
 	})
-	run := env.run(t, agentPath, "gateway-key")
+	run := env.run(t, AgentPath, "gateway-key")
 	assert.Equal(t, run.exitCode, 1)
-	failed := failedLines(run.stderr)
+	failed := FailedLines(run.stderr)
 	assert.Assert(t, is.Len(failed, 1), run.stderr)
 	assert.Check(t, is.Contains(failed[0], "no WireGuard key: SSM parameter "+testKeyParameter+" could not be read"))
 	assert.Check(t, is.Contains(failed[0], "AccessDeniedException"))
-	kmsg, err := os.ReadFile(filepath.Join(run.root, "dev/kmsg"))
-	assert.NilError(t, err)
-	assert.Check(t, is.Contains(string(kmsg), "<3>dynk8s-wg-key: FAILED: no WireGuard key"))
+	assert.Check(t, is.Contains(strings.Join(KernelLog(t, run.root), "\n"), "<3>dynk8s-wg-key: FAILED: no WireGuard key"))
 }
 
 // Two failed installs, then one that works, and the tunnel started after it: the first reads only Fedora's release
 // repository, the next ones every repository.
 func TestGatewayAgentPackages(t *testing.T) {
 	t.Parallel()
-	aws := newFakeAWS(t, nil)
+	aws := newCloud(t, nil, fakeaws.IMDSInstance{}, 0)
 	env := gatewayEnv(t, testGateway(), aws, map[string]string{"STUB_RPM_MISSING": "nftables wireguard-tools",
 		"STUB_DNF_FAILURES": "2"}, nil)
-	run := env.run(t, agentPath, "gateway-packages")
+	run := env.run(t, AgentPath, "gateway-packages")
 	assert.Equal(t, run.exitCode, 0)
 	install := "dnf install -y --setopt=install_weak_deps=False nftables wireguard-tools\n"
 	assert.Check(t, is.Equal(run.file("calls"), "rpm -q --whatprovides nftables\nrpm -q --whatprovides wireguard-tools\n"+
@@ -109,7 +106,7 @@ func TestGatewayAgentPackages(t *testing.T) {
 		"systemctl daemon-reload\nsystemctl enable --now --no-block wg-quick@wg0.service\n"))
 	assert.Check(t, is.Contains(run.stderr, "install nftables wireguard-tools: attempt 1 failed: dnf install exited 1"))
 	assert.Check(t, is.Contains(run.stderr, "installed nftables wireguard-tools"))
-	assert.Check(t, is.Len(failedLines(run.stderr), 0))
+	assert.Check(t, is.Len(FailedLines(run.stderr), 0))
 }
 
 // nftCounters is `nft -j list counters table inet dynk8s_wg0_mss` with these packet counts (as nftables 1.0 prints it).
@@ -121,8 +118,9 @@ func nftCounters(in, out int) string {
 }
 
 // idleRun runs the idle check once on a gateway whose last activity was ago with the packet total 42, nft answering
-// 40 + 2 packets.
-func idleRun(t *testing.T, aws *fakeAWS, ago time.Duration, env map[string]string) scriptRun {
+// 40 + 2 packets; every DescribeInstances it makes asks exactly for the stack's pool instances (the cluster tag and
+// the pool tag key) that are pending or running.
+func idleRun(t *testing.T, aws *cloud, ago time.Duration, env map[string]string) scriptRun {
 	t.Helper()
 	in := testGateway()
 	in.IdleStop, in.ClusterName = 15*time.Minute, testClusterName
@@ -132,32 +130,41 @@ func idleRun(t *testing.T, aws *fakeAWS, ago time.Duration, env map[string]strin
 		assert.NilError(t, os.WriteFile(p, fmt.Appendf(nil, "%d 42\n", time.Now().Add(-ago).Unix()), 0o600))
 	})
 	assert.NilError(t, os.WriteFile(filepath.Join(e.stubDir, "nft.json"), []byte(nftCounters(40, 2)), 0o600))
-	return e.run(t, agentPath, "gateway-idle")
+	run := e.run(t, AgentPath, "gateway-idle")
+	want := map[string][]string{
+		"tag:dynk8s:cluster":  {testClusterName},
+		"tag-key":             {"dynk8s:pool"},
+		"instance-state-name": {"pending", "running"},
+	}
+	for _, filters := range aws.ec2.Filters() {
+		assert.Check(t, is.DeepEqual(filters, want), "DescribeInstances filters")
+	}
+	return run
 }
 
 // idleAWS is a fake AWS whose EC2 knows the gateway itself (no pool tag), another cluster's node, and extra.
-func idleAWS(t *testing.T, extra ...fakeInstance) *fakeAWS {
-	aws := newFakeAWS(t, nil)
-	aws.ec2.instances = append([]fakeInstance{
+func idleAWS(t *testing.T, extra ...fakeaws.EC2Instance) *cloud {
+	aws := newCloud(t, nil, fakeaws.IMDSInstance{}, 0)
+	aws.ec2.AddInstances(append([]fakeaws.EC2Instance{
 		{ID: "i-0aaaaaaaaaaaaaaa1", State: "running", Tags: map[string]string{"dynk8s:cluster": testClusterName}},
 		{ID: "i-0bbbbbbbbbbbbbbb2", State: "running", Tags: map[string]string{"dynk8s:cluster": "other", "dynk8s:pool": "x"}},
-	}, extra...)
+	}, extra...)...)
 	return aws
 }
 
-// Idle for 16 minutes: DescribeInstances with exactly the idle check's filters (the fake checks them) finds no pool
+// Idle for 16 minutes: DescribeInstances with exactly the idle check's filters (idleRun checks them) finds no pool
 // instance, the counters did not move, and the gateway powers off; no credential reaches a command line.
 func TestGatewayAgentIdleStops(t *testing.T) {
 	t.Parallel()
-	aws := idleAWS(t, fakeInstance{ID: "i-0ccccccccccccccc3", State: "stopping",
+	aws := idleAWS(t, fakeaws.EC2Instance{ID: "i-0ccccccccccccccc3", State: "stopping",
 		Tags: map[string]string{"dynk8s:cluster": testClusterName, "dynk8s:pool": "builders-x86"}})
 	run := idleRun(t, aws, 16*time.Minute, nil)
 	assert.Equal(t, run.exitCode, 0)
 	assert.Check(t, is.Equal(run.file("calls"), "nft -j list counters table inet dynk8s_wg0_mss\nsystemctl poweroff\n"))
 	assert.Check(t, is.Contains(run.stderr, "stopping: idle for 96"), "16 minutes")
 	assert.Check(t, is.Contains(run.stderr, "(limit 900s)"))
-	assert.Check(t, is.DeepEqual(aws.ec2Actions(), []string{"DescribeInstances"}))
-	for _, secret := range []string{fakeSecretKey, fakeSession, fakeaws.IMDSSessionToken} {
+	assert.Check(t, is.DeepEqual(aws.ec2.Actions(), []string{"DescribeInstances"}))
+	for _, secret := range []string{aws.inst.SecretAccessKey, aws.inst.SessionToken, fakeaws.IMDSSessionToken} {
 		assert.Check(t, !strings.Contains(run.file("calls"), secret), "a secret is in some command's argv")
 		assert.Check(t, !strings.Contains(run.stderr, secret), "a secret is in the log")
 	}
@@ -167,16 +174,14 @@ func TestGatewayAgentIdleStops(t *testing.T) {
 // NextToken of the XML answer.
 func TestGatewayAgentIdleFollowsNextToken(t *testing.T) {
 	t.Parallel()
-	aws := idleAWS(t, fakeInstance{ID: "i-0eeeeeeeeeeeeeee5", State: "running",
+	aws := idleAWS(t, fakeaws.EC2Instance{ID: "i-0eeeeeeeeeeeeeee5", State: "running",
 		Tags: map[string]string{"dynk8s:cluster": testClusterName, "dynk8s:pool": "builders-x86"}})
-	aws.ec2.emptyPages = 2
+	aws.ec2.EmptyPages(2)
 	run := idleRun(t, aws, time.Hour, nil)
 	assert.Equal(t, run.exitCode, 0)
 	assert.Check(t, !strings.Contains(run.file("calls"), "poweroff"), "powered off with a pool instance running")
 	assert.Check(t, is.Contains(run.stderr, "staying up: pool instances i-0eeeeeeeeeeeeeee5 (running)"))
-	aws.mu.Lock()
-	defer aws.mu.Unlock()
-	assert.Check(t, is.DeepEqual(aws.ec2.tokens, []string{"", "page-1", "page-2"}))
+	assert.Check(t, is.DeepEqual(aws.ec2.Tokens(), []string{"", "page-1", "page-2"}))
 }
 
 // EC2 errors are retried (EC2's XML error answer read for its code); EC2 that never answers keeps the gateway up,
@@ -184,7 +189,7 @@ func TestGatewayAgentIdleFollowsNextToken(t *testing.T) {
 func TestGatewayAgentIdleEC2Errors(t *testing.T) {
 	t.Parallel()
 	aws := idleAWS(t)
-	aws.ec2.failures, aws.ec2.failStatus, aws.ec2.failCode = 2, 503, "RequestLimitExceeded"
+	aws.ec2.Fail(2, 503, "RequestLimitExceeded")
 	run := idleRun(t, aws, time.Hour, nil)
 	assert.Equal(t, run.exitCode, 0)
 	assert.Check(t, is.Contains(run.stderr, "HTTP 503 RequestLimitExceeded: fake EC2 says no; retrying"))
@@ -192,11 +197,11 @@ func TestGatewayAgentIdleEC2Errors(t *testing.T) {
 	assert.Check(t, is.Contains(run.file("calls"), "systemctl poweroff\n"))
 
 	aws = idleAWS(t)
-	aws.ec2.failures, aws.ec2.failStatus, aws.ec2.failCode = -1, 403, "UnauthorizedOperation"
+	aws.ec2.Fail(-1, 403, "UnauthorizedOperation")
 	run = idleRun(t, aws, time.Hour, map[string]string{"DYNK8S_DEADLINE_SECONDS": "2"})
 	assert.Equal(t, run.exitCode, 1)
 	assert.Check(t, !strings.Contains(run.file("calls"), "poweroff"))
-	failed := failedLines(run.stderr)
+	failed := FailedLines(run.stderr)
 	assert.Assert(t, is.Len(failed, 1), run.stderr)
 	assert.Check(t, is.Contains(failed[0], "cannot tell whether a pool instance runs (EC2 DescribeInstances: HTTP "+
 		strconv.Itoa(403)+" UnauthorizedOperation: fake EC2 says no); the gateway stays up"))
