@@ -10,7 +10,7 @@ GOLANGCI_LINT := $(GOBIN)/golangci-lint
 # (nft -c on the gateway ruleset), systemd (systemd-analyze verify of the units the user data writes); and what the
 # scripts under test run for real beside their stand-ins: curl (every AWS and API server call), python3 (the boot
 # scripts' JSON) and jq (the token rotator's). Nothing else of the host's
-# reaches a script under test (internal/realtools.ClosedPath); `make fresh` proves this list is enough.
+# reaches a script under test (internal/testkit/realtools.ClosedPath); `make fresh` proves this list is enough.
 DEBIAN_TOOLS := cloud-init:cloud-init shellcheck:shellcheck wg:wireguard-tools nft:nftables curl:curl \
 	python3:python3 jq:jq systemd-analyze:systemd
 

@@ -18,7 +18,7 @@ import (
 	"gotest.tools/v3/golden"
 
 	"github.com/dynk8s/dynk8s/internal/endpoint"
-	"github.com/dynk8s/dynk8s/internal/realtools"
+	"github.com/dynk8s/dynk8s/internal/testkit/realtools"
 	"github.com/dynk8s/dynk8s/node/nodeconfig"
 )
 

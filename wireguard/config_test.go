@@ -12,7 +12,7 @@ import (
 	"gotest.tools/v3/golden"
 
 	"github.com/dynk8s/dynk8s/internal/endpoint"
-	"github.com/dynk8s/dynk8s/internal/realtools"
+	"github.com/dynk8s/dynk8s/internal/testkit/realtools"
 )
 
 // key parses a base64 key of the vectors.

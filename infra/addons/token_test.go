@@ -22,7 +22,7 @@ import (
 	"github.com/dynk8s/dynk8s/infra/config"
 	"github.com/dynk8s/dynk8s/internal/fakeaws"
 	"github.com/dynk8s/dynk8s/internal/kube"
-	"github.com/dynk8s/dynk8s/internal/realtools"
+	"github.com/dynk8s/dynk8s/internal/testkit/realtools"
 )
 
 // TestAddonsTokenRotator checks the rotator's objects: a Role that may create Secrets in kube-system and nothing

@@ -16,7 +16,7 @@ import (
 	"github.com/dynk8s/dynk8s/cloudinit"
 	"github.com/dynk8s/dynk8s/internal/endpoint"
 	"github.com/dynk8s/dynk8s/internal/fakeaws"
-	"github.com/dynk8s/dynk8s/internal/realtools"
+	"github.com/dynk8s/dynk8s/internal/testkit/realtools"
 )
 
 // The agent's world: what it reaches over the network (internal/fakeaws: IMDSv2, SSM's JSON API, Auto Scaling's

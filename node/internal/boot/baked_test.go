@@ -16,7 +16,7 @@ import (
 	"github.com/dynk8s/dynk8s/node/internal/cloud/cloudfake"
 	"github.com/dynk8s/dynk8s/node/internal/image"
 	"github.com/dynk8s/dynk8s/node/internal/system"
-	"github.com/dynk8s/dynk8s/node/internal/system/systemfake"
+	"github.com/dynk8s/dynk8s/node/nodetest"
 )
 
 // The image build's prepare and clean-identity, and the boot from a baked image (docs/baked-images.md).
@@ -24,7 +24,7 @@ import (
 // bakeRig runs the image build's prepare on the rig's root, as `dynk8s-node prepare` does, and returns its log.
 func (r *rig) bakeRig() (string, error) {
 	r.t.Helper()
-	r.log = &systemfake.SyncBuffer{}
+	r.log = &nodetest.SyncBuffer{}
 	log := system.NewLogger("dynk8s-prepare", r.log, r.root)
 	log.Journal = false
 	j := &joiner{cfg: r.cfg, host: r.host, files: system.Files{Root: r.root, Proc: filepath.Join(r.root, "proc")}, log: log,
@@ -178,8 +178,8 @@ func TestJoinBaked(t *testing.T) {
 			dnf := dnfCalls(run.calls)
 			if c.reason != "" {
 				assert.Check(t, run.err != nil)
-				assert.Assert(t, is.Len(run.failedLines(), 1))
-				assert.Check(t, is.Contains(run.failedLines()[0], c.reason))
+				assert.Assert(t, is.Len(nodetest.FailedLines(run.log), 1))
+				assert.Check(t, is.Contains(nodetest.FailedLines(run.log)[0], c.reason))
 				assert.Check(t, is.Len(dnf, 0), "a refused baked image installed: %v", dnf)
 				assert.Check(t, run.index("kubeadm join") < 0, "a refused baked image joined: %v", run.calls)
 				assert.Check(t, is.Equal(run.timeline.Result, "failed"))
@@ -298,7 +298,7 @@ func TestJoinBakedInTheWarmPool(t *testing.T) {
 			assert.Check(t, is.Contains(r.asg.Recorded(), complete))
 			if version != "1.34.4" {
 				assert.Check(t, warm.err != nil)
-				assert.Check(t, is.Len(warm.failedLines(), 1))
+				assert.Check(t, is.Len(nodetest.FailedLines(warm.log), 1))
 				assert.Check(t, is.Contains(warm.log, "FAILED: baked image: kubelet-1.33.7-150500.1.1.x86_64 is installed, not kubelet-1.34.4"))
 				assert.Check(t, is.Equal(warm.timeline.Result, "failed"))
 				return
@@ -315,7 +315,7 @@ func TestJoinBakedInTheWarmPool(t *testing.T) {
 }
 
 func (r *rig) quietLogger() *system.Logger {
-	r.log = &systemfake.SyncBuffer{}
+	r.log = &nodetest.SyncBuffer{}
 	l := system.NewLogger("dynk8s-clean-identity", r.log, r.root)
 	l.Journal = false
 	return l

@@ -13,9 +13,11 @@ import (
 	is "gotest.tools/v3/assert/cmp"
 	"sigs.k8s.io/yaml"
 
+	"github.com/dynk8s/dynk8s/internal/fakeaws"
 	"github.com/dynk8s/dynk8s/node/internal/cloud/cloudfake"
 	"github.com/dynk8s/dynk8s/node/internal/system"
 	"github.com/dynk8s/dynk8s/node/nodeconfig"
+	"github.com/dynk8s/dynk8s/node/nodetest"
 )
 
 // The join's scenarios, against the fake clients.
@@ -34,7 +36,7 @@ func joinConfig(t *testing.T, doc string) nodeconfig.JoinConfiguration {
 func TestJoinRetriesThenJoins(t *testing.T) {
 	t.Parallel()
 	r := newRig(t, "", "")
-	api := newAPIServer(t, 2)
+	api := fakeaws.NewAPIServer(t, 2)
 	r.cfg.APIServerEndpoint = strings.TrimPrefix(api.URL, "https://")
 	r.imds.TokenFailures = 2
 	r.ssm.Failures = 1
@@ -59,7 +61,7 @@ func TestJoinRetriesThenJoins(t *testing.T) {
 	assert.Check(t, is.Contains(run.log, "HTTP 400 AccessDeniedException: fake SSM says no"))
 	assert.Check(t, is.Contains(run.log, "API server answered HTTP 200"))
 	assert.Check(t, is.Contains(run.log, "kubeadm join exited 1 (its output is above)"))
-	assert.Check(t, is.Len(run.failedLines(), 0))
+	assert.Check(t, is.Len(nodetest.FailedLines(run.log), 0))
 	assert.Check(t, strings.HasPrefix(run.log, "dynk8s-join: dynk8s-node "+system.Version+" ("), "the first line names the version")
 
 	// One transaction, from the pinned repos only: the image has the system packages, so no Fedora metadata.
@@ -74,7 +76,7 @@ func TestJoinRetriesThenJoins(t *testing.T) {
 	checkLocksBeforeJoin(t, run)
 
 	assert.Assert(t, is.Len(r.host.joinConfigs, 2))
-	jc := joinConfig(t, r.host.joinConfigs[1])
+	jc := nodetest.ParseJoinConfig(t, r.host.joinConfigs[1])
 	assert.Check(t, is.DeepEqual(jc, nodeconfig.JoinConfiguration{
 		APIVersion: "kubeadm.k8s.io/v1beta4", Kind: "JoinConfiguration",
 		Discovery: nodeconfig.Discovery{BootstrapToken: nodeconfig.BootstrapTokenDiscovery{
@@ -122,22 +124,11 @@ func TestJoinRetriesThenJoins(t *testing.T) {
 	assert.Check(t, is.Equal(r.imds.Requests, requests))
 }
 
-// checkTimeline: the phases fit in the total, and the start's seconds after boot follow from /proc/uptime (42.5 s).
+// checkTimeline: the timeline this run wrote is one the runbook reads, its phases fit in its total and in the run,
+// and the start's seconds after boot follow from /proc/uptime (42.5 s).
 func checkTimeline(t *testing.T, run joinRun) {
 	t.Helper()
-	tl := run.timeline
-	sum := 0.0
-	for _, p := range tl.Phases {
-		assert.Check(t, p.Seconds >= 0 && p.Seconds <= tl.TotalSeconds+0.01, "phase %+v of %.3f s", p, tl.TotalSeconds)
-		if p.Name != "pre-pull" { // runs beside the others
-			sum += p.Seconds
-		}
-	}
-	assert.Check(t, sum <= tl.TotalSeconds+0.01, "phases sum to %.3f s, more than the %.3f s total", sum, tl.TotalSeconds)
-	assert.Check(t, tl.TotalSeconds <= run.elapsed.Seconds()+0.01, "total %.3f s, but the join ran %s", tl.TotalSeconds, run.elapsed)
-	if assert.Check(t, tl.StartedSecondsAfterBoot != nil) {
-		assert.Check(t, *tl.StartedSecondsAfterBoot > 0 && *tl.StartedSecondsAfterBoot <= 42.5)
-	}
+	nodetest.ReadTimeline(t, run.root, run.elapsed, 42500*time.Millisecond)
 }
 
 // checkLocksBeforeJoin: every join loads the metadata lockdown and turns swap off before kubeadm join starts the
@@ -194,7 +185,7 @@ func TestJoinPinsTheClusterCA(t *testing.T) {
 	run := r.join()
 	assert.NilError(t, run.err)
 	assert.Assert(t, is.Len(r.host.joinConfigs, 1))
-	assert.Check(t, is.DeepEqual(joinConfig(t, r.host.joinConfigs[0]).Discovery.BootstrapToken.CACertHashes, []string{cloudfake.CAHash}))
+	assert.Check(t, is.DeepEqual(nodetest.ParseJoinConfig(t, r.host.joinConfigs[0]).Discovery.BootstrapToken.CACertHashes, []string{cloudfake.CAHash}))
 	assert.Check(t, !strings.Contains(r.host.joinConfigs[0], "unsafeSkipCAVerification"))
 	for _, c := range run.calls {
 		if strings.HasPrefix(c, "kubeadm join") {
@@ -216,7 +207,7 @@ func TestJoinGivesUp(t *testing.T) {
 			failure: []string{"read the join token from SSM parameter " + cloudfake.TokenParameter + ": gave up after",
 				"(deadline 2s)", "HTTP 400 AccessDeniedException: fake SSM says no"}, lastPhase: "token"},
 		"API server unreachable": {modify: func(r *rig) {
-			api := newAPIServer(t, 0)
+			api := fakeaws.NewAPIServer(t, 0)
 			r.cfg.APIServerEndpoint = strings.TrimPrefix(api.URL, "https://")
 			api.Close()
 		}, failure: []string{"reach the API server at ", ": gave up after", "connection refused"}, lastPhase: "api-server"},
@@ -244,7 +235,7 @@ func TestJoinGivesUp(t *testing.T) {
 			run := r.join()
 			assert.Check(t, run.err != nil)
 			assert.Check(t, run.elapsed < 10*time.Second, "took %s past a 2 s deadline", run.elapsed)
-			failed := run.failedLines()
+			failed := nodetest.FailedLines(run.log)
 			assert.Assert(t, is.Len(failed, 1), "want exactly one reason:\n%s", run.log)
 			assert.Check(t, strings.HasPrefix(failed[0], "dynk8s-join: FAILED: "+c.failure[0]), failed[0])
 			for _, want := range c.failure {
@@ -286,7 +277,7 @@ func TestJoinWaitsForTheFirstToken(t *testing.T) {
 	assert.Check(t, is.Contains(run.log, step+": attempt 3 failed: it holds no bootstrap token"))
 	assert.Check(t, is.Contains(run.log, step+": succeeded on attempt 4\n"))
 	assert.Check(t, !strings.Contains(run.log, "rotator has not written a token yet"), "the value is in the log")
-	assert.Check(t, is.Equal(joinConfig(t, r.host.joinConfigs[0]).Discovery.BootstrapToken.Token, cloudfake.Token))
+	assert.Check(t, is.Equal(nodetest.ParseJoinConfig(t, r.host.joinConfigs[0]).Discovery.BootstrapToken.Token, cloudfake.Token))
 }
 
 // A join that fails (kubeadm refuses, as it does a token that expired since it was read) is retried with the token
@@ -299,7 +290,7 @@ func TestJoinRereadsTheTokenAfterAFailedJoin(t *testing.T) {
 	run := r.join()
 	assert.NilError(t, run.err)
 	assert.Check(t, is.Contains(run.log, "kubeadm join: succeeded on attempt 2"))
-	assert.Check(t, is.Equal(joinConfig(t, r.host.joinConfigs[len(r.host.joinConfigs)-1]).Discovery.BootstrapToken.Token, cloudfake.Token))
+	assert.Check(t, is.Equal(nodetest.ParseJoinConfig(t, r.host.joinConfigs[len(r.host.joinConfigs)-1]).Discovery.BootstrapToken.Token, cloudfake.Token))
 	assert.Check(t, is.Equal(r.ssm.Requests, 2), "one read before each join attempt")
 }
 
@@ -337,7 +328,7 @@ func TestJoinFollowsTheLifecycleState(t *testing.T) {
 			dnf := run.index("dnf install") >= 0
 			if tc.failure != "" {
 				assert.Check(t, run.err != nil)
-				failed := run.failedLines()
+				failed := nodetest.FailedLines(run.log)
 				assert.Assert(t, is.Len(failed, 1), run.log)
 				assert.Check(t, is.Contains(failed[0], tc.failure))
 				assert.Check(t, !dnf, "prepared without knowing the state")
@@ -503,7 +494,7 @@ func TestJoinLifecycleActionOnFailure(t *testing.T) {
 		run := r.join()
 		assert.NilError(t, run.err)
 		assert.Check(t, is.Contains(run.log, "no lifecycle action of hook "+cloudfake.Hook+" waits for this instance"))
-		assert.Check(t, is.Len(run.failedLines(), 0))
+		assert.Check(t, is.Len(nodetest.FailedLines(run.log), 0))
 	})
 	t.Run("no action waits, giving up", func(t *testing.T) {
 		t.Parallel()
@@ -526,7 +517,7 @@ func TestJoinLifecycleActionOnFailure(t *testing.T) {
 			r.host.dnfNeedsRepo = "no-such-repo"
 			run := r.join()
 			assert.Check(t, run.err != nil)
-			assert.Assert(t, is.Len(run.failedLines(), 1), run.log)
+			assert.Assert(t, is.Len(nodetest.FailedLines(run.log), 1), run.log)
 			assert.Check(t, is.DeepEqual(r.asg.Recorded(), []string{
 				"DescribeAutoScalingInstances " + cloudfake.InstanceID,
 				"CompleteLifecycleAction " + cloudfake.Group + " " + cloudfake.Hook + " " + cloudfake.InstanceID + " CONTINUE",

@@ -5,9 +5,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"io"
-	"net/http"
-	"net/http/httptest"
 	"net/netip"
 	"os"
 	"path/filepath"
@@ -17,11 +14,12 @@ import (
 	"testing"
 	"time"
 
+	"github.com/dynk8s/dynk8s/internal/fakeaws"
 	"github.com/dynk8s/dynk8s/node/internal/cloud"
 	"github.com/dynk8s/dynk8s/node/internal/cloud/cloudfake"
 	"github.com/dynk8s/dynk8s/node/internal/system"
-	"github.com/dynk8s/dynk8s/node/internal/system/systemfake"
 	"github.com/dynk8s/dynk8s/node/nodeconfig"
+	"github.com/dynk8s/dynk8s/node/nodetest"
 )
 
 // fakeHost records every command line, fails those listed, and plays kubeadm, crictl and the tools' presence.
@@ -200,7 +198,7 @@ type rig struct {
 	asg  *cloudfake.AutoScaling
 	ec2  *cloudfake.EC2
 	host *fakeHost
-	log  *systemfake.SyncBuffer
+	log  *nodetest.SyncBuffer
 	// skip are the phases the join skips (--skip).
 	skip map[string]bool
 }
@@ -218,7 +216,7 @@ func newRig(t *testing.T, lifecycle, hook string) *rig {
 			t.Fatal(err)
 		}
 	}
-	api := newAPIServer(t, 0)
+	api := fakeaws.NewAPIServer(t, 0)
 	r := &rig{t: t, root: root, imds: cloudfake.NewIMDS(lifecycle, ""), ssm: &cloudfake.SSM{Value: cloudfake.Token}, asg: &cloudfake.AutoScaling{},
 		ec2: &cloudfake.EC2{State: "stopped"}, host: &fakeHost{root: root, fail: map[string]bool{}, failN: map[string]int{}}}
 	r.cfg = nodeconfig.Node{
@@ -256,6 +254,7 @@ func (r *rig) cloud() *cloud.Cloud {
 
 // joinRun is what one run of the join did.
 type joinRun struct {
+	root     string
 	err      error
 	waited   bool // the warm pool's quiet tick
 	log      string
@@ -267,13 +266,13 @@ type joinRun struct {
 // join runs the agent's join as main does (already joined, waiting, then the boot) and reads its timeline.
 func (r *rig) join() joinRun {
 	r.t.Helper()
-	r.log = &systemfake.SyncBuffer{}
+	r.log = &nodetest.SyncBuffer{}
 	f := system.Files{Root: r.root, Proc: filepath.Join(r.root, "proc")}
 	log := system.NewLogger("dynk8s-join", r.log, r.root)
 	log.Journal = false
 	before := len(r.host.recorded())
 	start := time.Now()
-	run := joinRun{}
+	run := joinRun{root: r.root}
 	if alreadyJoined(f) {
 		log.Printf("already joined; nothing to do")
 	} else {
@@ -321,37 +320,7 @@ func (run joinRun) phases() []string {
 	return out
 }
 
-func (run joinRun) failedLines() []string {
-	var out []string
-	for _, l := range strings.Split(run.log, "\n") {
-		if strings.Contains(l, "FAILED") {
-			out = append(out, l)
-		}
-	}
-	return out
-}
-
 // index is the position of the first call that starts with prefix, -1 for none.
 func (run joinRun) index(prefix string) int {
 	return slices.IndexFunc(run.calls, func(c string) bool { return strings.HasPrefix(c, prefix) })
-}
-
-// newAPIServer answers /readyz over TLS after dropping the first drops connections.
-func newAPIServer(t *testing.T, drops int) *httptest.Server {
-	var mu sync.Mutex
-	srv := httptest.NewTLSServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
-		mu.Lock()
-		drop := drops > 0
-		drops--
-		mu.Unlock()
-		if drop {
-			if conn, _, err := w.(http.Hijacker).Hijack(); err == nil {
-				_ = conn.Close()
-			}
-			return
-		}
-		_, _ = io.WriteString(w, "ok")
-	}))
-	t.Cleanup(srv.Close)
-	return srv
 }

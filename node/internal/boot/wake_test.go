@@ -11,7 +11,7 @@ import (
 
 	"github.com/dynk8s/dynk8s/node/internal/cloud/cloudfake"
 	"github.com/dynk8s/dynk8s/node/internal/system"
-	"github.com/dynk8s/dynk8s/node/internal/system/systemfake"
+	"github.com/dynk8s/dynk8s/node/nodetest"
 )
 
 // The gateway's wake-up, scenario by scenario, against the fake clients.
@@ -24,7 +24,7 @@ type wakeRun struct {
 // wake runs the wake-up of gateway against r's fakes, the settle window 300 ms, a start every 100 ms.
 func (r *rig) wake(gateway string, deadline time.Duration) wakeRun {
 	r.t.Helper()
-	out := &systemfake.SyncBuffer{}
+	out := &nodetest.SyncBuffer{}
 	log := system.NewLogger("dynk8s-wake-gateway", out, r.root)
 	log.Journal = false
 	d := r.cfg.Deadlines

@@ -22,8 +22,8 @@ import (
 	"github.com/dynk8s/dynk8s/node/internal/cloud"
 	"github.com/dynk8s/dynk8s/node/internal/cloud/cloudfake"
 	"github.com/dynk8s/dynk8s/node/internal/system"
-	"github.com/dynk8s/dynk8s/node/internal/system/systemfake"
 	"github.com/dynk8s/dynk8s/node/nodeconfig"
+	"github.com/dynk8s/dynk8s/node/nodetest"
 )
 
 // The gateway's commands, scenario by scenario, with fake clients. The built agent's acceptance tests run it against
@@ -225,7 +225,7 @@ type gatewayResult struct {
 // run runs one of the gateway's commands as runGateway does, and logs FAILED as it does.
 func (r *gatewayRig) run(cmd string) gatewayResult {
 	r.t.Helper()
-	out := &systemfake.SyncBuffer{}
+	out := &nodetest.SyncBuffer{}
 	log := system.NewLogger("dynk8s-"+cmd, out, r.root)
 	log.Journal = false
 	c := &cloud.Cloud{IMDS: r.imds, Connect: func(c *cloud.Cloud, region, domain string) {
@@ -253,16 +253,6 @@ func (r *gatewayRig) run(cmd string) gatewayResult {
 	res := gatewayResult{err: err, log: out.String(), calls: r.host.recorded()[before:], elapsed: time.Since(start)}
 	r.t.Logf("%s: %v after %s\n%s", cmd, err, res.elapsed.Round(time.Millisecond), res.log)
 	return res
-}
-
-func (res gatewayResult) failed() []string {
-	var out []string
-	for _, l := range strings.Split(res.log, "\n") {
-		if strings.Contains(l, "FAILED") {
-			out = append(out, l)
-		}
-	}
-	return out
 }
 
 func (r *gatewayRig) keyFile() string { return filepath.Join(r.root, r.cfg.KeyFile) }
@@ -318,10 +308,10 @@ func TestGatewayKey(t *testing.T) {
 				assert.Check(t, is.Contains(res.log, want))
 			}
 			if c.failure != "" {
-				assert.Assert(t, is.Len(res.failed(), 1), res.log)
-				assert.Check(t, is.Contains(res.failed()[0], c.failure))
+				assert.Assert(t, is.Len(nodetest.FailedLines(res.log), 1), res.log)
+				assert.Check(t, is.Contains(nodetest.FailedLines(res.log)[0], c.failure))
 			} else {
-				assert.Check(t, is.Len(res.failed(), 0))
+				assert.Check(t, is.Len(nodetest.FailedLines(res.log), 0))
 			}
 			for _, secret := range []string{testKey, testOtherKey, "c2VjcmV0LWJ1dC1ub3QtYS1rZXk="} {
 				assert.Check(t, !strings.Contains(res.log, secret), "a key is in the log")
@@ -394,9 +384,9 @@ func TestGatewayPackages(t *testing.T) {
 				assert.Check(t, is.Contains(res.log, want))
 			}
 			if c.failure != "" {
-				assert.Assert(t, is.Len(res.failed(), 1), res.log)
-				assert.Check(t, is.Contains(res.failed()[0], c.failure))
-				assert.Check(t, is.Contains(res.failed()[0], "dnf install exited 1"))
+				assert.Assert(t, is.Len(nodetest.FailedLines(res.log), 1), res.log)
+				assert.Check(t, is.Contains(nodetest.FailedLines(res.log)[0], c.failure))
+				assert.Check(t, is.Contains(nodetest.FailedLines(res.log)[0], "dnf install exited 1"))
 				assert.Check(t, !slices.ContainsFunc(res.calls, func(c string) bool { return strings.HasPrefix(c, "systemctl") }))
 				return
 			}
@@ -545,8 +535,8 @@ func TestGatewayIdle(t *testing.T) {
 				assert.Check(t, is.Equal(r.ec2.calls(), c.describes))
 			}
 			if c.failure != "" {
-				assert.Assert(t, is.Len(res.failed(), 1), res.log)
-				assert.Check(t, is.Contains(res.failed()[0], c.failure))
+				assert.Assert(t, is.Len(nodetest.FailedLines(res.log), 1), res.log)
+				assert.Check(t, is.Contains(nodetest.FailedLines(res.log)[0], c.failure))
 				assert.Check(t, res.elapsed < 15*time.Second, "took %s past a 3 s deadline", res.elapsed)
 				return
 			}
