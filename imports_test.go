@@ -1,6 +1,7 @@
 package main
 
 import (
+	"os"
 	"os/exec"
 	"slices"
 	"strings"
@@ -125,5 +126,21 @@ func TestInternalIsTheGroundFloor(t *testing.T) {
 			t.Errorf("%s is on internal/'s floor, but depends on %d packages above it: %s", pkg, len(bad),
 				strings.Join(bad[:min(len(bad), 3)], ", "))
 		}
+	}
+}
+
+// TestContributingNamesEveryPackage: CONTRIBUTING.md's layout table names every package of the module (as `path` or
+// `path/`), so the house it draws is the tree.
+func TestContributingNamesEveryPackage(t *testing.T) {
+	b, err := os.ReadFile("CONTRIBUTING.md")
+	assert.NilError(t, err)
+	doc := string(b)
+	for pkg := range packageDeps(t) {
+		path := strings.TrimPrefix(strings.TrimPrefix(pkg, module), "/")
+		if path == "" {
+			path = "main.go"
+		}
+		assert.Check(t, strings.Contains(doc, "`"+path+"`") || strings.Contains(doc, "`"+path+"/`"),
+			"CONTRIBUTING.md's layout table does not name %s", path)
 	}
 }
