@@ -41,8 +41,8 @@ var importRules = map[string][]string{
 var exempt = map[string][]string{
 	module + "/infra/addons":         {module + "/infra/config"},
 	module + "/wireguard":            {module + "/internal/endpoint", module + "/internal/kube"},
-	module + "/node/nodeconfig":      {module + "/internal/names"},
-	module + "/node/cmd/dynk8s-node": {module + "/node", module + "/internal/names"},
+	module + "/node/nodeconfig":      {module + "/internal/names", module + "/internal/endpoint", module + "/internal/kube"},
+	module + "/node/cmd/dynk8s-node": {module + "/node", module + "/internal/names", module + "/internal/endpoint", module + "/internal/kube"},
 }
 
 // leaves are the facts shared across the house (internal/): they depend on no Pulumi and on nothing of the module

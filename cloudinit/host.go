@@ -24,7 +24,7 @@ type HostInput struct {
 	// the node caps the path MTU toward them at TunnelMTU.
 	OnPremCIDRs []netip.Prefix
 	// TunnelMTU is the WireGuard tunnel's MTU (required; the config keeps it in wireguard.MinMTU..wireguard.MaxMTU).
-	TunnelMTU int
+	TunnelMTU uint16
 	// DNSServers are on-prem name servers (optional): the node asks them for names under DNSDomains, and only for
 	// those. The config keeps them inside OnPremCIDRs, at most 3, and with DNSDomains.
 	DNSServers []netip.Addr

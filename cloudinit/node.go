@@ -334,14 +334,14 @@ func NodeConfig(in NodeInput) (nodeconfig.Node, error) {
 }
 
 func nodeConfig(in NodeInput, minor kube.Minor) nodeconfig.Node {
-	taints := make([]nodeconfig.Taint, 0, len(in.Taints))
-	for _, t := range kube.SortedTaints(in.Taints) {
-		taints = append(taints, nodeconfig.Taint{Key: t.Key, Value: t.Value, Effect: string(t.Effect)})
+	taints := kube.SortedTaints(in.Taints)
+	if taints == nil {
+		taints = []kube.Taint{}
 	}
 	return nodeconfig.Node{
 		ClusterName:        in.ClusterName,
 		PoolName:           in.PoolName,
-		APIServerEndpoint:  in.APIServerEndpoint.String(),
+		APIServerEndpoint:  in.APIServerEndpoint,
 		JoinTokenParameter: in.JoinTokenParameter,
 		GatewayInstanceID:  in.GatewayInstanceID,
 		LaunchHook:         in.LaunchHook,

@@ -187,7 +187,7 @@ func TestNodeRoundTrip(t *testing.T) {
 					"topology.kubernetes.io/region=eu-central-1,topology.kubernetes.io/zone=eu-central-1a"},
 				{Name: "provider-id", Value: "aws:///eu-central-1a/i-0123456789abcdef0"},
 			},
-			Taints: []nodeconfig.Taint{{Key: "dynk8s.io/capacity-type", Value: "spot", Effect: "NoSchedule"}},
+			Taints: []kube.Taint{{Key: "dynk8s.io/capacity-type", Value: "spot", Effect: "NoSchedule"}},
 		},
 		Patches: kubeadmPatches{Directory: "/etc/kubernetes/patches"},
 	})
@@ -400,7 +400,7 @@ func nodeJSON(t *testing.T, cc cloudConfig) nodeconfig.Node {
 func testJoinConfig(t *testing.T, cc cloudConfig) string {
 	t.Helper()
 	jc := nodeJSON(t, cc).JoinConfig(nodeconfig.Identity{InstanceID: "i-0123456789abcdef0", InstanceType: "m7g.large",
-		Region: "eu-central-1", Zone: "eu-central-1a", NodeIP: "10.100.1.23"}, "abcdef.0123456789abcdef", "")
+		Region: "eu-central-1", Zone: "eu-central-1a", NodeIP: netip.MustParseAddr("10.100.1.23")}, "abcdef.0123456789abcdef", "")
 	b, err := yaml.Marshal(jc)
 	assert.NilError(t, err)
 	return string(b)

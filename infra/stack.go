@@ -297,7 +297,7 @@ func NodeInput(cfg *config.Config, pool config.NodePool, caHashes []string, toke
 		LaunchHook:         LaunchHook(pool),
 		Host: cloudinit.HostInput{
 			OnPremCIDRs: cfg.WireGuard.OnPremCIDRs,
-			TunnelMTU:   cfg.WireGuard.MTU,
+			TunnelMTU:   uint16(cfg.WireGuard.MTU), // config keeps it in wireguard.MinMTU..MaxMTU
 			DNSServers:  cfg.Network.OnPremDNS.Servers,
 			DNSDomains:  cfg.Network.OnPremDNS.Domains,
 			// The termination handler polls the metadata service from the host network, as its own user.

@@ -326,7 +326,7 @@ func TestAutoscalerTags(t *testing.T) {
 	}
 	for _, lt := range res.Cloud.ByType("aws:ec2/launchTemplate:LaunchTemplate") {
 		taints := poolNodeConfig(t, &lt).Join.Taints
-		assert.Check(t, slices.ContainsFunc(taints, func(tt nodeconfig.Taint) bool {
+		assert.Check(t, slices.ContainsFunc(taints, func(tt kube.Taint) bool {
 			return tt.Key == "startup-taint.cluster-autoscaler.kubernetes.io/fuse" && tt.Effect == "NoSchedule"
 		}), "%s: %v", lt.Name, taints)
 	}

@@ -36,6 +36,28 @@ func Parse(s string) (HostPort, error) {
 	return HostPort{Host: host, Port: uint16(n)}, nil
 }
 
+// MarshalText is String: a HostPort travels as host:port (in node.json, among others).
+func (e HostPort) MarshalText() ([]byte, error) { return []byte(e.String()), nil }
+
+// UnmarshalText is Parse.
+func (e *HostPort) UnmarshalText(b []byte) error {
+	v, err := Parse(string(b))
+	if err != nil {
+		return err
+	}
+	*e = v
+	return nil
+}
+
+// MustParse is Parse for a literal known to be valid; it panics on any other.
+func MustParse(s string) HostPort {
+	e, err := Parse(s)
+	if err != nil {
+		panic(err)
+	}
+	return e
+}
+
 // IsZero says there is no endpoint.
 func (e HostPort) IsZero() bool { return e == HostPort{} }
 

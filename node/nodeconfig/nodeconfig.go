@@ -15,6 +15,9 @@ import (
 	"slices"
 	"strings"
 	"time"
+
+	"github.com/dynk8s/dynk8s/internal/endpoint"
+	"github.com/dynk8s/dynk8s/internal/kube"
 )
 
 // Path is where cloud-init writes the node's configuration.
@@ -26,7 +29,7 @@ type Node struct {
 	ClusterName string `json:"clusterName"`
 	PoolName    string `json:"poolName"`
 	// APIServerEndpoint is "host:port", reached through the WireGuard gateway.
-	APIServerEndpoint string `json:"apiServerEndpoint"`
+	APIServerEndpoint endpoint.HostPort `json:"apiServerEndpoint"`
 	// JoinTokenParameter is the SSM SecureString holding "<id>.<secret>", written by the cluster's token rotator.
 	JoinTokenParameter string `json:"joinTokenParameter"`
 	// GatewayInstanceID is the gateway the boot starts ("": it never sleeps).
@@ -61,7 +64,7 @@ type Join struct {
 	CACertHashes []string `json:"caCertHashes"`
 	// Labels are the pool's node labels; the zone, region and instance type are added at boot (RuntimeLabels).
 	Labels map[string]string `json:"labels"`
-	Taints []Taint           `json:"taints"`
+	Taints []kube.Taint      `json:"taints"`
 	// PatchesDirectory holds kubeadm's patch files (the kubelet configuration's).
 	PatchesDirectory string `json:"patchesDirectory"`
 }
@@ -71,7 +74,7 @@ type Host struct {
 	// OnPremCIDRs are the ranges the VPC routes through the tunnel: the routes unit caps the path MTU toward them at
 	// TunnelMTU.
 	OnPremCIDRs []netip.Prefix `json:"onPremCidrs"`
-	TunnelMTU   int            `json:"tunnelMtu"`
+	TunnelMTU   uint16         `json:"tunnelMtu"`
 	// MetadataUIDs are the users besides root that may reach the instance metadata service once it is locked.
 	MetadataUIDs []int `json:"metadataUids"`
 }
@@ -169,13 +172,6 @@ func (d *Duration) UnmarshalText(b []byte) error {
 	return nil
 }
 
-// Taint is a node taint as kubeadm's JoinConfiguration takes it (k8s.io/api/core/v1 Taint).
-type Taint struct {
-	Key    string `json:"key"`
-	Value  string `json:"value,omitempty"`
-	Effect string `json:"effect"`
-}
-
 // Decode reads a Node strictly: an unknown key (in any case: encoding/json matches keys without regard to case), a
 // second document or a missing value is an error that names its key.
 func Decode(r io.Reader) (Node, error) {
@@ -266,12 +262,15 @@ func (n Node) Encode() ([]byte, error) {
 func (n Node) Validate() error {
 	var missing []string
 	for key, v := range map[string]string{
-		"clusterName": n.ClusterName, "poolName": n.PoolName, "apiServerEndpoint": n.APIServerEndpoint,
-		"joinTokenParameter": n.JoinTokenParameter, "criSocket": n.CRISocket,
+		"clusterName": n.ClusterName, "poolName": n.PoolName, "joinTokenParameter": n.JoinTokenParameter,
+		"criSocket": n.CRISocket,
 	} {
 		if v == "" {
 			missing = append(missing, key)
 		}
+	}
+	if n.APIServerEndpoint.IsZero() {
+		missing = append(missing, "apiServerEndpoint")
 	}
 	if len(n.Packages) == 0 {
 		missing = append(missing, "packages")
@@ -297,7 +296,7 @@ func (n Node) Validate() error {
 		}
 	}
 	// The tunnel's range is the renderer's to check (wireguard.MinMTU..MaxMTU); the routes need a number ip takes.
-	if n.Host.TunnelMTU <= 0 {
+	if n.Host.TunnelMTU == 0 {
 		missing = append(missing, "host.tunnelMtu (a positive MTU)")
 	}
 	for i, u := range n.Host.MetadataUIDs {
@@ -317,19 +316,15 @@ func (n Node) Validate() error {
 
 // Identity is what the instance learns about itself from IMDS at boot.
 type Identity struct {
-	InstanceID, InstanceType, Region, Zone, NodeIP string
+	InstanceID, InstanceType, Region, Zone string
+	// NodeIP is the instance's private IPv4 address (local-ipv4), the kubelet's node IP.
+	NodeIP netip.Addr
 }
-
-// The labels the Cluster Autoscaler puts on its template node, which the boot sets from IMDS.
-const (
-	LabelZone         = "topology.kubernetes.io/zone"
-	LabelRegion       = "topology.kubernetes.io/region"
-	LabelInstanceType = "node.kubernetes.io/instance-type"
-)
 
 // RuntimeLabels are the labels only the instance knows.
 func RuntimeLabels(id Identity) map[string]string {
-	return map[string]string{LabelZone: id.Zone, LabelRegion: id.Region, LabelInstanceType: id.InstanceType}
+	// They are the labels the Cluster Autoscaler puts on its template node.
+	return map[string]string{kube.LabelZone: id.Zone, kube.LabelRegion: id.Region, kube.LabelInstanceType: id.InstanceType}
 }
 
 // JoinConfig is the kubeadm JoinConfiguration of this node: the pool's part with the instance's identity and the
@@ -347,13 +342,13 @@ func (n Node) JoinConfig(id Identity, token, root string) JoinConfiguration {
 	}
 	taints := slices.Clone(n.Join.Taints)
 	if taints == nil {
-		taints = []Taint{}
+		taints = []kube.Taint{}
 	}
 	return JoinConfiguration{
 		APIVersion: "kubeadm.k8s.io/v1beta4",
 		Kind:       "JoinConfiguration",
 		Discovery: Discovery{BootstrapToken: BootstrapTokenDiscovery{
-			APIServerEndpoint: n.APIServerEndpoint,
+			APIServerEndpoint: n.APIServerEndpoint.String(),
 			CACertHashes:      slices.Sorted(slices.Values(n.Join.CACertHashes)),
 			Token:             token,
 		}},
@@ -361,7 +356,7 @@ func (n Node) JoinConfig(id Identity, token, root string) JoinConfiguration {
 			Name:      id.InstanceID,
 			CRISocket: n.CRISocket,
 			KubeletExtraArgs: []KubeletArg{
-				{Name: "node-ip", Value: id.NodeIP},
+				{Name: "node-ip", Value: id.NodeIP.String()},
 				{Name: "node-labels", Value: strings.Join(pairs, ",")},
 				// The Cluster Autoscaler maps nodes to ASG instances by this ID; no cloud provider sets it here.
 				{Name: "provider-id", Value: "aws:///" + id.Zone + "/" + id.InstanceID},
@@ -408,7 +403,7 @@ type NodeRegistration struct {
 	// KubeletExtraArgs is a list of {name, value} in v1beta4 (a map in v1beta3).
 	KubeletExtraArgs []KubeletArg `json:"kubeletExtraArgs"`
 	// Taints is always a list: for a worker, kubeadm treats nil and [] alike, and [] says "none" plainly.
-	Taints []Taint `json:"taints"`
+	Taints []kube.Taint `json:"taints"`
 }
 
 // KubeletArg is one kubelet flag.

@@ -9,15 +9,18 @@ import (
 	"github.com/google/go-cmp/cmp/cmpopts"
 	"gotest.tools/v3/assert"
 	is "gotest.tools/v3/assert/cmp"
+
+	"github.com/dynk8s/dynk8s/internal/endpoint"
+	"github.com/dynk8s/dynk8s/internal/kube"
 )
 
 func testNode() Node {
 	return Node{
-		ClusterName: "homelab", PoolName: "spot", APIServerEndpoint: "192.168.10.10:6443",
+		ClusterName: "homelab", PoolName: "spot", APIServerEndpoint: endpoint.MustParse("192.168.10.10:6443"),
 		JoinTokenParameter: "/dynk8s/homelab/join-token", CRISocket: "unix:///var/run/crio/crio.sock",
 		Packages: []string{"kubelet-1.34.4"},
 		Join: Join{CACertHashes: []string{"sha256:b", "sha256:a"}, Labels: map[string]string{"dynk8s.io/pool": "spot"},
-			Taints:           []Taint{{Key: "k", Effect: "NoSchedule"}},
+			Taints:           []kube.Taint{{Key: "k", Effect: "NoSchedule"}},
 			PatchesDirectory: "/etc/kubernetes/patches"},
 		Host: Host{OnPremCIDRs: []netip.Prefix{netip.MustParsePrefix("192.168.0.0/16")}, TunnelMTU: 1420,
 			MetadataUIDs: []int{1000}},
@@ -69,7 +72,7 @@ func TestDecodeIsStrict(t *testing.T) {
 // instance id as the node name and in the provider ID, the CA pins sorted, taints always a list.
 func TestJoinConfig(t *testing.T) {
 	id := Identity{InstanceID: "i-0123456789abcdef0", InstanceType: "m7g.large", Region: "eu-central-1",
-		Zone: "eu-central-1a", NodeIP: "10.100.1.23"}
+		Zone: "eu-central-1a", NodeIP: netip.MustParseAddr("10.100.1.23")}
 	n := testNode()
 	n.Join.Taints = nil
 	jc := n.JoinConfig(id, "abcdef.0123456789abcdef", "/tmp/root")
@@ -84,7 +87,7 @@ func TestJoinConfig(t *testing.T) {
 					"topology.kubernetes.io/region=eu-central-1,topology.kubernetes.io/zone=eu-central-1a"},
 				{Name: "provider-id", Value: "aws:///eu-central-1a/i-0123456789abcdef0"},
 			},
-			Taints: []Taint{}},
+			Taints: []kube.Taint{}},
 		Patches: Patches{Directory: "/tmp/root/etc/kubernetes/patches"},
 	})
 }

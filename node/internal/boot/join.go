@@ -10,7 +10,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"net"
 	"net/http"
 	"net/netip"
 	"os"
@@ -51,21 +50,27 @@ const (
 	imdsLockUnit  = "dynk8s-imds-lock.service"
 )
 
-// The runtime values go into the JoinConfiguration and requests, so each must match its strict form.
+// The runtime values go into the JoinConfiguration and requests, so each must have its strict form.
 var identityForms = []struct {
 	name string
-	re   *regexp.Regexp
+	ok   func(string) bool
 	get  func(j *joiner) string
 }{
-	{"INSTANCE_ID", regexp.MustCompile(`^` + names.InstanceIDPattern + `$`), func(j *joiner) string { return j.id.InstanceID }},
-	{"ZONE", regexp.MustCompile(`^[a-z]{2}(-[a-z0-9]+)+$`), func(j *joiner) string { return j.id.Zone }},
-	{"REGION", regexp.MustCompile(`^` + names.RegionPattern + `$`), func(j *joiner) string { return j.id.Region }},
-	{"DOMAIN", regexp.MustCompile(`^[a-z0-9-]+(\.[a-z0-9-]+)+$`), func(j *joiner) string { return j.domain }},
-	{"NODE_IP", regexp.MustCompile(`^(25[0-5]|2[0-4][0-9]|1?[0-9]?[0-9])(\.(25[0-5]|2[0-4][0-9]|1?[0-9]?[0-9])){3}$`),
-		func(j *joiner) string { return j.id.NodeIP }},
-	{"INSTANCE_TYPE", regexp.MustCompile(`^[a-z0-9-]+\.[a-z0-9-]+$`), func(j *joiner) string { return j.id.InstanceType }},
-	{"LIFECYCLE", regexp.MustCompile(`^(InService|Standby|Detached|Terminated|Warmed:(Stopped|Running|Hibernated|Terminated))$`),
+	{"INSTANCE_ID", names.IsInstanceID, func(j *joiner) string { return j.id.InstanceID }},
+	{"ZONE", regexp.MustCompile(`^[a-z]{2}(-[a-z0-9]+)+$`).MatchString, func(j *joiner) string { return j.id.Zone }},
+	{"REGION", names.IsRegion, func(j *joiner) string { return j.id.Region }},
+	{"DOMAIN", regexp.MustCompile(`^[a-z0-9-]+(\.[a-z0-9-]+)+$`).MatchString, func(j *joiner) string { return j.domain }},
+	{"NODE_IP", isIPv4, func(j *joiner) string { return j.localIPv4 }},
+	{"INSTANCE_TYPE", regexp.MustCompile(`^[a-z0-9-]+\.[a-z0-9-]+$`).MatchString,
+		func(j *joiner) string { return j.id.InstanceType }},
+	{"LIFECYCLE", regexp.MustCompile(`^(InService|Standby|Detached|Terminated|Warmed:(Stopped|Running|Hibernated|Terminated))$`).MatchString,
 		func(j *joiner) string { return j.lifecycle }},
+}
+
+// isIPv4 says whether s is an IPv4 address in dotted-decimal form.
+func isIPv4(s string) bool {
+	a, err := netip.ParseAddr(s)
+	return err == nil && a.Is4()
 }
 
 // joiner is one run of the join.
@@ -83,6 +88,7 @@ type joiner struct {
 
 	id                nodeconfig.Identity
 	domain, lifecycle string
+	localIPv4         string // IMDS local-ipv4, as read
 	group             string
 	out               system.Outcome
 
@@ -143,10 +149,11 @@ func (j *joiner) boot(ctx context.Context) error {
 		return err
 	}
 	for _, f := range identityForms {
-		if v := f.get(j); !f.re.MatchString(v) {
+		if v := f.get(j); !f.ok(v) {
 			return fmt.Errorf("IMDS returned an unexpected %s: '%s'", f.name, v)
 		}
 	}
+	j.id.NodeIP = netip.MustParseAddr(j.localIPv4) // checked above
 	j.out.InstanceID, j.out.Lifecycle = j.id.InstanceID, j.lifecycle
 	j.log.Printf("instance %s (%s) in %s, node IP %s, target lifecycle state %s", j.id.InstanceID, j.id.InstanceType,
 		j.id.Zone, j.id.NodeIP, j.lifecycle)
@@ -268,7 +275,7 @@ func (j *joiner) identity(ctx context.Context) error {
 		path string
 	}{
 		{&j.id.InstanceID, "instance-id"}, {&j.id.Zone, "placement/availability-zone"},
-		{&j.id.Region, "placement/region"}, {&j.domain, "services/domain"}, {&j.id.NodeIP, "local-ipv4"},
+		{&j.id.Region, "placement/region"}, {&j.domain, "services/domain"}, {&j.localIPv4, "local-ipv4"},
 		{&j.id.InstanceType, "instance-type"},
 	} {
 		s, err := j.cloud.IMDS.Get(ctx, v.path)
@@ -503,7 +510,7 @@ func (j *joiner) joinCluster(ctx context.Context) error {
 	if err := j.runPhases(ctx, []phase{
 		{name: "checks", run: j.readyToJoin},
 		{name: "token", run: j.retried("read the join token from SSM parameter "+j.cfg.JoinTokenParameter, j.readToken)},
-		{name: "api-server", run: j.retried("reach the API server at "+j.cfg.APIServerEndpoint, j.probeAPIServer)},
+		{name: "api-server", run: j.retried("reach the API server at "+j.cfg.APIServerEndpoint.String(), j.probeAPIServer)},
 		{run: func(context.Context) error { return j.render() }},
 		{name: "kubeadm-join", run: j.retried("kubeadm join", j.kubeadmJoin)},
 	}); err != nil {
@@ -579,12 +586,8 @@ func (j *joiner) readyToJoin(ctx context.Context) error {
 
 // forwarding: kubeadm join's preflight needs IP forwarding of the API server address's family.
 func (j *joiner) forwarding(ctx context.Context) error {
-	host, _, err := net.SplitHostPort(j.cfg.APIServerEndpoint)
-	if err != nil {
-		return nil
-	}
-	addr, err := netip.ParseAddr(host)
-	if err != nil {
+	addr, ok := j.cfg.APIServerEndpoint.Addr()
+	if !ok {
 		return nil // a name: the family is the resolver's
 	}
 	key, file := "net.ipv4.ip_forward", "sys/net/ipv4/ip_forward"
@@ -636,7 +639,7 @@ func (j *joiner) probeAPIServer(ctx context.Context) error {
 	client := &http.Client{Timeout: j.clock.Timeout(10 * time.Second), Transport: &http.Transport{
 		TLSClientConfig: &tls.Config{InsecureSkipVerify: true}, //nolint:gosec // a probe; kubeadm pins the CA
 	}}
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "https://"+j.cfg.APIServerEndpoint+"/readyz", nil)
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "https://"+j.cfg.APIServerEndpoint.String()+"/readyz", nil)
 	if err != nil {
 		return system.Permanent(err)
 	}

@@ -13,7 +13,9 @@ import (
 	is "gotest.tools/v3/assert/cmp"
 	"sigs.k8s.io/yaml"
 
+	"github.com/dynk8s/dynk8s/internal/endpoint"
 	"github.com/dynk8s/dynk8s/internal/fakeaws"
+	"github.com/dynk8s/dynk8s/internal/kube"
 	"github.com/dynk8s/dynk8s/node/internal/cloud/cloudfake"
 	"github.com/dynk8s/dynk8s/node/internal/system"
 	"github.com/dynk8s/dynk8s/node/nodeconfig"
@@ -37,7 +39,7 @@ func TestJoinRetriesThenJoins(t *testing.T) {
 	t.Parallel()
 	r := newRig(t, "", "")
 	api := fakeaws.NewAPIServer(t, 2)
-	r.cfg.APIServerEndpoint = strings.TrimPrefix(api.URL, "https://")
+	r.cfg.APIServerEndpoint = endpoint.MustParse(strings.TrimPrefix(api.URL, "https://"))
 	r.imds.TokenFailures = 2
 	r.ssm.Failures = 1
 	r.host.failN["kubeadm"] = 1
@@ -51,7 +53,7 @@ func TestJoinRetriesThenJoins(t *testing.T) {
 	for step, attempts := range map[string]int{
 		"read instance identity from IMDS":                                   3,
 		"read the join token from SSM parameter " + cloudfake.TokenParameter: 2,
-		"reach the API server at " + r.cfg.APIServerEndpoint:                 3,
+		"reach the API server at " + r.cfg.APIServerEndpoint.String():        3,
 		"kubeadm join": 2,
 	} {
 		assert.Check(t, is.Contains(run.log, step+": attempt 1 failed"))
@@ -80,7 +82,7 @@ func TestJoinRetriesThenJoins(t *testing.T) {
 	assert.Check(t, is.DeepEqual(jc, nodeconfig.JoinConfiguration{
 		APIVersion: "kubeadm.k8s.io/v1beta4", Kind: "JoinConfiguration",
 		Discovery: nodeconfig.Discovery{BootstrapToken: nodeconfig.BootstrapTokenDiscovery{
-			APIServerEndpoint: r.cfg.APIServerEndpoint, CACertHashes: []string{cloudfake.CAHash}, Token: cloudfake.Token}},
+			APIServerEndpoint: r.cfg.APIServerEndpoint.String(), CACertHashes: []string{cloudfake.CAHash}, Token: cloudfake.Token}},
 		NodeRegistration: nodeconfig.NodeRegistration{Name: cloudfake.InstanceID, CRISocket: "unix:///var/run/crio/crio.sock",
 			KubeletExtraArgs: []nodeconfig.KubeletArg{
 				{Name: "node-ip", Value: "10.100.1.23"},
@@ -89,7 +91,7 @@ func TestJoinRetriesThenJoins(t *testing.T) {
 					"topology.kubernetes.io/zone=eu-central-1a"},
 				{Name: "provider-id", Value: "aws:///eu-central-1a/" + cloudfake.InstanceID},
 			},
-			Taints: []nodeconfig.Taint{{Key: "dynk8s.io/capacity-type", Value: "spot", Effect: "NoSchedule"}}},
+			Taints: []kube.Taint{{Key: "dynk8s.io/capacity-type", Value: "spot", Effect: "NoSchedule"}}},
 		Patches: nodeconfig.Patches{Directory: r.root + "/etc/kubernetes/patches"},
 	}))
 	assert.Check(t, is.Equal(r.host.joinModes[0], os.FileMode(0o600)))
@@ -208,7 +210,7 @@ func TestJoinGivesUp(t *testing.T) {
 				"(deadline 2s)", "HTTP 400 AccessDeniedException: fake SSM says no"}, lastPhase: "token"},
 		"API server unreachable": {modify: func(r *rig) {
 			api := fakeaws.NewAPIServer(t, 0)
-			r.cfg.APIServerEndpoint = strings.TrimPrefix(api.URL, "https://")
+			r.cfg.APIServerEndpoint = endpoint.MustParse(strings.TrimPrefix(api.URL, "https://"))
 			api.Close()
 		}, failure: []string{"reach the API server at ", ": gave up after", "connection refused"}, lastPhase: "api-server"},
 		"malformed token": {modify: func(r *rig) { r.ssm.Value = "Not-A-Token-but-a-secret" },

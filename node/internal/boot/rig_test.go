@@ -14,7 +14,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/dynk8s/dynk8s/internal/endpoint"
 	"github.com/dynk8s/dynk8s/internal/fakeaws"
+	"github.com/dynk8s/dynk8s/internal/kube"
 	"github.com/dynk8s/dynk8s/node/internal/cloud"
 	"github.com/dynk8s/dynk8s/node/internal/cloud/cloudfake"
 	"github.com/dynk8s/dynk8s/node/internal/system"
@@ -220,7 +222,7 @@ func newRig(t *testing.T, lifecycle, hook string) *rig {
 	r := &rig{t: t, root: root, imds: cloudfake.NewIMDS(lifecycle, ""), ssm: &cloudfake.SSM{Value: cloudfake.Token}, asg: &cloudfake.AutoScaling{},
 		ec2: &cloudfake.EC2{State: "stopped"}, host: &fakeHost{root: root, fail: map[string]bool{}, failN: map[string]int{}}}
 	r.cfg = nodeconfig.Node{
-		ClusterName: "homelab", PoolName: "spot-arm64", APIServerEndpoint: strings.TrimPrefix(api.URL, "https://"),
+		ClusterName: "homelab", PoolName: "spot-arm64", APIServerEndpoint: endpoint.MustParse(strings.TrimPrefix(api.URL, "https://")),
 		JoinTokenParameter: cloudfake.TokenParameter, LaunchHook: hook, CRISocket: "unix:///var/run/crio/crio.sock",
 		KernelModules: []string{"overlay", "br_netfilter"},
 		Packages:      []string{"kubelet-1.34.4", "kubeadm-1.34.4", "cri-tools-1.34.*", "cri-o-1.34.*"},
@@ -229,7 +231,7 @@ func newRig(t *testing.T, lifecycle, hook string) *rig {
 		PrePullImages: []string{"registry.k8s.io/pause:3.10.1", "registry.k8s.io/kube-proxy:v1.34.4"},
 		Join: nodeconfig.Join{CACertHashes: []string{cloudfake.CAHash}, PatchesDirectory: "/etc/kubernetes/patches",
 			Labels: map[string]string{"dynk8s.io/pool": "spot-arm64", "dynk8s.io/capacity-type": "spot"},
-			Taints: []nodeconfig.Taint{{Key: "dynk8s.io/capacity-type", Value: "spot", Effect: "NoSchedule"}}},
+			Taints: []kube.Taint{{Key: "dynk8s.io/capacity-type", Value: "spot", Effect: "NoSchedule"}}},
 		Host: nodeconfig.Host{OnPremCIDRs: []netip.Prefix{netip.MustParsePrefix("192.168.0.0/16")}, TunnelMTU: 1420,
 			MetadataUIDs: []int{1000}},
 		Deadlines: nodeconfig.DefaultDeadlines,

@@ -47,7 +47,7 @@ func onPremRoutes(ctx context.Context, cfg nodeconfig.Node, table routeTable, cl
 	}
 	h := cfg.Host
 	for _, dst := range h.OnPremCIDRs {
-		if err := table.replace(ctx, dst, gw, dev, h.TunnelMTU); err != nil {
+		if err := table.replace(ctx, dst, gw, dev, int(h.TunnelMTU)); err != nil {
 			return fmt.Errorf("could not route %s via %s dev %s with MTU %d: %w", dst, gw, dev, h.TunnelMTU, err)
 		}
 	}
