@@ -25,8 +25,8 @@ import (
 	"gotest.tools/v3/assert"
 	is "gotest.tools/v3/assert/cmp"
 
-	"github.com/dynk8s/dynk8s/internal/testkit/realtools"
 	"github.com/dynk8s/dynk8s/internal/testkit/csrtest"
+	"github.com/dynk8s/dynk8s/internal/testkit/realtools"
 )
 
 var (
