@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -163,4 +164,27 @@ func (b *SyncBuffer) String() string {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	return b.buf.String()
+}
+
+// Calls records the command lines a fake host is given, from any goroutine. Embed it: Record in the fake's Run and
+// Output, Recorded in the test.
+type Calls struct {
+	mu    sync.Mutex
+	lines []string
+}
+
+// Record records name and args as one line, and returns it.
+func (c *Calls) Record(name string, args []string) string {
+	line := strings.TrimSpace(name + " " + strings.Join(args, " "))
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.lines = append(c.lines, line)
+	return line
+}
+
+// Recorded is the lines so far, in order.
+func (c *Calls) Recorded() []string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return slices.Clone(c.lines)
 }

@@ -74,7 +74,7 @@ func TestPrepareWritesTheMarker(t *testing.T) {
 	r.cfg.PrePullImages = append(r.cfg.PrePullImages, "docker.io/library/busybox:latest") // the fake's pull fails
 	log, err := r.bakeRig()
 	assert.NilError(t, err)
-	calls := r.host.recorded()
+	calls := r.host.Recorded()
 	assert.Check(t, is.DeepEqual(dnfCalls(calls), []string{dnfInstall + " --repo=dynk8s-kubernetes --repo=dynk8s-cri-o " +
 		"--repo=fedora kubelet-1.34.4 kubeadm-1.34.4 cri-tools-1.34.* cri-o-1.34.* container-selinux"}))
 	assert.Check(t, slices.Index(calls, "systemctl disable kubelet.service") > slices.Index(calls, "systemctl enable kubelet.service"),

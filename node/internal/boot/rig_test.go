@@ -26,9 +26,9 @@ import (
 
 // fakeHost records every command line, fails those listed, and plays kubeadm, crictl and the tools' presence.
 type fakeHost struct {
-	mu    sync.Mutex
-	root  string
-	calls []string
+	nodetest.Calls
+	mu   sync.Mutex
+	root string
 	// fail: command lines (exact) that fail; failN: a command's name that fails its first n runs.
 	fail  map[string]bool
 	failN map[string]int
@@ -52,9 +52,8 @@ type fakeHost struct {
 func (h *fakeHost) Has(name string) bool { return !slices.Contains(h.missing, name) }
 
 func (h *fakeHost) Run(ctx context.Context, _ time.Duration, _ bool, name string, args ...string) error {
-	line := strings.TrimSpace(name + " " + strings.Join(args, " "))
+	line := h.Record(name, args)
 	h.mu.Lock()
-	h.calls = append(h.calls, line)
 	failed := h.fail[line]
 	if h.failN[name] > 0 {
 		h.failN[name]--
@@ -137,10 +136,9 @@ func fakeRPM(name, version, release, arch string) rpmPackage {
 
 // Output plays rpm -q --qf rpmQueryFormat: the pinned packages from rpmDB, the system packages unless rpmMissing.
 func (h *fakeHost) Output(_ context.Context, _ time.Duration, name string, args ...string) (string, error) {
-	line := strings.TrimSpace(name + " " + strings.Join(args, " "))
+	line := h.Record(name, args)
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	h.calls = append(h.calls, line)
 	n := len(args)
 	if name != "rpm" || args[0] != "-q" || n < 4 || args[n-3] != "--qf" || args[n-2] != rpmQueryFormat {
 		return "", fmt.Errorf("fake host: no output for %s", line)
@@ -182,12 +180,6 @@ func (h *fakeHost) kubeadmJoin(config string, fail bool) error {
 		return err
 	}
 	return os.WriteFile(filepath.Join(dir, "kubelet.conf"), nil, 0o600)
-}
-
-func (h *fakeHost) recorded() []string {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	return slices.Clone(h.calls)
 }
 
 // rig is one instance for the agent: its root, its config, the fakes, and what the last run logged.
@@ -272,7 +264,7 @@ func (r *rig) join() joinRun {
 	f := system.Files{Root: r.root, Proc: filepath.Join(r.root, "proc")}
 	log := system.NewLogger("dynk8s-join", r.log, r.root)
 	log.Journal = false
-	before := len(r.host.recorded())
+	before := len(r.host.Recorded())
 	start := time.Now()
 	run := joinRun{root: r.root}
 	if alreadyJoined(f) {
@@ -289,7 +281,7 @@ func (r *rig) join() joinRun {
 	}
 	run.elapsed = time.Since(start)
 	run.log = r.log.String()
-	run.calls = r.host.recorded()[before:]
+	run.calls = r.host.Recorded()[before:]
 	if b, err := os.ReadFile(filepath.Join(r.root, "run/dynk8s/timeline.json")); err == nil {
 		var tl system.TimelineDoc
 		dec := json.NewDecoder(bytes.NewReader(b))

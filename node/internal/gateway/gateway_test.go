@@ -128,8 +128,8 @@ func (f *fakeFleet) calls() int {
 
 // fakeGatewayHost records every command line and plays rpm, dnf and nft.
 type fakeGatewayHost struct {
-	mu    sync.Mutex
-	calls []string
+	nodetest.Calls
+	mu sync.Mutex
 	// rpmMissing: packages rpm -q does not find; dnfFailures: installs that fail first (negative: all).
 	rpmMissing  []string
 	dnfFailures int
@@ -140,16 +140,8 @@ type fakeGatewayHost struct {
 
 func (h *fakeGatewayHost) Has(string) bool { return true }
 
-func (h *fakeGatewayHost) record(name string, args []string) string {
-	line := strings.TrimSpace(name + " " + strings.Join(args, " "))
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	h.calls = append(h.calls, line)
-	return line
-}
-
 func (h *fakeGatewayHost) Run(_ context.Context, _ time.Duration, _ bool, name string, args ...string) error {
-	line := h.record(name, args)
+	line := h.Record(name, args)
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	switch {
@@ -163,7 +155,7 @@ func (h *fakeGatewayHost) Run(_ context.Context, _ time.Duration, _ bool, name s
 }
 
 func (h *fakeGatewayHost) Output(_ context.Context, _ time.Duration, name string, args ...string) (string, error) {
-	h.record(name, args)
+	h.Record(name, args)
 	if name == "rpm" {
 		if slices.Contains(h.rpmMissing, args[len(args)-1]) {
 			return "", &system.ExitError{Name: name, Code: 1}
@@ -174,12 +166,6 @@ func (h *fakeGatewayHost) Output(_ context.Context, _ time.Duration, name string
 		return "", fmt.Errorf("nft exited 1: Error: No such file or directory")
 	}
 	return h.counters, nil
-}
-
-func (h *fakeGatewayHost) recorded() []string {
-	h.mu.Lock()
-	defer h.mu.Unlock()
-	return slices.Clone(h.calls)
 }
 
 // gatewayRig is the gateway instance: its root, its config and the fakes.
@@ -236,7 +222,7 @@ func (r *gatewayRig) run(cmd string) gatewayResult {
 	}}
 	g := &gatewayRun{cfg: r.cfg, cloud: c, host: r.host, files: system.Files{Root: r.root}, log: log,
 		now: func() time.Time { return r.now }, dryRun: r.dryRun}
-	before := len(r.host.recorded())
+	before := len(r.host.Recorded())
 	start := time.Now()
 	var err error
 	switch cmd {
@@ -250,7 +236,7 @@ func (r *gatewayRig) run(cmd string) gatewayResult {
 	if err != nil {
 		log.Printf("FAILED: %v", err)
 	}
-	res := gatewayResult{err: err, log: out.String(), calls: r.host.recorded()[before:], elapsed: time.Since(start)}
+	res := gatewayResult{err: err, log: out.String(), calls: r.host.Recorded()[before:], elapsed: time.Since(start)}
 	r.t.Logf("%s: %v after %s\n%s", cmd, err, res.elapsed.Round(time.Millisecond), res.log)
 	return res
 }

@@ -51,7 +51,7 @@ func TestLockMetadata(t *testing.T) {
 				return
 			}
 			assert.NilError(t, err)
-			assert.Check(t, is.DeepEqual(r.host.calls, []string{"nft -f " + ruleset}))
+			assert.Check(t, is.DeepEqual(r.host.Recorded(), []string{"nft -f " + ruleset}))
 			b, err := os.ReadFile(ruleset)
 			assert.NilError(t, err)
 			assert.Check(t, is.Contains(string(b), "elements = { "+c.uids+" }"))

@@ -4,12 +4,12 @@ import (
 	"bytes"
 	"context"
 	"net/netip"
-	"strings"
 	"testing"
 	"time"
 
 	"github.com/dynk8s/dynk8s/node/internal/system"
 	"github.com/dynk8s/dynk8s/node/nodeconfig"
+	"github.com/dynk8s/dynk8s/node/nodetest"
 )
 
 // hostRig is a node's root, its host settings (node.json's host), a host that records the commands it is given,
@@ -29,14 +29,12 @@ func newHostRig(t *testing.T) *hostRig {
 
 // recordingHost records each command line; those in fail exit 1.
 type recordingHost struct {
-	fail  map[string]bool
-	calls []string
+	nodetest.Calls
+	fail map[string]bool
 }
 
 func (h *recordingHost) Run(_ context.Context, _ time.Duration, _ bool, name string, args ...string) error {
-	line := strings.TrimSpace(name + " " + strings.Join(args, " "))
-	h.calls = append(h.calls, line)
-	if h.fail[line] {
+	if line := h.Record(name, args); h.fail[line] {
 		return &system.ExitError{Name: name, Code: 1}
 	}
 	return nil

@@ -52,19 +52,46 @@ func (h RealHost) Run(ctx context.Context, timeout time.Duration, quiet bool, na
 		h.Log.Printf("dry run: would run %s %s", name, strings.Join(args, " "))
 		return nil
 	}
-	if timeout > 0 {
-		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeout(ctx, timeout)
-		defer cancel()
-	}
-	cmd := exec.CommandContext(ctx, name, args...)
-	// As timeout(1) -k: SIGTERM at the timeout, SIGKILL 10 s later.
-	cmd.Cancel = func() error { return cmd.Process.Signal(syscall.SIGTERM) }
-	cmd.WaitDelay = 10 * time.Second
+	ctx, cmd, cancel := command(ctx, timeout, name, args)
+	defer cancel()
 	if !quiet {
 		cmd.Stdout, cmd.Stderr = h.Out, h.Out
 	}
-	err := cmd.Run()
+	return commandError(ctx, cmd.Run(), name, timeout)
+}
+
+// Output runs a query and returns its standard output, in a dry run too (it changes nothing); a command that ran
+// and failed gives its output and an *ExitError (rpm -q says "not installed" so), with its standard error.
+func (h RealHost) Output(ctx context.Context, timeout time.Duration, name string, args ...string) (string, error) {
+	ctx, cmd, cancel := command(ctx, timeout, name, args)
+	defer cancel()
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	if err = commandError(ctx, err, name, timeout); err != nil {
+		if ee := (*ExitError)(nil); errors.As(err, &ee) {
+			err = fmt.Errorf("%w: %s", err, strings.TrimSpace(stderr.String()))
+		}
+	}
+	return string(out), err
+}
+
+// command is name with args under ctx and, as timeout(1) -k does, SIGTERM at timeout (0: none) and SIGKILL 10 s
+// later; the context it returns is the one the timeout ends.
+func command(ctx context.Context, timeout time.Duration, name string, args []string) (context.Context, *exec.Cmd,
+	context.CancelFunc) {
+	cancel := context.CancelFunc(func() {})
+	if timeout > 0 {
+		ctx, cancel = context.WithTimeout(ctx, timeout)
+	}
+	cmd := exec.CommandContext(ctx, name, args...)
+	cmd.Cancel = func() error { return cmd.Process.Signal(syscall.SIGTERM) }
+	cmd.WaitDelay = 10 * time.Second
+	return ctx, cmd, cancel
+}
+
+// commandError is how a command ended: nil, its timeout, an *ExitError, or why it did not run.
+func commandError(ctx context.Context, err error, name string, timeout time.Duration) error {
 	var ee *exec.ExitError
 	switch {
 	case err == nil:
@@ -75,33 +102,6 @@ func (h RealHost) Run(ctx context.Context, timeout time.Duration, quiet bool, na
 		return &ExitError{Name: name, Code: ee.ExitCode()}
 	default:
 		return fmt.Errorf("%s: %w", name, err)
-	}
-}
-
-// Output runs a query and returns its standard output, in a dry run too (it changes nothing); a command that ran
-// and failed gives its output and an *exitError (rpm -q says "not installed" so), with its standard error.
-func (h RealHost) Output(ctx context.Context, timeout time.Duration, name string, args ...string) (string, error) {
-	if timeout > 0 {
-		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeout(ctx, timeout)
-		defer cancel()
-	}
-	cmd := exec.CommandContext(ctx, name, args...)
-	cmd.Cancel = func() error { return cmd.Process.Signal(syscall.SIGTERM) }
-	cmd.WaitDelay = 10 * time.Second
-	var stderr bytes.Buffer
-	cmd.Stderr = &stderr
-	out, err := cmd.Output()
-	var ee *exec.ExitError
-	switch {
-	case err == nil:
-		return string(out), nil
-	case ctx.Err() != nil:
-		return string(out), fmt.Errorf("%s timed out after %s", name, timeout)
-	case errors.As(err, &ee):
-		return string(out), fmt.Errorf("%w: %s", &ExitError{Name: name, Code: ee.ExitCode()}, strings.TrimSpace(stderr.String()))
-	default:
-		return string(out), fmt.Errorf("%s: %w", name, err)
 	}
 }
 
