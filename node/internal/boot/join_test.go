@@ -11,7 +11,6 @@ import (
 
 	"gotest.tools/v3/assert"
 	is "gotest.tools/v3/assert/cmp"
-	"sigs.k8s.io/yaml"
 
 	"github.com/dynk8s/dynk8s/internal/endpoint"
 	"github.com/dynk8s/dynk8s/internal/fakeaws"
@@ -25,13 +24,6 @@ import (
 // The join's scenarios, against the fake clients.
 
 const dnfInstall = "dnf install -y --setopt=install_weak_deps=False --setopt=tsflags=nodocs --setopt=max_parallel_downloads=10"
-
-func joinConfig(t *testing.T, doc string) nodeconfig.JoinConfiguration {
-	t.Helper()
-	var jc nodeconfig.JoinConfiguration
-	assert.NilError(t, yaml.UnmarshalStrict([]byte(doc), &jc))
-	return jc
-}
 
 // Every network step fails at first; the join retries each and joins, and kubeadm gets the JoinConfiguration with
 // the token from SSM and the identity from IMDS, in a file only root reads, removed after the join.
