@@ -26,7 +26,7 @@ func jenkinsStages(t *testing.T, jenkinsfile string) map[string]string {
 	return stages
 }
 
-// TestJenkinsNeverHandsCredentialsToUnreviewedCode (security review H4): no credential is in the pipeline's
+// TestJenkinsNeverHandsCredentialsToUnreviewedCode: no credential is in the pipeline's
 // environment, where `make test` (a branch's or a pull request's own code) would read it; each is bound with
 // withCredentials only in a stage that runs on main; every stage that runs pulumi runs on main only; and `pulumi
 // up` runs only after the preview gate (cmd/previewgate, review M9), whose -allow comes from the approver.

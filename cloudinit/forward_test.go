@@ -35,7 +35,7 @@ func forwardRuleset(t *testing.T, f *GatewayForward) string {
 	return fileByPath(t, parseCloudConfig(t, ud), wgMSSPath).Content
 }
 
-// TestGatewayForwardFilter (security review M5): with the filter on, the gateway's table drops new connections from
+// TestGatewayForwardFilter: with the filter on, the gateway's table drops new connections from
 // the VPC into the tunnel except to the API server's port, the CNI's encapsulation, the on-prem name servers and the
 // operator's list, and keeps replies; without it (the default) nothing is filtered.
 func TestGatewayForwardFilter(t *testing.T) {

@@ -216,9 +216,8 @@ func TestGatewayRendersNoSecret(t *testing.T) {
 	}
 }
 
-// The EC2 limit is 16 KiB gzipped. With the agent in place of the scripts (aws.sh, wg-key.sh, gateway-packages.sh,
-// gateway-idle.sh and lib.sh: 5.2 to 6.5 KB gzipped), the gateway carries the bootstrap, gateway.json and its
-// units; the size is logged for the record, and held under a budget that a script moved back in would exceed.
+// The EC2 limit is 16 KiB gzipped. The gateway carries the bootstrap, gateway.json and its units (about 2.7-2.9 KB
+// gzipped); the size is logged for the record, and held under a budget that a script moved back in would exceed.
 func TestGatewayUserDataSize(t *testing.T) {
 	t.Parallel()
 	for name, ud := range renderedGatewayUserData(t) {

@@ -42,7 +42,7 @@ type NodeInput struct {
 	Agent *Agent
 }
 
-// Where the node's files go. The scripts derive the same paths (under DYNK8S_ROOT in tests).
+// Where the node's files go. The agent derives the same paths (under DYNK8S_ROOT in tests).
 const (
 	libexecDir    = "/usr/local/libexec/dynk8s"
 	agentBinary   = "/usr/local/bin/dynk8s-node"

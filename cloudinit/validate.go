@@ -11,7 +11,7 @@ import (
 )
 
 var (
-	// ssmNameRE is SSM's parameter-name alphabet; the scripts also pass the name through their config file.
+	// ssmNameRE is SSM's parameter-name alphabet; the agent reads the name from node.json.
 	ssmNameRE = regexp.MustCompile(`^[A-Za-z0-9_./-]+$`)
 
 	// tokenLikeRE finds a kubeadm bootstrap token inside any string.

@@ -22,7 +22,7 @@ func gatewayRuleset(t *testing.T, values map[string]any) string {
 	return text[start:]
 }
 
-// TestGatewayForwardsWhatTheConfigSays (security review M5): the default forwards everything toward on-prem; mode
+// TestGatewayForwardsWhatTheConfigSays: the default forwards everything toward on-prem; mode
 // cluster renders the filter with the API server's ports (the endpoint's and kubeadm's 6443), the on-prem name
 // servers of network.onPremDns and the operator's allow list.
 func TestGatewayForwardsWhatTheConfigSays(t *testing.T) {

@@ -48,7 +48,7 @@ func matchingStatements(doc infra.PolicyDocument, effect, action, resource strin
 // TestImageBuildRoleReadsNoStackParameter: the build role's managed AmazonSSMManagedInstanceCore allows
 // ssm:GetParameter(s) on "*", so an inline policy denies, unconditionally, each of the four calls that return a
 // parameter's value on the stack's two parameters, and every path query (one on "/", "/dynk8s" or the cluster's
-// path returns the parameters below it), before the instance profile exists (security review round 4, M1).
+// path returns the parameters below it), before the instance profile exists.
 func TestImageBuildRoleReadsNoStackParameter(t *testing.T) {
 	res := runStack(t, bakedDev(t))
 	role := find(t, res, "aws:iam/role:Role", "image-builder-role")
@@ -105,7 +105,7 @@ func deployedBy(t *testing.T, values map[string]any, caller, rolePath string) *p
 // IAM user, or for a role session the role, by aws:PrincipalArn) writing, deleting or superseding an object, and
 // suspending versioning or changing the lifecycle rule, which would expire the pinned version later; the readers and
 // the bucket policy itself are left alone. The objects are uploaded after the policy, so a new deployer names itself
-// first (security review round 4, L1).
+// first.
 func TestOnlyTheDeployerWritesTheAgent(t *testing.T) {
 	for name, tc := range map[string]struct{ caller, rolePath, deployer string }{
 		"an IAM user": {"", "", "arn:aws:iam::" + mockcloud.Account + ":user/operator"},

@@ -61,7 +61,7 @@ func nodeImages(t *testing.T, res *plan.Result) (pause []string, prePull []strin
 
 const digest = "@sha256:0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef"
 
-// TestEveryImageCanBePinned (security review M8): with images.* and fuse.images set to references with digests,
+// TestEveryImageCanBePinned: with images.* and fuse.images set to references with digests,
 // every container of every workload the stack declares, and the nodes' pause image, run pinned content. The one image
 // left is kube-proxy's pre-pull: the cluster's own DaemonSet runs kube-proxy (kubeadm's image), the node only
 // warms its cache with the tag of its version.

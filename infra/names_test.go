@@ -34,7 +34,7 @@ func nameTags(v any, out map[string]bool) {
 }
 
 // TestPoolNamesNeverTakeAStackName: every Name the stack gives a resource of its own (not a pool's) is one that
-// config refuses as a pool name, so the list behind that refusal (security review L5) cannot fall behind the code.
+// config refuses as a pool name, so the list behind that refusal cannot fall behind the code.
 func TestPoolNamesNeverTakeAStackName(t *testing.T) {
 	for _, stack := range []string{"dev", "prod", "dev with a baked pool"} {
 		file, _, baked := strings.Cut(stack, " ")

@@ -661,7 +661,7 @@ func TestIdentityPolicies(t *testing.T) {
 		verb := a[strings.Index(a, ":")+1:]
 		assert.Check(t, strings.HasPrefix(verb, "Describe") || strings.HasPrefix(verb, "Get"), "read statement: %s", a)
 	}
-	// Region-scoped (security review M7): DescribeLaunchTemplateVersions returns user data, and a leaked key must
+	// Region-scoped: DescribeLaunchTemplateVersions returns user data, and a leaked key must
 	// read only the stack's region. aws:RequestedRegion is a global condition key, so every action takes it.
 	assert.DeepEqual(t, read.Condition, map[string]map[string]string{
 		"StringEquals": {"aws:RequestedRegion": "eu-central-1"},
@@ -724,7 +724,7 @@ func TestJoinTokenAndKeyRotation(t *testing.T) {
 	assert.DeepEqual(t, doc.Statement[0].Action, []string{"ssm:PutParameter"})
 	assert.DeepEqual(t, doc.Statement[0].Resource, []string{arn})
 	// Only an overwrite of the parameter Pulumi made, and never with parameter policies (an expiration policy
-	// would let a leaked key make the nodes' parameter vanish; security review L2). The rotator's request sends
+	// would let a leaked key make the nodes' parameter vanish). The rotator's request sends
 	// Overwrite: true and no Policies (rotate-token.sh).
 	assert.DeepEqual(t, doc.Statement[0].Condition, map[string]map[string]string{
 		"Bool": {"ssm:Overwrite": "true"},

@@ -14,7 +14,7 @@ import (
 	"github.com/dynk8s/dynk8s/internal/kube"
 )
 
-// TestCleanupJudgesOnlyItsRegion (security review L9): the cleanup asks its own region's EC2, so a pool node whose
+// TestCleanupJudgesOnlyItsRegion: the cleanup asks its own region's EC2, so a pool node whose
 // provider ID names a zone of another region (another stack's node on the same cluster) is skipped, never asked
 // about: that EC2 would not know the instance ("gone") and the cleanup would delete the Node of a live instance.
 // Local Zones (<region>-<city>-<n><letter>) belong to their region.

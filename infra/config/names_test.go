@@ -23,7 +23,7 @@ func refusedAt(t *testing.T, c map[string]any, path, msg string) {
 }
 
 // TestPoolNameNotAStackName: a pool's instances are named <clusterName>-<pool>, so a pool may not take the name of
-// one of the stack's own resources (security review L5): its nodes would carry the gateway's Name tag.
+// one of the stack's own resources: its nodes would carry the gateway's Name tag.
 func TestPoolNameNotAStackName(t *testing.T) {
 	for _, name := range []string{"wireguard-gateway", "vpc", "node-sg", "subnet-eu-central-1a"} {
 		c := devConfig(t)
@@ -37,7 +37,7 @@ func TestPoolNameNotAStackName(t *testing.T) {
 }
 
 // TestFractionalNumberIsNoText: YAML reads an unquoted 1.10 as the number 1.1, so a text key given a fractional
-// number is refused rather than taken as "1.1" (security review L4): a rotation value changed from 1.1 to 1.10 would
+// number is refused rather than taken as "1.1": a rotation value changed from 1.1 to 1.10 would
 // otherwise rotate nothing. Whole numbers stay text, as `pulumi config set --path` stores them.
 func TestFractionalNumberIsNoText(t *testing.T) {
 	c := devConfig(t)

@@ -40,7 +40,7 @@ func gate(args ...string) (int, string, string) {
 	return code, out.String(), errOut.String()
 }
 
-// TestGateStopsAGatewayReplacement: a plan that replaces the gateway instance delete-first (security review M9)
+// TestGateStopsAGatewayReplacement: a plan that replaces the gateway instance delete-first
 // fails the gate, naming the step, and passes only with -allow.
 func TestGateStopsAGatewayReplacement(t *testing.T) {
 	for _, op := range []string{"replace", "delete-replaced", "create-replacement", "delete"} {
