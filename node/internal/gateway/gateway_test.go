@@ -11,11 +11,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/aws/aws-sdk-go-v2/aws"
-	"github.com/aws/aws-sdk-go-v2/service/ec2"
-	ec2types "github.com/aws/aws-sdk-go-v2/service/ec2/types"
-	"github.com/aws/aws-sdk-go-v2/service/ssm"
-	ssmtypes "github.com/aws/aws-sdk-go-v2/service/ssm/types"
 	"gotest.tools/v3/assert"
 	is "gotest.tools/v3/assert/cmp"
 
@@ -36,95 +31,10 @@ const (
 	testIdleStop     = 15 * time.Minute
 )
 
-// fakeKeySSM serves the gateway's key parameter.
-type fakeKeySSM struct {
-	mu       sync.Mutex
-	failures int // AccessDeniedException first; negative: every call
-	value    string
-}
-
-func (f *fakeKeySSM) GetParameter(_ context.Context, in *ssm.GetParameterInput, _ ...func(*ssm.Options)) (*ssm.GetParameterOutput, error) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	if aws.ToString(in.Name) != testKeyParameter || !aws.ToBool(in.WithDecryption) {
-		return nil, fmt.Errorf("fake SSM: unexpected request %s (decrypt %v)", aws.ToString(in.Name), aws.ToBool(in.WithDecryption))
-	}
-	if f.failures != 0 {
-		f.failures--
-		return nil, cloudfake.APIErr(400, "AccessDeniedException", "fake SSM says no")
-	}
-	return &ssm.GetParameterOutput{Parameter: &ssmtypes.Parameter{Name: in.Name, Value: aws.String(f.value)}}, nil
-}
-
-// fakeInstance is one instance of the fleet, its tags included.
-type fakeInstance struct {
-	id, state string
-	tags      map[string]string
-}
-
-// fakeFleet is EC2's DescribeInstances over instances, applying the idle check's filters as EC2 does after checking
-// they are exactly those: the stack's pool instances (the cluster tag and the pool tag key), pending or running.
-type fakeFleet struct {
-	t         *testing.T
-	mu        sync.Mutex
-	instances []fakeInstance
-	// emptyPages answers that many pages with no instance and a NextToken first, as EC2 may with filters.
-	emptyPages int
-	// failures answers that many calls with failCode (failStatus) first; negative: every call.
-	failures   int
-	failCode   string
-	failStatus int
-	// tokens are the NextToken each call sent ("" for none).
-	tokens []string
-}
-
-func (f *fakeFleet) StartInstances(context.Context, *ec2.StartInstancesInput, ...func(*ec2.Options)) (*ec2.StartInstancesOutput, error) {
-	return nil, fmt.Errorf("fake EC2: the gateway starts no instance")
-}
-
-func (f *fakeFleet) DescribeInstances(_ context.Context, in *ec2.DescribeInstancesInput, _ ...func(*ec2.Options)) (*ec2.DescribeInstancesOutput, error) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	f.tokens = append(f.tokens, aws.ToString(in.NextToken))
-	if f.failures != 0 {
-		f.failures--
-		return nil, cloudfake.APIErr(f.failStatus, f.failCode, "fake EC2 says no")
-	}
-	filters := map[string][]string{}
-	for _, flt := range in.Filters {
-		filters[aws.ToString(flt.Name)] = flt.Values
-	}
-	want := map[string][]string{"tag:dynk8s:cluster": {"homelab"}, "tag-key": {"dynk8s:pool"},
-		"instance-state-name": {"pending", "running"}}
-	if fmt.Sprint(filters) != fmt.Sprint(want) {
-		f.t.Errorf("DescribeInstances filters %v, want %v", filters, want)
-	}
-	page := 0
-	if tok := aws.ToString(in.NextToken); tok != "" {
-		if _, err := fmt.Sscanf(tok, "page-%d", &page); err != nil {
-			f.t.Errorf("NextToken %q is none the fake gave", tok)
-		}
-	}
-	if page < f.emptyPages {
-		return &ec2.DescribeInstancesOutput{NextToken: aws.String(fmt.Sprintf("page-%d", page+1))}, nil
-	}
-	out := &ec2.DescribeInstancesOutput{}
-	for _, i := range f.instances {
-		_, pool := i.tags["dynk8s:pool"]
-		if i.tags["dynk8s:cluster"] != "homelab" || !pool || !slices.Contains(filters["instance-state-name"], i.state) {
-			continue
-		}
-		out.Reservations = append(out.Reservations, ec2types.Reservation{Instances: []ec2types.Instance{{
-			InstanceId: aws.String(i.id), State: &ec2types.InstanceState{Name: ec2types.InstanceStateName(i.state)}}}})
-	}
-	return out, nil
-}
-
-func (f *fakeFleet) calls() int {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	return len(f.tokens)
-}
+// idleFilters are the idle check's DescribeInstances filters: the stack's pool instances (the cluster tag and the
+// pool tag key), pending or running.
+var idleFilters = map[string][]string{"tag:dynk8s:cluster": {"homelab"}, "tag-key": {"dynk8s:pool"},
+	"instance-state-name": {"pending", "running"}}
 
 // fakeGatewayHost records every command line and plays rpm, dnf and nft.
 type fakeGatewayHost struct {
@@ -174,20 +84,20 @@ type gatewayRig struct {
 	root   string
 	cfg    nodeconfig.Gateway
 	imds   *cloudfake.IMDS
-	ssm    *fakeKeySSM
-	ec2    *fakeFleet
+	ssm    *cloudfake.SSM
+	ec2    *cloudfake.EC2
 	host   *fakeGatewayHost
 	now    time.Time
 	dryRun bool
 }
 
 func newGatewayRig(t *testing.T) *gatewayRig {
-	r := &gatewayRig{t: t, root: t.TempDir(), imds: cloudfake.NewIMDS("", ""), ssm: &fakeKeySSM{value: testKey},
+	r := &gatewayRig{t: t, root: t.TempDir(), imds: cloudfake.NewIMDS("", ""), ssm: &cloudfake.SSM{Name: testKeyParameter, Value: testKey},
 		host: &fakeGatewayHost{fail: map[string]bool{}}, now: time.Now()}
-	r.ec2 = &fakeFleet{t: t, instances: []fakeInstance{
+	r.ec2 = &cloudfake.EC2{Instances: []cloudfake.Instance{
 		// The gateway itself (no pool tag) and another cluster's node never count.
-		{"i-0aaaaaaaaaaaaaaa1", "running", map[string]string{"dynk8s:cluster": "homelab"}},
-		{"i-0bbbbbbbbbbbbbbb2", "running", map[string]string{"dynk8s:cluster": "other", "dynk8s:pool": "x"}},
+		{ID: "i-0aaaaaaaaaaaaaaa1", State: "running", Tags: map[string]string{"dynk8s:cluster": "homelab"}},
+		{ID: "i-0bbbbbbbbbbbbbbb2", State: "running", Tags: map[string]string{"dynk8s:cluster": "other", "dynk8s:pool": "x"}},
 	}}
 	r.cfg = nodeconfig.Gateway{KeyParameter: testKeyParameter, KeyFile: "/etc/wireguard/wg0.key",
 		Packages: []string{"nftables", "wireguard-tools"}, SystemRepos: []string{"fedora"},
@@ -222,7 +132,7 @@ func (r *gatewayRig) run(cmd string) gatewayResult {
 	}}
 	g := &gatewayRun{cfg: r.cfg, cloud: c, host: r.host, files: system.Files{Root: r.root}, log: log,
 		now: func() time.Time { return r.now }, dryRun: r.dryRun}
-	before := len(r.host.Recorded())
+	before, described := len(r.host.Recorded()), len(r.ec2.Filters)
 	start := time.Now()
 	var err error
 	switch cmd {
@@ -237,6 +147,11 @@ func (r *gatewayRig) run(cmd string) gatewayResult {
 		log.Printf("FAILED: %v", err)
 	}
 	res := gatewayResult{err: err, log: out.String(), calls: r.host.Recorded()[before:], elapsed: time.Since(start)}
+	// The gateway asks EC2 only for the stack's pool instances, and starts none.
+	for _, f := range r.ec2.Filters[described:] {
+		assert.Check(r.t, is.DeepEqual(f, idleFilters), "DescribeInstances filters")
+	}
+	assert.Check(r.t, is.Equal(r.ec2.Started(), 0), "the gateway started an instance")
 	r.t.Logf("%s: %v after %s\n%s", cmd, err, res.elapsed.Round(time.Millisecond), res.log)
 	return res
 }
@@ -260,7 +175,7 @@ func TestGatewayKey(t *testing.T) {
 		want    string // the key file's key after the run ("": none)
 	}{
 		// A first boot: IMDS's token and SSM each fail once, then the key is written.
-		"first boot": {setup: func(r *gatewayRig) { r.imds.TokenFailures, r.ssm.failures = 1, 1 },
+		"first boot": {setup: func(r *gatewayRig) { r.imds.TokenFailures, r.ssm.Failures = 1, 1 },
 			logs: []string{"IMDSv2 token: HTTP 503", "HTTP 400 AccessDeniedException: fake SSM says no",
 				"read the WireGuard key from SSM parameter " + testKeyParameter + ": succeeded on attempt 3",
 				"wrote the key from SSM to "}, want: testKey},
@@ -269,15 +184,15 @@ func TestGatewayKey(t *testing.T) {
 		// A rotated key: SSM's value wins.
 		"rotated": {onDisk: testOtherKey, logs: []string{"wrote the key from SSM to "}, want: testKey},
 		// A reboot while SSM is unreachable keeps the key on disk after a short try (deadlines.keyOnDisk).
-		"SSM down, key on disk": {onDisk: testKey, setup: func(r *gatewayRig) { r.ssm.failures = -1 },
+		"SSM down, key on disk": {onDisk: testKey, setup: func(r *gatewayRig) { r.ssm.Failures = -1 },
 			logs: []string{"SSM unreachable (SSM GetParameter " + testKeyParameter + ": HTTP 400 AccessDeniedException: " +
 				"fake SSM says no); keeping the key already in "}, want: testKey},
 		// A first boot with SSM down: one clear reason, so systemd retries the unit.
-		"SSM down, no key": {setup: func(r *gatewayRig) { r.ssm.failures = -1 },
+		"SSM down, no key": {setup: func(r *gatewayRig) { r.ssm.Failures = -1 },
 			failure: "no WireGuard key: SSM parameter " + testKeyParameter + " could not be read (SSM GetParameter " +
 				testKeyParameter + ": HTTP 400 AccessDeniedException: fake SSM says no) and "},
 		// What SSM holds must be a WireGuard key; it is not repeated in the log, and nothing is written.
-		"not a key": {setup: func(r *gatewayRig) { r.ssm.value = "c2VjcmV0LWJ1dC1ub3QtYS1rZXk=" },
+		"not a key": {setup: func(r *gatewayRig) { r.ssm.Value = "c2VjcmV0LWJ1dC1ub3QtYS1rZXk=" },
 			failure: "SSM parameter " + testKeyParameter + " does not hold a WireGuard key (32 bytes, base64)"},
 	} {
 		t.Run(name, func(t *testing.T) {
@@ -322,7 +237,7 @@ func TestGatewayKeyOnDiskTriesBriefly(t *testing.T) {
 	r := newGatewayRig(t)
 	r.cfg.Deadlines.Key = nodeconfig.Duration(time.Minute)
 	r.putKey(testKey)
-	r.ssm.failures = -1
+	r.ssm.Failures = -1
 	res := r.run("gateway-key")
 	assert.NilError(t, res.err)
 	assert.Check(t, res.elapsed < 30*time.Second, "took %s with a key on disk", res.elapsed)
@@ -420,8 +335,8 @@ const poweroff = "systemctl poweroff"
 // gateway-idle: its decision rules, each with what it logs and the state it leaves.
 func TestGatewayIdle(t *testing.T) {
 	t.Parallel()
-	pool := func(id, state string) fakeInstance {
-		return fakeInstance{id, state, map[string]string{"dynk8s:cluster": "homelab", "dynk8s:pool": "builders-x86"}}
+	pool := func(id, state string) cloudfake.Instance {
+		return cloudfake.Instance{ID: id, State: state, Tags: map[string]string{"dynk8s:cluster": "homelab", "dynk8s:pool": "builders-x86"}}
 	}
 	for name, c := range map[string]struct {
 		setup    func(r *gatewayRig)
@@ -438,16 +353,16 @@ func TestGatewayIdle(t *testing.T) {
 		// No pool instance pending or running (this cluster's stopping node, its gateway and another cluster's node
 		// do not count) and the counters did not move, for longer than idle.stop.
 		"idle": {setup: func(r *gatewayRig) {
-			r.ec2.instances = append(r.ec2.instances, pool("i-0ccccccccccccccc3", "stopping"))
+			r.ec2.Instances = append(r.ec2.Instances, pool("i-0ccccccccccccccc3", "stopping"))
 		},
 			state: "16m 42", counters: counters(40, 2), stops: true, packets: 42, describes: 1,
 			logs: []string{"stopping: idle for 960s (limit 900s): no pool instance pending or running and no packet " +
 				"forwarded through wg0; a booting node starts the gateway again"}},
 		// A pool instance pending or running keeps the gateway up however long ago the last packet was.
-		"pool instance pending": {setup: func(r *gatewayRig) { r.ec2.instances = append(r.ec2.instances, pool("i-0ddddddddddddddd4", "pending")) },
+		"pool instance pending": {setup: func(r *gatewayRig) { r.ec2.Instances = append(r.ec2.Instances, pool("i-0ddddddddddddddd4", "pending")) },
 			state: "1h 7", counters: counters(5, 2), activeNow: true, packets: 7,
 			logs: []string{"staying up: pool instances i-0ddddddddddddddd4 (pending)"}},
-		"pool instance running": {setup: func(r *gatewayRig) { r.ec2.instances = append(r.ec2.instances, pool("i-0ddddddddddddddd4", "running")) },
+		"pool instance running": {setup: func(r *gatewayRig) { r.ec2.Instances = append(r.ec2.Instances, pool("i-0ddddddddddddddd4", "running")) },
 			state: "1h 7", counters: counters(5, 2), activeNow: true, packets: 7,
 			logs: []string{"staying up: pool instances i-0ddddddddddddddd4 (running)"}},
 		// Packets crossed the tunnel since the last run; a counter that went down (a reloaded table) counts too.
@@ -469,30 +384,30 @@ func TestGatewayIdle(t *testing.T) {
 		"malformed state": {state: "yesterday", counters: counters(40, 2), activeNow: true, packets: 42,
 			logs: []string{"ignoring malformed state in "}},
 		// EC2 errors are retried inside the run: two 503s, then the answer, and the decision is taken.
-		"EC2 retried": {setup: func(r *gatewayRig) { r.ec2.failures, r.ec2.failStatus, r.ec2.failCode = 2, 503, "RequestLimitExceeded" },
+		"EC2 retried": {setup: func(r *gatewayRig) { r.ec2.Failures, r.ec2.FailStatus, r.ec2.FailCode = 2, 503, "RequestLimitExceeded" },
 			state: "1h 42", counters: counters(40, 2), stops: true, packets: 42, describes: 3,
 			logs: []string{"list the pool instances of cluster homelab: succeeded on attempt 3"}},
 		// When EC2 does not answer, nobody can tell whether a node needs the tunnel: the gateway stays up, and the
 		// run fails with one reason inside its deadline. A refusal fails the same way.
-		"EC2 unavailable": {setup: func(r *gatewayRig) { r.ec2.failures, r.ec2.failStatus, r.ec2.failCode = -1, 503, "Unavailable" },
+		"EC2 unavailable": {setup: func(r *gatewayRig) { r.ec2.Failures, r.ec2.FailStatus, r.ec2.FailCode = -1, 503, "Unavailable" },
 			state: "1h 42", counters: counters(40, 2),
 			failure: "cannot tell whether a pool instance runs (EC2 DescribeInstances: HTTP 503 Unavailable: fake EC2 says no); the gateway stays up"},
 		"EC2 refuses": {setup: func(r *gatewayRig) {
-			r.ec2.failures, r.ec2.failStatus, r.ec2.failCode = -1, 403, "UnauthorizedOperation"
+			r.ec2.Failures, r.ec2.FailStatus, r.ec2.FailCode = -1, 403, "UnauthorizedOperation"
 		},
 			state: "1h 42", counters: counters(40, 2),
 			failure: "cannot tell whether a pool instance runs (EC2 DescribeInstances: HTTP 403 UnauthorizedOperation: fake EC2 says no); the gateway stays up"},
 		// Security review L3: EC2 may answer a filtered DescribeInstances with empty pages and a NextToken; a running
 		// pool instance behind them keeps the gateway up.
 		"instance behind empty pages": {setup: func(r *gatewayRig) {
-			r.ec2.instances, r.ec2.emptyPages = append(r.ec2.instances, pool("i-0eeeeeeeeeeeeeee5", "running")), 2
+			r.ec2.Instances, r.ec2.EmptyPages = append(r.ec2.Instances, pool("i-0eeeeeeeeeeeeeee5", "running")), 2
 		}, state: "1h 7", counters: counters(5, 2), activeNow: true, packets: 7, describes: 3,
 			logs: []string{"staying up: pool instances i-0eeeeeeeeeeeeeee5 (running)"}},
 		// Empty pages and no instance at the end: idle.
-		"empty pages": {setup: func(r *gatewayRig) { r.ec2.emptyPages = 2 }, state: "16m 7", counters: counters(5, 2),
+		"empty pages": {setup: func(r *gatewayRig) { r.ec2.EmptyPages = 2 }, state: "16m 7", counters: counters(5, 2),
 			stops: true, packets: 7, describes: 3},
 		// Pages without end: the question has no answer, and the gateway stays up.
-		"pages without end": {setup: func(r *gatewayRig) { r.ec2.emptyPages = 1 << 20 }, state: "16m 7", counters: counters(5, 2),
+		"pages without end": {setup: func(r *gatewayRig) { r.ec2.EmptyPages = 1 << 20 }, state: "16m 7", counters: counters(5, 2),
 			failure: "still a NextToken after 20 pages); the gateway stays up"},
 	} {
 		t.Run(name, func(t *testing.T) {
@@ -518,7 +433,7 @@ func TestGatewayIdle(t *testing.T) {
 			}
 			assert.Check(t, is.Equal(slices.Contains(res.calls, poweroff), c.stops), "%v", res.calls)
 			if c.describes > 0 {
-				assert.Check(t, is.Equal(r.ec2.calls(), c.describes))
+				assert.Check(t, is.Equal(r.ec2.Described(), c.describes))
 			}
 			if c.failure != "" {
 				assert.Assert(t, is.Len(nodetest.FailedLines(res.log), 1), res.log)
@@ -543,11 +458,11 @@ func TestGatewayIdle(t *testing.T) {
 func TestGatewayIdleFollowsNextToken(t *testing.T) {
 	t.Parallel()
 	r := newGatewayRig(t)
-	r.ec2.emptyPages = 2
+	r.ec2.EmptyPages = 2
 	r.state(time.Hour, 7)
 	r.host.counters = counters(5, 2)
 	assert.NilError(t, r.run("gateway-idle").err)
-	assert.Check(t, is.DeepEqual(r.ec2.tokens, []string{"", "page-1", "page-2"}))
+	assert.Check(t, is.DeepEqual(r.ec2.Tokens, []string{"", "page-1", "page-2"}))
 }
 
 // An always-on gateway (no idle config) checks nothing and never stops.
@@ -558,7 +473,7 @@ func TestGatewayIdleOff(t *testing.T) {
 	res := r.run("gateway-idle")
 	assert.NilError(t, res.err)
 	assert.Check(t, is.Len(res.calls, 0))
-	assert.Check(t, is.Equal(r.ec2.calls(), 0))
+	assert.Check(t, is.Equal(r.ec2.Described(), 0))
 }
 
 // A dry run reads but changes nothing: no key file, no state, no poweroff.

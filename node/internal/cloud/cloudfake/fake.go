@@ -92,9 +92,10 @@ func (f *IMDS) Get(_ context.Context, path string) (string, error) {
 	return v, nil
 }
 
-// SSM holds the join token parameter.
+// SSM holds one SecureString parameter: Name (empty: TokenParameter, the join token's).
 type SSM struct {
-	mu sync.Mutex
+	mu   sync.Mutex
+	Name string
 	// Failures answers that many calls with AccessDeniedException first; negative: every call.
 	Failures int
 	Value    string
@@ -103,12 +104,16 @@ type SSM struct {
 	Requests int
 }
 
-// GetParameter answers TokenParameter.
+// GetParameter answers the parameter, decrypted.
 func (f *SSM) GetParameter(_ context.Context, in *ssm.GetParameterInput, _ ...func(*ssm.Options)) (*ssm.GetParameterOutput, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.Requests++
-	if aws.ToString(in.Name) != TokenParameter || !aws.ToBool(in.WithDecryption) {
+	name := f.Name
+	if name == "" {
+		name = TokenParameter
+	}
+	if aws.ToString(in.Name) != name || !aws.ToBool(in.WithDecryption) {
 		return nil, fmt.Errorf("fake SSM: unexpected request %s (decrypt %v)", aws.ToString(in.Name), aws.ToBool(in.WithDecryption))
 	}
 	if f.Failures != 0 {
@@ -203,8 +208,8 @@ func (f *AutoScaling) Recorded() []string {
 	return slices.Clone(f.calls)
 }
 
-// EC2 is StartInstances of the one gateway, through its states: idempotent on a running instance, refused while
-// it is stopping.
+// EC2 is StartInstances of the one gateway, through its states (idempotent on a running instance, refused while
+// it is stopping), and DescribeInstances over Instances with its filters applied as EC2 does, in pages.
 type EC2 struct {
 	mu    sync.Mutex
 	State string
@@ -216,6 +221,19 @@ type EC2 struct {
 	FailCode   string
 	FailStatus int
 	calls      int
+	// Instances are what DescribeInstances knows; EmptyPages answers that many pages with no instance and a
+	// NextToken first, as EC2 may with filters.
+	Instances  []Instance
+	EmptyPages int
+	// Tokens are the NextToken each DescribeInstances call sent ("" for none), Filters each call's filters.
+	Tokens  []string
+	Filters []map[string][]string
+}
+
+// Instance is one instance DescribeInstances knows, its tags included.
+type Instance struct {
+	ID, State string
+	Tags      map[string]string
 }
 
 // StartInstances starts the gateway, or answers with the error set for it.
@@ -262,7 +280,67 @@ func (f *EC2) Started() int {
 	return f.calls
 }
 
-// DescribeInstances is empty: the wake-up's fake knows only the gateway; the idle check's tests use fakeFleet.
-func (f *EC2) DescribeInstances(context.Context, *ec2.DescribeInstancesInput, ...func(*ec2.Options)) (*ec2.DescribeInstancesOutput, error) {
-	return nil, fmt.Errorf("fake EC2: the wake-up describes no instance")
+// DescribeInstances answers Instances that pass every filter (tag:KEY, tag-key, instance-state-name), EmptyPages
+// empty pages first, or the failure set for it; it records each call's filters and token.
+func (f *EC2) DescribeInstances(_ context.Context, in *ec2.DescribeInstancesInput, _ ...func(*ec2.Options)) (*ec2.DescribeInstancesOutput, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.Tokens = append(f.Tokens, aws.ToString(in.NextToken))
+	filters := map[string][]string{}
+	for _, flt := range in.Filters {
+		filters[aws.ToString(flt.Name)] = flt.Values
+	}
+	f.Filters = append(f.Filters, filters)
+	if f.Failures != 0 {
+		f.Failures--
+		return nil, APIErr(f.FailStatus, f.FailCode, "fake EC2 says no")
+	}
+	page := 0
+	if tok := aws.ToString(in.NextToken); tok != "" {
+		if _, err := fmt.Sscanf(tok, "page-%d", &page); err != nil {
+			return nil, APIErr(400, "InvalidParameterValue", fmt.Sprintf("NextToken %q is none this fake gave", tok))
+		}
+	}
+	if page < f.EmptyPages {
+		return &ec2.DescribeInstancesOutput{NextToken: aws.String(fmt.Sprintf("page-%d", page+1))}, nil
+	}
+	out := &ec2.DescribeInstancesOutput{}
+	for _, i := range f.Instances {
+		if matches(i, filters) {
+			out.Reservations = append(out.Reservations, ec2types.Reservation{Instances: []ec2types.Instance{{
+				InstanceId: aws.String(i.ID), State: &ec2types.InstanceState{Name: ec2types.InstanceStateName(i.State)}}}})
+		}
+	}
+	return out, nil
+}
+
+// matches says whether i passes every filter, as EC2 applies them: each names one of the values.
+func matches(i Instance, filters map[string][]string) bool {
+	for name, values := range filters {
+		switch {
+		case name == "instance-state-name":
+			if !slices.Contains(values, i.State) {
+				return false
+			}
+		case name == "tag-key":
+			if !slices.ContainsFunc(values, func(k string) bool { _, ok := i.Tags[k]; return ok }) {
+				return false
+			}
+		case strings.HasPrefix(name, "tag:"):
+			v, ok := i.Tags[strings.TrimPrefix(name, "tag:")]
+			if !ok || !slices.Contains(values, v) {
+				return false
+			}
+		default:
+			return false
+		}
+	}
+	return true
+}
+
+// Described is how many DescribeInstances calls were made.
+func (f *EC2) Described() int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return len(f.Tokens)
 }
