@@ -4,20 +4,14 @@ package e2e
 
 import (
 	"context"
-	"os"
-	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
 	"time"
 
-	"github.com/pulumi/pulumi-kubernetes/sdk/v4/go/kubernetes"
 	"github.com/pulumi/pulumi/sdk/v3/go/auto/optdestroy"
 	"github.com/pulumi/pulumi/sdk/v3/go/auto/optup"
-	"github.com/pulumi/pulumi/sdk/v3/go/pulumi"
 
-	"github.com/dynk8s/dynk8s/cmd/plan/mockcloud"
-	"github.com/dynk8s/dynk8s/infra"
 	"github.com/dynk8s/dynk8s/infra/addons"
 	"github.com/dynk8s/dynk8s/infra/config"
 	"github.com/dynk8s/dynk8s/internal/kube"
@@ -37,49 +31,6 @@ const (
 	nthSA        = "aws-node-termination-handler"
 	rotatorSA    = addons.TokenRotatorName
 )
-
-// devConfig is the dev stack's validated config, read from the repository's own Pulumi.dev.yaml so this test runs
-// what an operator would deploy.
-func devConfig(t *testing.T) *config.Config {
-	t.Helper()
-	sc, err := mockcloud.LoadStackFile(filepath.Join("..", "Pulumi.dev.yaml"))
-	if err != nil {
-		t.Fatalf("read dev stack: %v", err)
-	}
-	cfg, err := config.ParseValues(sc.Values)
-	if err != nil {
-		t.Fatalf("dev stack config: %v", err)
-	}
-	return cfg
-}
-
-// addonsProgram declares the real component as the stack does, against the test's API server. pools is read on
-// every run, so a test can change it between updates.
-func addonsProgram(c cluster, cfg *config.Config, pools *[]config.NodePool) pulumi.RunFunc {
-	return func(ctx *pulumi.Context) error {
-		kubeconfig, err := os.ReadFile(c.Kubeconfig)
-		if err != nil {
-			return err
-		}
-		p, err := kubernetes.NewProvider(ctx, "e2e-cluster", &kubernetes.ProviderArgs{
-			Kubeconfig: pulumi.String(string(kubeconfig)),
-		})
-		if err != nil {
-			return err
-		}
-		withPools := *cfg
-		withPools.NodePools = *pools
-		args := infra.AddonsArgs(&withPools, infra.Credentials{
-			AutoscalerKeyID: pulumi.String(e2eAWSKeyID), AutoscalerSecret: pulumi.String(e2eAWSSecretKey),
-			CleanupKeyID: pulumi.String(e2eCleanupKeyID), CleanupSecret: pulumi.String(e2eCleanupSecretKey),
-			RotatorKeyID: pulumi.String(e2eRotatorKeyID), RotatorSecret: pulumi.String(e2eRotatorSecretKey),
-		})
-		// No kubelet runs here, so no workload ever becomes ready; the provider must not wait for it.
-		args.SkipAwait = true
-		_, err = addons.NewClusterAddons(ctx, "addons", args, pulumi.Providers(p))
-		return err
-	}
-}
 
 // TestClusterAddonsLifecycle runs the component through up, a no-op up, an in-place update and destroy, checking
 // the live objects and their RBAC against the real API server at each step (the join token rotator's runs are

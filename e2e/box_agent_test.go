@@ -3,11 +3,9 @@
 package e2e
 
 import (
-	"bytes"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
-	"io"
 	"net/http"
 	"os"
 	"os/exec"
@@ -20,26 +18,6 @@ import (
 	"github.com/dynk8s/dynk8s/cloudinit"
 	"github.com/dynk8s/dynk8s/infra"
 )
-
-// s3 makes one S3 request to moto (path-style) and returns the answer's headers.
-func (m *motoSSM) s3(t *testing.T, region, method, path string, body []byte) http.Header {
-	t.Helper()
-	req, err := http.NewRequest(method, m.url+path, bytes.NewReader(body))
-	if err != nil {
-		t.Fatal(err)
-	}
-	signForMoto(t, req, "s3", region)
-	resp, err := motoClient.Do(req)
-	if err != nil {
-		t.Fatalf("S3 %s %s: %v", method, path, err)
-	}
-	b, _ := io.ReadAll(resp.Body)
-	_ = resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		t.Fatalf("S3 %s %s: HTTP %d: %s", method, path, resp.StatusCode, b)
-	}
-	return resp.Header
-}
 
 // putAgent does what the stack's agent bucket does: a versioned bucket, the binary under key; it returns the
 // object's version id.

@@ -5,7 +5,6 @@ package e2e
 import (
 	"context"
 	"fmt"
-	"maps"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -17,8 +16,6 @@ import (
 	"time"
 
 	"github.com/BurntSushi/toml"
-	"github.com/pulumi/pulumi/sdk/v3/go/auto/optdestroy"
-	"github.com/pulumi/pulumi/sdk/v3/go/auto/optup"
 	"sigs.k8s.io/yaml"
 
 	"github.com/dynk8s/dynk8s/cmd/timeline/timeline"
@@ -34,7 +31,7 @@ import (
 // runs it to Succeeded; the idle node is then scaled in through the group, its box powers off, the rendered cleanup
 // script deletes its Node once moto reports the instance gone, and nothing of the pool is left.
 //
-// Images (none can be pulled here; see images_test.go), each tagged as the stack names it:
+// Images (none can be pulled here; see rig_images_test.go), each tagged as the stack names it:
 //   - the sandbox image the rendered CRI-O config names (registry.k8s.io/pause): a rebuilt stand-in,
 //     testdata/images/pause, a static Go program doing what upstream's pause.c does;
 //   - the fuse DaemonSet's plugin image (docker.io/soolaugust/fuse-device-plugin): the real plugin,
@@ -44,7 +41,7 @@ import (
 //     machine's /bin/sh, sed, date and sleep and the kubectl hack/tools.sh built, with their shared libraries;
 //   - the build pod's image, the test's own: testdata/images/build, a static Go program.
 //
-// The network is the stack's (vpc_test.go): the node's box and the gateway's box hang off one VPC router, which sends
+// The network is the stack's (rig_vpc_test.go): the node's box and the gateway's box hang off one VPC router, which sends
 // the on-prem ranges to the gateway; the gateway instance is in moto, stopped when the burst begins, and the node's
 // boot starts it (the wake-up, with the node role's policy under moto's IAM enforcement); the launcher boots the
 // gateway's box, whose real wg-quick and wireguard-go bring the tunnel up to the on-prem namespace running the
@@ -54,7 +51,7 @@ import (
 // the gateway role's policy, finds no pool instance and nothing forwarded and powers the gateway off, and EC2 (the
 // launcher) stops the instance.
 //
-// What stands in, besides the box's own (box_test.go, box_gateway_test.go): the kubernetes Service's address is
+// What stands in, besides the box's own (rig_box_test.go: the box and the gateway box): the kubernetes Service's address is
 // translated to the API server's on-prem endpoint by a box-only nftables rule, where a cluster has kube-proxy or its
 // CNI; the instance roles' credentials are moto's, of the roles replayed with their policies and assumed once by the
 // test (moto's IAM enforcement checks actions, not resources or conditions); the node's SSM (the join token) and the
@@ -419,55 +416,6 @@ func hostArchPool(t *testing.T, cfg *config.Config) config.NodePool {
 	return config.NodePool{}
 }
 
-// poolGroup is the name of the Auto Scaling group of the pool (its node-template label dynk8s.io/pool).
-func (s stackAutoscaling) poolGroup(t *testing.T, pool string) string {
-	t.Helper()
-	for _, name := range slices.Sorted(maps.Keys(s.groups)) {
-		if s.groups[name].labels[kube.LabelPool] == pool {
-			return name
-		}
-	}
-	t.Fatalf("the dev stack declares no group for pool %s", pool)
-	return ""
-}
-
-// applyAddons brings the stack's addons up through the real engine, and takes them down when the test ends.
-func applyAddons(ctx context.Context, t *testing.T, c cluster, cfg *config.Config) *pulumiStack {
-	t.Helper()
-	pools := slices.Clone(cfg.NodePools)
-	st := newStack(ctx, t, c, addonsProgram(c, cfg, &pools))
-	var objs []k8sObject
-	t.Cleanup(func() {
-		dctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
-		defer cancel()
-		if _, err := st.Destroy(dctx, optdestroy.ProgressStreams(st.log)); err != nil {
-			t.Errorf("destroy the addons: %v", err)
-		}
-		// The engine does not wait (SkipAwait) for what the API server deletes in the background (a DaemonSet
-		// waits for its pods); the next test's addons must not meet it.
-		for _, o := range objs {
-			for deadline := time.Now().Add(time.Minute); ; time.Sleep(500 * time.Millisecond) {
-				_, err := c.kubectl(dctx, append([]string{"get"}, o.args()...)...)
-				if isNotFound(err) {
-					break
-				}
-				if time.Now().After(deadline) {
-					t.Errorf("%s still there a minute after the destroy (%v)", o, err)
-					break
-				}
-			}
-		}
-	})
-	if _, err := st.Up(ctx, optup.ProgressStreams(st.log), optup.ErrorProgressStreams(st.log)); err != nil {
-		t.Fatalf("up: %v", err)
-	}
-	var err error
-	if objs, err = st.objects(ctx); err != nil {
-		t.Fatal(err)
-	}
-	return st
-}
-
 // startScheduler runs the real kube-scheduler against the control plane for this test (hack/start-kube.sh runs none,
 // so that the other tests' pods stay Pending).
 func startScheduler(t *testing.T, c cluster) {
@@ -679,15 +627,3 @@ const boxPodRange = "10.244.0.0/24"
 
 // kubernetesServiceIP is the kubernetes Service's address: the first of hack/start-kube.sh's service range.
 const kubernetesServiceIP = "10.96.0.1"
-
-// writeFile writes a file of the box's disk from the host.
-func (b *box) writeFile(t *testing.T, path string, content []byte, mode os.FileMode) {
-	t.Helper()
-	p := filepath.Join(b.root, path)
-	if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(p, content, mode); err != nil {
-		t.Fatal(err)
-	}
-}

@@ -4,10 +4,13 @@ package e2e
 
 import (
 	"bytes"
+	"compress/gzip"
 	"context"
 	"encoding/base64"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"maps"
 	"os"
 	"os/exec"
@@ -20,6 +23,9 @@ import (
 	"time"
 
 	"github.com/dynk8s/dynk8s/cloudinit"
+	"github.com/dynk8s/dynk8s/infra"
+	"github.com/dynk8s/dynk8s/infra/config"
+	"github.com/dynk8s/dynk8s/internal/fakeaws"
 	"github.com/dynk8s/dynk8s/node/nodetest"
 )
 
@@ -473,4 +479,478 @@ func run(t *testing.T, name string, args ...string) {
 	if out, err := exec.Command(name, args...).CombinedOutput(); err != nil {
 		t.Fatalf("%s %s: %v: %s", name, strings.Join(args, " "), err, out)
 	}
+}
+
+// A token of its own, so that the box tests and the other join tests never share or delete each other's.
+const (
+	boxTokenID     = "e2ebx1"
+	boxTokenSecret = "0123456789abcdef"
+)
+
+// boxNode is a pool instance in a box, with what the test needs around it: the fake IMDS it reads, the cluster
+// it joins.
+type boxNode struct {
+	*box
+	*boxJoin
+	boxInstance
+	imds *fakeaws.IMDS
+}
+
+// boxJoin is what every instance of a pool needs to join: the control plane as kubeadm init leaves it, moto as SSM
+// holding the join token, and the pool's user data rendered as the stack does (the API server endpoint is the
+// test's control plane); autoscaling is the Auto Scaling endpoint the join unit calls.
+type boxJoin struct {
+	c           cluster
+	cfg         *config.Config
+	pool        config.NodePool
+	userData    []byte
+	moto        *motoSSM
+	param       string
+	autoscaling string
+	// vpc, when set, is the VPC the instances are in, through whose gateway they reach the API server; nil: they
+	// reach it directly, through a forwarder in their box (see vpcWithGateway).
+	vpc *vpcWithGateway
+}
+
+// boxInstance is what EC2 tells an instance about itself (IMDS) and the provider ID its Node gets.
+type boxInstance struct {
+	id, zone, ip string
+	// state is the Auto Scaling target lifecycle state; "" for none.
+	state string
+	// image is the baked image it boots from (boxSpec.image); "": the stock image.
+	image string
+}
+
+func (i boxInstance) providerID() string { return "aws:///" + i.zone + "/" + i.id }
+
+// hostname is the instance's name as EC2's resource naming by IP gives it, and its Node's.
+func (i boxInstance) hostname() string { return "ip-" + strings.ReplaceAll(i.ip, ".", "-") }
+
+// newBoxNode makes the box of one instance (the fake one of the join tests) of the pool, with the fake IMDS in
+// target lifecycle state state, moto for SSM (holding the join token) and the Auto Scaling endpoint autoscaling
+// ("" for moto's).
+func newBoxNode(ctx context.Context, t *testing.T, c cluster, cfg *config.Config, pool config.NodePool, name,
+	state, autoscaling string) *boxNode {
+	t.Helper()
+	j := newBoxJoin(ctx, t, c, cfg, pool, autoscaling)
+	return j.newNode(t, name, boxInstance{id: fakeInstanceID, zone: cfg.Region + fakeZoneSuffix, ip: fakeNodeIP,
+		state: state})
+}
+
+func newBoxJoin(ctx context.Context, t *testing.T, c cluster, cfg *config.Config, pool config.NodePool,
+	autoscaling string) *boxJoin {
+	t.Helper()
+	j := prepareBoxJoin(ctx, t, c, cfg, pool, autoscaling)
+	j.userData = renderNodeUserData(ctx, t, c, cfg, pool, j.param)
+	return j
+}
+
+// prepareBoxJoin is newBoxJoin without the user data: the control plane ready for joins, moto holding the token.
+func prepareBoxJoin(ctx context.Context, t *testing.T, c cluster, cfg *config.Config, pool config.NodePool,
+	autoscaling string) *boxJoin {
+	t.Helper()
+	moto := startMoto(ctx, t, requireTool(t, "moto_server"))
+	token := boxTokenID + "." + boxTokenSecret
+	kubeadmInit(ctx, t, c, token)
+	kubeadmUploadConfig(ctx, t, c)
+	param := infra.JoinTokenParameter(cfg.ClusterName)
+	moto.putSecureString(t, cfg.Region, param, token)
+	if autoscaling == "" {
+		autoscaling = moto.url
+	}
+	return &boxJoin{c: c, cfg: cfg, pool: pool, moto: moto, param: param, autoscaling: autoscaling}
+}
+
+// newNode makes the box of instance inst, named name (see boxSpec), with a fake IMDS of its own.
+func (j *boxJoin) newNode(t *testing.T, name string, inst boxInstance) *boxNode {
+	t.Helper()
+	role := fakeRoleInstance(inst.id, inst.zone, j.cfg.Region, inst.ip, inst.state)
+	forwards := []string{strings.TrimPrefix(j.c.Server, "https://"), strings.TrimPrefix(j.moto.url, "http://")}
+	ec2 := j.moto.url
+	var router *vpcRouter
+	if j.vpc != nil {
+		// The API server only through the tunnel; EC2 (the gateway's wake-up) is the VPC's.
+		forwards = forwards[1:]
+		ec2, router = j.vpc.aws.url, j.vpc.router
+		forwards = append(forwards, strings.TrimPrefix(ec2, "http://"))
+		role.AccessKeyID, role.SecretAccessKey, role.SessionToken = j.vpc.nodeRole.Key, j.vpc.nodeRole.Secret,
+			j.vpc.nodeRole.Token
+	}
+	if a := strings.TrimPrefix(j.autoscaling, "http://"); !slices.Contains(forwards, a) {
+		forwards = append(forwards, a)
+	}
+	imds := fakeaws.NewIMDS(t, role)
+	b := newBox(t, boxSpec{
+		name: name, instanceID: inst.id, hostname: inst.hostname(),
+		nodeIP: inst.ip, userData: launchTemplateUserData(t, j.userData), imds: strings.TrimPrefix(imds.URL, "http://"),
+		forwards: forwards, router: router, image: inst.image,
+		endpoints: map[string]string{
+			"DYNK8S_SSM_ENDPOINT": j.moto.url, "DYNK8S_AUTOSCALING_ENDPOINT": j.autoscaling,
+			"DYNK8S_EC2_ENDPOINT": ec2, "DYNK8S_S3_ENDPOINT": j.moto.url,
+		},
+	})
+	// User data without the bootstrap (no bucket here: TestBoxNodeInstallsTheAgent has one) gets the agent where the
+	// bootstrap would install it.
+	if !hasBootstrap(t, j.userData) {
+		b.binds = append(b.binds, "--bind-ro="+nodetest.BuiltAgent(t)+":"+nodetest.AgentPath)
+	}
+	t.Cleanup(func() {
+		if name, err := findNode(context.Background(), j.c, inst.providerID()); err == nil && name != "" {
+			_, _ = j.c.kubectl(context.Background(), "delete", "node", name, "--wait=false")
+		}
+	})
+	return &boxNode{box: b, boxJoin: j, boxInstance: inst, imds: imds}
+}
+
+// findNode is the name of the Node with providerID, "" if there is none.
+func findNode(ctx context.Context, c cluster, providerID string) (string, error) {
+	var list struct {
+		Items []struct {
+			Metadata struct{ Name string } `json:"metadata"`
+			Spec     struct {
+				ProviderID string `json:"providerID"`
+			} `json:"spec"`
+		} `json:"items"`
+	}
+	if err := c.getJSON(ctx, &list, "nodes"); err != nil {
+		return "", err
+	}
+	for _, n := range list.Items {
+		if n.Spec.ProviderID == providerID {
+			return n.Metadata.Name, nil
+		}
+	}
+	return "", nil
+}
+
+// waitReady waits for the instance's Node to be Ready and returns it.
+func (n *boxNode) waitReady(ctx context.Context, t *testing.T, timeout time.Duration) kubeNode {
+	t.Helper()
+	var kn kubeNode
+	err := n.wait(ctx, timeout, "Node Ready", func(ctx context.Context) bool {
+		if n.unitFailed(ctx, "dynk8s-join.service") {
+			t.Fatal("dynk8s-join.service failed")
+		}
+		name, err := findNode(ctx, n.c, n.providerID())
+		if err != nil || name == "" {
+			return false
+		}
+		kn = kubeNode{}
+		return n.c.getJSON(ctx, &kn, "node", name) == nil && kn.ready()
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return kn
+}
+
+// unitFailed: the unit is in the failed state in the running box.
+func (n *boxNode) unitFailed(ctx context.Context, unit string) bool {
+	_, err := n.exec(ctx, "systemctl", "is-failed", "--quiet", unit)
+	return err == nil
+}
+
+// checkCloudInit: cloud-init ran every stage of this boot with no error (its result and status files, which
+// `cloud-init status --long` reads).
+func (n *boxNode) checkCloudInit(t *testing.T) {
+	t.Helper()
+	var result struct {
+		V1 struct {
+			Errors []string `json:"errors"`
+		} `json:"v1"`
+	}
+	if err := json.Unmarshal([]byte(n.file(t, "/var/lib/cloud/data/result.json")), &result); err != nil {
+		t.Fatalf("cloud-init result.json: %v", err)
+	}
+	if len(result.V1.Errors) > 0 {
+		t.Errorf("cloud-init errors: %v", result.V1.Errors)
+	}
+	var status struct {
+		V1 map[string]json.RawMessage `json:"v1"`
+	}
+	if err := json.Unmarshal([]byte(n.file(t, "/var/lib/cloud/data/status.json")), &status); err != nil {
+		t.Fatalf("cloud-init status.json: %v", err)
+	}
+	for _, stage := range []string{"init-local", "init", "modules-config", "modules-final"} {
+		var s struct {
+			Errors   []string `json:"errors"`
+			Finished *float64 `json:"finished"`
+		}
+		if err := json.Unmarshal(status.V1[stage], &s); err != nil {
+			t.Errorf("cloud-init status.json %s: %v", stage, err)
+			continue
+		}
+		if len(s.Errors) > 0 || s.Finished == nil {
+			t.Errorf("cloud-init stage %s: finished %v, errors %v", stage, s.Finished != nil, s.Errors)
+		}
+	}
+}
+
+// checkSettled: systemd has no failed unit and no job left (is-system-running says "running", not "degraded" or
+// "starting").
+func (n *boxNode) checkSettled(ctx context.Context, t *testing.T) {
+	t.Helper()
+	if err := n.waitBooted(ctx, 2*time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	out, _ := n.exec(ctx, "systemctl", "is-system-running")
+	if s := strings.TrimSpace(out); s != "running" {
+		failed, _ := n.exec(ctx, "systemctl", "--failed", "--no-pager")
+		t.Errorf("systemctl is-system-running: %s\n%s", s, failed)
+	}
+	if jobs, _ := n.exec(ctx, "systemctl", "list-jobs", "--no-legend"); strings.TrimSpace(jobs) != "" {
+		t.Errorf("jobs still waiting: %s", jobs)
+	}
+}
+
+// checkMetadataLocked: the lockdown is loaded, and it works: root reaches the metadata service, another user
+// does not.
+func (n *boxNode) checkMetadataLocked(ctx context.Context, t *testing.T) {
+	t.Helper()
+	if out, err := n.exec(ctx, "nft", "list", "table", "inet", "dynk8s_imds_lock"); err != nil {
+		t.Errorf("the metadata lockdown is not loaded: %v: %s", err, out)
+		return
+	}
+	token := []string{"curl", "-sS", "-m", "5", "-X", "PUT", "-H", "X-aws-ec2-metadata-token-ttl-seconds: 60",
+		"-o", "/dev/null", "-w", "%{http_code}", "http://169.254.169.254/latest/api/token"}
+	if out, err := n.exec(ctx, token...); err != nil || out != "200" {
+		t.Errorf("root does not reach the metadata service: %v: %s", err, out)
+	}
+	nobody := append([]string{"setpriv", "--reuid=65534", "--regid=65534", "--clear-groups"}, token...)
+	if out, err := n.exec(ctx, nobody...); err == nil {
+		t.Errorf("a non-root user reaches the metadata service: %s", out)
+	}
+}
+
+// unitProp is one property of a unit in the running box (systemctl show -P).
+func (n *boxNode) unitProp(ctx context.Context, t *testing.T, unit, prop string) string {
+	t.Helper()
+	out, err := n.exec(ctx, "systemctl", "show", "-P", prop, unit)
+	if err != nil {
+		t.Fatalf("systemctl show %s %s: %v: %s", prop, unit, err, out)
+	}
+	return strings.TrimSpace(out)
+}
+
+// checkLockBeforeKubelet: the lockdown was loaded before the kubelet of this boot started (on every path: the
+// kubelet's drop-in requires it, and the agent's join starts it before kubeadm join).
+func (n *boxNode) checkLockBeforeKubelet(ctx context.Context, t *testing.T) {
+	t.Helper()
+	lock, err1 := strconv.ParseInt(n.unitProp(ctx, t, "dynk8s-imds-lock.service", "ActiveEnterTimestampMonotonic"), 10, 64)
+	kubelet, err2 := strconv.ParseInt(n.unitProp(ctx, t, "kubelet.service", "ExecMainStartTimestampMonotonic"), 10, 64)
+	if err1 != nil || err2 != nil || lock == 0 || kubelet == 0 || lock > kubelet {
+		t.Errorf("lock active at %d µs, kubelet started at %d µs (%v %v): the kubelet ran before the lockdown", lock,
+			kubelet, err1, err2)
+	}
+}
+
+// writeFile writes a file of the box's disk from the host.
+func (b *box) writeFile(t *testing.T, path string, content []byte, mode os.FileMode) {
+	t.Helper()
+	p := filepath.Join(b.root, path)
+	if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(p, content, mode); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// The gateway in a box: the dev stack's gateway instance, booted from the user data its declared instance carries
+// (userDataBase64, decoded as EC2 does), under real systemd and cloud-init. cloud-init writes the files and runs
+// runcmd; dynk8s-agent.service (the bootstrap) finds the agent its agent.env pins installed,
+// dynk8s-gateway-packages.service (the agent's gateway-packages) finds the packages and starts wg-quick@wg0, whose
+// ExecStartPre, the agent's gateway-key, reads the key from moto's SSM through the fake IMDS's region; wg-quick
+// brings wg0 up with wireguard-go, and its PostUp loads the rendered nftables table. The on-prem side is a network namespace of the test's with the
+// rendered on-prem config, on a fake internet link to the box (dial-in: on-prem dials the Elastic IP its config
+// names).
+//
+// What only the box has (none of it is in the user data): the agent this machine built, bound where the bootstrap
+// installs it (the plan pinned its hash: renderTunnel; the bootstrap's download is TestBoxNodeInstallsTheAgent's);
+// an rpm stand-in that answers for Debian's nftables and
+// wireguard-tools (testdata/box/rpm-gateway); wireguard-go (bound read-only at /usr/local/bin, on the unit's PATH)
+// and /dev/net/tun (this kernel has no WireGuard module); and drop-ins that give wg-quick@wg0 its userspace
+// implementation (WG_QUICK_USERSPACE_IMPLEMENTATION, wg-quick(8)) and the agent's SSM and EC2 endpoints, the idle
+// check its EC2 endpoint (on EC2 both resolve the service names; here they are moto's loopback port).
+
+// The gateway box's instance ID.
+const boxGatewayInstanceID = "i-0fedcba9876543210"
+
+// boxGateway is the gateway instance in its box, with the on-prem side around it.
+type boxGateway struct {
+	*box
+	tn   *tunnel
+	moto *motoSSM
+}
+
+// gatewayInstance is what a gateway box may be told of the EC2 around it; the zero value is a gateway of its own
+// (a made-up instance id and role key, the box's own moto for EC2, a VPC router where nothing leaves).
+type gatewayInstance struct {
+	// id is the instance's id; "" for boxGatewayInstanceID.
+	id string
+	// ec2 is the EC2 endpoint the gateway calls (its idle check); "" for the box's own moto.
+	ec2 string
+	// role is what the fake IMDS hands out as the instance role's credentials; nil for made-up ones.
+	role *awsKey
+	// router is the VPC's router (see boxSpec.router).
+	router *vpcRouter
+}
+
+// newBoxGateway makes the gateway's box (named name) from the rendered plan p and the on-prem namespace, and puts the
+// gateway's key into moto's SSM unless withKey is false.
+func newBoxGateway(ctx context.Context, t *testing.T, p tunnelPlan, name string, withKey bool, inst gatewayInstance) *boxGateway {
+	t.Helper()
+	if inst.id == "" {
+		inst.id = boxGatewayInstanceID
+	}
+	for _, tool := range []string{"ip", "nft", "wg", "wg-quick", "ping", "unshare", "nsenter"} {
+		requireTool(t, tool)
+	}
+	wgGo := requireTool(t, "wireguard-go")
+	userData := gatewayInstanceUserData(t, p)
+
+	moto := startMoto(ctx, t, requireTool(t, "moto_server"))
+	if withKey {
+		moto.putSecureString(t, p.region, p.keyParameter, p.keyValue)
+	}
+	role := awsKey{Key: "ASIAE2EFAKEGATEWAY01", Secret: "e2e/fake/gateway/secret/key/000000000",
+		Token: "e2e-fake-gateway-session"}
+	if inst.role != nil {
+		role = *inst.role
+	}
+	imds := fakeaws.NewIMDS(t, fakeaws.IMDSInstance{
+		ID: inst.id, Zone: p.region + "a", Region: p.region, PrivateIP: p.gatewayIP.String(),
+		Type: "t4g.micro", Role: "dynk8s-homelab-gateway", AccessKeyID: role.Key,
+		SecretAccessKey: role.Secret, SessionToken: role.Token,
+	})
+	forwards := []string{strings.TrimPrefix(moto.url, "http://")}
+	if inst.ec2 == "" {
+		inst.ec2 = moto.url
+	} else {
+		forwards = append(forwards, strings.TrimPrefix(inst.ec2, "http://"))
+	}
+	b := newBox(t, boxSpec{
+		name: name, instanceID: inst.id,
+		hostname: "ip-" + strings.ReplaceAll(p.gatewayIP.String(), ".", "-"), nodeIP: p.gatewayIP.String(),
+		userData: userData, imds: strings.TrimPrefix(imds.URL, "http://"), forwards: forwards, router: inst.router,
+	})
+	endpoints := "[Service]\nEnvironment=DYNK8S_SSM_ENDPOINT=" + moto.url + "\nEnvironment=DYNK8S_EC2_ENDPOINT=" +
+		inst.ec2 + "\n"
+	rpm, err := os.ReadFile(filepath.Join("testdata", "box", "rpm-gateway"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range []struct {
+		path, content string
+		mode          os.FileMode
+	}{
+		{"/usr/local/bin/rpm", string(rpm), 0o755},
+		{"/etc/systemd/system/wg-quick@wg0.service.d/90-box.conf",
+			endpoints + "Environment=WG_QUICK_USERSPACE_IMPLEMENTATION=wireguard-go\n", 0o644},
+		{"/etc/systemd/system/dynk8s-gateway-idle.service.d/90-box.conf", endpoints, 0o644},
+	} {
+		path := filepath.Join(b.root, f.path)
+		if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(path, []byte(f.content), f.mode); err != nil {
+			t.Fatal(err)
+		}
+	}
+	b.binds = append(b.binds, "--bind-ro="+wgGo+":/usr/local/bin/wireguard-go", "--bind=/dev/net/tun",
+		"--bind-ro="+nodetest.BuiltAgent(t)+":"+nodetest.AgentPath)
+
+	tn := &tunnel{plan: p, gw: netns(name), gwIface: "wg0", wireguardGo: wgGo}
+	tn.lanIP = nthAddr(p.onPremCIDRs[0].Masked().Addr(), 10)
+	tn.outsideIP = outsideAddr(t, p.onPremCIDRs, p.vpcCIDR)
+	gwPublic, _, err := splitHostPort(wgValue(p.onPremConf, "Peer", "Endpoint"))
+	if err != nil {
+		t.Fatalf("on-prem config's peer Endpoint: %v", err)
+	}
+	tn.onprem = netns("dynk8s-onprem-" + name + "-" + strconv.Itoa(os.Getpid()))
+	run(t, "ip", "netns", "add", string(tn.onprem))
+	t.Cleanup(func() { removeNamespace(t, tn.onprem) })
+	tn.wireOnPrem(ctx, t, gwPublic)
+	return &boxGateway{box: b, tn: tn, moto: moto}
+}
+
+// gatewayInstanceUserData is the gateway instance's user data as EC2 hands it over (its userDataBase64 decoded),
+// checked to be the rendered cloud-config (userdata/gateway.yaml) byte for byte once decompressed.
+func gatewayInstanceUserData(t *testing.T, p tunnelPlan) []byte {
+	t.Helper()
+	raw, err := base64.StdEncoding.DecodeString(p.gatewayUserDataBase64)
+	if err != nil || len(raw) == 0 {
+		t.Fatalf("the gateway instance's userDataBase64 (%d characters): %v", len(p.gatewayUserDataBase64), err)
+	}
+	zr, err := gzip.NewReader(bytes.NewReader(raw))
+	if err != nil {
+		t.Fatalf("the gateway instance's user data is not gzip: %v", err)
+	}
+	plain, err := io.ReadAll(zr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(plain, p.gatewayUserData) {
+		t.Fatal("the gateway instance's user data is not the rendered userdata/gateway.yaml")
+	}
+	return raw
+}
+
+// wireOnPrem links the on-prem namespace to the box: the fake internet (the on-prem peer's public address and the
+// gateway's Elastic IP, point to point, as in the tunnel tests) and the on-prem LAN, with the probe that counts what
+// arrives from the tunnel.
+func (tn *tunnel) wireOnPrem(ctx context.Context, t *testing.T, gwPublic string) {
+	t.Helper()
+	run(t, "ip", "link", "add", "inet0", "netns", string(tn.onprem), "type", "veth", "peer", "name", "inet0", "netns",
+		string(tn.gw))
+	bits := strconv.Itoa(tn.plan.onPremCIDRs[0].Bits())
+	for _, c := range []struct {
+		n    netns
+		args []string
+	}{
+		{tn.onprem, []string{"ip", "link", "set", "lo", "up"}},
+		{tn.onprem, []string{"ip", "addr", "add", onPremInternetIP + "/32", "peer", gwPublic + "/32", "dev", "inet0"}},
+		{tn.gw, []string{"ip", "addr", "add", gwPublic + "/32", "peer", onPremInternetIP + "/32", "dev", "inet0"}},
+		{tn.onprem, []string{"ip", "link", "set", "inet0", "up"}},
+		{tn.gw, []string{"ip", "link", "set", "inet0", "up"}},
+		{tn.onprem, []string{"ip", "link", "add", "lan0", "type", "veth", "peer", "name", "lan1"}},
+		{tn.onprem, []string{"ip", "addr", "add", tn.lanIP.String() + "/" + bits, "dev", "lan0"}},
+		{tn.onprem, []string{"ip", "link", "set", "lan1", "up"}},
+		{tn.onprem, []string{"ip", "link", "set", "lan0", "up"}},
+	} {
+		c.n.must(ctx, t, c.args...)
+	}
+	tn.onprem.nft(ctx, t, `table inet dynk8s_probe {
+	chain input {
+		type filter hook input priority filter; policy accept;
+		iifname "`+onPremIface+`" ip daddr `+tn.lanIP.String()+` icmp type echo-request counter comment "echo-lan"
+	}
+}
+`)
+}
+
+// waitTunnel waits for wg-quick@wg0 to be active in the box (the key read, wg0 up with wireguard-go, the table
+// loaded); on a timeout the test fails with the unit's journal (and, at cleanup, the box's).
+func (g *boxGateway) waitTunnel(ctx context.Context, t *testing.T, timeout time.Duration) {
+	t.Helper()
+	err := g.wait(ctx, timeout, "wg-quick@wg0 active", func(ctx context.Context) bool {
+		out, _ := g.exec(ctx, "systemctl", "is-active", "wg-quick@wg0.service")
+		return strings.TrimSpace(out) == "active"
+	})
+	if err != nil {
+		out, _ := g.exec(ctx, "journalctl", "--no-pager", "-u", "wg-quick@wg0.service", "-u", "dynk8s-gateway-packages.service",
+			"-u", "dynk8s-agent.service")
+		t.Fatalf("%v; journal of wg-quick@wg0, the packages unit and the bootstrap:\n%s", err, out)
+	}
+}
+
+// journal is the box's journal (all its boots) read from its disk, with journalctl's arguments args.
+func (g *boxGateway) journal(ctx context.Context, t *testing.T, args ...string) string {
+	t.Helper()
+	out, err := exec.CommandContext(ctx, "journalctl", append([]string{"-D", filepath.Join(g.root, "var/log/journal"),
+		"--no-pager", "-o", "short-monotonic"}, args...)...).CombinedOutput()
+	if err != nil {
+		t.Fatalf("journalctl -D: %v: %s", err, out)
+	}
+	return string(out)
 }

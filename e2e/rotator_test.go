@@ -7,7 +7,6 @@ import (
 	"encoding/base64"
 	"encoding/json"
 	"fmt"
-	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -408,19 +407,6 @@ func waitGone(ctx context.Context, t *testing.T, c cluster, name string, limit t
 		}
 		time.Sleep(500 * time.Millisecond)
 	}
-}
-
-// getParameter reads a SecureString back from moto, decrypted.
-func (m *motoSSM) getParameter(t *testing.T, region, name string) string {
-	t.Helper()
-	status, b := m.ssm(t, region, "GetParameter", map[string]any{"Name": name, "WithDecryption": true})
-	var out struct {
-		Parameter struct{ Value, Type string }
-	}
-	if status != http.StatusOK || json.Unmarshal(b, &out) != nil || out.Parameter.Type != "SecureString" {
-		t.Fatalf("SSM GetParameter %s: HTTP %d: %s", name, status, b)
-	}
-	return out.Parameter.Value
 }
 
 // redact shows a token's public id only.
