@@ -11,6 +11,7 @@ import (
 
 	"github.com/pulumi/pulumi/sdk/v3/go/auto/optdestroy"
 	"github.com/pulumi/pulumi/sdk/v3/go/auto/optup"
+	"gotest.tools/v3/assert"
 
 	"github.com/dynk8s/dynk8s/infra/addons"
 	"github.com/dynk8s/dynk8s/infra/config"
@@ -64,14 +65,10 @@ func TestClusterAddonsLifecycle(t *testing.T) {
 	// 1. up succeeds and every object the stack manages exists, as the very object Pulumi created.
 	start := time.Now()
 	up, err := s.Up(ctx, optup.ProgressStreams(s.log), optup.ErrorProgressStreams(s.log))
-	if err != nil {
-		t.Fatalf("up: %v", err)
-	}
+	assert.NilError(t, err, "up")
 	t.Logf("first up: %s, %v", time.Since(start).Round(time.Millisecond), changes(*up.Summary.ResourceChanges))
 	objs, err := s.objects(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
+	assert.NilError(t, err)
 	if len(objs) == 0 {
 		t.Fatal(errNoObjects)
 	}
@@ -87,9 +84,7 @@ func TestClusterAddonsLifecycle(t *testing.T) {
 	// 3a. A second up with the same config changes nothing.
 	start = time.Now()
 	again, err := s.Up(ctx, optup.ExpectNoChanges(), optup.ProgressStreams(s.log), optup.ErrorProgressStreams(s.log))
-	if err != nil {
-		t.Fatalf("second up: %v", err)
-	}
+	assert.NilError(t, err, "second up")
 	if ch := changes(*again.Summary.ResourceChanges); len(ch) != 0 {
 		t.Fatalf("second up changed %v", ch)
 	}
@@ -103,18 +98,14 @@ func TestClusterAddonsLifecycle(t *testing.T) {
 	pools[spotPool].Taints[0] = newTaint
 	start = time.Now()
 	upd, err := s.Up(ctx, optup.ProgressStreams(s.log), optup.ErrorProgressStreams(s.log))
-	if err != nil {
-		t.Fatalf("taint update up: %v", err)
-	}
+	assert.NilError(t, err, "taint update up")
 	ch := changes(*upd.Summary.ResourceChanges)
 	t.Logf("taint update: %s, %v", time.Since(start).Round(time.Millisecond), ch)
 	if ch["update"] == 0 || len(ch) != 1 {
 		t.Errorf("taint change: got %v, want only updates", ch)
 	}
 	after, err := s.objects(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
+	assert.NilError(t, err)
 	if len(after) != len(objs) {
 		t.Errorf("taint change: %d objects before, %d after", len(objs), len(after))
 	}
@@ -147,9 +138,7 @@ func TestClusterAddonsLifecycle(t *testing.T) {
 	for {
 		left, err := c.kubectl(ctx, "get", "all,secrets,configmaps,serviceaccounts,roles,rolebindings,"+
 			"clusterroles,clusterrolebindings", "-A", "-l", "app.kubernetes.io/part-of=dynk8s", "-o", "name")
-		if err != nil {
-			t.Fatal(err)
-		}
+		assert.NilError(t, err)
 		if strings.TrimSpace(left) == "" {
 			break
 		}

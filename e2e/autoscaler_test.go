@@ -14,6 +14,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"gotest.tools/v3/assert"
 )
 
 // The autoscaler tests run the real Cluster Autoscaler (hack/tools.sh builds upstream's cluster-autoscaler-1.34.5
@@ -43,9 +45,7 @@ const (
 func policyWithout(t *testing.T, policy, action string) string {
 	t.Helper()
 	var doc map[string]any
-	if err := json.Unmarshal([]byte(policy), &doc); err != nil {
-		t.Fatalf("policy: %v", err)
-	}
+	assert.NilError(t, json.Unmarshal([]byte(policy), &doc), "policy")
 	statements, _ := doc["Statement"].([]any)
 	removed := false
 	for _, s := range statements {
@@ -65,9 +65,7 @@ func policyWithout(t *testing.T, policy, action string) string {
 		t.Fatalf("the stack's policy does not grant %s:\n%s", action, policy)
 	}
 	out, err := json.Marshal(doc)
-	if err != nil {
-		t.Fatal(err)
-	}
+	assert.NilError(t, err)
 	return string(out)
 }
 
@@ -221,9 +219,7 @@ func TestAutoscalerScalesTheStacksGroups(t *testing.T) {
 		}
 		node := registerStandInNode(ctx, t, c, g, zone, instanceID)
 		unneeded, err := time.ParseDuration(testUnneededTime)
-		if err != nil {
-			t.Fatal(err)
-		}
+		assert.NilError(t, err)
 		// A build agent as the Jenkins kubernetes plugin starts it: a pod of no controller, with an emptyDir. The
 		// autoscaler's Replicated drainability rule blocks the removal of a node that runs one
 		// (simulator/drainability/rules/replicated/rule.go at cluster-autoscaler-1.34.5); the emptyDir does not,
@@ -279,9 +275,7 @@ func nodeTaintKeys(ctx context.Context, t *testing.T, c cluster, node string) []
 			} `json:"taints"`
 		} `json:"spec"`
 	}
-	if err := c.getJSON(ctx, &n, "node", node); err != nil {
-		t.Fatal(err)
-	}
+	assert.NilError(t, c.getJSON(ctx, &n, "node", node))
 	var keys []string
 	for _, tt := range n.Spec.Taints {
 		keys = append(keys, tt.Key)
@@ -318,9 +312,7 @@ func setPodPhase(ctx context.Context, t *testing.T, c cluster, name, phase strin
 			{"type": "Ready", "status": ready, "lastTransitionTime": now},
 		}}}
 	patch, err := json.Marshal(status)
-	if err != nil {
-		t.Fatal(err)
-	}
+	assert.NilError(t, err)
 	if _, err := c.kubectl(ctx, "-n", "default", "patch", "pod", name, "--subresource=status", "--type=merge",
 		"-p", string(patch)); err != nil {
 		t.Fatal(err)
@@ -400,9 +392,7 @@ func heartbeat(ctx context.Context, t *testing.T, c cluster, node string) {
 		}
 		return nil
 	}
-	if err := renew(); err != nil {
-		t.Fatal(err)
-	}
+	assert.NilError(t, renew())
 	go func() {
 		defer close(done)
 		for {

@@ -15,6 +15,8 @@ import (
 	"testing"
 	"time"
 
+	"gotest.tools/v3/assert"
+
 	"github.com/dynk8s/dynk8s/cloudinit"
 	"github.com/dynk8s/dynk8s/infra"
 )
@@ -54,9 +56,7 @@ func TestBoxNodeInstallsTheAgent(t *testing.T) {
 		t.Fatalf("build the agent: %v\n%s", err, out)
 	}
 	binary, err := os.ReadFile(filepath.Join(dir, "dynk8s-node-linux-"+runtime.GOARCH))
-	if err != nil {
-		t.Fatal(err)
-	}
+	assert.NilError(t, err)
 	sum := sha256.Sum256(binary)
 	agent := cloudinit.Agent{Bucket: "dynk8s-e2e-agent", Key: "dynk8s-node/linux-" + runtime.GOARCH,
 		SHA256: hex.EncodeToString(sum[:])}
@@ -79,9 +79,7 @@ func TestBoxNodeInstallsTheAgent(t *testing.T) {
 		out, _ := n.exec(ctx, "systemctl", "show", "-P", "ActiveState", "dynk8s-agent.service")
 		return strings.TrimSpace(out) == "active"
 	})
-	if err != nil {
-		t.Fatal(err)
-	}
+	assert.NilError(t, err)
 	t.Logf("the agent installed %.1f s after the box started", time.Since(start).Seconds())
 	if out, err := n.exec(ctx, "sha256sum", "/usr/local/bin/dynk8s-node"); err != nil || !strings.HasPrefix(out, agent.SHA256+" ") {
 		t.Errorf("installed: %v: %s, want sha256 %s", err, out, agent.SHA256)

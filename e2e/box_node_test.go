@@ -11,6 +11,8 @@ import (
 	"testing"
 	"time"
 
+	"gotest.tools/v3/assert"
+
 	"github.com/dynk8s/dynk8s/infra"
 	"github.com/dynk8s/dynk8s/infra/config"
 	"github.com/dynk8s/dynk8s/internal/fakeaws"
@@ -32,9 +34,7 @@ func (n *boxNode) waitKubeletBack(ctx context.Context, t *testing.T, node kubeNo
 		renewed, err := time.Parse(time.RFC3339Nano, strings.TrimSpace(out))
 		return err == nil && renewed.After(since)
 	})
-	if err != nil {
-		t.Fatal(err)
-	}
+	assert.NilError(t, err)
 }
 
 // checkRegisteredSince: the Node is this join's, not one an earlier test left behind (API times have seconds).
@@ -104,14 +104,10 @@ func TestBoxNodeColdThenReboot(t *testing.T) {
 		return
 	}
 	t.Run("reboot", func(t *testing.T) {
-		if err := n.poweroff(time.Minute); err != nil {
-			t.Fatal(err)
-		}
+		assert.NilError(t, n.poweroff(time.Minute))
 		start := time.Now()
 		n.boot(t)
-		if err := n.waitBooted(ctx, 2*time.Minute); err != nil {
-			t.Fatal(err)
-		}
+		assert.NilError(t, n.waitBooted(ctx, 2*time.Minute))
 		node := n.waitReady(ctx, t, 2*time.Minute)
 		// The Node stays Ready for a while without a kubelet: the kubelet of this boot must be the one renewing.
 		n.waitKubeletBack(ctx, t, node, start)
@@ -133,17 +129,11 @@ func TestBoxNodeColdThenReboot(t *testing.T) {
 	// The lockdown fails closed: when nft cannot load the ruleset (here an nft that refuses everything, as on a
 	// kernel without nf_tables), the next boot starts no kubelet at all.
 	t.Run("reboot with a broken lockdown", func(t *testing.T) {
-		if err := n.poweroff(time.Minute); err != nil {
-			t.Fatal(err)
-		}
+		assert.NilError(t, n.poweroff(time.Minute))
 		nft := "#!/bin/sh\necho 'nft: Error: Could not process rule: Operation not supported (box stand-in)' >&2\nexit 1\n"
-		if err := os.WriteFile(filepath.Join(n.root, "/usr/sbin/nft"), []byte(nft), 0o755); err != nil {
-			t.Fatal(err)
-		}
+		assert.NilError(t, os.WriteFile(filepath.Join(n.root, "/usr/sbin/nft"), []byte(nft), 0o755))
 		n.boot(t)
-		if err := n.waitBooted(ctx, 2*time.Minute); err != nil {
-			t.Fatal(err)
-		}
+		assert.NilError(t, n.waitBooted(ctx, 2*time.Minute))
 		if !n.unitFailed(ctx, "dynk8s-imds-lock.service") {
 			t.Errorf("dynk8s-imds-lock.service did not fail when nft could not load the ruleset")
 		}
@@ -181,9 +171,7 @@ func (n *boxNode) waitCloudInit(ctx context.Context, t *testing.T, limit time.Du
 		_, err := n.exec(ctx, "test", "-e", "/var/lib/cloud/instance/boot-finished")
 		return err == nil
 	})
-	if err != nil {
-		t.Fatal(err)
-	}
+	assert.NilError(t, err)
 }
 
 // prepareInWarmPool runs the boot that puts the instance in the warm pool: it prepares, completes the launch hook's
@@ -221,9 +209,7 @@ func TestBoxNodeWarmStopped(t *testing.T) {
 
 	t.Run("prepare", func(t *testing.T) {
 		n.prepareInWarmPool(ctx, t, asg)
-		if err := n.poweroff(time.Minute); err != nil {
-			t.Fatal(err)
-		}
+		assert.NilError(t, n.poweroff(time.Minute))
 	})
 	if t.Failed() {
 		return
@@ -298,9 +284,7 @@ func (n *boxNode) checkTimerStopped(ctx context.Context, t *testing.T) {
 	err := n.wait(ctx, 30*time.Second, "dynk8s-join.timer stopped", func(ctx context.Context) bool {
 		return n.unitProp(ctx, t, "dynk8s-join.timer", "ActiveState") == "inactive"
 	})
-	if err != nil {
-		t.Error(err)
-	}
+	assert.Check(t, err)
 	if got := n.unitProp(ctx, t, "dynk8s-join.timer", "UnitFileState"); got != "disabled" {
 		t.Errorf("dynk8s-join.timer is %s after the join, want disabled", got)
 	}
@@ -320,9 +304,7 @@ func TestBoxNodeFailedJoinIsCloudInitsError(t *testing.T) {
 		t.Fatalf("SSM DeleteParameter: HTTP %d: %s", status, b)
 	}
 	dropIn := filepath.Join(n.root, "/etc/systemd/system/dynk8s-join.service.d/91-box-deadline.conf")
-	if err := os.WriteFile(dropIn, []byte("[Service]\nEnvironment=DYNK8S_DEADLINE_SECONDS=20\n"), 0o644); err != nil {
-		t.Fatal(err)
-	}
+	assert.NilError(t, os.WriteFile(dropIn, []byte("[Service]\nEnvironment=DYNK8S_DEADLINE_SECONDS=20\n"), 0o644))
 	n.boot(t)
 	n.waitCloudInit(ctx, t, 3*time.Minute)
 	if !n.unitFailed(ctx, "dynk8s-join.service") {

@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/BurntSushi/toml"
+	"gotest.tools/v3/assert"
 	"sigs.k8s.io/yaml"
 
 	"github.com/dynk8s/dynk8s/cmd/timeline/timeline"
@@ -162,9 +163,7 @@ func (b *burst) run(t *testing.T) {
 		return node != ""
 	})
 	kn, err := getNode(ctx, c, node)
-	if err != nil {
-		t.Fatal(err)
-	}
+	assert.NilError(t, err)
 	if !kn.hasTaint(kube.FuseStartupTaint.Key) {
 		t.Errorf("Node %s registered without the startup taint %s: %+v", node, kube.FuseStartupTaint.Key, kn.Spec.Taints)
 	}
@@ -494,9 +493,7 @@ func getPod(ctx context.Context, c cluster, name string) podState {
 func poolNodes(ctx context.Context, t *testing.T, c cluster) []string {
 	t.Helper()
 	out, err := c.kubectl(ctx, "get", "nodes", "-l", kube.LabelPool, "-o", "name")
-	if err != nil {
-		t.Fatal(err)
-	}
+	assert.NilError(t, err)
 	return strings.Fields(out)
 }
 
@@ -512,9 +509,7 @@ func burstImages(ctx context.Context, t *testing.T, c cluster, j *boxJoin) []str
 			} `json:"template"`
 		} `json:"spec"`
 	}
-	if err := c.getJSON(ctx, &ds, "daemonset", "-n", "kube-system", "fuse-device-plugin-"+j.pool.Arch.Label()); err != nil {
-		t.Fatalf("the fuse DaemonSet of %s: %v", j.pool.Arch.Label(), err)
-	}
+	assert.NilError(t, c.getJSON(ctx, &ds, "daemonset", "-n", "kube-system", "fuse-device-plugin-"+j.pool.Arch.Label()), "the fuse DaemonSet of %s", j.pool.Arch.Label())
 	images := []podImage{
 		{ref: renderedPauseImage(t, j.userData), entrypoint: []string{"/pause"},
 			files: map[string]string{"/pause": staticBinary(t, "./testdata/images/pause", dir)}},
@@ -531,9 +526,7 @@ func burstImages(ctx context.Context, t *testing.T, c cluster, j *boxJoin) []str
 			files := map[string]string{"/bin/sh": "/bin/sh"}
 			for _, tool := range []string{"sed", "date", "sleep", "kubectl"} {
 				p, err := exec.LookPath(tool)
-				if err != nil {
-					t.Fatal(err)
-				}
+				assert.NilError(t, err)
 				files["/usr/bin/"+tool] = p
 			}
 			images = append(images, podImage{ref: ctr.Image, files: withSharedLibs(t, files)})
@@ -559,9 +552,7 @@ func (n *boxNode) runsPods(t *testing.T, archives []string) {
 	t.Helper()
 	for i, a := range archives {
 		content, err := os.ReadFile(a)
-		if err != nil {
-			t.Fatal(err)
-		}
+		assert.NilError(t, err)
 		n.writeFile(t, fmt.Sprintf("/opt/dynk8s-box/images/%02d.tar", i), content, 0o644)
 	}
 	conf := n.file(t, "/opt/dynk8s-box/containerd.toml")
@@ -572,18 +563,14 @@ func (n *boxNode) runsPods(t *testing.T, archives []string) {
 	conf = strings.Replace(conf, anchor, anchor+"  sandbox_image = \""+renderedPauseImage(t, n.userData)+"\"\n", 1)
 	n.writeFile(t, "/opt/dynk8s-box/containerd.toml", []byte(conf), 0o644)
 	dropIn, err := os.ReadFile(filepath.Join("testdata", "box", "90-box-pods.conf"))
-	if err != nil {
-		t.Fatal(err)
-	}
+	assert.NilError(t, err)
 	n.writeFile(t, "/etc/systemd/system/crio.service.d/90-box-pods.conf", dropIn, 0o644)
 	var api string
 	if n.vpc != nil {
 		api = n.vpc.api.String() // on-prem, through the tunnel, as kube-proxy would send it to the endpoint
 	} else {
 		_, port, err := splitHostPort(strings.TrimPrefix(n.c.Server, "https://"))
-		if err != nil {
-			t.Fatal(err)
-		}
+		assert.NilError(t, err)
 		api = fmt.Sprintf("%s:%d", n.ip, port)
 		forwardIntoNetnsFile(t, n.netns, api, strings.TrimPrefix(n.c.Server, "https://"))
 	}

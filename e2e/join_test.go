@@ -13,6 +13,8 @@ import (
 	"testing"
 	"time"
 
+	"gotest.tools/v3/assert"
+
 	"github.com/dynk8s/dynk8s/cloudinit"
 	"github.com/dynk8s/dynk8s/infra"
 	"github.com/dynk8s/dynk8s/internal/fakeaws"
@@ -120,17 +122,13 @@ func TestJoinDiscovery(t *testing.T) {
 func fileCAHash(t *testing.T, caFile string) string {
 	t.Helper()
 	raw, err := os.ReadFile(caFile)
-	if err != nil {
-		t.Fatal(err)
-	}
+	assert.NilError(t, err)
 	block, _ := pem.Decode(raw)
 	if block == nil {
 		t.Fatalf("%s: no PEM block", caFile)
 	}
 	cert, err := x509.ParseCertificate(block.Bytes)
-	if err != nil {
-		t.Fatalf("%s: %v", caFile, err)
-	}
+	assert.NilError(t, err, caFile)
 	sum := sha256.Sum256(cert.RawSubjectPublicKeyInfo)
 	return "sha256:" + hex.EncodeToString(sum[:])
 }

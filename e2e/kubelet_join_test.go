@@ -11,6 +11,8 @@ import (
 	"testing"
 	"time"
 
+	"gotest.tools/v3/assert"
+
 	"github.com/dynk8s/dynk8s/infra"
 	"github.com/dynk8s/dynk8s/internal/fakeaws"
 )
@@ -121,9 +123,7 @@ func TestKubeletJoin(t *testing.T) {
 
 	t.Run("second boot does nothing", func(t *testing.T) {
 		var before kubeNode
-		if err := c.getJSON(ctx, &before, "node", nodeName); err != nil {
-			t.Fatal(err)
-		}
+		assert.NilError(t, c.getJSON(ctx, &before, "node", nodeName))
 		calls := n.calls(t)
 		// The join unit never starts once kubelet.conf exists; the agent's join itself checks the same file.
 		unit := readUserDataFile(t, userData, "/etc/systemd/system/dynk8s-join.service")
@@ -147,9 +147,7 @@ func TestKubeletJoin(t *testing.T) {
 			}
 		}
 		var after kubeNode
-		if err := c.getJSON(ctx, &after, "node", nodeName); err != nil {
-			t.Fatal(err)
-		}
+		assert.NilError(t, c.getJSON(ctx, &after, "node", nodeName))
 		if after.Metadata.UID != before.Metadata.UID || !after.ready() {
 			t.Errorf("node after the second run: uid %s (was %s), ready %v", after.Metadata.UID, before.Metadata.UID,
 				after.ready())
@@ -191,8 +189,6 @@ func readUserDataFile(t *testing.T, userData []byte, path string) string {
 	root := t.TempDir()
 	writeUserDataFiles(t, userData, root)
 	b, err := os.ReadFile(filepath.Join(root, path))
-	if err != nil {
-		t.Fatal(err)
-	}
+	assert.NilError(t, err)
 	return string(b)
 }

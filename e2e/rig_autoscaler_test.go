@@ -15,6 +15,8 @@ import (
 	"testing"
 	"time"
 
+	"gotest.tools/v3/assert"
+
 	"github.com/dynk8s/dynk8s/node/nodetest"
 )
 
@@ -131,9 +133,7 @@ func (a *awsEnv) cloudConfig(t *testing.T) string {
 			strconv.Itoa(i+1), svc, a.region, a.url, a.region)
 	}
 	path := filepath.Join(t.TempDir(), "cloud.conf")
-	if err := os.WriteFile(path, []byte(b.String()), 0o600); err != nil {
-		t.Fatal(err)
-	}
+	assert.NilError(t, os.WriteFile(path, []byte(b.String()), 0o600))
 	return path
 }
 
@@ -175,9 +175,7 @@ func createPendingPod(ctx context.Context, t *testing.T, c cluster, p podSpec) {
 		"lastTransitionTime": time.Now().UTC().Format(time.RFC3339),
 	}}}}
 	patch, err := json.Marshal(status)
-	if err != nil {
-		t.Fatal(err)
-	}
+	assert.NilError(t, err)
 	if _, err := c.kubectl(ctx, "-n", "default", "patch", "pod", p.name, "--subresource=status", "--type=merge",
 		"-p", string(patch)); err != nil {
 		t.Fatal(err)

@@ -20,6 +20,7 @@ import (
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
+	"gotest.tools/v3/assert"
 
 	"github.com/dynk8s/dynk8s/internal/fakeaws"
 	"github.com/dynk8s/dynk8s/node/nodetest"
@@ -65,9 +66,7 @@ func startMoto(ctx context.Context, t *testing.T, bin string, env ...string) *mo
 		// does not stop it in the middle of a test; the cleanup below does.
 		Setpgid: true,
 	}
-	if err := cmd.Start(); err != nil {
-		t.Fatalf("start moto_server: %v", err)
-	}
+	assert.NilError(t, cmd.Start(), "start moto_server")
 	go func() { _ = cmd.Wait(); close(m.done) }()
 	t.Cleanup(func() {
 		_ = cmd.Process.Signal(syscall.SIGTERM)
@@ -107,9 +106,7 @@ func startMoto(ctx context.Context, t *testing.T, bin string, env ...string) *mo
 		resp, err := motoClient.Get(m.url + "/moto-api/")
 		if err == nil {
 			_ = resp.Body.Close()
-			if err := m.alive(); err != nil {
-				t.Fatal(err)
-			}
+			assert.NilError(t, m.alive())
 			if resp.StatusCode == http.StatusOK {
 				return m
 			}
@@ -132,13 +129,9 @@ func (m *motoSSM) alive() error {
 func (m *motoSSM) ssm(t *testing.T, region, target string, request map[string]any) (int, []byte) {
 	t.Helper()
 	body, err := json.Marshal(request)
-	if err != nil {
-		t.Fatal(err)
-	}
+	assert.NilError(t, err)
 	req, err := http.NewRequest(http.MethodPost, m.url+"/", bytes.NewReader(body))
-	if err != nil {
-		t.Fatal(err)
-	}
+	assert.NilError(t, err)
 	req.Header.Set("Content-Type", "application/x-amz-json-1.1")
 	req.Header.Set("X-Amz-Target", "AmazonSSM."+target)
 	signForMoto(t, req, "ssm", region)
@@ -166,9 +159,7 @@ func (m *motoSSM) putSecureString(t *testing.T, region, name, value string) {
 func signForMoto(t *testing.T, req *http.Request, service, region string) {
 	t.Helper()
 	sig := fakeaws.SigV4{Region: region, Credentials: aws.Credentials{AccessKeyID: "AKIAE2ETEST", SecretAccessKey: "e2e-moto"}}
-	if err := sig.Sign(req, service); err != nil {
-		t.Fatal(err)
-	}
+	assert.NilError(t, sig.Sign(req, service))
 }
 
 type replayPlan struct {
@@ -250,9 +241,7 @@ func startAWS(ctx context.Context, t *testing.T, s stackAutoscaling, users []rep
 	p := s.replay
 	p.Users = users
 	in, err := json.Marshal(p)
-	if err != nil {
-		t.Fatal(err)
-	}
+	assert.NilError(t, err)
 	var out struct {
 		Admin awsKey            `json:"admin"`
 		Users map[string]awsKey `json:"users"`
@@ -314,14 +303,10 @@ func (a *awsEnv) stopInstance(ctx context.Context, t *testing.T, id string) {
 func (m *motoSSM) s3(t *testing.T, region, method, path string, body []byte) http.Header {
 	t.Helper()
 	req, err := http.NewRequest(method, m.url+path, bytes.NewReader(body))
-	if err != nil {
-		t.Fatal(err)
-	}
+	assert.NilError(t, err)
 	signForMoto(t, req, "s3", region)
 	resp, err := motoClient.Do(req)
-	if err != nil {
-		t.Fatalf("S3 %s %s: %v", method, path, err)
-	}
+	assert.NilError(t, err, "S3 %s %s", method, path)
 	b, _ := io.ReadAll(resp.Body)
 	_ = resp.Body.Close()
 	if resp.StatusCode != http.StatusOK {

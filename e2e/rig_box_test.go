@@ -22,6 +22,8 @@ import (
 	"testing"
 	"time"
 
+	"gotest.tools/v3/assert"
+
 	"github.com/dynk8s/dynk8s/cloudinit"
 	"github.com/dynk8s/dynk8s/infra"
 	"github.com/dynk8s/dynk8s/infra/config"
@@ -83,13 +85,9 @@ type boxSpec struct {
 func launchTemplateUserData(t *testing.T, userData []byte) []byte {
 	t.Helper()
 	enc, err := cloudinit.Encode(userData)
-	if err != nil {
-		t.Fatal(err)
-	}
+	assert.NilError(t, err)
 	raw, err := base64.StdEncoding.DecodeString(enc)
-	if err != nil {
-		t.Fatal(err)
-	}
+	assert.NilError(t, err)
 	return raw
 }
 
@@ -97,9 +95,7 @@ func launchTemplateUserData(t *testing.T, userData []byte) []byte {
 func boxRoot(t *testing.T) string {
 	t.Helper()
 	out, err := exec.Command(filepath.Join("..", "hack", "tools.sh"), "--box-root").Output()
-	if err != nil {
-		t.Fatalf("hack/tools.sh --box-root: %v", err)
-	}
+	assert.NilError(t, err, "hack/tools.sh --box-root")
 	root := strings.TrimSpace(string(out))
 	if _, err := os.Stat(filepath.Join(root, ".dynk8s-box")); err != nil {
 		missing(t, "the box root (hack/tools.sh builds it): "+err.Error())
@@ -119,9 +115,7 @@ func newBox(t *testing.T, spec boxSpec) *box {
 	b := &box{name: spec.name, dir: t.TempDir(), netns: "/run/netns/" + spec.name, cgroupRoot: "dynk8s-" + spec.name}
 	b.root = filepath.Join(b.dir, "merged")
 	for _, d := range []string{"upper", "work", "merged"} {
-		if err := os.MkdirAll(filepath.Join(b.dir, d), 0o755); err != nil {
-			t.Fatal(err)
-		}
+		assert.NilError(t, os.MkdirAll(filepath.Join(b.dir, d), 0o755))
 	}
 	if spec.image != "" {
 		lower = spec.image + ":" + lower
@@ -129,9 +123,7 @@ func newBox(t *testing.T, spec boxSpec) *box {
 	run(t, "mount", "-t", "overlay", "overlay", "-o",
 		"lowerdir="+lower+",upperdir="+filepath.Join(b.dir, "upper")+",workdir="+filepath.Join(b.dir, "work"), b.root)
 	t.Cleanup(func() {
-		if err := exec.Command("umount", b.root).Run(); err != nil {
-			t.Errorf("umount %s: %v", b.root, err)
-		}
+		assert.Check(t, exec.Command("umount", b.root).Run(), "umount %s", b.root)
 		removeCgroupTrees(t, b.cgroupRoot)
 		removeCgroupTrees(t, b.nspawnCgroup())
 	})
@@ -191,9 +183,7 @@ func (b *box) provision(t *testing.T, spec boxSpec) {
 	src := filepath.Join("testdata", "box")
 	read := func(name string) string {
 		c, err := os.ReadFile(filepath.Join(src, name))
-		if err != nil {
-			t.Fatal(err)
-		}
+		assert.NilError(t, err)
 		return string(c)
 	}
 	var env strings.Builder
@@ -229,17 +219,11 @@ func (b *box) provision(t *testing.T, spec boxSpec) {
 	}
 	for _, f := range files {
 		p := filepath.Join(b.root, f.path)
-		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
-			t.Fatal(err)
-		}
-		if err := os.WriteFile(p, []byte(f.content), f.mode); err != nil {
-			t.Fatal(err)
-		}
+		assert.NilError(t, os.MkdirAll(filepath.Dir(p), 0o755))
+		assert.NilError(t, os.WriteFile(p, []byte(f.content), f.mode))
 	}
 	for _, d := range []string{"/var/log/journal", "/etc/systemd/system/sysinit.target.wants"} {
-		if err := os.MkdirAll(filepath.Join(b.root, d), 0o755); err != nil {
-			t.Fatal(err)
-		}
+		assert.NilError(t, os.MkdirAll(filepath.Join(b.root, d), 0o755))
 	}
 	// An image baked in a box has both done already.
 	if err := os.Symlink("../dynk8s-box-apivfs.service",
@@ -276,9 +260,7 @@ func (b *box) boot(t *testing.T) {
 		if _, err := os.Stat(filepath.Dir(g)); err != nil {
 			continue
 		}
-		if err := os.MkdirAll(g, 0o755); err != nil {
-			t.Fatal(err)
-		}
+		assert.NilError(t, os.MkdirAll(g, 0o755))
 		groups = append(groups, g)
 	}
 	cmd := exec.Command("sh", append([]string{"-c", `for g in $BOX_CGROUPS; do echo $$ >"$g/cgroup.procs"; done; exec "$0" "$@"`,
@@ -288,9 +270,7 @@ func (b *box) boot(t *testing.T) {
 	cmd.Stdout, cmd.Stderr = bb.console, bb.console
 	// Should the test die, nspawn shuts the box down on SIGTERM (a SIGKILL would leave it running, orphaned).
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGTERM, Setpgid: true}
-	if err := cmd.Start(); err != nil {
-		t.Fatalf("systemd-nspawn: %v", err)
-	}
+	assert.NilError(t, cmd.Start(), "systemd-nspawn")
 	go func() {
 		_ = cmd.Wait()
 		b.boots = append(b.boots, time.Since(bb.start))
@@ -441,9 +421,7 @@ func (b *box) diagnose(t *testing.T) {
 func (b *box) file(t *testing.T, path string) string {
 	t.Helper()
 	c, err := os.ReadFile(filepath.Join(b.root, path))
-	if err != nil {
-		t.Fatal(err)
-	}
+	assert.NilError(t, err)
 	return string(c)
 }
 
@@ -638,9 +616,7 @@ func (n *boxNode) waitReady(ctx context.Context, t *testing.T, timeout time.Dura
 		kn = kubeNode{}
 		return n.c.getJSON(ctx, &kn, "node", name) == nil && kn.ready()
 	})
-	if err != nil {
-		t.Fatal(err)
-	}
+	assert.NilError(t, err)
 	return kn
 }
 
@@ -659,18 +635,14 @@ func (n *boxNode) checkCloudInit(t *testing.T) {
 			Errors []string `json:"errors"`
 		} `json:"v1"`
 	}
-	if err := json.Unmarshal([]byte(n.file(t, "/var/lib/cloud/data/result.json")), &result); err != nil {
-		t.Fatalf("cloud-init result.json: %v", err)
-	}
+	assert.NilError(t, json.Unmarshal([]byte(n.file(t, "/var/lib/cloud/data/result.json")), &result), "cloud-init result.json")
 	if len(result.V1.Errors) > 0 {
 		t.Errorf("cloud-init errors: %v", result.V1.Errors)
 	}
 	var status struct {
 		V1 map[string]json.RawMessage `json:"v1"`
 	}
-	if err := json.Unmarshal([]byte(n.file(t, "/var/lib/cloud/data/status.json")), &status); err != nil {
-		t.Fatalf("cloud-init status.json: %v", err)
-	}
+	assert.NilError(t, json.Unmarshal([]byte(n.file(t, "/var/lib/cloud/data/status.json")), &status), "cloud-init status.json")
 	for _, stage := range []string{"init-local", "init", "modules-config", "modules-final"} {
 		var s struct {
 			Errors   []string `json:"errors"`
@@ -690,9 +662,7 @@ func (n *boxNode) checkCloudInit(t *testing.T) {
 // "starting").
 func (n *boxNode) checkSettled(ctx context.Context, t *testing.T) {
 	t.Helper()
-	if err := n.waitBooted(ctx, 2*time.Minute); err != nil {
-		t.Fatal(err)
-	}
+	assert.NilError(t, n.waitBooted(ctx, 2*time.Minute))
 	out, _ := n.exec(ctx, "systemctl", "is-system-running")
 	if s := strings.TrimSpace(out); s != "running" {
 		failed, _ := n.exec(ctx, "systemctl", "--failed", "--no-pager")
@@ -748,12 +718,8 @@ func (n *boxNode) checkLockBeforeKubelet(ctx context.Context, t *testing.T) {
 func (b *box) writeFile(t *testing.T, path string, content []byte, mode os.FileMode) {
 	t.Helper()
 	p := filepath.Join(b.root, path)
-	if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(p, content, mode); err != nil {
-		t.Fatal(err)
-	}
+	assert.NilError(t, os.MkdirAll(filepath.Dir(p), 0o755))
+	assert.NilError(t, os.WriteFile(p, content, mode))
 }
 
 // The gateway in a box: the dev stack's gateway instance, booted from the user data its declared instance carries
@@ -837,9 +803,7 @@ func newBoxGateway(ctx context.Context, t *testing.T, p tunnelPlan, name string,
 	endpoints := "[Service]\nEnvironment=DYNK8S_SSM_ENDPOINT=" + moto.url + "\nEnvironment=DYNK8S_EC2_ENDPOINT=" +
 		inst.ec2 + "\n"
 	rpm, err := os.ReadFile(filepath.Join("testdata", "box", "rpm-gateway"))
-	if err != nil {
-		t.Fatal(err)
-	}
+	assert.NilError(t, err)
 	for _, f := range []struct {
 		path, content string
 		mode          os.FileMode
@@ -850,12 +814,8 @@ func newBoxGateway(ctx context.Context, t *testing.T, p tunnelPlan, name string,
 		{"/etc/systemd/system/dynk8s-gateway-idle.service.d/90-box.conf", endpoints, 0o644},
 	} {
 		path := filepath.Join(b.root, f.path)
-		if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
-			t.Fatal(err)
-		}
-		if err := os.WriteFile(path, []byte(f.content), f.mode); err != nil {
-			t.Fatal(err)
-		}
+		assert.NilError(t, os.MkdirAll(filepath.Dir(path), 0o755))
+		assert.NilError(t, os.WriteFile(path, []byte(f.content), f.mode))
 	}
 	b.binds = append(b.binds, "--bind-ro="+wgGo+":/usr/local/bin/wireguard-go", "--bind=/dev/net/tun",
 		"--bind-ro="+nodetest.BuiltAgent(t)+":"+nodetest.AgentPath)
@@ -864,9 +824,7 @@ func newBoxGateway(ctx context.Context, t *testing.T, p tunnelPlan, name string,
 	tn.lanIP = nthAddr(p.onPremCIDRs[0].Masked().Addr(), 10)
 	tn.outsideIP = outsideAddr(t, p.onPremCIDRs, p.vpcCIDR)
 	gwPublic, _, err := splitHostPort(wgValue(p.onPremConf, "Peer", "Endpoint"))
-	if err != nil {
-		t.Fatalf("on-prem config's peer Endpoint: %v", err)
-	}
+	assert.NilError(t, err, "on-prem config's peer Endpoint")
 	tn.onprem = netns("dynk8s-onprem-" + name + "-" + strconv.Itoa(os.Getpid()))
 	run(t, "ip", "netns", "add", string(tn.onprem))
 	t.Cleanup(func() { removeNamespace(t, tn.onprem) })
@@ -883,13 +841,9 @@ func gatewayInstanceUserData(t *testing.T, p tunnelPlan) []byte {
 		t.Fatalf("the gateway instance's userDataBase64 (%d characters): %v", len(p.gatewayUserDataBase64), err)
 	}
 	zr, err := gzip.NewReader(bytes.NewReader(raw))
-	if err != nil {
-		t.Fatalf("the gateway instance's user data is not gzip: %v", err)
-	}
+	assert.NilError(t, err, "the gateway instance's user data is not gzip")
 	plain, err := io.ReadAll(zr)
-	if err != nil {
-		t.Fatal(err)
-	}
+	assert.NilError(t, err)
 	if !bytes.Equal(plain, p.gatewayUserData) {
 		t.Fatal("the gateway instance's user data is not the rendered userdata/gateway.yaml")
 	}

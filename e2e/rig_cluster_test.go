@@ -16,6 +16,8 @@ import (
 	"testing"
 	"time"
 
+	"gotest.tools/v3/assert"
+
 	"github.com/dynk8s/dynk8s/internal/kube"
 	"github.com/dynk8s/dynk8s/internal/testkit/realtools"
 	"github.com/dynk8s/dynk8s/node/nodetest"
@@ -132,9 +134,7 @@ func applyJSON(ctx context.Context, t *testing.T, c cluster, obj any) {
 func kubectlJSON(ctx context.Context, t *testing.T, c cluster, verb string, obj any) {
 	t.Helper()
 	doc, err := json.Marshal(obj)
-	if err != nil {
-		t.Fatal(err)
-	}
+	assert.NilError(t, err)
 	cmd := exec.CommandContext(ctx, "kubectl", "--kubeconfig", c.Kubeconfig, verb, "-f", "-")
 	cmd.Stdin = bytes.NewReader(doc)
 	if out, err := cmd.CombinedOutput(); err != nil {
@@ -174,9 +174,7 @@ func waitEvent(ctx context.Context, t *testing.T, c cluster, ns, object, reason 
 // the test failed. The returned channel is closed when the process has exited.
 func stopOnCleanup(t *testing.T, name string, cmd *exec.Cmd, logs *nodetest.SyncBuffer) chan struct{} {
 	t.Helper()
-	if err := cmd.Start(); err != nil {
-		t.Fatalf("start %s: %v", name, err)
-	}
+	assert.NilError(t, cmd.Start(), "start %s", name)
 	done := make(chan struct{})
 	go func() { _ = cmd.Wait(); close(done) }()
 	t.Cleanup(func() {

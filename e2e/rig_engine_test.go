@@ -23,6 +23,7 @@ import (
 	"github.com/pulumi/pulumi/sdk/v3/go/common/tokens"
 	"github.com/pulumi/pulumi/sdk/v3/go/common/workspace"
 	"github.com/pulumi/pulumi/sdk/v3/go/pulumi"
+	"gotest.tools/v3/assert"
 
 	"github.com/dynk8s/dynk8s/infra"
 	"github.com/dynk8s/dynk8s/infra/addons"
@@ -56,9 +57,7 @@ func newStack(ctx context.Context, t *testing.T, c cluster, program pulumi.RunFu
 	dirs := map[string]string{}
 	for _, d := range []string{"state", "home", "work"} {
 		dirs[d] = filepath.Join(root, d)
-		if err := os.MkdirAll(dirs[d], 0o700); err != nil {
-			t.Fatal(err)
-		}
+		assert.NilError(t, os.MkdirAll(dirs[d], 0o700))
 	}
 	env := map[string]string{
 		"PULUMI_CONFIG_PASSPHRASE": passphrase,
@@ -77,9 +76,7 @@ func newStack(ctx context.Context, t *testing.T, c cluster, program pulumi.RunFu
 	s, err := auto.UpsertStackInlineSource(ctx, stackName, projectName, program,
 		auto.Project(proj), auto.PulumiHome(dirs["home"]), auto.WorkDir(dirs["work"]),
 		auto.SecretsProvider("passphrase"), auto.EnvVars(env))
-	if err != nil {
-		t.Fatalf("create stack: %v", err)
-	}
+	assert.NilError(t, err, "create stack")
 	ps := &pulumiStack{Stack: s, log: &nodetest.SyncBuffer{}}
 	t.Cleanup(func() {
 		if t.Failed() {

@@ -20,6 +20,7 @@ import (
 	"testing"
 	"time"
 
+	"gotest.tools/v3/assert"
 	"sigs.k8s.io/yaml"
 
 	"github.com/dynk8s/dynk8s/cloudinit"
@@ -59,9 +60,7 @@ func fakeRoleInstance(id, zone, region, ip, state string) fakeaws.IMDSInstance {
 func apiServerEndpoint(t *testing.T, c cluster) endpoint.HostPort {
 	t.Helper()
 	ep, err := endpoint.Parse(strings.TrimPrefix(c.Server, "https://"))
-	if err != nil {
-		t.Fatal(err)
-	}
+	assert.NilError(t, err)
 	return ep
 }
 
@@ -72,9 +71,7 @@ func renderNodeUserData(ctx context.Context, t *testing.T, c cluster, cfg *confi
 	t.Helper()
 	cfg.Kubernetes.APIServerEndpoint = apiServerEndpoint(t, c)
 	userData, err := cloudinit.Node(infra.NodeInput(cfg, pool, []string{clusterInfoCAHash(ctx, t, c)}, param))
-	if err != nil {
-		t.Fatalf("render user data: %v", err)
-	}
+	assert.NilError(t, err, "render user data")
 	return userData
 }
 
@@ -113,13 +110,9 @@ func kubeadmInitGroup(ctx context.Context, t *testing.T, c cluster, token, group
 			Groups: []string{group},
 		}},
 	})
-	if err != nil {
-		t.Fatal(err)
-	}
+	assert.NilError(t, err)
 	path := filepath.Join(t.TempDir(), "init.yaml")
-	if err := os.WriteFile(path, doc, 0o600); err != nil {
-		t.Fatal(err)
-	}
+	assert.NilError(t, os.WriteFile(path, doc, 0o600))
 	out, err := exec.CommandContext(ctx, "kubeadm", "init", "phase", "bootstrap-token",
 		"--kubeconfig", c.Kubeconfig, "--config", path, "--skip-token-print").CombinedOutput()
 	if err != nil {
@@ -153,13 +146,9 @@ func clusterInfoCAHash(ctx context.Context, t *testing.T, c cluster) string {
 	var cm struct {
 		Data map[string]string `json:"data"`
 	}
-	if err := c.getJSON(ctx, &cm, "configmap.v1.", "cluster-info", "-n", "kube-public"); err != nil {
-		t.Fatal(err)
-	}
+	assert.NilError(t, c.getJSON(ctx, &cm, "configmap.v1.", "cluster-info", "-n", "kube-public"))
 	h, err := infra.CACertHashFromKubeconfig(cm.Data["kubeconfig"])
-	if err != nil {
-		t.Fatalf("cluster-info: %v", err)
-	}
+	assert.NilError(t, err, "cluster-info")
 	return h
 }
 
@@ -210,39 +199,25 @@ type joinRun struct {
 func (n nodeEnv) join(ctx context.Context, t *testing.T, in cloudinit.NodeInput, deadlineSeconds int) joinRun {
 	t.Helper()
 	userData, err := cloudinit.Node(in)
-	if err != nil {
-		t.Fatalf("render user data: %v", err)
-	}
+	assert.NilError(t, err, "render user data")
 	dir := t.TempDir()
 	root := filepath.Join(dir, "root")
 	writeUserDataFiles(t, userData, root)
 
 	bin := filepath.Join(dir, "bin")
-	if err := os.MkdirAll(bin, 0o755); err != nil {
-		t.Fatal(err)
-	}
+	assert.NilError(t, os.MkdirAll(bin, 0o755))
 	stubs, err := filepath.Abs(filepath.Join("testdata", "stubs"))
-	if err != nil {
-		t.Fatal(err)
-	}
+	assert.NilError(t, err)
 	for _, name := range []string{"dnf", "rpm", "systemctl", "logger", "modprobe", "sysctl", "crictl"} {
-		if err := os.Symlink(filepath.Join(stubs, "record"), filepath.Join(bin, name)); err != nil {
-			t.Fatal(err)
-		}
+		assert.NilError(t, os.Symlink(filepath.Join(stubs, "record"), filepath.Join(bin, name)))
 	}
-	if err := os.Symlink(filepath.Join(stubs, "kubeadm"), filepath.Join(bin, "kubeadm")); err != nil {
-		t.Fatal(err)
-	}
+	assert.NilError(t, os.Symlink(filepath.Join(stubs, "kubeadm"), filepath.Join(bin, "kubeadm")))
 
 	// kubeadm runs with --dry-run here and ignores its preflight; the agent's own check of IP forwarding reads this
 	// instead of the test machine's /proc, whose setting is not the test's to change.
 	proc := filepath.Join(dir, "proc")
-	if err := os.MkdirAll(filepath.Join(proc, "sys/net/ipv4"), 0o755); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(filepath.Join(proc, "sys/net/ipv4/ip_forward"), []byte("1\n"), 0o644); err != nil {
-		t.Fatal(err)
-	}
+	assert.NilError(t, os.MkdirAll(filepath.Join(proc, "sys/net/ipv4"), 0o755))
+	assert.NilError(t, os.WriteFile(filepath.Join(proc, "sys/net/ipv4/ip_forward"), []byte("1\n"), 0o644))
 
 	callLog := filepath.Join(dir, "calls.log")
 	joinCopy := filepath.Join(dir, "join-config.yaml")
@@ -273,9 +248,7 @@ func (n nodeEnv) join(ctx context.Context, t *testing.T, in cloudinit.NodeInput,
 // node.
 func writeUserDataFiles(t *testing.T, userData []byte, root string) {
 	t.Helper()
-	if err := cloudinit.WriteFiles(userData, root); err != nil {
-		t.Fatalf("user data: %v", err)
-	}
+	assert.NilError(t, cloudinit.WriteFiles(userData, root), "user data")
 }
 
 // checkJoinConfiguration reads back the JoinConfiguration the agent handed to kubeadm.
@@ -337,9 +310,7 @@ func agentDir(t *testing.T) string {
 	t.Helper()
 	dir := t.TempDir()
 	for _, arch := range []string{"amd64", "arm64"} {
-		if err := os.Symlink(nodetest.BuiltAgent(t), filepath.Join(dir, "dynk8s-node-linux-"+arch)); err != nil {
-			t.Fatal(err)
-		}
+		assert.NilError(t, os.Symlink(nodetest.BuiltAgent(t), filepath.Join(dir, "dynk8s-node-linux-"+arch)))
 	}
 	return dir
 }
@@ -348,9 +319,7 @@ func agentDir(t *testing.T) string {
 func hasBootstrap(t *testing.T, userData []byte) bool {
 	t.Helper()
 	files, err := cloudinit.Files(userData)
-	if err != nil {
-		t.Fatalf("user data: %v", err)
-	}
+	assert.NilError(t, err, "user data")
 	return slices.ContainsFunc(files, func(f cloudinit.File) bool {
 		return f.Path == "/etc/systemd/system/dynk8s-agent.service"
 	})
@@ -363,9 +332,7 @@ func hasBootstrap(t *testing.T, userData []byte) bool {
 func kubeadmUploadConfig(ctx context.Context, t *testing.T, c cluster) {
 	t.Helper()
 	u, err := url.Parse(c.Server)
-	if err != nil {
-		t.Fatal(err)
-	}
+	assert.NilError(t, err)
 	docs := []map[string]any{
 		{
 			"apiVersion": "kubeadm.k8s.io/v1beta4", "kind": "InitConfiguration",
@@ -388,16 +355,12 @@ func kubeadmUploadConfig(ctx context.Context, t *testing.T, c cluster) {
 	var b strings.Builder
 	for _, d := range docs {
 		y, err := yaml.Marshal(d)
-		if err != nil {
-			t.Fatal(err)
-		}
+		assert.NilError(t, err)
 		b.WriteString("---\n")
 		b.Write(y)
 	}
 	path := filepath.Join(t.TempDir(), "init.yaml")
-	if err := os.WriteFile(path, []byte(b.String()), 0o600); err != nil {
-		t.Fatal(err)
-	}
+	assert.NilError(t, os.WriteFile(path, []byte(b.String()), 0o600))
 	for _, phase := range []string{"kubeadm", "kubelet"} {
 		out, err := exec.CommandContext(ctx, "kubeadm", "init", "phase", "upload-config", phase,
 			"--kubeconfig", c.Kubeconfig, "--config", path).CombinedOutput()
@@ -433,19 +396,13 @@ func bootNode(ctx context.Context, t *testing.T, userData []byte, realKubeadm st
 	writeUserDataFiles(t, userData, n.root)
 	for _, d := range []string{n.bin, filepath.Join(n.root, "etc/kubernetes"), filepath.Join(dir, "var-lib-kubelet"),
 		filepath.Join(dir, "run-crio"), filepath.Join(dir, "cni")} {
-		if err := os.MkdirAll(d, 0o755); err != nil {
-			t.Fatal(err)
-		}
+		assert.NilError(t, os.MkdirAll(d, 0o755))
 	}
 	stubs, err := filepath.Abs(filepath.Join("testdata", "stubs"))
-	if err != nil {
-		t.Fatal(err)
-	}
+	assert.NilError(t, err)
 	for name, stub := range map[string]string{"dnf": "record", "rpm": "record", "systemctl": "record",
 		"logger": "record", "modprobe": "record", "sysctl": "record", "crictl": "record", "kubeadm": "kubeadm-real"} {
-		if err := os.Symlink(filepath.Join(stubs, stub), filepath.Join(n.bin, name)); err != nil {
-			t.Fatal(err)
-		}
+		assert.NilError(t, os.Symlink(filepath.Join(stubs, stub), filepath.Join(n.bin, name)))
 	}
 	writeContainerdConfig(t, dir)
 	for _, p := range []string{"/etc/kubernetes", "/var/lib/kubelet", "/run/crio"} {
@@ -454,17 +411,13 @@ func bootNode(ctx context.Context, t *testing.T, userData []byte, realKubeadm st
 	cleanKubepodsCgroups(t)
 
 	nodeSh, err := filepath.Abs(filepath.Join("testdata", "node.sh"))
-	if err != nil {
-		t.Fatal(err)
-	}
+	assert.NilError(t, err)
 	cmd := exec.Command("unshare", "--net", "--mount", "--uts", "--propagation", "private", "--", "bash", nodeSh)
 	cmd.Env = append(os.Environ(), "NODE_DIR="+dir, "NODE_ETC_KUBERNETES="+filepath.Join(n.root, "etc/kubernetes"),
 		"NODE_IP="+fakeNodeIP, "NODE_HOSTNAME="+n.hostname, "KUBELET_WAIT_SECONDS=150")
 	logs := &nodetest.SyncBuffer{}
 	cmd.Stdout, cmd.Stderr = logs, logs
-	if err := cmd.Start(); err != nil {
-		t.Fatalf("start node.sh: %v", err)
-	}
+	assert.NilError(t, cmd.Start(), "start node.sh")
 	n.pid = cmd.Process.Pid
 	done := make(chan struct{})
 	go func() { _ = cmd.Wait(); close(done) }()
@@ -500,9 +453,7 @@ func bootNode(ctx context.Context, t *testing.T, userData []byte, realKubeadm st
 	}
 	for _, s := range servers {
 		u, err := url.Parse(s)
-		if err != nil {
-			t.Fatal(err)
-		}
+		assert.NilError(t, err)
 		forwardIntoNetns(t, n.pid, u.Host)
 	}
 
@@ -606,9 +557,7 @@ state = %[2]q
 		filepath.Join(dir, "containerd.toml"):           conf,
 		filepath.Join(dir, "cni", "10-bridge.conflist"): cni,
 	} {
-		if err := os.WriteFile(path, []byte(content), 0o644); err != nil {
-			t.Fatal(err)
-		}
+		assert.NilError(t, os.WriteFile(path, []byte(content), 0o644))
 	}
 }
 
@@ -625,9 +574,7 @@ func mountPoint(t *testing.T, path string) {
 		}
 		made = append(made, p)
 	}
-	if err := os.MkdirAll(path, 0o755); err != nil {
-		t.Fatal(err)
-	}
+	assert.NilError(t, os.MkdirAll(path, 0o755))
 	t.Cleanup(func() {
 		for _, p := range made {
 			_ = os.Remove(p) // only if still empty
@@ -680,17 +627,13 @@ func checkKubeletClientCert(t *testing.T, certFile, caFile, wantCN string) {
 	if cert.Subject.CommonName != wantCN || !slices.Equal(cert.Subject.Organization, []string{"system:nodes"}) {
 		t.Errorf("kubelet client certificate subject %s, want CN=%s O=system:nodes", cert.Subject, wantCN)
 	}
-	if err := cert.CheckSignatureFrom(ca); err != nil {
-		t.Errorf("kubelet client certificate not signed by the cluster CA: %v", err)
-	}
+	assert.Check(t, cert.CheckSignatureFrom(ca), "kubelet client certificate not signed by the cluster CA")
 }
 
 func readCert(t *testing.T, path string) *x509.Certificate {
 	t.Helper()
 	raw, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatal(err)
-	}
+	assert.NilError(t, err)
 	for {
 		var block *pem.Block
 		block, raw = pem.Decode(raw)
@@ -699,9 +642,7 @@ func readCert(t *testing.T, path string) *x509.Certificate {
 		}
 		if block.Type == "CERTIFICATE" {
 			cert, err := x509.ParseCertificate(block.Bytes)
-			if err != nil {
-				t.Fatalf("%s: %v", path, err)
-			}
+			assert.NilError(t, err, path)
 			return cert
 		}
 	}

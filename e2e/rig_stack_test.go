@@ -10,6 +10,8 @@ import (
 	"strings"
 	"testing"
 
+	"gotest.tools/v3/assert"
+
 	"github.com/dynk8s/dynk8s/cmd/plan/mockcloud"
 	"github.com/dynk8s/dynk8s/cmd/plan/plan"
 	"github.com/dynk8s/dynk8s/infra/config"
@@ -35,13 +37,9 @@ const (
 func devConfig(t *testing.T) *config.Config {
 	t.Helper()
 	sc, err := mockcloud.LoadStackFile(filepath.Join("..", "Pulumi.dev.yaml"))
-	if err != nil {
-		t.Fatalf("read dev stack: %v", err)
-	}
+	assert.NilError(t, err, "read dev stack")
 	cfg, err := config.ParseValues(sc.Values)
-	if err != nil {
-		t.Fatalf("dev stack config: %v", err)
-	}
+	assert.NilError(t, err, "dev stack config")
 	return cfg
 }
 
@@ -92,9 +90,7 @@ func loadStackAutoscaling(t *testing.T) stackAutoscaling {
 func devStackValues(t *testing.T) map[string]any {
 	t.Helper()
 	values, err := config.ReadStackFile(filepath.Join("..", "Pulumi.dev.yaml"))
-	if err != nil {
-		t.Fatalf("read dev stack: %v", err)
-	}
+	assert.NilError(t, err, "read dev stack")
 	return values
 }
 
@@ -104,17 +100,11 @@ func loadStackVariant(t *testing.T, change func(values map[string]any)) stackAut
 	values := devStackValues(t)
 	change(values)
 	sc, err := mockcloud.ConfigFromMap(values)
-	if err != nil {
-		t.Fatal(err)
-	}
+	assert.NilError(t, err)
 	res, err := plan.RunConfig("dev", sc)
-	if err != nil {
-		t.Fatalf("dev stack under the mock engine: %v", err)
-	}
+	assert.NilError(t, err, "dev stack under the mock engine")
 	cfg, err := config.ParseValues(sc.Values)
-	if err != nil {
-		t.Fatal(err)
-	}
+	assert.NilError(t, err)
 	s := stackAutoscaling{cfg: cfg, region: res.Cloud.Region, groups: map[string]declaredGroup{},
 		rolePolicies: map[string][]string{}, profileRoles: map[string]string{}}
 	plain := func(r mockcloud.Resource) map[string]any { return mockcloud.PlainMap(r.Inputs, true) }
@@ -228,12 +218,8 @@ func autoscalerContainer(t *testing.T, deployment map[string]any) (command, args
 		} `json:"spec"`
 	}
 	raw, err := json.Marshal(deployment)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := json.Unmarshal(raw, &d); err != nil {
-		t.Fatalf("autoscaler Deployment: %v", err)
-	}
+	assert.NilError(t, err)
+	assert.NilError(t, json.Unmarshal(raw, &d), "autoscaler Deployment")
 	for _, c := range d.Spec.Template.Spec.Containers {
 		if c.Name != autoscalerName {
 			continue

@@ -25,6 +25,7 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+	"gotest.tools/v3/assert"
 	"sigs.k8s.io/yaml"
 
 	"github.com/dynk8s/dynk8s/cmd/plan/mockcloud"
@@ -113,17 +114,13 @@ func declaredNetwork(t *testing.T, res *plan.Result) (gatewayIP netip.Addr, rout
 		}
 		dest, _ := mockcloud.Plain(r.Inputs["destinationCidrBlock"], false).(string)
 		pfx, err := netip.ParsePrefix(dest)
-		if err != nil {
-			t.Fatalf("route %s: %v", r.Name, err)
-		}
+		assert.NilError(t, err, "route %s", r.Name)
 		routes = append(routes, pfx)
 	}
 	for _, s := range res.Cloud.ByType("aws:ec2/subnet:Subnet") {
 		cidr, _ := mockcloud.Plain(s.Inputs["cidrBlock"], false).(string)
 		pfx, err := netip.ParsePrefix(cidr)
-		if err != nil {
-			t.Fatalf("subnet %s: %v", s.Name, err)
-		}
+		assert.NilError(t, err, "subnet %s", s.Name)
 		if !subnet.IsValid() || subnet.Contains(gatewayIP) {
 			subnet = pfx
 		}
@@ -145,9 +142,7 @@ func renderTunnel(t *testing.T, dialOut bool) tunnelPlan {
 func renderTunnelEdited(t *testing.T, dialOut bool, edit func(t *testing.T, values map[string]any)) tunnelPlan {
 	t.Helper()
 	values, err := config.ReadStackFile(filepath.Join("..", "Pulumi.dev.yaml"))
-	if err != nil {
-		t.Fatal(err)
-	}
+	assert.NilError(t, err)
 	if edit != nil {
 		edit(t, values)
 	}
@@ -159,24 +154,16 @@ func renderTunnelEdited(t *testing.T, dialOut bool, edit func(t *testing.T, valu
 		wg["onPremEndpoint"] = onPremInternetIP + ":51820"
 	}
 	sc, err := mockcloud.ConfigFromMap(values)
-	if err != nil {
-		t.Fatal(err)
-	}
+	assert.NilError(t, err)
 	// The gateway's user data pins the agent the gateway's box binds in place (agentDir), so its bootstrap finds it
 	// installed; the bootstrap's own download is TestBoxNodeInstallsTheAgent's.
 	sc.AgentDir = agentDir(t)
 	cfg, err := config.ParseValues(sc.Values)
-	if err != nil {
-		t.Fatalf("stack config: %v", err)
-	}
+	assert.NilError(t, err, "stack config")
 	res, err := plan.RunConfig("dev", sc)
-	if err != nil {
-		t.Fatalf("run the program under the mock engine: %v", err)
-	}
+	assert.NilError(t, err, "run the program under the mock engine")
 	files, err := res.Artifacts()
-	if err != nil {
-		t.Fatal(err)
-	}
+	assert.NilError(t, err)
 	p := tunnelPlan{
 		gatewayUserData: files["userdata/gateway.yaml"],
 		onPremConf:      files[plan.OnPremConfigFile],
@@ -196,9 +183,7 @@ func renderTunnelEdited(t *testing.T, dialOut bool, edit func(t *testing.T, valu
 
 	// The gateway key's parameter is the one its user data names.
 	gw, err := nodeconfig.DecodeGateway(strings.NewReader(userDataFile(t, p.gatewayUserData, nodeconfig.GatewayPath)))
-	if err != nil {
-		t.Fatalf("the gateway's %s: %v", nodeconfig.GatewayPath, err)
-	}
+	assert.NilError(t, err, "the gateway's %s", nodeconfig.GatewayPath)
 	p.keyParameter = gw.KeyParameter
 	for _, r := range res.Cloud.ByType("aws:ssm/parameter:Parameter") {
 		if name, _ := mockcloud.Plain(r.Inputs["name"], false).(string); name == p.keyParameter {
@@ -220,9 +205,7 @@ func userDataFile(t *testing.T, userData []byte, name string) string {
 			Content string `json:"content"`
 		} `json:"write_files"`
 	}
-	if err := yaml.Unmarshal(userData, &doc); err != nil {
-		t.Fatalf("parse user data: %v", err)
-	}
+	assert.NilError(t, yaml.Unmarshal(userData, &doc), "parse user data")
 	for _, f := range doc.WriteFiles {
 		if f.Path == name {
 			return f.Content
@@ -240,9 +223,7 @@ func userDataPaths(t *testing.T, userData []byte, glob string) []string {
 			Path string `json:"path"`
 		} `json:"write_files"`
 	}
-	if err := yaml.Unmarshal(userData, &doc); err != nil {
-		t.Fatalf("parse user data: %v", err)
-	}
+	assert.NilError(t, yaml.Unmarshal(userData, &doc), "parse user data")
 	var out []string
 	for _, f := range doc.WriteFiles {
 		if ok, _ := path.Match(glob, f.Path); ok {
@@ -290,9 +271,7 @@ func (n netns) run(ctx context.Context, args ...string) (string, error) {
 func (n netns) must(ctx context.Context, t *testing.T, args ...string) string {
 	t.Helper()
 	out, err := n.run(ctx, args...)
-	if err != nil {
-		t.Fatal(err)
-	}
+	assert.NilError(t, err)
 	return out
 }
 
@@ -318,9 +297,7 @@ func (n netns) counters(ctx context.Context, t *testing.T, table string) map[str
 			} `json:"rule"`
 		} `json:"nftables"`
 	}
-	if err := json.Unmarshal([]byte(out), &doc); err != nil {
-		t.Fatalf("nft -j list table inet %s: %v", table, err)
-	}
+	assert.NilError(t, json.Unmarshal([]byte(out), &doc), "nft -j list table inet %s", table)
 	got := map[string]int{}
 	for _, item := range doc.Nftables {
 		if item.Rule == nil || item.Rule.Comment == "" {
@@ -481,9 +458,7 @@ mount -t overlay dynk8s-e2e-etc -o "lowerdir=/etc,upperdir=$root/etc,workdir=$wo
 exec ip netns exec "$ns" bash -euo pipefail -c 'iface=$1; shift; for f in "$@"; do sysctl -p "$f"; done; wg-quick up "$iface"' boot "$iface" "$@"
 `
 	work := filepath.Join(dir, "overlay-work")
-	if err := os.Mkdir(work, 0o700); err != nil {
-		t.Fatal(err)
-	}
+	assert.NilError(t, os.Mkdir(work, 0o700))
 	args := []string{"--mount", "--propagation", "private", "--", "bash", "-c", boot, "gateway-boot",
 		work, tn.gwRoot, string(tn.gw), tn.gwIface, nodetest.BuiltAgent(t)}
 	args = append(args, userDataPaths(t, p.gatewayUserData, "/etc/sysctl.d/*.conf")...)
@@ -514,9 +489,7 @@ exec ip netns exec "$ns" bash -euo pipefail -c 'iface=$1; shift; for f in "$@"; 
 func (tn *tunnel) upOnPrem(ctx context.Context, t *testing.T, dialOut bool) {
 	t.Helper()
 	tn.opConf = filepath.Join(t.TempDir(), onPremIface+".conf")
-	if err := os.WriteFile(tn.opConf, tn.plan.onPremConf, 0o600); err != nil {
-		t.Fatal(err)
-	}
+	assert.NilError(t, os.WriteFile(tn.opConf, tn.plan.onPremConf, 0o600))
 	cmd := exec.CommandContext(ctx, "unshare", "--mount", "--propagation", "private", "--", "bash", "-euo",
 		"pipefail", "-c", privateWireGuardRun+` && exec ip netns exec "$1" wg-quick up "$2"`, "onprem-up",
 		string(tn.onprem), tn.opConf)
@@ -577,9 +550,7 @@ func (tn *tunnel) wg(ctx context.Context, n netns, args ...string) (string, erro
 func (tn *tunnel) mustWG(ctx context.Context, t *testing.T, n netns, args ...string) string {
 	t.Helper()
 	out, err := tn.wg(ctx, n, args...)
-	if err != nil {
-		t.Fatal(err)
-	}
+	assert.NilError(t, err)
 	return out
 }
 
@@ -609,9 +580,7 @@ func (tn *tunnel) forwarded(ctx context.Context, t *testing.T) int {
 			} `json:"counter"`
 		} `json:"nftables"`
 	}
-	if err := json.Unmarshal([]byte(out), &doc); err != nil {
-		t.Fatalf("nft -j list counters: %v", err)
-	}
+	assert.NilError(t, json.Unmarshal([]byte(out), &doc), "nft -j list counters")
 	total, names := 0, 0
 	for _, item := range doc.Nftables {
 		if item.Counter != nil {
@@ -645,12 +614,8 @@ func (tn *tunnel) serve(ctx context.Context, t *testing.T, n netns, addr string)
 	var stderr bytes.Buffer
 	cmd.Stderr = &stderr
 	stdout, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
+	assert.NilError(t, err)
+	assert.NilError(t, cmd.Start())
 	lines := bufio.NewScanner(stdout)
 	if !lines.Scan() || lines.Text() != "listening" {
 		_ = cmd.Process.Kill()

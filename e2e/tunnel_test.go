@@ -13,6 +13,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"gotest.tools/v3/assert"
 )
 
 // lanHostMSS is what a host on an ordinary 1500-byte on-prem LAN advertises.
@@ -38,9 +40,7 @@ func testTunnel(t *testing.T, dialOut bool) {
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	testBin, err := os.Executable()
-	if err != nil {
-		t.Fatal(err)
-	}
+	assert.NilError(t, err)
 
 	p := renderTunnel(t, dialOut)
 	tn := &tunnel{plan: p, wireguardGo: wgGo, testBin: testBin}
@@ -67,9 +67,7 @@ func testTunnel(t *testing.T, dialOut bool) {
 		gwPublic = p.gatewayStartIP
 	} else {
 		gwPublic, _, err = splitHostPort(wgValue(p.onPremConf, "Peer", "Endpoint"))
-		if err != nil {
-			t.Fatalf("on-prem config's peer Endpoint: %v", err)
-		}
+		assert.NilError(t, err, "on-prem config's peer Endpoint")
 	}
 
 	tn.makeNamespaces(ctx, t)
@@ -203,9 +201,7 @@ func (tn *tunnel) testMSS(ctx context.Context, t *testing.T) {
 func (tn *tunnel) clampTable(t *testing.T) string {
 	t.Helper()
 	rules, err := os.ReadFile(filepath.Join(tn.gwRoot, "etc/dynk8s/wg0-mss.nft"))
-	if err != nil {
-		t.Fatal(err)
-	}
+	assert.NilError(t, err)
 	for _, line := range strings.Split(string(rules), "\n") {
 		f := strings.Fields(line)
 		if len(f) == 4 && f[0] == "table" && f[1] == "inet" && f[3] == "{" {
