@@ -4,20 +4,15 @@ package e2e
 
 import (
 	"context"
-	"os"
-	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
 	"time"
 
-	"github.com/pulumi/pulumi-kubernetes/sdk/v4/go/kubernetes"
 	"github.com/pulumi/pulumi/sdk/v3/go/auto/optdestroy"
 	"github.com/pulumi/pulumi/sdk/v3/go/auto/optup"
-	"github.com/pulumi/pulumi/sdk/v3/go/pulumi"
+	"gotest.tools/v3/assert"
 
-	"github.com/dynk8s/dynk8s/cmd/plan/mockcloud"
-	"github.com/dynk8s/dynk8s/infra"
 	"github.com/dynk8s/dynk8s/infra/addons"
 	"github.com/dynk8s/dynk8s/infra/config"
 	"github.com/dynk8s/dynk8s/internal/kube"
@@ -37,49 +32,6 @@ const (
 	nthSA        = "aws-node-termination-handler"
 	rotatorSA    = addons.TokenRotatorName
 )
-
-// devConfig is the dev stack's validated config, read from the repository's own Pulumi.dev.yaml so this test runs
-// what an operator would deploy.
-func devConfig(t *testing.T) *config.Config {
-	t.Helper()
-	sc, err := mockcloud.LoadStackFile(filepath.Join("..", "Pulumi.dev.yaml"))
-	if err != nil {
-		t.Fatalf("read dev stack: %v", err)
-	}
-	cfg, err := config.ParseValues(sc.Values)
-	if err != nil {
-		t.Fatalf("dev stack config: %v", err)
-	}
-	return cfg
-}
-
-// addonsProgram declares the real component as the stack does, against the test's API server. pools is read on
-// every run, so a test can change it between updates.
-func addonsProgram(c cluster, cfg *config.Config, pools *[]config.NodePool) pulumi.RunFunc {
-	return func(ctx *pulumi.Context) error {
-		kubeconfig, err := os.ReadFile(c.Kubeconfig)
-		if err != nil {
-			return err
-		}
-		p, err := kubernetes.NewProvider(ctx, "e2e-cluster", &kubernetes.ProviderArgs{
-			Kubeconfig: pulumi.String(string(kubeconfig)),
-		})
-		if err != nil {
-			return err
-		}
-		withPools := *cfg
-		withPools.NodePools = *pools
-		args := infra.AddonsArgs(&withPools, infra.Credentials{
-			AutoscalerKeyID: pulumi.String(e2eAWSKeyID), AutoscalerSecret: pulumi.String(e2eAWSSecretKey),
-			CleanupKeyID: pulumi.String(e2eCleanupKeyID), CleanupSecret: pulumi.String(e2eCleanupSecretKey),
-			RotatorKeyID: pulumi.String(e2eRotatorKeyID), RotatorSecret: pulumi.String(e2eRotatorSecretKey),
-		})
-		// No kubelet runs here, so no workload ever becomes ready; the provider must not wait for it.
-		args.SkipAwait = true
-		_, err = addons.NewClusterAddons(ctx, "addons", args, pulumi.Providers(p))
-		return err
-	}
-}
 
 // TestClusterAddonsLifecycle runs the component through up, a no-op up, an in-place update and destroy, checking
 // the live objects and their RBAC against the real API server at each step (the join token rotator's runs are
@@ -113,14 +65,10 @@ func TestClusterAddonsLifecycle(t *testing.T) {
 	// 1. up succeeds and every object the stack manages exists, as the very object Pulumi created.
 	start := time.Now()
 	up, err := s.Up(ctx, optup.ProgressStreams(s.log), optup.ErrorProgressStreams(s.log))
-	if err != nil {
-		t.Fatalf("up: %v", err)
-	}
+	assert.NilError(t, err, "up")
 	t.Logf("first up: %s, %v", time.Since(start).Round(time.Millisecond), changes(*up.Summary.ResourceChanges))
 	objs, err := s.objects(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
+	assert.NilError(t, err)
 	if len(objs) == 0 {
 		t.Fatal(errNoObjects)
 	}
@@ -136,9 +84,7 @@ func TestClusterAddonsLifecycle(t *testing.T) {
 	// 3a. A second up with the same config changes nothing.
 	start = time.Now()
 	again, err := s.Up(ctx, optup.ExpectNoChanges(), optup.ProgressStreams(s.log), optup.ErrorProgressStreams(s.log))
-	if err != nil {
-		t.Fatalf("second up: %v", err)
-	}
+	assert.NilError(t, err, "second up")
 	if ch := changes(*again.Summary.ResourceChanges); len(ch) != 0 {
 		t.Fatalf("second up changed %v", ch)
 	}
@@ -152,18 +98,14 @@ func TestClusterAddonsLifecycle(t *testing.T) {
 	pools[spotPool].Taints[0] = newTaint
 	start = time.Now()
 	upd, err := s.Up(ctx, optup.ProgressStreams(s.log), optup.ErrorProgressStreams(s.log))
-	if err != nil {
-		t.Fatalf("taint update up: %v", err)
-	}
+	assert.NilError(t, err, "taint update up")
 	ch := changes(*upd.Summary.ResourceChanges)
 	t.Logf("taint update: %s, %v", time.Since(start).Round(time.Millisecond), ch)
 	if ch["update"] == 0 || len(ch) != 1 {
 		t.Errorf("taint change: got %v, want only updates", ch)
 	}
 	after, err := s.objects(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
+	assert.NilError(t, err)
 	if len(after) != len(objs) {
 		t.Errorf("taint change: %d objects before, %d after", len(objs), len(after))
 	}
@@ -196,9 +138,7 @@ func TestClusterAddonsLifecycle(t *testing.T) {
 	for {
 		left, err := c.kubectl(ctx, "get", "all,secrets,configmaps,serviceaccounts,roles,rolebindings,"+
 			"clusterroles,clusterrolebindings", "-A", "-l", "app.kubernetes.io/part-of=dynk8s", "-o", "name")
-		if err != nil {
-			t.Fatal(err)
-		}
+		assert.NilError(t, err)
 		if strings.TrimSpace(left) == "" {
 			break
 		}

@@ -17,6 +17,7 @@ import (
 	"testing"
 	"time"
 
+	"gotest.tools/v3/assert"
 	"sigs.k8s.io/yaml"
 
 	"github.com/dynk8s/dynk8s/infra"
@@ -199,9 +200,7 @@ func checkNodeBootstrapRBAC(ctx context.Context, t *testing.T, c cluster) {
 					Subjects []struct{ Kind, Name string }
 				}
 			}
-			if err := c.getJSON(ctx, &list, kind, "--all-namespaces"); err != nil {
-				t.Fatal(err)
-			}
+			assert.NilError(t, c.getJSON(ctx, &list, kind, "--all-namespaces"))
 			for _, b := range list.Items {
 				for _, s := range b.Subjects {
 					if s.Kind == "Group" && s.Name == group {
@@ -240,16 +239,12 @@ func startApprover(ctx context.Context, t *testing.T, c cluster, a *awsEnv, clea
 	var cm struct {
 		Data map[string]string `json:"data"`
 	}
-	if err := c.getJSON(ctx, &cm, "configmap.v1.", addons.ApproverName, "-n", "kube-system"); err != nil {
-		t.Fatal(err)
-	}
+	assert.NilError(t, c.getJSON(ctx, &cm, "configmap.v1.", addons.ApproverName, "-n", "kube-system"))
 	env := renderedEnv(t, filepath.Join("..", "testdata", "stacks", "dev", "manifests",
 		"deployment-kube-system-"+addons.ApproverName+".yaml"))
 	dir := t.TempDir()
 	script := filepath.Join(dir, "approve-csr.sh")
-	if err := os.WriteFile(script, []byte(cm.Data["approve-csr.sh"]), 0o755); err != nil {
-		t.Fatal(err)
-	}
+	assert.NilError(t, os.WriteFile(script, []byte(cm.Data["approve-csr.sh"]), 0o755))
 	key := a.users[cleanupUser]
 	cmd := exec.Command("bash", script)
 	cmd.Env = append(os.Environ(), "KUBECONFIG="+serviceAccountKubeconfig(ctx, t, c, addons.ApproverName, dir),
@@ -261,14 +256,10 @@ func startApprover(ctx context.Context, t *testing.T, c cluster, a *awsEnv, clea
 	// A file, not a pipe: Wait then waits for the script only, not for whatever holds a copy of its output.
 	p := &approverProcess{cmd: cmd, logFile: filepath.Join(dir, "approver.log")}
 	out, err := os.Create(p.logFile)
-	if err != nil {
-		t.Fatal(err)
-	}
+	assert.NilError(t, err)
 	defer out.Close()
 	cmd.Stdout, cmd.Stderr = out, out
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
+	assert.NilError(t, cmd.Start())
 	t.Cleanup(func() {
 		p.stop(t)
 		if t.Failed() {
@@ -302,9 +293,7 @@ func (p *approverProcess) stop(t *testing.T) {
 func renderedEnv(t *testing.T, file string) map[string]string {
 	t.Helper()
 	raw, err := os.ReadFile(file)
-	if err != nil {
-		t.Fatal(err)
-	}
+	assert.NilError(t, err)
 	var w struct {
 		Spec struct {
 			Template struct {
@@ -345,13 +334,9 @@ func createCSR(ctx context.Context, t *testing.T, c cluster, token, name, reques
 			"usages":     []string{"digital signature", "client auth"},
 		},
 	})
-	if err != nil {
-		t.Fatal(err)
-	}
+	assert.NilError(t, err)
 	file := filepath.Join(t.TempDir(), name+".json")
-	if err := os.WriteFile(file, doc, 0o600); err != nil {
-		t.Fatal(err)
-	}
+	assert.NilError(t, os.WriteFile(file, doc, 0o600))
 	if out, err := c.kubectl(ctx, "--token", token, "create", "-f", file); err != nil {
 		t.Fatalf("create CSR %s with the join token: %v\n%s", name, err, out)
 	}
@@ -370,9 +355,7 @@ func csrState(ctx context.Context, t *testing.T, c cluster, name string) csrResu
 			Conditions  []struct{ Type, Message string }
 		} `json:"status"`
 	}
-	if err := c.getJSON(ctx, &o, "csr", name); err != nil {
-		t.Fatal(err)
-	}
+	assert.NilError(t, c.getJSON(ctx, &o, "csr", name))
 	r := csrResult{certificate: o.Status.Certificate != ""}
 	for _, cond := range o.Status.Conditions {
 		if cond.Type == "Approved" || cond.Type == "Denied" {

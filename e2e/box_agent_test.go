@@ -3,11 +3,9 @@
 package e2e
 
 import (
-	"bytes"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
-	"io"
 	"net/http"
 	"os"
 	"os/exec"
@@ -17,29 +15,11 @@ import (
 	"testing"
 	"time"
 
+	"gotest.tools/v3/assert"
+
 	"github.com/dynk8s/dynk8s/cloudinit"
 	"github.com/dynk8s/dynk8s/infra"
 )
-
-// s3 makes one S3 request to moto (path-style) and returns the answer's headers.
-func (m *motoSSM) s3(t *testing.T, region, method, path string, body []byte) http.Header {
-	t.Helper()
-	req, err := http.NewRequest(method, m.url+path, bytes.NewReader(body))
-	if err != nil {
-		t.Fatal(err)
-	}
-	signForMoto(t, req, "s3", region)
-	resp, err := motoClient.Do(req)
-	if err != nil {
-		t.Fatalf("S3 %s %s: %v", method, path, err)
-	}
-	b, _ := io.ReadAll(resp.Body)
-	_ = resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		t.Fatalf("S3 %s %s: HTTP %d: %s", method, path, resp.StatusCode, b)
-	}
-	return resp.Header
-}
 
 // putAgent does what the stack's agent bucket does: a versioned bucket, the binary under key; it returns the
 // object's version id.
@@ -76,9 +56,7 @@ func TestBoxNodeInstallsTheAgent(t *testing.T) {
 		t.Fatalf("build the agent: %v\n%s", err, out)
 	}
 	binary, err := os.ReadFile(filepath.Join(dir, "dynk8s-node-linux-"+runtime.GOARCH))
-	if err != nil {
-		t.Fatal(err)
-	}
+	assert.NilError(t, err)
 	sum := sha256.Sum256(binary)
 	agent := cloudinit.Agent{Bucket: "dynk8s-e2e-agent", Key: "dynk8s-node/linux-" + runtime.GOARCH,
 		SHA256: hex.EncodeToString(sum[:])}
@@ -101,9 +79,7 @@ func TestBoxNodeInstallsTheAgent(t *testing.T) {
 		out, _ := n.exec(ctx, "systemctl", "show", "-P", "ActiveState", "dynk8s-agent.service")
 		return strings.TrimSpace(out) == "active"
 	})
-	if err != nil {
-		t.Fatal(err)
-	}
+	assert.NilError(t, err)
 	t.Logf("the agent installed %.1f s after the box started", time.Since(start).Seconds())
 	if out, err := n.exec(ctx, "sha256sum", "/usr/local/bin/dynk8s-node"); err != nil || !strings.HasPrefix(out, agent.SHA256+" ") {
 		t.Errorf("installed: %v: %s, want sha256 %s", err, out, agent.SHA256)

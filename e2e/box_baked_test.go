@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"gotest.tools/v3/assert"
 	"sigs.k8s.io/yaml"
 
 	"github.com/dynk8s/dynk8s/cloudinit"
@@ -37,9 +38,7 @@ var bakeFiles = []string{
 func bakeUserData(t *testing.T, poolUserData []byte) []byte {
 	t.Helper()
 	files, err := cloudinit.Files(poolUserData)
-	if err != nil {
-		t.Fatal(err)
-	}
+	assert.NilError(t, err)
 	type writeFile struct {
 		Path        string `json:"path"`
 		Content     string `json:"content"`
@@ -55,9 +54,7 @@ func bakeUserData(t *testing.T, poolUserData []byte) []byte {
 		t.Fatalf("the pool's user data has %d of the files the image build needs (%v)", len(out), bakeFiles)
 	}
 	b, err := yaml.Marshal(map[string]any{"write_files": out})
-	if err != nil {
-		t.Fatal(err)
-	}
+	assert.NilError(t, err)
 	return append([]byte("#cloud-config\n"), b...)
 }
 
@@ -73,20 +70,14 @@ func bakeImage(ctx context.Context, t *testing.T, j *boxJoin, zone, image string
 	n := j.newNode(t, "box-bake", boxInstance{id: "i-0ba4ed00000000b01", zone: zone, ip: "10.100.1.40"})
 	writeBoxFile(t, n.root, "/var/lib/cloud/seed/nocloud/user-data", bakeUserData(t, j.userData), 0o600)
 	agent, err := os.ReadFile(nodetest.BuiltAgent(t))
-	if err != nil {
-		t.Fatal(err)
-	}
+	assert.NilError(t, err)
 	writeBoxFile(t, n.root, nodetest.AgentPath, agent, 0o755)
 	n.boot(t)
-	if err := n.waitBooted(ctx, 3*time.Minute); err != nil {
-		t.Fatal(err)
-	}
+	assert.NilError(t, n.waitBooted(ctx, 3*time.Minute))
 	// The validate step checks the marker against the sha256 of the node.json the build wrote (clean-identity
 	// removes the file itself).
 	nodeJSON, err := os.ReadFile(filepath.Join(n.root, "/etc/dynk8s/node.json"))
-	if err != nil {
-		t.Fatalf("cloud-init did not write the pool's node.json: %v", err)
-	}
+	assert.NilError(t, err, "cloud-init did not write the pool's node.json")
 	configSum := fmt.Sprintf("%x", sha256.Sum256(nodeJSON))
 	for _, step := range [][]string{{nodetest.AgentPath, "prepare", "--config", "/etc/dynk8s/node.json"}, {nodetest.AgentPath, "clean-identity"},
 		{nodetest.AgentPath, "check-image", "--config-sha256", configSum}} {
@@ -98,21 +89,15 @@ func bakeImage(ctx context.Context, t *testing.T, j *boxJoin, zone, image string
 			t.Fatalf("the image build's step %s failed", step[1])
 		}
 	}
-	if err := n.poweroff(time.Minute); err != nil {
-		t.Fatal(err)
-	}
+	assert.NilError(t, n.poweroff(time.Minute))
 	run(t, "cp", "-a", filepath.Join(n.dir, "upper"), image)
 }
 
 func writeBoxFile(t *testing.T, root, path string, content []byte, mode os.FileMode) {
 	t.Helper()
 	p := filepath.Join(root, path)
-	if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(p, content, mode); err != nil {
-		t.Fatal(err)
-	}
+	assert.NilError(t, os.MkdirAll(filepath.Dir(p), 0o755))
+	assert.NilError(t, os.WriteFile(p, content, mode))
 }
 
 // checkImage: the image holds the marker and the packages, and none of the build instance's identity.
@@ -123,9 +108,7 @@ func checkImage(t *testing.T, image string) {
 		Installed []struct{ Spec, NEVRA string }
 	}
 	b, err := os.ReadFile(filepath.Join(image, "etc/dynk8s/baked.json"))
-	if err != nil {
-		t.Fatalf("the image has no marker: %v", err)
-	}
+	assert.NilError(t, err, "the image has no marker")
 	if err := json.Unmarshal(b, &marker); err != nil || marker.Format != 1 || len(marker.Installed) == 0 {
 		t.Errorf("the marker: %v: %s", err, b)
 	}
@@ -247,9 +230,7 @@ func TestBoxNodeBakedImage(t *testing.T) {
 		n := j.newNode(t, "box-baked", boxInstance{id: "i-0ba4ed00000000b02", zone: zone, ip: "10.100.1.41",
 			state: "InService", image: image})
 		// The bake's calls are the box's record of the build, not part of the image.
-		if err := os.Remove(filepath.Join(n.root, "var/log/dynk8s-box/calls.log")); err != nil {
-			t.Fatal(err)
-		}
+		assert.NilError(t, os.Remove(filepath.Join(n.root, "var/log/dynk8s-box/calls.log")))
 		baked = boot(t, n)
 		if dnf := boxCalls(t, n, "dnf"); len(dnf) > 0 {
 			t.Errorf("the baked boot ran the package manager:\n%s", strings.Join(dnf, "\n"))
@@ -277,15 +258,11 @@ func TestBoxNodeBakedImage(t *testing.T) {
 		stale.userData = renderNodeUserData(ctx, t, c, &other, pool, j.param)
 		n := stale.newNode(t, "box-stale", boxInstance{id: "i-05a1e000000000d04", zone: zone, ip: "10.100.1.43",
 			state: "InService", image: image})
-		if err := os.Remove(filepath.Join(n.root, "var/log/dynk8s-box/calls.log")); err != nil {
-			t.Fatal(err)
-		}
+		assert.NilError(t, os.Remove(filepath.Join(n.root, "var/log/dynk8s-box/calls.log")))
 		n.boot(t)
-		if err := n.wait(ctx, 3*time.Minute, "the join unit failed", func(ctx context.Context) bool {
+		assert.NilError(t, n.wait(ctx, 3*time.Minute, "the join unit failed", func(ctx context.Context) bool {
 			return n.unitFailed(ctx, "dynk8s-join.service")
-		}); err != nil {
-			t.Fatal(err)
-		}
+		}))
 		journal := n.joinJournal(ctx)
 		var failed []string
 		for _, l := range strings.Split(journal, "\n") {

@@ -5,7 +5,6 @@ package e2e
 import (
 	"context"
 	"fmt"
-	"maps"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -17,8 +16,7 @@ import (
 	"time"
 
 	"github.com/BurntSushi/toml"
-	"github.com/pulumi/pulumi/sdk/v3/go/auto/optdestroy"
-	"github.com/pulumi/pulumi/sdk/v3/go/auto/optup"
+	"gotest.tools/v3/assert"
 	"sigs.k8s.io/yaml"
 
 	"github.com/dynk8s/dynk8s/cmd/timeline/timeline"
@@ -34,7 +32,7 @@ import (
 // runs it to Succeeded; the idle node is then scaled in through the group, its box powers off, the rendered cleanup
 // script deletes its Node once moto reports the instance gone, and nothing of the pool is left.
 //
-// Images (none can be pulled here; see images_test.go), each tagged as the stack names it:
+// Images (none can be pulled here; see rig_images_test.go), each tagged as the stack names it:
 //   - the sandbox image the rendered CRI-O config names (registry.k8s.io/pause): a rebuilt stand-in,
 //     testdata/images/pause, a static Go program doing what upstream's pause.c does;
 //   - the fuse DaemonSet's plugin image (docker.io/soolaugust/fuse-device-plugin): the real plugin,
@@ -44,7 +42,7 @@ import (
 //     machine's /bin/sh, sed, date and sleep and the kubectl hack/tools.sh built, with their shared libraries;
 //   - the build pod's image, the test's own: testdata/images/build, a static Go program.
 //
-// The network is the stack's (vpc_test.go): the node's box and the gateway's box hang off one VPC router, which sends
+// The network is the stack's (rig_vpc_test.go): the node's box and the gateway's box hang off one VPC router, which sends
 // the on-prem ranges to the gateway; the gateway instance is in moto, stopped when the burst begins, and the node's
 // boot starts it (the wake-up, with the node role's policy under moto's IAM enforcement); the launcher boots the
 // gateway's box, whose real wg-quick and wireguard-go bring the tunnel up to the on-prem namespace running the
@@ -54,7 +52,7 @@ import (
 // the gateway role's policy, finds no pool instance and nothing forwarded and powers the gateway off, and EC2 (the
 // launcher) stops the instance.
 //
-// What stands in, besides the box's own (box_test.go, box_gateway_test.go): the kubernetes Service's address is
+// What stands in, besides the box's own (rig_box_test.go: the box and the gateway box): the kubernetes Service's address is
 // translated to the API server's on-prem endpoint by a box-only nftables rule, where a cluster has kube-proxy or its
 // CNI; the instance roles' credentials are moto's, of the roles replayed with their policies and assumed once by the
 // test (moto's IAM enforcement checks actions, not resources or conditions); the node's SSM (the join token) and the
@@ -165,9 +163,7 @@ func (b *burst) run(t *testing.T) {
 		return node != ""
 	})
 	kn, err := getNode(ctx, c, node)
-	if err != nil {
-		t.Fatal(err)
-	}
+	assert.NilError(t, err)
 	if !kn.hasTaint(kube.FuseStartupTaint.Key) {
 		t.Errorf("Node %s registered without the startup taint %s: %+v", node, kube.FuseStartupTaint.Key, kn.Spec.Taints)
 	}
@@ -419,55 +415,6 @@ func hostArchPool(t *testing.T, cfg *config.Config) config.NodePool {
 	return config.NodePool{}
 }
 
-// poolGroup is the name of the Auto Scaling group of the pool (its node-template label dynk8s.io/pool).
-func (s stackAutoscaling) poolGroup(t *testing.T, pool string) string {
-	t.Helper()
-	for _, name := range slices.Sorted(maps.Keys(s.groups)) {
-		if s.groups[name].labels[kube.LabelPool] == pool {
-			return name
-		}
-	}
-	t.Fatalf("the dev stack declares no group for pool %s", pool)
-	return ""
-}
-
-// applyAddons brings the stack's addons up through the real engine, and takes them down when the test ends.
-func applyAddons(ctx context.Context, t *testing.T, c cluster, cfg *config.Config) *pulumiStack {
-	t.Helper()
-	pools := slices.Clone(cfg.NodePools)
-	st := newStack(ctx, t, c, addonsProgram(c, cfg, &pools))
-	var objs []k8sObject
-	t.Cleanup(func() {
-		dctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
-		defer cancel()
-		if _, err := st.Destroy(dctx, optdestroy.ProgressStreams(st.log)); err != nil {
-			t.Errorf("destroy the addons: %v", err)
-		}
-		// The engine does not wait (SkipAwait) for what the API server deletes in the background (a DaemonSet
-		// waits for its pods); the next test's addons must not meet it.
-		for _, o := range objs {
-			for deadline := time.Now().Add(time.Minute); ; time.Sleep(500 * time.Millisecond) {
-				_, err := c.kubectl(dctx, append([]string{"get"}, o.args()...)...)
-				if isNotFound(err) {
-					break
-				}
-				if time.Now().After(deadline) {
-					t.Errorf("%s still there a minute after the destroy (%v)", o, err)
-					break
-				}
-			}
-		}
-	})
-	if _, err := st.Up(ctx, optup.ProgressStreams(st.log), optup.ErrorProgressStreams(st.log)); err != nil {
-		t.Fatalf("up: %v", err)
-	}
-	var err error
-	if objs, err = st.objects(ctx); err != nil {
-		t.Fatal(err)
-	}
-	return st
-}
-
 // startScheduler runs the real kube-scheduler against the control plane for this test (hack/start-kube.sh runs none,
 // so that the other tests' pods stay Pending).
 func startScheduler(t *testing.T, c cluster) {
@@ -546,9 +493,7 @@ func getPod(ctx context.Context, c cluster, name string) podState {
 func poolNodes(ctx context.Context, t *testing.T, c cluster) []string {
 	t.Helper()
 	out, err := c.kubectl(ctx, "get", "nodes", "-l", kube.LabelPool, "-o", "name")
-	if err != nil {
-		t.Fatal(err)
-	}
+	assert.NilError(t, err)
 	return strings.Fields(out)
 }
 
@@ -564,9 +509,7 @@ func burstImages(ctx context.Context, t *testing.T, c cluster, j *boxJoin) []str
 			} `json:"template"`
 		} `json:"spec"`
 	}
-	if err := c.getJSON(ctx, &ds, "daemonset", "-n", "kube-system", "fuse-device-plugin-"+j.pool.Arch.Label()); err != nil {
-		t.Fatalf("the fuse DaemonSet of %s: %v", j.pool.Arch.Label(), err)
-	}
+	assert.NilError(t, c.getJSON(ctx, &ds, "daemonset", "-n", "kube-system", "fuse-device-plugin-"+j.pool.Arch.Label()), "the fuse DaemonSet of %s", j.pool.Arch.Label())
 	images := []podImage{
 		{ref: renderedPauseImage(t, j.userData), entrypoint: []string{"/pause"},
 			files: map[string]string{"/pause": staticBinary(t, "./testdata/images/pause", dir)}},
@@ -583,9 +526,7 @@ func burstImages(ctx context.Context, t *testing.T, c cluster, j *boxJoin) []str
 			files := map[string]string{"/bin/sh": "/bin/sh"}
 			for _, tool := range []string{"sed", "date", "sleep", "kubectl"} {
 				p, err := exec.LookPath(tool)
-				if err != nil {
-					t.Fatal(err)
-				}
+				assert.NilError(t, err)
 				files["/usr/bin/"+tool] = p
 			}
 			images = append(images, podImage{ref: ctr.Image, files: withSharedLibs(t, files)})
@@ -611,9 +552,7 @@ func (n *boxNode) runsPods(t *testing.T, archives []string) {
 	t.Helper()
 	for i, a := range archives {
 		content, err := os.ReadFile(a)
-		if err != nil {
-			t.Fatal(err)
-		}
+		assert.NilError(t, err)
 		n.writeFile(t, fmt.Sprintf("/opt/dynk8s-box/images/%02d.tar", i), content, 0o644)
 	}
 	conf := n.file(t, "/opt/dynk8s-box/containerd.toml")
@@ -624,18 +563,14 @@ func (n *boxNode) runsPods(t *testing.T, archives []string) {
 	conf = strings.Replace(conf, anchor, anchor+"  sandbox_image = \""+renderedPauseImage(t, n.userData)+"\"\n", 1)
 	n.writeFile(t, "/opt/dynk8s-box/containerd.toml", []byte(conf), 0o644)
 	dropIn, err := os.ReadFile(filepath.Join("testdata", "box", "90-box-pods.conf"))
-	if err != nil {
-		t.Fatal(err)
-	}
+	assert.NilError(t, err)
 	n.writeFile(t, "/etc/systemd/system/crio.service.d/90-box-pods.conf", dropIn, 0o644)
 	var api string
 	if n.vpc != nil {
 		api = n.vpc.api.String() // on-prem, through the tunnel, as kube-proxy would send it to the endpoint
 	} else {
 		_, port, err := splitHostPort(strings.TrimPrefix(n.c.Server, "https://"))
-		if err != nil {
-			t.Fatal(err)
-		}
+		assert.NilError(t, err)
 		api = fmt.Sprintf("%s:%d", n.ip, port)
 		forwardIntoNetnsFile(t, n.netns, api, strings.TrimPrefix(n.c.Server, "https://"))
 	}
@@ -679,15 +614,3 @@ const boxPodRange = "10.244.0.0/24"
 
 // kubernetesServiceIP is the kubernetes Service's address: the first of hack/start-kube.sh's service range.
 const kubernetesServiceIP = "10.96.0.1"
-
-// writeFile writes a file of the box's disk from the host.
-func (b *box) writeFile(t *testing.T, path string, content []byte, mode os.FileMode) {
-	t.Helper()
-	p := filepath.Join(b.root, path)
-	if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(p, content, mode); err != nil {
-		t.Fatal(err)
-	}
-}

@@ -14,6 +14,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"gotest.tools/v3/assert"
 )
 
 // TestCleanupAsksEC2 runs the stale-node cleanup script exactly as the dev stack renders it (its ConfigMap's script,
@@ -109,9 +111,7 @@ func runCleanup(ctx context.Context, t *testing.T, c cluster, s stackAutoscaling
 	env := cleanupEnv(t, s.cleanup)
 	dir := t.TempDir()
 	script := filepath.Join(dir, "cleanup.sh")
-	if err := os.WriteFile(script, []byte(s.cleanupScript), 0o755); err != nil {
-		t.Fatal(err)
-	}
+	assert.NilError(t, os.WriteFile(script, []byte(s.cleanupScript), 0o755))
 	cmd := exec.CommandContext(ctx, "/bin/sh", script)
 	cmd.Env = append(os.Environ(), "KUBECONFIG="+c.Kubeconfig, "HOME="+dir, "TMPDIR="+dir,
 		"POOL_LABEL="+env["POOL_LABEL"], "NOT_READY_AFTER_SECONDS="+threshold,
@@ -125,13 +125,9 @@ func runCleanup(ctx context.Context, t *testing.T, c cluster, s stackAutoscaling
 func cleanupEnv(t *testing.T, rendered map[string]any) map[string]string {
 	t.Helper()
 	raw, err := json.Marshal(rendered)
-	if err != nil {
-		t.Fatal(err)
-	}
+	assert.NilError(t, err)
 	var cj cronJob
-	if err := json.Unmarshal(raw, &cj); err != nil {
-		t.Fatal(err)
-	}
+	assert.NilError(t, json.Unmarshal(raw, &cj))
 	containers := cj.Spec.JobTemplate.Spec.Template.Spec.Containers
 	if len(containers) != 1 {
 		t.Fatalf("cleanup CronJob has %d containers", len(containers))
@@ -154,9 +150,7 @@ func createNotReadyNode(ctx context.Context, t *testing.T, c cluster, name, pool
 	}
 	manifest := filepath.Join(t.TempDir(), name+".json")
 	raw, _ := json.Marshal(node)
-	if err := os.WriteFile(manifest, raw, 0o644); err != nil {
-		t.Fatal(err)
-	}
+	assert.NilError(t, os.WriteFile(manifest, raw, 0o644))
 	if _, err := c.kubectl(ctx, "create", "-f", manifest); err != nil {
 		t.Fatal(err)
 	}
@@ -174,9 +168,7 @@ func createNotReadyNode(ctx context.Context, t *testing.T, c cluster, name, pool
 func cleanupNodesLeft(ctx context.Context, t *testing.T, c cluster) []string {
 	t.Helper()
 	out, err := c.kubectl(ctx, "get", "nodes", "-o", "name")
-	if err != nil {
-		t.Fatal(err)
-	}
+	assert.NilError(t, err)
 	var left []string
 	for _, n := range strings.Fields(out) {
 		if name := strings.TrimPrefix(n, "node/"); strings.HasPrefix(name, "e2e-cleanup-") {

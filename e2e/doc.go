@@ -10,4 +10,8 @@
 //
 // Without that control plane (DYNK8S_E2E_KUBECONFIG unset) the tests skip, unless DYNK8S_REQUIRE_TOOLS is set,
 // in which case they fail: CI must never pass by quietly running nothing.
+//
+// Each test sits in a file named for what it proves; what the tests share sits in rig_*_test.go, one file per rig
+// (the control plane, the engine, the dev stack, moto, the autoscaler, the node, the box, the tunnel, the VPC), each
+// describing its rig in its comments.
 package e2e

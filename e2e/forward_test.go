@@ -12,6 +12,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"gotest.tools/v3/assert"
 )
 
 // TestTunnelForwardFilter (security review M5): the gateway rendered with wireguard.onPremForward.mode cluster and
@@ -31,9 +33,7 @@ func TestTunnelForwardFilter(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
 	testBin, err := os.Executable()
-	if err != nil {
-		t.Fatal(err)
-	}
+	assert.NilError(t, err)
 
 	const allowedPort, refusedPort = 8080, 7000
 	p := renderTunnelEdited(t, false, func(t *testing.T, values map[string]any) {
@@ -60,9 +60,7 @@ func TestTunnelForwardFilter(t *testing.T) {
 	tn.outsideIP = outsideAddr(t, p.onPremCIDRs, p.vpcCIDR)
 	tn.nodeIP = nthAddr(p.nodeSubnet.Masked().Addr(), 23)
 	gwPublic, _, err := splitHostPort(wgValue(p.onPremConf, "Peer", "Endpoint"))
-	if err != nil {
-		t.Fatalf("on-prem config's peer Endpoint: %v", err)
-	}
+	assert.NilError(t, err, "on-prem config's peer Endpoint")
 	tn.makeNamespaces(ctx, t)
 	tn.wire(ctx, t, gwPublic)
 	tn.bootGateway(ctx, t, moto)
@@ -139,12 +137,8 @@ func listen(ctx context.Context, t *testing.T, n netns, addr netip.Addr, ports .
 	}
 	cmd := n.cmd(ctx, args...)
 	stdout, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
+	assert.NilError(t, err)
+	assert.NilError(t, cmd.Start())
 	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
 	if line := bufio.NewScanner(stdout); !line.Scan() || line.Text() != "listening" {
 		t.Fatalf("listener in %s on %s %v did not start", n, addr, ports)

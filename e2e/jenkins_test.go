@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"gotest.tools/v3/assert"
 	corev1 "k8s.io/api/core/v1"
 
 	"github.com/dynk8s/dynk8s/cmd/explain/explain"
@@ -33,9 +34,7 @@ func TestJenkinsKitPodTemplates(t *testing.T) {
 	defer cancel()
 	s := loadStackAutoscaling(t)
 	templates, err := explain.Templates(s.cfg, explain.CatalogShape)
-	if err != nil {
-		t.Fatal(err)
-	}
+	assert.NilError(t, err)
 	files, err := filepath.Glob(filepath.Join("..", "docs", "jenkins", "builders-*.yaml"))
 	if err != nil || len(files) != 2 {
 		t.Fatalf("want the two example pod templates, got %v (%v)", files, err)
@@ -44,9 +43,7 @@ func TestJenkinsKitPodTemplates(t *testing.T) {
 		pool := strings.TrimSuffix(filepath.Base(file), ".yaml")
 		t.Run(pool, func(t *testing.T) {
 			f, err := os.Open(file)
-			if err != nil {
-				t.Fatal(err)
-			}
+			assert.NilError(t, err)
 			pods, err := explain.DecodePods(f)
 			_ = f.Close()
 			if err != nil || len(pods) != 1 {
@@ -92,9 +89,7 @@ func dryRunPod(ctx context.Context, t *testing.T, c cluster, pod *corev1.Pod) *c
 	pod = pod.DeepCopy()
 	pod.APIVersion, pod.Kind = "v1", "Pod"
 	doc, err := json.Marshal(pod)
-	if err != nil {
-		t.Fatal(err)
-	}
+	assert.NilError(t, err)
 	cmd := exec.CommandContext(ctx, "kubectl", "--kubeconfig", c.Kubeconfig, "create", "--dry-run=server",
 		"-o", "json", "-f", "-")
 	cmd.Stdin = bytes.NewReader(doc)
@@ -104,9 +99,7 @@ func dryRunPod(ctx context.Context, t *testing.T, c cluster, pod *corev1.Pod) *c
 		t.Fatalf("server-side dry run of %s: %v\n%s\n%s", pod.Name, err, stderr.String(), doc)
 	}
 	var out corev1.Pod
-	if err := json.Unmarshal(stdout.Bytes(), &out); err != nil {
-		t.Fatal(err)
-	}
+	assert.NilError(t, json.Unmarshal(stdout.Bytes(), &out))
 	return &out
 }
 

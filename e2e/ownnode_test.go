@@ -11,6 +11,8 @@ import (
 	"testing"
 	"time"
 
+	"gotest.tools/v3/assert"
+
 	"github.com/dynk8s/dynk8s/infra/addons"
 	"github.com/dynk8s/dynk8s/internal/kube"
 )
@@ -41,9 +43,7 @@ func TestDaemonSetTokensActOnTheirOwnNode(t *testing.T) {
 			"metadata": map[string]any{"name": n, "labels": map[string]string{kube.LabelPool: "e2e"}},
 			"spec": map[string]any{"taints": []any{map[string]string{"key": taint.Key, "value": taint.Value,
 				"effect": string(taint.Effect)}}}})
-		if err != nil {
-			t.Fatal(err)
-		}
+		assert.NilError(t, err)
 		createFromJSON(ctx, t, c, n, doc)
 		t.Cleanup(func() { _, _ = c.kubectl(context.Background(), "delete", "node", n, "--wait=false") })
 	}
@@ -53,9 +53,7 @@ func TestDaemonSetTokensActOnTheirOwnNode(t *testing.T) {
 			"metadata": map[string]any{"name": pod, "namespace": "kube-system"},
 			"spec": map[string]any{"nodeName": own, "serviceAccountName": sa, "automountServiceAccountToken": false,
 				"containers": []any{map[string]any{"name": "c", "image": "registry.k8s.io/pause:3.10.1"}}}})
-		if err != nil {
-			t.Fatal(err)
-		}
+		assert.NilError(t, err)
 		createFromJSON(ctx, t, c, pod, doc)
 		t.Cleanup(func() {
 			_, _ = c.kubectl(context.Background(), "-n", "kube-system", "delete", "pod", pod, "--wait=false",
@@ -63,16 +61,12 @@ func TestDaemonSetTokensActOnTheirOwnNode(t *testing.T) {
 		})
 		out, err := c.kubectl(ctx, "-n", "kube-system", "create", "token", sa, "--bound-object-kind", "Pod",
 			"--bound-object-name", pod, "--duration", "10m")
-		if err != nil {
-			t.Fatal(err)
-		}
+		assert.NilError(t, err)
 		return strings.TrimSpace(out)
 	}
 	fuse, nth := token(fuseSA), token(nthSA)
 	unbound, err := c.kubectl(ctx, "-n", "kube-system", "create", "token", nthSA, "--duration", "10m")
-	if err != nil {
-		t.Fatal(err)
-	}
+	assert.NilError(t, err)
 	as := func(tok string, args ...string) error {
 		_, err := c.kubectl(ctx, append([]string{"--token", tok}, args...)...)
 		return err
@@ -105,13 +99,9 @@ func TestDaemonSetTokensActOnTheirOwnNode(t *testing.T) {
 		return []string{"patch", "node", node, "-p", `{"spec":{"unschedulable":true}}`}
 	}
 	denied("the untaint token cordoning its own Node", as(fuse, cordon(own)...), untaintOnly)
-	if err := as(fuse, "taint", "node", own, taint.Key+"-"); err != nil {
-		t.Errorf("the untaint token cannot remove its own Node's startup taint: %v", err)
-	}
+	assert.Check(t, as(fuse, "taint", "node", own, taint.Key+"-"), "the untaint token cannot remove its own Node's startup taint")
 	denied("the termination handler cordoning another Node", as(nth, cordon(other)...), ownNode)
-	if err := as(nth, cordon(own)...); err != nil {
-		t.Errorf("the termination handler cannot cordon its own Node: %v", err)
-	}
+	assert.Check(t, as(nth, cordon(own)...), "the termination handler cannot cordon its own Node")
 	denied("a token bound to no pod labelling a Node", as(strings.TrimSpace(unbound), "label", "node", own, "e2e=x"),
 		ownNode)
 }
@@ -121,9 +111,7 @@ func TestDaemonSetTokensActOnTheirOwnNode(t *testing.T) {
 func applyRendered(ctx context.Context, t *testing.T, c cluster, match func(string) bool, least int) {
 	t.Helper()
 	files, err := filepath.Glob(filepath.Join("..", "testdata", "stacks", "dev", "manifests", "*"))
-	if err != nil {
-		t.Fatal(err)
-	}
+	assert.NilError(t, err)
 	var args []string
 	for _, f := range files {
 		if match(filepath.Base(f)) {
@@ -145,9 +133,7 @@ func applyRendered(ctx context.Context, t *testing.T, c cluster, match func(stri
 func createFromJSON(ctx context.Context, t *testing.T, c cluster, name string, doc []byte) {
 	t.Helper()
 	file := filepath.Join(t.TempDir(), name+".json")
-	if err := os.WriteFile(file, doc, 0o600); err != nil {
-		t.Fatal(err)
-	}
+	assert.NilError(t, os.WriteFile(file, doc, 0o600))
 	if out, err := c.kubectl(ctx, "create", "-f", file); err != nil {
 		t.Fatalf("create %s: %v\n%s", name, err, out)
 	}

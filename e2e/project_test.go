@@ -12,6 +12,8 @@ import (
 	"testing"
 	"time"
 
+	"gotest.tools/v3/assert"
+
 	"github.com/dynk8s/dynk8s/infra"
 )
 
@@ -31,25 +33,19 @@ func TestProjectWithRealCLI(t *testing.T) {
 	defer cancel()
 
 	repo, err := filepath.Abs("..")
-	if err != nil {
-		t.Fatal(err)
-	}
+	assert.NilError(t, err)
 	dir := t.TempDir()
 	const binaryRuntime = "runtime:\n  name: go\n  options:\n    binary: build/dynk8s\n"
 	for _, f := range []string{"Pulumi.yaml", "Pulumi.dev.yaml", "Pulumi.prod.yaml"} {
 		b, err := os.ReadFile(filepath.Join(repo, f))
-		if err != nil {
-			t.Fatal(err)
-		}
+		assert.NilError(t, err)
 		if f == "Pulumi.yaml" {
 			if !bytes.Contains(b, []byte(binaryRuntime)) {
 				t.Fatalf("Pulumi.yaml no longer runs the prebuilt binary; update this test")
 			}
 			b = bytes.Replace(b, []byte(binaryRuntime), []byte("runtime: go\nmain: "+repo+"\n"), 1)
 		}
-		if err := os.WriteFile(filepath.Join(dir, f), b, 0o644); err != nil {
-			t.Fatal(err)
-		}
+		assert.NilError(t, os.WriteFile(filepath.Join(dir, f), b, 0o644))
 	}
 
 	// The program uploads the node agent `make build` builds; the project directory here has none, so the agent is
@@ -69,9 +65,7 @@ func TestProjectWithRealCLI(t *testing.T) {
 		// Without the on-prem cluster's kubeconfig the provider must not pick up this machine's.
 		"KUBECONFIG="+filepath.Join(dir, "no-kubeconfig"),
 	)
-	if err := os.MkdirAll(filepath.Join(dir, "state"), 0o755); err != nil {
-		t.Fatal(err)
-	}
+	assert.NilError(t, os.MkdirAll(filepath.Join(dir, "state"), 0o755))
 	pulumi := func(args ...string) (string, error) {
 		cmd := exec.CommandContext(ctx, "pulumi", append([]string{"--non-interactive"}, args...)...)
 		cmd.Dir, cmd.Env = dir, env

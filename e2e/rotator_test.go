@@ -7,7 +7,6 @@ import (
 	"encoding/base64"
 	"encoding/json"
 	"fmt"
-	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -18,6 +17,7 @@ import (
 	"time"
 
 	"github.com/pulumi/pulumi/sdk/v3/go/auto/optup"
+	"gotest.tools/v3/assert"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
@@ -119,9 +119,7 @@ func TestTokenRotator(t *testing.T) {
 
 	// 3. Pulumi does not own the tokens: after rotations, up changes nothing.
 	again, err := s.Up(ctx, optup.ExpectNoChanges(), optup.ProgressStreams(s.log), optup.ErrorProgressStreams(s.log))
-	if err != nil {
-		t.Fatalf("up after rotations: %v", err)
-	}
+	assert.NilError(t, err, "up after rotations")
 	if ch := changes(*again.Summary.ResourceChanges); len(ch) != 0 {
 		t.Fatalf("up after rotations changed %v", ch)
 	}
@@ -150,9 +148,7 @@ func checkExpiredToken(ctx context.Context, t *testing.T, c cluster, expiring, v
 	var cm struct {
 		Data map[string]string `json:"data"`
 	}
-	if err := c.getJSON(ctx, &cm, "configmap.v1.", "cluster-info", "-n", "kube-public"); err != nil {
-		t.Fatal(err)
-	}
+	assert.NilError(t, c.getJSON(ctx, &cm, "configmap.v1.", "cluster-info", "-n", "kube-public"))
 	if _, ok := cm.Data["jws-kubeconfig-"+expiring.id]; ok {
 		t.Errorf("cluster-info is still signed with the expired token %s", expiring.id)
 	}
@@ -173,18 +169,14 @@ func checkExpiredToken(ctx context.Context, t *testing.T, c cluster, expiring, v
 func checkRotateNow(ctx context.Context, t *testing.T, s *pulumiStack, cfg *config.Config) {
 	t.Helper()
 	rot, err := s.Up(ctx, optup.ProgressStreams(s.log), optup.ErrorProgressStreams(s.log))
-	if err != nil {
-		t.Fatalf("up with a new rotation value: %v", err)
-	}
+	assert.NilError(t, err, "up with a new rotation value")
 	ch := changes(*rot.Summary.ResourceChanges)
 	t.Logf("rotate now: %v", ch)
 	if ch["replace"] != 1 || len(ch) != 1 {
 		t.Errorf("a new rotation value: %v, want the install Job replaced and nothing else", ch)
 	}
 	objs, err := s.objects(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
+	assert.NilError(t, err)
 	var jobs []string
 	for _, o := range objs {
 		if o.Kind == "Job" {
@@ -211,13 +203,9 @@ func liveRotator(ctx context.Context, t *testing.T, c cluster, ssmURL string) *r
 	var cm struct {
 		Data map[string]string `json:"data"`
 	}
-	if err := c.getJSON(ctx, &cm, "configmap.v1.", addons.TokenRotatorName, "-n", "kube-system"); err != nil {
-		t.Fatal(err)
-	}
+	assert.NilError(t, c.getJSON(ctx, &cm, "configmap.v1.", addons.TokenRotatorName, "-n", "kube-system"))
 	var cj cronJob
-	if err := c.getJSON(ctx, &cj, "cronjob.v1.batch", addons.TokenRotatorName, "-n", "kube-system"); err != nil {
-		t.Fatal(err)
-	}
+	assert.NilError(t, c.getJSON(ctx, &cj, "cronjob.v1.batch", addons.TokenRotatorName, "-n", "kube-system"))
 	ctrs := cj.Spec.JobTemplate.Spec.Template.Spec.Containers
 	if len(ctrs) != 1 || len(ctrs[0].Command) != 2 {
 		t.Fatalf("rotator containers: %+v", ctrs)
@@ -235,9 +223,7 @@ func liveRotator(ctx context.Context, t *testing.T, c cluster, ssmURL string) *r
 		var sec struct {
 			Data map[string]string `json:"data"`
 		}
-		if err := c.getJSON(ctx, &sec, "secret.v1.", e.ValueFrom.SecretKeyRef.Name, "-n", "kube-system"); err != nil {
-			t.Fatal(err)
-		}
+		assert.NilError(t, c.getJSON(ctx, &sec, "secret.v1.", e.ValueFrom.SecretKeyRef.Name, "-n", "kube-system"))
 		v, err := base64.StdEncoding.DecodeString(sec.Data[e.ValueFrom.SecretKeyRef.Key])
 		if err != nil || len(v) == 0 {
 			t.Fatalf("%s from %s/%s: %v", e.Name, e.ValueFrom.SecretKeyRef.Name, e.ValueFrom.SecretKeyRef.Key, err)
@@ -256,13 +242,9 @@ func liveRotator(ctx context.Context, t *testing.T, c cluster, ssmURL string) *r
 func serviceAccountKubeconfig(ctx context.Context, t *testing.T, c cluster, sa, dir string) string {
 	t.Helper()
 	token, err := c.kubectl(ctx, "-n", "kube-system", "create", "token", sa, "--duration", "20m")
-	if err != nil {
-		t.Fatal(err)
-	}
+	assert.NilError(t, err)
 	ca, err := os.ReadFile(c.CAFile)
-	if err != nil {
-		t.Fatal(err)
-	}
+	assert.NilError(t, err)
 	kubeconfig, err := yaml.Marshal(map[string]any{
 		"apiVersion": "v1", "kind": "Config", "current-context": sa,
 		"clusters": []any{map[string]any{"name": "e2e", "cluster": map[string]any{
@@ -270,13 +252,9 @@ func serviceAccountKubeconfig(ctx context.Context, t *testing.T, c cluster, sa, 
 		"users":    []any{map[string]any{"name": sa, "user": map[string]any{"token": strings.TrimSpace(token)}}},
 		"contexts": []any{map[string]any{"name": sa, "context": map[string]any{"cluster": "e2e", "user": sa}}},
 	})
-	if err != nil {
-		t.Fatal(err)
-	}
+	assert.NilError(t, err)
 	path := filepath.Join(dir, "kubeconfig")
-	if err := os.WriteFile(path, kubeconfig, 0o600); err != nil {
-		t.Fatal(err)
-	}
+	assert.NilError(t, os.WriteFile(path, kubeconfig, 0o600))
 	return path
 }
 
@@ -301,9 +279,7 @@ func (r *rotator) run(ctx context.Context, t *testing.T, c cluster, extra []stri
 	start := time.Now()
 	out, err := cmd.CombinedOutput()
 	t.Logf("rotate-token.sh:\n%s", out)
-	if err != nil {
-		t.Fatalf("rotate-token.sh: %v", err)
-	}
+	assert.NilError(t, err, "rotate-token.sh")
 	m := createdLine.FindStringSubmatch(string(out))
 	if m == nil {
 		t.Fatalf("no token named in the output")
@@ -311,13 +287,9 @@ func (r *rotator) run(ctx context.Context, t *testing.T, c cluster, extra []stri
 	var sec struct {
 		Data map[string]string `json:"data"`
 	}
-	if err := c.getJSON(ctx, &sec, "secret.v1.", m[1], "-n", "kube-system"); err != nil {
-		t.Fatal(err)
-	}
+	assert.NilError(t, c.getJSON(ctx, &sec, "secret.v1.", m[1], "-n", "kube-system"))
 	secret, err := base64.StdEncoding.DecodeString(sec.Data["token-secret"])
-	if err != nil {
-		t.Fatal(err)
-	}
+	assert.NilError(t, err)
 	for _, s := range []string{string(secret), r.env["AWS_SECRET_ACCESS_KEY"]} {
 		if strings.Contains(string(out), s) {
 			t.Errorf("a secret is in the rotator's log")
@@ -334,15 +306,11 @@ func checkIssued(ctx context.Context, t *testing.T, c cluster, tok issued, ttl t
 		Type string            `json:"type"`
 		Data map[string]string `json:"data"`
 	}
-	if err := c.getJSON(ctx, &sec, "secret.v1.", tok.name, "-n", "kube-system"); err != nil {
-		t.Fatal(err)
-	}
+	assert.NilError(t, c.getJSON(ctx, &sec, "secret.v1.", tok.name, "-n", "kube-system"))
 	data := map[string]string{}
 	for k, v := range sec.Data {
 		b, err := base64.StdEncoding.DecodeString(v)
-		if err != nil {
-			t.Fatal(err)
-		}
+		assert.NilError(t, err)
 		data[k] = string(b)
 	}
 	if sec.Type != "bootstrap.kubernetes.io/token" || data["token-id"] != tok.id ||
@@ -351,9 +319,7 @@ func checkIssued(ctx context.Context, t *testing.T, c cluster, tok issued, ttl t
 		t.Errorf("%s: type %s, data %v", tok.name, sec.Type, redactedKeys(data))
 	}
 	exp, err := time.Parse(time.RFC3339, data["expiration"])
-	if err != nil {
-		t.Fatalf("%s: expiration %q: %v", tok.name, data["expiration"], err)
-	}
+	assert.NilError(t, err, "%s: expiration %q", tok.name, data["expiration"])
 	if exp.Before(tok.start.Add(ttl).Truncate(time.Second)) || exp.After(tok.end.Add(ttl)) {
 		t.Errorf("%s expires %s, want %s after the run (%s..%s)", tok.name, exp, ttl, tok.start, tok.end)
 	}
@@ -381,9 +347,7 @@ func checkWhoAmI(ctx context.Context, t *testing.T, c cluster, token string, val
 			} `json:"userInfo"`
 		} `json:"status"`
 	}
-	if err := json.Unmarshal([]byte(out), &who); err != nil {
-		t.Fatal(err)
-	}
+	assert.NilError(t, json.Unmarshal([]byte(out), &who))
 	id, _, _ := strings.Cut(token, ".")
 	u := who.Status.UserInfo
 	if u.Username != "system:bootstrap:"+id || !slices.Contains(u.Groups, addons.NodeBootstrapGroup) {
@@ -400,27 +364,12 @@ func waitGone(ctx context.Context, t *testing.T, c cluster, name string, limit t
 		if isNotFound(err) {
 			return
 		}
-		if err != nil {
-			t.Fatal(err)
-		}
+		assert.NilError(t, err)
 		if time.Now().After(deadline) {
 			t.Fatalf("%s still exists %s after it expired: is the tokencleaner controller on?", name, limit)
 		}
 		time.Sleep(500 * time.Millisecond)
 	}
-}
-
-// getParameter reads a SecureString back from moto, decrypted.
-func (m *motoSSM) getParameter(t *testing.T, region, name string) string {
-	t.Helper()
-	status, b := m.ssm(t, region, "GetParameter", map[string]any{"Name": name, "WithDecryption": true})
-	var out struct {
-		Parameter struct{ Value, Type string }
-	}
-	if status != http.StatusOK || json.Unmarshal(b, &out) != nil || out.Parameter.Type != "SecureString" {
-		t.Fatalf("SSM GetParameter %s: HTTP %d: %s", name, status, b)
-	}
-	return out.Parameter.Value
 }
 
 // redact shows a token's public id only.
@@ -480,9 +429,7 @@ func checkRotatorAdmission(ctx context.Context, t *testing.T, c cluster) {
 			time.Now().In(time.FixedZone("x", 3600)).Format(time.RFC3339), addons.NodeBootstrapGroup), expires},
 	} {
 		file := filepath.Join(t.TempDir(), "secret.json")
-		if err := os.WriteFile(file, []byte(tc.manifest), 0o600); err != nil {
-			t.Fatal(err)
-		}
+		assert.NilError(t, os.WriteFile(file, []byte(tc.manifest), 0o600))
 		// The policy is enforced once the API server has compiled it, a moment after it was created.
 		var err error
 		for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(500 * time.Millisecond) {
@@ -504,10 +451,8 @@ func checkRotatorAdmission(ctx context.Context, t *testing.T, c cluster) {
 		"e2eok3": time.Now().UTC().Add(-time.Minute).Format(time.RFC3339),
 	} {
 		file := filepath.Join(t.TempDir(), "secret.json")
-		if err := os.WriteFile(file, []byte(rotatorToken("bootstrap-token-"+name, name, expiration,
-			addons.NodeBootstrapGroup)), 0o600); err != nil {
-			t.Fatal(err)
-		}
+		assert.NilError(t, os.WriteFile(file, []byte(rotatorToken("bootstrap-token-"+name, name, expiration,
+			addons.NodeBootstrapGroup)), 0o600))
 		if _, err := c.kubectl(ctx, as, "create", "-f", file); err != nil {
 			t.Errorf("the rotator may not create a token expiring %s: %v", expiration, err)
 		}
@@ -544,13 +489,9 @@ func checkNodeAdmission(ctx context.Context, t *testing.T, c cluster, pool, othe
 		}
 		doc, err := json.Marshal(map[string]any{"apiVersion": "v1", "kind": "Node",
 			"metadata": map[string]any{"name": node, "labels": labels}})
-		if err != nil {
-			t.Fatal(err)
-		}
+		assert.NilError(t, err)
 		file := filepath.Join(t.TempDir(), node+".json")
-		if err := os.WriteFile(file, doc, 0o600); err != nil {
-			t.Fatal(err)
-		}
+		assert.NilError(t, os.WriteFile(file, doc, 0o600))
 		_, err = c.kubectl(ctx, append(as(node), "create", "-f", file)...)
 		return err
 	}
@@ -568,17 +509,13 @@ func checkNodeAdmission(ctx context.Context, t *testing.T, c cluster, pool, othe
 		_, _ = c.kubectl(ctx, "delete", "node", rogue, "--wait=false")
 	}
 	denied("an unlabelled Node of an unlisted name", err, "is an on-prem node of kubernetes.onPremNodes")
-	if err := register(e2eOnPremNode, ""); err != nil {
-		t.Errorf("the listed on-prem node cannot register: %v", err)
-	}
+	assert.Check(t, register(e2eOnPremNode, ""), "the listed on-prem node cannot register")
 	denied("a Node of a pool the stack lacks", register(wrongPool, "no-such-pool"),
 		"names one of this stack's pools")
 	denied("a pool Node not named after an instance", register(badName, pool), "is named after its EC2 instance id")
 	denied("an unlabelled Node named after an instance", register(unlabelledID, ""),
 		"registers under an EC2 instance id carries "+kube.LabelPool)
-	if err := register(poolNode, pool); err != nil {
-		t.Fatalf("a node of pool %s cannot register: %v", pool, err)
-	}
+	assert.NilError(t, register(poolNode, pool), "a node of pool %s cannot register", pool)
 	_, err = c.kubectl(ctx, append(as(poolNode), "label", "node", poolNode, kube.LabelPool+"-")...)
 	denied("a pool node removing its pool label", err, "may not add, change or remove its Node's "+kube.LabelPool)
 	_, err = c.kubectl(ctx, append(as(e2eOnPremNode), "label", "node", e2eOnPremNode, kube.LabelPool+"="+pool)...)
@@ -591,19 +528,13 @@ func checkNodeAdmission(ctx context.Context, t *testing.T, c cluster, pool, othe
 	// the object first, and a node may update and patch nodes/status but not get it (bootstrappolicy NodeRules).
 	statusPatch := func(node string, patch map[string]any) error {
 		b, err := json.Marshal(patch)
-		if err != nil {
-			t.Fatal(err)
-		}
+		assert.NilError(t, err)
 		rc, err := clientcmd.BuildConfigFromFlags("", c.Kubeconfig)
-		if err != nil {
-			t.Fatal(err)
-		}
+		assert.NilError(t, err)
 		rc.Impersonate = rest.ImpersonationConfig{UserName: "system:node:" + node,
 			Groups: []string{"system:nodes", "system:authenticated"}}
 		cs, err := kubernetes.NewForConfig(rc)
-		if err != nil {
-			t.Fatal(err)
-		}
+		assert.NilError(t, err)
 		_, err = cs.CoreV1().Nodes().Patch(ctx, node, types.MergePatchType, b, metav1.PatchOptions{}, "status")
 		return err
 	}
@@ -627,11 +558,9 @@ func checkNodeAdmission(ctx context.Context, t *testing.T, c cluster, pool, othe
 	}
 	// What the kubelet itself sends through nodes/status, its conditions with its labels as they are, passes.
 	now := time.Now().UTC().Format(time.RFC3339)
-	if err := statusPatch(poolNode, map[string]any{"status": map[string]any{"conditions": []any{map[string]any{
+	assert.Check(t, statusPatch(poolNode, map[string]any{"status": map[string]any{"conditions": []any{map[string]any{
 		"type": "Ready", "status": "True", "reason": "KubeletReady", "message": "kubelet is posting ready status",
-		"lastHeartbeatTime": now, "lastTransitionTime": now}}}}); err != nil {
-		t.Errorf("a pool node's own status update was refused: %v", err)
-	}
+		"lastHeartbeatTime": now, "lastTransitionTime": now}}}}), "a pool node's own status update was refused")
 	if out, err := c.kubectl(ctx, "get", "node", poolNode, "-o",
 		`jsonpath={.status.conditions[?(@.type=="Ready")].status}`); err != nil || out != "True" {
 		t.Errorf("the pool node's Ready condition is %q after its status update (%v)", out, err)

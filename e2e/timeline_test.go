@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"gotest.tools/v3/assert"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -31,13 +32,9 @@ import (
 func clientFor(t *testing.T, c cluster) kubernetes.Interface {
 	t.Helper()
 	rest, err := clientcmd.BuildConfigFromFlags("", c.Kubeconfig)
-	if err != nil {
-		t.Fatal(err)
-	}
+	assert.NilError(t, err)
 	client, err := kubernetes.NewForConfig(rest)
-	if err != nil {
-		t.Fatal(err)
-	}
+	assert.NilError(t, err)
 	return client
 }
 
@@ -47,9 +44,7 @@ func timelinePods(ctx context.Context, t *testing.T, client kubernetes.Interface
 	t.Helper()
 	pods, err := client.CoreV1().Pods("default").List(ctx, metav1.ListOptions{
 		LabelSelector: "app.kubernetes.io/name=" + timeline.AppLabel})
-	if err != nil {
-		t.Fatal(err)
-	}
+	assert.NilError(t, err)
 	return pods.Items
 }
 

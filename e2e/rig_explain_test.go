@@ -13,6 +13,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/credentials"
 	"github.com/aws/aws-sdk-go-v2/service/autoscaling"
+	"gotest.tools/v3/assert"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 
@@ -33,19 +34,13 @@ func explainAgrees(ctx context.Context, t *testing.T, c cluster, s stackAutoscal
 func explainAgreesWhy(ctx context.Context, t *testing.T, c cluster, s stackAutoscaling, pod, raised, why string) {
 	t.Helper()
 	var p corev1.Pod
-	if err := c.getJSON(ctx, &p, "pod", "-n", "default", pod); err != nil {
-		t.Fatal(err)
-	}
+	assert.NilError(t, c.getJSON(ctx, &p, "pod", "-n", "default", pod))
 	templates, err := explain.Templates(s.cfg, explain.CatalogShape)
-	if err != nil {
-		t.Fatal(err)
-	}
+	assert.NilError(t, err)
 	// The DaemonSets the cluster runs (the stack's, in the burst test), as the autoscaler counts them on the
 	// template nodes and explain -pending reads them.
 	var sets appsv1.DaemonSetList
-	if err := c.getJSON(ctx, &sets, "daemonsets", "--all-namespaces"); err != nil {
-		t.Fatal(err)
-	}
+	assert.NilError(t, c.getJSON(ctx, &sets, "daemonsets", "--all-namespaces"))
 	templates = explain.WithDaemonSets(templates, sets.Items)
 	report := explain.Explain(s.cfg, templates, &p)
 	if raised == "" {

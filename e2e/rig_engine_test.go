@@ -3,89 +3,36 @@
 package e2e
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
 	"testing"
+	"time"
 
+	"github.com/pulumi/pulumi-kubernetes/sdk/v4/go/kubernetes"
 	"github.com/pulumi/pulumi/sdk/v3/go/auto"
+	"github.com/pulumi/pulumi/sdk/v3/go/auto/optdestroy"
+	"github.com/pulumi/pulumi/sdk/v3/go/auto/optup"
 	"github.com/pulumi/pulumi/sdk/v3/go/common/apitype"
 	"github.com/pulumi/pulumi/sdk/v3/go/common/tokens"
 	"github.com/pulumi/pulumi/sdk/v3/go/common/workspace"
 	"github.com/pulumi/pulumi/sdk/v3/go/pulumi"
+	"gotest.tools/v3/assert"
 
-	"github.com/dynk8s/dynk8s/internal/testkit/realtools"
+	"github.com/dynk8s/dynk8s/infra"
+	"github.com/dynk8s/dynk8s/infra/addons"
+	"github.com/dynk8s/dynk8s/infra/config"
 	"github.com/dynk8s/dynk8s/node/nodetest"
 )
 
-// cluster is the control plane hack/start-kube.sh started for this run.
-type cluster struct {
-	// Kubeconfig is the admin kubeconfig's path.
-	Kubeconfig string
-	// Server is the API server's https URL on loopback.
-	Server string
-	// CAFile is the cluster CA certificate (PEM).
-	CAFile string
-}
-
-// requireCluster returns the control plane, skipping the test without one unless DYNK8S_REQUIRE_TOOLS is set.
-// An ambient KUBECONFIG is deliberately not enough: these tests create and delete cluster-wide objects.
-func requireCluster(t *testing.T) cluster {
-	t.Helper()
-	c := cluster{
-		Kubeconfig: os.Getenv("DYNK8S_E2E_KUBECONFIG"),
-		Server:     os.Getenv("DYNK8S_E2E_SERVER"),
-		CAFile:     os.Getenv("DYNK8S_E2E_CA"),
-	}
-	if c.Kubeconfig == "" || c.Server == "" || c.CAFile == "" {
-		missing(t, "a control plane from hack/start-kube.sh (DYNK8S_E2E_KUBECONFIG, DYNK8S_E2E_SERVER, DYNK8S_E2E_CA)")
-	}
-	requireTool(t, "kubectl")
-	return c
-}
-
-// requireTool skips when a real tool is missing, unless DYNK8S_REQUIRE_TOOLS is set (as CI does).
-func requireTool(t *testing.T, name string) string {
-	t.Helper()
-	return realtools.Require(t, name)
-}
-
-// missing skips the test for lack of what, or fails it under DYNK8S_REQUIRE_TOOLS.
-func missing(t *testing.T, what string) {
-	t.Helper()
-	realtools.Missing(t, what)
-}
-
-// kubectl runs kubectl as the cluster admin and returns its stdout; the error carries stderr.
-func (c cluster) kubectl(ctx context.Context, args ...string) (string, error) {
-	cmd := exec.CommandContext(ctx, "kubectl", append([]string{"--kubeconfig", c.Kubeconfig}, args...)...)
-	var stdout, stderr bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &stdout, &stderr
-	if err := cmd.Run(); err != nil {
-		return stdout.String(), fmt.Errorf("kubectl %s: %w: %s", strings.Join(args, " "), err,
-			strings.TrimSpace(stderr.String()))
-	}
-	return stdout.String(), nil
-}
-
-// getJSON reads one object as JSON into v.
-func (c cluster) getJSON(ctx context.Context, v any, args ...string) error {
-	out, err := c.kubectl(ctx, append(append([]string{"get"}, args...), "-o", "json")...)
-	if err != nil {
-		return err
-	}
-	if err := json.Unmarshal([]byte(out), v); err != nil {
-		return fmt.Errorf("decode kubectl get %s: %w", strings.Join(args, " "), err)
-	}
-	return nil
-}
+// The engine rig: a stack of the real Pulumi engine (file backend, passphrase secrets, an inline program run in this
+// process), the Kubernetes objects its state records, and the in-cluster component's program it runs.
 
 // pulumiStack is a stack on a file backend in a temp dir, with the passphrase secrets provider, whose inline
 // program runs in this test process (so no Go language host is needed).
@@ -110,9 +57,7 @@ func newStack(ctx context.Context, t *testing.T, c cluster, program pulumi.RunFu
 	dirs := map[string]string{}
 	for _, d := range []string{"state", "home", "work"} {
 		dirs[d] = filepath.Join(root, d)
-		if err := os.MkdirAll(dirs[d], 0o700); err != nil {
-			t.Fatal(err)
-		}
+		assert.NilError(t, os.MkdirAll(dirs[d], 0o700))
 	}
 	env := map[string]string{
 		"PULUMI_CONFIG_PASSPHRASE": passphrase,
@@ -131,9 +76,7 @@ func newStack(ctx context.Context, t *testing.T, c cluster, program pulumi.RunFu
 	s, err := auto.UpsertStackInlineSource(ctx, stackName, projectName, program,
 		auto.Project(proj), auto.PulumiHome(dirs["home"]), auto.WorkDir(dirs["work"]),
 		auto.SecretsProvider("passphrase"), auto.EnvVars(env))
-	if err != nil {
-		t.Fatalf("create stack: %v", err)
-	}
+	assert.NilError(t, err, "create stack")
 	ps := &pulumiStack{Stack: s, log: &nodetest.SyncBuffer{}}
 	t.Cleanup(func() {
 		if t.Failed() {
@@ -222,39 +165,69 @@ func changes(summary map[string]int) map[string]int {
 	return out
 }
 
-// isNotFound tells a kubectl NotFound apart from every other failure (which must not count as "gone").
-func isNotFound(err error) bool {
-	return err != nil && (strings.Contains(err.Error(), "NotFound") || strings.Contains(err.Error(), "not found"))
-}
-
 var errNoObjects = errors.New("the stack manages no Kubernetes objects")
 
-// templateSpec is the part of a pod template's spec the tests read, as kubectl -o json and the plan's inputs spell it.
-type templateSpec struct {
-	ServiceAccountName string `json:"serviceAccountName"`
-	Containers         []struct {
-		Image   string   `json:"image"`
-		Command []string `json:"command"`
-		Args    []string `json:"args"`
-		Env     []struct {
-			Name      string `json:"name"`
-			Value     string `json:"value"`
-			ValueFrom *struct {
-				SecretKeyRef *struct{ Name, Key string } `json:"secretKeyRef"`
-			} `json:"valueFrom"`
-		} `json:"env"`
-	} `json:"containers"`
+// addonsProgram declares the real component as the stack does, against the test's API server. pools is read on
+// every run, so a test can change it between updates.
+func addonsProgram(c cluster, cfg *config.Config, pools *[]config.NodePool) pulumi.RunFunc {
+	return func(ctx *pulumi.Context) error {
+		kubeconfig, err := os.ReadFile(c.Kubeconfig)
+		if err != nil {
+			return err
+		}
+		p, err := kubernetes.NewProvider(ctx, "e2e-cluster", &kubernetes.ProviderArgs{
+			Kubeconfig: pulumi.String(string(kubeconfig)),
+		})
+		if err != nil {
+			return err
+		}
+		withPools := *cfg
+		withPools.NodePools = *pools
+		args := infra.AddonsArgs(&withPools, infra.Credentials{
+			AutoscalerKeyID: pulumi.String(e2eAWSKeyID), AutoscalerSecret: pulumi.String(e2eAWSSecretKey),
+			CleanupKeyID: pulumi.String(e2eCleanupKeyID), CleanupSecret: pulumi.String(e2eCleanupSecretKey),
+			RotatorKeyID: pulumi.String(e2eRotatorKeyID), RotatorSecret: pulumi.String(e2eRotatorSecretKey),
+		})
+		// No kubelet runs here, so no workload ever becomes ready; the provider must not wait for it.
+		args.SkipAwait = true
+		_, err = addons.NewClusterAddons(ctx, "addons", args, pulumi.Providers(p))
+		return err
+	}
 }
 
-// cronJob is a CronJob as the tests read it.
-type cronJob struct {
-	Spec struct {
-		JobTemplate struct {
-			Spec struct {
-				Template struct {
-					Spec templateSpec `json:"spec"`
-				} `json:"template"`
-			} `json:"spec"`
-		} `json:"jobTemplate"`
-	} `json:"spec"`
+// applyAddons brings the stack's addons up through the real engine, and takes them down when the test ends.
+func applyAddons(ctx context.Context, t *testing.T, c cluster, cfg *config.Config) *pulumiStack {
+	t.Helper()
+	pools := slices.Clone(cfg.NodePools)
+	st := newStack(ctx, t, c, addonsProgram(c, cfg, &pools))
+	var objs []k8sObject
+	t.Cleanup(func() {
+		dctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+		defer cancel()
+		if _, err := st.Destroy(dctx, optdestroy.ProgressStreams(st.log)); err != nil {
+			t.Errorf("destroy the addons: %v", err)
+		}
+		// The engine does not wait (SkipAwait) for what the API server deletes in the background (a DaemonSet
+		// waits for its pods); the next test's addons must not meet it.
+		for _, o := range objs {
+			for deadline := time.Now().Add(time.Minute); ; time.Sleep(500 * time.Millisecond) {
+				_, err := c.kubectl(dctx, append([]string{"get"}, o.args()...)...)
+				if isNotFound(err) {
+					break
+				}
+				if time.Now().After(deadline) {
+					t.Errorf("%s still there a minute after the destroy (%v)", o, err)
+					break
+				}
+			}
+		}
+	})
+	if _, err := st.Up(ctx, optup.ProgressStreams(st.log), optup.ErrorProgressStreams(st.log)); err != nil {
+		t.Fatalf("up: %v", err)
+	}
+	var err error
+	if objs, err = st.objects(ctx); err != nil {
+		t.Fatal(err)
+	}
+	return st
 }

@@ -23,6 +23,7 @@ import (
 	"github.com/google/go-containerregistry/pkg/v1/empty"
 	"github.com/google/go-containerregistry/pkg/v1/mutate"
 	"github.com/google/go-containerregistry/pkg/v1/tarball"
+	"gotest.tools/v3/assert"
 )
 
 // No image can be pulled here, so the pods of a box run images the test builds and imports into the box's runtime
@@ -59,9 +60,7 @@ func withSharedLibs(t *testing.T, files map[string]string) map[string]string {
 		p := queue[0]
 		queue = queue[1:]
 		interp, libs, err := elfNeeds(out[p])
-		if err != nil {
-			t.Fatalf("%s: %v", out[p], err)
-		}
+		assert.NilError(t, err, out[p])
 		if interp != "" {
 			libs = append(libs, interp)
 		}
@@ -125,17 +124,11 @@ func (img podImage) archive(t *testing.T, file string) {
 	layer, err := tarball.LayerFromOpener(func() (io.ReadCloser, error) {
 		return io.NopCloser(bytes.NewReader(layerTar)), nil
 	})
-	if err != nil {
-		t.Fatal(err)
-	}
+	assert.NilError(t, err)
 	i, err := mutate.AppendLayers(empty.Image, layer)
-	if err != nil {
-		t.Fatal(err)
-	}
+	assert.NilError(t, err)
 	cf, err := i.ConfigFile()
-	if err != nil {
-		t.Fatal(err)
-	}
+	assert.NilError(t, err)
 	cf = cf.DeepCopy()
 	cf.Architecture, cf.OS = runtime.GOARCH, "linux"
 	cf.Config = v1.Config{Entrypoint: img.entrypoint, Env: []string{"PATH=/usr/local/bin:/usr/bin:/bin"}}
@@ -143,12 +136,8 @@ func (img podImage) archive(t *testing.T, file string) {
 		t.Fatal(err)
 	}
 	tag, err := name.NewTag(img.ref)
-	if err != nil {
-		t.Fatalf("image name %s: %v", img.ref, err)
-	}
-	if err := tarball.WriteToFile(file, tag, i); err != nil {
-		t.Fatalf("write %s: %v", file, err)
-	}
+	assert.NilError(t, err, "image name %s", img.ref)
+	assert.NilError(t, tarball.WriteToFile(file, tag, i), "write %s", file)
 }
 
 // imageLayer is a tar of files (image path: source), with their parent directories, owned by root, in a stable order.
@@ -163,26 +152,18 @@ func imageLayer(t *testing.T, files map[string]string) []byte {
 		}
 	}
 	for _, d := range slices.Sorted(maps.Keys(dirs)) {
-		if err := tw.WriteHeader(&tar.Header{Typeflag: tar.TypeDir, Name: strings.TrimPrefix(d, "/") + "/",
-			Mode: 0o755}); err != nil {
-			t.Fatal(err)
-		}
+		assert.NilError(t, tw.WriteHeader(&tar.Header{Typeflag: tar.TypeDir, Name: strings.TrimPrefix(d, "/") + "/",
+			Mode: 0o755}))
 	}
 	for _, p := range slices.Sorted(maps.Keys(files)) {
 		content, err := os.ReadFile(files[p])
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := tw.WriteHeader(&tar.Header{Typeflag: tar.TypeReg, Name: strings.TrimPrefix(p, "/"), Mode: 0o755,
-			Size: int64(len(content))}); err != nil {
-			t.Fatal(err)
-		}
+		assert.NilError(t, err)
+		assert.NilError(t, tw.WriteHeader(&tar.Header{Typeflag: tar.TypeReg, Name: strings.TrimPrefix(p, "/"), Mode: 0o755,
+			Size: int64(len(content))}))
 		if _, err := tw.Write(content); err != nil {
 			t.Fatal(err)
 		}
 	}
-	if err := tw.Close(); err != nil {
-		t.Fatal(err)
-	}
+	assert.NilError(t, tw.Close())
 	return buf.Bytes()
 }

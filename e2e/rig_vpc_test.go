@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"gotest.tools/v3/assert"
 	"sigs.k8s.io/yaml"
 
 	"github.com/dynk8s/dynk8s/cloudinit"
@@ -60,9 +61,7 @@ func (r *vpcRouter) port() string {
 func (r *vpcRouter) attach(t *testing.T, port, boxIP, gw string) {
 	t.Helper()
 	addr, err := netip.ParseAddr(boxIP)
-	if err != nil {
-		t.Fatal(err)
-	}
+	assert.NilError(t, err)
 	for p, a := range r.addrs {
 		if a == addr {
 			t.Fatalf("router %s: %s is on port %s already", r.name, boxIP, p)
@@ -152,9 +151,7 @@ func (v *vpcWithGateway) renderNodeUserData(ctx context.Context, t *testing.T, c
 	in := infra.NodeInput(cfg, pool, []string{clusterInfoCAHash(ctx, t, c)}, param)
 	in.GatewayInstanceID = v.gatewayID
 	userData, err := cloudinit.Node(in)
-	if err != nil {
-		t.Fatalf("render user data: %v", err)
-	}
+	assert.NilError(t, err, "render user data")
 	return userData
 }
 
@@ -177,15 +174,11 @@ func (v *vpcWithGateway) serveClusterInfo(ctx context.Context, t *testing.T, c c
 func setClusterInfoServer(ctx context.Context, t *testing.T, c cluster, server string) {
 	t.Helper()
 	var cm map[string]any
-	if err := c.getJSON(ctx, &cm, "configmap.v1.", "cluster-info", "-n", "kube-public"); err != nil {
-		t.Fatal(err)
-	}
+	assert.NilError(t, c.getJSON(ctx, &cm, "configmap.v1.", "cluster-info", "-n", "kube-public"))
 	data, _ := cm["data"].(map[string]any)
 	kc, _ := data["kubeconfig"].(string)
 	var doc map[string]any
-	if err := yaml.Unmarshal([]byte(kc), &doc); err != nil {
-		t.Fatalf("cluster-info's kubeconfig: %v", err)
-	}
+	assert.NilError(t, yaml.Unmarshal([]byte(kc), &doc), "cluster-info's kubeconfig")
 	clusters, _ := doc["clusters"].([]any)
 	if len(clusters) != 1 {
 		t.Fatalf("cluster-info's kubeconfig has %d clusters, want 1", len(clusters))
@@ -197,9 +190,7 @@ func setClusterInfoServer(ctx context.Context, t *testing.T, c cluster, server s
 	}
 	cl["server"] = server
 	out, err := yaml.Marshal(doc)
-	if err != nil {
-		t.Fatal(err)
-	}
+	assert.NilError(t, err)
 	sig := "jws-kubeconfig-" + boxTokenID
 	before, _ := data[sig].(string)
 	data["kubeconfig"] = string(out)
