@@ -180,7 +180,7 @@ func (n *boxNode) joinJournal(ctx context.Context) string {
 	return out
 }
 
-// TestBoxNodeBakedImage is issue 30's proof in the box: (a) the image build's steps, the agent's prepare and its
+// TestBoxNodeBakedImage proves the baked image in the box: (a) the image build's steps, the agent's prepare and its
 // clean-identity, run in a box booted from the stock root; (b) a copy of what it left, booted with the pool's user
 // data in InService, joins and is Ready without running the package manager (the box's dnf records no call), its
 // packages and pre-pull phases logged as baked, with cloud-init and systemd clean and the kubelet started behind the

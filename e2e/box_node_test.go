@@ -198,7 +198,7 @@ func (n *boxNode) prepareInWarmPool(ctx context.Context, t *testing.T, asg *fake
 // TestBoxNodeWarmStopped: a warm pool that waits Stopped (the default). Boot 1 prepares in the warm pool and the
 // group stops the instance; boot 2 of the same disk, in service, joins and is Ready well within the join's
 // deadline, with no job left waiting: the boot whose transaction holds kubelet's start job while kubeadm restarts
-// the kubelet (review finding N1).
+// the kubelet.
 func TestBoxNodeWarmStopped(t *testing.T) {
 	c := requireCluster(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 12*time.Minute)
@@ -241,7 +241,7 @@ func TestBoxNodeWarmStopped(t *testing.T) {
 
 // TestBoxNodeWarmRunning: a warm pool that waits Running. The instance prepares and stays up; when the group puts it
 // in service, the join timer joins it on the same boot, and the metadata lockdown is loaded after that join too
-// (review finding N3).
+//.
 func TestBoxNodeWarmRunning(t *testing.T) {
 	c := requireCluster(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)

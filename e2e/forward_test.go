@@ -16,7 +16,7 @@ import (
 	"gotest.tools/v3/assert"
 )
 
-// TestTunnelForwardFilter (security review M5): the gateway rendered with wireguard.onPremForward.mode cluster and
+// TestTunnelForwardFilter: the gateway rendered with wireguard.onPremForward.mode cluster and
 // one allow entry, brought up as in TestTunnelDialIn, forwards a new TCP connection from a VPC node to the on-prem
 // API server's port and to the allowed port, drops one to any other on-prem port (counted as refused), and still
 // passes connections on-prem opens toward the node. Negative control: with the filter's chain deleted from the

@@ -16,7 +16,7 @@ import (
 	"github.com/dynk8s/dynk8s/infra/config"
 )
 
-// TestParameterKey: identity.parameterKey decides who can decrypt the two SecureStrings (security H3, round 4 M2).
+// TestParameterKey: identity.parameterKey decides who can decrypt the two SecureStrings.
 // aws-managed declares no key and no KMS statement; create declares a key whose policy lets only the node role
 // decrypt the join token, the gateway role its key, the rotator encrypt the token and the deploying principal (for
 // Pulumi, an IAM user or a role by its IAM ARN) encrypt and decrypt both, each through SSM for that parameter; the
