@@ -240,8 +240,7 @@ func TestBoxNodeWarmStopped(t *testing.T) {
 }
 
 // TestBoxNodeWarmRunning: a warm pool that waits Running. The instance prepares and stays up; when the group puts it
-// in service, the join timer joins it on the same boot, and the metadata lockdown is loaded after that join too
-//.
+// in service, the join timer joins it on the same boot, and the metadata lockdown is loaded after that join too.
 func TestBoxNodeWarmRunning(t *testing.T) {
 	c := requireCluster(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
