@@ -1223,7 +1223,7 @@ func TestPoolNodesRouteThroughTheTunnelAsConfigured(t *testing.T) {
 	assert.Assert(t, len(lts) > 0)
 	for _, lt := range lts {
 		host := poolNodeConfig(t, &lt).Host
-		assert.Check(t, is.Equal(host.TunnelMTU, 1380), lt.Name)
+		assert.Check(t, is.Equal(host.TunnelMTU, uint16(1380)), lt.Name)
 		assert.Check(t, slices.Equal(host.OnPremCIDRs, []netip.Prefix{netip.MustParsePrefix("192.168.0.0/16"),
 			netip.MustParsePrefix("172.16.0.0/12")}), "%s: %v", lt.Name, host.OnPremCIDRs)
 	}
