@@ -23,7 +23,7 @@ import (
 // versioning window), and its command runs that script with that env file.
 func TestAgentFetchIsTheNodesBootstrap(t *testing.T) {
 	in := spotPool()
-	raw, err := Node(in)
+	raw, err := in.userData()
 	assert.NilError(t, err)
 	nodeFiles, err := Files(raw)
 	assert.NilError(t, err)
@@ -32,7 +32,7 @@ func TestAgentFetchIsTheNodesBootstrap(t *testing.T) {
 		byPath[f.Path] = f
 	}
 
-	files, command, err := AgentFetch(*in.Agent)
+	files, command, err := AgentFetch(*in.render.Agent)
 	assert.NilError(t, err)
 	assert.Equal(t, len(files), 2)
 	deadline := func(d time.Duration) string {
@@ -51,7 +51,7 @@ func TestAgentFetchIsTheNodesBootstrap(t *testing.T) {
 	assert.Check(t, strings.HasSuffix(command, " "+agentScript), command)
 	assert.Check(t, is.Contains(command, ". "+agentEnvPath+" "), command)
 
-	bad := *in.Agent
+	bad := *in.render.Agent
 	bad.SHA256 = "not-a-hash"
 	_, _, err = AgentFetch(bad)
 	assert.Check(t, is.ErrorContains(err, "Agent.SHA256"))
@@ -60,7 +60,7 @@ func TestAgentFetchIsTheNodesBootstrap(t *testing.T) {
 // The prepare step's files are those of the pool's user data, byte for byte with their modes, and the repositories'
 // cloud-config holds exactly the user data's yum_repos, which cloud-init's own schema accepts.
 func TestPrepareFilesAreThePoolsUserData(t *testing.T) {
-	raw, err := Node(generalPool())
+	raw, err := generalPool().userData()
 	assert.NilError(t, err)
 	all, err := Files(raw)
 	assert.NilError(t, err)

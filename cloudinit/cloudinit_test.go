@@ -16,7 +16,7 @@ import (
 
 func TestEncodeDecodeRoundTrip(t *testing.T) {
 	t.Parallel()
-	ud, err := Node(generalPool())
+	ud, err := generalPool().userData()
 	assert.NilError(t, err)
 	enc, err := Encode(ud)
 	assert.NilError(t, err)
@@ -77,7 +77,7 @@ func TestDecodeRejectsGarbage(t *testing.T) {
 
 func TestFilesListsWhatCloudInitWrites(t *testing.T) {
 	t.Parallel()
-	ud, err := Node(generalPool())
+	ud, err := generalPool().userData()
 	assert.NilError(t, err)
 	files, err := Files(ud)
 	assert.NilError(t, err)

@@ -70,7 +70,7 @@ func (r agentRun) binDir(t *testing.T) []string {
 func runFetchAgent(t *testing.T, root string, s3 *fakeaws.S3, env map[string]string) agentRun {
 	t.Helper()
 	realCurl := realtools.Require(t, "curl")
-	ud, err := Node(spotPool())
+	ud, err := spotPool().userData()
 	assert.NilError(t, err)
 	if root == "" {
 		root = t.TempDir()

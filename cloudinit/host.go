@@ -18,21 +18,13 @@ import (
 // file of its own and, where something must run, a unit of its own running the agent's subcommand for it
 // (onprem-routes, imds-lock) with node.json's host section, so the agent's join stays about the join.
 
-// HostInput are the node's network and metadata settings; plain and public, like the rest of NodeInput.
-type HostInput struct {
-	// OnPremCIDRs are the ranges the VPC routes through the tunnel (required, at least one, IPv4 network addresses):
-	// the node caps the path MTU toward them at TunnelMTU.
-	OnPremCIDRs []netip.Prefix
-	// TunnelMTU is the WireGuard tunnel's MTU (required; the config keeps it in wireguard.MinMTU..wireguard.MaxMTU).
-	TunnelMTU uint16
-	// DNSServers are on-prem name servers (optional): the node asks them for names under DNSDomains, and only for
-	// those. The config keeps them inside OnPremCIDRs, at most 3, and with DNSDomains.
-	DNSServers []netip.Addr
-	// DNSDomains are the on-prem domains routed to DNSServers.
-	DNSDomains []string
-	// MetadataUIDs are the users besides root that may still reach the instance metadata service after the join
-	// (optional): the termination handler's, which polls it from the host network in IMDS mode.
-	MetadataUIDs []int
+// OnPremDNS are on-prem name servers (optional): the node asks them for names under Domains, and only for those.
+// The config keeps them inside the on-prem ranges, at most 3, and with Domains. node.json's host section (the ranges
+// the VPC routes through the tunnel, its MTU, the users that may reach the metadata service) is the agent's
+// (nodeconfig.Host).
+type OnPremDNS struct {
+	Servers []netip.Addr
+	Domains []string
 }
 
 // Where the host settings go on the node.
@@ -79,15 +71,9 @@ type hostSetup struct {
 	beforeJoin [][]string
 }
 
-// nodeHost is node.json's host section: what the agent's onprem-routes and imds-lock apply.
-func (in HostInput) nodeHost() nodeconfig.Host {
-	return nodeconfig.Host{OnPremCIDRs: slices.Clone(in.OnPremCIDRs), TunnelMTU: in.TunnelMTU,
-		MetadataUIDs: slices.Compact(slices.Sorted(slices.Values(in.MetadataUIDs)))}
-}
-
 // hostConfig renders the host's files and units; fetched says the agent comes from the bootstrap's unit, which the
 // host's units then require as the join's does.
-func hostConfig(in HostInput, fetched bool) (hostSetup, error) {
+func hostConfig(dns OnPremDNS, fetched bool) (hostSetup, error) {
 	var h hostSetup
 	patch, err := yaml.Marshal(kubeletPatch{ResolvConf: resolvedResolvConf, MaxParallelImagePulls: maxParallelImagePulls})
 	if err != nil {
@@ -116,8 +102,8 @@ func hostConfig(in HostInput, fetched bool) (hostSetup, error) {
 	// would apply only from the next boot, which most nodes never have. A no-op where NetworkManager does not run.
 	h.beforeJoin = [][]string{{"systemctl", "start", routesUnitName},
 		{"systemctl", "try-reload-or-restart", "NetworkManager.service"}}
-	if len(in.DNSServers) > 0 {
-		dropIn, err := resolvedDropIn(in).marshal()
+	if len(dns.Servers) > 0 {
+		dropIn, err := resolvedDropIn(dns).marshal()
 		if err != nil {
 			return h, fmt.Errorf("resolved drop-in: %w", err)
 		}
@@ -208,13 +194,13 @@ func kubeletNeedsLock() unitFile {
 // suitable as default route"), so other names go to them and to the VPC resolver alike, first answer winning: the
 // on-prem servers must answer public names too (a forwarding server does). A per-link setting would not do: resolved
 // sends a link's queries out of that link, and the VPC resolver's link is the only one.
-func resolvedDropIn(in HostInput) unitFile {
-	servers := make([]string, len(in.DNSServers))
-	for i, a := range in.DNSServers {
+func resolvedDropIn(dns OnPremDNS) unitFile {
+	servers := make([]string, len(dns.Servers))
+	for i, a := range dns.Servers {
 		servers[i] = a.String()
 	}
-	domains := make([]string, len(in.DNSDomains))
-	for i, d := range in.DNSDomains {
+	domains := make([]string, len(dns.Domains))
+	for i, d := range dns.Domains {
 		domains[i] = "~" + d
 	}
 	return unitFile{{Name: "Resolve", Entries: []unitEntry{
@@ -227,15 +213,15 @@ func resolvedDropIn(in HostInput) unitFile {
 // The rules about them (at most three servers, inside the on-prem ranges, servers and domains together, no
 // duplicates) are the config's (infra/config, validateOnPremDNS); the ranges, the MTU and the users are node.json's
 // (nodeconfig.Node.Validate, which Encode runs).
-func (in HostInput) validate(e *errs) {
-	for i, a := range in.DNSServers {
+func (dns OnPremDNS) validate(e *errs) {
+	for i, a := range dns.Servers {
 		if !a.IsValid() {
-			e.add(fmt.Sprintf("Host.DNSServers[%d]", i), errors.New("is not an IP address"))
+			e.add(fmt.Sprintf("DNS.Servers[%d]", i), errors.New("is not an IP address"))
 		}
 	}
-	for i, d := range in.DNSDomains {
+	for i, d := range dns.Domains {
 		if !kube.IsDNSSubdomain(d) {
-			e.add(fmt.Sprintf("Host.DNSDomains[%d]", i), fmt.Errorf("%q is not a DNS domain (lower case, no leading '~' or trailing '.')", d))
+			e.add(fmt.Sprintf("DNS.Domains[%d]", i), fmt.Errorf("%q is not a DNS domain (lower case, no leading '~' or trailing '.')", d))
 		}
 	}
 }

@@ -19,7 +19,7 @@ import (
 // internal/config/template.go, templateStringCrioRuntimeSelinux), which on Fedora would confine every pod.
 func TestNodeCRIOSELinuxIsExplicit(t *testing.T) {
 	t.Parallel()
-	ud, err := Node(generalPool())
+	ud, err := generalPool().userData()
 	assert.NilError(t, err)
 	var conf map[string]map[string]map[string]any
 	_, err = toml.Decode(fileByPath(t, parseCloudConfig(t, ud), "/etc/crio/crio.conf.d/90-dynk8s.conf").Content, &conf)
@@ -34,7 +34,7 @@ func TestNodeCRIOSELinuxIsExplicit(t *testing.T) {
 // TestAgentPointsKubeadmAtThePatches; the real kubeadm applies it in the e2e TestKubeletJoin).
 func TestNodeKubeletPatchSetsResolvConf(t *testing.T) {
 	t.Parallel()
-	ud, err := Node(spotPool())
+	ud, err := spotPool().userData()
 	assert.NilError(t, err)
 	cc := parseCloudConfig(t, ud)
 	patch := fileByPath(t, cc, "/etc/kubernetes/patches/kubeletconfiguration+merge.yaml")
@@ -52,7 +52,7 @@ func TestNodeKubeletPatchSetsResolvConf(t *testing.T) {
 // the agent, so both require its bootstrap.
 func TestNodeHostStepsAroundTheJoin(t *testing.T) {
 	t.Parallel()
-	general, err := Node(generalPool())
+	general, err := generalPool().userData()
 	assert.NilError(t, err)
 	assert.Check(t, is.DeepEqual(parseCloudConfig(t, general).RunCmd, [][]string{
 		{"systemctl", "daemon-reload"},
@@ -64,7 +64,7 @@ func TestNodeHostStepsAroundTheJoin(t *testing.T) {
 		{"sh", "-c", "! systemctl is-failed --quiet dynk8s-onprem-routes.service dynk8s-join.service dynk8s-imds-lock.service " +
 			"dynk8s-agent.service"},
 	}))
-	spot, err := Node(spotPool())
+	spot, err := spotPool().userData()
 	assert.NilError(t, err)
 	cc := parseCloudConfig(t, spot)
 	assert.Check(t, is.DeepEqual(cc.RunCmd[3:6], [][]string{
@@ -114,11 +114,11 @@ func TestNodeHostStepsAroundTheJoin(t *testing.T) {
 // DNS gets no drop-in at all.
 func TestNodeOnPremDNS(t *testing.T) {
 	t.Parallel()
-	spot, err := Node(spotPool())
+	spot, err := spotPool().userData()
 	assert.NilError(t, err)
 	assert.Check(t, is.Equal(fileByPath(t, parseCloudConfig(t, spot), "/etc/systemd/resolved.conf.d/90-dynk8s-onprem.conf").Content,
 		"[Resolve]\nDNS=192.168.10.53 192.168.11.53\nDomains=~corp.example.com ~lab.example.net\n"))
-	general, err := Node(generalPool())
+	general, err := generalPool().userData()
 	assert.NilError(t, err)
 	assert.Check(t, !strings.Contains(string(general), "resolved.conf.d"))
 	assert.Check(t, !strings.Contains(string(general), "systemd-resolved"))
@@ -131,28 +131,29 @@ func TestNodeHostValidation(t *testing.T) {
 	t.Parallel()
 	for _, tc := range []struct {
 		name   string
-		modify func(*HostInput)
+		modify func(*pool)
 		want   string
 	}{
-		{"no on-prem range", func(h *HostInput) { h.OnPremCIDRs = nil }, "node config: missing or invalid: host.onPremCidrs"},
-		{"range with host bits", func(h *HostInput) { h.OnPremCIDRs = []netip.Prefix{netip.MustParsePrefix("192.168.1.1/16")} },
+		{"no on-prem range", func(p *pool) { p.node.Host.OnPremCIDRs = nil }, "node config: missing or invalid: host.onPremCidrs"},
+		{"range with host bits", func(p *pool) { p.node.Host.OnPremCIDRs = []netip.Prefix{netip.MustParsePrefix("192.168.1.1/16")} },
 			"host.onPremCidrs.0 (an IPv4 network address, not 192.168.1.1/16)"},
-		{"MTU unset", func(h *HostInput) { h.TunnelMTU = 0 }, "host.tunnelMtu (a positive MTU)"},
-		{"no server address", func(h *HostInput) {
-			h.DNSServers, h.DNSDomains = []netip.Addr{{}}, []string{"corp.lan"}
-		}, "Host.DNSServers[0]: is not an IP address"},
-		{"routing prefix in a domain", func(h *HostInput) {
-			h.DNSServers, h.DNSDomains = []netip.Addr{netip.MustParseAddr("192.168.1.53")}, []string{"~corp.lan"}
-		}, `Host.DNSDomains[0]: "~corp.lan" is not a DNS domain`},
-		{"a space in a domain", func(h *HostInput) {
-			h.DNSServers, h.DNSDomains = []netip.Addr{netip.MustParseAddr("192.168.1.53")}, []string{"corp.lan other.lan"}
-		}, `Host.DNSDomains[0]: "corp.lan other.lan" is not a DNS domain`},
-		{"root as a metadata user", func(h *HostInput) { h.MetadataUIDs = []int{0} }, "host.metadataUids.0 (a non-root UID, not 0)"},
+		{"MTU unset", func(p *pool) { p.node.Host.TunnelMTU = 0 }, "host.tunnelMtu (a positive MTU)"},
+		{"no server address", func(p *pool) {
+			p.render.DNS = OnPremDNS{Servers: []netip.Addr{{}}, Domains: []string{"corp.lan"}}
+		}, "DNS.Servers[0]: is not an IP address"},
+		{"routing prefix in a domain", func(p *pool) {
+			p.render.DNS = OnPremDNS{Servers: []netip.Addr{netip.MustParseAddr("192.168.1.53")}, Domains: []string{"~corp.lan"}}
+		}, `DNS.Domains[0]: "~corp.lan" is not a DNS domain`},
+		{"a space in a domain", func(p *pool) {
+			p.render.DNS = OnPremDNS{Servers: []netip.Addr{netip.MustParseAddr("192.168.1.53")},
+				Domains: []string{"corp.lan other.lan"}}
+		}, `DNS.Domains[0]: "corp.lan other.lan" is not a DNS domain`},
+		{"root as a metadata user", func(p *pool) { p.node.Host.MetadataUIDs = []int{0} }, "host.metadataUids.0 (a non-root UID, not 0)"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			in := generalPool()
-			tc.modify(&in.Host)
-			_, err := Node(in)
+			tc.modify(&in)
+			_, err := in.userData()
 			assert.ErrorContains(t, err, tc.want)
 		})
 	}

@@ -9,34 +9,22 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/dynk8s/dynk8s/internal/endpoint"
 	"github.com/dynk8s/dynk8s/internal/kube"
 	"github.com/dynk8s/dynk8s/internal/names"
 	"github.com/dynk8s/dynk8s/node/nodeconfig"
 )
 
-// NodeInput is everything a node pool's user data depends on. All values are plain and public: nothing secret.
-type NodeInput struct {
-	KubernetesVersion  kube.Version      // exact, 1.34.4; its minor must be supported (kube.Minors)
-	APIServerEndpoint  endpoint.HostPort // reached through the WireGuard gateway
-	CACertHashes       []string          // "sha256:<64 lowercase hex>", at least one
-	JoinTokenParameter string            // SSM SecureString name holding "<id>.<secret>", e.g. "/dynk8s/homelab/join-token"
-	GatewayInstanceID  string            // the WireGuard gateway the node starts at boot; "" when it never sleeps
-	ClusterName        string            // DNS label; appears in logs and the join unit's description
-	PoolName           string            // DNS label; must equal Labels[kube.LabelPool]
-	Labels             map[string]string // node labels to self-set (NodeRestriction-safe), incl. kube.LabelPool
-	Taints             []kube.Taint
-	// PrePullImages are pulled in the background as soon as CRI-O runs, besides the pause image and kube-proxy of
-	// KubernetesVersion, which are always pulled (optional; image references, normalized as the runtime does).
-	PrePullImages []string
+// NodeRender is what a pool's user data holds beside the agent's configuration (node.json, which infra builds): the
+// Kubernetes version whose package repositories the user data writes, CRI-O's sandbox image, the on-prem DNS that
+// systemd-resolved asks, and where the bootstrap fetches the agent. All values are plain and public: nothing secret.
+type NodeRender struct {
+	// KubernetesVersion is exact, 1.34.4; its minor must be supported (kube.Minors). node.json's packages follow it.
+	KubernetesVersion kube.Version
 	// PauseImage is the sandbox image CRI-O runs in every pod and the boot pre-pulls (optional; empty:
 	// registry.k8s.io/pause of the minor's release, a tag; an operator's reference may pin it by digest).
 	PauseImage string
-	// LaunchHook is the name of the group's EC2_INSTANCE_LAUNCHING lifecycle hook, whose action the boot completes
-	// once prepared (in a warm pool) or joined (optional; empty: the group has no warm pool and no such hook). Its
-	// heartbeat timeout must outlast the boot (nodeconfig.BootWorstCase).
-	LaunchHook string
-	Host       HostInput // the node's network and metadata settings (host.go)
+	// DNS is the on-prem name service (optional; host.go).
+	DNS OnPremDNS
 	// Agent is where the boot installs the node agent from (agent.go). The stack always sets it; nil renders no
 	// bootstrap (the real-engine tests that render a pool's user data without a bucket).
 	Agent *Agent
@@ -99,22 +87,24 @@ var (
 	cniPluginDirs = []string{"/opt/cni/bin", "/usr/libexec/cni"}
 )
 
-// Node validates in and renders the node pool's cloud-config ("#cloud-config\n...").
-func Node(in NodeInput) ([]byte, error) {
-	minor, err := in.validate()
+// Node validates a pool's node.json as infra builds it and r, and renders the pool's cloud-config
+// ("#cloud-config\n..."), node.json completed with what every dynk8s node of r's version runs (NodeConfig).
+func Node(node nodeconfig.Node, r NodeRender) ([]byte, error) {
+	in, err := NodeConfig(node, r)
 	if err != nil {
 		return nil, err
 	}
-	cfg, err := nodeConfig(in, minor).Encode()
+	minor, _ := kube.LookupMinor(r.KubernetesVersion) // NodeConfig has checked it
+	cfg, err := in.Encode()
 	if err != nil {
 		return nil, fmt.Errorf("node pool %q: %w", in.PoolName, err)
 	}
-	unit, err := joinUnit(in).marshal()
+	unit, err := joinUnit(in, r.Agent != nil).marshal()
 	if err != nil {
 		return nil, fmt.Errorf("node pool %q: join unit: %w", in.PoolName, err)
 	}
 	var crio crioDropIn
-	crio.Crio.Image.PauseImage = pauseImage(in, minor)
+	crio.Crio.Image.PauseImage = pauseImage(r, minor)
 	crio.Crio.Network.PluginDirs = cniPluginDirs
 	crio.Crio.Runtime.CgroupManager = "systemd"
 	// SELinux stays enforcing on the host (host processes keep their confinement), but pods get no SELinux
@@ -145,7 +135,7 @@ func Node(in NodeInput) ([]byte, error) {
 			{Path: "/etc/NetworkManager/conf.d/90-dynk8s-cni.conf", Content: networkManagerCNI(), Permissions: "0644"},
 		},
 	}
-	host, err := hostConfig(in.Host, in.Agent != nil)
+	host, err := hostConfig(r.DNS, r.Agent != nil)
 	if err != nil {
 		return nil, fmt.Errorf("node pool %q: %w", in.PoolName, err)
 	}
@@ -153,8 +143,8 @@ func Node(in NodeInput) ([]byte, error) {
 	enable := slices.Concat(host.enable, []string{joinUnitName})
 	var startAgent [][]string
 	failedUnits := []string{routesUnitName, joinUnitName, imdsUnitName}
-	if in.Agent != nil {
-		if err := addAgent(&cc, *in.Agent, nodeconfig.NodeAgentFetch); err != nil {
+	if r.Agent != nil {
+		if err := addAgent(&cc, *r.Agent, nodeconfig.NodeAgentFetch); err != nil {
 			return nil, fmt.Errorf("node pool %q: %w", in.PoolName, err)
 		}
 		enable = append(enable, agentUnitName)
@@ -235,9 +225,9 @@ func nodePackages(version kube.Version, minor kube.Minor) []string {
 
 // prePullImages are the images the boot pulls while it joins: the sandbox (pause) image and kube-proxy of the node's
 // version, which every node runs, then the pool's own, each once, in that order.
-func prePullImages(in NodeInput, minor kube.Minor) []string {
-	out := []string{pauseImage(in, minor), "registry.k8s.io/kube-proxy:v" + in.KubernetesVersion.String()}
-	for _, img := range in.PrePullImages {
+func prePullImages(pool []string, r NodeRender, minor kube.Minor) []string {
+	out := []string{pauseImage(r, minor), "registry.k8s.io/kube-proxy:v" + r.KubernetesVersion.String()}
+	for _, img := range pool {
 		// validate has parsed every one.
 		if n, err := kube.NormalizeImage(img); err == nil && !slices.Contains(out, n) {
 			out = append(out, n)
@@ -248,8 +238,8 @@ func prePullImages(in NodeInput, minor kube.Minor) []string {
 
 // pauseImage is the node's sandbox image: the input's, fully qualified as CRI-O resolves no short names here, else
 // registry.k8s.io's of the minor.
-func pauseImage(in NodeInput, minor kube.Minor) string {
-	if n, err := kube.NormalizeImage(in.PauseImage); in.PauseImage != "" && err == nil { // validate has parsed it
+func pauseImage(r NodeRender, minor kube.Minor) string {
+	if n, err := kube.NormalizeImage(r.PauseImage); r.PauseImage != "" && err == nil { // validate has parsed it
 		return n
 	}
 	return "registry.k8s.io/pause:" + minor.Pause
@@ -266,13 +256,13 @@ func upstreamRepo(name, base, stream string) yumRepo {
 	}
 }
 
-func joinUnit(in NodeInput) unitFile {
+func joinUnit(in nodeconfig.Node, fetched bool) unitFile {
 	unit := []unitEntry{
 		{"Description", fmt.Sprintf("dynk8s: join this node (pool %s) to cluster %s", in.PoolName, in.ClusterName)},
 		{"Wants", "network-online.target"},
 		{"After", "network-online.target"},
 	}
-	if in.Agent != nil {
+	if fetched {
 		// The bootstrap installs the agent, hash-pinned; the join never runs an agent it did not check.
 		unit = append(unit, unitEntry{"Requires", agentUnitName}, unitEntry{"After", agentUnitName})
 	}
@@ -324,62 +314,57 @@ type (
 	kubeletArg              = nodeconfig.KubeletArg
 )
 
-// NodeConfig validates in and returns the node's configuration as the agent reads it (/etc/dynk8s/node.json).
-func NodeConfig(in NodeInput) (nodeconfig.Node, error) {
-	minor, err := in.validate()
+// NodeConfig validates a pool's node.json as infra builds it (the pool's names, endpoint, token parameter, gateway,
+// launch hook, join labels, taints and CA pins, host settings and pre-pull images) and r, and completes it with what
+// every dynk8s node of r's version runs: the packages and the repositories the user data writes, CRI-O's socket,
+// the kernel modules, Fedora's packages and repositories, the sandbox and kube-proxy images first among the
+// pre-pulls, the kubelet patches' directory and the deadlines. It is /etc/dynk8s/node.json as the agent reads it.
+func NodeConfig(node nodeconfig.Node, r NodeRender) (nodeconfig.Node, error) {
+	minor, err := validate(node, r)
 	if err != nil {
 		return nodeconfig.Node{}, err
 	}
-	return nodeConfig(in, minor), nil
+	n := node
+	n.CRISocket = criSocket
+	n.KernelModules = kernelModules
+	n.Packages = nodePackages(r.KubernetesVersion, minor)
+	n.Repos = []string{kubernetesRepoID, crioRepoID}
+	n.SystemPackages, n.SystemRepos, n.UpdateRepos = systemPackages, systemRepos, updateRepos
+	n.PrePullImages = prePullImages(node.PrePullImages, r, minor)
+	n.Join = nodeconfig.Join{
+		CACertHashes:     slices.Sorted(slices.Values(node.Join.CACertHashes)),
+		Labels:           maps.Clone(node.Join.Labels),
+		Taints:           kube.SortedTaints(node.Join.Taints),
+		PatchesDirectory: kubeadmPatchDir,
+	}
+	if n.Join.Taints == nil {
+		n.Join.Taints = []kube.Taint{}
+	}
+	n.Host = nodeconfig.Host{OnPremCIDRs: slices.Clone(node.Host.OnPremCIDRs), TunnelMTU: node.Host.TunnelMTU,
+		MetadataUIDs: slices.Compact(slices.Sorted(slices.Values(node.Host.MetadataUIDs)))}
+	n.Deadlines = nodeconfig.DefaultDeadlines
+	return n, nil
 }
 
-func nodeConfig(in NodeInput, minor kube.Minor) nodeconfig.Node {
-	taints := kube.SortedTaints(in.Taints)
-	if taints == nil {
-		taints = []kube.Taint{}
-	}
-	return nodeconfig.Node{
-		ClusterName:        in.ClusterName,
-		PoolName:           in.PoolName,
-		APIServerEndpoint:  in.APIServerEndpoint,
-		JoinTokenParameter: in.JoinTokenParameter,
-		GatewayInstanceID:  in.GatewayInstanceID,
-		LaunchHook:         in.LaunchHook,
-		CRISocket:          criSocket,
-		KernelModules:      kernelModules,
-		Packages:           nodePackages(in.KubernetesVersion, minor),
-		Repos:              []string{kubernetesRepoID, crioRepoID},
-		SystemPackages:     systemPackages,
-		SystemRepos:        systemRepos,
-		UpdateRepos:        updateRepos,
-		PrePullImages:      prePullImages(in, minor),
-		Join: nodeconfig.Join{
-			CACertHashes:     slices.Sorted(slices.Values(in.CACertHashes)),
-			Labels:           maps.Clone(in.Labels),
-			Taints:           taints,
-			PatchesDirectory: kubeadmPatchDir,
-		},
-		Host:      in.Host.nodeHost(),
-		Deadlines: nodeconfig.DefaultDeadlines,
-	}
-}
-
-// validate checks every field and reports all problems at once; it returns the Kubernetes minor's facts.
-func (in NodeInput) validate() (kube.Minor, error) {
+// validate checks the pool's values that the user data encodes and reports all problems at once; node.json's own
+// rules (its required values, the host's ranges, MTU and users) are nodeconfig.Node.Validate's, which Encode runs.
+// It returns the Kubernetes minor's facts.
+func validate(in nodeconfig.Node, r NodeRender) (kube.Minor, error) {
 	var e errs
-	minor, err := kube.LookupMinor(in.KubernetesVersion)
+	minor, err := kube.LookupMinor(r.KubernetesVersion)
 	e.add("KubernetesVersion", err)
 	if in.APIServerEndpoint.IsZero() {
 		e.add("APIServerEndpoint", errors.New("is required"))
 	}
-	if len(in.CACertHashes) == 0 {
-		e.add("CACertHashes", errors.New("at least one is required: kubeadm would otherwise trust any API server"))
+	hashes := in.Join.CACertHashes
+	if len(hashes) == 0 {
+		e.add("Join.CACertHashes", errors.New("at least one is required: kubeadm would otherwise trust any API server"))
 	}
-	for i, h := range in.CACertHashes {
-		if slices.Index(in.CACertHashes, h) < i {
-			e.add(fmt.Sprintf("CACertHashes[%d]", i), fmt.Errorf("%q is listed twice", h))
+	for i, h := range hashes {
+		if slices.Index(hashes, h) < i {
+			e.add(fmt.Sprintf("Join.CACertHashes[%d]", i), fmt.Errorf("%q is listed twice", h))
 		} else {
-			e.add(fmt.Sprintf("CACertHashes[%d]", i), kube.CheckCACertHash(h))
+			e.add(fmt.Sprintf("Join.CACertHashes[%d]", i), kube.CheckCACertHash(h))
 		}
 	}
 	e.add("JoinTokenParameter", validateSSMName(in.JoinTokenParameter))
@@ -388,38 +373,39 @@ func (in NodeInput) validate() (kube.Minor, error) {
 	}
 	e.add("ClusterName", validateDNSLabel(in.ClusterName))
 	e.add("PoolName", validateDNSLabel(in.PoolName))
-	for _, k := range slices.Sorted(maps.Keys(in.Labels)) {
-		field := fmt.Sprintf("Labels[%q]", k)
+	labels := in.Join.Labels
+	for _, k := range slices.Sorted(maps.Keys(labels)) {
+		field := fmt.Sprintf("Join.Labels[%q]", k)
 		if slices.Contains(kube.SetByBoot(), k) {
 			e.add(field, errors.New("is set at boot from the instance's metadata; remove it from the pool"))
 			continue
 		}
 		e.add(field, kube.CheckKey(k))
-		e.add(field, labelValue(in.Labels[k]))
+		e.add(field, labelValue(labels[k]))
 	}
-	if v, ok := in.Labels[kube.LabelPool]; !ok || v != in.PoolName {
-		e.add("Labels", fmt.Errorf("%s must be the pool name %q", kube.LabelPool, in.PoolName))
+	if v, ok := labels[kube.LabelPool]; !ok || v != in.PoolName {
+		e.add("Join.Labels", fmt.Errorf("%s must be the pool name %q", kube.LabelPool, in.PoolName))
 	}
-	for _, p := range kube.CheckTaints(in.Taints) {
-		e.add(fmt.Sprintf("Taints[%d].%s", p.Index, p.Field), p.Err)
+	for _, p := range kube.CheckTaints(in.Join.Taints) {
+		e.add(fmt.Sprintf("Join.Taints[%d].%s", p.Index, p.Field), p.Err)
 	}
-	for i, t := range in.Taints {
-		e.add(fmt.Sprintf("Taints[%d].value", i), noSecret(t.Value))
+	for i, t := range in.Join.Taints {
+		e.add(fmt.Sprintf("Join.Taints[%d].value", i), noSecret(t.Value))
 	}
 	for i, img := range in.PrePullImages {
 		_, err := kube.NormalizeImage(img)
 		e.add(fmt.Sprintf("PrePullImages[%d]", i), err)
 	}
-	if in.PauseImage != "" {
-		_, err := kube.NormalizeImage(in.PauseImage)
+	if r.PauseImage != "" {
+		_, err := kube.NormalizeImage(r.PauseImage)
 		e.add("PauseImage", err)
 	}
 	if in.LaunchHook != "" && !lifecycleHookRE.MatchString(in.LaunchHook) {
 		e.add("LaunchHook", fmt.Errorf("%q is not a lifecycle hook name (1-255 of [A-Za-z0-9_/-])", in.LaunchHook))
 	}
-	in.Host.validate(&e)
-	if in.Agent != nil {
-		in.Agent.validate(&e)
+	r.DNS.validate(&e)
+	if r.Agent != nil {
+		r.Agent.validate(&e)
 	}
 	if err := e.join("node user data"); err != nil {
 		return kube.Minor{}, err

@@ -24,27 +24,40 @@ import (
 
 const testCAHash = "sha256:8a3d1c2f0e9b7a6554433221100ffeeddccbbaa99887766554433221100ffee0"
 
+// pool is a pool as the renderer takes it: node.json's pool values (as infra.NodeConfig builds them) and what the
+// user data holds beside it.
+type pool struct {
+	node   nodeconfig.Node
+	render NodeRender
+}
+
+// render is Node of the pool.
+func (p pool) userData() ([]byte, error) { return Node(p.node, p.render) }
+
 // generalPool is an x86_64 on-demand pool with one label of its own; spotPool an arm64 spot pool with a taint. The
 // architecture does not change the user data (dnf picks $basearch), so the two differ in labels and taints.
-func generalPool() NodeInput {
-	return NodeInput{
-		KubernetesVersion:  kube.Version{Major: 1, Minor: 34, Patch: 4},
-		APIServerEndpoint:  endpoint.HostPort{Host: "192.168.10.10", Port: 6443},
-		CACertHashes:       []string{testCAHash},
-		JoinTokenParameter: "/dynk8s/homelab/join-token",
-		ClusterName:        "homelab",
-		PoolName:           "general",
-		Labels: map[string]string{
-			"dynk8s.io/pool":          "general",
-			"dynk8s.io/capacity-type": "on-demand",
+func generalPool() pool {
+	return pool{
+		node: nodeconfig.Node{
+			APIServerEndpoint:  endpoint.HostPort{Host: "192.168.10.10", Port: 6443},
+			JoinTokenParameter: "/dynk8s/homelab/join-token",
+			ClusterName:        "homelab",
+			PoolName:           "general",
+			Join: nodeconfig.Join{CACertHashes: []string{testCAHash}, Labels: map[string]string{
+				"dynk8s.io/pool":          "general",
+				"dynk8s.io/capacity-type": "on-demand",
+			}},
+			Host: nodeconfig.Host{
+				OnPremCIDRs:  []netip.Prefix{netip.MustParsePrefix("192.168.0.0/16")},
+				TunnelMTU:    1420,
+				MetadataUIDs: []int{1000},
+			},
 		},
-		Host: HostInput{
-			OnPremCIDRs:  []netip.Prefix{netip.MustParsePrefix("192.168.0.0/16")},
-			TunnelMTU:    1420,
-			MetadataUIDs: []int{1000},
+		render: NodeRender{
+			KubernetesVersion: kube.Version{Major: 1, Minor: 34, Patch: 4},
+			Agent: &Agent{Bucket: testAgentBucket, Key: "dynk8s-node/linux-amd64", VersionID: testAgentVersion,
+				SHA256: testAgentSHA256},
 		},
-		Agent: &Agent{Bucket: testAgentBucket, Key: "dynk8s-node/linux-amd64", VersionID: testAgentVersion,
-			SHA256: testAgentSHA256},
 	}
 }
 
@@ -55,27 +68,27 @@ const (
 	testAgentSHA256 = "cfe47477f1307f09463fd0848ab7a1a5524f2b62cd6c64c6fb332e4c03d26cb4"
 )
 
-func spotPool() NodeInput {
+func spotPool() pool {
 	in := generalPool()
-	in.PoolName = "spot-arm64"
-	in.Labels = map[string]string{
+	in.node.PoolName = "spot-arm64"
+	in.node.Join.Labels = map[string]string{
 		"dynk8s.io/pool":               "spot-arm64",
 		"dynk8s.io/capacity-type":      "spot",
 		"node.kubernetes.io/lifecycle": "spot",
 	}
-	in.Taints = []kube.Taint{{Key: "dynk8s.io/capacity-type", Value: "spot", Effect: "NoSchedule"}}
-	in.Host.DNSServers = []netip.Addr{netip.MustParseAddr("192.168.10.53"), netip.MustParseAddr("192.168.11.53")}
-	in.Host.DNSDomains = []string{"corp.example.com", "lab.example.net"}
-	in.Agent = &Agent{Bucket: testAgentBucket, Key: "dynk8s-node/linux-arm64", VersionID: testAgentVersion,
+	in.node.Join.Taints = []kube.Taint{{Key: "dynk8s.io/capacity-type", Value: "spot", Effect: "NoSchedule"}}
+	in.render.DNS = OnPremDNS{Servers: []netip.Addr{netip.MustParseAddr("192.168.10.53"),
+		netip.MustParseAddr("192.168.11.53")}, Domains: []string{"corp.example.com", "lab.example.net"}}
+	in.render.Agent = &Agent{Bucket: testAgentBucket, Key: "dynk8s-node/linux-arm64", VersionID: testAgentVersion,
 		SHA256: testAgentSHA256}
 	return in
 }
 
 func TestNodeGolden(t *testing.T) {
 	t.Parallel()
-	for name, in := range map[string]NodeInput{"general": generalPool(), "spot-arm64": spotPool()} {
+	for name, in := range map[string]pool{"general": generalPool(), "spot-arm64": spotPool()} {
 		t.Run(name, func(t *testing.T) {
-			ud, err := Node(in)
+			ud, err := in.userData()
 			assert.NilError(t, err)
 			golden.Assert(t, stubScripts(t, ud), "node-"+name+".golden")
 		})
@@ -84,26 +97,26 @@ func TestNodeGolden(t *testing.T) {
 
 func TestNodeIsDeterministic(t *testing.T) {
 	t.Parallel()
-	a, err := Node(spotPool())
+	a, err := spotPool().userData()
 	assert.NilError(t, err)
-	b, err := Node(spotPool())
+	b, err := spotPool().userData()
 	assert.NilError(t, err)
 	assert.DeepEqual(t, a, b)
 
 	// The same labels, taints and hashes built in another order render the same bytes.
 	in := spotPool()
-	in.Labels = map[string]string{}
+	in.node.Join.Labels = map[string]string{}
 	for _, k := range []string{"node.kubernetes.io/lifecycle", "dynk8s.io/pool", "dynk8s.io/capacity-type"} {
-		in.Labels[k] = spotPool().Labels[k]
+		in.node.Join.Labels[k] = spotPool().node.Join.Labels[k]
 	}
-	in.CACertHashes = []string{"sha256:" + strings.Repeat("1", 64), testCAHash}
-	in.Taints = []kube.Taint{{Key: "z.example.com/b", Value: "", Effect: "NoExecute"}, {Key: "a.example.com/a", Value: "x", Effect: "NoSchedule"}}
+	in.node.Join.CACertHashes = []string{"sha256:" + strings.Repeat("1", 64), testCAHash}
+	in.node.Join.Taints = []kube.Taint{{Key: "z.example.com/b", Value: "", Effect: "NoExecute"}, {Key: "a.example.com/a", Value: "x", Effect: "NoSchedule"}}
 	rev := in
-	rev.CACertHashes = []string{testCAHash, "sha256:" + strings.Repeat("1", 64)}
-	rev.Taints = []kube.Taint{in.Taints[1], in.Taints[0]}
-	c, err := Node(in)
+	rev.node.Join.CACertHashes = []string{testCAHash, "sha256:" + strings.Repeat("1", 64)}
+	rev.node.Join.Taints = []kube.Taint{in.node.Join.Taints[1], in.node.Join.Taints[0]}
+	c, err := in.userData()
 	assert.NilError(t, err)
-	d, err := Node(rev)
+	d, err := rev.userData()
 	assert.NilError(t, err)
 	assert.DeepEqual(t, c, d)
 }
@@ -111,7 +124,7 @@ func TestNodeIsDeterministic(t *testing.T) {
 // The user data parses back into the renderer's types, and each document it carries parses as what it claims to be.
 func TestNodeRoundTrip(t *testing.T) {
 	t.Parallel()
-	ud, err := Node(spotPool())
+	ud, err := spotPool().userData()
 	assert.NilError(t, err)
 	cc := parseCloudConfig(t, ud)
 
@@ -195,7 +208,7 @@ func TestNodeRoundTrip(t *testing.T) {
 
 func TestNodeWithoutTaintsSaysSoExplicitly(t *testing.T) {
 	t.Parallel()
-	ud, err := Node(generalPool())
+	ud, err := generalPool().userData()
 	assert.NilError(t, err)
 	assert.Check(t, is.Contains(testJoinConfig(t, parseCloudConfig(t, ud)), "  taints: []\n"))
 }
@@ -207,7 +220,7 @@ func TestNodeWithoutTaintsSaysSoExplicitly(t *testing.T) {
 // cloud-init wrote after it started, before the join.
 func TestNodeBootToleratesTheImage(t *testing.T) {
 	t.Parallel()
-	ud, err := Node(generalPool())
+	ud, err := generalPool().userData()
 	assert.NilError(t, err)
 	cc := parseCloudConfig(t, ud)
 	unit := fileByPath(t, cc, "/etc/systemd/system/"+joinUnitName).Content
@@ -229,10 +242,10 @@ func TestNodeBootToleratesTheImage(t *testing.T) {
 func TestNodePrePullImagesAndLaunchHook(t *testing.T) {
 	t.Parallel()
 	in := spotPool()
-	in.PrePullImages = []string{"busybox", "quay.io/jenkins/agent:3.1@sha256:" + strings.Repeat("ab", 32),
+	in.node.PrePullImages = []string{"busybox", "quay.io/jenkins/agent:3.1@sha256:" + strings.Repeat("ab", 32),
 		"docker.io/library/busybox:latest", "registry.k8s.io/kube-proxy:v1.34.4"}
-	in.LaunchHook = "dynk8s-launch"
-	ud, err := Node(in)
+	in.node.LaunchHook = "dynk8s-launch"
+	ud, err := in.userData()
 	assert.NilError(t, err)
 	cfg := nodeJSON(t, parseCloudConfig(t, ud))
 	assert.Check(t, is.DeepEqual(cfg.PrePullImages, []string{"registry.k8s.io/pause:3.10.1", "registry.k8s.io/kube-proxy:v1.34.4",
@@ -244,8 +257,8 @@ func TestNodePauseImageFollowsKubeadm(t *testing.T) {
 	t.Parallel()
 	for _, m := range kube.Minors {
 		in := generalPool()
-		in.KubernetesVersion = kube.Version{Major: 1, Minor: m.Minor, Patch: 2}
-		ud, err := Node(in)
+		in.render.KubernetesVersion = kube.Version{Major: 1, Minor: m.Minor, Patch: 2}
+		ud, err := in.userData()
 		assert.NilError(t, err, m.Minor)
 		assert.Check(t, is.Contains(string(ud), `pause_image = "registry.k8s.io/pause:`+m.Pause+`"`), m.Minor)
 		assert.Check(t, is.Contains(string(ud), "isv:/cri-o:/stable:/v"+m.CRIO+"/rpm/"), m.Minor)
@@ -256,42 +269,42 @@ func TestNodeValidation(t *testing.T) {
 	t.Parallel()
 	for _, tc := range []struct {
 		name   string
-		modify func(*NodeInput)
+		modify func(*pool)
 		want   []string
 	}{
-		{"version unset", func(in *NodeInput) { in.KubernetesVersion = kube.Version{} }, []string{"KubernetesVersion: version 0.0.0 is not supported"}},
-		{"minor too old for v1beta4", func(in *NodeInput) { in.KubernetesVersion = kube.Version{Major: 1, Minor: 30, Patch: 2} }, []string{"1.30.2 is not supported"}},
-		{"minor unknown", func(in *NodeInput) { in.KubernetesVersion = kube.Version{Major: 1, Minor: 38} }, []string{"1.38.0 is not supported"}},
-		{"no endpoint", func(in *NodeInput) { in.APIServerEndpoint = endpoint.HostPort{} }, []string{"APIServerEndpoint: is required"}},
-		{"no CA hash", func(in *NodeInput) { in.CACertHashes = nil }, []string{"CACertHashes: at least one is required"}},
-		{"CA hash upper case", func(in *NodeInput) { in.CACertHashes = []string{strings.ToUpper(testCAHash)} }, []string{"CACertHashes[0]"}},
-		{"CA hash twice", func(in *NodeInput) { in.CACertHashes = []string{testCAHash, testCAHash} }, []string{"CACertHashes[1]", "listed twice"}},
-		{"parameter with space", func(in *NodeInput) { in.JoinTokenParameter = "/dynk8s/join token" }, []string{"JoinTokenParameter"}},
-		{"parameter reserved", func(in *NodeInput) { in.JoinTokenParameter = "/aws/reference/x" }, []string{"reserves names starting with aws"}},
-		{"parameter is a token", func(in *NodeInput) { in.JoinTokenParameter = "abcdef.0123456789abcdef" }, []string{"looks like a bootstrap token"}},
-		{"cluster name", func(in *NodeInput) { in.ClusterName = "Home_Lab" }, []string{"ClusterName"}},
-		{"gateway id not an instance id", func(in *NodeInput) { in.GatewayInstanceID = "gateway" }, []string{"GatewayInstanceID: \"gateway\" is not an EC2 instance id"}},
-		{"pool name", func(in *NodeInput) { in.PoolName = "" }, []string{"PoolName"}},
-		{"pool label missing", func(in *NodeInput) { delete(in.Labels, kube.LabelPool) }, []string{"dynk8s.io/pool must be the pool name"}},
-		{"pool label mismatch", func(in *NodeInput) { in.Labels[kube.LabelPool] = "other" }, []string{"dynk8s.io/pool must be the pool name \"general\""}},
-		{"label forbidden by NodeRestriction", func(in *NodeInput) { in.Labels["node-role.kubernetes.io/worker"] = "" }, []string{"NodeRestriction forbids"}},
-		{"label in k8s.io", func(in *NodeInput) { in.Labels["example.k8s.io/x"] = "y" }, []string{"NodeRestriction forbids"}},
-		{"label set at boot", func(in *NodeInput) { in.Labels["topology.kubernetes.io/zone"] = "eu-central-1a" }, []string{"is set at boot"}},
-		{"label value with comma", func(in *NodeInput) { in.Labels["example.com/a"] = "b,c=d" }, []string{"is not a label value"}},
-		{"label key bad", func(in *NodeInput) { in.Labels["-bad"] = "x" }, []string{"name part"}},
-		{"label value is a token", func(in *NodeInput) { in.Labels["example.com/t"] = "abcdef.0123456789abcdef" }, []string{"looks like a bootstrap token"}},
-		{"taint effect", func(in *NodeInput) { in.Taints = []kube.Taint{{Key: "a", Value: "b", Effect: "NoRun"}} }, []string{"Taints[0].effect"}},
-		{"taint key", func(in *NodeInput) { in.Taints = []kube.Taint{{Key: "", Value: "b", Effect: "NoSchedule"}} }, []string{"Taints[0].key: is required"}},
-		{"pre-pull image", func(in *NodeInput) { in.PrePullImages = []string{"quay.io/ok:1", "Not An Image"} }, []string{"PrePullImages[1]", "is not an image reference"}},
-		{"launch hook", func(in *NodeInput) { in.LaunchHook = "hook with blanks" }, []string{"LaunchHook", "is not a lifecycle hook name"}},
-		{"taint twice", func(in *NodeInput) {
-			in.Taints = []kube.Taint{{Key: "a", Value: "b", Effect: "NoSchedule"}, {Key: "a", Value: "c", Effect: "NoSchedule"}}
+		{"version unset", func(in *pool) { in.render.KubernetesVersion = kube.Version{} }, []string{"KubernetesVersion: version 0.0.0 is not supported"}},
+		{"minor too old for v1beta4", func(in *pool) { in.render.KubernetesVersion = kube.Version{Major: 1, Minor: 30, Patch: 2} }, []string{"1.30.2 is not supported"}},
+		{"minor unknown", func(in *pool) { in.render.KubernetesVersion = kube.Version{Major: 1, Minor: 38} }, []string{"1.38.0 is not supported"}},
+		{"no endpoint", func(in *pool) { in.node.APIServerEndpoint = endpoint.HostPort{} }, []string{"APIServerEndpoint: is required"}},
+		{"no CA hash", func(in *pool) { in.node.Join.CACertHashes = nil }, []string{"CACertHashes: at least one is required"}},
+		{"CA hash upper case", func(in *pool) { in.node.Join.CACertHashes = []string{strings.ToUpper(testCAHash)} }, []string{"CACertHashes[0]"}},
+		{"CA hash twice", func(in *pool) { in.node.Join.CACertHashes = []string{testCAHash, testCAHash} }, []string{"CACertHashes[1]", "listed twice"}},
+		{"parameter with space", func(in *pool) { in.node.JoinTokenParameter = "/dynk8s/join token" }, []string{"JoinTokenParameter"}},
+		{"parameter reserved", func(in *pool) { in.node.JoinTokenParameter = "/aws/reference/x" }, []string{"reserves names starting with aws"}},
+		{"parameter is a token", func(in *pool) { in.node.JoinTokenParameter = "abcdef.0123456789abcdef" }, []string{"looks like a bootstrap token"}},
+		{"cluster name", func(in *pool) { in.node.ClusterName = "Home_Lab" }, []string{"ClusterName"}},
+		{"gateway id not an instance id", func(in *pool) { in.node.GatewayInstanceID = "gateway" }, []string{"GatewayInstanceID: \"gateway\" is not an EC2 instance id"}},
+		{"pool name", func(in *pool) { in.node.PoolName = "" }, []string{"PoolName"}},
+		{"pool label missing", func(in *pool) { delete(in.node.Join.Labels, kube.LabelPool) }, []string{"dynk8s.io/pool must be the pool name"}},
+		{"pool label mismatch", func(in *pool) { in.node.Join.Labels[kube.LabelPool] = "other" }, []string{"dynk8s.io/pool must be the pool name \"general\""}},
+		{"label forbidden by NodeRestriction", func(in *pool) { in.node.Join.Labels["node-role.kubernetes.io/worker"] = "" }, []string{"NodeRestriction forbids"}},
+		{"label in k8s.io", func(in *pool) { in.node.Join.Labels["example.k8s.io/x"] = "y" }, []string{"NodeRestriction forbids"}},
+		{"label set at boot", func(in *pool) { in.node.Join.Labels["topology.kubernetes.io/zone"] = "eu-central-1a" }, []string{"is set at boot"}},
+		{"label value with comma", func(in *pool) { in.node.Join.Labels["example.com/a"] = "b,c=d" }, []string{"is not a label value"}},
+		{"label key bad", func(in *pool) { in.node.Join.Labels["-bad"] = "x" }, []string{"name part"}},
+		{"label value is a token", func(in *pool) { in.node.Join.Labels["example.com/t"] = "abcdef.0123456789abcdef" }, []string{"looks like a bootstrap token"}},
+		{"taint effect", func(in *pool) { in.node.Join.Taints = []kube.Taint{{Key: "a", Value: "b", Effect: "NoRun"}} }, []string{"Taints[0].effect"}},
+		{"taint key", func(in *pool) { in.node.Join.Taints = []kube.Taint{{Key: "", Value: "b", Effect: "NoSchedule"}} }, []string{"Taints[0].key: is required"}},
+		{"pre-pull image", func(in *pool) { in.node.PrePullImages = []string{"quay.io/ok:1", "Not An Image"} }, []string{"PrePullImages[1]", "is not an image reference"}},
+		{"launch hook", func(in *pool) { in.node.LaunchHook = "hook with blanks" }, []string{"LaunchHook", "is not a lifecycle hook name"}},
+		{"taint twice", func(in *pool) {
+			in.node.Join.Taints = []kube.Taint{{Key: "a", Value: "b", Effect: "NoSchedule"}, {Key: "a", Value: "c", Effect: "NoSchedule"}}
 		}, []string{"Taints[1].key", "is already taints[0]"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			in := generalPool()
 			tc.modify(&in)
-			_, err := Node(in)
+			_, err := in.userData()
 			assert.Assert(t, err != nil)
 			for _, w := range tc.want {
 				assert.Check(t, is.ErrorContains(err, w))
@@ -301,10 +314,10 @@ func TestNodeValidation(t *testing.T) {
 
 	// Every problem is reported at once.
 	in := generalPool()
-	in.KubernetesVersion = kube.Version{}
-	in.APIServerEndpoint = endpoint.HostPort{}
-	in.CACertHashes = nil
-	_, err := Node(in)
+	in.render.KubernetesVersion = kube.Version{}
+	in.node.APIServerEndpoint = endpoint.HostPort{}
+	in.node.Join.CACertHashes = nil
+	_, err := in.userData()
 	for _, w := range []string{"KubernetesVersion", "APIServerEndpoint", "CACertHashes"} {
 		assert.Check(t, is.ErrorContains(err, w))
 	}
@@ -316,27 +329,27 @@ func TestNodeRendersNoSecret(t *testing.T) {
 	t.Parallel()
 	const token = "7f3k2q.p9x8w7v6u5t4s3r2"
 	const key = "yAnz5TF+lXXJte14tji3zlMNq+hd2rYUIgJBgB3fBmk="
-	for _, bad := range []func(*NodeInput){
-		func(in *NodeInput) { in.JoinTokenParameter = "/dynk8s/" + token },
-		func(in *NodeInput) { in.JoinTokenParameter = "/dynk8s/" + key },
-		func(in *NodeInput) { in.Labels["example.com/token"] = token },
-		func(in *NodeInput) {
-			in.Taints = []kube.Taint{{Key: "example.com/t", Value: token, Effect: kube.NoSchedule}}
+	for _, bad := range []func(*pool){
+		func(in *pool) { in.node.JoinTokenParameter = "/dynk8s/" + token },
+		func(in *pool) { in.node.JoinTokenParameter = "/dynk8s/" + key },
+		func(in *pool) { in.node.Join.Labels["example.com/token"] = token },
+		func(in *pool) {
+			in.node.Join.Taints = []kube.Taint{{Key: "example.com/t", Value: token, Effect: kube.NoSchedule}}
 		},
 	} {
 		in := generalPool()
 		bad(&in)
-		_, err := Node(in)
+		_, err := in.userData()
 		assert.Assert(t, err != nil)
 		assert.Check(t, !strings.Contains(err.Error(), token) && !strings.Contains(err.Error(), key), "error repeats the secret: %v", err)
 	}
 
 	// Names that only resemble secrets in part are fine, and nothing token- or key-shaped reaches the output.
 	in := spotPool()
-	in.JoinTokenParameter = "/dynk8s/homelab/bootstrap.token-for-spot-arm64"
-	in.Labels["example.com/key-ref"] = "yAnz5TF-lXXJte14tji3zlMNq"
-	for _, pool := range []NodeInput{generalPool(), spotPool(), in} {
-		ud, err := Node(pool)
+	in.node.JoinTokenParameter = "/dynk8s/homelab/bootstrap.token-for-spot-arm64"
+	in.node.Join.Labels["example.com/key-ref"] = "yAnz5TF-lXXJte14tji3zlMNq"
+	for _, pool := range []pool{generalPool(), spotPool(), in} {
+		ud, err := pool.userData()
 		assert.NilError(t, err)
 		assert.Check(t, !tokenLikeRE.Match(ud), "token-shaped text in user data: %q", tokenLikeRE.Find(ud))
 		assert.Check(t, !keyLikeRE.Match(ud), "key-shaped text in user data: %q", keyLikeRE.Find(ud))
@@ -348,8 +361,8 @@ func TestNodeNamesTheGatewayToWake(t *testing.T) {
 	t.Parallel()
 	for _, id := range []string{"", "i-0feedfacecafe0001"} {
 		in := generalPool()
-		in.GatewayInstanceID = id
-		ud, err := Node(in)
+		in.node.GatewayInstanceID = id
+		ud, err := in.userData()
 		assert.NilError(t, err)
 		assert.Check(t, is.Equal(nodeJSON(t, parseCloudConfig(t, ud)).GatewayInstanceID, id))
 	}
@@ -360,9 +373,9 @@ func TestNodeNamesTheGatewayToWake(t *testing.T) {
 func TestNodeUserDataSize(t *testing.T) {
 	t.Parallel()
 	withGateway := generalPool()
-	withGateway.GatewayInstanceID = "i-0feedfacecafe0001"
-	for name, in := range map[string]NodeInput{"general": generalPool(), "spot-arm64": spotPool(), "with-gateway": withGateway} {
-		ud, err := Node(in)
+	withGateway.node.GatewayInstanceID = "i-0feedfacecafe0001"
+	for name, in := range map[string]pool{"general": generalPool(), "spot-arm64": spotPool(), "with-gateway": withGateway} {
+		ud, err := in.userData()
 		assert.NilError(t, err)
 		enc, err := Encode(ud)
 		assert.NilError(t, err)
@@ -418,8 +431,8 @@ func TestNodeJoinConfigurationPassesKubeadmValidate(t *testing.T) {
 		}
 		t.Skip("kubeadm is not on PATH (hack/tools.sh builds it; make e2e runs this test)")
 	}
-	for name, in := range map[string]NodeInput{"general": generalPool(), "spot-arm64": spotPool()} {
-		ud, err := Node(in)
+	for name, in := range map[string]pool{"general": generalPool(), "spot-arm64": spotPool()} {
+		ud, err := in.userData()
 		assert.NilError(t, err)
 		doc := testJoinConfig(t, parseCloudConfig(t, ud))
 		f := filepath.Join(t.TempDir(), "join.yaml")
@@ -435,14 +448,14 @@ func TestNodeJoinConfigurationPassesKubeadmValidate(t *testing.T) {
 // and disables it for good. A cold pool has none.
 func TestWarmPoolNodesGetTheJoinTimer(t *testing.T) {
 	t.Parallel()
-	cold, err := Node(generalPool())
+	cold, err := generalPool().userData()
 	assert.NilError(t, err)
 	for _, f := range parseCloudConfig(t, cold).WriteFiles {
 		assert.Check(t, f.Path != "/etc/systemd/system/"+joinTimerName, "a cold pool has the timer")
 	}
 	in := generalPool()
-	in.LaunchHook = "dynk8s-launch"
-	ud, err := Node(in)
+	in.node.LaunchHook = "dynk8s-launch"
+	ud, err := in.userData()
 	assert.NilError(t, err)
 	cc := parseCloudConfig(t, ud)
 	timer := fileByPath(t, cc, "/etc/systemd/system/"+joinTimerName).Content
@@ -461,7 +474,7 @@ func TestWarmPoolNodesGetTheJoinTimer(t *testing.T) {
 // a stand-in systemctl whose is-failed answers as the real one does.
 func TestRuncmdFailsOnAFailedUnit(t *testing.T) {
 	t.Parallel()
-	ud, err := Node(generalPool())
+	ud, err := generalPool().userData()
 	assert.NilError(t, err)
 	last := parseCloudConfig(t, ud).RunCmd
 	cmd := last[len(last)-1]

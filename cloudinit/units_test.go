@@ -155,10 +155,10 @@ func renderedNodeUserData(t *testing.T) map[string][]byte {
 	t.Helper()
 	out := map[string][]byte{}
 	warm := generalPool()
-	warm.LaunchHook = "dynk8s-launch"
-	for name, in := range map[string]NodeInput{"node-general": generalPool(), "node-spot-arm64": spotPool(),
+	warm.node.LaunchHook = "dynk8s-launch"
+	for name, in := range map[string]pool{"node-general": generalPool(), "node-spot-arm64": spotPool(),
 		"node-warm": warm} {
-		ud, err := Node(in)
+		ud, err := in.userData()
 		assert.NilError(t, err)
 		out[name] = ud
 	}
@@ -227,7 +227,7 @@ func TestSystemdAnalyzeVerifyRejectsBadUnits(t *testing.T) {
 	if _, err := os.Stat(filepath.Join(hostUnitsDir, "sysinit.target")); err != nil {
 		realtools.Missing(t, "the host's sysinit.target ("+err.Error()+")")
 	}
-	ud, err := Node(generalPool())
+	ud, err := generalPool().userData()
 	assert.NilError(t, err)
 	root := verifyRoot(t, ud)
 	assert.NilError(t, os.Chmod(filepath.Join(root, agentBinary), 0o644))

@@ -18,8 +18,8 @@ import (
 func renderedUserData(t *testing.T) map[string][]byte {
 	t.Helper()
 	out := map[string][]byte{}
-	for name, in := range map[string]NodeInput{"node-general": generalPool(), "node-spot-arm64": spotPool()} {
-		ud, err := Node(in)
+	for name, in := range map[string]pool{"node-general": generalPool(), "node-spot-arm64": spotPool()} {
+		ud, err := in.userData()
 		assert.NilError(t, err)
 		out[name] = ud
 	}

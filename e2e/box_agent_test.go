@@ -64,9 +64,9 @@ func TestBoxNodeInstallsTheAgent(t *testing.T) {
 
 	// The pool's user data as the stack renders it, with the object's pin.
 	cfg.Kubernetes.APIServerEndpoint = apiServerEndpoint(t, c)
-	in := infra.NodeInput(cfg, pool, []string{clusterInfoCAHash(ctx, t, c)}, j.param)
-	in.Agent = &agent
-	if j.userData, err = cloudinit.Node(in); err != nil {
+	node, render := infra.NodeConfig(cfg, pool, []string{clusterInfoCAHash(ctx, t, c)}, j.param)
+	render.Agent = &agent
+	if j.userData, err = cloudinit.Node(node, render); err != nil {
 		t.Fatal(err)
 	}
 	n := j.newNode(t, "box-agent", boxInstance{id: fakeInstanceID, zone: cfg.Region + fakeZoneSuffix, ip: fakeNodeIP})

@@ -15,7 +15,6 @@ import (
 
 	"gotest.tools/v3/assert"
 
-	"github.com/dynk8s/dynk8s/cloudinit"
 	"github.com/dynk8s/dynk8s/infra"
 	"github.com/dynk8s/dynk8s/internal/fakeaws"
 )
@@ -58,9 +57,7 @@ func TestJoinDiscovery(t *testing.T) {
 	// The dev stack's first pool, as the stack renders it, joining the local API server instead of the on-prem one.
 	api := apiServerEndpoint(t, c)
 	cfg.Kubernetes.APIServerEndpoint = api
-	input := func(hash string) cloudinit.NodeInput {
-		return infra.NodeInput(cfg, cfg.NodePools[0], []string{hash}, param)
-	}
+	input := func(hash string) poolNode { return stackNode(cfg, cfg.NodePools[0], []string{hash}, param) }
 	node := nodeEnv{realKubeadm: realKubeadm, imds: imds.URL, ssm: ssm.url}
 
 	t.Run("joins", func(t *testing.T) {

@@ -29,6 +29,7 @@ import (
 	"github.com/dynk8s/dynk8s/internal/endpoint"
 	"github.com/dynk8s/dynk8s/internal/fakeaws"
 	"github.com/dynk8s/dynk8s/internal/kube"
+	"github.com/dynk8s/dynk8s/node/nodeconfig"
 	"github.com/dynk8s/dynk8s/node/nodetest"
 )
 
@@ -70,7 +71,7 @@ func renderNodeUserData(ctx context.Context, t *testing.T, c cluster, cfg *confi
 	param string) []byte {
 	t.Helper()
 	cfg.Kubernetes.APIServerEndpoint = apiServerEndpoint(t, c)
-	userData, err := cloudinit.Node(infra.NodeInput(cfg, pool, []string{clusterInfoCAHash(ctx, t, c)}, param))
+	userData, err := cloudinit.Node(infra.NodeConfig(cfg, pool, []string{clusterInfoCAHash(ctx, t, c)}, param))
 	assert.NilError(t, err, "render user data")
 	return userData
 }
@@ -194,12 +195,31 @@ type joinRun struct {
 	calls      string
 }
 
+// poolNode is a pool's node.json and user data beside it as the stack builds them (infra.NodeConfig).
+type poolNode struct {
+	node   nodeconfig.Node
+	render cloudinit.NodeRender
+}
+
+// stackNode is pool's as the stack builds it, pinning the cluster CA by caHashes and reading the join token from param.
+func stackNode(cfg *config.Config, pool config.NodePool, caHashes []string, param string) poolNode {
+	node, render := infra.NodeConfig(cfg, pool, caHashes, param)
+	return poolNode{node, render}
+}
+
+// userData is the pool's user data as the stack renders it.
+func (p poolNode) userData(t *testing.T) []byte {
+	t.Helper()
+	userData, err := cloudinit.Node(p.node, p.render)
+	assert.NilError(t, err, "render user data")
+	return userData
+}
+
 // join renders the pool's user data for in, writes its files under a fresh root and runs the agent's join there with
 // a deadline of deadlineSeconds.
-func (n nodeEnv) join(ctx context.Context, t *testing.T, in cloudinit.NodeInput, deadlineSeconds int) joinRun {
+func (n nodeEnv) join(ctx context.Context, t *testing.T, in poolNode, deadlineSeconds int) joinRun {
 	t.Helper()
-	userData, err := cloudinit.Node(in)
-	assert.NilError(t, err, "render user data")
+	userData := in.userData(t)
 	dir := t.TempDir()
 	root := filepath.Join(dir, "root")
 	writeUserDataFiles(t, userData, root)

@@ -148,9 +148,9 @@ func newVPCWithGateway(ctx context.Context, t *testing.T, c cluster, cfg *config
 func (v *vpcWithGateway) renderNodeUserData(ctx context.Context, t *testing.T, c cluster, cfg *config.Config,
 	pool config.NodePool, param string) []byte {
 	t.Helper()
-	in := infra.NodeInput(cfg, pool, []string{clusterInfoCAHash(ctx, t, c)}, param)
-	in.GatewayInstanceID = v.gatewayID
-	userData, err := cloudinit.Node(in)
+	node, render := infra.NodeConfig(cfg, pool, []string{clusterInfoCAHash(ctx, t, c)}, param)
+	node.GatewayInstanceID = v.gatewayID
+	userData, err := cloudinit.Node(node, render)
 	assert.NilError(t, err, "render user data")
 	return userData
 }

@@ -108,7 +108,7 @@ func TestTokenRotator(t *testing.T) {
 	endpoint := apiServerEndpoint(t, c)
 	nodeCfg := *cfg
 	nodeCfg.Kubernetes.APIServerEndpoint = endpoint
-	input := infra.NodeInput(&nodeCfg, cfg.NodePools[0], []string{clusterInfoCAHash(ctx, t, c)}, param)
+	input := stackNode(&nodeCfg, cfg.NodePools[0], []string{clusterInfoCAHash(ctx, t, c)}, param)
 	node := nodeEnv{realKubeadm: realKubeadm, imds: imds.URL, ssm: ssm.url}
 	run := node.join(ctx, t, input, 90)
 	if run.err != nil || !strings.Contains(run.output, "This node has joined the cluster") {

@@ -329,7 +329,7 @@ func bakedImage(ctx *pulumi.Context, name string, args *NodePoolArgs, parentImag
 	imageName := args.ClusterName + "-" + pool.Name
 	// The Kubernetes version it holds, also on the AMI: an operator finds the images of a version by it.
 	tags := awsTags(append(config.IdentityTags(args.ClusterName, pool.Name, imageName),
-		config.Tag{Key: KubernetesVersionTag, Value: args.Node.KubernetesVersion.String()}))
+		config.Tag{Key: KubernetesVersionTag, Value: args.Render.KubernetesVersion.String()}))
 	fail := func(what string, err error) (pulumi.StringOutput, error) {
 		return pulumi.StringOutput{}, fmt.Errorf("node pool %q: baked image: %s: %w", pool.Name, what, err)
 	}
@@ -349,7 +349,7 @@ func bakedImage(ctx *pulumi.Context, name string, args *NodePoolArgs, parentImag
 		}
 		return string(out), nil
 	})
-	k := args.Node.KubernetesVersion
+	k := args.Render.KubernetesVersion
 	componentVersion := pulumix.Apply(data, func(d string) string { return imageVersion(k, d) })
 	component, err := imagebuilder.NewComponent(ctx, name+"-image-component", &imagebuilder.ComponentArgs{
 		Name:        pulumi.String(imageName),

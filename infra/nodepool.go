@@ -78,8 +78,11 @@ type NodePoolArgs struct {
 	Image FedoraImageQuery
 	// GroupTags are the Auto Scaling Group's tags, discovery and node-template tags included (required).
 	GroupTags []config.Tag
-	// Node is the node user data's input, without CACertHashes and GatewayInstanceID (required).
-	Node cloudinit.NodeInput
+	// Node is the pool's node.json as NodeConfig builds it, without the CA pins and the gateway's id, which come
+	// from CACertHashes and GatewayInstanceID (required); Render is what the user data holds beside it, without the
+	// agent's object, which comes from Agent.
+	Node   nodeconfig.Node
+	Render cloudinit.NodeRender
 	// CACertHashes pin the cluster CA for kubeadm's token discovery (required, at least one).
 	CACertHashes pulumi.StringArrayInput
 	// GatewayInstanceID is the WireGuard gateway a booting node starts (optional; nil when it never sleeps).
@@ -130,11 +133,11 @@ func NewNodePool(ctx *pulumi.Context, name string, args *NodePoolArgs, opts ...p
 	// The cloud-config as rendered: encoded into the launch template's user data, and read by a baked image's build.
 	rendered := pulumix.Apply3Err(args.CACertHashes.ToStringArrayOutput(), gatewayID, agent,
 		func(hashes []string, gateway string, a cloudinit.Agent) (string, error) {
-			in := args.Node
-			in.CACertHashes = hashes
-			in.GatewayInstanceID = gateway
-			in.Agent = &a
-			raw, err := cloudinit.Node(in)
+			node, render := args.Node, args.Render
+			node.Join.CACertHashes = hashes
+			node.GatewayInstanceID = gateway
+			render.Agent = &a
+			raw, err := cloudinit.Node(node, render)
 			if err != nil {
 				return "", fmt.Errorf("node pool %q: user data: %w", name, err)
 			}

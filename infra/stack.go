@@ -16,6 +16,7 @@ import (
 	"github.com/dynk8s/dynk8s/infra/addons"
 	"github.com/dynk8s/dynk8s/infra/config"
 	"github.com/dynk8s/dynk8s/internal/kube"
+	"github.com/dynk8s/dynk8s/node/nodeconfig"
 )
 
 // Stack is everything one dynk8s stack declares, wired together.
@@ -227,12 +228,14 @@ func NewStack(ctx *pulumi.Context, cfg *config.Config, agent AgentFiles, nodes O
 		if pool.Baked() {
 			bake = &BakeArgs{Region: cfg.Region, InfrastructureARN: s.ImageBuilder.Infrastructure[pool.Arch]}
 		}
+		node, render := NodeConfig(cfg, pool, nil, JoinTokenParameter(cfg.ClusterName))
 		np, err := NewNodePool(ctx, "pool-"+pool.Name, &NodePoolArgs{
 			ClusterName:        cfg.ClusterName,
 			Pool:               pool,
 			Image:              image,
 			GroupTags:          cfg.GroupTags(pool, types[pool.InstanceTypes[0]]),
-			Node:               NodeInput(cfg, pool, nil, JoinTokenParameter(cfg.ClusterName)),
+			Node:               node,
+			Render:             render,
 			CACertHashes:       hashes,
 			GatewayInstanceID:  gatewayID,
 			SubnetIDs:          s.Network.SubnetIDs,
@@ -262,12 +265,15 @@ func NewStack(ctx *pulumi.Context, cfg *config.Config, agent AgentFiles, nodes O
 	return s, nil
 }
 
-// NodeInput is what the node renderer needs of a pool: plain values only. The e2e join test renders through it too,
-// so the agent it runs gets exactly what a pool's launch template carries. With fuse on, nodes register with the
-// fuse startup taint: until the plugin advertises the resource, the autoscaler counts the node as still starting
+// NodeConfig builds a pool's node.json (nodeconfig.Node: what the agent reads at boot) from the config, as kops'
+// NewConfig builds nodeup's, and what its user data holds beside it (cloudinit.NodeRender); cloudinit.Node
+// completes node.json with what every node of the version runs and renders both. The e2e joins render through it
+// too, so the agent they run gets exactly what a pool's launch template carries. With fuse on, nodes register with
+// the fuse startup taint: until the plugin advertises the resource, the autoscaler counts the node as still starting
 // instead of adding another for the pods that wait for it; and they pre-pull the plugin's image. A pool with a warm
 // pool names its launch lifecycle hook, whose action the boot completes.
-func NodeInput(cfg *config.Config, pool config.NodePool, caHashes []string, tokenParameter string) cloudinit.NodeInput {
+func NodeConfig(cfg *config.Config, pool config.NodePool, caHashes []string, tokenParameter string) (nodeconfig.Node,
+	cloudinit.NodeRender) {
 	taints := pool.Taints
 	var images []string
 	if cfg.Fuse.Enabled {
@@ -281,28 +287,28 @@ func NodeInput(cfg *config.Config, pool config.NodePool, caHashes []string, toke
 	images = append(images, pool.PrePullImages...)
 	var metadataUIDs []int
 	if cfg.TerminationHandler.Enabled {
+		// The termination handler polls the metadata service from the host network, as its own user.
 		metadataUIDs = []int{addons.TerminationHandlerUID}
 	}
-	return cloudinit.NodeInput{
-		KubernetesVersion:  cfg.Kubernetes.Version,
-		APIServerEndpoint:  cfg.Kubernetes.APIServerEndpoint,
-		CACertHashes:       caHashes,
-		JoinTokenParameter: tokenParameter,
+	node := nodeconfig.Node{
 		ClusterName:        cfg.ClusterName,
 		PoolName:           pool.Name,
-		Labels:             pool.NodeLabels(),
-		Taints:             taints,
-		PrePullImages:      images,
-		PauseImage:         cfg.Images.Pause,
+		APIServerEndpoint:  cfg.Kubernetes.APIServerEndpoint,
+		JoinTokenParameter: tokenParameter,
 		LaunchHook:         LaunchHook(pool),
-		Host: cloudinit.HostInput{
+		PrePullImages:      images,
+		Join:               nodeconfig.Join{CACertHashes: caHashes, Labels: pool.NodeLabels(), Taints: taints},
+		Host: nodeconfig.Host{
 			OnPremCIDRs: cfg.WireGuard.OnPremCIDRs,
-			TunnelMTU:   uint16(cfg.WireGuard.MTU), // config keeps it in wireguard.MinMTU..MaxMTU
-			DNSServers:  cfg.Network.OnPremDNS.Servers,
-			DNSDomains:  cfg.Network.OnPremDNS.Domains,
-			// The termination handler polls the metadata service from the host network, as its own user.
+			// The config keeps it in wireguard.MinMTU..MaxMTU.
+			TunnelMTU:    uint16(cfg.WireGuard.MTU),
 			MetadataUIDs: metadataUIDs,
 		},
+	}
+	return node, cloudinit.NodeRender{
+		KubernetesVersion: cfg.Kubernetes.Version,
+		PauseImage:        cfg.Images.Pause,
+		DNS:               cloudinit.OnPremDNS{Servers: cfg.Network.OnPremDNS.Servers, Domains: cfg.Network.OnPremDNS.Domains},
 	}
 }
 

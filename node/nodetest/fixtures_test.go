@@ -10,6 +10,7 @@ import (
 	"github.com/dynk8s/dynk8s/internal/endpoint"
 	"github.com/dynk8s/dynk8s/internal/fakeaws"
 	"github.com/dynk8s/dynk8s/internal/kube"
+	"github.com/dynk8s/dynk8s/node/nodeconfig"
 )
 
 // What the acceptance tests' nodes and gateways are configured with, and the names the agent's contract spells.
@@ -39,22 +40,23 @@ var testAgent = cloudinit.Agent{Bucket: "dynk8s-homelab-agent-202612011530000000
 
 // testPool is the node the tests boot, reaching its API server at api: an arm64 spot pool of Kubernetes 1.34.4,
 // tainted, with on-prem routes and DNS.
-func testPool(api endpoint.HostPort) cloudinit.NodeInput {
+func testPool(api endpoint.HostPort) (nodeconfig.Node, cloudinit.NodeRender) {
 	capacity := "spot"
-	return cloudinit.NodeInput{
-		KubernetesVersion: kube.Version{Major: 1, Minor: 34, Patch: 4}, APIServerEndpoint: api,
-		CACertHashes: []string{testCAHash}, JoinTokenParameter: testTokenParameter,
-		ClusterName: testClusterName, PoolName: "spot-arm64",
-		Labels: map[string]string{"dynk8s.io/pool": "spot-arm64", "dynk8s.io/capacity-type": capacity,
-			"node.kubernetes.io/lifecycle": capacity},
-		Taints: []kube.Taint{{Key: "dynk8s.io/capacity-type", Value: capacity, Effect: "NoSchedule"}},
-		Host: cloudinit.HostInput{
-			OnPremCIDRs: []netip.Prefix{netip.MustParsePrefix("192.168.0.0/16")}, TunnelMTU: 1420, MetadataUIDs: []int{1000},
-			DNSServers: []netip.Addr{netip.MustParseAddr("192.168.10.53"), netip.MustParseAddr("192.168.11.53")},
-			DNSDomains: []string{"corp.example.com", "lab.example.net"},
-		},
-		Agent: &testAgent,
-	}
+	return nodeconfig.Node{
+			APIServerEndpoint: api, JoinTokenParameter: testTokenParameter,
+			ClusterName: testClusterName, PoolName: "spot-arm64",
+			Join: nodeconfig.Join{CACertHashes: []string{testCAHash},
+				Labels: map[string]string{"dynk8s.io/pool": "spot-arm64", "dynk8s.io/capacity-type": capacity,
+					"node.kubernetes.io/lifecycle": capacity},
+				Taints: []kube.Taint{{Key: "dynk8s.io/capacity-type", Value: capacity, Effect: "NoSchedule"}}},
+			Host: nodeconfig.Host{OnPremCIDRs: []netip.Prefix{netip.MustParsePrefix("192.168.0.0/16")}, TunnelMTU: 1420,
+				MetadataUIDs: []int{1000}},
+		}, cloudinit.NodeRender{
+			KubernetesVersion: kube.Version{Major: 1, Minor: 34, Patch: 4},
+			DNS: cloudinit.OnPremDNS{Servers: []netip.Addr{netip.MustParseAddr("192.168.10.53"),
+				netip.MustParseAddr("192.168.11.53")}, Domains: []string{"corp.example.com", "lab.example.net"}},
+			Agent: &testAgent,
+		}
 }
 
 // testGateway is the WireGuard gateway the tests boot.

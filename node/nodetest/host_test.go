@@ -11,8 +11,8 @@ import (
 	"gotest.tools/v3/assert"
 	is "gotest.tools/v3/assert/cmp"
 
-	"github.com/dynk8s/dynk8s/cloudinit"
 	"github.com/dynk8s/dynk8s/internal/fakeaws"
+	"github.com/dynk8s/dynk8s/node/nodeconfig"
 )
 
 // The agent points kubeadm join at the patches the user data writes (the kubelet's resolvConf: cloudinit's
@@ -35,7 +35,7 @@ func TestAgentPointsKubeadmAtThePatches(t *testing.T) {
 // TestLockMetadata.)
 func TestHostUnitsRunTheAgent(t *testing.T) {
 	t.Parallel()
-	ud, aws := agentFixture(t, 0, func(in *cloudinit.NodeInput) {
+	ud, aws := agentFixture(t, 0, func(in *nodeconfig.Node) {
 		in.Host.OnPremCIDRs = append(in.Host.OnPremCIDRs, netip.MustParsePrefix("172.16.0.0/12"))
 		in.Host.TunnelMTU = 1380
 		in.Host.MetadataUIDs = []int{1000}

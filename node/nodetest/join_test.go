@@ -24,14 +24,14 @@ import (
 
 // agentFixture renders the test pool (changed by modify) for a fake API server that first drops apiDrops
 // connections, and returns its user data and the fakes, SSM serving the join token.
-func agentFixture(t *testing.T, apiDrops int, modify func(*cloudinit.NodeInput), inst fakeaws.IMDSInstance) ([]byte, *cloud) {
+func agentFixture(t *testing.T, apiDrops int, modify func(*nodeconfig.Node), inst fakeaws.IMDSInstance) ([]byte, *cloud) {
 	t.Helper()
 	aws := newCloud(t, map[string]string{testTokenParameter: testToken}, inst, apiDrops)
-	in := testPool(aws.apiEndpoint(t))
+	node, render := testPool(aws.apiEndpoint(t))
 	if modify != nil {
-		modify(&in)
+		modify(&node)
 	}
-	ud, err := cloudinit.Node(in)
+	ud, err := cloudinit.Node(node, render)
 	assert.NilError(t, err)
 	return ud, aws
 }
@@ -181,7 +181,7 @@ func TestAgentWarmPool(t *testing.T) {
 // gateway still stopping and fails at once, with the reason, when refused.
 func TestAgentWakesTheGateway(t *testing.T) {
 	t.Parallel()
-	withGateway := func(in *cloudinit.NodeInput) { in.GatewayInstanceID = testGatewayID }
+	withGateway := func(in *nodeconfig.Node) { in.GatewayInstanceID = testGatewayID }
 	ud, aws := agentFixture(t, 0, withGateway, fakeaws.IMDSInstance{})
 	aws.ec2.AddInstances(fakeaws.EC2Instance{ID: testGatewayID, State: "stopped"})
 	run := newAgentEnv(t, ud, aws, nil, nil).run(t, AgentPath, "join")
@@ -245,7 +245,7 @@ func TestAgentDryRun(t *testing.T) {
 	assert.Check(t, os.IsNotExist(err), "the dry run wrote under /run/dynk8s")
 }
 
-func withHook(in *cloudinit.NodeInput) { in.LaunchHook = testHook }
+func withHook(in *nodeconfig.Node) { in.LaunchHook = testHook }
 
 // reboot is what a stop and start leaves of the node's files: /run is a tmpfs.
 func reboot(t *testing.T, root string) {
