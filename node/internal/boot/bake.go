@@ -25,8 +25,9 @@ func prepareImage(ctx context.Context, f system.Files, log *system.Logger, out i
 		log.Printf("config %s:\n%s", config, raw)
 	}
 	d := cfg.Deadlines
-	j := &joiner{cfg: cfg, host: system.RealHost{Out: out, Log: log}, files: f, log: log,
-		clock: system.NewClock(d.Join.D(), d.BackoffInitial.D(), d.BackoffMax.D()), tl: system.NewTimeline(time.Now), baking: true}
+	j := newJoiner(&bootEnv{cfg: cfg, host: system.RealHost{Out: out, Log: log}, files: f, log: log,
+		clock: system.NewClock(d.Join.D(), d.BackoffInitial.D(), d.BackoffMax.D()), tl: system.NewTimeline(time.Now)})
+	j.baking = true
 	sum := sha256.Sum256(raw)
 	err = j.bake(ctx, hex.EncodeToString(sum[:]))
 	j.finish()

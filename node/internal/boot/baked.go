@@ -15,9 +15,9 @@ import (
 
 // loadBaked reads the marker into j.baked; no marker is a stock image (nil, no error). A marker that cannot be read
 // or is of another format fails the boot: the image is not one this agent knows what it holds.
-func (j *joiner) loadBaked() error {
-	m, err := image.ReadMarker(j.files)
-	j.baked = m
+func (pr *preparer) loadBaked() error {
+	m, err := image.ReadMarker(pr.files)
+	pr.baked = m
 	return err
 }
 
@@ -31,12 +31,12 @@ type rpmPackage struct {
 
 // rpmQuery lists the installed packages named name (whatProvides: those that provide it). None installed is no
 // error: rpm -q then exits 1 and says so on stdout.
-func (j *joiner) rpmQuery(ctx context.Context, whatProvides bool, name string) ([]rpmPackage, error) {
+func (pr *preparer) rpmQuery(ctx context.Context, whatProvides bool, name string) ([]rpmPackage, error) {
 	args := []string{"-q"}
 	if whatProvides {
 		args = append(args, "--whatprovides")
 	}
-	out, err := j.host.Output(ctx, time.Minute, "rpm", append(args, "--qf", rpmQueryFormat, name)...)
+	out, err := pr.host.Output(ctx, time.Minute, "rpm", append(args, "--qf", rpmQueryFormat, name)...)
 	if ee := (*system.ExitError)(nil); err != nil && !errors.As(err, &ee) {
 		return nil, fmt.Errorf("rpm -q %s: %w", name, err)
 	}
@@ -83,12 +83,12 @@ func (s packageSpec) matches(p rpmPackage) bool {
 
 // installed is the installed package that satisfies spec (system: a Fedora package, any that provides it), or why
 // none does.
-func (j *joiner) installed(ctx context.Context, spec string, system bool) (rpmPackage, error) {
+func (pr *preparer) installed(ctx context.Context, spec string, system bool) (rpmPackage, error) {
 	s := parseSpec(spec)
 	if system {
 		s = packageSpec{spec: spec, name: spec}
 	}
-	pkgs, err := j.rpmQuery(ctx, system, s.name)
+	pkgs, err := pr.rpmQuery(ctx, system, s.name)
 	if err != nil {
 		return rpmPackage{}, err
 	}
@@ -114,41 +114,41 @@ func (j *joiner) installed(ctx context.Context, spec string, system bool) (rpmPa
 
 // checkBaked is the packages phase of a boot from a baked image: nothing is installed; every package this node's
 // config pins must be installed at a matching version, and be the one the marker says the image was baked with.
-func (j *joiner) checkBaked(ctx context.Context) error {
-	m := j.baked
-	j.log.Printf("baked image (%s): baked by agent %s (sha256 %s) from a config with sha256 %s, packages %s, kernel %s",
-		j.files.Baked(), m.Agent.Version, m.Agent.SHA256, m.Config.SHA256, strings.Join(m.Config.Packages, " "), m.Kernel)
+func (pr *preparer) checkBaked(ctx context.Context) error {
+	m := pr.baked
+	pr.log.Printf("baked image (%s): baked by agent %s (sha256 %s) from a config with sha256 %s, packages %s, kernel %s",
+		pr.files.Baked(), m.Agent.Version, m.Agent.SHA256, m.Config.SHA256, strings.Join(m.Config.Packages, " "), m.Kernel)
 	var found []string
-	for _, spec := range j.cfg.Packages {
-		p, err := j.installed(ctx, spec, false)
+	for _, spec := range pr.cfg.Packages {
+		p, err := pr.installed(ctx, spec, false)
 		if err != nil {
 			return fmt.Errorf("baked image: %w, and the pool needs %s: the image was baked for packages %s; build the "+
 				"pool's image again (a baked boot never installs)", err, spec, strings.Join(m.Config.Packages, " "))
 		}
 		if !slices.ContainsFunc(m.Installed, func(b image.MarkerPackage) bool { return b.NEVRA == p.nevra }) {
 			return fmt.Errorf("baked image: rpm -q has %s, which its marker %s does not list: the image changed after "+
-				"it was baked; build the pool's image again", p.nevra, j.files.Baked())
+				"it was baked; build the pool's image again", p.nevra, pr.files.Baked())
 		}
 		found = append(found, p.nevra)
 	}
-	for _, name := range j.cfg.SystemPackages {
-		if _, err := j.installed(ctx, name, true); err != nil {
+	for _, name := range pr.cfg.SystemPackages {
+		if _, err := pr.installed(ctx, name, true); err != nil {
 			return fmt.Errorf("baked image: %w, which the pool needs; build the pool's image again", err)
 		}
 	}
-	j.log.Printf("baked image holds %s and %s (rpm -q): nothing to install", strings.Join(found, " "),
-		strings.Join(j.cfg.SystemPackages, " "))
+	pr.log.Printf("baked image holds %s and %s (rpm -q): nothing to install", strings.Join(found, " "),
+		strings.Join(pr.cfg.SystemPackages, " "))
 	return nil
 }
 
 // prePullImages are the images this boot pulls: on a baked image, those the image does not hold already.
-func (j *joiner) prePullImages() []string {
-	if j.baked == nil {
-		return j.cfg.PrePullImages
+func (pr *preparer) prePullImages() []string {
+	if pr.baked == nil {
+		return pr.cfg.PrePullImages
 	}
 	var out []string
-	for _, img := range j.cfg.PrePullImages {
-		if !slices.Contains(j.baked.Images, img) {
+	for _, img := range pr.cfg.PrePullImages {
+		if !slices.Contains(pr.baked.Images, img) {
 			out = append(out, img)
 		}
 	}
@@ -156,16 +156,16 @@ func (j *joiner) prePullImages() []string {
 }
 
 // bakedMarkerOf is the marker for what the prepare just installed; config is node.json's bytes.
-func (j *joiner) bakedMarkerOf(ctx context.Context, configSHA256 string) (image.Marker, error) {
+func (pr *preparer) bakedMarkerOf(ctx context.Context, configSHA256 string) (image.Marker, error) {
 	m := image.Marker{Format: image.MarkerFormat, Agent: image.MarkerAgent{Version: system.Version, SHA256: system.SelfHash()},
-		Config: image.MarkerConfig{SHA256: configSHA256, Packages: j.cfg.Packages, SystemPackages: j.cfg.SystemPackages,
-			KernelModules: j.cfg.KernelModules, PrePullImages: j.cfg.PrePullImages},
-		Kernel: kernelRelease(), Images: j.pulled}
+		Config: image.MarkerConfig{SHA256: configSHA256, Packages: pr.cfg.Packages, SystemPackages: pr.cfg.SystemPackages,
+			KernelModules: pr.cfg.KernelModules, PrePullImages: pr.cfg.PrePullImages},
+		Kernel: kernelRelease(), Images: pr.pulled}
 	if m.Images == nil {
 		m.Images = []string{}
 	}
-	for _, spec := range j.cfg.Packages {
-		p, err := j.installed(ctx, spec, false)
+	for _, spec := range pr.cfg.Packages {
+		p, err := pr.installed(ctx, spec, false)
 		if err != nil {
 			return m, fmt.Errorf("after the install, %w", err)
 		}
@@ -174,8 +174,8 @@ func (j *joiner) bakedMarkerOf(ctx context.Context, configSHA256 string) (image.
 			m.CRIO = p.version + "-" + p.release
 		}
 	}
-	for _, name := range j.cfg.SystemPackages {
-		p, err := j.installed(ctx, name, true)
+	for _, name := range pr.cfg.SystemPackages {
+		p, err := pr.installed(ctx, name, true)
 		if err != nil {
 			return m, fmt.Errorf("after the install, %w", err)
 		}

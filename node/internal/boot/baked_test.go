@@ -27,9 +27,10 @@ func (r *rig) bakeRig() (string, error) {
 	r.log = &nodetest.SyncBuffer{}
 	log := system.NewLogger("dynk8s-prepare", r.log, r.root)
 	log.Journal = false
-	j := &joiner{cfg: r.cfg, host: r.host, files: system.Files{Root: r.root, Proc: filepath.Join(r.root, "proc")}, log: log,
-		clock: system.NewClock(r.cfg.Deadlines.Join.D(), r.cfg.Deadlines.BackoffInitial.D(), r.cfg.Deadlines.BackoffMax.D()),
-		tl:    system.NewTimeline(time.Now), baking: true}
+	j := newJoiner(&bootEnv{cfg: r.cfg, host: r.host, files: system.Files{Root: r.root, Proc: filepath.Join(r.root, "proc")},
+		log: log, clock: system.NewClock(r.cfg.Deadlines.Join.D(), r.cfg.Deadlines.BackoffInitial.D(),
+			r.cfg.Deadlines.BackoffMax.D()), tl: system.NewTimeline(time.Now)})
+	j.baking = true
 	err := j.bake(context.Background(), "c0ffee")
 	j.finish()
 	r.t.Logf("prepare: %v\n%s", err, r.log.String())

@@ -29,9 +29,9 @@ func Join(ctx context.Context, env *cli.Env) error {
 	}
 	env.LogConfig(cfg)
 	d := cfg.Deadlines
-	j := &joiner{skip: skip, cfg: cfg, cloud: cloud.New(), host: env.Host(), files: env.Files, log: env.Log,
+	j := newJoiner(&bootEnv{skip: skip, cfg: cfg, cloud: cloud.New(), host: env.Host(), files: env.Files, log: env.Log,
 		clock: system.NewClock(d.Join.D(), d.BackoffInitial.D(), d.BackoffMax.D()), tl: system.NewTimeline(time.Now),
-		dryRun: env.DryRun, verbose: env.Verbose}
+		dryRun: env.DryRun, verbose: env.Verbose})
 	if j.waiting(ctx) {
 		return nil
 	}

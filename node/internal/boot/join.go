@@ -73,8 +73,9 @@ func isIPv4(s string) bool {
 	return err == nil && a.Is4()
 }
 
-// joiner is one run of the join.
-type joiner struct {
+// bootEnv is what every part of one run of the boot shares: the node's configuration, AWS, the host, the files, the
+// log, the deadline and the timeline.
+type bootEnv struct {
 	cfg   nodeconfig.Node
 	cloud *cloud.Cloud
 	host  system.Host
@@ -85,35 +86,63 @@ type joiner struct {
 	// dryRun reads (IMDS, SSM, Auto Scaling's descriptions) but changes nothing: no command, no file, no
 	// lifecycle action, no gateway start; verbose then prints the JoinConfiguration it would use, token hidden.
 	dryRun, verbose bool
-
-	id                nodeconfig.Identity
-	domain, lifecycle string
-	localIPv4         string // IMDS local-ipv4, as read
-	group             string
-	out               system.Outcome
-
-	missing      []string // system packages the image lacks
-	withUpdates  bool     // the next package transaction adds Fedora's repositories and their updates
-	joinAttempts int
-	token        string
-	prepull      chan time.Duration // the pre-pull's time, when it has ended (nil: none runs)
-	stopPrepull  context.CancelFunc
-	pulled       []string // the images the pre-pull pulled, once it has ended
-	completing   bool
-
-	// baked is the marker of a baked image (nil: a stock image, baked.go); baking: this run bakes an image
-	// (prepare.go), and installs even where a marker is.
-	baked  *image.Marker
-	baking bool
 	// skip are the phases the operator skips (--skip).
 	skip map[string]bool
 }
 
-func (j *joiner) markerPrepared() string { return j.files.Root + "/var/lib/dynk8s/prepared" }
+// instance is what the boot learns of its instance from IMDS, and asks and tells its group (Auto Scaling).
+type instance struct {
+	*bootEnv
+	id                nodeconfig.Identity
+	domain, lifecycle string
+	localIPv4         string // IMDS local-ipv4, as read
+	group             string
+}
+
+// preparer is the prepare phases' state: what the image lacks, the pre-pull, a baked image's marker.
+type preparer struct {
+	*bootEnv
+	missing     []string           // system packages the image lacks
+	withUpdates bool               // the next package transaction adds Fedora's repositories and their updates
+	prepull     chan time.Duration // the pre-pull's time, when it has ended (nil: none runs)
+	stopPrepull context.CancelFunc
+	pulled      []string // the images the pre-pull pulled, once it has ended
+	// baked is the marker of a baked image (nil: a stock image, baked.go); baking: this run bakes an image
+	// (bake.go), and installs even where a marker is.
+	baked  *image.Marker
+	baking bool
+}
+
+// joining is the join phases' state: the token and kubeadm join's attempts, for the instance inst.
+type joining struct {
+	*bootEnv
+	inst         *instance
+	token        string
+	joinAttempts int
+}
+
+// joiner is one run of the join: the boot that picks the phases by the instance's lifecycle state, and how it ends.
+type joiner struct {
+	*bootEnv
+	instance
+	preparer
+	joining
+	out        system.Outcome
+	completing bool
+}
+
+// newJoiner is one run of the join with r.
+func newJoiner(r *bootEnv) *joiner {
+	j := &joiner{bootEnv: r, instance: instance{bootEnv: r}, preparer: preparer{bootEnv: r}, joining: joining{bootEnv: r}}
+	j.inst = &j.instance
+	return j
+}
+
+func (r *bootEnv) markerPrepared() string { return r.files.Root + "/var/lib/dynk8s/prepared" }
 
 // markerWarm: this instance has prepared and completed its lifecycle action in the warm pool since it last started.
-func (j *joiner) markerWarm() string { return j.files.Run("warm-ready") }
-func (j *joiner) joinConfig() string { return j.files.Run("kubeadm-join.yaml") }
+func (r *bootEnv) markerWarm() string { return r.files.Run("warm-ready") }
+func (r *bootEnv) joinConfig() string { return r.files.Run("kubeadm-join.yaml") }
 
 // alreadyJoined: a joined node has the kubelet's kubeconfig; the join unit's Condition checks the same file.
 func alreadyJoined(f system.Files) bool { return f.Exists(f.Etc("kubernetes/kubelet.conf")) }
@@ -267,65 +296,65 @@ func (j *joiner) finish() {
 	}
 }
 
-func (j *joiner) identity(ctx context.Context) error {
-	ctx, cancel := context.WithTimeout(ctx, j.clock.Timeout(30*time.Second))
+func (inst *instance) identity(ctx context.Context) error {
+	ctx, cancel := context.WithTimeout(ctx, inst.clock.Timeout(30*time.Second))
 	defer cancel()
 	for _, v := range []struct {
 		into *string
 		path string
 	}{
-		{&j.id.InstanceID, "instance-id"}, {&j.id.Zone, "placement/availability-zone"},
-		{&j.id.Region, "placement/region"}, {&j.domain, "services/domain"}, {&j.localIPv4, "local-ipv4"},
-		{&j.id.InstanceType, "instance-type"},
+		{&inst.id.InstanceID, "instance-id"}, {&inst.id.Zone, "placement/availability-zone"},
+		{&inst.id.Region, "placement/region"}, {&inst.domain, "services/domain"}, {&inst.localIPv4, "local-ipv4"},
+		{&inst.id.InstanceType, "instance-type"},
 	} {
-		s, err := j.cloud.IMDS.Get(ctx, v.path)
+		s, err := inst.cloud.IMDS.Get(ctx, v.path)
 		if err != nil {
 			return err
 		}
 		*v.into = s
 	}
-	return j.lifecycleState(ctx)
+	return inst.lifecycleState(ctx)
 }
 
 // lifecycleState: an instance outside any group has no target lifecycle state (404); without a launch hook that
 // means InService. With a hook the group sets it before the instance boots, so it must be there.
-func (j *joiner) lifecycleState(ctx context.Context) error {
-	s, err := j.cloud.IMDS.Get(ctx, cloud.LifecyclePath)
+func (inst *instance) lifecycleState(ctx context.Context) error {
+	s, err := inst.cloud.IMDS.Get(ctx, cloud.LifecyclePath)
 	if err == nil {
-		j.lifecycle = s
+		inst.lifecycle = s
 		return nil
 	}
 	if ie := (*cloud.IMDSErr)(nil); !errors.As(err, &ie) || ie.Status != http.StatusNotFound {
 		return err
 	}
-	if j.cfg.LaunchHook != "" {
-		return fmt.Errorf("%w (a group with launch hook %s sets it)", err, j.cfg.LaunchHook)
+	if inst.cfg.LaunchHook != "" {
+		return fmt.Errorf("%w (a group with launch hook %s sets it)", err, inst.cfg.LaunchHook)
 	}
-	j.lifecycle = "InService"
-	j.log.Printf("IMDS has no target lifecycle state; going on as InService")
+	inst.lifecycle = "InService"
+	inst.log.Printf("IMDS has no target lifecycle state; going on as InService")
 	return nil
 }
 
-func (j *joiner) prepare(ctx context.Context) error {
-	if !j.baking {
-		if err := j.loadBaked(); err != nil {
+func (pr *preparer) prepare(ctx context.Context) error {
+	if !pr.baking {
+		if err := pr.loadBaked(); err != nil {
 			return err
 		}
 	}
-	packages, note := j.packages, ""
-	if j.baked != nil {
-		packages, note = j.checkBaked, " (baked)"
+	packages, note := pr.packages, ""
+	if pr.baked != nil {
+		packages, note = pr.checkBaked, " (baked)"
 	}
-	if err := j.runPhases(ctx, []phase{{name: "kernel", run: j.kernelModules}, {name: "packages", note: note, run: packages},
-		{name: "crio", run: j.crio}}); err != nil {
+	if err := pr.runPhases(ctx, []phase{{name: "kernel", run: pr.kernelModules}, {name: "packages", note: note, run: packages},
+		{name: "crio", run: pr.crio}}); err != nil {
 		return err
 	}
-	j.startPrepull(ctx)
-	return j.touch(j.markerPrepared(), strings.Join(j.cfg.Packages, ",")+"\n")
+	pr.startPrepull(ctx)
+	return pr.touch(pr.markerPrepared(), strings.Join(pr.cfg.Packages, ",")+"\n")
 }
 
-func (j *joiner) touch(path, content string) error {
-	if j.dryRun {
+func (r *bootEnv) touch(path, content string) error {
+	if r.dryRun {
 		return nil
 	}
 	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
@@ -342,10 +371,10 @@ func repoArgs(ids []string) []string {
 	return out
 }
 
-func (j *joiner) dnfInstall(ctx context.Context, args ...string) error {
+func (pr *preparer) dnfInstall(ctx context.Context, args ...string) error {
 	base := []string{"install", "-y", "--setopt=install_weak_deps=False", "--setopt=tsflags=nodocs",
 		"--setopt=max_parallel_downloads=10"}
-	err := j.host.Run(ctx, j.clock.Timeout(0), false, "dnf", append(base, args...)...)
+	err := pr.host.Run(ctx, pr.clock.Timeout(0), false, "dnf", append(base, args...)...)
 	if ee := (*system.ExitError)(nil); errors.As(err, &ee) {
 		return fmt.Errorf("dnf install exited %d", ee.Code)
 	}
@@ -360,34 +389,34 @@ func (j *joiner) dnfInstall(ctx context.Context, args ...string) error {
 // The sysctls (some need br_netfilter) are applied once the modules are in: cloud-init wrote them after
 // systemd-sysctl ran at this first boot. Tolerant (-e): an unknown key must not stop the boot. A baked image has
 // the modules its build installed, for the kernel it runs: its boot never installs, and logs what stays missing.
-func (j *joiner) kernelModules(ctx context.Context) error {
+func (pr *preparer) kernelModules(ctx context.Context) error {
 	modprobe := func(ms []string) (missing []string) {
 		for _, m := range ms {
-			if j.host.Run(ctx, time.Minute, true, "modprobe", m) != nil {
+			if pr.host.Run(ctx, time.Minute, true, "modprobe", m) != nil {
 				missing = append(missing, m)
 			}
 		}
 		return missing
 	}
-	missing := modprobe(j.cfg.KernelModules)
+	missing := modprobe(pr.cfg.KernelModules)
 	still := missing
-	if len(missing) > 0 && j.baked == nil {
+	if len(missing) > 0 && pr.baked == nil {
 		pkg := "kernel-modules-extra-" + kernelRelease()
-		j.log.Printf("kernel modules missing: %s; installing %s from Fedora's repositories", strings.Join(missing, " "), pkg)
-		repos := repoArgs(j.cfg.SystemRepos)
-		if err := j.dnfInstall(ctx, append(repos, pkg)...); err != nil {
-			repos = append(repos, repoArgs(j.cfg.UpdateRepos)...)
-			if err := j.dnfInstall(ctx, append(repos, pkg)...); err != nil {
-				j.log.Printf("installing kernel-modules-extra failed: %v", err)
+		pr.log.Printf("kernel modules missing: %s; installing %s from Fedora's repositories", strings.Join(missing, " "), pkg)
+		repos := repoArgs(pr.cfg.SystemRepos)
+		if err := pr.dnfInstall(ctx, append(repos, pkg)...); err != nil {
+			repos = append(repos, repoArgs(pr.cfg.UpdateRepos)...)
+			if err := pr.dnfInstall(ctx, append(repos, pkg)...); err != nil {
+				pr.log.Printf("installing kernel-modules-extra failed: %v", err)
 			}
 		}
 		still = modprobe(missing)
 	}
 	if len(still) > 0 {
-		j.log.Printf("still missing kernel modules: %s (kubeadm join does not need them; bridge CNIs need "+
+		pr.log.Printf("still missing kernel modules: %s (kubeadm join does not need them; bridge CNIs need "+
 			"br_netfilter, CRI-O's overlay storage needs overlay)", strings.Join(still, " "))
 	}
-	_ = j.host.Run(ctx, time.Minute, false, "sysctl", "-q", "-e", "--system")
+	_ = pr.host.Run(ctx, time.Minute, false, "sysctl", "-q", "-e", "--system")
 	return nil
 }
 
@@ -404,32 +433,32 @@ func kernelRelease() string {
 // (1, Fedora's 99) keeps a Fedora package of the same name from winning on version (dnf.conf(5), priority). Fedora's
 // release repository joins only when the image lacks one of those; after a failed attempt the next adds Fedora's
 // repositories and their updates, for a dependency the image lacks and none foresaw, or a newer image than GA.
-func (j *joiner) packages(ctx context.Context) error {
-	for _, p := range j.cfg.SystemPackages {
-		if j.host.Run(ctx, time.Minute, true, "rpm", "-q", "--whatprovides", p) != nil {
-			j.missing = append(j.missing, p)
+func (pr *preparer) packages(ctx context.Context) error {
+	for _, p := range pr.cfg.SystemPackages {
+		if pr.host.Run(ctx, time.Minute, true, "rpm", "-q", "--whatprovides", p) != nil {
+			pr.missing = append(pr.missing, p)
 		}
 	}
-	if len(j.missing) > 0 {
-		j.log.Printf("the image lacks %s (rpm -q): Fedora's release repository joins the transaction", strings.Join(j.missing, " "))
+	if len(pr.missing) > 0 {
+		pr.log.Printf("the image lacks %s (rpm -q): Fedora's release repository joins the transaction", strings.Join(pr.missing, " "))
 	} else {
-		j.log.Printf("the image has %s (rpm -q): no Fedora repository metadata needed", strings.Join(j.cfg.SystemPackages, " "))
+		pr.log.Printf("the image has %s (rpm -q): no Fedora repository metadata needed", strings.Join(pr.cfg.SystemPackages, " "))
 	}
-	desc := "install " + strings.Join(slices.Concat(j.cfg.Packages, j.missing), " ")
-	return j.clock.Retry(ctx, j.log, desc, j.installPackages)
+	desc := "install " + strings.Join(slices.Concat(pr.cfg.Packages, pr.missing), " ")
+	return pr.clock.Retry(ctx, pr.log, desc, pr.installPackages)
 }
 
-func (j *joiner) installPackages(ctx context.Context) error {
-	args := repoArgs(j.cfg.Repos)
-	if len(j.missing) > 0 || j.withUpdates {
-		args = append(args, repoArgs(j.cfg.SystemRepos)...)
+func (pr *preparer) installPackages(ctx context.Context) error {
+	args := repoArgs(pr.cfg.Repos)
+	if len(pr.missing) > 0 || pr.withUpdates {
+		args = append(args, repoArgs(pr.cfg.SystemRepos)...)
 	}
-	if j.withUpdates {
-		args = append(args, repoArgs(j.cfg.UpdateRepos)...)
+	if pr.withUpdates {
+		args = append(args, repoArgs(pr.cfg.UpdateRepos)...)
 	}
-	err := j.dnfInstall(ctx, slices.Concat(args, j.cfg.Packages, j.missing)...)
-	if err != nil && !j.withUpdates {
-		j.withUpdates = true
+	err := pr.dnfInstall(ctx, slices.Concat(args, pr.cfg.Packages, pr.missing)...)
+	if err != nil && !pr.withUpdates {
+		pr.withUpdates = true
 		return fmt.Errorf("%w; the next attempt adds Fedora's repositories and their updates", err)
 	}
 	return err
@@ -437,24 +466,24 @@ func (j *joiner) installPackages(ctx context.Context) error {
 
 // crio starts CRI-O. Its package ships a bridge CNI config that would give every node the same pod range; the
 // cluster CNI owns that.
-func (j *joiner) crio(ctx context.Context) error {
-	bridges, _ := filepath.Glob(j.files.Etc("cni/net.d/*crio*bridge*.conflist"))
+func (pr *preparer) crio(ctx context.Context) error {
+	bridges, _ := filepath.Glob(pr.files.Etc("cni/net.d/*crio*bridge*.conflist"))
 	for _, b := range bridges {
-		if !j.dryRun {
+		if !pr.dryRun {
 			_ = os.Remove(b)
 		}
 	}
-	if j.host.Run(ctx, 5*time.Minute, false, "systemctl", "enable", "--now", "crio.service") != nil {
+	if pr.host.Run(ctx, 5*time.Minute, false, "systemctl", "enable", "--now", "crio.service") != nil {
 		return errors.New("crio.service did not start (journalctl -u crio)")
 	}
-	if j.host.Run(ctx, time.Minute, false, "systemctl", "enable", "kubelet.service") != nil {
+	if pr.host.Run(ctx, time.Minute, false, "systemctl", "enable", "kubelet.service") != nil {
 		return errors.New("could not enable kubelet.service")
 	}
 	return nil
 }
 
-func (j *joiner) startCrio(ctx context.Context) error {
-	if j.host.Run(ctx, 5*time.Minute, false, "systemctl", "start", "crio.service") != nil {
+func (pr *preparer) startCrio(ctx context.Context) error {
+	if pr.host.Run(ctx, 5*time.Minute, false, "systemctl", "start", "crio.service") != nil {
 		return errors.New("crio.service did not start (journalctl -u crio)")
 	}
 	return nil
@@ -462,62 +491,62 @@ func (j *joiner) startCrio(ctx context.Context) error {
 
 // startPrepull pulls the images in the background, so that the join goes on meanwhile; a failed pull is logged and
 // never fails the boot (the kubelet pulls what is still missing). Each pull is bounded by the deadline.
-func (j *joiner) startPrepull(ctx context.Context) {
-	images := j.prePullImages()
-	if j.baked != nil && len(images) == 0 {
-		j.log.Printf("phase=pre-pull took=0.0s (baked)")
-		j.prepull = make(chan time.Duration, 1)
-		j.prepull <- 0
+func (pr *preparer) startPrepull(ctx context.Context) {
+	images := pr.prePullImages()
+	if pr.baked != nil && len(images) == 0 {
+		pr.log.Printf("phase=pre-pull took=0.0s (baked)")
+		pr.prepull = make(chan time.Duration, 1)
+		pr.prepull <- 0
 		return
 	}
-	if !j.host.Has("crictl") {
-		j.log.Printf("pre-pull skipped: no crictl")
+	if !pr.host.Has("crictl") {
+		pr.log.Printf("pre-pull skipped: no crictl")
 		return
 	}
-	ctx, j.stopPrepull = context.WithCancel(ctx)
-	j.prepull = make(chan time.Duration, 1)
+	ctx, pr.stopPrepull = context.WithCancel(ctx)
+	pr.prepull = make(chan time.Duration, 1)
 	go func() {
-		start := j.clock.Now()
+		start := pr.clock.Now()
 		failed := 0
 		for _, img := range images {
-			err := j.host.Run(ctx, j.clock.Timeout(5*time.Minute), true, "crictl", "--runtime-endpoint", j.cfg.CRISocket,
+			err := pr.host.Run(ctx, pr.clock.Timeout(5*time.Minute), true, "crictl", "--runtime-endpoint", pr.cfg.CRISocket,
 				"pull", img)
 			if ctx.Err() != nil {
 				return
 			}
 			if err != nil {
 				failed++
-				j.log.Printf("pre-pull of %s failed (%v); the kubelet pulls it when needed", img, err)
+				pr.log.Printf("pre-pull of %s failed (%v); the kubelet pulls it when needed", img, err)
 			} else {
-				j.pulled = append(j.pulled, img)
+				pr.pulled = append(pr.pulled, img)
 			}
 		}
-		took := j.clock.Now().Sub(start)
-		j.log.Printf("phase=pre-pull took=%ss (%d images, %d failed)", system.Seconds(took), len(images), failed)
-		j.prepull <- took
+		took := pr.clock.Now().Sub(start)
+		pr.log.Printf("phase=pre-pull took=%ss (%d images, %d failed)", system.Seconds(took), len(images), failed)
+		pr.prepull <- took
 	}()
 }
 
-func (j *joiner) waitPrepull() {
-	if j.prepull == nil {
+func (pr *preparer) waitPrepull() {
+	if pr.prepull == nil {
 		return
 	}
-	j.tl.Add("pre-pull", <-j.prepull)
-	j.prepull = nil
+	pr.tl.Add("pre-pull", <-pr.prepull)
+	pr.prepull = nil
 }
 
-func (j *joiner) joinCluster(ctx context.Context) error {
-	if err := j.runPhases(ctx, []phase{
-		{name: "checks", run: j.readyToJoin},
-		{name: "token", run: j.retried("read the join token from SSM parameter "+j.cfg.JoinTokenParameter, j.readToken)},
-		{name: "api-server", run: j.retried("reach the API server at "+j.cfg.APIServerEndpoint.String(), j.probeAPIServer)},
-		{run: func(context.Context) error { return j.render() }},
-		{name: "kubeadm-join", run: j.retried("kubeadm join", j.kubeadmJoin)},
+func (jn *joining) joinCluster(ctx context.Context) error {
+	if err := jn.runPhases(ctx, []phase{
+		{name: "checks", run: jn.readyToJoin},
+		{name: "token", run: jn.retried("read the join token from SSM parameter "+jn.cfg.JoinTokenParameter, jn.readToken)},
+		{name: "api-server", run: jn.retried("reach the API server at "+jn.cfg.APIServerEndpoint.String(), jn.probeAPIServer)},
+		{run: func(context.Context) error { return jn.render() }},
+		{name: "kubeadm-join", run: jn.retried("kubeadm join", jn.kubeadmJoin)},
 	}); err != nil {
 		return err
 	}
-	j.log.Printf("joined the cluster as %s", j.id.InstanceID)
-	j.stopTimer(ctx)
+	jn.log.Printf("joined the cluster as %s", jn.inst.id.InstanceID)
+	jn.stopTimer(ctx)
 	return nil
 }
 
@@ -532,17 +561,17 @@ type phase struct {
 var Phases = []string{"kernel", "packages", "crio", "checks", "token", "api-server", "kubeadm-join"}
 
 // runPhases runs phases in order, but those the operator skips (--skip), which it logs.
-func (j *joiner) runPhases(ctx context.Context, phases []phase) error {
+func (r *bootEnv) runPhases(ctx context.Context, phases []phase) error {
 	for _, p := range phases {
 		switch {
 		case p.name == "":
 			if err := p.run(ctx); err != nil {
 				return err
 			}
-		case j.skip[p.name]:
-			j.log.Printf("phase=%s skipped (--skip)", p.name)
+		case r.skip[p.name]:
+			r.log.Printf("phase=%s skipped (--skip)", p.name)
 		default:
-			if err := j.tl.NotedPhase(j.log, p.name, p.note, func() error { return p.run(ctx) }); err != nil {
+			if err := r.tl.NotedPhase(r.log, p.name, p.note, func() error { return p.run(ctx) }); err != nil {
 				return err
 			}
 		}
@@ -551,8 +580,8 @@ func (j *joiner) runPhases(ctx context.Context, phases []phase) error {
 }
 
 // retried is attempt retried under the boot's deadline as desc.
-func (j *joiner) retried(desc string, attempt func(context.Context) error) func(context.Context) error {
-	return func(ctx context.Context) error { return j.clock.Retry(ctx, j.log, desc, attempt) }
+func (r *bootEnv) retried(desc string, attempt func(context.Context) error) func(context.Context) error {
+	return func(ctx context.Context) error { return r.clock.Retry(ctx, r.log, desc, attempt) }
 }
 
 // readyToJoin is what must hold before kubeadm join starts the kubelet: what its preflight fails on
@@ -561,23 +590,23 @@ func (j *joiner) retried(desc string, attempt func(context.Context) error) func(
 // now, not while preparing, as a warm pool instance that hibernates needs its swap); and the metadata lockdown,
 // which the kubelet's drop-in requires: starting it here first makes a failure the join's, with its reason, instead
 // of a kubelet that never starts.
-func (j *joiner) readyToJoin(ctx context.Context) error {
+func (jn *joining) readyToJoin(ctx context.Context) error {
 	var missing []string
 	for _, exe := range []string{"ip", "iptables", "mount", "nsenter"} {
-		if !j.host.Has(exe) {
+		if !jn.host.Has(exe) {
 			missing = append(missing, exe)
 		}
 	}
 	if len(missing) > 0 {
 		return fmt.Errorf("kubeadm join needs %s on PATH (preflight InPathCheck)", strings.Join(missing, " "))
 	}
-	if err := j.forwarding(ctx); err != nil {
+	if err := jn.forwarding(ctx); err != nil {
 		return err
 	}
-	if j.host.Run(ctx, time.Minute, false, "swapoff", "-a") != nil {
+	if jn.host.Run(ctx, time.Minute, false, "swapoff", "-a") != nil {
 		return errors.New("could not turn swap off (swapoff -a): the kubelet refuses to start with swap on")
 	}
-	if j.host.Run(ctx, 5*time.Minute, false, "systemctl", "start", imdsLockUnit) != nil {
+	if jn.host.Run(ctx, 5*time.Minute, false, "systemctl", "start", imdsLockUnit) != nil {
 		return errors.New("the instance metadata lockdown did not load (journalctl -u dynk8s-imds-lock): no kubelet " +
 			"may run without it")
 	}
@@ -585,8 +614,8 @@ func (j *joiner) readyToJoin(ctx context.Context) error {
 }
 
 // forwarding: kubeadm join's preflight needs IP forwarding of the API server address's family.
-func (j *joiner) forwarding(ctx context.Context) error {
-	addr, ok := j.cfg.APIServerEndpoint.Addr()
+func (jn *joining) forwarding(ctx context.Context) error {
+	addr, ok := jn.cfg.APIServerEndpoint.Addr()
 	if !ok {
 		return nil // a name: the family is the resolver's
 	}
@@ -595,13 +624,13 @@ func (j *joiner) forwarding(ctx context.Context) error {
 		key, file = "net.ipv6.conf.default.forwarding", "sys/net/ipv6/conf/default/forwarding"
 	}
 	isOne := func() bool {
-		b, err := os.ReadFile(j.files.Proc + "/" + file)
+		b, err := os.ReadFile(jn.files.Proc + "/" + file)
 		return err == nil && strings.TrimSpace(string(b)) == "1"
 	}
-	if isOne() || j.dryRun {
+	if isOne() || jn.dryRun {
 		return nil
 	}
-	_ = j.host.Run(ctx, time.Minute, false, "sysctl", "-q", "-w", key+"=1")
+	_ = jn.host.Run(ctx, time.Minute, false, "sysctl", "-q", "-w", key+"=1")
 	if !isOne() {
 		return fmt.Errorf("kubeadm join needs %s = 1 (preflight FileContent check), and it is not", key)
 	}
@@ -611,15 +640,15 @@ func (j *joiner) forwarding(ctx context.Context) error {
 // readToken: the token rotator in the cluster writes the parameter; until its first run (a fresh install) the
 // parameter is missing or holds a placeholder, and a token it wrote may have expired if it stopped running: each is
 // a reason to retry, never to join with what is there. The value is never logged.
-func (j *joiner) readToken(ctx context.Context) error {
-	j.token = ""
-	ctx, cancel := context.WithTimeout(ctx, j.clock.Timeout(10*time.Second))
+func (jn *joining) readToken(ctx context.Context) error {
+	jn.token = ""
+	ctx, cancel := context.WithTimeout(ctx, jn.clock.Timeout(10*time.Second))
 	defer cancel()
-	out, err := j.cloud.SSM.GetParameter(ctx, &ssm.GetParameterInput{Name: aws.String(j.cfg.JoinTokenParameter),
+	out, err := jn.cloud.SSM.GetParameter(ctx, &ssm.GetParameterInput{Name: aws.String(jn.cfg.JoinTokenParameter),
 		WithDecryption: aws.Bool(true)})
 	if err != nil {
-		j.cloud.Forget(err)
-		err = cloud.APIError("SSM GetParameter "+j.cfg.JoinTokenParameter, err)
+		jn.cloud.Forget(err)
+		err = cloud.APIError("SSM GetParameter "+jn.cfg.JoinTokenParameter, err)
 		if cloud.ErrorCode(err) == "ParameterNotFound" {
 			return fmt.Errorf("%w (not created yet)", err)
 		}
@@ -629,17 +658,17 @@ func (j *joiner) readToken(ctx context.Context) error {
 		return errors.New("it holds no bootstrap token ([a-z0-9]{6}.[a-z0-9]{16}) yet: the cluster's token rotator " +
 			"has not written one")
 	}
-	j.token = aws.ToString(out.Parameter.Value)
+	jn.token = aws.ToString(out.Parameter.Value)
 	return nil
 }
 
 // probeAPIServer only proves that the tunnel and the API server answer (any HTTP status), without checking its
 // certificate: kubeadm then pins the CA by hash.
-func (j *joiner) probeAPIServer(ctx context.Context) error {
-	client := &http.Client{Timeout: j.clock.Timeout(10 * time.Second), Transport: &http.Transport{
+func (jn *joining) probeAPIServer(ctx context.Context) error {
+	client := &http.Client{Timeout: jn.clock.Timeout(10 * time.Second), Transport: &http.Transport{
 		TLSClientConfig: &tls.Config{InsecureSkipVerify: true}, //nolint:gosec // a probe; kubeadm pins the CA
 	}}
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "https://"+j.cfg.APIServerEndpoint.String()+"/readyz", nil)
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "https://"+jn.cfg.APIServerEndpoint.String()+"/readyz", nil)
 	if err != nil {
 		return system.Permanent(err)
 	}
@@ -648,27 +677,27 @@ func (j *joiner) probeAPIServer(ctx context.Context) error {
 		return err
 	}
 	_ = resp.Body.Close()
-	j.log.Printf("API server answered HTTP %d", resp.StatusCode)
+	jn.log.Printf("API server answered HTTP %d", resp.StatusCode)
 	return nil
 }
 
 // render writes the JoinConfiguration, which holds the token, readable by root alone.
-func (j *joiner) render() error {
-	b, err := yaml.Marshal(j.cfg.JoinConfig(j.id, j.token, j.files.Root))
+func (jn *joining) render() error {
+	b, err := yaml.Marshal(jn.cfg.JoinConfig(jn.inst.id, jn.token, jn.files.Root))
 	if err != nil {
 		return fmt.Errorf("JoinConfiguration: %w", err)
 	}
-	if j.dryRun {
-		if j.verbose {
-			hidden, _ := yaml.Marshal(j.cfg.JoinConfig(j.id, "<the token from SSM>", j.files.Root))
-			j.log.Printf("dry run: the JoinConfiguration:\n%s", hidden)
+	if jn.dryRun {
+		if jn.verbose {
+			hidden, _ := yaml.Marshal(jn.cfg.JoinConfig(jn.inst.id, "<the token from SSM>", jn.files.Root))
+			jn.log.Printf("dry run: the JoinConfiguration:\n%s", hidden)
 		}
 		return nil
 	}
-	if err := os.MkdirAll(j.files.Run(""), 0o755); err != nil {
+	if err := os.MkdirAll(jn.files.Run(""), 0o755); err != nil {
 		return err
 	}
-	f, err := os.OpenFile(j.joinConfig(), os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o600)
+	f, err := os.OpenFile(jn.joinConfig(), os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o600)
 	if err != nil {
 		return err
 	}
@@ -679,17 +708,17 @@ func (j *joiner) render() error {
 	return f.Close()
 }
 
-func (j *joiner) kubeadmJoin(ctx context.Context) error {
-	if j.joinAttempts++; j.joinAttempts > 1 {
+func (jn *joining) kubeadmJoin(ctx context.Context) error {
+	if jn.joinAttempts++; jn.joinAttempts > 1 {
 		// The token may have expired or been rotated since the last attempt read it: use what SSM holds now.
-		if err := j.readToken(ctx); err != nil {
+		if err := jn.readToken(ctx); err != nil {
 			return err
 		}
-		if err := j.render(); err != nil {
+		if err := jn.render(); err != nil {
 			return system.Permanent(err)
 		}
 	}
-	err := j.host.Run(ctx, j.clock.Timeout(0), false, "kubeadm", "join", "--config", j.joinConfig())
+	err := jn.host.Run(ctx, jn.clock.Timeout(0), false, "kubeadm", "join", "--config", jn.joinConfig())
 	if err == nil {
 		return nil
 	}
@@ -697,8 +726,8 @@ func (j *joiner) kubeadmJoin(ctx context.Context) error {
 		err = fmt.Errorf("kubeadm join exited %d (its output is above)", ee.Code)
 	}
 	// A failed join leaves files that fail the next attempt's preflight checks.
-	if j.host.Run(ctx, j.clock.Timeout(time.Minute), true, "kubeadm", "reset", "--force") != nil {
-		j.log.Printf("kubeadm reset after the failed join failed too")
+	if jn.host.Run(ctx, jn.clock.Timeout(time.Minute), true, "kubeadm", "reset", "--force") != nil {
+		jn.log.Printf("kubeadm reset after the failed join failed too")
 	}
 	return err
 }
@@ -706,39 +735,39 @@ func (j *joiner) kubeadmJoin(ctx context.Context) error {
 // stopTimer: a joined node needs no timer; the join unit's Condition would skip its runs, but a skipped run leaves
 // the timer's base where it was, so it would fire every 15 s for the node's life. --no-block: nothing may make the
 // join wait on another unit's job.
-func (j *joiner) stopTimer(ctx context.Context) {
-	if !j.files.Exists(j.files.Etc("systemd/system/" + joinTimerName)) {
+func (jn *joining) stopTimer(ctx context.Context) {
+	if !jn.files.Exists(jn.files.Etc("systemd/system/" + joinTimerName)) {
 		return
 	}
-	if j.host.Run(ctx, time.Minute, false, "systemctl", "disable", "--now", "--no-block", joinTimerName) != nil {
-		j.log.Printf("could not stop %s (harmless: its runs are skipped)", joinTimerName)
+	if jn.host.Run(ctx, time.Minute, false, "systemctl", "disable", "--now", "--no-block", joinTimerName) != nil {
+		jn.log.Printf("could not stop %s (harmless: its runs are skipped)", joinTimerName)
 	}
 }
 
 // describe is this instance's group and launch template version, from DescribeAutoScalingInstances.
-func (j *joiner) describe(ctx context.Context) (group, version string, err error) {
-	out, err := j.cloud.ASG.DescribeAutoScalingInstances(ctx, &autoscaling.DescribeAutoScalingInstancesInput{
-		InstanceIds: []string{j.id.InstanceID}})
+func (inst *instance) describe(ctx context.Context) (group, version string, err error) {
+	out, err := inst.cloud.ASG.DescribeAutoScalingInstances(ctx, &autoscaling.DescribeAutoScalingInstancesInput{
+		InstanceIds: []string{inst.id.InstanceID}})
 	if err != nil {
-		j.cloud.Forget(err)
+		inst.cloud.Forget(err)
 		return "", "", cloud.APIError("Auto Scaling DescribeAutoScalingInstances", err)
 	}
 	if len(out.AutoScalingInstances) == 0 || aws.ToString(out.AutoScalingInstances[0].AutoScalingGroupName) == "" {
-		return "", "", fmt.Errorf("no group has %s", j.id.InstanceID)
+		return "", "", fmt.Errorf("no group has %s", inst.id.InstanceID)
 	}
 	in := out.AutoScalingInstances[0]
 	if in.LaunchTemplate != nil {
 		version = aws.ToString(in.LaunchTemplate.Version)
 	}
-	j.group = aws.ToString(in.AutoScalingGroupName)
-	return j.group, version, nil
+	inst.group = aws.ToString(in.AutoScalingGroupName)
+	return inst.group, version, nil
 }
 
-func (j *joiner) groupName(ctx context.Context) (string, error) {
-	if j.group != "" {
-		return j.group, nil
+func (inst *instance) groupName(ctx context.Context) (string, error) {
+	if inst.group != "" {
+		return inst.group, nil
 	}
-	g, _, err := j.describe(ctx)
+	g, _, err := inst.describe(ctx)
 	return g, err
 }
 
@@ -748,20 +777,20 @@ var templateVersionRE = regexp.MustCompile(`^[0-9]+$`)
 // template than the group launches now. A `pulumi up` since then may have changed what its user data baked in (the
 // gateway to wake, the CA pin, the Kubernetes version), and a warm instance keeps the user data it was launched
 // with (EC2 Auto Scaling User Guide, "Update the instances in a warm pool").
-func (j *joiner) stale(ctx context.Context) (bool, error) {
-	ctx, cancel := context.WithTimeout(ctx, j.clock.Timeout(30*time.Second))
+func (inst *instance) stale(ctx context.Context) (bool, error) {
+	ctx, cancel := context.WithTimeout(ctx, inst.clock.Timeout(30*time.Second))
 	defer cancel()
-	group, mine, err := j.describe(ctx)
+	group, mine, err := inst.describe(ctx)
 	if err != nil {
 		return false, err
 	}
 	if !templateVersionRE.MatchString(mine) {
 		return false, fmt.Errorf("no launch template version in the answer ('%s')", mine)
 	}
-	out, err := j.cloud.ASG.DescribeAutoScalingGroups(ctx, &autoscaling.DescribeAutoScalingGroupsInput{
+	out, err := inst.cloud.ASG.DescribeAutoScalingGroups(ctx, &autoscaling.DescribeAutoScalingGroupsInput{
 		AutoScalingGroupNames: []string{group}})
 	if err != nil {
-		j.cloud.Forget(err)
+		inst.cloud.Forget(err)
 		return false, cloud.APIError("Auto Scaling DescribeAutoScalingGroups", err)
 	}
 	current := ""
@@ -771,7 +800,7 @@ func (j *joiner) stale(ctx context.Context) (bool, error) {
 	if !templateVersionRE.MatchString(current) {
 		return false, fmt.Errorf("no launch template version in the answer ('%s')", current)
 	}
-	j.log.Printf("launched from version %s of the launch template; the group launches version %s", mine, current)
+	inst.log.Printf("launched from version %s of the launch template; the group launches version %s", mine, current)
 	m, _ := strconv.Atoi(mine) // both match templateVersionRE
 	c, _ := strconv.Atoi(current)
 	return m < c, nil
@@ -809,17 +838,17 @@ func (j *joiner) handBackStale(ctx context.Context) bool {
 	return true
 }
 
-func (j *joiner) setUnhealthy(ctx context.Context) error {
-	if j.dryRun {
-		j.log.Printf("dry run: would mark %s Unhealthy", j.id.InstanceID)
+func (inst *instance) setUnhealthy(ctx context.Context) error {
+	if inst.dryRun {
+		inst.log.Printf("dry run: would mark %s Unhealthy", inst.id.InstanceID)
 		return nil
 	}
-	ctx, cancel := context.WithTimeout(ctx, j.clock.Timeout(10*time.Second))
+	ctx, cancel := context.WithTimeout(ctx, inst.clock.Timeout(10*time.Second))
 	defer cancel()
-	_, err := j.cloud.ASG.SetInstanceHealth(ctx, &autoscaling.SetInstanceHealthInput{InstanceId: aws.String(j.id.InstanceID),
+	_, err := inst.cloud.ASG.SetInstanceHealth(ctx, &autoscaling.SetInstanceHealthInput{InstanceId: aws.String(inst.id.InstanceID),
 		HealthStatus: aws.String("Unhealthy"), ShouldRespectGracePeriod: aws.Bool(false)})
 	if err != nil {
-		j.cloud.Forget(err)
+		inst.cloud.Forget(err)
 		return cloud.APIError("Auto Scaling SetInstanceHealth", err)
 	}
 	return nil
@@ -827,27 +856,27 @@ func (j *joiner) setUnhealthy(ctx context.Context) error {
 
 // completeLifecycle completes the launch hook's action for this instance with result (CONTINUE or ABANDON);
 // noAction says that none was waiting (a reboot with no transition in progress), which is no error.
-func (j *joiner) completeLifecycle(ctx context.Context, result string) (noAction bool, err error) {
-	group, err := j.groupName(ctx)
+func (inst *instance) completeLifecycle(ctx context.Context, result string) (noAction bool, err error) {
+	group, err := inst.groupName(ctx)
 	if err != nil {
 		return false, err
 	}
-	if j.dryRun {
-		j.log.Printf("dry run: would complete the lifecycle action of hook %s with %s", j.cfg.LaunchHook, result)
+	if inst.dryRun {
+		inst.log.Printf("dry run: would complete the lifecycle action of hook %s with %s", inst.cfg.LaunchHook, result)
 		return false, nil
 	}
-	ctx, cancel := context.WithTimeout(ctx, j.clock.Timeout(10*time.Second))
+	ctx, cancel := context.WithTimeout(ctx, inst.clock.Timeout(10*time.Second))
 	defer cancel()
-	_, err = j.cloud.ASG.CompleteLifecycleAction(ctx, &autoscaling.CompleteLifecycleActionInput{
-		AutoScalingGroupName: aws.String(group), LifecycleHookName: aws.String(j.cfg.LaunchHook),
-		InstanceId: aws.String(j.id.InstanceID), LifecycleActionResult: aws.String(result)})
+	_, err = inst.cloud.ASG.CompleteLifecycleAction(ctx, &autoscaling.CompleteLifecycleActionInput{
+		AutoScalingGroupName: aws.String(group), LifecycleHookName: aws.String(inst.cfg.LaunchHook),
+		InstanceId: aws.String(inst.id.InstanceID), LifecycleActionResult: aws.String(result)})
 	if err == nil {
 		return false, nil
 	}
-	j.cloud.Forget(err)
+	inst.cloud.Forget(err)
 	err = cloud.APIError("Auto Scaling CompleteLifecycleAction", err)
 	if strings.Contains(err.Error(), "No active Lifecycle Action") {
-		j.log.Printf("no lifecycle action of hook %s waits for this instance", j.cfg.LaunchHook)
+		inst.log.Printf("no lifecycle action of hook %s waits for this instance", inst.cfg.LaunchHook)
 		return true, nil
 	}
 	return false, err

@@ -270,9 +270,9 @@ func (r *rig) join() joinRun {
 	if alreadyJoined(f) {
 		log.Printf("already joined; nothing to do")
 	} else {
-		j := &joiner{skip: r.skip, cfg: r.cfg, cloud: r.cloud(), host: r.host, files: f, log: log,
+		j := newJoiner(&bootEnv{skip: r.skip, cfg: r.cfg, cloud: r.cloud(), host: r.host, files: f, log: log,
 			clock: system.NewClock(r.cfg.Deadlines.Join.D(), r.cfg.Deadlines.BackoffInitial.D(), r.cfg.Deadlines.BackoffMax.D()),
-			tl:    system.NewTimeline(time.Now)}
+			tl:    system.NewTimeline(time.Now)})
 		if j.waiting(context.Background()) {
 			run.waited = true
 		} else {
