@@ -18,7 +18,7 @@ import (
 
 // waker makes sure the stack's WireGuard gateway runs, which stops itself when the pools have been idle (the
 // gateway's idle check). The join starts it first thing, so the gateway boots while this node installs its
-// packages; the join then waits for the API server through the tunnel as before.
+// packages; the join then waits for the API server through the tunnel (its api-server phase).
 //
 // ec2:StartInstances is idempotent on a running instance; an instance that is still stopping refuses to start
 // (IncorrectInstanceState), so that, throttling and transport errors are retried until the deadline. A refusal that

@@ -131,7 +131,7 @@ func TestWakeGatewayWithoutIDDoesNothing(t *testing.T) {
 	assert.Check(t, is.Equal(r.imds.Requests, 0))
 }
 
-// The join starts the wake-up beside it and joins as before; a wake-up that fails (no permission) is logged and
+// The join starts the wake-up beside it and joins; a wake-up that fails (no permission) is logged and
 // does not stop a join whose tunnel works.
 func TestJoinWakesTheGateway(t *testing.T) {
 	t.Parallel()
