@@ -373,21 +373,16 @@ func validate(in nodeconfig.Node, r NodeRender) (kube.Minor, error) {
 	}
 	e.add("ClusterName", validateDNSLabel(in.ClusterName))
 	e.add("PoolName", validateDNSLabel(in.PoolName))
+	// The labels' and taints' own rules (NodeRestriction's, the ones the boot sets, the key and value forms, one
+	// taint per key and effect) are the config's, which runs before any renderer (infra/config,
+	// validateLabelsAndTaints); what is left here is the public-data tripwire and the pool label's agreement with
+	// the pool's name.
 	labels := in.Join.Labels
 	for _, k := range slices.Sorted(maps.Keys(labels)) {
-		field := fmt.Sprintf("Join.Labels[%q]", k)
-		if slices.Contains(kube.SetByBoot(), k) {
-			e.add(field, errors.New("is set at boot from the instance's metadata; remove it from the pool"))
-			continue
-		}
-		e.add(field, kube.CheckKey(k))
-		e.add(field, labelValue(labels[k]))
+		e.add(fmt.Sprintf("Join.Labels[%q]", k), noSecret(labels[k]))
 	}
 	if v, ok := labels[kube.LabelPool]; !ok || v != in.PoolName {
 		e.add("Join.Labels", fmt.Errorf("%s must be the pool name %q", kube.LabelPool, in.PoolName))
-	}
-	for _, p := range kube.CheckTaints(in.Join.Taints) {
-		e.add(fmt.Sprintf("Join.Taints[%d].%s", p.Index, p.Field), p.Err)
 	}
 	for i, t := range in.Join.Taints {
 		e.add(fmt.Sprintf("Join.Taints[%d].value", i), noSecret(t.Value))
@@ -411,13 +406,4 @@ func validate(in nodeconfig.Node, r NodeRender) (kube.Minor, error) {
 		return kube.Minor{}, err
 	}
 	return minor, nil
-}
-
-// labelValue is kube.CheckValue plus the public-data tripwire: a value that looks like a token or a key is a
-// wiring mistake.
-func labelValue(v string) error {
-	if err := kube.CheckValue(v); err != nil {
-		return err
-	}
-	return noSecret(v)
 }

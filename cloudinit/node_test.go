@@ -287,19 +287,9 @@ func TestNodeValidation(t *testing.T) {
 		{"pool name", func(in *pool) { in.node.PoolName = "" }, []string{"PoolName"}},
 		{"pool label missing", func(in *pool) { delete(in.node.Join.Labels, kube.LabelPool) }, []string{"dynk8s.io/pool must be the pool name"}},
 		{"pool label mismatch", func(in *pool) { in.node.Join.Labels[kube.LabelPool] = "other" }, []string{"dynk8s.io/pool must be the pool name \"general\""}},
-		{"label forbidden by NodeRestriction", func(in *pool) { in.node.Join.Labels["node-role.kubernetes.io/worker"] = "" }, []string{"NodeRestriction forbids"}},
-		{"label in k8s.io", func(in *pool) { in.node.Join.Labels["example.k8s.io/x"] = "y" }, []string{"NodeRestriction forbids"}},
-		{"label set at boot", func(in *pool) { in.node.Join.Labels["topology.kubernetes.io/zone"] = "eu-central-1a" }, []string{"is set at boot"}},
-		{"label value with comma", func(in *pool) { in.node.Join.Labels["example.com/a"] = "b,c=d" }, []string{"is not a label value"}},
-		{"label key bad", func(in *pool) { in.node.Join.Labels["-bad"] = "x" }, []string{"name part"}},
 		{"label value is a token", func(in *pool) { in.node.Join.Labels["example.com/t"] = "abcdef.0123456789abcdef" }, []string{"looks like a bootstrap token"}},
-		{"taint effect", func(in *pool) { in.node.Join.Taints = []kube.Taint{{Key: "a", Value: "b", Effect: "NoRun"}} }, []string{"Taints[0].effect"}},
-		{"taint key", func(in *pool) { in.node.Join.Taints = []kube.Taint{{Key: "", Value: "b", Effect: "NoSchedule"}} }, []string{"Taints[0].key: is required"}},
 		{"pre-pull image", func(in *pool) { in.node.PrePullImages = []string{"quay.io/ok:1", "Not An Image"} }, []string{"PrePullImages[1]", "is not an image reference"}},
 		{"launch hook", func(in *pool) { in.node.LaunchHook = "hook with blanks" }, []string{"LaunchHook", "is not a lifecycle hook name"}},
-		{"taint twice", func(in *pool) {
-			in.node.Join.Taints = []kube.Taint{{Key: "a", Value: "b", Effect: "NoSchedule"}, {Key: "a", Value: "c", Effect: "NoSchedule"}}
-		}, []string{"Taints[1].key", "is already taints[0]"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			in := generalPool()

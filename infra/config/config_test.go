@@ -249,6 +249,19 @@ func TestBadConfig(t *testing.T) {
 		{"label value not a string", func(c map[string]any) {
 			pool(c, 0)["labels"] = map[string]any{"example.com/cores": 8}
 		}, `dynk8s:nodePools[0].labels["example.com/cores"]`, "must be a string"},
+		{"label the boot sets", func(c map[string]any) {
+			pool(c, 0)["labels"] = map[string]any{"topology.kubernetes.io/zone": "eu-central-1a"}
+		}, `dynk8s:nodePools[0].labels["topology.kubernetes.io/zone"]`, "set by dynk8s"},
+		{"label key not a qualified name", func(c map[string]any) {
+			pool(c, 0)["labels"] = map[string]any{"-bad": "x"}
+		}, "dynk8s:nodePools[0].labels.-bad", "name part"},
+		{"label value with a comma", func(c map[string]any) {
+			pool(c, 0)["labels"] = map[string]any{"example.com/a": "b,c=d"}
+		}, `dynk8s:nodePools[0].labels["example.com/a"]`, "label value"},
+		{"taint twice", func(c map[string]any) {
+			pool(c, 1)["taints"] = []any{map[string]any{"key": "a", "value": "b", "effect": "NoSchedule"},
+				map[string]any{"key": "a", "value": "c", "effect": "NoSchedule"}}
+		}, "dynk8s:nodePools[1].taints[1].key", "is already taints[0]"},
 		{"taint effect unknown", func(c map[string]any) {
 			pool(c, 1)["taints"].([]any)[0].(map[string]any)["effect"] = "NoRun"
 		}, "dynk8s:nodePools[1].taints[0].effect", "NoSchedule"},
