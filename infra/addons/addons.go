@@ -1,6 +1,7 @@
 // Package addons is the in-cluster half of dynk8s: the ClusterAddons component declares the Cluster Autoscaler
-// (AWS provider), the fuse device plugin, the join token rotator, the stale-node cleanup and the spot
-// interruption drain in the on-prem cluster, through the Kubernetes provider it is given. It knows nothing of the
+// (AWS provider), the fuse device plugin, the join token rotator, the CSR approver, the admission policies, the
+// stale-node cleanup and the spot interruption drain in the on-prem cluster, through the Kubernetes provider it is
+// given. It knows nothing of the
 // AWS components: they hand it plain values and outputs.
 package addons
 
@@ -32,8 +33,8 @@ const namespace = "kube-system"
 const skipAwaitAnnotation = "pulumi.com/skipAwait"
 
 // ClusterAddons is everything dynk8s declares inside the on-prem cluster: the Cluster Autoscaler (AWS), the fuse
-// device plugin, the rotator of the tokens the nodes join with, the stale-node cleanup and the spot interruption
-// drain. It takes plain values and the outputs of other components only, so that it also runs on its own against
+// device plugin, the rotator of the tokens the nodes join with, the approver of their kubelets' certificates, the
+// admission policies, the stale-node cleanup and the spot interruption drain. It takes plain values and the outputs of other components only, so that it also runs on its own against
 // any API server (the real-engine tests do that).
 type ClusterAddons struct {
 	pulumi.ResourceState

@@ -432,8 +432,8 @@ type Images struct {
 	// TerminationHandler is aws-node-termination-handler's image; default
 	// public.ecr.aws/aws-ec2/aws-node-termination-handler at the tag infra/addons pins (go run ./cmd/plan shows it).
 	TerminationHandler string `key:"terminationHandler"`
-	// Scripts is the image that runs the token rotator, the stale-node cleanup and the fuse plugin's untaint
-	// container: it needs bash, kubectl, curl, jq and coreutils; default docker.io/alpine/k8s at the tag infra/addons pins.
+	// Scripts is the image that runs the CSR approver, the token rotator, the stale-node cleanup and the fuse
+	// plugin's untaint container: it needs bash, kubectl, curl, jq and coreutils; default docker.io/alpine/k8s at the tag infra/addons pins.
 	Scripts string `key:"scripts"`
 	// Pause is the nodes' sandbox image, CRI-O's pause_image, which it runs in every pod and the boot pre-pulls;
 	// default registry.k8s.io/pause:<the Kubernetes minor's>.
