@@ -23,11 +23,10 @@ func Join(ctx context.Context, env *cli.Env) error {
 	if err != nil {
 		return err
 	}
-	cfg, err := system.LoadConfig(env.Config)
+	cfg, err := env.NodeConfig()
 	if err != nil {
 		return err
 	}
-	env.LogConfig(cfg)
 	d := cfg.Deadlines
 	j := newJoiner(&bootEnv{skip: skip, cfg: cfg, cloud: cloud.New(), host: env.Host(), files: env.Files, log: env.Log,
 		clock: system.NewClock(d.Join.D(), d.BackoffInitial.D(), d.BackoffMax.D()), tl: system.NewTimeline(time.Now),
@@ -60,11 +59,10 @@ func skipped(list string) (map[string]bool, error) {
 // WakeGateway is `dynk8s-node wake-gateway`: the start of the stack's gateway, if it sleeps. The join runs the same
 // beside its prepare; the unit is for an operator.
 func WakeGateway(ctx context.Context, env *cli.Env) error {
-	cfg, err := system.LoadConfig(env.Config)
+	cfg, err := env.NodeConfig()
 	if err != nil {
 		return err
 	}
-	env.LogConfig(cfg)
 	d := cfg.Deadlines
 	w := &waker{cloud: cloud.New(), log: env.Log, dryRun: env.DryRun, settle: d.WakeSettle.D(), interval: d.WakeInterval.D(),
 		clock: system.NewClock(d.Wake.D(), d.BackoffInitial.D(), d.BackoffMax.D())}

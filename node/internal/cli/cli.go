@@ -12,6 +12,7 @@ import (
 	"strings"
 
 	"github.com/dynk8s/dynk8s/node/internal/system"
+	"github.com/dynk8s/dynk8s/node/nodeconfig"
 )
 
 // Command is one of the agent's commands, a row of the command table.
@@ -55,6 +56,16 @@ func (e *Env) LogConfig(cfg interface{ Encode() ([]byte, error) }) {
 		b, _ := cfg.Encode()
 		e.Log.Printf("config %s:\n%s", e.Config, b)
 	}
+}
+
+// NodeConfig reads the node's configuration at --config strictly, with the test hooks' deadlines, and logs it with -v.
+func (e *Env) NodeConfig() (nodeconfig.Node, error) {
+	cfg, err := system.LoadConfig(e.Config)
+	if err != nil {
+		return cfg, err
+	}
+	e.LogConfig(cfg)
+	return cfg, nil
 }
 
 // Host runs the commands that change the machine, for real or, with --dry-run, logged only.

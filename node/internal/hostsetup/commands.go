@@ -9,11 +9,10 @@ import (
 
 // Routes is `dynk8s-node onprem-routes`: the routes toward on-prem, via the VPC's router, capped at the tunnel's MTU.
 func Routes(ctx context.Context, env *cli.Env) error {
-	cfg, err := system.LoadConfig(env.Config)
+	cfg, err := env.NodeConfig()
 	if err != nil {
 		return err
 	}
-	env.LogConfig(cfg)
 	d := cfg.Deadlines
 	clock := system.NewClock(d.Routes.D(), d.BackoffInitial.D(), d.BackoffMax.D())
 	return onPremRoutes(ctx, cfg, ipRoutes{dryRun: env.DryRun, log: env.Log}, clock, env.Log)
@@ -21,10 +20,9 @@ func Routes(ctx context.Context, env *cli.Env) error {
 
 // LockIMDS is `dynk8s-node imds-lock`: the instance metadata lockdown, which the kubelet's drop-in requires.
 func LockIMDS(ctx context.Context, env *cli.Env) error {
-	cfg, err := system.LoadConfig(env.Config)
+	cfg, err := env.NodeConfig()
 	if err != nil {
 		return err
 	}
-	env.LogConfig(cfg)
 	return lockMetadata(ctx, cfg, localUser(env.Files.Etc("passwd")), env.Host(), env.Files, env.Log)
 }
