@@ -12,6 +12,11 @@ const (
 	TagPool    = "dynk8s:pool"
 )
 
+// TagKubeletKey is the tag a pool instance puts on itself before it joins: the lowercase hex sha256 of the DER
+// SubjectPublicKeyInfo of the key its kubelet's bootstrap CSR is signed with. The node role may write this one tag,
+// on its own instance only; the controller approves a node's CSR only when its public key has that hash.
+const TagKubeletKey = "dynk8s:kubelet-key-sha256"
+
 // The forms of the values the agent reads (from its config, IMDS and SSM), which the config and the renderer check
 // too, or look for where a secret must not be: one home each.
 const (
