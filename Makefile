@@ -8,12 +8,12 @@ GOBIN := $(shell $(GO) env GOPATH)/bin
 GOLANGCI_LINT := $(GOBIN)/golangci-lint
 # Debian packages the tests run for real: cloud-init (schema), shellcheck, wireguard-tools (wg parser), nftables
 # (nft -c on the gateway ruleset), systemd (systemd-analyze verify of the units the user data writes); and what the
-# scripts under test run for real beside their stand-ins: curl (the bootstrap's S3 fetch and the token rotator's
-# calls) and jq (the in-cluster scripts' JSON); and python3, which no unit test runs any more (the e2e's moto does).
+# bootstrap under test runs for real beside its stand-ins: curl (its S3 fetch); and python3, which no unit test runs
+# any more (the e2e's moto does).
 # Nothing else of the host's reaches a script under test (internal/testkit/realtools.ClosedPath); `make fresh` proves
 # this list is enough.
 DEBIAN_TOOLS := cloud-init:cloud-init shellcheck:shellcheck wg:wireguard-tools nft:nftables curl:curl \
-	python3:python3 jq:jq systemd-analyze:systemd
+	python3:python3 systemd-analyze:systemd
 
 .PHONY: help test tools fmt-check vet lint unit plan golden e2e fresh build preview up clean
 

@@ -15,8 +15,8 @@ import (
 	is "gotest.tools/v3/assert/cmp"
 )
 
-// The agent's hash pins it in user data, so the build must give the same bytes wherever it runs: this one builds it
-// twice, once from this checkout with the shared build cache and once from a copy of its sources under another
+// The agent's hash pins it in user data, and the controller's the controller's Deployment, so the build must give the
+// same bytes wherever it runs: this one builds both twice, once from this checkout with the shared build cache and once from a copy of its sources under another
 // path with an empty build cache and a caller environment that would change the bytes if the script let it
 // through, and compares the binaries' sha256.
 func TestAgentBuildIsReproducible(t *testing.T) {
@@ -35,8 +35,8 @@ func TestAgentBuildIsReproducible(t *testing.T) {
 
 	pin := regexp.MustCompile(`(?m)^readonly AGENT_GO=(go[0-9.]+)$`).FindStringSubmatch(readFile(t, "hack/build-agent.sh"))
 	assert.Assert(t, pin != nil, "hack/build-agent.sh names no AGENT_GO")
-	for _, arch := range []string{"amd64", "arm64"} {
-		name := "dynk8s-node-linux-" + arch
+	for _, name := range []string{"dynk8s-node-linux-amd64", "dynk8s-node-linux-arm64",
+		"dynk8s-controller-linux-amd64", "dynk8s-controller-linux-arm64"} {
 		a, b := sha256File(t, filepath.Join(first, name)), sha256File(t, filepath.Join(second, name))
 		t.Logf("%s: %s", name, a)
 		assert.Check(t, is.Equal(a, b), "%s differs between the two builds", name)
@@ -63,11 +63,11 @@ func runBuild(t *testing.T, dir, out string, env []string) {
 }
 
 // copyAgentSources copies go.mod, go.sum, the build script and the directory of every package of this module the
-// agent imports to dst.
+// agent or the controller imports to dst.
 func copyAgentSources(t *testing.T, dst string) {
 	t.Helper()
 	cmd := exec.Command("go", "list", "-deps", "-f", "{{if .Module}}{{if .Module.Main}}{{.Dir}}{{end}}{{end}}",
-		"./node/cmd/dynk8s-node")
+		"./node/cmd/dynk8s-node", "./cluster/cmd/dynk8s-controller")
 	cmd.Env = append(os.Environ(), "GOOS=linux", "CGO_ENABLED=0")
 	out, err := cmd.Output()
 	assert.NilError(t, err)

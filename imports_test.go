@@ -34,6 +34,9 @@ var importRules = map[string][]string{
 	// The node agent is one small static binary: its wing (node/), the leaves and the AWS SDK, nothing of the stack.
 	module + "/node/nodeconfig":      {"github.com/pulumi/", module + "/"},
 	module + "/node/cmd/dynk8s-node": {"github.com/pulumi/", module + "/", "k8s.io/"},
+	// The controller is the cluster wing's one binary: client-go, the AWS SDK, its wing (cluster/) and the leaves,
+	// nothing of the stack.
+	module + "/cluster/cmd/dynk8s-controller": {"github.com/pulumi/", module + "/"},
 }
 
 // exempt are allowed although a rule's prefix matches them: infra/addons takes the config types, the node agent
@@ -43,6 +46,8 @@ var exempt = map[string][]string{
 	module + "/wireguard":            {module + "/internal/endpoint", module + "/internal/kube"},
 	module + "/node/nodeconfig":      {module + "/internal/names", module + "/internal/endpoint", module + "/internal/kube"},
 	module + "/node/cmd/dynk8s-node": {module + "/node", module + "/internal/names", module + "/internal/endpoint", module + "/internal/kube"},
+	module + "/cluster/cmd/dynk8s-controller": {module + "/cluster", module + "/internal/names",
+		module + "/internal/endpoint", module + "/internal/kube"},
 }
 
 // leaves are the facts shared across the house (internal/): they depend on no Pulumi and on nothing of the module

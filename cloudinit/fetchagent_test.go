@@ -7,11 +7,13 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"strconv"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/aws/aws-sdk-go-v2/aws"
 	"gotest.tools/v3/assert"
 	is "gotest.tools/v3/assert/cmp"
 
@@ -231,4 +233,52 @@ func TestFetchAgentOnLaterBoots(t *testing.T) {
 	got, _, err := replaced.installed()
 	assert.NilError(t, err)
 	assert.Check(t, is.DeepEqual(got, testAgentBinary))
+}
+
+// The controller's init container runs the bootstrap with an IAM user's key from the environment and no IMDS: it
+// signs with that key (no session token), installs where DYNK8S_AGENT_DEST says, and keeps the key off curl's argv.
+func TestFetchAgentWithAKeyFromTheEnvironment(t *testing.T) {
+	t.Parallel()
+	realCurl := realtools.Require(t, "curl")
+	const keyID, secret = "AKIAFAKECONTROLLER01", "fake/controller/secret+key0123456789ABCD"
+	key := "dynk8s-controller/linux-" + map[string]string{"amd64": "amd64", "arm64": "arm64"}[runtime.GOARCH]
+	s3 := fakeaws.NewS3(t, fakeaws.SigV4{Region: "eu-central-1", Credentials: aws.Credentials{AccessKeyID: keyID, SecretAccessKey: secret}})
+	s3.PutObject(testAgentBucket, key, testAgentVersion, testAgentBinary)
+	dest := filepath.Join(t.TempDir(), "dynk8s-controller")
+	bin := realtools.ClosedPath(t)
+	stubDir := t.TempDir()
+	realtools.WriteStub(t, bin, "curl", "#!/usr/bin/env bash\nprintf '%s\\n' \"$*\" >>"+stubDir+"/curl-argv\nexec "+realCurl+" \"$@\"\n")
+	cmd := exec.Command("scripts/fetch-agent.sh")
+	// Both architectures' pins, the other one wrong: the machine's are taken.
+	arch := strings.ToUpper(runtime.GOARCH)
+	other := map[string]string{"AMD64": "ARM64", "ARM64": "AMD64"}[arch]
+	cmd.Env = []string{"PATH=" + bin, "DYNK8S_AGENT_BUCKET=" + testAgentBucket, "DYNK8S_AGENT_KEY_" + arch + "=" + key,
+		"DYNK8S_AGENT_VERSION_ID_" + arch + "=" + testAgentVersion, "DYNK8S_AGENT_SHA256_" + arch + "=" + testAgentSHA256,
+		"DYNK8S_AGENT_KEY_" + other + "=not/this", "DYNK8S_AGENT_VERSION_ID_" + other + "=nope",
+		"DYNK8S_AGENT_SHA256_" + other + "=" + sha256Of(nil),
+		"DYNK8S_AGENT_DEADLINE_SECONDS=20", "DYNK8S_AGENT_DEST=" + dest, "DYNK8S_AWS_REGION=eu-central-1",
+		"DYNK8S_S3_ENDPOINT=" + s3.URL, "AWS_ACCESS_KEY_ID=" + keyID, "AWS_SECRET_ACCESS_KEY=" + secret,
+		// An IMDS that is not there: the environment's key is used, IMDS never asked.
+		"DYNK8S_IMDS_ENDPOINT=http://127.0.0.1:9"}
+	out, err := cmd.CombinedOutput()
+	assert.NilError(t, err, "%s", out)
+	realtools.CheckNoMissingCommand(t, string(out))
+	assert.Check(t, is.Contains(string(out), "installed dynk8s-controller "+testAgentSHA256))
+	got, err := os.ReadFile(dest)
+	assert.NilError(t, err)
+	assert.Check(t, is.DeepEqual(got, testAgentBinary))
+	assert.Check(t, is.Equal(s3.Requests(), 1))
+	argv, _ := os.ReadFile(filepath.Join(stubDir, "curl-argv"))
+	assert.Check(t, !strings.Contains(string(argv), secret) && !strings.Contains(string(argv), keyID), "the key in curl's argv:\n%s", argv)
+	assert.Check(t, !strings.Contains(string(argv), "169.254") && !strings.Contains(string(argv), "127.0.0.1:9"), "IMDS asked:\n%s", argv)
+
+	// Without the key the run stops at once, naming what is missing.
+	cmd = exec.Command("scripts/fetch-agent.sh")
+	cmd.Env = []string{"PATH=" + bin, "DYNK8S_AGENT_BUCKET=b", "DYNK8S_AGENT_KEY=k", "DYNK8S_AGENT_VERSION_ID=v",
+		"DYNK8S_AGENT_SHA256=" + testAgentSHA256, "DYNK8S_AGENT_DEADLINE_SECONDS=20", "DYNK8S_AGENT_DEST=" + dest + "-2",
+		"DYNK8S_AWS_REGION=eu-central-1", "DYNK8S_S3_ENDPOINT=" + s3.URL}
+	out, err = cmd.CombinedOutput()
+	assert.Check(t, err != nil, "ran without a key:\n%s", out)
+	assert.Check(t, is.Contains(string(out), "AWS_ACCESS_KEY_ID"))
+	assert.Check(t, is.Equal(s3.Requests(), 1), "S3 asked without a key")
 }

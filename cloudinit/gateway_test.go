@@ -216,8 +216,9 @@ func TestGatewayRendersNoSecret(t *testing.T) {
 	}
 }
 
-// The EC2 limit is 16 KiB gzipped. The gateway carries the bootstrap, gateway.json and its units (about 2.7-2.9 KB
-// gzipped); the size is logged for the record, and held under a budget that a script moved back in would exceed.
+// The EC2 limit is 16 KiB gzipped. The gateway carries the bootstrap, gateway.json and its units (about 3.0-3.2 KB
+// gzipped since the bootstrap also serves the controller's init container); the size is logged for the record, and
+// held under a budget that a script moved back in would exceed.
 func TestGatewayUserDataSize(t *testing.T) {
 	t.Parallel()
 	for name, ud := range renderedGatewayUserData(t) {
@@ -226,7 +227,7 @@ func TestGatewayUserDataSize(t *testing.T) {
 		gz, err := base64.StdEncoding.DecodeString(enc)
 		assert.NilError(t, err)
 		t.Logf("%s: %d bytes raw, %d bytes gzipped", name, len(ud), len(gz))
-		assert.Check(t, len(gz) <= 3*1024, "%s: %d bytes gzipped; keep the gateway's user data small", name, len(gz))
+		assert.Check(t, len(gz) <= 3584, "%s: %d bytes gzipped; keep the gateway's user data small", name, len(gz))
 	}
 }
 

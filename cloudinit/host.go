@@ -54,10 +54,20 @@ const (
 // serializeImagePulls and maxParallelImagePulls: the kubelet pulls one image at a time by default, so a new node's
 // CNI, termination handler and fuse images queue behind each other before it is Ready; in parallel (at most
 // maxParallelImagePulls, which needs serializeImagePulls false: KubeletConfiguration, kubelet/config/v1beta1).
+//
+// rotateCertificates false: the kubelet then bootstraps its client certificate with the key the agent wrote to
+// <cert dir>/kubelet-client.key.tmp and marked its instance with (pkg/kubelet/certificate/bootstrap LoadClientCert,
+// which reuses that file), the key the controller binds the node's name to. With it true, which kubeadm sets, the
+// kubelet's certificate manager makes a fresh key for every request and never reads the file
+// (cmd/kubelet/app/server.go buildKubeletClientConfig; client-go util/certificate certificate_manager.go generateCSR),
+// and the binding could not hold. The price: the client certificate is not renewed, so a pool node lasts the
+// cluster signer's duration (kube-controller-manager --cluster-signing-duration, a year by default), far beyond a
+// burst node's life; docs/security.md says so.
 type kubeletPatch struct {
 	ResolvConf            string `json:"resolvConf"`
 	SerializeImagePulls   bool   `json:"serializeImagePulls"`
 	MaxParallelImagePulls int    `json:"maxParallelImagePulls"`
+	RotateCertificates    bool   `json:"rotateCertificates"`
 }
 
 // maxParallelImagePulls bounds a new node's concurrent pulls (bandwidth shared with the packages and the pre-pull).

@@ -40,9 +40,10 @@ func TestNodeKubeletPatchSetsResolvConf(t *testing.T) {
 	patch := fileByPath(t, cc, "/etc/kubernetes/patches/kubeletconfiguration+merge.yaml")
 	var p map[string]any
 	assert.NilError(t, yaml.UnmarshalStrict([]byte(patch.Content), &p))
-	// Image pulls in parallel, so the DaemonSets' images do not queue behind each other on a new node (boot N3).
+	// Image pulls in parallel, so the DaemonSets' images do not queue behind each other on a new node (boot N3);
+	// no client certificate rotation, so that the kubelet bootstraps with the key the agent marked its instance with.
 	assert.Check(t, is.DeepEqual(p, map[string]any{"resolvConf": "/run/systemd/resolve/resolv.conf",
-		"serializeImagePulls": false, "maxParallelImagePulls": float64(4)}))
+		"serializeImagePulls": false, "maxParallelImagePulls": float64(4), "rotateCertificates": false}))
 
 }
 

@@ -7,9 +7,11 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 
 	"github.com/pulumi/pulumi-aws/sdk/v6/go/aws/iam"
 	"github.com/pulumi/pulumi-aws/sdk/v6/go/aws/s3"
@@ -29,15 +31,32 @@ const AgentBucketType = "dynk8s:infra:AgentBucket"
 const AgentDir = "build/agent"
 
 // AgentPrefix is the key prefix of the agent's objects: one object per architecture, "dynk8s-node/linux-<arch>".
-const AgentPrefix = "dynk8s-node/"
+const AgentPrefix = string(NodeAgent) + "/"
+
+// Executable is one of the binaries the agent bucket serves, by its name: the file `make build` writes is
+// <name>-linux-<arch>, its key <name>/linux-<arch>.
+type Executable string
+
+const (
+	// NodeAgent runs on the pool instances and the gateway (node/cmd/dynk8s-node).
+	NodeAgent Executable = "dynk8s-node"
+	// Controller runs in the on-prem cluster (cluster/cmd/dynk8s-controller): its init container fetches it.
+	Controller Executable = "dynk8s-controller"
+)
+
+// ControllerArches are the architectures the controller is built and uploaded for: it runs on an on-prem node,
+// which may be of either.
+var ControllerArches = []kube.Arch{kube.ArchArm64, kube.ArchX86_64}
 
 // StandInSHA256 is the sha256 of no bytes: the hash of the empty object the offline plan declares for an agent that
 // was not built. The engine's run never declares one (BuiltAgent), and the bootstrap refuses an empty download.
 const StandInSHA256 = "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855"
 
-// AgentBinary is the node agent built for one architecture.
+// AgentBinary is one program built for one architecture.
 type AgentBinary struct {
-	Arch kube.Arch
+	// Executable is what was built ("": NodeAgent).
+	Executable Executable
+	Arch       kube.Arch
 	// Path is the built file; "" for the plan's stand-in (an empty object).
 	Path string
 	// SHA256 is the file's sha256, lowercase hex; StandInSHA256 for the stand-in.
@@ -49,43 +68,54 @@ type AgentBinary struct {
 // StandIn reports whether b is the plan's stand-in rather than a built binary.
 func (b AgentBinary) StandIn() bool { return b.Path == "" }
 
-// AgentFiles finds the node agent built for an architecture.
-type AgentFiles func(arch kube.Arch) (AgentBinary, error)
+// program is b's program, NodeAgent when unset.
+func (b AgentBinary) program() Executable { return cmp.Or(b.Executable, NodeAgent) }
+
+// AgentFiles finds a program built for an architecture.
+type AgentFiles func(p Executable, arch kube.Arch) (AgentBinary, error)
 
 // BuiltAgent is the engine's AgentFiles: the binaries under dir, and an error naming the command that builds a
 // missing one. A stack never uploads a stand-in.
 func BuiltAgent(dir string) AgentFiles {
-	return func(arch kube.Arch) (AgentBinary, error) {
-		b, err := readAgent(dir, arch)
+	return func(p Executable, arch kube.Arch) (AgentBinary, error) {
+		b, err := readAgent(dir, p, arch)
 		if errors.Is(err, os.ErrNotExist) {
-			return AgentBinary{}, fmt.Errorf("node agent for %s: %s is not built: run `make build` first", arch,
-				agentPath(dir, arch))
+			return AgentBinary{}, fmt.Errorf("%s for %s: %s is not built: run `make build` first", p.what(), arch,
+				agentPath(dir, p, arch))
 		}
 		return b, err
 	}
+}
+
+// what names p in an error.
+func (p Executable) what() string {
+	if p == Controller {
+		return "controller"
+	}
+	return "node agent"
 }
 
 // AgentOrStandIn is the offline plan's AgentFiles: the binary under dir when it was built, else the stand-in; dir
 // "" always gives the stand-in (the goldens, which must not depend on whether `make build` ran).
 func AgentOrStandIn(dir string) AgentFiles {
-	return func(arch kube.Arch) (AgentBinary, error) {
+	return func(p Executable, arch kube.Arch) (AgentBinary, error) {
 		if dir == "" {
-			return AgentBinary{Arch: arch, SHA256: StandInSHA256}, nil
+			return AgentBinary{Executable: p, Arch: arch, SHA256: StandInSHA256}, nil
 		}
-		b, err := readAgent(dir, arch)
+		b, err := readAgent(dir, p, arch)
 		if errors.Is(err, os.ErrNotExist) {
-			return AgentBinary{Arch: arch, SHA256: StandInSHA256}, nil
+			return AgentBinary{Executable: p, Arch: arch, SHA256: StandInSHA256}, nil
 		}
 		return b, err
 	}
 }
 
-func agentPath(dir string, arch kube.Arch) string {
-	return filepath.Join(dir, "dynk8s-node-linux-"+arch.Label())
+func agentPath(dir string, p Executable, arch kube.Arch) string {
+	return filepath.Join(dir, string(p)+"-linux-"+arch.Label())
 }
 
-func readAgent(dir string, arch kube.Arch) (AgentBinary, error) {
-	path := agentPath(dir, arch)
+func readAgent(dir string, p Executable, arch kube.Arch) (AgentBinary, error) {
+	path := agentPath(dir, p, arch)
 	f, err := os.Open(path)
 	if err != nil {
 		return AgentBinary{}, err
@@ -94,12 +124,12 @@ func readAgent(dir string, arch kube.Arch) (AgentBinary, error) {
 	h := sha256.New()
 	n, err := io.Copy(h, f)
 	if err != nil {
-		return AgentBinary{}, fmt.Errorf("node agent for %s: %w", arch, err)
+		return AgentBinary{}, fmt.Errorf("%s for %s: %w", p.what(), arch, err)
 	}
 	if n == 0 {
-		return AgentBinary{}, fmt.Errorf("node agent for %s: %s is empty", arch, path)
+		return AgentBinary{}, fmt.Errorf("%s for %s: %s is empty", p.what(), arch, path)
 	}
-	return AgentBinary{Arch: arch, Path: path, SHA256: hex.EncodeToString(h.Sum(nil)), Size: n}, nil
+	return AgentBinary{Executable: p, Arch: arch, Path: path, SHA256: hex.EncodeToString(h.Sum(nil)), Size: n}, nil
 }
 
 // AgentObject is one architecture's agent in the bucket: what a node's user data pins.
@@ -124,8 +154,10 @@ type AgentBucket struct {
 	pulumi.ResourceState
 
 	BucketName pulumi.StringOutput `pulumi:"bucketName"`
-	// Objects are by architecture, for those in Binaries.
+	// Objects are the node agent's, by architecture, for those in Binaries.
 	Objects map[kube.Arch]AgentObject
+	// Controller are the controller's objects, by architecture, for those in Binaries.
+	Controller map[kube.Arch]AgentObject
 }
 
 // AgentBucketArgs are the inputs of AgentBucket.
@@ -139,6 +171,9 @@ type AgentBucketArgs struct {
 	// Readers are the instance roles (by name) that download the agent, each with the architectures it runs: a
 	// role may read exactly those objects.
 	Readers []AgentReader
+	// ControllerReader is the IAM user (by name) whose key the controller's init container downloads the
+	// controller with (optional): it may read exactly the controller's objects.
+	ControllerReader pulumi.StringInput
 	// Deployer is the principal running `pulumi up` (DeployerARN), the only one the bucket policy lets write,
 	// delete or supersede the objects (required).
 	Deployer pulumi.StringInput
@@ -161,7 +196,7 @@ func NewAgentBucket(ctx *pulumi.Context, name string, args *AgentBucketArgs, opt
 		return nil, fmt.Errorf("agent bucket: retention of %d days is under %d", args.RetentionDays,
 			config.MinAgentRetentionDays)
 	}
-	comp := &AgentBucket{Objects: map[kube.Arch]AgentObject{}}
+	comp := &AgentBucket{Objects: map[kube.Arch]AgentObject{}, Controller: map[kube.Arch]AgentObject{}}
 	if err := ctx.RegisterComponentResource(AgentBucketType, name, comp, opts...); err != nil {
 		return nil, err
 	}
@@ -216,18 +251,25 @@ func NewAgentBucket(ctx *pulumi.Context, name string, args *AgentBucketArgs, opt
 	if err != nil {
 		return fail("versioning", err)
 	}
+	expire := func(id string, p Executable) *s3.BucketLifecycleConfigurationV2RuleArgs {
+		return &s3.BucketLifecycleConfigurationV2RuleArgs{
+			Id:     pulumi.String(id),
+			Status: pulumi.String("Enabled"),
+			Filter: &s3.BucketLifecycleConfigurationV2RuleFilterArgs{Prefix: pulumi.String(string(p) + "/")},
+			NoncurrentVersionExpiration: &s3.BucketLifecycleConfigurationV2RuleNoncurrentVersionExpirationArgs{
+				NoncurrentDays: pulumi.Int(args.RetentionDays),
+			},
+		}
+	}
+	rules := s3.BucketLifecycleConfigurationV2RuleArray{expire("expire-replaced-agents", NodeAgent)}
+	if slices.ContainsFunc(args.Binaries, func(b AgentBinary) bool { return b.program() == Controller }) {
+		// A replaced controller is kept as long: a Deployment rolled back, or a pod that restarts before the update
+		// reaches it, fetches the pinned older one.
+		rules = append(rules, expire("expire-replaced-controllers", Controller))
+	}
 	if _, err := s3.NewBucketLifecycleConfigurationV2(ctx, name, &s3.BucketLifecycleConfigurationV2Args{
 		Bucket: bucket.ID(),
-		Rules: s3.BucketLifecycleConfigurationV2RuleArray{
-			&s3.BucketLifecycleConfigurationV2RuleArgs{
-				Id:     pulumi.String("expire-replaced-agents"),
-				Status: pulumi.String("Enabled"),
-				Filter: &s3.BucketLifecycleConfigurationV2RuleFilterArgs{Prefix: pulumi.String(AgentPrefix)},
-				NoncurrentVersionExpiration: &s3.BucketLifecycleConfigurationV2RuleNoncurrentVersionExpirationArgs{
-					NoncurrentDays: pulumi.Int(args.RetentionDays),
-				},
-			},
-		},
+		Rules:  rules,
 	}, parent, pulumi.DependsOn([]pulumi.Resource{versioning})); err != nil {
 		return fail("lifecycle", err)
 	}
@@ -245,9 +287,16 @@ func NewAgentBucket(ctx *pulumi.Context, name string, args *AgentBucketArgs, opt
 	}
 
 	binaries := slices.Clone(args.Binaries)
-	slices.SortFunc(binaries, func(a, b AgentBinary) int { return cmp.Compare(a.Arch, b.Arch) })
+	slices.SortFunc(binaries, func(a, b AgentBinary) int {
+		return cmp.Or(cmp.Compare(a.program(), b.program()), cmp.Compare(a.Arch, b.Arch))
+	})
 	for _, b := range binaries {
-		key := AgentPrefix + "linux-" + b.Arch.Label()
+		key := string(b.program()) + "/linux-" + b.Arch.Label()
+		// The node agent's objects keep the resource names they had before the bucket served a second program.
+		resource := name + "-linux-" + b.Arch.Label()
+		if b.program() != NodeAgent {
+			resource = name + "-" + strings.TrimPrefix(string(b.program()), "dynk8s-") + "-linux-" + b.Arch.Label()
+		}
 		objArgs := &s3.BucketObjectv2Args{
 			Bucket:      bucket.ID(),
 			Key:         pulumi.String(key),
@@ -258,17 +307,21 @@ func NewAgentBucket(ctx *pulumi.Context, name string, args *AgentBucketArgs, opt
 		}
 		if b.StandIn() {
 			objArgs.Metadata = pulumi.StringMap{"sha256": pulumi.String(b.SHA256),
-				"stand-in": pulumi.String("the agent was not built (make build): an empty object")}
+				"stand-in": pulumi.String("the " + b.program().what() + " was not built (make build): an empty object")}
 			objArgs.Content = pulumi.String("")
 		} else {
 			objArgs.Source = pulumi.NewFileAsset(b.Path)
 		}
-		obj, err := s3.NewBucketObjectv2(ctx, name+"-linux-"+b.Arch.Label(), objArgs, parent,
+		obj, err := s3.NewBucketObjectv2(ctx, resource, objArgs, parent,
 			pulumi.DependsOn([]pulumi.Resource{versioning, sse, policy}))
 		if err != nil {
 			return fail("object "+key, err)
 		}
-		comp.Objects[b.Arch] = AgentObject{Bucket: bucket.Bucket, Key: key, VersionID: obj.VersionId,
+		objects := comp.Objects
+		if b.program() == Controller {
+			objects = comp.Controller
+		}
+		objects[b.Arch] = AgentObject{Bucket: bucket.Bucket, Key: key, VersionID: obj.VersionId,
 			SHA256: b.SHA256, StandIn: b.StandIn(), arn: pulumi.Sprintf("%s/%s", bucket.Arn, key)}
 	}
 
@@ -293,6 +346,26 @@ func NewAgentBucket(ctx *pulumi.Context, name string, args *AgentBucketArgs, opt
 		}
 	}
 
+	if args.ControllerReader != nil {
+		var arns pulumi.StringArray
+		for _, arch := range slices.Sorted(maps.Keys(comp.Controller)) {
+			arns = append(arns, comp.Controller[arch].arn)
+		}
+		if len(arns) == 0 {
+			return fail("controller reader", errors.New("no controller binary"))
+		}
+		policy := pulumix.ApplyErr(arns.ToStringArrayOutput(), func(arns []string) (string, error) {
+			return ReadControllerPolicy(arns).JSON()
+		})
+		if _, err := iam.NewUserPolicy(ctx, name+"-controller-read", &iam.UserPolicyArgs{
+			User:   args.ControllerReader,
+			Name:   pulumi.String("read-controller"),
+			Policy: pulumix.Cast[pulumi.StringOutput](policy),
+		}, parent); err != nil {
+			return fail("controller reader", err)
+		}
+	}
+
 	comp.BucketName = bucket.Bucket
 	if err := ctx.RegisterResourceOutputs(comp, pulumi.Map{"bucketName": comp.BucketName}); err != nil {
 		return fail("outputs", err)
@@ -308,4 +381,15 @@ func agentBucketPrefix(clusterName string) string {
 		clusterName = clusterName[:n]
 	}
 	return head + clusterName + tail
+}
+
+// ReadControllerPolicy lets the controller's IAM user download the controller: exactly its objects (one per
+// architecture), at any of their versions, and nothing else of the bucket.
+func ReadControllerPolicy(objectARNs []string) PolicyDocument {
+	return PolicyDocument{Version: policyVersion, Statement: []PolicyStatement{{
+		Sid:      "ReadTheController",
+		Effect:   "Allow",
+		Action:   []string{"s3:GetObject", "s3:GetObjectVersion"},
+		Resource: objectARNs,
+	}}}
 }

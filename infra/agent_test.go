@@ -20,10 +20,10 @@ import (
 func TestAgentBucketComponent(t *testing.T) {
 	dir := t.TempDir()
 	assert.NilError(t, os.WriteFile(filepath.Join(dir, "dynk8s-node-linux-arm64"), []byte("arm agent"), 0o755))
-	arm, err := infra.AgentOrStandIn(dir)(kube.ArchArm64)
+	arm, err := infra.AgentOrStandIn(dir)(infra.NodeAgent, kube.ArchArm64)
 	assert.NilError(t, err)
 	assert.Equal(t, arm.SHA256, sha256Hex("arm agent"))
-	x86, err := infra.AgentOrStandIn(dir)(kube.ArchX86_64)
+	x86, err := infra.AgentOrStandIn(dir)(infra.NodeAgent, kube.ArchX86_64)
 	assert.NilError(t, err)
 	assert.Check(t, x86.StandIn(), "not built: the stand-in")
 	assert.Equal(t, x86.SHA256, sha256Hex(""))
@@ -110,11 +110,11 @@ func TestAgentBucketComponent(t *testing.T) {
 func TestAgentBucketRefusesBadInput(t *testing.T) {
 	dir := t.TempDir()
 	assert.NilError(t, os.WriteFile(filepath.Join(dir, "dynk8s-node-linux-arm64"), nil, 0o755))
-	_, err := infra.BuiltAgent(dir)(kube.ArchArm64)
+	_, err := infra.BuiltAgent(dir)(infra.NodeAgent, kube.ArchArm64)
 	assert.ErrorContains(t, err, "dynk8s-node-linux-arm64 is empty")
-	_, err = infra.AgentOrStandIn(dir)(kube.ArchArm64)
+	_, err = infra.AgentOrStandIn(dir)(infra.NodeAgent, kube.ArchArm64)
 	assert.ErrorContains(t, err, "is empty", "an empty build is no stand-in")
-	_, err = infra.BuiltAgent(dir)(kube.ArchX86_64)
+	_, err = infra.BuiltAgent(dir)(infra.NodeAgent, kube.ArchX86_64)
 	assert.ErrorContains(t, err, "is not built: run `make build` first")
 
 	cloud := runComponent(t, func(ctx *pulumi.Context) error {

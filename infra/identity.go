@@ -65,6 +65,9 @@ type Identity struct {
 	// AutoscalerSecretAccessKey is secret.
 	AutoscalerSecretAccessKey pulumi.StringOutput `pulumi:"autoscalerSecretAccessKey"`
 	CleanupAccessKeyID        pulumi.StringOutput `pulumi:"cleanupAccessKeyId"`
+	// CleanupUserName is the cleanup's IAM user, whose key the controller asks EC2 with and downloads itself with
+	// (the agent bucket's ControllerReader).
+	CleanupUserName pulumi.StringOutput
 	// CleanupSecretAccessKey is secret.
 	CleanupSecretAccessKey  pulumi.StringOutput `pulumi:"cleanupSecretAccessKey"`
 	TokenRotatorAccessKeyID pulumi.StringOutput `pulumi:"tokenRotatorAccessKeyId"`
@@ -153,6 +156,17 @@ func NewIdentity(ctx *pulumi.Context, name string, args *IdentityArgs, opts ...p
 		Policy: lifecycle,
 	}, parent); err != nil {
 		return fail("node lifecycle policy", err)
+	}
+	// The node's boot marks its own instance with its kubelet key's hash, which the controller binds the node's
+	// name to (NodeKeyTagPolicy).
+	keyTag := pulumi.Sprintf("arn:%s:ec2:%s:%s:instance/*", partition.Partition(), args.Region, account).ApplyT(
+		func(arns string) (string, error) { return NodeKeyTagPolicy(arns, args.ClusterName).JSON() }).(pulumi.StringOutput)
+	if _, err := iam.NewRolePolicy(ctx, name+"-node-key-tag", &iam.RolePolicyArgs{
+		Role:   nodeProfile.Role,
+		Name:   pulumi.String("mark-own-kubelet-key"),
+		Policy: keyTag,
+	}, parent); err != nil {
+		return fail("node key tag policy", err)
 	}
 	gatewayProfile, err := instanceRole(ctx, name+"-gateway", args.ClusterName+"-gateway", ec2Service,
 		parameterARN(GatewayKeyParameter(args.ClusterName)), operatorKey, tags("gateway"), parent)
@@ -260,6 +274,7 @@ func NewIdentity(ctx *pulumi.Context, name string, args *IdentityArgs, opts ...p
 	comp.AutoscalerAccessKeyID = autoscalerKey.ID().ToStringOutput()
 	comp.AutoscalerSecretAccessKey = pulumi.ToSecret(autoscalerKey.Secret).(pulumi.StringOutput)
 	comp.CleanupAccessKeyID = cleanupKey.ID().ToStringOutput()
+	comp.CleanupUserName = cleanupKey.User
 	comp.CleanupSecretAccessKey = pulumi.ToSecret(cleanupKey.Secret).(pulumi.StringOutput)
 	comp.TokenRotatorAccessKeyID = rotatorKey.ID().ToStringOutput()
 	comp.TokenRotatorSecretAccessKey = pulumi.ToSecret(rotatorKey.Secret).(pulumi.StringOutput)

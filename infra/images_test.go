@@ -79,8 +79,8 @@ func TestEveryImageCanBePinned(t *testing.T) {
 	}
 	res := runStack(t, c)
 	images := containerImages(t, res)
-	for _, w := range []string{"addons-autoscaler", "addons-nth", "addons-cleanup", "addons-token-rotator",
-		"addons-token-rotator-now", "addons-fuse-device-plugin-amd64", "addons-fuse-device-plugin-arm64"} {
+	for _, w := range []string{"addons-autoscaler", "addons-nth", "addons-controller",
+		"addons-fuse-device-plugin-amd64", "addons-fuse-device-plugin-arm64"} {
 		assert.Check(t, len(images[w]) > 0, "no images found for %s: %v", w, images)
 	}
 	for name, list := range images {

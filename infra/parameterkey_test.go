@@ -192,12 +192,11 @@ func keyUses(doc infra.PolicyDocument) []string {
 // rotatorKey is the KMS key the join token rotator's pods pass to PutParameter (KMS_KEY_ID).
 func rotatorKey(t *testing.T, res *plan.Result) string {
 	t.Helper()
-	cron := res.Cloud.Find("kubernetes:batch/v1:CronJob", "addons-token-rotator")
-	assert.Assert(t, cron != nil)
-	spec := mockcloud.PlainMap(cron.Inputs, false)["spec"]
-	for _, e := range asList(dig(spec, "jobTemplate", "spec", "template", "spec", "containers", 0, "env")) {
-		if asMap(e)["name"] == "KMS_KEY_ID" {
-			v, _ := asMap(e)["value"].(string)
+	d := res.Cloud.Find("kubernetes:apps/v1:Deployment", "addons-controller")
+	assert.Assert(t, d != nil)
+	spec := mockcloud.PlainMap(d.Inputs, false)["spec"]
+	for _, a := range asList(dig(spec, "template", "spec", "containers", 0, "args")) {
+		if v, ok := strings.CutPrefix(a.(string), "--token-kms-key="); ok {
 			return v
 		}
 	}

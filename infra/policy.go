@@ -349,3 +349,36 @@ func AgentBucketPolicy(bucketARN, deployerARN string) PolicyDocument {
 		},
 	}}
 }
+
+// NodeKeyTagPolicy lets a pool node tag itself with its kubelet key's hash (names.TagKubeletKey, which the
+// controller compares with the public key of the node's bootstrap certificate request) and do nothing else with
+// tags: ec2:CreateTags on instanceARNs (arn:<partition>:ec2:<region>:<account>:instance/*) only when
+//   - the instance tagged is the caller's own: aws:ARN, the ARN of the resource acted on, equals the policy variable
+//     ${ec2:SourceInstanceARN}, the ARN of the instance whose role credentials signed the request ("Condition keys
+//     for Amazon EC2", EC2 User Guide, and "Allow a specific instance to view resources in other AWS services",
+//     "Example policies to control access the Amazon EC2 API"). aws:ARN is not in the global condition key list;
+//     this form is the one the EC2 community uses for "an instance may act only on itself", and the stack tests
+//     cannot prove it against IAM: the e2e (moto) evaluates no policy. ec2:SourceInstanceARN comes with the role
+//     session EC2 delivered to the instance, so credentials taken off it still mark only that instance;
+//   - the instance is this cluster's (aws:ResourceTag/dynk8s:cluster), so another stack's role reaches none of ours;
+//   - every tag key in the request is names.TagKubeletKey (ForAllValues:StringEquals on aws:TagKeys), and the
+//     request has tag keys at all: ForAllValues is true for a request without any, which Null aws:TagKeys false
+//     refuses ("Multivalued context key examples", IAM User Guide).
+//
+// A node can therefore rewrite only its own instance's hash, which binds only its own node name.
+func NodeKeyTagPolicy(instanceARNs, clusterName string) PolicyDocument {
+	return PolicyDocument{Version: policyVersion, Statement: []PolicyStatement{{
+		Sid:      "TagOwnInstanceWithItsKubeletKey",
+		Effect:   "Allow",
+		Action:   []string{"ec2:CreateTags"},
+		Resource: []string{instanceARNs},
+		Condition: map[string]map[string]string{
+			"StringEquals": {
+				"aws:ARN":                             "${ec2:SourceInstanceARN}",
+				"aws:ResourceTag/" + names.TagCluster: clusterName,
+			},
+			"ForAllValues:StringEquals": {"aws:TagKeys": names.TagKubeletKey},
+			"Null":                      {"aws:TagKeys": "false"},
+		},
+	}}}
+}

@@ -58,13 +58,15 @@ func engineRun(t *testing.T, values map[string]any, mutate func(*mockcloud.Cloud
 	return status, stderr.String(), logged.errors(), cloud
 }
 
-// standInAgentDir is a directory laid out as `make build` leaves the node agent of both architectures, holding
-// stand-in bytes, not a build.
+// standInAgentDir is a directory laid out as `make build` leaves the node agent and the controller of both
+// architectures, holding stand-in bytes, not a build.
 func standInAgentDir(t *testing.T) string {
 	t.Helper()
 	dir := t.TempDir()
-	for _, arch := range []string{"amd64", "arm64"} {
-		assert.NilError(t, os.WriteFile(filepath.Join(dir, "dynk8s-node-linux-"+arch), []byte("agent "+arch), 0o755))
+	for _, program := range []string{"dynk8s-node", "dynk8s-controller"} {
+		for _, arch := range []string{"amd64", "arm64"} {
+			assert.NilError(t, os.WriteFile(filepath.Join(dir, program+"-linux-"+arch), []byte(program+" "+arch), 0o755))
+		}
 	}
 	return dir
 }

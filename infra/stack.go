@@ -4,6 +4,7 @@ package infra
 
 import (
 	"fmt"
+	"maps"
 	"net/netip"
 	"slices"
 	"time"
@@ -87,15 +88,10 @@ func NewStack(ctx *pulumi.Context, cfg *config.Config, agent AgentFiles, nodes O
 	}
 	poolArches = slices.Compact(slices.Sorted(slices.Values(poolArches)))
 	gatewayArch := types[cfg.Gateway.InstanceType].Arch
-	// Every binary is found before anything is declared: an unbuilt agent declares nothing. The nodes and the
-	// gateway run the agent, each role reading its own architectures' objects.
-	var binaries []AgentBinary
-	for _, arch := range slices.Compact(slices.Sorted(slices.Values(append(slices.Clone(poolArches), gatewayArch)))) {
-		b, err := agent(arch)
-		if err != nil {
-			return nil, err
-		}
-		binaries = append(binaries, b)
+	// Every binary is found before anything is declared: an unbuilt agent declares nothing.
+	binaries, err := stackBinaries(agent, append(slices.Clone(poolArches), gatewayArch))
+	if err != nil {
+		return nil, err
 	}
 	if err := checkPinnedImages(ctx, cfg); err != nil {
 		return nil, err
@@ -169,7 +165,9 @@ func NewStack(ctx *pulumi.Context, cfg *config.Config, agent AgentFiles, nodes O
 		Binaries:      binaries,
 		RetentionDays: cfg.Agent.RetentionDays,
 		Readers:       readers,
-		Deployer:      s.Identity.DeployerARN,
+		// The controller's init container downloads it with the cleanup user's key, the key it asks EC2 with.
+		ControllerReader: s.Identity.CleanupUserName,
+		Deployer:         s.Identity.DeployerARN,
 	})
 	if err != nil {
 		return nil, err
@@ -257,12 +255,34 @@ func NewStack(ctx *pulumi.Context, cfg *config.Config, agent AgentFiles, nodes O
 		RotatorKeyID: s.Identity.TokenRotatorAccessKeyID, RotatorSecret: s.Identity.TokenRotatorSecretAccessKey,
 	})
 	addonsArgs.JoinTokenParameterResource = s.Identity.JoinTokenParameterResource
+	addonsArgs.Controller = ControllerDelivery(s.Agent)
 	addonsArgs.GroupNames = s.groupNames()
 	s.Addons, err = addons.NewClusterAddons(ctx, "addons", addonsArgs, pulumi.Providers(k8s))
 	if err != nil {
 		return nil, err
 	}
 	return s, nil
+}
+
+// stackBinaries are what the agent bucket serves: the node agent for the nodes' and the gateway's architectures
+// (each role reads its own architectures' objects), the controller for both (it runs on an on-prem node of either).
+func stackBinaries(agent AgentFiles, agentArches []kube.Arch) ([]AgentBinary, error) {
+	var binaries []AgentBinary
+	for _, arch := range slices.Compact(slices.Sorted(slices.Values(agentArches))) {
+		b, err := agent(NodeAgent, arch)
+		if err != nil {
+			return nil, err
+		}
+		binaries = append(binaries, b)
+	}
+	for _, arch := range ControllerArches {
+		b, err := agent(Controller, arch)
+		if err != nil {
+			return nil, err
+		}
+		binaries = append(binaries, b)
+	}
+	return binaries, nil
 }
 
 // NodeConfig builds a pool's node.json (nodeconfig.Node: what the agent reads at boot) from the config, as kops'
@@ -344,6 +364,18 @@ func AddonsArgs(cfg *config.Config, creds Credentials) *addons.ClusterAddonsArgs
 		TokenRotatorAccessKeyID:     creds.RotatorKeyID,
 		TokenRotatorSecretAccessKey: creds.RotatorSecret,
 	}
+}
+
+// ControllerDelivery is where the controller's init container fetches the controller: the agent bucket's
+// controller objects, one per architecture.
+func ControllerDelivery(b *AgentBucket) addons.ControllerDelivery {
+	d := addons.ControllerDelivery{Bucket: b.BucketName}
+	for _, arch := range slices.Sorted(maps.Keys(b.Controller)) {
+		o := b.Controller[arch]
+		d.Objects = append(d.Objects, addons.ControllerObject{Arch: arch, Key: o.Key, VersionID: o.VersionID,
+			SHA256: o.SHA256})
+	}
+	return d
 }
 
 // Export is one stack output.

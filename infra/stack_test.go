@@ -688,8 +688,9 @@ func TestIdentityPolicies(t *testing.T) {
 }
 
 // TestJoinTokenAndKeyRotation: Pulumi declares the join token's parameter with a placeholder and ignores its value
-// from then on (the rotator in the cluster owns it, so rotations never show as a diff); no token is drawn in Pulumi at
-// all. The rotator's IAM user may put that one parameter and nothing else, with a key that rotates with the token.
+// from then on (the controller in the cluster owns it, so rotations never show as a diff); no token is drawn in
+// Pulumi at all. The token writer's IAM user may put that one parameter and nothing else, with a key that rotates
+// with the token.
 func TestJoinTokenAndKeyRotation(t *testing.T) {
 	res := runStack(t, devConfig(t))
 	const arn = "arn:aws:ssm:eu-central-1:123456789012:parameter/dynk8s/homelab/join-token"
@@ -700,17 +701,9 @@ func TestJoinTokenAndKeyRotation(t *testing.T) {
 	// A changed description would make the provider put the state's value over the live token: ignored too (AWS
 	// N12).
 	assert.DeepEqual(t, param.IgnoreChanges, []string{"value", "description"})
-	// The rotator's Job and CronJob run after the parameter exists, so their PutParameter never creates it first.
-	rotators := 0
-	for _, typ := range []string{"kubernetes:batch/v1:Job", "kubernetes:batch/v1:CronJob"} {
-		for _, r := range res.Cloud.ByType(typ) {
-			if strings.Contains(r.Name, "token-rotator") {
-				rotators++
-				assert.Check(t, is.Contains(r.DependsOn, "identity-join-token"), r.Name)
-			}
-		}
-	}
-	assert.Equal(t, rotators, 2, "the rotator's CronJob and its first Job")
+	// The controller runs after the parameter exists, so its first PutParameter never creates it first.
+	controller := find(t, res, "kubernetes:apps/v1:Deployment", "addons-controller")
+	assert.Check(t, is.Contains(controller.DependsOn, "identity-join-token"))
 	assert.Check(t, !regexp.MustCompile(`[a-z0-9]{6}\.[a-z0-9]{16}`).MatchString(infra.JoinTokenPlaceholder),
 		"the placeholder looks like a token")
 	assert.Equal(t, len(res.Cloud.ByType("random:index/randomString:RandomString")), 0, "a token drawn in Pulumi")
@@ -724,8 +717,8 @@ func TestJoinTokenAndKeyRotation(t *testing.T) {
 	assert.DeepEqual(t, doc.Statement[0].Action, []string{"ssm:PutParameter"})
 	assert.DeepEqual(t, doc.Statement[0].Resource, []string{arn})
 	// Only an overwrite of the parameter Pulumi made, and never with parameter policies (an expiration policy
-	// would let a leaked key make the nodes' parameter vanish). The rotator's request sends
-	// Overwrite: true and no Policies (rotate-token.sh).
+	// would let a leaked key make the nodes' parameter vanish). The controller's request sends
+	// Overwrite: true and no Policies (cluster/internal/rotate).
 	assert.DeepEqual(t, doc.Statement[0].Condition, map[string]map[string]string{
 		"Bool": {"ssm:Overwrite": "true"},
 		"Null": {"ssm:Policies": "true"},
@@ -737,18 +730,18 @@ func TestJoinTokenAndKeyRotation(t *testing.T) {
 	key := find(t, res, "aws:iam/accessKey:AccessKey", "identity-token-rotator-key-1")
 	assert.Check(t, is.Contains(key.AdditionalSecretOutputs, "secret"))
 	assert.Equal(t, in(key, "user"), "homelab-join-token-rotator")
-	jobs := res.Cloud.ByType("kubernetes:batch/v1:Job")
-	assert.Equal(t, len(jobs), 1)
-	job := asMap(in(&jobs[0], "metadata"))["name"]
+	rotation := func(res *plan.Result) any {
+		d := find(t, res, "kubernetes:apps/v1:Deployment", "addons-controller")
+		return asMap(asMap(asMap(asMap(in(d, "spec"))["template"])["metadata"])["annotations"])["dynk8s.io/bootstrap-token-rotation"]
+	}
+	assert.Equal(t, rotation(res), "1")
 
 	c := devConfig(t)
 	obj(c, "kubernetes")["bootstrapTokenRotation"] = "2"
 	rotated := runStack(t, c)
 	assert.Check(t, rotated.Cloud.Find("aws:iam/accessKey:AccessKey", "identity-token-rotator-key-2") != nil)
 	assert.Check(t, rotated.Cloud.Find("aws:iam/accessKey:AccessKey", "identity-token-rotator-key-1") == nil)
-	rotatedJobs := rotated.Cloud.ByType("kubernetes:batch/v1:Job")
-	assert.Equal(t, len(rotatedJobs), 1)
-	assert.Check(t, asMap(in(&rotatedJobs[0], "metadata"))["name"] != job, "rotate now: a new Job runs")
+	assert.Check(t, is.Equal(rotation(rotated), "2"), "rotate now: the controller rolls, its new leader issues a token")
 	assert.DeepEqual(t, in(rotated.Cloud.Find("aws:ssm/parameter:Parameter", "identity-join-token"), "value"),
 		infra.JoinTokenPlaceholder)
 

@@ -1,8 +1,8 @@
 // Package addons is the in-cluster half of dynk8s: the ClusterAddons component declares the Cluster Autoscaler
-// (AWS provider), the fuse device plugin, the join token rotator, the CSR approver, the admission policies, the
-// stale-node cleanup and the spot interruption drain in the on-prem cluster, through the Kubernetes provider it is
-// given. It knows nothing of the
-// AWS components: they hand it plain values and outputs.
+// (AWS provider), the fuse device plugin, dynk8s-controller (the CSR approval, the join token rotation, the
+// stale-node cleanup and the fuse startup taint's removal), the admission policies and the spot interruption drain
+// in the on-prem cluster, through the Kubernetes provider it is given. It knows nothing of the AWS components: they
+// hand it plain values and outputs.
 package addons
 
 import (
@@ -33,16 +33,15 @@ const namespace = "kube-system"
 const skipAwaitAnnotation = "pulumi.com/skipAwait"
 
 // ClusterAddons is everything dynk8s declares inside the on-prem cluster: the Cluster Autoscaler (AWS), the fuse
-// device plugin, the rotator of the tokens the nodes join with, the approver of their kubelets' certificates, the
-// admission policies, the stale-node cleanup and the spot interruption drain. It takes plain values and the outputs of other components only, so that it also runs on its own against
-// any API server (the real-engine tests do that).
+// device plugin, dynk8s-controller (which approves the kubelets' certificates, issues the join tokens, deletes stale
+// Nodes and lifts the fuse startup taint), the admission policies and the spot interruption drain. It takes plain
+// values and the outputs of other components only, so that it also runs on its own against any API server (the
+// real-engine tests do that).
 type ClusterAddons struct {
 	pulumi.ResourceState
 
 	// AutoscalerImage is the Cluster Autoscaler image the Deployment runs.
 	AutoscalerImage pulumi.StringOutput `pulumi:"autoscalerImage"`
-	// TokenRotatorJobName is the name of the Job in kube-system that issued the current config's first join token.
-	TokenRotatorJobName pulumi.StringOutput `pulumi:"tokenRotatorJobName"`
 }
 
 // ClusterAddonsArgs are the inputs of NewClusterAddons. The Kubernetes provider is not an argument: pass it with
@@ -87,15 +86,19 @@ type ClusterAddonsArgs struct {
 	// JoinTokenParameter is the name of the SSM SecureString the nodes read their join token from (required); the
 	// token rotator overwrites it.
 	JoinTokenParameter string
-	// JoinTokenParameterResource is the Pulumi resource that declares that parameter (optional): the rotator runs
-	// after it exists, so its first PutParameter never creates the parameter before Pulumi does
+	// JoinTokenParameterResource is the Pulumi resource that declares that parameter (optional): the controller
+	// runs after it exists, so its first PutParameter never creates the parameter before Pulumi does
 	// (ParameterAlreadyExists).
 	JoinTokenParameterResource pulumi.Resource
 	// BootstrapTokenTTL is the lifetime of each join token (required, at least config.MinBootstrapTokenTTL); the
-	// rotator issues a new one every config.BootstrapTokenRotationPeriod of it.
+	// controller issues a new one every config.BootstrapTokenRotationPeriod of it.
 	BootstrapTokenTTL time.Duration
-	// BootstrapTokenRotation is the operator's rotation value (required): a new value issues a token at once.
+	// BootstrapTokenRotation is the operator's rotation value (required): a new value rolls the controller, whose
+	// new leader issues a token at once.
 	BootstrapTokenRotation string
+	// Controller is where the controller's init container fetches the controller (required: the bucket and one
+	// object per architecture).
+	Controller ControllerDelivery
 	// TokenRotatorAccessKeyID is the token rotator IAM user's access key id (required).
 	TokenRotatorAccessKeyID pulumi.StringInput
 	// TokenRotatorSecretAccessKey is that key's secret (required); it is kept a Pulumi secret.
@@ -128,16 +131,20 @@ func NewClusterAddons(ctx *pulumi.Context, name string, args *ClusterAddonsArgs,
 	if err := b.fuse(); err != nil {
 		return nil, fmt.Errorf("cluster addons %q: fuse device plugin: %w", name, err)
 	}
-	jobName, err := b.tokenRotator()
+	rotatorCreds, tokenPolicy, err := b.tokenRotator()
 	if err != nil {
-		return nil, fmt.Errorf("cluster addons %q: join token rotator: %w", name, err)
+		return nil, fmt.Errorf("cluster addons %q: join token rotation: %w", name, err)
 	}
-	cleanupCreds, err := b.cleanup()
+	cleanupCreds, err := b.cleanupCredentials()
 	if err != nil {
 		return nil, fmt.Errorf("cluster addons %q: stale-node cleanup: %w", name, err)
 	}
-	if err := b.approver(cleanupCreds); err != nil {
-		return nil, fmt.Errorf("cluster addons %q: node CSR approver: %w", name, err)
+	after := []pulumi.Resource{tokenPolicy}
+	if a := args.JoinTokenParameterResource; a != nil {
+		after = append(after, a)
+	}
+	if err := b.controller(cleanupCreds, rotatorCreds, after); err != nil {
+		return nil, fmt.Errorf("cluster addons %q: controller: %w", name, err)
 	}
 	if err := b.terminationHandler(); err != nil {
 		return nil, fmt.Errorf("cluster addons %q: termination handler: %w", name, err)
@@ -147,10 +154,8 @@ func NewClusterAddons(ctx *pulumi.Context, name string, args *ClusterAddonsArgs,
 	}
 
 	comp.AutoscalerImage = pulumi.String(image).ToStringOutput()
-	comp.TokenRotatorJobName = pulumi.String(jobName).ToStringOutput()
 	if err := ctx.RegisterResourceOutputs(comp, pulumi.Map{
-		"autoscalerImage":     comp.AutoscalerImage,
-		"tokenRotatorJobName": comp.TokenRotatorJobName,
+		"autoscalerImage": comp.AutoscalerImage,
 	}); err != nil {
 		return nil, fmt.Errorf("cluster addons %q: register outputs: %w", name, err)
 	}
@@ -202,6 +207,9 @@ func (a *ClusterAddonsArgs) validate() error {
 	}
 	if a.BootstrapTokenRotation == "" {
 		errs = append(errs, errors.New("missing BootstrapTokenRotation"))
+	}
+	if a.Controller.Bucket == nil || len(a.Controller.Objects) == 0 {
+		errs = append(errs, errors.New("missing Controller: the bucket and the objects the controller is fetched from"))
 	}
 	for field, in := range map[string]pulumi.StringInput{
 		"AWSAccessKeyID":              a.AWSAccessKeyID,

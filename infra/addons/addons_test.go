@@ -1,18 +1,12 @@
 package addons
 
 import (
-	"bytes"
-	"errors"
 	"fmt"
 	"maps"
-	"os"
-	"os/exec"
-	"path/filepath"
 	"reflect"
 	"slices"
 	"sort"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
@@ -23,7 +17,6 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/dynk8s/dynk8s/cmd/plan/mockcloud"
-	"github.com/dynk8s/dynk8s/internal/testkit/realtools"
 
 	"github.com/dynk8s/dynk8s/infra/config"
 	"github.com/dynk8s/dynk8s/internal/kube"
@@ -38,23 +31,27 @@ const (
 	testRotatorKeyID     = "AKIAMOCKROTATORKEY01"
 	testRotatorSecret    = "mock/rotator+secret+key+9876543210"
 	testTokenParameter   = "/dynk8s/dev/join-token"
-	testComponentName    = "addons"
-	testBurstTaintKey    = "dynk8s.io/burst"
-	testArchTaintKey     = "dynk8s.io/arch"
-	testKubeSystem       = "kube-system"
-	typeDeployment       = "kubernetes:apps/v1:Deployment"
-	typeDaemonSet        = "kubernetes:apps/v1:DaemonSet"
-	typeSecret           = "kubernetes:core/v1:Secret"
-	typeConfigMap        = "kubernetes:core/v1:ConfigMap"
-	typeServiceAccount   = "kubernetes:core/v1:ServiceAccount"
-	typeCronJob          = "kubernetes:batch/v1:CronJob"
-	typeJob              = "kubernetes:batch/v1:Job"
-	typeClusterRole      = "kubernetes:rbac.authorization.k8s.io/v1:ClusterRole"
-	typeClusterBinding   = "kubernetes:rbac.authorization.k8s.io/v1:ClusterRoleBinding"
-	typeRole             = "kubernetes:rbac.authorization.k8s.io/v1:Role"
-	typeRoleBinding      = "kubernetes:rbac.authorization.k8s.io/v1:RoleBinding"
-	typeAdmissionPolicy  = "kubernetes:admissionregistration.k8s.io/v1:ValidatingAdmissionPolicy"
-	typeAdmissionBinding = "kubernetes:admissionregistration.k8s.io/v1:ValidatingAdmissionPolicyBinding"
+	testAgentBucket      = "dynk8s-dev-agent-0123"
+	// The controller's pinned hashes in the fixture (any 64 hex digits).
+	testControllerSHA256Arm = "aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa"
+	testControllerSHA256X86 = "bbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbbb"
+	testComponentName       = "addons"
+	testBurstTaintKey       = "dynk8s.io/burst"
+	testArchTaintKey        = "dynk8s.io/arch"
+	testKubeSystem          = "kube-system"
+	typeDeployment          = "kubernetes:apps/v1:Deployment"
+	typeDaemonSet           = "kubernetes:apps/v1:DaemonSet"
+	typeSecret              = "kubernetes:core/v1:Secret"
+	typeConfigMap           = "kubernetes:core/v1:ConfigMap"
+	typeServiceAccount      = "kubernetes:core/v1:ServiceAccount"
+	typeCronJob             = "kubernetes:batch/v1:CronJob"
+	typeJob                 = "kubernetes:batch/v1:Job"
+	typeClusterRole         = "kubernetes:rbac.authorization.k8s.io/v1:ClusterRole"
+	typeClusterBinding      = "kubernetes:rbac.authorization.k8s.io/v1:ClusterRoleBinding"
+	typeRole                = "kubernetes:rbac.authorization.k8s.io/v1:Role"
+	typeRoleBinding         = "kubernetes:rbac.authorization.k8s.io/v1:RoleBinding"
+	typeAdmissionPolicy     = "kubernetes:admissionregistration.k8s.io/v1:ValidatingAdmissionPolicy"
+	typeAdmissionBinding    = "kubernetes:admissionregistration.k8s.io/v1:ValidatingAdmissionPolicyBinding"
 )
 
 // testAddonsArgs is a dev-like stack: an x86_64 spot pool and an arm64 on-demand pool, both tainted, fuse and the
@@ -93,6 +90,12 @@ func testAddonsArgs() *ClusterAddonsArgs {
 		BootstrapTokenRotation:      "1",
 		TokenRotatorAccessKeyID:     pulumi.String(testRotatorKeyID),
 		TokenRotatorSecretAccessKey: pulumi.String(testRotatorSecret),
+		Controller: ControllerDelivery{Bucket: pulumi.String(testAgentBucket), Objects: []ControllerObject{
+			{Arch: kube.ArchArm64, Key: "dynk8s-controller/linux-arm64", VersionID: pulumi.String("v-arm64"),
+				SHA256: testControllerSHA256Arm},
+			{Arch: kube.ArchX86_64, Key: "dynk8s-controller/linux-amd64", VersionID: pulumi.String("v-amd64"),
+				SHA256: testControllerSHA256X86},
+		}},
 	}
 }
 
@@ -100,7 +103,6 @@ func testAddonsArgs() *ClusterAddonsArgs {
 type mockRun struct {
 	cloud           *mockcloud.Cloud
 	autoscalerImage string
-	rotatorJobName  string
 }
 
 // runAddons declares the component under the mock engine. args is built inside the program so that any outputs
@@ -117,12 +119,7 @@ func runAddons(t *testing.T, mkArgs func() *ClusterAddonsArgs) (*mockRun, error)
 		if err != nil {
 			return err
 		}
-		job, _, err := mockcloud.Await(comp.TokenRotatorJobName)
-		if err != nil {
-			return err
-		}
 		run.autoscalerImage, _ = image.(string)
-		run.rotatorJobName, _ = job.(string)
 		return nil
 	}, "test", mockcloud.StackConfig{}, run.cloud)
 	return run, err
@@ -501,302 +498,20 @@ func TestAddonsArgsValidation(t *testing.T) {
 	})
 }
 
-// TestScriptsShellcheck runs shellcheck on the scripts as embedded.
-func TestScriptsShellcheck(t *testing.T) {
-	realtools.Require(t, "shellcheck")
-	for name, script := range map[string]string{"cleanup.sh": cleanupScript, "untaint.sh": untaintScript,
-		"rotate-token.sh": rotateTokenScript, "approve-csr.sh": approveCSRScript} {
-		shell := "sh"
-		if strings.HasPrefix(script, "#!/usr/bin/env bash\n") {
-			shell = "bash"
-		}
-		cmd := exec.Command("shellcheck", "--shell="+shell, "--severity=style", "-")
-		cmd.Stdin = strings.NewReader(script)
-		out, err := cmd.CombinedOutput()
-		assert.NilError(t, err, "shellcheck %s:\n%s", name, out)
-	}
-}
-
-// cleanupStubs writes stand-ins for kubectl, date and the AWS CLI into a directory for the script's PATH: kubectl
-// get answers nodes (lines as the jsonpath prints them) and kubectl delete records its node; date prints now; aws
-// ec2 describe-instances answers the state in states (default terminated), where "NotFound" and "unreachable" give
-// the CLI's errors for an unknown instance and for no connection. (e2e/cleanup_test.go runs the script against the
-// real CLI and moto.)
-func cleanupStubs(t *testing.T, nodes string, now time.Time, getStatus int, failDelete string,
-	states map[string]string) (dir, log string) {
-	t.Helper()
-	dir = realtools.ClosedPath(t)
-	var cases strings.Builder
-	for id, state := range states {
-		fmt.Fprintf(&cases, "%s) state=%s ;;\n", id, state)
-	}
-	aws := fmt.Sprintf(`#!/bin/sh
-printf 'aws %%s\n' "$*" >> %q
-[ "$1 $2" = "ec2 describe-instances" ] && [ "$3" = --instance-ids ] || exit 9
-[ "$5 $6 $7 $8" = "--query Reservations[].Instances[].State.Name --output text" ] || exit 9
-state=terminated
-case $4 in
-%s
-esac
-case $state in
-NotFound) echo "An error occurred (InvalidInstanceID.NotFound) when calling the DescribeInstances operation: The instance ID '$4' does not exist" >&2; exit 254 ;;
-unreachable) echo "Could not connect to the endpoint URL: \"https://ec2.eu-central-1.amazonaws.com/\"" >&2; exit 255 ;;
-esac
-echo "$state"
-`, filepath.Join(dir, "kubectl.log"), cases.String())
-	realtools.WriteStub(t, dir, "aws", aws)
-	log = filepath.Join(dir, "kubectl.log")
-	assert.NilError(t, os.WriteFile(filepath.Join(dir, "nodes.txt"), []byte(nodes), 0o644))
-	kubectl := fmt.Sprintf(`#!/bin/sh
-printf '%%s\n' "$*" >> %q
-case $1 in
-get) cat %q; exit %d ;;
-delete) [ "$3" = %q ] && exit 1; echo "node \"$3\" deleted"; exit 0 ;;
-esac
-exit 3
-`, log, filepath.Join(dir, "nodes.txt"), getStatus, failDelete)
-	realtools.WriteStub(t, dir, "kubectl", kubectl)
-	date := fmt.Sprintf("#!/bin/sh\n[ \"$*\" = '-u +%%s' ] || exit 9\necho %d\n", now.Unix())
-	realtools.WriteStub(t, dir, "date", date)
-	assert.NilError(t, os.WriteFile(filepath.Join(dir, "cleanup.sh"), []byte(cleanupScript), 0o755))
-	return dir, log
-}
-
-// runCleanupScript runs the embedded script with the stubs and returns the nodes it deleted, its output and its
-// exit status.
-func runCleanupScript(t *testing.T, nodes string, now time.Time, threshold string, getStatus int,
-	failDelete string, states map[string]string) (deleted []string, output string, status int) {
-	t.Helper()
-	dir, log := cleanupStubs(t, nodes, now, getStatus, failDelete, states)
-	cmd := exec.Command("/bin/sh", filepath.Join(dir, "cleanup.sh"))
-	cmd.Env = []string{
-		"PATH=" + dir,
-		"POOL_LABEL=" + kube.LabelPool,
-		"NOT_READY_AFTER_SECONDS=" + threshold,
-	}
-	out, err := cmd.CombinedOutput()
-	realtools.CheckNoMissingCommand(t, string(out))
-	var exit *exec.ExitError
-	if errors.As(err, &exit) {
-		status = exit.ExitCode()
-	} else {
-		assert.NilError(t, err)
-	}
-	calls, readErr := os.ReadFile(log)
-	if readErr == nil {
-		for _, line := range strings.Split(strings.TrimSpace(string(calls)), "\n") {
-			if f := strings.Fields(line); len(f) > 0 && f[0] == "aws" {
-				continue
-			} else if len(f) >= 3 && f[0] == "delete" {
-				assert.Equal(t, f[1], "node")
-				deleted = append(deleted, f[2])
-			} else if len(f) > 0 && f[0] == "get" {
-				assert.Equal(t, line, "get nodes --selector "+kube.LabelPool+" --output jsonpath={range .items[*]}"+
-					`{.metadata.name}{"|"}{.spec.providerID}{"|"}{range .status.conditions[?(@.type=="Ready")]}`+
-					`{.status}{"|"}{.lastTransitionTime}{end}{"\n"}{end}`)
-			}
-		}
-	}
-	return deleted, string(out), status
-}
-
-// TestCleanupScriptDecisions runs the real script against a stub kubectl: it deletes exactly the AWS pool nodes whose
-// Ready condition has been False or Unknown for longer than the threshold (601 s and 900 s here, across a leap day),
-// and keeps nodes at the threshold, recent, Ready, without a Ready condition, and any node that is not an AWS
-// instance.
-func TestCleanupScriptDecisions(t *testing.T) {
-	now := time.Date(2024, 3, 1, 0, 5, 0, 0, time.UTC)
-	ago := func(d time.Duration) string { return now.Add(-d).Format(time.RFC3339) }
-	nodes := strings.Join([]string{
-		"gone-unknown|aws:///eu-central-1a/i-0aaa|Unknown|" + ago(900*time.Second),
-		"gone-false|aws:///eu-central-1b/i-0bbb|False|" + ago(601*time.Second),
-		"at-threshold|aws:///eu-central-1a/i-0ccc|Unknown|" + ago(600*time.Second),
-		"recent|aws:///eu-central-1a/i-0ddd|False|" + ago(time.Minute),
-		"ready|aws:///eu-central-1a/i-0eee|True|" + ago(90*24*time.Hour),
-		"onprem-labeled|kubeadm://rack1/n3|Unknown|" + ago(48*time.Hour),
-		"no-provider||Unknown|" + ago(48*time.Hour),
-		"joining|aws:///eu-central-1c/i-0fff||",
-	}, "\n") + "\n"
-	assert.Equal(t, ago(900*time.Second), "2024-02-29T23:50:00Z")
-
-	deleted, out, status := runCleanupScript(t, nodes, now, "600", 0, "", nil)
-	assert.Equal(t, status, 0, out)
-	assert.DeepEqual(t, deleted, []string{"gone-unknown", "gone-false"})
-	assert.Check(t, is.Contains(out, "keep at-threshold: Ready=Unknown for 600s"))
-	assert.Check(t, is.Contains(out, "skip onprem-labeled: providerID 'kubeadm://rack1/n3' is not an AWS one"))
-	assert.Check(t, is.Contains(out, "skip joining: no Ready condition yet"))
-
-	t.Run("no pool nodes", func(t *testing.T) {
-		deleted, out, status := runCleanupScript(t, "", now, "600", 0, "", nil)
-		assert.Equal(t, status, 0, out)
-		assert.Check(t, is.Len(deleted, 0))
-	})
-	t.Run("unreadable timestamp", func(t *testing.T) {
-		deleted, out, status := runCleanupScript(t,
-			"odd|aws:///eu-central-1a/i-1|Unknown|yesterday\n"+
-				"gone|aws:///eu-central-1a/i-2|Unknown|"+ago(time.Hour)+"\n", now, "600", 0, "", nil)
-		assert.Equal(t, status, 1, out)
-		assert.DeepEqual(t, deleted, []string{"gone"})
-		assert.Check(t, is.Contains(out, "cannot read the Ready condition's lastTransitionTime 'yesterday'"))
-	})
-	t.Run("a failed delete", func(t *testing.T) {
-		deleted, out, status := runCleanupScript(t,
-			"a|aws:///z/i-1|Unknown|"+ago(time.Hour)+"\nb|aws:///z/i-2|Unknown|"+ago(time.Hour)+"\n",
-			now, "600", 0, "a", nil)
-		assert.Equal(t, status, 1, out)
-		assert.DeepEqual(t, deleted, []string{"a", "b"})
-	})
-	t.Run("list fails", func(t *testing.T) {
-		deleted, out, status := runCleanupScript(t,
-			"a|aws:///z/i-1|Unknown|"+ago(time.Hour)+"\n", now, "600", 1, "", nil)
-		assert.Check(t, status != 0, out)
-		assert.Check(t, is.Len(deleted, 0))
-	})
-	// Past the threshold, EC2 decides: only an instance that is gone loses its Node. A tunnel outage makes live
-	// nodes NotReady too, and a kubelet never re-registers a deleted Node.
-	t.Run("EC2 decides", func(t *testing.T) {
-		var lines []string
-		states := map[string]string{}
-		for i, state := range []string{"terminated", "shutting-down", "NotFound", "running", "pending", "stopping",
-			"stopped", "unreachable"} {
-			id := fmt.Sprintf("i-0%d", i)
-			states[id] = state
-			lines = append(lines, state+"|aws:///eu-central-1a/"+id+"|Unknown|"+ago(time.Hour))
-		}
-		lines = append(lines, "odd-provider|aws:///eu-central-1a/node7|Unknown|"+ago(time.Hour))
-		deleted, out, status := runCleanupScript(t, strings.Join(lines, "\n")+"\n", now, "600", 0, "", states)
-		assert.DeepEqual(t, deleted, []string{"terminated", "shutting-down", "NotFound"})
-		assert.Equal(t, status, 1, "EC2 could not be asked about one node, one names no instance: %s", out)
-		for _, live := range []string{"running", "pending", "stopping", "stopped"} {
-			assert.Check(t, is.Contains(out, "keep "+live+": Ready=Unknown for 3600s, but instance i-0"), live)
-		}
-		assert.Check(t, is.Contains(out, "Could not connect to the endpoint URL"))
-		assert.Check(t, is.Contains(out, "node unreachable: cannot ask EC2 about i-07; keeping it"))
-		assert.Check(t, is.Contains(out, "node odd-provider: providerID 'aws:///eu-central-1a/node7' names no instance"))
-		assert.Check(t, is.Contains(out, "delete NotFound: Ready=Unknown for 3600s, more than 600s, instance i-02 gone"))
-	})
-	t.Run("bad threshold", func(t *testing.T) {
-		for _, threshold := range []string{"", "ten", "0", "-5"} {
-			deleted, out, status := runCleanupScript(t, nodes, now, threshold, 0, "", nil)
-			assert.Check(t, status != 0, "threshold %q: %s", threshold, out)
-			assert.Check(t, is.Len(deleted, 0), "threshold %q", threshold)
-		}
-	})
-}
-
-// TestFuseRBACNodesOnly: the untaint container may read and patch nodes, nothing else.
-func TestFuseRBACNodesOnly(t *testing.T) {
+// TestFuseHasNoAPIAccess: the plugin's pods carry no ServiceAccount token and the plugin has no role: a pool node
+// holds no token that may change a Node (the controller lifts the startup taint).
+func TestFuseHasNoAPIAccess(t *testing.T) {
 	run := mustRunAddons(t, testAddonsArgs)
-	assert.DeepEqual(t, run.object(t, typeClusterRole, "fuse-device-plugin")["rules"], plain(t, []any{map[string]any{
-		"apiGroups": []string{""}, "resources": []string{"nodes"}, "verbs": []string{"get", "patch"},
-	}}))
-}
-
-// untaintCommand runs the embedded script for node ip-1 with PATH=dir, polling without pause, env added.
-func untaintCommand(dir string, env ...string) *exec.Cmd {
-	run := exec.Command("/bin/sh", "-c", untaintScript)
-	run.Env = append([]string{"PATH=" + dir, "NODE_NAME=ip-1",
-		"TAINT_KEY=" + kube.FuseStartupTaint.Key, "RESOURCE=" + kube.FuseResource, "POLL_SECONDS=0"}, env...)
-	return run
-}
-
-// runUntaint runs the script against the kubectl stub script (and a sleep that returns at once) to its end, which
-// must be a success, and returns its output.
-func runUntaint(t *testing.T, dir, kubectl string, env ...string) string {
-	t.Helper()
-	realtools.WriteStub(t, dir, "kubectl", kubectl)
-	realtools.WriteStub(t, dir, "sleep", "#!/bin/sh\nexit 0\n")
-	output, err := untaintCommand(dir, env...).CombinedOutput()
-	assert.NilError(t, err, "%s", output)
-	realtools.CheckNoMissingCommand(t, string(output))
-	return string(output)
-}
-
-// TestUntaintScriptOutlastsTheAPI: a node whose API server cannot be reached yet (the pod network still coming up)
-// is not a node without the taint. The script keeps asking and removes the taint once it can read the node.
-func TestUntaintScriptOutlastsTheAPI(t *testing.T) {
-	dir := realtools.ClosedPath(t)
-	log := filepath.Join(dir, "kubectl.log")
-	// The first two reads fail as kubectl does without a route to the server; then the node is tainted and
-	// advertises devices.
-	kubectl := fmt.Sprintf(`#!/bin/sh
-printf '%%s\n' "$*" >> %[1]q
-case "$*" in
-*spec.taints*)
-	[ "$(grep -c spec.taints %[1]q)" -le 2 ] && { echo "Unable to connect to the server: network is unreachable" >&2; exit 1; }
-	[ -e %[2]q ] || echo %[3]s ;;
-*allocatable*) echo 5000 ;;
-"taint node ip-1 %[3]s-") touch %[2]q ;;
-*) exit 3 ;;
-esac
-exit 0
-`, log, filepath.Join(dir, "removed"), kube.FuseStartupTaint.Key)
-	output := runUntaint(t, dir, kubectl)
-	_, err := os.Stat(filepath.Join(dir, "removed"))
-	assert.NilError(t, err, "the taint was not removed:\n%s", output)
-	assert.Check(t, is.Contains(output, "cannot read node ip-1"))
-}
-
-// TestUntaintScriptStopsOnSIGTERM: once idle, the sidecar exits 0 on SIGTERM. As its container's PID 1 a shell (or
-// a sleep it execs) ignores SIGTERM unless it traps it, and then every stop of the pod (a drain, the node's
-// shutdown) waits out the grace period before the runtime kills it.
-func TestUntaintScriptStopsOnSIGTERM(t *testing.T) {
-	dir := realtools.ClosedPath(t)
-	// The node carries no taint: the script goes straight to idling.
-	realtools.WriteStub(t, dir, "kubectl", "#!/bin/sh\nexit 0\n")
-	run := untaintCommand(dir)
-	var out bytes.Buffer
-	run.Stdout, run.Stderr = &out, &out
-	assert.NilError(t, run.Start())
-	done := make(chan error, 1)
-	go func() { done <- run.Wait() }()
-	time.Sleep(500 * time.Millisecond)
-	assert.NilError(t, run.Process.Signal(syscall.SIGTERM))
-	select {
-	case err := <-done:
-		assert.NilError(t, err, "the idle sidecar did not exit 0 on SIGTERM: %s", out.String())
-	case <-time.After(5 * time.Second):
-		_ = run.Process.Kill()
-		t.Fatalf("the idle sidecar ignored SIGTERM: %s", out.String())
-	}
-}
-
-// TestUntaintScript runs the embedded script against a stub kubectl: it keeps the taint while the node advertises
-// no fuse devices, removes it once it does, and idles (here: the stub sleep returns) once the taint is gone.
-func TestUntaintScript(t *testing.T) {
-	dir := realtools.ClosedPath(t)
-	log := filepath.Join(dir, "kubectl.log")
-	// The node advertises nothing on the first two looks, then 5000 devices; the taint goes when removed.
-	kubectl := fmt.Sprintf(`#!/bin/sh
-printf '%%s\n' "$*" >> %[1]q
-n=$(grep -c allocatable %[1]q)
-case "$*" in
-*spec.taints*) [ -e %[2]q ] || echo %[3]s ;;
-*allocatable*) [ "$n" -ge 3 ] && echo 5000 ;;
-"taint node ip-1 %[3]s-") touch %[2]q ;;
-*) exit 3 ;;
-esac
-exit 0
-`, log, filepath.Join(dir, "removed"), kube.FuseStartupTaint.Key)
-	output := runUntaint(t, dir, kubectl)
-	calls, err := os.ReadFile(log)
-	assert.NilError(t, err)
-	var taints []string
-	for _, line := range strings.Split(strings.TrimSpace(string(calls)), "\n") {
-		if strings.HasPrefix(line, "taint ") {
-			taints = append(taints, line)
+	for _, name := range run.objectNames(t, typeDaemonSet) {
+		if !strings.HasPrefix(name, fuseComponent) {
+			continue
 		}
+		pod := podSpec(t, run.object(t, typeDaemonSet, name))
+		assert.Check(t, is.Equal(pod["automountServiceAccountToken"], false), name)
+		assert.Check(t, pod["serviceAccountName"] == nil, "%s runs as %v", name, pod["serviceAccountName"])
+		assert.Check(t, is.Len(pod["containers"], 1), "%s: only the plugin", name)
 	}
-	assert.DeepEqual(t, taints, []string{"taint node ip-1 " + kube.FuseStartupTaint.Key + "-"})
-	assert.Check(t, is.Contains(string(calls), `get node ip-1 --output jsonpath={.status.allocatable.github\.com/fuse}`))
-	assert.Check(t, is.Contains(output, "offers 5000 github.com/fuse"))
-
-	// A plugin that never advertises: the taint still goes, after the give-up time, with a warning.
-	assert.NilError(t, os.Remove(filepath.Join(dir, "removed")))
-	assert.NilError(t, os.WriteFile(log, []byte("allocatable\nallocatable\nallocatable\n"), 0o644))
-	kubectl = strings.Replace(kubectl, `*allocatable*) [ "$n" -ge 3 ] && echo 5000 ;;`, `*allocatable*) ;;`, 1)
-	output = runUntaint(t, dir, kubectl, "GIVE_UP_SECONDS=0")
-	assert.Check(t, is.Contains(output, "WARNING: node ip-1 advertises no github.com/fuse"))
-	_, err = os.Stat(filepath.Join(dir, "removed"))
-	assert.NilError(t, err, "the taint was not removed")
+	for _, typ := range []string{typeClusterRole, typeServiceAccount} {
+		assert.Check(t, !slices.Contains(run.objectNames(t, typ), fuseComponent), "a %s for the plugin", typ)
+	}
 }

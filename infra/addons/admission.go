@@ -190,8 +190,8 @@ func (b *builder) ownNodePolicy(resource, name, sa string, more ...validation) e
 	return err
 }
 
-// untaintValidation: the fuse untaint container's change to its Node is the removal of the fuse startup taint and
-// nothing else (labels, annotations, other taints and the spec stay).
+// untaintValidation: the controller's change to a Node is the removal of the fuse startup taint and nothing else
+// (labels, annotations, other taints and the spec stay).
 func untaintValidation() validation {
 	taints := func(obj string) string {
 		return fmt.Sprintf("(has(%[1]s.spec.taints) ? %[1]s.spec.taints : [])", obj)
@@ -206,6 +206,6 @@ func untaintValidation() validation {
 			taints("object"), taints("oldObject"), kube.FuseStartupTaint.Key,
 			meta("object", "labels"), meta("oldObject", "labels"),
 			meta("object", "annotations"), meta("oldObject", "annotations")),
-		"the fuse untaint container may only remove the " + kube.FuseStartupTaint.Key + " taint",
+		"the controller may only remove the " + kube.FuseStartupTaint.Key + " taint from a Node",
 	}
 }

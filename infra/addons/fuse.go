@@ -10,7 +10,6 @@ import (
 	appsv1 "github.com/pulumi/pulumi-kubernetes/sdk/v4/go/kubernetes/apps/v1"
 	corev1 "github.com/pulumi/pulumi-kubernetes/sdk/v4/go/kubernetes/core/v1"
 	metav1 "github.com/pulumi/pulumi-kubernetes/sdk/v4/go/kubernetes/meta/v1"
-	rbacv1 "github.com/pulumi/pulumi-kubernetes/sdk/v4/go/kubernetes/rbac/v1"
 	"github.com/pulumi/pulumi/sdk/v3/go/pulumi"
 
 	"github.com/dynk8s/dynk8s/infra/config"
@@ -20,24 +19,6 @@ import (
 // fuseComponent is the app.kubernetes.io/name of the plugin's DaemonSets, and the name of its ServiceAccount and
 // RBAC objects.
 const fuseComponent = "fuse-device-plugin"
-
-// FuseNodePolicyName names the policy that holds the fuse untaint container to its own Node's startup taint.
-const FuseNodePolicyName = "dynk8s-fuse-untaint-own-node"
-
-// untaintScript removes the fuse startup taint once the node advertises the resource; see the file.
-//
-//go:embed scripts/untaint.sh
-var untaintScript string
-
-// fuseTokenPath is where the untaint container, and only it, gets the ServiceAccount token: the plugin itself talks
-// to the kubelet over its socket and needs no API access.
-const fuseTokenPath = "/var/run/secrets/kubernetes.io/serviceaccount"
-
-// fuseRules let the untaint container read its node and remove the taint. The rule spans all nodes (RBAC cannot
-// name "the node this pod runs on"), so the container runs nothing but the embedded script.
-func fuseRules() rbacv1.PolicyRuleArray {
-	return rbacv1.PolicyRuleArray{rule([]string{""}, []string{"nodes"}, nil, "get", "patch")}
-}
 
 // fuseDevicePluginDir is the kubelet's device-plugin directory: the plugin serves its socket there and watches
 // kubelet.sock to re-register after a kubelet restart.
@@ -81,17 +62,6 @@ func (b *builder) fuse() error {
 	if !a.Fuse.Enabled {
 		return nil
 	}
-	sa, err := b.serviceAccount("fuse-sa", fuseComponent, fuseComponent)
-	if err != nil {
-		return err
-	}
-	crb, _, err := b.bindRoles("fuse", fuseComponent, fuseComponent, fuseRules(), nil)
-	if err != nil {
-		return err
-	}
-	if err := b.ownNodePolicy("fuse-node-policy", FuseNodePolicyName, fuseComponent, untaintValidation()); err != nil {
-		return err
-	}
 	byArch := map[kube.Arch][]config.NodePool{}
 	for _, p := range a.Pools {
 		byArch[p.Arch] = append(byArch[p.Arch], p)
@@ -110,10 +80,10 @@ func (b *builder) fuse() error {
 				Selector: &metav1.LabelSelectorArgs{MatchLabels: fusePodSelector(kubeArch)},
 				Template: &corev1.PodTemplateSpecArgs{
 					Metadata: &metav1.ObjectMetaArgs{Labels: fusePodLabels(kubeArch)},
-					Spec:     fusePodSpec(image, a.scriptImage(), kubeArch, a.Fuse.Capacity, byArch[arch]),
+					Spec:     fusePodSpec(image, kubeArch, a.Fuse.Capacity, byArch[arch]),
 				},
 			},
-		}, b.parent, pulumi.DependsOn([]pulumi.Resource{sa, crb}))
+		}, b.parent)
 		if err != nil {
 			return fmt.Errorf("daemonset %s: %w", name, err)
 		}
@@ -134,9 +104,10 @@ func fusePodLabels(kubeArch string) pulumi.StringMap {
 	return labels
 }
 
-// fusePodSpec runs the plugin (image) and its untaint container (untaintImage) on the dynk8s pool nodes of one
-// arch.
-func fusePodSpec(image, untaintImage, kubeArch string, capacity int, pools []config.NodePool) *corev1.PodSpecArgs {
+// fusePodSpec runs the plugin (image) on the dynk8s pool nodes of one arch. It has no API access: the controller
+// lifts the node's fuse startup taint once the node advertises the resource (cluster/internal/untaint), so a pool
+// node carries no token that may change a Node.
+func fusePodSpec(image, kubeArch string, capacity int, pools []config.NodePool) *corev1.PodSpecArgs {
 	return &corev1.PodSpecArgs{
 		// The resource appears only once the plugin runs, after the node is Ready; until then the autoscaler may
 		// think the node lacks it and add more. Highest node priority, tolerating the pool taints, keeps that window
@@ -151,11 +122,9 @@ func fusePodSpec(image, untaintImage, kubeArch string, capacity int, pools []con
 		// Its own node's startup taint included: it is there until this pod has done its work.
 		Tolerations: tolerations(pools),
 		// The plugin talks to the kubelet over unix sockets only: no host network (upstream's manifest has it,
-		// without need). The token is mounted into the untaint container alone.
-		ServiceAccountName:           pulumi.String(fuseComponent),
+		// without need), and no ServiceAccount token.
 		AutomountServiceAccountToken: pulumi.Bool(false),
 		Containers: corev1.ContainerArray{
-			untaintContainer(untaintImage),
 			&corev1.ContainerArgs{
 				Name:    pulumi.String(fuseComponent),
 				Image:   pulumi.String(image),
@@ -179,63 +148,12 @@ func fusePodSpec(image, untaintImage, kubeArch string, capacity int, pools []con
 			},
 		},
 		Volumes: corev1.VolumeArray{
-			serviceAccountTokenVolume("api-access"),
-			&corev1.VolumeArgs{Name: pulumi.String("tmp"), EmptyDir: &corev1.EmptyDirVolumeSourceArgs{}},
 			&corev1.VolumeArgs{
 				Name: pulumi.String("device-plugins"),
 				HostPath: &corev1.HostPathVolumeSourceArgs{
 					Path: pulumi.String(fuseDevicePluginDir),
 					Type: pulumi.String("Directory"),
 				},
-			},
-		},
-	}
-}
-
-// untaintContainer runs untaint.sh beside the plugin: it lifts the node's fuse startup taint once the node
-// advertises the resource.
-func untaintContainer(image string) *corev1.ContainerArgs {
-	return &corev1.ContainerArgs{
-		Name:    pulumi.String("untaint"),
-		Image:   pulumi.String(image),
-		Command: pulumi.StringArray{pulumi.String("/bin/sh"), pulumi.String("-c"), pulumi.String(untaintScript)},
-		Env: corev1.EnvVarArray{
-			&corev1.EnvVarArgs{Name: pulumi.String("NODE_NAME"), ValueFrom: &corev1.EnvVarSourceArgs{
-				FieldRef: &corev1.ObjectFieldSelectorArgs{FieldPath: pulumi.String("spec.nodeName")}}},
-			&corev1.EnvVarArgs{Name: pulumi.String("TAINT_KEY"), Value: pulumi.String(kube.FuseStartupTaint.Key)},
-			&corev1.EnvVarArgs{Name: pulumi.String("RESOURCE"), Value: pulumi.String(kube.FuseResource)},
-			// kubectl writes its discovery cache under $HOME; the root filesystem is read-only.
-			&corev1.EnvVarArgs{Name: pulumi.String("HOME"), Value: pulumi.String("/tmp")},
-		},
-		Resources:       resources("5m", "32Mi", "50m", "64Mi"),
-		SecurityContext: restrictedContainer(scriptUID),
-		VolumeMounts: corev1.VolumeMountArray{
-			&corev1.VolumeMountArgs{Name: pulumi.String("api-access"), MountPath: pulumi.String(fuseTokenPath),
-				ReadOnly: pulumi.Bool(true)},
-			&corev1.VolumeMountArgs{Name: pulumi.String("tmp"), MountPath: pulumi.String("/tmp")},
-		},
-	}
-}
-
-// serviceAccountTokenVolume is what the kubelet would mount with automountServiceAccountToken (a bound token, the
-// cluster CA, the namespace), as a volume that only the containers that mount it see.
-func serviceAccountTokenVolume(name string) *corev1.VolumeArgs {
-	return &corev1.VolumeArgs{
-		Name: pulumi.String(name),
-		Projected: &corev1.ProjectedVolumeSourceArgs{
-			Sources: corev1.VolumeProjectionArray{
-				&corev1.VolumeProjectionArgs{ServiceAccountToken: &corev1.ServiceAccountTokenProjectionArgs{
-					Path: pulumi.String("token"), ExpirationSeconds: pulumi.Int(3607)}},
-				&corev1.VolumeProjectionArgs{ConfigMap: &corev1.ConfigMapProjectionArgs{
-					Name:  pulumi.String("kube-root-ca.crt"),
-					Items: corev1.KeyToPathArray{&corev1.KeyToPathArgs{Key: pulumi.String("ca.crt"), Path: pulumi.String("ca.crt")}},
-				}},
-				&corev1.VolumeProjectionArgs{DownwardAPI: &corev1.DownwardAPIProjectionArgs{
-					Items: corev1.DownwardAPIVolumeFileArray{&corev1.DownwardAPIVolumeFileArgs{
-						Path:     pulumi.String("namespace"),
-						FieldRef: &corev1.ObjectFieldSelectorArgs{FieldPath: pulumi.String("metadata.namespace")},
-					}},
-				}},
 			},
 		},
 	}

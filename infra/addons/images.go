@@ -12,8 +12,8 @@ func (a *ClusterAddonsArgs) autoscalerImage() string {
 	return "registry.k8s.io/autoscaling/cluster-autoscaler:v" + a.AutoscalerVersion.String()
 }
 
-// scriptImage runs the CSR approver, the token rotator, the stale-node cleanup and the fuse untaint container:
-// images.scripts, else defaultScriptImage.
+// scriptImage is the stock image the controller's init container fetches the controller in and the controller runs
+// in: images.scripts, else defaultScriptImage.
 func (a *ClusterAddonsArgs) scriptImage() string {
 	if a.Images.Scripts != "" {
 		return a.Images.Scripts

@@ -102,11 +102,13 @@ type Kubernetes struct {
 	// to an address the tunnel reaches; without it, a name there (rather than apiServerEndpoint's address) fails the
 	// preview, because joining nodes talk to the server cluster-info names.
 	ServerNameResolvesInVpc bool `key:"serverNameResolvesInVpc" default:"false"`
-	// BootstrapTokenTTL is the lifetime of each node join token, 30m..24h. A CronJob in the cluster issues a new
-	// token every third of it and writes it to SSM; the controller manager's token cleaner deletes expired ones.
+	// BootstrapTokenTTL is the lifetime of each node join token, 30m..24h. dynk8s-controller issues a new token
+	// every third of it (and when a replica becomes its leader) and writes it to SSM; the controller manager's token
+	// cleaner deletes expired ones.
 	BootstrapTokenTTL time.Duration `key:"bootstrapTokenTTL" default:"2h"`
 	// BootstrapTokenRotation is an opaque value: change it to issue a new join token at once (an emergency "rotate
-	// now"; tokens issued before stay valid until they expire) and a new AWS access key for the rotator.
+	// now": it rolls dynk8s-controller, whose new leader issues one; tokens issued before stay valid until they
+	// expire) and a new AWS access key for the token writer.
 	BootstrapTokenRotation string `key:"bootstrapTokenRotation" default:"1"`
 	// OnPremNodes are the names of the cluster's on-prem Nodes. With it set, a kubelet may register a Node without
 	// the dynk8s.io/pool label only under one of these names (add a new on-prem node here before it joins); without
@@ -432,8 +434,9 @@ type Images struct {
 	// TerminationHandler is aws-node-termination-handler's image; default
 	// public.ecr.aws/aws-ec2/aws-node-termination-handler at the tag infra/addons pins (go run ./cmd/plan shows it).
 	TerminationHandler string `key:"terminationHandler"`
-	// Scripts is the image that runs the CSR approver, the token rotator, the stale-node cleanup and the fuse
-	// plugin's untaint container: it needs bash, kubectl, curl, jq and coreutils; default docker.io/alpine/k8s at the tag infra/addons pins.
+	// Scripts is the image dynk8s-controller's init container fetches the controller in and the controller runs in:
+	// it needs bash, curl (with --aws-sigv4) and coreutils; default docker.io/alpine/k8s at the tag infra/addons
+	// pins.
 	Scripts string `key:"scripts"`
 	// Pause is the nodes' sandbox image, CRI-O's pause_image, which it runs in every pod and the boot pre-pulls;
 	// default registry.k8s.io/pause:<the Kubernetes minor's>.

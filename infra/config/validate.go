@@ -53,7 +53,7 @@ func validate(r *reader, c *Config) {
 		r.addf("aws:region", "%q is not an AWS region name (e.g. eu-central-1)", c.Region)
 	} else if isoRegionRE.MatchString(c.Region) {
 		r.addf("aws:region", "%q is a region of an isolated partition (aws-iso*): dynk8s supports the aws, aws-cn "+
-			"and aws-us-gov partitions, whose endpoints the in-cluster token rotator knows", c.Region)
+			"and aws-us-gov partitions, whose endpoints the controller's bootstrap knows", c.Region)
 	}
 	if r.required(ns+"clusterName", c.ClusterName != "") && !clusterNameRE.MatchString(c.ClusterName) {
 		r.addf(ns+"clusterName", "%q must be 1-32 lowercase letters, digits and '-', starting and ending with a "+
@@ -142,7 +142,7 @@ const (
 	MaxBootstrapTokenTTL = 24 * time.Hour
 )
 
-// BootstrapTokenRotationPeriod is how often the in-cluster rotator issues a new join token for a TTL: a third of it,
+// BootstrapTokenRotationPeriod is how often dynk8s-controller issues a new join token for a TTL: a third of it,
 // so the token in SSM always has at least two thirds of its life left, in whole minutes.
 func BootstrapTokenRotationPeriod(ttl time.Duration) time.Duration {
 	return (ttl / 3).Truncate(time.Minute)
@@ -475,7 +475,7 @@ func validateWarmPool(r *reader, pp string, p NodePool) {
 		// A node the autoscaler scales in has been drained, cordoned and tainted ToBeDeletedByClusterAutoscaler; its
 		// kubelet keeps /etc/kubernetes/kubelet.conf and its Node object stays. Returned to the warm pool and started
 		// again, it would come back as that cordoned Node (or, past cleanup.notReadyAfter, as a kubelet whose Node
-		// the cleanup job deleted), and the boot, which does nothing on a node that has joined, would not repair it.
+		// the controller's cleanup deleted), and the boot, which does nothing on a node that has joined, would not repair it.
 		r.addf(wp+"reuseOnScaleIn", "is not supported: a scaled-in node keeps its kubelet credentials and its "+
 			"cordoned, tainted Node object, and nothing resets them before it would serve again; scaled-in "+
 			"nodes are terminated and the warm pool refills with fresh instances")

@@ -12,8 +12,9 @@ import (
 )
 
 // EC2 is a stand-in for the EC2 Query API (version 2016-11-15, XML answers) as the node agent calls it:
-// DescribeInstances over the instances the test adds, applying its filters as EC2 does and in pages, and
-// StartInstances (the gateway's wake-up), through the instances' states.
+// DescribeInstances over the instances the test adds, applying its filters as EC2 does and in pages,
+// StartInstances (the gateway's wake-up), through the instances' states, and CreateTags (the join's kubelet key
+// hash), which a later DescribeInstances shows.
 type EC2 struct {
 	server
 	instances []*EC2Instance
@@ -27,6 +28,7 @@ type EC2 struct {
 	actions    []string
 	tokens     []string
 	filters    []map[string][]string
+	tagCalls   []string
 }
 
 // EC2Instance is an instance the fake knows.
@@ -96,6 +98,24 @@ func (e *EC2) Filters() []map[string][]string {
 	return slices.Clone(e.filters)
 }
 
+// TagCalls are the CreateTags calls so far, failed ones too, each as its action and its parameters but Version,
+// sorted ("CreateTags ResourceId.1=i-... Tag.1.Key=... Tag.1.Value=...").
+func (e *EC2) TagCalls() []string {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return slices.Clone(e.tagCalls)
+}
+
+// Tags are the tags of instance id, nil for one the fake does not know.
+func (e *EC2) Tags(id string) map[string]string {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if in := e.instance(id); in != nil {
+		return maps.Clone(in.Tags)
+	}
+	return nil
+}
+
 // State is the state of instance id, "" for one the fake does not know.
 func (e *EC2) State(id string) string {
 	e.mu.Lock()
@@ -128,6 +148,9 @@ func (e *EC2) serve(w http.ResponseWriter, r *http.Request) {
 		e.filters = append(e.filters, filters)
 		e.tokens = append(e.tokens, form.Get("NextToken"))
 	}
+	if action == "CreateTags" {
+		e.tagCalls = append(e.tagCalls, callLine(form))
+	}
 	if e.failures != 0 {
 		e.failures--
 		ec2Error(w, e.failStatus, e.failCode, "fake EC2 says no")
@@ -138,6 +161,8 @@ func (e *EC2) serve(w http.ResponseWriter, r *http.Request) {
 		e.describe(w, form.Get("NextToken"), filters)
 	case "StartInstances":
 		e.start1(w, form)
+	case "CreateTags":
+		e.createTags(w, form)
 	default:
 		e.problemf("unexpected action %q", action)
 		ec2Error(w, http.StatusBadRequest, "InvalidAction", "The action "+action+" is not valid for this web service.")
@@ -246,6 +271,40 @@ func (e *EC2) start1(w http.ResponseWriter, form url.Values) {
 		`<instanceId>%s</instanceId><currentState><code>%d</code><name>%s</name></currentState>`+
 		`<previousState><code>%d</code><name>%s</name></previousState></item></instancesSet></StartInstancesResponse>`,
 		ec2NS, id, stateCodes[current], current, stateCodes[previous], previous)
+}
+
+// createTags is CreateTags (EC2 API Reference: ResourceId.N, Tag.N.Key, Tag.N.Value) of instances the fake knows:
+// every one must be known, else the answer is InvalidInstanceID.NotFound and nothing is tagged; a key already there
+// takes the new value, as EC2 does.
+func (e *EC2) createTags(w http.ResponseWriter, form url.Values) {
+	var targets []*EC2Instance
+	for i := 1; form.Get(fmt.Sprintf("ResourceId.%d", i)) != ""; i++ {
+		id := form.Get(fmt.Sprintf("ResourceId.%d", i))
+		in := e.instance(id)
+		if in == nil {
+			ec2Error(w, http.StatusBadRequest, "InvalidInstanceID.NotFound", fmt.Sprintf("The instance ID '%s' does not exist", id))
+			return
+		}
+		targets = append(targets, in)
+	}
+	tags := map[string]string{}
+	for i := 1; form.Get(fmt.Sprintf("Tag.%d.Key", i)) != ""; i++ {
+		tags[form.Get(fmt.Sprintf("Tag.%d.Key", i))] = form.Get(fmt.Sprintf("Tag.%d.Value", i))
+	}
+	if len(targets) == 0 || len(tags) == 0 {
+		e.problemf("CreateTags without a resource or a tag: %s", callLine(form))
+		ec2Error(w, http.StatusBadRequest, "MissingParameter", "The request must contain the parameter resourceIdSet and tagSet")
+		return
+	}
+	for _, in := range targets {
+		// A copy: the map may be the test's own, from AddInstances.
+		in.Tags = maps.Clone(in.Tags)
+		if in.Tags == nil {
+			in.Tags = map[string]string{}
+		}
+		maps.Copy(in.Tags, tags)
+	}
+	_, _ = fmt.Fprintf(w, `<CreateTagsResponse %s><requestId>fake</requestId><return>true</return></CreateTagsResponse>`, ec2NS)
 }
 
 // ec2Error answers as EC2's Query API does.

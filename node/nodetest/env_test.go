@@ -60,7 +60,9 @@ func newCloud(t *testing.T, params map[string]string, inst fakeaws.IMDSInstance,
 		c.ssm.SetParameter(name, value)
 	}
 	c.asg = fakeaws.NewAutoScaling(t, sig, fakeaws.AutoScalingInstance{ID: c.inst.ID, Group: testGroup, Hook: testHook})
-	c.ec2 = fakeaws.NewEC2(t, sig)
+	// EC2 knows the instance itself, untagged (the gateway's idle check, which filters by the cluster tag, never
+	// sees it), for the join's CreateTags.
+	c.ec2 = fakeaws.NewEC2(t, sig, fakeaws.EC2Instance{ID: c.inst.ID, State: "running"})
 	c.api = fakeaws.NewAPIServer(t, apiDrops)
 	return c
 }
@@ -78,12 +80,19 @@ func (c *cloud) apiEndpoint(t *testing.T) endpoint.HostPort {
 // Stub commands: each records its argv in $STUB_DIR/calls. curl is the real one, wrapped to record its argv too,
 // so a test can check that no secret ever appears on a command line.
 var stubs = map[string]string{
+	// kubeadm join keeps the kubelet's bootstrap key each attempt finds (kubelet-key.N, its mode kubelet-key.N.mode,
+	// absent: none); kubeadm reset empties /var/lib/kubelet, as cmd/kubeadm/app/cmd/phases/reset/cleanupnode.go does.
 	"kubeadm": `echo "kubeadm $*" >>"$STUB_DIR/calls"
+if [[ $1 == reset ]]; then rm -rf "$DYNK8S_ROOT/var/lib/kubelet/"*; fi
 if [[ $1 == join ]]; then
   cp "$3" "$STUB_DIR/join-config.yaml"
   stat -c %a "$3" >"$STUB_DIR/join-config.mode"
   n=$(cat "$STUB_DIR/joins" 2>/dev/null || echo 0)
   echo $((n + 1)) >"$STUB_DIR/joins"
+  key=$DYNK8S_ROOT/var/lib/kubelet/pki/kubelet-client.key.tmp
+  if [[ -e $key ]]; then
+    cp "$key" "$STUB_DIR/kubelet-key.$((n + 1))" && stat -c %a "$key" >"$STUB_DIR/kubelet-key.$((n + 1)).mode"
+  fi
   if ((n < ${STUB_KUBEADM_FAILURES:-0})); then echo "kubeadm stub: join $((n + 1)) fails" >&2; exit 1; fi
   mkdir -p "$DYNK8S_ROOT/etc/kubernetes" && touch "$DYNK8S_ROOT/etc/kubernetes/kubelet.conf"
 fi`,

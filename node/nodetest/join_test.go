@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -92,7 +93,7 @@ func TestAgentJoins(t *testing.T) {
 	tl := readTimeline(t, run)
 	assert.Check(t, is.Equal(tl.Result, "joined"))
 	assert.Check(t, is.DeepEqual(tl.PhaseNames(), []string{"identity", "kernel", "packages", "crio", "checks", "token",
-		"api-server", "kubeadm-join", "pre-pull"}))
+		"kubelet-key", "api-server", "kubeadm-join", "pre-pull"}))
 	assert.Check(t, is.Contains(run.stderr, "timeline: result=joined mode=join total="))
 
 	again := env.run(t, AgentPath, "join")
@@ -187,7 +188,8 @@ func TestAgentWakesTheGateway(t *testing.T) {
 	run := newAgentEnv(t, ud, aws, nil, nil).run(t, AgentPath, "join")
 	assert.Equal(t, run.exitCode, 0)
 	assert.Check(t, is.Contains(run.stderr, "dynk8s-wake-gateway: gateway "+testGatewayID+" was stopped, now pending"))
-	assert.Check(t, is.DeepEqual(aws.ec2.Actions(), []string{"StartInstances"}))
+	assert.Check(t, is.DeepEqual(slices.DeleteFunc(aws.ec2.Actions(), func(a string) bool { return a == "CreateTags" }),
+		[]string{"StartInstances"}))
 	assert.Check(t, is.Equal(aws.ec2.State(testGatewayID), "running"))
 
 	ud, aws = agentFixture(t, 0, withGateway, fakeaws.IMDSInstance{})
@@ -243,6 +245,9 @@ func TestAgentDryRun(t *testing.T) {
 	assert.Check(t, !strings.Contains(run.stderr, testToken), "the token is in the log")
 	_, err := os.Stat(filepath.Join(run.root, "run/dynk8s"))
 	assert.Check(t, os.IsNotExist(err), "the dry run wrote under /run/dynk8s")
+	_, err = os.Stat(filepath.Join(run.root, "var/lib/kubelet"))
+	assert.Check(t, os.IsNotExist(err), "the dry run wrote the kubelet's key")
+	assert.Check(t, is.Len(aws.ec2.TagCalls(), 0), "the dry run tagged the instance")
 }
 
 func withHook(in *nodeconfig.Node) { in.LaunchHook = testHook }

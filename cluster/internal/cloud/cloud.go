@@ -138,9 +138,10 @@ type Endpoints struct {
 }
 
 // Clients are the SDK's clients for the region, with the credentials of the SDK's default chain (in the pod: the
-// IAM user's key from the environment, AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY). The SDK resolves each
-// service's endpoint for the region's partition (aws, aws-cn, aws-us-gov), so no host name is written here.
-func Clients(ctx context.Context, region string, ep Endpoints) (EC2, SSM, error) {
+// IAM user's key from the environment, AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY), and for SSM ssmCreds when
+// not nil (the one key the join token's KMS key policy lets encrypt). The SDK resolves each service's endpoint for
+// the region's partition (aws, aws-cn, aws-us-gov), so no host name is written here.
+func Clients(ctx context.Context, region string, ep Endpoints, ssmCreds aws.CredentialsProvider) (EC2, SSM, error) {
 	if region == "" {
 		return nil, nil, errors.New("no AWS region")
 	}
@@ -155,6 +156,9 @@ func Clients(ctx context.Context, region string, ep Endpoints) (EC2, SSM, error)
 		}
 	})
 	s := ssm.NewFromConfig(cfg, func(o *ssm.Options) {
+		if ssmCreds != nil {
+			o.Credentials = ssmCreds
+		}
 		if ep.SSM != "" {
 			o.BaseEndpoint = aws.String(ep.SSM)
 		}

@@ -5,6 +5,7 @@ package loop
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"sync"
@@ -50,10 +51,11 @@ type Requeue struct{ After time.Duration }
 func (r Requeue) Error() string { return fmt.Sprintf("again in %s", r.After) }
 
 // NewQueue is a loop's queue of keys with the default per-item exponential back-off (5 ms doubling to 1000 s)
-// and overall token bucket, named for the work queue metrics.
-func NewQueue(name string) workqueue.TypedRateLimitingInterface[string] {
+// and overall token bucket, named for the work queue metrics, its delays on clk (the loop's Deps.Clock: a test's
+// fake clock drives the AddAfter deadlines).
+func NewQueue(name string, clk clock.WithTicker) workqueue.TypedRateLimitingInterface[string] {
 	return workqueue.NewTypedRateLimitingQueueWithConfig(workqueue.DefaultTypedControllerRateLimiter[string](),
-		workqueue.TypedRateLimitingQueueConfig[string]{Name: name})
+		workqueue.TypedRateLimitingQueueConfig[string]{Name: name, Clock: clk})
 }
 
 // Work runs workers goroutines that take keys from q and sync them until ctx ends, then shuts q down and waits for
@@ -92,13 +94,7 @@ func next(ctx context.Context, log *slog.Logger, q workqueue.TypedRateLimitingIn
 	return true
 }
 
-func asRequeue(err error, r *Requeue) bool {
-	if v, ok := err.(Requeue); ok {
-		*r = v
-		return true
-	}
-	return false
-}
+func asRequeue(err error, r *Requeue) bool { return errors.As(err, r) }
 
 // WaitForSync waits for the informers' caches; an error names the loop whose caches did not sync before ctx ended.
 func WaitForSync(ctx context.Context, name string, synced ...cache.InformerSynced) error {

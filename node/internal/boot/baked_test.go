@@ -191,7 +191,7 @@ func TestJoinBaked(t *testing.T) {
 			assert.Check(t, is.Equal(run.timeline.Result, "joined"))
 			// The timeline keeps its phases, in order, on either image.
 			assert.Check(t, is.DeepEqual(run.phases(), []string{"identity", "kernel", "packages", "crio", "checks", "token",
-				"api-server", "kubeadm-join", "pre-pull"}))
+				"kubelet-key", "api-server", "kubeadm-join", "pre-pull"}))
 			checkTimeline(t, run)
 			checkLocksBeforeJoin(t, run)
 			assert.Check(t, is.Contains(run.calls, "systemctl enable kubelet.service"))

@@ -119,6 +119,9 @@ type joining struct {
 	inst         *instance
 	token        string
 	joinAttempts int
+	// keyPEM is the kubelet's bootstrap key once the kubelet-key phase has written it (kubeletkey.go): a failed
+	// join's kubeadm reset removes the file, and the next attempt writes it again.
+	keyPEM []byte
 }
 
 // joiner is one run of the join: the boot that picks the phases by the instance's lifecycle state, and how it ends.
@@ -539,6 +542,7 @@ func (jn *joining) joinCluster(ctx context.Context) error {
 	if err := jn.runPhases(ctx, []phase{
 		{name: "checks", run: jn.readyToJoin},
 		{name: "token", run: jn.retried("read the join token from SSM parameter "+jn.cfg.JoinTokenParameter, jn.readToken)},
+		{name: "kubelet-key", run: jn.kubeletKey},
 		{name: "api-server", run: jn.retried("reach the API server at "+jn.cfg.APIServerEndpoint.String(), jn.probeAPIServer)},
 		{run: func(context.Context) error { return jn.render() }},
 		{name: "kubeadm-join", run: jn.retried("kubeadm join", jn.kubeadmJoin)},
@@ -558,7 +562,7 @@ type phase struct {
 }
 
 // Phases are the boot's phases in order, the names --skip takes: prepare's, then the join's.
-var Phases = []string{"kernel", "packages", "crio", "checks", "token", "api-server", "kubeadm-join"}
+var Phases = []string{"kernel", "packages", "crio", "checks", "token", "kubelet-key", "api-server", "kubeadm-join"}
 
 // runPhases runs phases in order, but those the operator skips (--skip), which it logs.
 func (r *bootEnv) runPhases(ctx context.Context, phases []phase) error {
@@ -715,6 +719,9 @@ func (jn *joining) kubeadmJoin(ctx context.Context) error {
 			return err
 		}
 		if err := jn.render(); err != nil {
+			return system.Permanent(err)
+		}
+		if err := jn.rewriteKubeletKey(); err != nil {
 			return system.Permanent(err)
 		}
 	}

@@ -103,7 +103,7 @@ func TestJoinRetriesThenJoins(t *testing.T) {
 	assert.Check(t, is.Equal(run.timeline.LifecycleState, "InService"))
 	assert.Check(t, is.Equal(run.timeline.InstanceID, cloudfake.InstanceID))
 	assert.Check(t, is.DeepEqual(run.phases(), []string{"identity", "kernel", "packages", "crio", "checks", "token",
-		"api-server", "kubeadm-join", "pre-pull"}))
+		"kubelet-key", "api-server", "kubeadm-join", "pre-pull"}))
 	checkTimeline(t, run)
 	for _, p := range run.timeline.Phases {
 		assert.Check(t, is.Contains(run.log, "phase="+p.Name+" took="))
@@ -382,8 +382,8 @@ func TestJoinPreparesInTheWarmPoolThenJoins(t *testing.T) {
 	asg := r.asg.Recorded()
 	assert.Check(t, is.Equal(asg[len(asg)-1], "CompleteLifecycleAction "+cloudfake.Group+" "+cloudfake.Hook+" "+cloudfake.InstanceID+" CONTINUE"))
 	assert.Check(t, is.Equal(start.timeline.Result, "joined"))
-	assert.Check(t, is.DeepEqual(start.phases(), []string{"identity", "crio", "checks", "token", "api-server",
-		"kubeadm-join", "lifecycle"}))
+	assert.Check(t, is.DeepEqual(start.phases(), []string{"identity", "crio", "checks", "token", "kubelet-key",
+		"api-server", "kubeadm-join", "lifecycle"}))
 
 	r.reboot()
 	again := r.join()
@@ -586,8 +586,8 @@ func TestJoinSkipsPhases(t *testing.T) {
 	r.skip = map[string]bool{"packages": true, "api-server": true}
 	run := r.join()
 	assert.NilError(t, run.err)
-	assert.Check(t, is.DeepEqual(run.phases(), []string{"identity", "kernel", "crio", "checks", "token", "kubeadm-join",
-		"pre-pull"}))
+	assert.Check(t, is.DeepEqual(run.phases(), []string{"identity", "kernel", "crio", "checks", "token", "kubelet-key",
+		"kubeadm-join", "pre-pull"}))
 	assert.Check(t, is.Contains(run.log, "phase=packages skipped (--skip)"))
 	assert.Check(t, is.Contains(run.log, "phase=api-server skipped (--skip)"))
 	assert.Check(t, run.index("dnf") == -1, "dnf ran: %v", run.calls)
@@ -596,5 +596,5 @@ func TestJoinSkipsPhases(t *testing.T) {
 	assert.NilError(t, err)
 	assert.Check(t, is.DeepEqual(skip, map[string]bool{"packages": true, "crio": true}))
 	_, err = skipped("packages,kubelet")
-	assert.ErrorContains(t, err, `--skip packages,kubelet: no phase "kubelet" (the phases: kernel, packages, crio, checks, token, api-server, kubeadm-join)`)
+	assert.ErrorContains(t, err, `--skip packages,kubelet: no phase "kubelet" (the phases: kernel, packages, crio, checks, token, kubelet-key, api-server, kubeadm-join)`)
 }

@@ -47,6 +47,8 @@ type fakeHost struct {
 	// joinConfigs are the JoinConfigurations kubeadm join got, with their modes.
 	joinConfigs []string
 	joinModes   []os.FileMode
+	// joinKeys are the kubelet bootstrap keys each kubeadm join found ("": none).
+	joinKeys []string
 }
 
 func (h *fakeHost) Has(name string) bool { return !slices.Contains(h.missing, name) }
@@ -62,6 +64,15 @@ func (h *fakeHost) Run(ctx context.Context, _ time.Duration, _ bool, name string
 	h.mu.Unlock()
 	if name == "kubeadm" && args[0] == "join" {
 		return h.kubeadmJoin(args[2], failed)
+	}
+	if name == "kubeadm" && args[0] == "reset" && !failed {
+		// kubeadm reset empties /var/lib/kubelet (cmd/kubeadm/app/cmd/phases/reset/cleanupnode.go).
+		entries, _ := os.ReadDir(filepath.Join(h.root, "var/lib/kubelet"))
+		for _, e := range entries {
+			if err := os.RemoveAll(filepath.Join(h.root, "var/lib/kubelet", e.Name())); err != nil {
+				return err
+			}
+		}
 	}
 	if failed {
 		return &system.ExitError{Name: name, Code: 1}
@@ -164,8 +175,10 @@ func (h *fakeHost) kubeadmJoin(config string, fail bool) error {
 	if err != nil {
 		return err
 	}
+	key, _ := os.ReadFile(filepath.Join(h.root, "var/lib/kubelet/pki/kubelet-client.key.tmp"))
 	h.mu.Lock()
 	defer h.mu.Unlock()
+	h.joinKeys = append(h.joinKeys, string(key))
 	h.joinConfigs = append(h.joinConfigs, string(b))
 	h.joinModes = append(h.joinModes, st.Mode().Perm())
 	if fail {

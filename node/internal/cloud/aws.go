@@ -56,6 +56,8 @@ type instances interface {
 	StartInstances(ctx context.Context, in *ec2.StartInstancesInput, opts ...func(*ec2.Options)) (*ec2.StartInstancesOutput, error)
 	// DescribeInstances is the gateway's idle check's.
 	DescribeInstances(ctx context.Context, in *ec2.DescribeInstancesInput, opts ...func(*ec2.Options)) (*ec2.DescribeInstancesOutput, error)
+	// CreateTags is the join's: the instance tags itself with its kubelet key's hash.
+	CreateTags(ctx context.Context, in *ec2.CreateTagsInput, opts ...func(*ec2.Options)) (*ec2.CreateTagsOutput, error)
 }
 
 // Cloud is the instance's view of AWS: IMDS now, and the signed services once the region and the partition's

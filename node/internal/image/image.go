@@ -16,11 +16,14 @@ import (
 // are the effects of `cloud-init clean --logs --machine-id` (canonical/cloud-init, cloudinit/cmd/clean.py: all of
 // cloud_dir but its seed, the logs, machine-id), done here so that they do not depend on the image's cloud-init,
 // and what else one instance leaves that the next must not share: systemd's random seed, the journal, the SSH host
-// keys, the agent's state and the build's configuration, and dnf's caches (size only).
+// keys, the kubelet's keys and certificates (/var/lib/kubelet/pki: the bootstrap key whose hash a node's instance
+// carries, see node/internal/boot/kubeletkey.go, would be every node's), the agent's state and the build's
+// configuration, and dnf's caches (size only).
 var (
 	identityGlobs = []string{
 		"/var/lib/cloud/*", "/var/log/cloud-init.log", "/var/log/cloud-init-output.log",
 		"/var/lib/systemd/random-seed", "/var/log/journal/*", "/etc/ssh/ssh_host_*",
+		"/var/lib/kubelet/pki/*",
 		"/var/lib/dynk8s", "/run/dynk8s", "/etc/dynk8s/*",
 		"/var/cache/dnf/*", "/var/cache/libdnf5/*",
 	}
@@ -89,6 +92,10 @@ func checkImage(f system.Files, configSHA256 string) error {
 	if err != nil || strings.TrimSpace(string(id)) != "uninitialized" {
 		return fmt.Errorf("%s is not \"uninitialized\": the instance's identity is still in the image (clean-identity)",
 			f.Etc("machine-id"))
+	}
+	// Every node of the image would ask for its certificate with this key, and a node's tag names it.
+	if pki, _ := filepath.Glob(f.KubeletPKI() + "/*"); len(pki) > 0 {
+		return fmt.Errorf("%s is in the image: the kubelet's keys are the instance's identity (clean-identity)", pki[0])
 	}
 	return nil
 }

@@ -47,12 +47,14 @@ func TestCleanIdentity(t *testing.T) {
 		"var/lib/cloud/instance", "var/lib/cloud/instances/i-0build/user-data.txt", "var/lib/cloud/data/status.json",
 		"var/log/cloud-init.log", "var/log/cloud-init-output.log", "var/lib/dbus/machine-id",
 		"var/lib/systemd/random-seed", "var/log/journal/0123abcd/system.journal", "etc/ssh/ssh_host_ed25519_key",
-		"etc/ssh/ssh_host_ed25519_key.pub", "var/lib/dynk8s/prepared", "run/dynk8s/timeline.json",
+		"etc/ssh/ssh_host_ed25519_key.pub", "var/lib/kubelet/pki/kubelet-client.key.tmp",
+		"var/lib/kubelet/pki/kubelet-client-current.pem", "var/lib/dynk8s/prepared", "run/dynk8s/timeline.json",
 		"etc/dynk8s/node.json", "etc/dynk8s/agent.env", "var/cache/dnf/packages.db", "var/cache/libdnf5/repo.solv",
 	}
 	kept := []string{
 		"var/lib/cloud/seed/nocloud/user-data", "etc/ssh/sshd_config", "etc/dynk8s/baked.json",
 		"var/lib/containers/storage/overlay-images/images.json", "usr/local/bin/dynk8s-node", "usr/bin/kubelet",
+		"var/lib/kubelet/config.yaml",
 		"var/log/dnf5.log",
 	}
 	for name, c := range map[string]struct {
@@ -125,8 +127,13 @@ func TestCheckImage(t *testing.T) {
 	for name, c := range map[string]struct {
 		marker    *Marker
 		machineID string
+		pki       string // a file left in the kubelet's pki directory
 		err       string
 	}{
+		"a kubelet key": {marker: &Marker{Format: 1, Config: MarkerConfig{SHA256: "abc"}}, machineID: "uninitialized\n",
+			pki: "kubelet-client.key.tmp", err: "var/lib/kubelet/pki/kubelet-client.key.tmp is in the image"},
+		"a kubelet certificate": {marker: &Marker{Format: 1, Config: MarkerConfig{SHA256: "abc"}}, machineID: "uninitialized\n",
+			pki: "kubelet-client-current.pem", err: "kubelet-client-current.pem is in the image"},
 		"baked and clean":     {marker: &Marker{Format: 1, Config: MarkerConfig{SHA256: "abc"}}, machineID: "uninitialized\n"},
 		"another node.json":   {marker: &Marker{Format: 1, Config: MarkerConfig{SHA256: "def"}}, machineID: "uninitialized\n", err: "baked from node.json def, not abc"},
 		"identity still here": {marker: &Marker{Format: 1, Config: MarkerConfig{SHA256: "abc"}}, machineID: "0123abcd\n", err: "is not \"uninitialized\""},
@@ -141,6 +148,10 @@ func TestCheckImage(t *testing.T) {
 			}
 			assert.NilError(t, os.MkdirAll(filepath.Join(r.root, "etc"), 0o755))
 			assert.NilError(t, os.WriteFile(filepath.Join(r.root, "etc/machine-id"), []byte(c.machineID), 0o444))
+			assert.NilError(t, os.MkdirAll(filepath.Join(r.root, "var/lib/kubelet/pki"), 0o700))
+			if c.pki != "" {
+				assert.NilError(t, os.WriteFile(filepath.Join(r.root, "var/lib/kubelet/pki", c.pki), []byte("x"), 0o600))
+			}
 			err := checkImage(system.Files{Root: r.root}, "abc")
 			if c.err == "" {
 				assert.NilError(t, err)

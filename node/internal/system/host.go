@@ -20,6 +20,16 @@ import (
 // Baked is the baked image's marker (/etc/dynk8s/baked.json).
 func (f Files) Baked() string { return f.Etc("dynk8s/baked.json") }
 
+// KubeletPKI is the kubelet's certificate directory: its --cert-dir default, which kubeadm keeps
+// (cmd/kubelet/app/options/options.go at v1.34.4, CertDirectory "/var/lib/kubelet/pki").
+func (f Files) KubeletPKI() string { return f.Root + "/var/lib/kubelet/pki" }
+
+// KubeletKey is where the kubelet's TLS bootstrap keeps the private key of its client certificate request until
+// the certificate is issued, and takes a valid key it finds there instead of making one
+// (pkg/kubelet/certificate/bootstrap/bootstrap.go at v1.34.4, LoadClientCert: tmpPrivateKeyFile and
+// keyutil.LoadOrGenerateKeyFile).
+func (f Files) KubeletKey() string { return f.KubeletPKI() + "/kubelet-client.key.tmp" }
+
 // Host runs the commands that change the node (dnf, systemctl, kubeadm, ...): the one seam between the boot's
 // logic and the machine, so the table tests record command lines instead.
 type Host interface {

@@ -5,6 +5,7 @@ package cloudfake
 import (
 	"context"
 	"fmt"
+	"maps"
 	"net/http"
 	"slices"
 	"strings"
@@ -228,6 +229,71 @@ type EC2 struct {
 	// Tokens are the NextToken each DescribeInstances call sent ("" for none), Filters each call's filters.
 	Tokens  []string
 	Filters []map[string][]string
+	// TagFailures answers that many CreateTags calls with TagFailCode (TagFailStatus) first; negative: every call.
+	// They are apart from Failures, which the gateway's wake-up beside the join would share.
+	TagFailures   int
+	TagFailCode   string
+	TagFailStatus int
+	tagged        []string
+}
+
+// CreateTags tags InstanceID (the boot's own instance) or one of Instances, as EC2 does: an unknown instance is
+// InvalidInstanceID.NotFound, and nothing is tagged. Each call is recorded as "CreateTags <ids> <key>=<value>...".
+func (f *EC2) CreateTags(_ context.Context, in *ec2.CreateTagsInput, _ ...func(*ec2.Options)) (*ec2.CreateTagsOutput, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	line := "CreateTags " + strings.Join(in.Resources, ",")
+	for _, t := range in.Tags {
+		line += " " + aws.ToString(t.Key) + "=" + aws.ToString(t.Value)
+	}
+	f.tagged = append(f.tagged, line)
+	if f.TagFailures != 0 {
+		f.TagFailures--
+		return nil, APIErr(f.TagFailStatus, f.TagFailCode, "fake EC2 says no")
+	}
+	var targets []int
+	for _, id := range in.Resources {
+		i := slices.IndexFunc(f.Instances, func(i Instance) bool { return i.ID == id })
+		if i < 0 && id != InstanceID {
+			return nil, APIErr(400, "InvalidInstanceID.NotFound", fmt.Sprintf("The instance ID '%s' does not exist", id))
+		}
+		if i < 0 {
+			f.Instances = append(f.Instances, Instance{ID: InstanceID, State: "running"})
+			i = len(f.Instances) - 1
+		}
+		targets = append(targets, i)
+	}
+	for _, i := range targets {
+		if f.Instances[i].Tags == nil {
+			f.Instances[i].Tags = map[string]string{}
+		}
+		for _, t := range in.Tags {
+			f.Instances[i].Tags[aws.ToString(t.Key)] = aws.ToString(t.Value)
+		}
+	}
+	return &ec2.CreateTagsOutput{}, nil
+}
+
+// Tagged is the CreateTags calls so far, as CreateTags records them.
+func (f *EC2) Tagged() []string {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return slices.Clone(f.tagged)
+}
+
+// Tags are the tags of instance id ("" is InstanceID), nil for one with none.
+func (f *EC2) Tags(id string) map[string]string {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if id == "" {
+		id = InstanceID
+	}
+	for _, i := range f.Instances {
+		if i.ID == id {
+			return maps.Clone(i.Tags)
+		}
+	}
+	return nil
 }
 
 // Instance is one instance DescribeInstances knows, its tags included.
