@@ -28,13 +28,12 @@ const (
 	e2eRotatorSecretKey = "e2e/rotator+key+not+real+0000000000"
 
 	autoscalerSA = "cluster-autoscaler"
-	cleanupSA    = "dynk8s-stale-node-cleanup"
+	controllerSA = addons.ControllerName
 	nthSA        = "aws-node-termination-handler"
-	rotatorSA    = addons.TokenRotatorName
 )
 
 // TestClusterAddonsLifecycle runs the component through up, a no-op up, an in-place update and destroy, checking
-// the live objects and their RBAC against the real API server at each step (the join token rotator's runs are
+// the live objects and their RBAC against the real API server at each step (the controller's rotation runs are
 // TestTokenRotator's). The steps share
 // one stack and depend on each other, so the first failure ends the test.
 func TestClusterAddonsLifecycle(t *testing.T) {
@@ -181,11 +180,13 @@ func checkLive(ctx context.Context, t *testing.T, c cluster, objs []k8sObject) m
 		"ServiceAccount kube-system/" + autoscalerSA,
 		"Deployment kube-system/" + autoscalerSA,
 		"ClusterRole " + autoscalerSA,
-		"ServiceAccount kube-system/" + rotatorSA,
-		"CronJob kube-system/" + rotatorSA,
+		"ServiceAccount kube-system/" + controllerSA,
+		"Deployment kube-system/" + controllerSA,
+		"ClusterRole " + controllerSA,
+		"Role kube-system/" + controllerSA,
 		"Secret kube-system/" + addons.TokenRotatorCredentialsName,
-		"ServiceAccount kube-system/" + cleanupSA,
-		"CronJob kube-system/" + cleanupSA,
+		"ValidatingAdmissionPolicy dynk8s-controller-nodes",
+		"ValidatingAdmissionPolicy " + addons.TokenRotatorName,
 		"ServiceAccount kube-system/" + nthSA,
 		"DaemonSet kube-system/" + nthSA,
 	} {
@@ -345,17 +346,35 @@ func checkRBAC(ctx context.Context, t *testing.T, c cluster) {
 	} {
 		all = append(all, expect{autoscalerSA, q, false})
 	}
-	// The cleanup job deletes Node objects and nothing else.
-	for _, v := range []string{"get", "list", "delete"} {
-		all = append(all, expect{cleanupSA, canI{verb: v, resource: "nodes"}, true})
+	// The controller judges CSRs, removes a taint from and deletes Nodes (its node policy narrows both), creates
+	// Secrets in kube-system (its token policy narrows that) and keeps its record and Lease; it reads no Secret.
+	for _, q := range []canI{
+		{verb: "list", resource: "certificatesigningrequests.certificates.k8s.io"},
+		{verb: "update", resource: "certificatesigningrequests.certificates.k8s.io", sub: "approval"},
+		{verb: "approve", resource: "signers.certificates.k8s.io", name: addons.KubeletClientSigner},
+		{verb: "watch", resource: "nodes"},
+		{verb: "update", resource: "nodes"},
+		{verb: "delete", resource: "nodes"},
+		{verb: "create", resource: "secrets", ns: "kube-system"},
+		{verb: "update", resource: "configmaps", name: addons.ApprovalRecordName, ns: "kube-system"},
+		{verb: "update", resource: "leases.coordination.k8s.io", name: controllerSA, ns: "kube-system"},
+	} {
+		all = append(all, expect{controllerSA, q, true})
 	}
 	for _, q := range []canI{
 		{verb: "get", resource: "secrets", ns: "kube-system"},
+		{verb: "get", resource: "secrets", name: "bootstrap-token-abcdef", ns: "kube-system"},
 		{verb: "list", resource: "secrets"},
+		{verb: "update", resource: "secrets", ns: "kube-system"},
+		{verb: "delete", resource: "secrets", ns: "kube-system"},
+		{verb: "create", resource: "secrets", ns: "default"},
+		{verb: "approve", resource: "signers.certificates.k8s.io", name: "kubernetes.io/kube-apiserver-client"},
+		{verb: "update", resource: "configmaps", name: "kube-proxy", ns: "kube-system"},
+		{verb: "update", resource: "leases.coordination.k8s.io", name: "kube-controller-manager", ns: "kube-system"},
 		{verb: "delete", resource: "pods", ns: "default"},
-		{verb: "update", resource: "nodes"},
+		{verb: "create", resource: "pods", ns: "kube-system"},
 	} {
-		all = append(all, expect{cleanupSA, q, false})
+		all = append(all, expect{controllerSA, q, false})
 	}
 	// The spot drain cordons and evicts, and reads nothing secret.
 	for _, q := range []canI{
@@ -367,23 +386,6 @@ func checkRBAC(ctx context.Context, t *testing.T, c cluster) {
 		all = append(all, expect{nthSA, q, true})
 	}
 	all = append(all, expect{nthSA, canI{verb: "get", resource: "secrets", ns: "kube-system"}, false})
-	// The token rotator creates Secrets in kube-system (RBAC cannot narrow that to a type or a name) and can read,
-	// change or delete none, nor create one anywhere else.
-	all = append(all, expect{rotatorSA, canI{verb: "create", resource: "secrets", ns: "kube-system"}, true})
-	for _, q := range []canI{
-		{verb: "get", resource: "secrets", ns: "kube-system"},
-		{verb: "get", resource: "secrets", name: "bootstrap-token-abcdef", ns: "kube-system"},
-		{verb: "list", resource: "secrets", ns: "kube-system"},
-		{verb: "watch", resource: "secrets", ns: "kube-system"},
-		{verb: "update", resource: "secrets", ns: "kube-system"},
-		{verb: "delete", resource: "secrets", ns: "kube-system"},
-		{verb: "create", resource: "secrets", ns: "default"},
-		{verb: "get", resource: "configmaps", ns: "kube-system"},
-		{verb: "create", resource: "pods", ns: "kube-system"},
-	} {
-		all = append(all, expect{rotatorSA, q, false})
-	}
-
 	for _, e := range all {
 		out, err := c.kubectl(ctx, e.q.args(e.sa)...)
 		answer := strings.TrimSpace(out)

@@ -20,6 +20,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/dynk8s/dynk8s/cmd/timeline/timeline"
+	"github.com/dynk8s/dynk8s/infra/addons"
 	"github.com/dynk8s/dynk8s/infra/config"
 	"github.com/dynk8s/dynk8s/internal/kube"
 	"github.com/dynk8s/dynk8s/node/nodetest"
@@ -28,9 +29,9 @@ import (
 // The burst, end to end: a build pod that no node can run makes the real Cluster Autoscaler raise the group of the
 // pool it needs, the instance moto starts boots in a box (the launcher below plays EC2), joins, registers with the
 // fuse startup taint, the real fuse device plugin (deployed by the addons through the real engine) advertises
-// github.com/fuse, the untaint container lifts the taint, the real kube-scheduler binds the pod and the real kubelet
-// runs it to Succeeded; the idle node is then scaled in through the group, its box powers off, the rendered cleanup
-// script deletes its Node once moto reports the instance gone, and nothing of the pool is left.
+// github.com/fuse, dynk8s-controller's untaint loop lifts the taint, the real kube-scheduler binds the pod and the
+// real kubelet runs it to Succeeded; the idle node is then scaled in through the group, its box powers off, the
+// controller's cleanup loop deletes its Node once moto reports the instance gone, and nothing of the pool is left.
 //
 // Images (none can be pulled here; see rig_images_test.go), each tagged as the stack names it:
 //   - the sandbox image the rendered CRI-O config names (registry.k8s.io/pause): a rebuilt stand-in,
@@ -38,8 +39,6 @@ import (
 //   - the fuse DaemonSet's plugin image (docker.io/soolaugust/fuse-device-plugin): the real plugin,
 //     github.com/kuberenetes-learning-group/fuse-device-plugin at 014e1c4 (hack/tools.sh), its binary alone at
 //     the path the DaemonSet runs, where upstream's image has it on debian:stretch-slim;
-//   - the untaint container's image (docker.io/alpine/k8s): a stand-in holding what untaint.sh calls, this
-//     machine's /bin/sh, sed, date and sleep and the kubectl hack/tools.sh built, with their shared libraries;
 //   - the build pod's image, the test's own: testdata/images/build, a static Go program.
 //
 // The network is the stack's (rig_vpc_test.go): the node's box and the gateway's box hang off one VPC router, which sends
@@ -56,12 +55,13 @@ import (
 // translated to the API server's on-prem endpoint by a box-only nftables rule, where a cluster has kube-proxy or its
 // CNI; the instance roles' credentials are moto's, of the roles replayed with their policies and assumed once by the
 // test (moto's IAM enforcement checks actions, not resources or conditions); the node's SSM (the join token) and the
-// gateway's (its key) are motos of their own; the stale-node cleanup runs its rendered script from the test, as its
-// CronJob would on an on-prem node (none runs here), with a shorter NotReady threshold.
+// gateway's (its key) are motos of their own; dynk8s-controller runs on this machine as its Deployment would on an
+// on-prem node (none runs here): the live Deployment's args with the loops the burst needs (untaint, cleanup) and a
+// shorter NotReady threshold, its ServiceAccount's token, the cleanup IAM user's key against moto.
 
-// burstCleanupThreshold is the NotReady seconds after which the test's cleanup runs delete a Node whose instance is
-// gone (the dev stack's cleanup.notReadyAfter: 30 minutes).
-const burstCleanupThreshold = "5"
+// burstCleanupThreshold is the NotReady time after which the controller's cleanup deletes a Node whose instance is
+// gone (the dev stack's cleanup.notReadyAfter: 5 minutes).
+const burstCleanupThreshold = 5 * time.Second
 
 // TestBurstScaleUpAndBackToZero runs the whole loop once and logs each phase's seconds since the build pod was
 // created.
@@ -80,6 +80,7 @@ type burst struct {
 	aws      *awsEnv
 	vpc      *vpcWithGateway
 	ca       *autoscalerProcess
+	ctl      *controllerProcess
 	launcher *launcher
 	phases   *phaseLog
 }
@@ -124,6 +125,14 @@ func newBurst(t *testing.T) *burst {
 		t.Fatal(err)
 	}
 	b.ca = startAutoscaler(ctx, t, c, s, b.aws, b.aws.users[s.userName])
+	args, _ := liveController(ctx, t, c)
+	t.Cleanup(func() {
+		_, _ = c.kubectl(context.Background(), "-n", "kube-system", "delete", "lease", addons.ControllerName,
+			"--ignore-not-found")
+	})
+	b.ctl = startController(ctx, t, c, controllerSpec{args: args, identity: "e2e-burst",
+		set: []string{"--loops=untaint,cleanup", "--not-ready-after=" + burstCleanupThreshold.String()},
+		ec2: b.aws.url, ssm: b.aws.url, ec2Key: b.aws.users[s.cleanupUser]})
 	return b
 }
 
@@ -179,6 +188,7 @@ func (b *burst) run(t *testing.T) {
 		kn, err = getNode(ctx, c, node)
 		return err == nil && !kn.hasTaint(kube.FuseStartupTaint.Key)
 	})
+	b.ctl.waitLine(t, 10*time.Second, "removed the startup taint", map[string]string{"node": node})
 	var p podState
 	b.wait(t, 2*time.Minute, "pod Running", func() bool {
 		p = getPod(ctx, c, pod)
@@ -206,13 +216,10 @@ func (b *burst) run(t *testing.T) {
 	}
 	b.wait(t, 2*time.Minute, "box powered off", func() bool { return !box.running() })
 	b.wait(t, 3*time.Minute, "Node deleted", func() bool {
-		out, err := runCleanup(ctx, t, c, b.s, burstCleanupThreshold, b.aws.users[b.s.cleanupUser], b.aws.url)
-		if err != nil {
-			t.Fatalf("cleanup: %v\n%s", err, out)
-		}
 		name, err := findNode(ctx, c, box.providerID())
 		return err == nil && name == ""
 	})
+	b.ctl.waitLine(t, 10*time.Second, "delete", map[string]string{"node": node})
 	if d := b.aws.desired(ctx, t); !allZero(d) {
 		t.Errorf("desired capacities %v at the end, want all 0", d)
 	}
@@ -521,15 +528,6 @@ func burstImages(ctx context.Context, t *testing.T, c cluster, j *boxJoin) []str
 		case len(ctr.Command) == 1 && filepath.Base(ctr.Command[0]) == "fuse-device-plugin":
 			images = append(images, podImage{ref: ctr.Image,
 				files: map[string]string{ctr.Command[0]: requireTool(t, "fuse-device-plugin")}})
-		case len(ctr.Command) == 3 && ctr.Command[0] == "/bin/sh":
-			// What untaint.sh calls besides the shell's builtins.
-			files := map[string]string{"/bin/sh": "/bin/sh"}
-			for _, tool := range []string{"sed", "date", "sleep", "kubectl"} {
-				p, err := exec.LookPath(tool)
-				assert.NilError(t, err)
-				files["/usr/bin/"+tool] = p
-			}
-			images = append(images, podImage{ref: ctr.Image, files: withSharedLibs(t, files)})
 		default:
 			t.Fatalf("the fuse DaemonSet runs a container the test has no image for: %s %q", ctr.Image, ctr.Command)
 		}

@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"maps"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -16,30 +15,31 @@ import (
 	"time"
 
 	"gotest.tools/v3/assert"
+
+	"github.com/dynk8s/dynk8s/internal/kube"
 )
 
-// TestCleanupAsksEC2 runs the stale-node cleanup script exactly as the dev stack renders it (its ConfigMap's script,
-// its CronJob's environment) with the real kubectl against the real kube-apiserver and the real AWS CLI against
-// moto, signed with the key of an IAM user holding the stack's own cleanup policy (moto enforces IAM here). Five
-// pool Nodes have been NotReady past the threshold or not; only those whose instance EC2 reports gone are deleted.
-// A second run under a policy without ec2:DescribeInstances deletes nothing and fails: the policy is what lets the
-// script judge, and nothing is deleted on a guess.
+// TestCleanupAsksEC2 runs dynk8s-controller's stale-node cleanup loop as the dev stack's Deployment runs it (its
+// rendered args, the controller ServiceAccount's RBAC and node policy) against the real kube-apiserver, with moto as
+// EC2, signed with the key of an IAM user holding the stack's own cleanup policy (moto enforces IAM here). Five pool
+// Nodes have been NotReady past the threshold or not; only those whose instance EC2 reports gone are deleted. A run
+// under a policy without ec2:DescribeInstances deletes nothing and says why: the policy is what lets the loop
+// judge, and nothing is deleted on a guess.
 func TestCleanupAsksEC2(t *testing.T) {
 	c := requireCluster(t)
-	requireTool(t, "aws")
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
 
 	s := loadStackAutoscaling(t)
-	if s.cleanupPolicy == "" || s.cleanupScript == "" || s.cleanup == nil {
-		t.Fatalf("dev stack: cleanup policy %t, script %t, CronJob %t", s.cleanupPolicy != "",
-			s.cleanupScript != "", s.cleanup != nil)
+	if s.cleanupPolicy == "" {
+		t.Fatal("the dev stack declares no cleanup policy")
 	}
 	// The policy's one action swapped for another read: IAM refuses a statement without actions.
 	denied := strings.Replace(s.cleanupPolicy, `"ec2:DescribeInstances"`, `"ec2:DescribeRegions"`, 1)
 	if denied == s.cleanupPolicy {
 		t.Fatalf("the stack's cleanup policy does not grant ec2:DescribeInstances:\n%s", s.cleanupPolicy)
 	}
+	controllerObjects(ctx, t, c)
 	a := startAWS(ctx, t, s, []replayUser{
 		{Name: s.cleanupUser, Policy: s.cleanupPolicy},
 		{Name: "cleanup-denied", Policy: denied},
@@ -48,10 +48,9 @@ func TestCleanupAsksEC2(t *testing.T) {
 	var fleet map[string]string
 	a.python(ctx, t, nil, &fleet, "fleet", a.admin.Key, a.admin.Secret, template)
 
-	env := cleanupEnv(t, s.cleanup)
-	threshold := env["NOT_READY_AFTER_SECONDS"]
-	if threshold != "300" {
-		t.Fatalf("the dev stack's cleanup threshold is %q s, want 300 (cleanup.notReadyAfter 5m)", threshold)
+	args := renderedControllerArgs(t)
+	if got := argValue(args, "not-ready-after"); got != "5m0s" {
+		t.Fatalf("the dev stack's cleanup threshold is %q, want 5m0s (cleanup.notReadyAfter 5m)", got)
 	}
 	hourAgo := time.Now().Add(-time.Hour).UTC().Format(time.RFC3339)
 	nodes := map[string]struct{ instance, since string }{
@@ -62,81 +61,55 @@ func TestCleanupAsksEC2(t *testing.T) {
 		"e2e-cleanup-recent":     {fleet["terminated"], time.Now().Add(-time.Minute).UTC().Format(time.RFC3339)},
 	}
 	for _, name := range slices.Sorted(maps.Keys(nodes)) {
-		createNotReadyNode(ctx, t, c, name, env["POOL_LABEL"], "aws:///"+a.region+"a/"+nodes[name].instance,
+		createNotReadyNode(ctx, t, c, name, kube.LabelPool, "aws:///"+a.region+"a/"+nodes[name].instance,
 			nodes[name].since)
 	}
-
-	run := func(key awsKey) (string, error) { return runCleanup(ctx, t, c, s, threshold, key, a.url) }
-
-	out, err := run(a.users["cleanup-denied"])
-	if err == nil {
-		t.Errorf("a run that may not ask EC2 succeeded:\n%s", out)
+	run := func(id string, key awsKey) *controllerProcess {
+		return startController(ctx, t, c, controllerSpec{args: args, identity: id, set: []string{"--loops=cleanup"},
+			ec2: a.url, ssm: a.url, ec2Key: key})
 	}
+
+	// May not ask EC2: keeps every Node, and says why.
+	p := run("e2e-cleanup-denied", a.users["cleanup-denied"])
+	l := p.waitLine(t, time.Minute, "will try again", map[string]string{"key": "e2e-cleanup-terminated"})
+	if msg := l.str("error"); !strings.Contains(msg, "asking EC2 about instance "+fleet["terminated"]) ||
+		!strings.Contains(msg, "UnauthorizedOperation") && !strings.Contains(msg, "AccessDenied") {
+		t.Errorf("the denied run does not say why it kept the node: %q", msg)
+	}
+	p.waitLine(t, time.Minute, "will try again", map[string]string{"key": "e2e-cleanup-unknown"})
 	if left := cleanupNodesLeft(ctx, t, c); len(left) != len(nodes) {
-		t.Errorf("a run that may not ask EC2 deleted nodes: left %v\n%s", left, out)
+		t.Errorf("a run that may not ask EC2 deleted nodes: left %v", left)
 	}
-	if !strings.Contains(out, "cannot ask EC2 about") || !strings.Contains(out, "UnauthorizedOperation") &&
-		!strings.Contains(out, "AccessDenied") {
-		t.Errorf("the denied run does not say why it kept the nodes:\n%s", out)
-	}
+	p.stop(t)
 
-	out, err = run(a.users[s.cleanupUser])
-	if err != nil {
-		t.Fatalf("cleanup with the stack's policy: %v\n%s", err, out)
-	}
-	t.Logf("cleanup output:\n%s", out)
+	// With the stack's policy: the Nodes of gone instances go, the others stay.
+	p = run("e2e-cleanup", a.users[s.cleanupUser])
 	want := []string{"e2e-cleanup-recent", "e2e-cleanup-running", "e2e-cleanup-stopped"}
-	if left := cleanupNodesLeft(ctx, t, c); !slices.Equal(left, want) {
-		t.Errorf("nodes left: %v, want %v\n%s", left, want, out)
-	}
-	for _, line := range []string{
-		"delete e2e-cleanup-terminated: Ready=Unknown for",
-		"instance " + fleet["terminated"] + " terminated",
-		"instance i-0123456789abcdef0 gone",
-		"keep e2e-cleanup-running: Ready=Unknown for",
-		"but instance " + fleet["running"] + " is running",
-		"but instance " + fleet["stopped"] + " is stopped",
-	} {
-		if !strings.Contains(out, line) {
-			t.Errorf("output lacks %q:\n%s", line, out)
+	for deadline := time.Now().Add(time.Minute); ; time.Sleep(500 * time.Millisecond) {
+		left := cleanupNodesLeft(ctx, t, c)
+		if slices.Equal(left, want) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("nodes left: %v, want %v\n%s", left, want, tail(p.log(), 40))
 		}
 	}
-}
-
-// runCleanup runs the rendered cleanup script once, as its CronJob's container would, with the rendered
-// environment, Nodes older than threshold seconds counted stale, and key's AWS user asking ec2URL.
-func runCleanup(ctx context.Context, t *testing.T, c cluster, s stackAutoscaling, threshold string, key awsKey,
-	ec2URL string) (string, error) {
-	t.Helper()
-	env := cleanupEnv(t, s.cleanup)
-	dir := t.TempDir()
-	script := filepath.Join(dir, "cleanup.sh")
-	assert.NilError(t, os.WriteFile(script, []byte(s.cleanupScript), 0o755))
-	cmd := exec.CommandContext(ctx, "/bin/sh", script)
-	cmd.Env = append(os.Environ(), "KUBECONFIG="+c.Kubeconfig, "HOME="+dir, "TMPDIR="+dir,
-		"POOL_LABEL="+env["POOL_LABEL"], "NOT_READY_AFTER_SECONDS="+threshold,
-		"AWS_ACCESS_KEY_ID="+key.Key, "AWS_SECRET_ACCESS_KEY="+key.Secret,
-		"AWS_DEFAULT_REGION="+env["AWS_DEFAULT_REGION"], "EC2_ENDPOINT_URL="+ec2URL)
-	out, err := cmd.CombinedOutput()
-	return string(out), err
-}
-
-// cleanupEnv is the plain environment of the cleanup CronJob's container, as rendered.
-func cleanupEnv(t *testing.T, rendered map[string]any) map[string]string {
-	t.Helper()
-	raw, err := json.Marshal(rendered)
-	assert.NilError(t, err)
-	var cj cronJob
-	assert.NilError(t, json.Unmarshal(raw, &cj))
-	containers := cj.Spec.JobTemplate.Spec.Template.Spec.Containers
-	if len(containers) != 1 {
-		t.Fatalf("cleanup CronJob has %d containers", len(containers))
+	for node, reason := range map[string]string{
+		"e2e-cleanup-terminated": "and instance " + fleet["terminated"] + " is terminated",
+		"e2e-cleanup-unknown":    "and instance i-0123456789abcdef0 is unknown to EC2",
+	} {
+		if l := p.waitLine(t, 10*time.Second, "delete", map[string]string{"node": node}); !strings.Contains(l.str("reason"), reason) {
+			t.Errorf("delete %s: reason %q lacks %q", node, l.str("reason"), reason)
+		}
 	}
-	env := map[string]string{}
-	for _, e := range containers[0].Env {
-		env[e.Name] = e.Value
+	for node, state := range map[string]string{"e2e-cleanup-running": "running", "e2e-cleanup-stopped": "stopped"} {
+		p.waitLine(t, 10*time.Second, "keep", map[string]string{"node": node, "state": state})
 	}
-	return env
+	// The recent one is not due for minutes: nothing asks EC2 about it, nothing deletes it.
+	time.Sleep(3 * time.Second)
+	if left := cleanupNodesLeft(ctx, t, c); !slices.Equal(left, want) {
+		t.Errorf("nodes left: %v, want %v", left, want)
+	}
 }
 
 // createNotReadyNode registers a pool Node whose Ready condition has been Unknown since since, and removes it when

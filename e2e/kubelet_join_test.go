@@ -11,10 +11,12 @@ import (
 	"testing"
 	"time"
 
+	"github.com/aws/aws-sdk-go-v2/aws"
 	"gotest.tools/v3/assert"
 
 	"github.com/dynk8s/dynk8s/infra"
 	"github.com/dynk8s/dynk8s/internal/fakeaws"
+	"github.com/dynk8s/dynk8s/internal/names"
 )
 
 // A token of its own, so that this test and TestJoinDiscovery never share or delete each other's.
@@ -58,10 +60,16 @@ func TestKubeletJoin(t *testing.T) {
 	ssm := startMoto(ctx, t, moto)
 	param := infra.JoinTokenParameter(cfg.ClusterName)
 	zone := cfg.Region + fakeZoneSuffix
-	imds := fakeaws.NewIMDS(t, fakeRoleInstance(fakeInstanceID, zone, cfg.Region, fakeNodeIP, ""))
+	role := fakeRoleInstance(fakeInstanceID, zone, cfg.Region, fakeNodeIP, "")
+	imds := fakeaws.NewIMDS(t, role)
+	// EC2 for the join's kubelet key mark (CreateTags on its own instance, signed with the role's credentials),
+	// which must know the instance.
+	ec2 := fakeaws.NewEC2(t, fakeaws.SigV4{Region: cfg.Region, Credentials: aws.Credentials{
+		AccessKeyID: role.AccessKeyID, SecretAccessKey: role.SecretAccessKey, SessionToken: role.SessionToken}},
+		fakeaws.EC2Instance{ID: fakeInstanceID, State: "running"})
 	userData := renderNodeUserData(ctx, t, c, cfg, pool, param)
 
-	n := bootNode(ctx, t, userData, realKubeadm, []string{c.Server, imds.URL, ssm.url})
+	n := bootNode(ctx, t, userData, realKubeadm, []string{c.Server, imds.URL, ssm.url, ec2.URL})
 	// The JoinConfiguration names the Node after its instance, whatever the hostname.
 	nodeName := fakeInstanceID
 	t.Cleanup(func() {
@@ -98,6 +106,9 @@ func TestKubeletJoin(t *testing.T) {
 		run := n.join(ctx, t, 90)
 		if run.err != nil {
 			t.Fatalf("the agent's join: %v\n%s\nkubelet log:\n%s", run.err, run.output, n.kubeletLog())
+		}
+		if ec2.Tags(fakeInstanceID)[names.TagKubeletKey] == "" {
+			t.Errorf("the join did not mark %s with its kubelet key; EC2 calls: %v", fakeInstanceID, ec2.TagCalls())
 		}
 		for _, want := range []string{"This node has joined the cluster", "joined the cluster as " + fakeInstanceID} {
 			if !strings.Contains(run.output, want) {

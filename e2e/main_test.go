@@ -33,6 +33,7 @@ func TestMain(m *testing.M) {
 	}
 	code := m.Run()
 	nodetest.RemoveBuiltAgent()
+	removeBuiltController()
 	os.Exit(code)
 }
 

@@ -22,6 +22,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/aws/aws-sdk-go-v2/aws"
 	"gotest.tools/v3/assert"
 
 	"github.com/dynk8s/dynk8s/cloudinit"
@@ -544,10 +545,18 @@ func (j *boxJoin) newNode(t *testing.T, name string, inst boxInstance) *boxNode 
 	t.Helper()
 	role := fakeRoleInstance(inst.id, inst.zone, j.cfg.Region, inst.ip, inst.state)
 	forwards := []string{strings.TrimPrefix(j.c.Server, "https://"), strings.TrimPrefix(j.moto.url, "http://")}
-	ec2 := j.moto.url
+	var ec2 string
 	var router *vpcRouter
-	if j.vpc != nil {
-		// The API server only through the tunnel; EC2 (the gateway's wake-up) is the VPC's.
+	if j.vpc == nil {
+		// EC2 is the join's kubelet key mark alone (CreateTags on its own instance, with the role's credentials):
+		// a fake that knows the instance, which moto for SSM does not.
+		fake := fakeaws.NewEC2(t, fakeaws.SigV4{Region: j.cfg.Region, Credentials: aws.Credentials{
+			AccessKeyID: role.AccessKeyID, SecretAccessKey: role.SecretAccessKey, SessionToken: role.SessionToken}},
+			fakeaws.EC2Instance{ID: inst.id, State: "running"})
+		ec2 = fake.URL
+		forwards = append(forwards, strings.TrimPrefix(ec2, "http://"))
+	} else {
+		// The API server only through the tunnel; EC2 (the gateway's wake-up, the key mark) is the VPC's.
 		forwards = forwards[1:]
 		ec2, router = j.vpc.aws.url, j.vpc.router
 		forwards = append(forwards, strings.TrimPrefix(ec2, "http://"))

@@ -111,19 +111,6 @@ type templateSpec struct {
 	} `json:"containers"`
 }
 
-// cronJob is a CronJob as the tests read it.
-type cronJob struct {
-	Spec struct {
-		JobTemplate struct {
-			Spec struct {
-				Template struct {
-					Spec templateSpec `json:"spec"`
-				} `json:"template"`
-			} `json:"spec"`
-		} `json:"jobTemplate"`
-	} `json:"spec"`
-}
-
 // applyJSON creates an object from its JSON form.
 func applyJSON(ctx context.Context, t *testing.T, c cluster, obj any) {
 	t.Helper()

@@ -190,6 +190,14 @@ func addonsProgram(c cluster, cfg *config.Config, pools *[]config.NodePool) pulu
 		})
 		// No kubelet runs here, so no workload ever becomes ready; the provider must not wait for it.
 		args.SkipAwait = true
+		// No pod fetches the controller here (the tests run the binary they built); its delivery is named as the
+		// stack names it, with the stand-in hash of the offline plan.
+		args.Controller = addons.ControllerDelivery{Bucket: pulumi.String("dynk8s-e2e-agent")}
+		for _, arch := range infra.ControllerArches {
+			args.Controller.Objects = append(args.Controller.Objects, addons.ControllerObject{Arch: arch,
+				Key: addons.ControllerName + "/linux-" + arch.Label(), VersionID: pulumi.String("e2e"),
+				SHA256: infra.StandInSHA256})
+		}
 		_, err = addons.NewClusterAddons(ctx, "addons", args, pulumi.Providers(p))
 		return err
 	}

@@ -5,8 +5,6 @@ package e2e
 import (
 	"archive/tar"
 	"bytes"
-	"debug/elf"
-	"errors"
 	"io"
 	"maps"
 	"os"
@@ -47,74 +45,6 @@ func staticBinary(t *testing.T, pkg, dir string) string {
 		t.Fatalf("go build %s: %v\n%s", pkg, err, b)
 	}
 	return out
-}
-
-// withSharedLibs adds to files what the dynamically linked ones among them need to run: their ELF interpreter and
-// every shared library they (and those libraries) name, found where this machine's loader finds them, at the same
-// paths in the image.
-func withSharedLibs(t *testing.T, files map[string]string) map[string]string {
-	t.Helper()
-	out := maps.Clone(files)
-	queue := slices.Sorted(maps.Keys(files))
-	for len(queue) > 0 {
-		p := queue[0]
-		queue = queue[1:]
-		interp, libs, err := elfNeeds(out[p])
-		assert.NilError(t, err, out[p])
-		if interp != "" {
-			libs = append(libs, interp)
-		}
-		for _, lib := range libs {
-			found := lib
-			if !filepath.IsAbs(lib) {
-				if found = findLib(lib); found == "" {
-					t.Fatalf("%s needs %s, which is in none of the loader's directories", out[p], lib)
-				}
-			}
-			if _, ok := out[found]; !ok {
-				out[found] = found
-				queue = append(queue, found)
-			}
-		}
-	}
-	return out
-}
-
-// elfNeeds is an ELF file's interpreter (PT_INTERP; "" for a static binary) and its DT_NEEDED libraries.
-func elfNeeds(file string) (interp string, libs []string, err error) {
-	f, err := elf.Open(file)
-	if err != nil {
-		return "", nil, err
-	}
-	defer f.Close()
-	for _, p := range f.Progs {
-		if p.Type == elf.PT_INTERP {
-			b, err := io.ReadAll(p.Open())
-			if err != nil {
-				return "", nil, err
-			}
-			interp = strings.TrimRight(string(b), "\x00")
-		}
-	}
-	libs, err = f.ImportedLibraries()
-	if errors.Is(err, elf.ErrNoSymbols) {
-		err = nil
-	}
-	return interp, libs, err
-}
-
-// libDirs are the directories Debian's loader searches without an ld.so.cache (its multiarch system directories).
-var libDirs = []string{"/lib/x86_64-linux-gnu", "/usr/lib/x86_64-linux-gnu", "/lib/aarch64-linux-gnu",
-	"/usr/lib/aarch64-linux-gnu", "/lib64", "/lib", "/usr/lib"}
-
-func findLib(soname string) string {
-	for _, d := range libDirs {
-		p := filepath.Join(d, soname)
-		if _, err := os.Stat(p); err == nil {
-			return p
-		}
-	}
-	return ""
 }
 
 // archive writes the image as a docker-archive tarball (what `ctr images import` reads) to file.

@@ -406,7 +406,9 @@ type node struct {
 }
 
 // bootNode writes the user data's files, starts node.sh (see its header) in new network, mount and UTS namespaces,
-// and forwards each server's loopback port from inside the node's network namespace to the test's.
+// and forwards each server's loopback port from inside the node's network namespace to the test's. The servers are
+// the API server, IMDS, moto for SSM (and Auto Scaling), and optionally a fourth for EC2 (the join's kubelet key
+// mark, CreateTags on its own instance; without it, the SSM moto).
 func bootNode(ctx context.Context, t *testing.T, userData []byte, realKubeadm string, servers []string) *node {
 	t.Helper()
 	// Removed after the cleanups below (they run last-in first-out), so after the node has stopped.
@@ -414,7 +416,16 @@ func bootNode(ctx context.Context, t *testing.T, userData []byte, realKubeadm st
 	n := &node{dir: dir, root: filepath.Join(dir, "root"), bin: filepath.Join(dir, "bin"),
 		hostname: "ip-" + strings.ReplaceAll(fakeNodeIP, ".", "-") + ".e2e.internal"}
 	writeUserDataFiles(t, userData, n.root)
-	for _, d := range []string{n.bin, filepath.Join(n.root, "etc/kubernetes"), filepath.Join(dir, "var-lib-kubelet"),
+	// The agent writes the kubelet's bootstrap key under its DYNK8S_ROOT (/var/lib/kubelet/pki/kubelet-client.key.tmp),
+	// where the kubelet in the node's namespaces, which kubeadm starts, must read it: the node's /var/lib/kubelet
+	// (node.sh mounts var-lib-kubelet there) is the agent's too.
+	varLibKubelet := filepath.Join(dir, "var-lib-kubelet")
+	if _, err := os.Stat(filepath.Join(n.root, "var/lib/kubelet")); err == nil {
+		assert.NilError(t, os.Rename(filepath.Join(n.root, "var/lib/kubelet"), varLibKubelet))
+	}
+	assert.NilError(t, os.MkdirAll(filepath.Join(n.root, "var/lib"), 0o755))
+	assert.NilError(t, os.Symlink(varLibKubelet, filepath.Join(n.root, "var/lib/kubelet")))
+	for _, d := range []string{n.bin, filepath.Join(n.root, "etc/kubernetes"), varLibKubelet,
 		filepath.Join(dir, "run-crio"), filepath.Join(dir, "cni")} {
 		assert.NilError(t, os.MkdirAll(d, 0o755))
 	}
@@ -484,6 +495,7 @@ func bootNode(ctx context.Context, t *testing.T, userData []byte, realKubeadm st
 		"DYNK8S_SSM_ENDPOINT="+servers[2],
 		// moto answers every service on one port; a failed boot hands the instance back through it, never AWS.
 		"DYNK8S_AUTOSCALING_ENDPOINT="+servers[2],
+		"DYNK8S_EC2_ENDPOINT="+servers[min(3, len(servers)-1)],
 		"DYNK8S_BACKOFF_MAX_MS=1000",
 		"STUB_LOG="+filepath.Join(dir, "calls.log"),
 		"REAL_KUBEADM="+realKubeadm,

@@ -54,10 +54,9 @@ type stackAutoscaling struct {
 	replay replayPlan
 	// userName and policy are the autoscaler's IAM user and its user policy document.
 	userName, policy string
-	// cleanupUser and cleanupPolicy are the stale-node cleanup's IAM user and its user policy document; cleanup is
-	// its CronJob as rendered, and cleanupScript the script its ConfigMap holds.
-	cleanupUser, cleanupPolicy, cleanupScript string
-	cleanup                                   map[string]any
+	// cleanupUser and cleanupPolicy are the stale-node cleanup's IAM user (the controller's EC2 key) and its user
+	// policy document.
+	cleanupUser, cleanupPolicy string
 	// priorities is the priority expander's ConfigMap as rendered (nil without the priority expander).
 	priorities map[string]any
 	// command, args and env are the autoscaler container's, as rendered (env: the plain values only).
@@ -141,18 +140,10 @@ func loadStackVariant(t *testing.T, change func(values map[string]any)) stackAut
 			s.rolePolicies[str(in, "role")] = append(s.rolePolicies[str(in, "role")], str(in, "policy"))
 		case "aws:ec2/instance:Instance":
 			s.gateway = &replayInstance{ID: r.ID, Inputs: in}
-		case "kubernetes:batch/v1:CronJob", "kubernetes:core/v1:ConfigMap":
+		case "kubernetes:core/v1:ConfigMap":
 			meta, _ := in["metadata"].(map[string]any)
 			if str(meta, "name") == priorityExpanderConfigMap {
 				s.priorities = in
-			}
-			if str(meta, "name") != cleanupSA {
-				break
-			}
-			if data, ok := in["data"].(map[string]any); ok {
-				s.cleanupScript = str(data, "cleanup.sh")
-			} else {
-				s.cleanup = in
 			}
 		case deploymentType:
 			meta, _ := in["metadata"].(map[string]any)

@@ -7,10 +7,9 @@ import (
 	"encoding/base64"
 	"encoding/json"
 	"fmt"
+	"net/http"
 	"os"
-	"os/exec"
 	"path/filepath"
-	"regexp"
 	"slices"
 	"strings"
 	"testing"
@@ -27,32 +26,33 @@ import (
 
 	"github.com/dynk8s/dynk8s/infra"
 	"github.com/dynk8s/dynk8s/infra/addons"
-	"github.com/dynk8s/dynk8s/infra/config"
 	"github.com/dynk8s/dynk8s/internal/fakeaws"
 	"github.com/dynk8s/dynk8s/internal/kube"
 )
 
-// rotatorIssued selects the token Secrets the rotator makes (the script labels them so).
+// rotatorIssued selects the token Secrets the rotation loop makes (it labels them so).
 const rotatorIssued = "app.kubernetes.io/managed-by=dynk8s-join-token-rotator"
 
-// TestTokenRotator deploys the component with the real engine, then runs the rotator's script exactly as the
-// cluster would (the script from the live ConfigMap, the environment of the live CronJob, the AWS key from the live
-// Secret, and the rotator's own ServiceAccount token, so its RBAC is the one under test), with moto_server as SSM:
-//   - each run creates a bootstrap token Secret that expires a TTL later and overwrites the SSM parameter with it,
-//     and a second run makes the next one without touching the first;
+// TestTokenRotator deploys the component with the real engine, then runs dynk8s-controller's rotation loop exactly
+// as the cluster would (the args and the environment of the live Deployment, the AWS keys from the live Secrets, and
+// the controller's own ServiceAccount token, so its RBAC and the token admission policy are the ones under test),
+// with moto_server as SSM:
+//   - each leader issues a bootstrap token Secret that expires a TTL later when it starts leading and overwrites
+//     the SSM parameter with it, encrypted with the configured key; the next leader issues the next one without
+//     touching the first;
 //   - the token SSM holds authenticates as a kubeadm join token, and the node agent joins with it
 //     (kubeadm join --dry-run: token discovery through the signed cluster-info, CA pinned);
-//   - a token past its expiration is refused by the API server, deleted by the controller manager's token cleaner,
-//     no longer signs cluster-info, and the node agent does not join with it;
-//   - `pulumi up` after those rotations changes nothing, and a new rotation value replaces only the install Job.
+//   - the token policy refuses, from the controller's ServiceAccount, Secrets the loop never makes;
+//   - a token past its expiration (the controller's shape, as its ServiceAccount creates it, but a TTL of 4 s,
+//     under the loop's floor) is refused by the API server, deleted by the controller manager's token cleaner, no
+//     longer signs cluster-info, and the node agent does not join with it;
+//   - `pulumi up` after those rotations changes nothing, and a new rotation value updates only the controller's
+//     Deployment (its pod template's annotation, which rolls the pods, whose new leader issues a token).
 func TestTokenRotator(t *testing.T) {
 	c := requireCluster(t)
 	realKubeadm := requireTool(t, "kubeadm")
 	moto := requireTool(t, "moto_server")
-	for _, tool := range []string{"bash", "curl", "jq", "python3"} {
-		requireTool(t, tool)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()
 	keepEtcKubernetesClean(t)
 
@@ -70,31 +70,28 @@ func TestTokenRotator(t *testing.T) {
 	s := applyAddons(ctx, t, c, cfg)
 	t.Cleanup(func() {
 		// The issued tokens outlive the stack until they expire; the other tests want a clean kube-system.
-		if _, err := c.kubectl(context.Background(), "-n", "kube-system", "delete", "secret", "-l", rotatorIssued); err != nil {
+		bg := context.Background()
+		if _, err := c.kubectl(bg, "-n", "kube-system", "delete", "secret", "-l", rotatorIssued); err != nil {
 			t.Logf("cleanup of issued tokens: %v", err)
 		}
+		_, _ = c.kubectl(bg, "-n", "kube-system", "delete", "lease", addons.ControllerName, "--ignore-not-found")
 	})
 	r := liveRotator(ctx, t, c, ssm.url)
-	if r.env["TOKEN_TTL_SECONDS"] != "7200" || r.env["SSM_PARAMETER"] != param || r.env["AWS_REGION"] != cfg.Region {
-		t.Fatalf("the CronJob runs the script with %v", r.env)
+	if argValue(r.args, "token-ttl") != "2h0m0s" || argValue(r.args, "token-parameter") != param ||
+		argValue(r.args, "region") != cfg.Region || argValue(r.args, "token-kms-key") == "" {
+		t.Fatalf("the Deployment runs the controller with %q", r.args)
 	}
 
-	// 1. The first run issues a token and hands it to SSM; the second issues the next.
-	first := r.run(ctx, t, c, nil)
+	// 1. The first leader issues a token and hands it to SSM; the next leader issues the next.
+	first := r.run(ctx, t, c, ssm, "e2e-rotator-1")
 	checkIssued(ctx, t, c, first, cfg.Kubernetes.BootstrapTokenTTL)
-	if got := ssm.getParameter(t, cfg.Region, param); got != first.token {
-		t.Fatalf("SSM holds %q after the first run, want the token of %s", redact(got), first.name)
-	}
-	second := r.run(ctx, t, c, nil)
+	second := r.run(ctx, t, c, ssm, "e2e-rotator-2")
 	checkIssued(ctx, t, c, second, cfg.Kubernetes.BootstrapTokenTTL)
 	if second.token == first.token {
-		t.Fatal("the second run issued the same token")
-	}
-	if got := ssm.getParameter(t, cfg.Region, param); got != second.token {
-		t.Fatalf("SSM holds %q after the second run, want the token of %s", redact(got), second.name)
+		t.Fatal("the second leader issued the same token")
 	}
 	if _, err := c.kubectl(ctx, "-n", "kube-system", "get", "secret", first.name); err != nil {
-		t.Errorf("the second run touched the first token, which must age out by itself: %v", err)
+		t.Errorf("the second leader touched the first token, which must age out by itself: %v", err)
 	}
 	checkWhoAmI(ctx, t, c, second.token, true)
 	checkRotatorAdmission(ctx, t, c)
@@ -124,17 +121,34 @@ func TestTokenRotator(t *testing.T) {
 		t.Fatalf("up after rotations changed %v", ch)
 	}
 
-	// 4. A token past its expiration (a rotator stopped for longer than the TTL, shortened here) is refused.
-	expiring := r.run(ctx, t, c, []string{"TOKEN_TTL_SECONDS=4"})
-	if got := ssm.getParameter(t, cfg.Region, param); got != expiring.token {
-		t.Fatalf("SSM does not hold the expiring token")
-	}
+	// 4. A token past its expiration (a rotator stopped for longer than the TTL, shortened here) is refused. The
+	// loop's TTL has a floor of 30 minutes, so the test creates the token as the loop would, as its ServiceAccount.
+	expiring := expiringToken(ctx, t, c, 4*time.Second)
+	ssm.putSecureString(t, cfg.Region, param, expiring.token)
 	checkExpiredToken(ctx, t, c, expiring, second, func() joinRun { return node.join(ctx, t, input, 10) })
 
-	// 5. Rotate now: a new rotation value renames the install Job, which replaces it (a new Job issues a token at
-	// once) and nothing else.
+	// 5. Rotate now: a new rotation value changes the controller's pod template and nothing else.
 	cfg.Kubernetes.BootstrapTokenRotation = "e2e-rotate-now"
-	checkRotateNow(ctx, t, s, cfg)
+	checkRotateNow(ctx, t, s, c, cfg.Kubernetes.BootstrapTokenRotation)
+}
+
+// expiringToken creates, as the controller's ServiceAccount, a join token of the loop's shape that expires ttl
+// from now.
+func expiringToken(ctx context.Context, t *testing.T, c cluster, ttl time.Duration) issued {
+	t.Helper()
+	const id = "e2eex9"
+	name := "bootstrap-token-" + id
+	file := filepath.Join(t.TempDir(), "secret.json")
+	assert.NilError(t, os.WriteFile(file, []byte(rotatorToken(name, id,
+		time.Now().Add(ttl).UTC().Format(time.RFC3339), addons.NodeBootstrapGroup)), 0o600))
+	if out, err := c.kubectl(ctx, "--as=system:serviceaccount:kube-system:"+addons.ControllerName, "create", "-f",
+		file); err != nil {
+		t.Fatalf("create the expiring token as the controller: %v\n%s", err, out)
+	}
+	t.Cleanup(func() {
+		_, _ = c.kubectl(context.Background(), "-n", "kube-system", "delete", "secret", name, "--ignore-not-found")
+	})
+	return issued{name: name, id: id, token: id + ".0123456789abcdef"}
 }
 
 // checkExpiredToken waits for the token cleaner to delete the expiring token, then checks that the API server
@@ -164,77 +178,53 @@ func checkExpiredToken(ctx context.Context, t *testing.T, c cluster, expiring, v
 	}
 }
 
-// checkRotateNow runs up with cfg's new rotation value: only the install Job may change, replaced by one of the name
-// the component gives the new value.
-func checkRotateNow(ctx context.Context, t *testing.T, s *pulumiStack, cfg *config.Config) {
+// checkRotateNow runs up with cfg's new rotation value: only the controller's Deployment may change, updated in
+// place, its pod template's rotation annotation now the new value.
+func checkRotateNow(ctx context.Context, t *testing.T, s *pulumiStack, c cluster, rotation string) {
 	t.Helper()
+	uid := func() string {
+		out, err := c.kubectl(ctx, "-n", "kube-system", "get", "deployment.v1.apps", addons.ControllerName, "-o",
+			"jsonpath={.metadata.uid}")
+		assert.NilError(t, err)
+		return out
+	}
+	before := uid()
 	rot, err := s.Up(ctx, optup.ProgressStreams(s.log), optup.ErrorProgressStreams(s.log))
 	assert.NilError(t, err, "up with a new rotation value")
 	ch := changes(*rot.Summary.ResourceChanges)
 	t.Logf("rotate now: %v", ch)
-	if ch["replace"] != 1 || len(ch) != 1 {
-		t.Errorf("a new rotation value: %v, want the install Job replaced and nothing else", ch)
+	if ch["update"] != 1 || len(ch) != 1 {
+		t.Errorf("a new rotation value: %v, want the controller's Deployment updated and nothing else", ch)
 	}
-	objs, err := s.objects(ctx)
+	if after := uid(); after != before {
+		t.Errorf("the controller's Deployment was replaced (uid %s -> %s), want an update", before, after)
+	}
+	out, err := c.kubectl(ctx, "-n", "kube-system", "get", "deployment.v1.apps", addons.ControllerName, "-o",
+		`jsonpath={.spec.template.metadata.annotations.dynk8s\.io/bootstrap-token-rotation}`)
 	assert.NilError(t, err)
-	var jobs []string
-	for _, o := range objs {
-		if o.Kind == "Job" {
-			jobs = append(jobs, o.Name)
-		}
-	}
-	if want := addons.TokenRotatorJobName(infra.AddonsArgs(cfg, infra.Credentials{})); !slices.Equal(jobs, []string{want}) {
-		t.Errorf("install Jobs after the rotation %v, want [%s]", jobs, want)
+	if out != rotation {
+		t.Errorf("the controller's pod template has rotation %q, want %q", out, rotation)
 	}
 }
 
-// rotator is the script and the environment the cluster gives the rotator's pod, set up to run on this machine.
+// rotator is what the cluster gives the controller's pod, set up to run the rotation loop on this machine.
 type rotator struct {
-	script string
-	env    map[string]string
-	dir    string
+	args []string
+	env  map[string]string
+	ssm  string
 }
 
-// liveRotator reads what the component deployed: the script from its ConfigMap, the plain environment of the
-// CronJob's container, the AWS key from the Secret it references; and mints a token of the rotator's ServiceAccount
-// for a kubeconfig, so that the script acts with exactly the rotator's RBAC.
+// liveRotator reads what the component deployed: the args of the controller's Deployment and its environment with
+// the AWS keys from the Secrets it references.
 func liveRotator(ctx context.Context, t *testing.T, c cluster, ssmURL string) *rotator {
 	t.Helper()
-	var cm struct {
-		Data map[string]string `json:"data"`
-	}
-	assert.NilError(t, c.getJSON(ctx, &cm, "configmap.v1.", addons.TokenRotatorName, "-n", "kube-system"))
-	var cj cronJob
-	assert.NilError(t, c.getJSON(ctx, &cj, "cronjob.v1.batch", addons.TokenRotatorName, "-n", "kube-system"))
-	ctrs := cj.Spec.JobTemplate.Spec.Template.Spec.Containers
-	if len(ctrs) != 1 || len(ctrs[0].Command) != 2 {
-		t.Fatalf("rotator containers: %+v", ctrs)
-	}
-	script := cm.Data[filepath.Base(ctrs[0].Command[1])]
-	if !strings.HasPrefix(script, "#!/usr/bin/env bash\n") {
-		t.Fatalf("the ConfigMap holds no script named %s", ctrs[0].Command[1])
-	}
-	r := &rotator{script: script, env: map[string]string{}, dir: t.TempDir()}
-	for _, e := range ctrs[0].Env {
-		if e.ValueFrom == nil {
-			r.env[e.Name] = e.Value
-			continue
+	args, env := liveController(ctx, t, c)
+	for _, k := range []string{"DYNK8S_SSM_ACCESS_KEY_ID", "DYNK8S_SSM_SECRET_ACCESS_KEY"} {
+		if env[k] == "" {
+			t.Fatalf("the controller's Deployment gives no %s", k)
 		}
-		var sec struct {
-			Data map[string]string `json:"data"`
-		}
-		assert.NilError(t, c.getJSON(ctx, &sec, "secret.v1.", e.ValueFrom.SecretKeyRef.Name, "-n", "kube-system"))
-		v, err := base64.StdEncoding.DecodeString(sec.Data[e.ValueFrom.SecretKeyRef.Key])
-		if err != nil || len(v) == 0 {
-			t.Fatalf("%s from %s/%s: %v", e.Name, e.ValueFrom.SecretKeyRef.Name, e.ValueFrom.SecretKeyRef.Key, err)
-		}
-		r.env[e.Name] = string(v)
 	}
-	r.env["HOME"] = r.dir
-	r.env["SSM_ENDPOINT"] = ssmURL
-
-	r.env["KUBECONFIG"] = serviceAccountKubeconfig(ctx, t, c, addons.TokenRotatorName, r.dir)
-	return r
+	return &rotator{args: args, env: env, ssm: ssmURL}
 }
 
 // serviceAccountKubeconfig writes a kubeconfig into dir with a token (20 minutes) of the ServiceAccount sa of
@@ -264,38 +254,65 @@ type issued struct {
 	start, end      time.Time
 }
 
-var createdLine = regexp.MustCompile(`created Secret kube-system/(bootstrap-token-([a-z0-9]{6})),`)
-
-// run runs the script with the live environment plus extra, and reads back the token it issued (as the admin: the
-// rotator itself cannot read it).
-func (r *rotator) run(ctx context.Context, t *testing.T, c cluster, extra []string) issued {
+// run runs the controller with the live args (its rotation loop only) and environment as a replica named id, waits
+// until it has written a new token to SSM, and stops it; it reads back the token it issued (as the admin: the
+// controller itself cannot read it). The log must hold neither the token's secret nor an AWS secret key, and
+// SSM must hold the token encrypted with the configured key.
+func (r *rotator) run(ctx context.Context, t *testing.T, c cluster, m *motoSSM, id string) issued {
 	t.Helper()
-	cmd := exec.CommandContext(ctx, "bash", "-c", r.script)
-	cmd.Env = []string{"PATH=" + os.Getenv("PATH")}
-	for k, v := range r.env {
-		cmd.Env = append(cmd.Env, k+"="+v)
-	}
-	cmd.Env = append(cmd.Env, extra...)
+	region := argValue(r.args, "region")
+	param := argValue(r.args, "token-parameter")
 	start := time.Now()
-	out, err := cmd.CombinedOutput()
-	t.Logf("rotate-token.sh:\n%s", out)
-	assert.NilError(t, err, "rotate-token.sh")
-	m := createdLine.FindStringSubmatch(string(out))
-	if m == nil {
-		t.Fatalf("no token named in the output")
+	p := startController(ctx, t, c, controllerSpec{args: r.args, identity: id, set: []string{"--loops=rotate"},
+		ec2: r.ssm, ssm: r.ssm,
+		ec2Key: awsKey{Key: r.env["AWS_ACCESS_KEY_ID"], Secret: r.env["AWS_SECRET_ACCESS_KEY"]},
+		ssmKey: awsKey{Key: r.env["DYNK8S_SSM_ACCESS_KEY_ID"], Secret: r.env["DYNK8S_SSM_SECRET_ACCESS_KEY"]}})
+	l := p.waitLine(t, 2*time.Minute, "wrote the token to SSM; the previous token expires on its own",
+		map[string]string{"parameter": param})
+	end := time.Now()
+	p.stop(t)
+	tokID := l.str("token")
+	value := m.getParameter(t, region, param)
+	gotID, secret, _ := strings.Cut(value, ".")
+	if gotID != tokID || len(secret) != 16 {
+		t.Fatalf("SSM holds %q after %s's run, want the token %s it logged", redact(value), id, tokID)
 	}
+	name := "bootstrap-token-" + tokID
 	var sec struct {
 		Data map[string]string `json:"data"`
 	}
-	assert.NilError(t, c.getJSON(ctx, &sec, "secret.v1.", m[1], "-n", "kube-system"))
-	secret, err := base64.StdEncoding.DecodeString(sec.Data["token-secret"])
+	assert.NilError(t, c.getJSON(ctx, &sec, "secret.v1.", name, "-n", "kube-system"))
+	stored, err := base64.StdEncoding.DecodeString(sec.Data["token-secret"])
 	assert.NilError(t, err)
-	for _, s := range []string{string(secret), r.env["AWS_SECRET_ACCESS_KEY"]} {
-		if strings.Contains(string(out), s) {
-			t.Errorf("a secret is in the rotator's log")
+	if string(stored) != secret {
+		t.Errorf("SSM's token %s is not its Secret's", tokID)
+	}
+	log := p.log()
+	for _, s := range []string{secret, r.env["AWS_SECRET_ACCESS_KEY"], r.env["DYNK8S_SSM_SECRET_ACCESS_KEY"]} {
+		if strings.Contains(log, s) {
+			t.Errorf("a secret is in the controller's log")
 		}
 	}
-	return issued{name: m[1], id: m[2], token: m[2] + "." + string(secret), start: start, end: time.Now()}
+	if key := parameterKeyID(t, m, region, param); key != argValue(r.args, "token-kms-key") {
+		t.Errorf("SSM encrypts %s with key %q, want the configured %q", param, key, argValue(r.args, "token-kms-key"))
+	}
+	return issued{name: name, id: tokID, token: value, start: start, end: end}
+}
+
+// parameterKeyID is the KMS key SSM says the parameter is encrypted with (DescribeParameters).
+func parameterKeyID(t *testing.T, m *motoSSM, region, name string) string {
+	t.Helper()
+	status, b := m.ssm(t, region, "DescribeParameters", map[string]any{
+		"ParameterFilters": []any{map[string]any{"Key": "Name", "Values": []string{name}}}})
+	var out struct {
+		Parameters []struct {
+			KeyID string `json:"KeyId"`
+		}
+	}
+	if status != http.StatusOK || json.Unmarshal(b, &out) != nil || len(out.Parameters) != 1 {
+		t.Fatalf("SSM DescribeParameters %s: HTTP %d: %s", name, status, b)
+	}
+	return out.Parameters[0].KeyID
 }
 
 // checkIssued reads the token Secret back: what the authenticator and kubeadm's discovery need, and an expiration one
@@ -408,7 +425,7 @@ func rotatorToken(name, id, expiration, group string) string {
 // as the rotator makes it is admitted.
 func checkRotatorAdmission(ctx context.Context, t *testing.T, c cluster) {
 	t.Helper()
-	as := "--as=system:serviceaccount:kube-system:" + addons.TokenRotatorName
+	as := "--as=system:serviceaccount:kube-system:" + addons.ControllerName
 	// The dev stack's TTL is the default, 2h.
 	inTTL := time.Now().UTC().Add(2 * time.Hour).Format(time.RFC3339)
 	expires := "a join token expires, as a UTC RFC 3339 time in whole seconds, within 2h10m0s of its creation"

@@ -59,7 +59,7 @@ func (c *Controller) due(now time.Time) []string {
 		// The label key was validated in New.
 		return nil
 	}
-	nodes, err := c.nodes.List(labels.NewSelector().Add(*req))
+	nodes, err := c.Nodes.List(labels.NewSelector().Add(*req))
 	if err != nil {
 		return nil
 	}

@@ -38,12 +38,8 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/validation"
-	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
-	corelisters "k8s.io/client-go/listers/core/v1"
-	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/record"
-	"k8s.io/client-go/util/workqueue"
 	"k8s.io/utils/clock"
 
 	"github.com/dynk8s/dynk8s/cluster/internal/cloud"
@@ -127,15 +123,12 @@ func (cfg *Config) validate() error {
 
 // Controller is the cleanup loop.
 type Controller struct {
-	cfg       Config
-	client    kubernetes.Interface
-	informers informers.SharedInformerFactory
-	nodes     corelisters.NodeLister
-	synced    cache.InformerSynced
-	queue     workqueue.TypedRateLimitingInterface[string]
-	recorder  record.EventRecorder
-	log       *slog.Logger
-	clock     clock.WithTicker
+	cfg    Config
+	client kubernetes.Interface
+	*loop.NodeWatch
+	recorder record.EventRecorder
+	log      *slog.Logger
+	clock    clock.WithTicker
 
 	// answers is the last DescribeInstances answer, shared by the Nodes that come due together.
 	answers answers
@@ -151,14 +144,11 @@ func New(cfg Config, d loop.Deps) (*Controller, error) {
 		return nil, err
 	}
 	c := &Controller{
-		cfg:       cfg,
-		client:    d.Client,
-		informers: d.Informers,
-		nodes:     d.Informers.Core().V1().Nodes().Lister(),
-		queue:     loop.NewQueue(Name, d.Clock),
-		recorder:  d.Recorder,
-		log:       d.Log.With("loop", Name),
-		clock:     d.Clock,
+		cfg:      cfg,
+		client:   d.Client,
+		recorder: d.Recorder,
+		log:      d.Log.With("loop", Name),
+		clock:    d.Clock,
 		deleted: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "dynk8s_controller_cleanup_deleted_total",
 			Help: "Nodes of gone pool instances the cleanup deleted.",
@@ -178,37 +168,15 @@ func New(cfg Config, d loop.Deps) (*Controller, error) {
 			return nil, fmt.Errorf("cleanup: registering metrics: %w", err)
 		}
 	}
-	reg, err := d.Informers.Core().V1().Nodes().Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
-		AddFunc: c.enqueue,
-		UpdateFunc: func(old, obj any) {
-			// A resync (same resourceVersion) tells nothing new: the loop's own requeues see to the deadlines.
-			if o, ok := old.(*corev1.Node); ok {
-				if n, ok := obj.(*corev1.Node); ok && o.ResourceVersion == n.ResourceVersion {
-					return
-				}
-			}
-			c.enqueue(obj)
-		},
+	w, err := loop.WatchNodes(Name, d, func(n *corev1.Node) bool {
+		_, pool := n.Labels[cfg.PoolLabel]
+		return pool // other Nodes are never the cleanup's
 	})
 	if err != nil {
-		return nil, fmt.Errorf("cleanup: adding the Node handler: %w", err)
+		return nil, err
 	}
-	c.synced = reg.HasSynced
+	c.NodeWatch = w
 	return c, nil
-}
-
-// enqueue adds a pool Node's key; other Nodes are never the cleanup's.
-func (c *Controller) enqueue(obj any) {
-	n, ok := obj.(*corev1.Node)
-	if !ok {
-		return
-	}
-	if _, pool := n.Labels[c.cfg.PoolLabel]; !pool {
-		return
-	}
-	if key, ok := loop.Key(n); ok {
-		c.queue.Add(key)
-	}
 }
 
 // Name is the loop's name.
@@ -216,19 +184,13 @@ func (c *Controller) Name() string { return Name }
 
 // Run starts the informers, waits for the Node cache and judges Nodes until ctx ends.
 func (c *Controller) Run(ctx context.Context) error {
-	c.informers.Start(ctx.Done())
-	if err := loop.WaitForSync(ctx, Name, c.synced); err != nil {
-		return err
-	}
-	c.log.Info("started", "region", c.cfg.Region, "notReadyAfter", c.cfg.NotReadyAfter.String(),
-		"workers", c.cfg.Workers)
-	loop.Work(ctx, c.log, c.queue, c.cfg.Workers, c.sync)
-	return nil
+	return c.NodeWatch.Run(ctx, c.log, c.cfg.Workers, c.sync, "region", c.cfg.Region,
+		"notReadyAfter", c.cfg.NotReadyAfter.String())
 }
 
 // sync judges the Node of key: it does nothing, waits for the Node to come due, asks EC2, or deletes the Node.
 func (c *Controller) sync(ctx context.Context, key string) error {
-	node, err := c.nodes.Get(key)
+	node, err := c.Nodes.Get(key)
 	if apierrors.IsNotFound(err) {
 		return nil
 	}

@@ -26,13 +26,9 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/validation"
-	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
-	corelisters "k8s.io/client-go/listers/core/v1"
-	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/record"
 	"k8s.io/client-go/util/retry"
-	"k8s.io/client-go/util/workqueue"
 	"k8s.io/utils/clock"
 
 	"github.com/dynk8s/dynk8s/cluster/internal/loop"
@@ -101,15 +97,12 @@ func (cfg *Config) validate() error {
 
 // Controller is the untaint loop.
 type Controller struct {
-	cfg       Config
-	client    kubernetes.Interface
-	informers informers.SharedInformerFactory
-	nodes     corelisters.NodeLister
-	synced    cache.InformerSynced
-	queue     workqueue.TypedRateLimitingInterface[string]
-	recorder  record.EventRecorder
-	log       *slog.Logger
-	clock     clock.WithTicker
+	cfg    Config
+	client kubernetes.Interface
+	*loop.NodeWatch
+	recorder record.EventRecorder
+	log      *slog.Logger
+	clock    clock.WithTicker
 
 	latency prometheus.Histogram
 	total   *prometheus.CounterVec
@@ -122,14 +115,11 @@ func New(cfg Config, d loop.Deps) (*Controller, error) {
 		return nil, err
 	}
 	c := &Controller{
-		cfg:       cfg,
-		client:    d.Client,
-		informers: d.Informers,
-		nodes:     d.Informers.Core().V1().Nodes().Lister(),
-		queue:     loop.NewQueue(Name, d.Clock),
-		recorder:  d.Recorder,
-		log:       d.Log.With("loop", Name),
-		clock:     d.Clock,
+		cfg:      cfg,
+		client:   d.Client,
+		recorder: d.Recorder,
+		log:      d.Log.With("loop", Name),
+		clock:    d.Clock,
 		latency: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name:    "dynk8s_controller_untaint_latency_seconds",
 			Help:    "Time from a pool Node's creation to the removal of its fuse startup taint.",
@@ -149,26 +139,12 @@ func New(cfg Config, d loop.Deps) (*Controller, error) {
 			return nil, fmt.Errorf("untaint: registering metrics: %w", err)
 		}
 	}
-	reg, err := d.Informers.Core().V1().Nodes().Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
-		AddFunc:    c.enqueue,
-		UpdateFunc: func(_, obj any) { c.enqueue(obj) },
-	})
+	w, err := loop.WatchNodes(Name, d, c.ours)
 	if err != nil {
-		return nil, fmt.Errorf("untaint: adding the Node handler: %w", err)
+		return nil, err
 	}
-	c.synced = reg.HasSynced
+	c.NodeWatch = w
 	return c, nil
-}
-
-// enqueue adds the key of a pool Node that carries the taint; no other Node is the loop's.
-func (c *Controller) enqueue(obj any) {
-	n, ok := obj.(*corev1.Node)
-	if !ok || !c.ours(n) {
-		return
-	}
-	if key, ok := loop.Key(n); ok {
-		c.queue.Add(key)
-	}
 }
 
 // ours says whether n is a pool Node that carries the taint.
@@ -192,19 +168,14 @@ func (c *Controller) Name() string { return Name }
 
 // Run starts the informers, waits for the Node cache and removes taints until ctx ends.
 func (c *Controller) Run(ctx context.Context) error {
-	c.informers.Start(ctx.Done())
-	if err := loop.WaitForSync(ctx, Name, c.synced); err != nil {
-		return err
-	}
-	c.log.Info("started", "taint", c.cfg.TaintKey, "resource", c.cfg.Resource, "giveUp", c.cfg.GiveUp.String())
-	loop.Work(ctx, c.log, c.queue, workers, c.sync)
-	return nil
+	return c.NodeWatch.Run(ctx, c.log, workers, c.sync, "taint", c.cfg.TaintKey, "resource", c.cfg.Resource,
+		"giveUp", c.cfg.GiveUp.String())
 }
 
 // sync judges the Node of key from the cache and, when its taint is due to go, removes it; a conflict re-reads the
 // Node from the API server and judges it again.
 func (c *Controller) sync(ctx context.Context, key string) error {
-	node, err := c.nodes.Get(key)
+	node, err := c.Nodes.Get(key)
 	if apierrors.IsNotFound(err) {
 		return nil
 	}
