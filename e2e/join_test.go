@@ -46,7 +46,9 @@ func TestJoinDiscovery(t *testing.T) {
 	ssm := startMoto(ctx, t, moto)
 	param := infra.JoinTokenParameter(cfg.ClusterName)
 	ssm.putSecureString(t, cfg.Region, param, token)
-	imds := fakeaws.NewIMDS(t, fakeRoleInstance(fakeInstanceID, cfg.Region+fakeZoneSuffix, cfg.Region, fakeNodeIP, ""))
+	role := fakeRoleInstance(fakeInstanceID, cfg.Region+fakeZoneSuffix, cfg.Region, fakeNodeIP, "")
+	imds := fakeaws.NewIMDS(t, role)
+	ec2 := fakeRoleEC2(t, cfg.Region, role)
 
 	// The pin the stack computes when kubernetes.caCertHash is unset: from kube-public/cluster-info, as written by the
 	// real kubeadm. kubeadm's own discovery below accepting it is the proof that the two agree.
@@ -58,7 +60,7 @@ func TestJoinDiscovery(t *testing.T) {
 	api := apiServerEndpoint(t, c)
 	cfg.Kubernetes.APIServerEndpoint = api
 	input := func(hash string) poolNode { return stackNode(cfg, cfg.NodePools[0], []string{hash}, param) }
-	node := nodeEnv{realKubeadm: realKubeadm, imds: imds.URL, ssm: ssm.url}
+	node := nodeEnv{realKubeadm: realKubeadm, imds: imds.URL, ssm: ssm.url, ec2: ec2.URL}
 
 	t.Run("joins", func(t *testing.T) {
 		run := node.join(ctx, t, input(caHash), 90)

@@ -11,7 +11,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/aws/aws-sdk-go-v2/aws"
 	"gotest.tools/v3/assert"
 
 	"github.com/dynk8s/dynk8s/infra"
@@ -64,9 +63,7 @@ func TestKubeletJoin(t *testing.T) {
 	imds := fakeaws.NewIMDS(t, role)
 	// EC2 for the join's kubelet key mark (CreateTags on its own instance, signed with the role's credentials),
 	// which must know the instance.
-	ec2 := fakeaws.NewEC2(t, fakeaws.SigV4{Region: cfg.Region, Credentials: aws.Credentials{
-		AccessKeyID: role.AccessKeyID, SecretAccessKey: role.SecretAccessKey, SessionToken: role.SessionToken}},
-		fakeaws.EC2Instance{ID: fakeInstanceID, State: "running"})
+	ec2 := fakeRoleEC2(t, cfg.Region, role)
 	userData := renderNodeUserData(ctx, t, c, cfg, pool, param)
 
 	n := bootNode(ctx, t, userData, realKubeadm, []string{c.Server, imds.URL, ssm.url, ec2.URL})

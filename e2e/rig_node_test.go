@@ -23,6 +23,7 @@ import (
 	"gotest.tools/v3/assert"
 	"sigs.k8s.io/yaml"
 
+	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/dynk8s/dynk8s/cloudinit"
 	"github.com/dynk8s/dynk8s/infra"
 	"github.com/dynk8s/dynk8s/infra/config"
@@ -185,7 +186,8 @@ func keepEtcKubernetesClean(t *testing.T) {
 // nodeEnv runs the node agent's join as a node would, with stand-ins for what only an EC2 instance has.
 type nodeEnv struct {
 	realKubeadm string
-	imds, ssm   string
+	// imds, ssm and ec2 are the endpoints the agent reaches (ec2: the join's kubelet key mark).
+	imds, ssm, ec2 string
 }
 
 type joinRun struct {
@@ -247,6 +249,7 @@ func (n nodeEnv) join(ctx context.Context, t *testing.T, in poolNode, deadlineSe
 		"DYNK8S_ROOT="+root,
 		"DYNK8S_IMDS_ENDPOINT="+n.imds,
 		"DYNK8S_SSM_ENDPOINT="+n.ssm,
+		"DYNK8S_EC2_ENDPOINT="+n.ec2,
 		// moto answers every service on one port; a failed boot hands the instance back through it, never AWS.
 		"DYNK8S_AUTOSCALING_ENDPOINT="+n.ssm,
 		"DYNK8S_PROC="+proc,
@@ -727,4 +730,13 @@ func checkJoinedNode(t *testing.T, node kubeNode, cfg *config.Config, pool confi
 	if len(extra) > 0 {
 		t.Errorf("taints the pool does not declare: %v", extra)
 	}
+}
+
+// fakeRoleEC2 is an EC2 for the join's kubelet key mark (CreateTags on its own instance), taking requests signed with
+// the role's credentials, that knows the instance.
+func fakeRoleEC2(t *testing.T, region string, role fakeaws.IMDSInstance) *fakeaws.EC2 {
+	t.Helper()
+	return fakeaws.NewEC2(t, fakeaws.SigV4{Region: region, Credentials: aws.Credentials{
+		AccessKeyID: role.AccessKeyID, SecretAccessKey: role.SecretAccessKey, SessionToken: role.SessionToken}},
+		fakeaws.EC2Instance{ID: role.ID, State: "running"})
 }

@@ -101,12 +101,14 @@ func TestTokenRotator(t *testing.T) {
 	}
 
 	// 2. A node joins with what SSM holds.
-	imds := fakeaws.NewIMDS(t, fakeRoleInstance(fakeInstanceID, cfg.Region+fakeZoneSuffix, cfg.Region, fakeNodeIP, ""))
+	role := fakeRoleInstance(fakeInstanceID, cfg.Region+fakeZoneSuffix, cfg.Region, fakeNodeIP, "")
+	imds := fakeaws.NewIMDS(t, role)
+	ec2 := fakeRoleEC2(t, cfg.Region, role)
 	endpoint := apiServerEndpoint(t, c)
 	nodeCfg := *cfg
 	nodeCfg.Kubernetes.APIServerEndpoint = endpoint
 	input := stackNode(&nodeCfg, cfg.NodePools[0], []string{clusterInfoCAHash(ctx, t, c)}, param)
-	node := nodeEnv{realKubeadm: realKubeadm, imds: imds.URL, ssm: ssm.url}
+	node := nodeEnv{realKubeadm: realKubeadm, imds: imds.URL, ssm: ssm.url, ec2: ec2.URL}
 	run := node.join(ctx, t, input, 90)
 	if run.err != nil || !strings.Contains(run.output, "This node has joined the cluster") {
 		t.Fatalf("the agent's join with the rotated token: %v\n%s", run.err, run.output)
