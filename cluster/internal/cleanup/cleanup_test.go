@@ -1,18 +1,17 @@
 package cleanup
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
 	"log/slog"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
+	"github.com/dynk8s/dynk8s/cluster/internal/loop/looptest"
+
 	"github.com/prometheus/client_golang/prometheus"
-	dto "github.com/prometheus/client_model/go"
 	"gotest.tools/v3/assert"
 	is "gotest.tools/v3/assert/cmp"
 	"gotest.tools/v3/poll"
@@ -60,13 +59,9 @@ func poolNode(id string, status corev1.ConditionStatus, since time.Time) *corev1
 
 // fixture is one cleanup Controller on a fake clientset, a fake EC2 and a fake clock.
 type fixture struct {
-	c        *Controller
-	client   *fake.Clientset
-	ec2      *fakeaws.EC2
-	clock    *clocktesting.FakeClock
-	recorder *record.FakeRecorder
-	factory  informers.SharedInformerFactory
-	logs     *syncBuffer
+	c *Controller
+	*looptest.Rig
+	ec2 *fakeaws.EC2
 }
 
 // newFixture builds the Controller with server holding the API server's Nodes and EC2 knowing instances. The
@@ -74,11 +69,8 @@ type fixture struct {
 // resourceVersion differs): the fake tracker ignores them.
 func newFixture(t *testing.T, server []*corev1.Node, instances ...fakeaws.EC2Instance) *fixture {
 	t.Helper()
-	var objs []runtime.Object
-	for _, n := range server {
-		objs = append(objs, n)
-	}
-	client := fake.NewClientset(objs...)
+	rig := looptest.New(t0, server...)
+	client := rig.Client
 	client.PrependReactor("delete", "nodes", func(a k8stesting.Action) (bool, runtime.Object, error) {
 		del := a.(k8stesting.DeleteAction)
 		obj, err := client.Tracker().Get(corev1.SchemeGroupVersion.WithResource("nodes"), "", del.GetName())
@@ -100,62 +92,18 @@ func newFixture(t *testing.T, server []*corev1.Node, instances ...fakeaws.EC2Ins
 		return false, nil, nil
 	})
 	ec2Fake, ec2Client := cloudtest.EC2(t, instances...)
-	f := &fixture{
-		client:   client,
-		ec2:      ec2Fake,
-		clock:    clocktesting.NewFakeClock(t0),
-		recorder: record.NewFakeRecorder(100),
-		factory:  informers.NewSharedInformerFactory(client, 0),
-		logs:     &syncBuffer{},
-	}
+	f := &fixture{Rig: rig, ec2: ec2Fake}
 	c, err := New(Config{PoolLabel: kube.LabelPool, Region: cloudtest.Region, NotReadyAfter: notReadyAfter, EC2: ec2Client},
-		loop.Deps{
-			Client: client, Informers: f.factory, Recorder: f.recorder, Metrics: prometheus.NewRegistry(),
-			Log:   slog.New(slog.NewTextHandler(f.logs, &slog.HandlerOptions{Level: slog.LevelDebug})),
-			Clock: f.clock,
-		})
+		rig.Deps())
 	assert.NilError(t, err)
 	f.c = c
 	return f
 }
 
-// cache puts nodes into the informer's cache, as a sync reads them, without starting the informer.
-func (f *fixture) cache(t *testing.T, nodes ...*corev1.Node) {
-	t.Helper()
-	for _, n := range nodes {
-		assert.NilError(t, f.factory.Core().V1().Nodes().Informer().GetIndexer().Add(n))
-	}
-}
-
-// run runs the loop until the test ends.
-func (f *fixture) run(t *testing.T) {
-	t.Helper()
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- f.c.Run(ctx) }()
-	t.Cleanup(func() {
-		cancel()
-		assert.Check(t, <-done)
-	})
-}
-
-// events drains the Events recorded so far.
-func (f *fixture) events() []string {
-	var out []string
-	for {
-		select {
-		case e := <-f.recorder.Events:
-			out = append(out, e)
-		default:
-			return out
-		}
-	}
-}
-
 // deletes are the Node deletes sent, with their preconditions.
 func (f *fixture) deletes() []k8stesting.DeleteAction {
 	var out []k8stesting.DeleteAction
-	for _, a := range f.client.Actions() {
+	for _, a := range f.Client.Actions() {
 		if d, ok := a.(k8stesting.DeleteAction); ok && a.GetResource().Resource == "nodes" {
 			out = append(out, d)
 		}
@@ -165,38 +113,12 @@ func (f *fixture) deletes() []k8stesting.DeleteAction {
 
 func (f *fixture) exists(t *testing.T, name string) bool {
 	t.Helper()
-	_, err := f.client.CoreV1().Nodes().Get(context.Background(), name, metav1.GetOptions{})
+	_, err := f.Client.CoreV1().Nodes().Get(context.Background(), name, metav1.GetOptions{})
 	if apierrors.IsNotFound(err) {
 		return false
 	}
 	assert.NilError(t, err)
 	return true
-}
-
-// value is a counter's value. (client_golang's testutil would need a module go.sum does not list.)
-func value(t *testing.T, m prometheus.Metric) float64 {
-	t.Helper()
-	var out dto.Metric
-	assert.NilError(t, m.Write(&out))
-	return out.GetCounter().GetValue()
-}
-
-// syncBuffer is a log sink that the loop's goroutines and the test share.
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
 }
 
 // TestCleanupRules is the old script's rule set, one row per rule: a Node is deleted only when it is a pool Node
@@ -289,7 +211,7 @@ func TestCleanupRules(t *testing.T) {
 				server = r.node
 			}
 			f := newFixture(t, []*corev1.Node{server}, instances...)
-			f.cache(t, r.node)
+			f.Cache(t, r.node)
 			if r.ec2Down {
 				f.ec2.Fail(-1, 503, "Unavailable")
 			}
@@ -310,18 +232,18 @@ func TestCleanupRules(t *testing.T) {
 			assert.Equal(t, len(f.ec2.Actions()), r.asked, "DescribeInstances calls")
 			assert.Equal(t, f.exists(t, nodeName), !r.deleted, "the Node exists")
 			if r.deleted {
-				assert.Equal(t, value(t, f.c.deleted), 1.0)
+				assert.Equal(t, looptest.Counter(t, f.c.deleted), 1.0)
 			} else {
-				assert.Equal(t, value(t, f.c.deleted), 0.0)
+				assert.Equal(t, looptest.Counter(t, f.c.deleted), 0.0)
 			}
 			for _, op := range []string{opDescribe, opDelete, opJudge} {
 				want := 0.0
 				if op == r.failedOp {
 					want = 1
 				}
-				assert.Equal(t, value(t, f.c.errors.WithLabelValues(op)), want, "errors_total{op=%q}", op)
+				assert.Equal(t, looptest.Counter(t, f.c.errors.WithLabelValues(op)), want, "errors_total{op=%q}", op)
 			}
-			events := f.events()
+			events := f.Events()
 			if r.event == "" {
 				assert.Equal(t, len(events), 0, "events: %q", events)
 			} else {
@@ -368,19 +290,19 @@ func TestNoEC2CallBeforeNotReadyAfter(t *testing.T) {
 	ready := poolNode("i-0aaaaaaaaaaaaaaa1", corev1.ConditionTrue, t0.Add(-time.Hour))
 	f := newFixture(t, []*corev1.Node{stale, ready}, fakeaws.EC2Instance{ID: instanceID, State: "terminated"},
 		fakeaws.EC2Instance{ID: ready.Name, State: "running"})
-	f.run(t)
+	f.Run(t, f.c)
 
 	poll.WaitOn(t, func(poll.LogT) poll.Result {
-		if strings.Contains(f.logs.String(), "msg=keep loop=cleanup node="+nodeName) &&
-			strings.Contains(f.logs.String(), "msg=skip loop=cleanup node="+ready.Name) {
+		if strings.Contains(f.Logs.String(), "msg=keep loop=cleanup node="+nodeName) &&
+			strings.Contains(f.Logs.String(), "msg=skip loop=cleanup node="+ready.Name) {
 			return poll.Success()
 		}
-		return poll.Continue("the loop has not judged both Nodes yet:\n%s", f.logs.String())
+		return poll.Continue("the loop has not judged both Nodes yet:\n%s", f.Logs.String())
 	}, poll.WithTimeout(30*time.Second))
 	assert.Equal(t, len(f.ec2.Actions()), 0, "DescribeInstances before NotReadyAfter")
 	assert.Assert(t, f.exists(t, nodeName))
 
-	f.clock.Step(notReadyAfter - time.Minute + time.Second)
+	f.Clock.Step(notReadyAfter - time.Minute + time.Second)
 	poll.WaitOn(t, func(poll.LogT) poll.Result {
 		if f.exists(t, nodeName) {
 			return poll.Continue("the Node is still there")
@@ -389,7 +311,7 @@ func TestNoEC2CallBeforeNotReadyAfter(t *testing.T) {
 	}, poll.WithTimeout(30*time.Second))
 	assert.DeepEqual(t, f.ec2.Filters(), []map[string][]string{{"instance-id": {instanceID}}})
 	assert.Assert(t, f.exists(t, ready.Name))
-	assert.Equal(t, value(t, f.c.deleted), 1.0)
+	assert.Equal(t, looptest.Counter(t, f.c.deleted), 1.0)
 }
 
 // TestRecheckWhileTheInstanceExists: a due Node whose instance is stopped is kept, and asked about again once per
@@ -397,7 +319,7 @@ func TestNoEC2CallBeforeNotReadyAfter(t *testing.T) {
 func TestRecheckWhileTheInstanceExists(t *testing.T) {
 	f := newFixture(t, []*corev1.Node{poolNode(nodeName, corev1.ConditionUnknown, t0.Add(-time.Hour))},
 		fakeaws.EC2Instance{ID: instanceID, State: "stopped"})
-	f.run(t)
+	f.Run(t, f.c)
 	calls := func(want int) {
 		t.Helper()
 		poll.WaitOn(t, func(poll.LogT) poll.Result {
@@ -408,15 +330,15 @@ func TestRecheckWhileTheInstanceExists(t *testing.T) {
 		}, poll.WithTimeout(30*time.Second))
 	}
 	calls(1)
-	f.clock.Step(Recheck - time.Second)
+	f.Clock.Step(Recheck - time.Second)
 	// The keep line of the first call is logged after the call; wait for it so that no sync is in flight.
 	poll.WaitOn(t, func(poll.LogT) poll.Result {
-		if strings.Contains(f.logs.String(), "msg=keep loop=cleanup node="+nodeName) {
+		if strings.Contains(f.Logs.String(), "msg=keep loop=cleanup node="+nodeName) {
 			return poll.Success()
 		}
 		return poll.Continue("no keep line yet")
 	}, poll.WithTimeout(30*time.Second))
-	f.clock.Step(time.Second)
+	f.Clock.Step(time.Second)
 	calls(2)
 	assert.Equal(t, len(f.ec2.Actions()), 2)
 	assert.Assert(t, f.exists(t, nodeName))
@@ -428,18 +350,18 @@ func TestEC2FailureIsRetried(t *testing.T) {
 	f := newFixture(t, []*corev1.Node{poolNode(nodeName, corev1.ConditionUnknown, t0.Add(-time.Hour))},
 		fakeaws.EC2Instance{ID: instanceID, State: "terminated"})
 	f.ec2.Fail(1, 500, "InternalError")
-	f.run(t)
+	f.Run(t, f.c)
 	poll.WaitOn(t, func(poll.LogT) poll.Result {
 		if !f.exists(t, nodeName) {
 			return poll.Success()
 		}
 		// The retry waits out the rate limiter's back-off on the fake clock.
-		f.clock.Step(time.Second)
+		f.Clock.Step(time.Second)
 		return poll.Continue("the Node is still there after %d calls", len(f.ec2.Actions()))
 	}, poll.WithTimeout(30*time.Second))
 	assert.Equal(t, len(f.ec2.Actions()), 2)
-	assert.Equal(t, value(t, f.c.errors.WithLabelValues(opDescribe)), 1.0)
-	events := f.events()
+	assert.Equal(t, looptest.Counter(t, f.c.errors.WithLabelValues(opDescribe)), 1.0)
+	events := f.Events()
 	assert.Assert(t, len(events) == 2, "events: %q", events)
 	assert.Check(t, is.Contains(events[0], "Warning StaleNodeCheckFailed"))
 	assert.Check(t, is.Contains(events[1], "Normal DeletingStaleNode"))
@@ -456,13 +378,13 @@ func TestDueNodesShareOneCall(t *testing.T) {
 	f := newFixture(t, []*corev1.Node{gone, stopped, ready, recent},
 		fakeaws.EC2Instance{ID: gone.Name, State: "terminated"}, fakeaws.EC2Instance{ID: stopped.Name, State: "stopped"},
 		fakeaws.EC2Instance{ID: ready.Name, State: "running"}, fakeaws.EC2Instance{ID: recent.Name, State: "terminated"})
-	f.run(t)
+	f.Run(t, f.c)
 	poll.WaitOn(t, func(poll.LogT) poll.Result {
-		if !f.exists(t, gone.Name) && strings.Contains(f.logs.String(), "msg=keep loop=cleanup node="+stopped.Name+" ") &&
-			strings.Contains(f.logs.String(), "state=stopped") {
+		if !f.exists(t, gone.Name) && strings.Contains(f.Logs.String(), "msg=keep loop=cleanup node="+stopped.Name+" ") &&
+			strings.Contains(f.Logs.String(), "state=stopped") {
 			return poll.Success()
 		}
-		return poll.Continue("not judged yet:\n%s", f.logs.String())
+		return poll.Continue("not judged yet:\n%s", f.Logs.String())
 	}, poll.WithTimeout(30*time.Second))
 	assert.DeepEqual(t, f.ec2.Filters(), []map[string][]string{{"instance-id": {gone.Name, stopped.Name}}})
 	for _, n := range []*corev1.Node{stopped, ready, recent} {
@@ -475,18 +397,18 @@ func TestDueNodesShareOneCall(t *testing.T) {
 func TestDeleteFailureIsCounted(t *testing.T) {
 	node := poolNode(nodeName, corev1.ConditionUnknown, t0.Add(-time.Hour))
 	f := newFixture(t, []*corev1.Node{node}, fakeaws.EC2Instance{ID: instanceID, State: "terminated"})
-	f.client.PrependReactor("delete", "nodes", func(k8stesting.Action) (bool, runtime.Object, error) {
+	f.Client.PrependReactor("delete", "nodes", func(k8stesting.Action) (bool, runtime.Object, error) {
 		return true, nil, apierrors.NewForbidden(corev1.Resource("nodes"), nodeName, errors.New("RBAC says no"))
 	})
-	f.cache(t, node)
+	f.Cache(t, node)
 
 	err := f.c.sync(context.Background(), nodeName)
 	var again loop.Requeue
 	assert.Assert(t, err != nil && !errors.As(err, &again), "sync: %v", err)
 	assert.ErrorContains(t, err, "RBAC says no")
 	assert.Assert(t, f.exists(t, nodeName))
-	assert.Equal(t, value(t, f.c.errors.WithLabelValues(opDelete)), 1.0)
-	assert.Equal(t, value(t, f.c.deleted), 0.0)
+	assert.Equal(t, looptest.Counter(t, f.c.errors.WithLabelValues(opDelete)), 1.0)
+	assert.Equal(t, looptest.Counter(t, f.c.deleted), 0.0)
 }
 
 // TestNewValidatesConfig: each required field missing or malformed is an error naming it; Workers defaults to 2;

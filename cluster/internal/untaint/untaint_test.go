@@ -1,19 +1,18 @@
 package untaint
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
 	"log/slog"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
+	"github.com/dynk8s/dynk8s/cluster/internal/loop/looptest"
+
 	"github.com/google/go-cmp/cmp"
 	"github.com/prometheus/client_golang/prometheus"
-	dto "github.com/prometheus/client_model/go"
 	"gotest.tools/v3/assert"
 	is "gotest.tools/v3/assert/cmp"
 	"gotest.tools/v3/poll"
@@ -80,12 +79,8 @@ func minusFuse(n *corev1.Node) *corev1.Node {
 
 // fixture is one untaint Controller on a fake clientset and a fake clock.
 type fixture struct {
-	c        *Controller
-	client   *fake.Clientset
-	clock    *clocktesting.FakeClock
-	recorder *record.FakeRecorder
-	factory  informers.SharedInformerFactory
-	logs     *syncBuffer
+	c *Controller
+	*looptest.Rig
 }
 
 // newFixture builds the Controller with the API server holding nodes. The clientset's Node updates are checked
@@ -93,11 +88,8 @@ type fixture struct {
 // not check it.
 func newFixture(t *testing.T, nodes ...*corev1.Node) *fixture {
 	t.Helper()
-	var objs []runtime.Object
-	for _, n := range nodes {
-		objs = append(objs, n)
-	}
-	client := fake.NewClientset(objs...)
+	rig := looptest.New(t0, nodes...)
+	client := rig.Client
 	client.PrependReactor("update", "nodes", func(a k8stesting.Action) (bool, runtime.Object, error) {
 		sent := a.(k8stesting.UpdateAction).GetObject().(*corev1.Node)
 		obj, err := client.Tracker().Get(corev1.SchemeGroupVersion.WithResource("nodes"), "", sent.Name)
@@ -110,48 +102,18 @@ func newFixture(t *testing.T, nodes ...*corev1.Node) *fixture {
 		}
 		return false, nil, nil
 	})
-	f := &fixture{
-		client:   client,
-		clock:    clocktesting.NewFakeClock(t0),
-		recorder: record.NewFakeRecorder(100),
-		factory:  informers.NewSharedInformerFactory(client, 0),
-		logs:     &syncBuffer{},
-	}
+	f := &fixture{Rig: rig}
 	c, err := New(Config{PoolLabel: kube.LabelPool, TaintKey: kube.FuseStartupTaint.Key, Resource: kube.FuseResource},
-		loop.Deps{
-			Client: client, Informers: f.factory, Recorder: f.recorder, Metrics: prometheus.NewRegistry(),
-			Log:   slog.New(slog.NewTextHandler(f.logs, &slog.HandlerOptions{Level: slog.LevelDebug})),
-			Clock: f.clock,
-		})
+		rig.Deps())
 	assert.NilError(t, err)
 	f.c = c
 	return f
 }
 
-// cache puts nodes into the informer's cache, as a sync reads them, without starting the informer.
-func (f *fixture) cache(t *testing.T, nodes ...*corev1.Node) {
-	t.Helper()
-	for _, n := range nodes {
-		assert.NilError(t, f.factory.Core().V1().Nodes().Informer().GetIndexer().Add(n))
-	}
-}
-
-// run runs the loop until the test ends.
-func (f *fixture) run(t *testing.T) {
-	t.Helper()
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- f.c.Run(ctx) }()
-	t.Cleanup(func() {
-		cancel()
-		assert.Check(t, <-done)
-	})
-}
-
 // updates are the Nodes the loop sent in Updates, in order.
 func (f *fixture) updates() []*corev1.Node {
 	var out []*corev1.Node
-	for _, a := range f.client.Actions() {
+	for _, a := range f.Client.Actions() {
 		if u, ok := a.(k8stesting.UpdateAction); ok && a.GetResource().Resource == "nodes" {
 			out = append(out, u.GetObject().(*corev1.Node))
 		}
@@ -162,7 +124,7 @@ func (f *fixture) updates() []*corev1.Node {
 // verbs are the verbs of the clientset's Node calls, in order.
 func (f *fixture) verbs() []string {
 	var out []string
-	for _, a := range f.client.Actions() {
+	for _, a := range f.Client.Actions() {
 		if a.GetResource().Resource == "nodes" && a.GetVerb() != "list" && a.GetVerb() != "watch" {
 			out = append(out, a.GetVerb())
 		}
@@ -173,22 +135,9 @@ func (f *fixture) verbs() []string {
 // server is the API server's Node.
 func (f *fixture) server(t *testing.T) *corev1.Node {
 	t.Helper()
-	n, err := f.client.CoreV1().Nodes().Get(context.Background(), nodeName, metav1.GetOptions{})
+	n, err := f.Client.CoreV1().Nodes().Get(context.Background(), nodeName, metav1.GetOptions{})
 	assert.NilError(t, err)
 	return n
-}
-
-// events drains the Events recorded so far.
-func (f *fixture) events() []string {
-	var out []string
-	for {
-		select {
-		case e := <-f.recorder.Events:
-			out = append(out, e)
-		default:
-			return out
-		}
-	}
 }
 
 // removed waits until the API server's Node has no fuse taint.
@@ -208,45 +157,11 @@ func (f *fixture) removed(t *testing.T) {
 func (f *fixture) waitLog(t *testing.T, fragment string) {
 	t.Helper()
 	poll.WaitOn(t, func(poll.LogT) poll.Result {
-		if strings.Contains(f.logs.String(), fragment) {
+		if strings.Contains(f.Logs.String(), fragment) {
 			return poll.Success()
 		}
-		return poll.Continue("no %q in the log yet:\n%s", fragment, f.logs.String())
+		return poll.Continue("no %q in the log yet:\n%s", fragment, f.Logs.String())
 	}, poll.WithTimeout(30*time.Second))
-}
-
-// counter is a counter's value. (client_golang's testutil would need a module go.sum does not list.)
-func counter(t *testing.T, m prometheus.Metric) float64 {
-	t.Helper()
-	var out dto.Metric
-	assert.NilError(t, m.Write(&out))
-	return out.GetCounter().GetValue()
-}
-
-// histogram is a histogram's sample count and sum.
-func histogram(t *testing.T, m prometheus.Metric) (uint64, float64) {
-	t.Helper()
-	var out dto.Metric
-	assert.NilError(t, m.Write(&out))
-	return out.GetHistogram().GetSampleCount(), out.GetHistogram().GetSampleSum()
-}
-
-// syncBuffer is a log sink that the loop's goroutines and the test share.
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
 }
 
 // TestAdvertisedRemovesOnlyTheTaint runs the loop: a pool Node that advertises the fuse resource loses the fuse
@@ -256,19 +171,19 @@ func (b *syncBuffer) String() string {
 func TestAdvertisedRemovesOnlyTheTaint(t *testing.T) {
 	node := poolNode(30*time.Second, "5000")
 	f := newFixture(t, node)
-	f.run(t)
+	f.Run(t, f.c)
 	f.removed(t)
 
 	sent := f.updates()
 	assert.Equal(t, len(sent), 1)
 	assert.Equal(t, cmp.Diff(minusFuse(node), sent[0]), "", "the Update changes more than the taint")
 	assert.DeepEqual(t, f.server(t).Labels, node.Labels)
-	assert.Equal(t, counter(t, f.c.total.WithLabelValues(OutcomeAdvertised)), 1.0)
-	assert.Equal(t, counter(t, f.c.total.WithLabelValues(OutcomeGaveUp)), 0.0)
-	count, sum := histogram(t, f.c.latency)
+	assert.Equal(t, looptest.Counter(t, f.c.total.WithLabelValues(OutcomeAdvertised)), 1.0)
+	assert.Equal(t, looptest.Counter(t, f.c.total.WithLabelValues(OutcomeGaveUp)), 0.0)
+	count, sum := looptest.Histogram(t, f.c.latency)
 	assert.Equal(t, count, uint64(1))
 	assert.Equal(t, sum, 30.0)
-	assert.Equal(t, len(f.events()), 0)
+	assert.Equal(t, len(f.Events()), 0)
 }
 
 // TestNotAdvertisedGivesUp runs the loop on a fake clock: a pool Node created a minute ago that advertises no fuse
@@ -277,22 +192,22 @@ func TestAdvertisedRemovesOnlyTheTaint(t *testing.T) {
 func TestNotAdvertisedGivesUp(t *testing.T) {
 	node := poolNode(time.Minute, "")
 	f := newFixture(t, node)
-	f.run(t)
+	f.Run(t, f.c)
 	f.waitLog(t, "msg=keep loop=untaint node="+nodeName)
 	assert.Equal(t, len(f.updates()), 0, "an Update before the give-up deadline")
 
-	f.clock.Step(DefaultGiveUp - time.Minute)
+	f.Clock.Step(DefaultGiveUp - time.Minute)
 	f.removed(t)
 	sent := f.updates()
 	assert.Equal(t, len(sent), 1)
 	assert.Equal(t, cmp.Diff(minusFuse(node), sent[0]), "", "the Update changes more than the taint")
-	events := f.events()
+	events := f.Events()
 	assert.Equal(t, len(events), 1, "events: %q", events)
 	assert.Check(t, is.Contains(events[0], "Warning "+ReasonGaveUp+" node advertises no github.com/fuse after 5m0s "+
 		"(is the device plugin running?): removed the startup taint "+fuseTaint.Key+" so that other pods can run"))
-	assert.Equal(t, counter(t, f.c.total.WithLabelValues(OutcomeGaveUp)), 1.0)
-	assert.Equal(t, counter(t, f.c.total.WithLabelValues(OutcomeAdvertised)), 0.0)
-	count, sum := histogram(t, f.c.latency)
+	assert.Equal(t, looptest.Counter(t, f.c.total.WithLabelValues(OutcomeGaveUp)), 1.0)
+	assert.Equal(t, looptest.Counter(t, f.c.total.WithLabelValues(OutcomeAdvertised)), 0.0)
+	count, sum := looptest.Histogram(t, f.c.latency)
 	assert.Equal(t, count, uint64(1))
 	assert.Equal(t, sum, DefaultGiveUp.Seconds())
 }
@@ -302,16 +217,16 @@ func TestNotAdvertisedGivesUp(t *testing.T) {
 func TestAdvertisedLater(t *testing.T) {
 	node := poolNode(10*time.Second, "")
 	f := newFixture(t, node)
-	f.run(t)
+	f.Run(t, f.c)
 	f.waitLog(t, "msg=keep loop=untaint node="+nodeName)
 
 	ready := f.server(t)
 	ready.Status.Allocatable[kube.FuseResource] = resource.MustParse("5000")
-	_, err := f.client.CoreV1().Nodes().UpdateStatus(context.Background(), ready, metav1.UpdateOptions{})
+	_, err := f.Client.CoreV1().Nodes().UpdateStatus(context.Background(), ready, metav1.UpdateOptions{})
 	assert.NilError(t, err)
 	f.removed(t)
-	assert.Equal(t, counter(t, f.c.total.WithLabelValues(OutcomeAdvertised)), 1.0)
-	assert.Equal(t, len(f.events()), 0)
+	assert.Equal(t, looptest.Counter(t, f.c.total.WithLabelValues(OutcomeAdvertised)), 1.0)
+	assert.Equal(t, len(f.Events()), 0)
 }
 
 // TestConflictIsRetried: an Update refused for a stale resourceVersion (the kubelet changed the Node since the
@@ -323,7 +238,7 @@ func TestConflictIsRetried(t *testing.T) {
 	current.ResourceVersion = "2"
 	current.Annotations["volumes.kubernetes.io/controller-managed-attach-detach"] = "true"
 	f := newFixture(t, current)
-	f.cache(t, cached)
+	f.Cache(t, cached)
 
 	assert.NilError(t, f.c.sync(context.Background(), nodeName))
 	assert.DeepEqual(t, f.verbs(), []string{"update", "get", "update"})
@@ -331,8 +246,8 @@ func TestConflictIsRetried(t *testing.T) {
 	assert.Equal(t, cmp.Diff(minusFuse(cached), sent[0]), "")
 	assert.Equal(t, cmp.Diff(minusFuse(current), sent[1]), "")
 	assert.Equal(t, cmp.Diff(minusFuse(current), f.server(t)), "")
-	assert.Equal(t, counter(t, f.c.total.WithLabelValues(OutcomeAdvertised)), 1.0)
-	count, _ := histogram(t, f.c.latency)
+	assert.Equal(t, looptest.Counter(t, f.c.total.WithLabelValues(OutcomeAdvertised)), 1.0)
+	count, _ := looptest.Histogram(t, f.c.latency)
 	assert.Equal(t, count, uint64(1))
 }
 
@@ -343,11 +258,11 @@ func TestConflictWithTheTaintGone(t *testing.T) {
 	current := minusFuse(cached)
 	current.ResourceVersion = "2"
 	f := newFixture(t, current)
-	f.cache(t, cached)
+	f.Cache(t, cached)
 
 	assert.NilError(t, f.c.sync(context.Background(), nodeName))
 	assert.DeepEqual(t, f.verbs(), []string{"update", "get"})
-	assert.Equal(t, counter(t, f.c.total.WithLabelValues(OutcomeAdvertised)), 0.0)
+	assert.Equal(t, looptest.Counter(t, f.c.total.WithLabelValues(OutcomeAdvertised)), 0.0)
 }
 
 // TestSyncDecisions is the decision table of one sync: which Nodes are the loop's (a pool Node with the taint), when
@@ -385,7 +300,7 @@ func TestSyncDecisions(t *testing.T) {
 	} {
 		t.Run(r.name, func(t *testing.T) {
 			f := newFixture(t, r.node)
-			f.cache(t, r.node)
+			f.Cache(t, r.node)
 
 			err := f.c.sync(context.Background(), nodeName)
 
@@ -410,12 +325,12 @@ func TestSyncDecisions(t *testing.T) {
 				if o == r.outcome {
 					want = 1
 				}
-				assert.Equal(t, counter(t, f.c.total.WithLabelValues(o)), want, "untaint_total{outcome=%q}", o)
+				assert.Equal(t, looptest.Counter(t, f.c.total.WithLabelValues(o)), want, "untaint_total{outcome=%q}", o)
 			}
 			if r.outcome == OutcomeGaveUp {
-				assert.Equal(t, len(f.events()), 1)
+				assert.Equal(t, len(f.Events()), 1)
 			} else {
-				assert.Equal(t, len(f.events()), 0)
+				assert.Equal(t, len(f.Events()), 0)
 			}
 		})
 	}
@@ -428,12 +343,12 @@ func TestNonPoolNodeUntouched(t *testing.T) {
 	onPrem.Name = "onprem-1"
 	delete(onPrem.Labels, kube.LabelPool)
 	f := newFixture(t, onPrem, poolNode(time.Minute, "1"))
-	f.run(t)
+	f.Run(t, f.c)
 	f.removed(t)
 	sent := f.updates()
 	assert.Equal(t, len(sent), 1)
 	assert.Equal(t, sent[0].Name, nodeName)
-	n, err := f.client.CoreV1().Nodes().Get(context.Background(), onPrem.Name, metav1.GetOptions{})
+	n, err := f.Client.CoreV1().Nodes().Get(context.Background(), onPrem.Name, metav1.GetOptions{})
 	assert.NilError(t, err)
 	assert.DeepEqual(t, n.Spec.Taints, onPrem.Spec.Taints)
 }
