@@ -20,8 +20,9 @@ const (
 	handoverRetry = time.Second
 	// handoverSlack is what a takeover may take beyond the lease duration: the follower tries once a retry period,
 	// from when it last saw the leader's renewal (up to one retry period before the kill), plus the load of a
-	// 2-core machine running the control plane beside it.
-	handoverSlack = 2*handoverRetry + 3*time.Second
+	// 2-core machine running the control plane beside it (a fresh, loaded machine is several times slower than a
+	// warm one: the bound says "the lease, not forever", not how fast).
+	handoverSlack = 2*handoverRetry + 10*time.Second
 )
 
 // TestControllerLeaderHandover runs two replicas of dynk8s-controller as the Deployment runs them (its rendered
