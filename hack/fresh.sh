@@ -126,14 +126,18 @@ main() {
 	fi
 	git clone --quiet --no-hardlinks --no-checkout "$REPO_ROOT" "$work/src"
 	git -C "$work/src" checkout --quiet --detach "$rev"
-	mkdir -p "$work/go"
+	# The root's writable layer is a tmpfs (--volatile=overlay): the go command's work files (link outputs of the test
+	# binaries, under /tmp) go to the work dir on disk instead, or a larger module fills it ("no space left on
+	# device").
+	mkdir -p "$work/go" "$work/tmp" && chmod 1777 "$work/tmp"
 
 	log "make test on a clean clone of $rev, in a fresh $SUITE root (work dir $work)"
 	start=$SECONDS
 	systemd-nspawn --quiet --register=no --keep-unit --as-pid2 --pipe \
 		--directory="$root" --volatile=overlay --capability=all --resolv-conf=copy-host \
 		--bind-ro="$goroot:$BOX_GOROOT" --bind-ro="$modules:$BOX_MODULES" \
-		--bind="$work/src:/src" --bind="$work/go:/root/go" --bind="$gocache:/root/.cache/go-build" "${ca[@]}" \
+		--bind="$work/src:/src" --bind="$work/go:/root/go" --bind="$gocache:/root/.cache/go-build" \
+		--bind="$work/tmp:/tmp" "${ca[@]}" \
 		--setenv=HOME=/root \
 		--setenv=PATH="$BOX_GOROOT/bin:/root/go/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin" \
 		--setenv=GOTOOLCHAIN=local --setenv=GOPROXY="$proxy" --setenv=CI="${CI:-}" \
