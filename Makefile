@@ -15,7 +15,7 @@ GOLANGCI_LINT := $(GOBIN)/golangci-lint
 DEBIAN_TOOLS := cloud-init:cloud-init shellcheck:shellcheck wg:wireguard-tools nft:nftables curl:curl \
 	python3:python3 systemd-analyze:systemd
 
-.PHONY: help test tools fmt-check vet lint unit plan golden e2e fresh build preview up clean
+.PHONY: help test tools fmt-check vet lint unit plan golden e2e bench-burst fresh build preview up clean
 
 ## help: list the targets.
 help:
@@ -85,6 +85,17 @@ golden:
 ## e2e: the in-cluster component through the real Pulumi engine onto a real kube-apiserver (see hack/).
 e2e:
 	./hack/e2e.sh
+
+## bench-burst: the burst benchmark, BURST_RUNS runs of each of BURST_VARIANTS in the box, its tables to BURST_OUT
+## (root; not part of CI: docs/warm-pools.md is pasted from its output).
+BURST_RUNS ?= 5
+BURST_VARIANTS ?= awake,asleep,asleep-node
+BURST_OUT ?= burst-bench.md
+bench-burst:
+	hack/tools.sh
+	PATH="$$(hack/tools.sh --print-path):$$PATH" DYNK8S_REQUIRE_TOOLS=1 hack/start-kube.sh $(GO) test -tags e2e \
+		-count=1 -timeout 0 -run 'TestBurstBenchmark$$' -v ./e2e/ -args -burst.runs=$(BURST_RUNS) \
+		-burst.variants=$(BURST_VARIANTS) -burst.out=$(abspath $(BURST_OUT))
 
 ## fresh: `make test` on a clean clone of HEAD in a fresh Debian root with only CONTRIBUTING.md's prerequisites (root).
 fresh:

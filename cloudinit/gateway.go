@@ -165,7 +165,14 @@ func Gateway(in GatewayInput) ([]byte, error) {
 		}},
 	}
 	if in.PeerEndpoint != nil {
-		wg.Peers[0].PersistentKeepalive = wireguard.PersistentKeepalive
+		// The gateway dials on-prem: its keepalive is set with the key, after the interface is up, so that the
+		// first handshake leaves at once. WireGuard sends a keepalive, and with it a handshake initiation, when an
+		// up interface's peer gets a keepalive interval it did not have (wg(8), persistent-keepalive; kernel
+		// drivers/net/wireguard/netlink.c set_peer, wireguard-go device/uapi.go). In [Peer] instead, the keepalive
+		// is sent when wg-quick brings the interface up, before PostUp has set the key: that initiation fails, and
+		// the next waits for the keepalive timer or for traffic into the tunnel, at least REKEY_TIMEOUT (5 s) later.
+		wg.Interface.PostUp[0] += fmt.Sprintf(" peer %s persistent-keepalive %d", in.PeerPublicKey,
+			wireguard.PersistentKeepalive)
 	}
 	wgConf, err := wg.Marshal()
 	if err != nil {

@@ -6,6 +6,7 @@ import (
 	"net/netip"
 	"slices"
 	"strings"
+	"time"
 
 	"sigs.k8s.io/yaml"
 
@@ -63,12 +64,32 @@ const (
 // and the binding could not hold. The price: the client certificate is not renewed, so a pool node lasts the
 // cluster signer's duration (kube-controller-manager --cluster-signing-duration, a year by default), far beyond a
 // burst node's life; docs/security.md says so.
+//
+// nodeStatusUpdateFrequency 1s: a new node's github.com/fuse allocatable, which lifts its startup taint and lets the
+// build pod be scheduled, reaches the API server on the kubelet's next node status update after the plugin
+// registers, every 10 s by default (after the node is Ready: the kubelet's fast updates stop there,
+// pkg/kubelet/kubelet.go fastStatusUpdateOnce). Each update computes the status and reads the Node from the kubelet's
+// own informer cache, and PATCHes only when the status changed or nodeStatusReportFrequency has passed
+// (pkg/kubelet/kubelet_node_status.go tryUpdateNodeStatus, at v1.34.4): the API cost is at most one PATCH a second
+// per node while its status changes (a boot's capacity, images and conditions: a handful), none at rest.
+// nodeStatusReportFrequency is set explicitly at its default, 5 minutes, because it defaults to an explicitly set
+// nodeStatusUpdateFrequency (pkg/kubelet/apis/config/v1beta1/defaults.go), which would be a PATCH a second per node
+// for ever. The node lifecycle controller's grace (kube-controller-manager --node-monitor-grace-period) watches the
+// node's Lease, which these settings do not change.
 type kubeletPatch struct {
-	ResolvConf            string `json:"resolvConf"`
-	SerializeImagePulls   bool   `json:"serializeImagePulls"`
-	MaxParallelImagePulls int    `json:"maxParallelImagePulls"`
-	RotateCertificates    bool   `json:"rotateCertificates"`
+	ResolvConf                string `json:"resolvConf"`
+	SerializeImagePulls       bool   `json:"serializeImagePulls"`
+	MaxParallelImagePulls     int    `json:"maxParallelImagePulls"`
+	RotateCertificates        bool   `json:"rotateCertificates"`
+	NodeStatusUpdateFrequency string `json:"nodeStatusUpdateFrequency"`
+	NodeStatusReportFrequency string `json:"nodeStatusReportFrequency"`
 }
+
+// The kubelet's node status timing (kubeletPatch).
+const (
+	nodeStatusUpdateFrequency = time.Second
+	nodeStatusReportFrequency = 5 * time.Minute
+)
 
 // maxParallelImagePulls bounds a new node's concurrent pulls (bandwidth shared with the packages and the pre-pull).
 const maxParallelImagePulls = 4
@@ -85,7 +106,9 @@ type hostSetup struct {
 // host's units then require as the join's does.
 func hostConfig(dns OnPremDNS, fetched bool) (hostSetup, error) {
 	var h hostSetup
-	patch, err := yaml.Marshal(kubeletPatch{ResolvConf: resolvedResolvConf, MaxParallelImagePulls: maxParallelImagePulls})
+	patch, err := yaml.Marshal(kubeletPatch{ResolvConf: resolvedResolvConf, MaxParallelImagePulls: maxParallelImagePulls,
+		NodeStatusUpdateFrequency: nodeStatusUpdateFrequency.String(),
+		NodeStatusReportFrequency: nodeStatusReportFrequency.String()})
 	if err != nil {
 		return h, fmt.Errorf("kubelet patch: %w", err)
 	}

@@ -41,9 +41,12 @@ func TestNodeKubeletPatchSetsResolvConf(t *testing.T) {
 	var p map[string]any
 	assert.NilError(t, yaml.UnmarshalStrict([]byte(patch.Content), &p))
 	// Image pulls in parallel, so the DaemonSets' images do not queue behind each other on a new node (boot N3);
-	// no client certificate rotation, so that the kubelet bootstraps with the key the agent marked its instance with.
+	// no client certificate rotation, so that the kubelet bootstraps with the key the agent marked its instance with;
+	// node status changes posted within a second (the fuse resource lifts the startup taint), and the unchanged
+	// status reported at the default 5 minutes, which an explicit update frequency would otherwise become.
 	assert.Check(t, is.DeepEqual(p, map[string]any{"resolvConf": "/run/systemd/resolve/resolv.conf",
-		"serializeImagePulls": false, "maxParallelImagePulls": float64(4), "rotateCertificates": false}))
+		"serializeImagePulls": false, "maxParallelImagePulls": float64(4), "rotateCertificates": false,
+		"nodeStatusUpdateFrequency": "1s", "nodeStatusReportFrequency": "5m0s"}))
 
 }
 

@@ -17,6 +17,9 @@ import (
 
 	"github.com/BurntSushi/toml"
 	"gotest.tools/v3/assert"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
 	"sigs.k8s.io/yaml"
 
 	"github.com/dynk8s/dynk8s/cmd/timeline/timeline"
@@ -63,17 +66,47 @@ import (
 // gone (the dev stack's cleanup.notReadyAfter: 5 minutes).
 const burstCleanupThreshold = 5 * time.Second
 
-// TestBurstScaleUpAndBackToZero runs the whole loop once and logs each phase's seconds since the build pod was
-// created.
+// TestBurstScaleUpAndBackToZero runs the whole loop once, the sleeping gateway woken by the controller at the
+// autoscaler's decision, and logs each phase's seconds since the build pod was created.
 func TestBurstScaleUpAndBackToZero(t *testing.T) {
-	newBurst(t).run(t)
+	b := newBurst(t, burstOptions{})
+	b.scaleUp(t)
+	b.backToZero(t)
+}
+
+// TestBurstNodeWakesTheGateway is the fallback: without the controller's wake-up (its loop not run, as with the
+// controller down), the node's own boot starts the sleeping gateway, and the tunnel comes up for its join.
+func TestBurstNodeWakesTheGateway(t *testing.T) {
+	b := newBurst(t, burstOptions{nodeWakeOnly: true})
+	b.scaleUp(t)
+}
+
+// burstOptions are what a burst varies.
+type burstOptions struct {
+	// awake: the gateway is started, and the tunnel is up, before the build pod is created.
+	awake bool
+	// nodeWakeOnly: the controller does not run its wake loop, so the node's boot wakes the sleeping gateway.
+	nodeWakeOnly bool
+}
+
+// String names the options as the benchmark's rows do.
+func (o burstOptions) String() string {
+	switch {
+	case o.awake:
+		return "gateway awake"
+	case o.nodeWakeOnly:
+		return "gateway asleep, woken by the node"
+	}
+	return "gateway asleep, woken by the controller"
 }
 
 // burst is the loop's world: the control plane with a scheduler, the addons, moto with the stack replayed, the
 // autoscaler, and the launcher that boots the group's instances.
 type burst struct {
+	opts     burstOptions
 	ctx      context.Context
 	c        cluster
+	client   kubernetes.Interface
 	s        stackAutoscaling
 	pool     config.NodePool
 	group    string
@@ -83,9 +116,12 @@ type burst struct {
 	ctl      *controllerProcess
 	launcher *launcher
 	phases   *phaseLog
+	// box and node are the instance's box and its Node, once scaleUp has seen it register.
+	box  *boxNode
+	node string
 }
 
-func newBurst(t *testing.T) *burst {
+func newBurst(t *testing.T, opts burstOptions) *burst {
 	t.Helper()
 	c := requireCluster(t)
 	requireTool(t, "kube-scheduler")
@@ -96,14 +132,18 @@ func newBurst(t *testing.T) *burst {
 	cfg := devConfig(t)
 	pool := hostArchPool(t, cfg)
 	s := loadStackAutoscaling(t)
-	b := &burst{ctx: ctx, c: c, s: s, pool: pool, group: s.poolGroup(t, pool.Name), phases: &phaseLog{}}
+	b := &burst{opts: opts, ctx: ctx, c: c, client: clientFor(t, c), s: s, pool: pool,
+		group: s.poolGroup(t, pool.Name), phases: &phaseLog{}}
 	t.Cleanup(func() { b.phases.log(t) })
 
 	applyAddons(ctx, t, c, cfg)
 	startScheduler(t, c)
 	s.replay.Roles, s.replay.Gateway = s.instanceRoles(t), s.gateway
+	if s.cleanupWake == "" {
+		t.Fatal("the dev stack's gateway sleeps, and the controller's user has no policy to start it")
+	}
 	b.aws = startAWS(ctx, t, s, []replayUser{{Name: s.userName, Policy: s.policy},
-		{Name: s.cleanupUser, Policy: s.cleanupPolicy}})
+		{Name: s.cleanupUser, Policy: s.cleanupPolicy, More: []string{s.cleanupWake}}})
 	b.vpc = newVPCWithGateway(ctx, t, c, cfg, s, b.aws)
 	j := prepareBoxJoin(ctx, t, c, cfg, pool, "")
 	j.vpc = b.vpc
@@ -113,10 +153,15 @@ func newBurst(t *testing.T) *burst {
 	// Before the addons' destroy: the pods bound to the boxes' Nodes, which no kubelet will confirm gone once the
 	// Node is. The pod GC would delete them only after its quarantine, and a DaemonSet being deleted waits for its
 	// pods, so the next test's addons would meet it still there.
+	// A burst that stops at the scale-up (the benchmark, the fallback test) leaves its Node too, which the next
+	// test's autoscaler would count as an unready node of the pool.
 	t.Cleanup(func() {
 		for _, n := range b.launcher.boxes {
 			_, _ = c.kubectl(context.Background(), "delete", "pods", "--all-namespaces", "--force",
 				"--grace-period=0", "--field-selector", "spec.nodeName="+n.hostname())
+			if name, err := findNode(context.Background(), c, n.providerID()); err == nil && name != "" {
+				_, _ = c.kubectl(context.Background(), "delete", "node", name, "--wait=false")
+			}
 		}
 	})
 	// The status the test checks is this autoscaler's, not one an earlier test's left in kube-system.
@@ -130,17 +175,28 @@ func newBurst(t *testing.T) *burst {
 		_, _ = c.kubectl(context.Background(), "-n", "kube-system", "delete", "lease", addons.ControllerName,
 			"--ignore-not-found")
 	})
+	loops := "--loops=untaint,cleanup,wake"
+	if opts.nodeWakeOnly {
+		loops = "--loops=untaint,cleanup"
+	}
 	b.ctl = startController(ctx, t, c, controllerSpec{args: args, identity: "e2e-burst",
-		set: []string{"--loops=untaint,cleanup", "--not-ready-after=" + burstCleanupThreshold.String()},
+		set: []string{loops, "--not-ready-after=" + burstCleanupThreshold.String()},
 		ec2: b.aws.url, ssm: b.aws.url, ec2Key: b.aws.users[s.cleanupUser]})
 	return b
 }
 
-// run is the loop, phase by phase; each wait also runs the launcher and reads the autoscaler's status.
-func (b *burst) run(t *testing.T) {
+// buildPod is the burst's build pod.
+const buildPod = "e2e-burst-build"
+
+// scaleUp is the loop up to the build pod's success, phase by phase; each wait also runs the launcher and reads the
+// autoscaler's status, but for the phases on the registered node, which poll the API alone and faster.
+func (b *burst) scaleUp(t *testing.T) {
 	t.Helper()
 	ctx, c := b.ctx, b.c
-	pod := "e2e-burst-build"
+	pod := buildPod
+	if b.opts.awake {
+		b.wakeGatewayFirst(t)
+	}
 	createBuildPod(ctx, t, c, pod, b.pool)
 	b.phases.start()
 	operator := b.startTimeline(t)
@@ -160,51 +216,78 @@ func (b *burst) run(t *testing.T) {
 		box = b.launcher.only()
 		return box != nil
 	})
-	b.wait(t, 2*time.Minute, "gateway woken", func() bool { return b.launcher.gatewayBooted })
-	b.wait(t, 2*time.Minute, "tunnel up", func() bool {
-		out, err := b.vpc.gateway.tn.wg(ctx, b.vpc.gateway.tn.onprem, "show", onPremIface, "latest-handshakes")
-		f := strings.Fields(out)
-		return err == nil && len(f) == 2 && f[1] != "0"
-	})
+	if !b.opts.awake {
+		b.wait(t, 2*time.Minute, "gateway woken", func() bool { return b.launcher.gatewayBooted })
+		b.wait(t, 2*time.Minute, "tunnel up", b.tunnelUp)
+		b.checkWokenBy(t)
+	}
 	var node string
 	b.wait(t, 3*time.Minute, "Node registered", func() bool {
 		node, _ = findNode(ctx, c, box.providerID())
 		return node != ""
 	})
+	b.box = box
 	kn, err := getNode(ctx, c, node)
 	assert.NilError(t, err)
 	if !kn.hasTaint(kube.FuseStartupTaint.Key) {
 		t.Errorf("Node %s registered without the startup taint %s: %+v", node, kube.FuseStartupTaint.Key, kn.Spec.Taints)
 	}
-	b.wait(t, 2*time.Minute, "Node Ready", func() bool {
-		kn, err = getNode(ctx, c, node)
-		return err == nil && kn.ready()
+	nodes, pods := b.client.CoreV1().Nodes(), b.client.CoreV1().Pods("")
+	var n *corev1.Node
+	getN := func() bool {
+		n, err = nodes.Get(ctx, node, metav1.GetOptions{})
+		return err == nil
+	}
+	b.waitFast(t, 2*time.Minute, "Node Ready", func() bool { return getN() && nodeReady(n) })
+	b.waitFast(t, 2*time.Minute, "fuse plugin Running", func() bool {
+		list, err := pods.List(ctx, metav1.ListOptions{FieldSelector: "spec.nodeName=" + node})
+		return err == nil && slices.ContainsFunc(list.Items, func(p corev1.Pod) bool {
+			return strings.HasPrefix(p.Name, "fuse-device-plugin-") && p.Status.Phase == corev1.PodRunning
+		})
 	})
-	b.wait(t, 2*time.Minute, "fuse advertised", func() bool {
-		kn, err = getNode(ctx, c, node)
-		return err == nil && kn.Status.Allocatable[fuseResource] != "" && kn.Status.Allocatable[fuseResource] != "0"
+	b.waitFast(t, 2*time.Minute, "fuse advertised", func() bool {
+		if !getN() {
+			return false
+		}
+		q, ok := n.Status.Allocatable[fuseResource]
+		return ok && !q.IsZero()
 	})
-	b.wait(t, time.Minute, "untainted", func() bool {
-		kn, err = getNode(ctx, c, node)
-		return err == nil && !kn.hasTaint(kube.FuseStartupTaint.Key)
+	b.waitFast(t, time.Minute, "untainted", func() bool {
+		return getN() && !slices.ContainsFunc(n.Spec.Taints, func(tt corev1.Taint) bool {
+			return tt.Key == kube.FuseStartupTaint.Key
+		})
 	})
 	b.ctl.waitLine(t, 10*time.Second, "removed the startup taint", map[string]string{"node": node})
-	var p podState
-	b.wait(t, 2*time.Minute, "pod Running", func() bool {
-		p = getPod(ctx, c, pod)
-		return p.Status.Phase == "Running" || p.Status.Phase == "Succeeded"
+	var p *corev1.Pod
+	getP := func() bool {
+		p, err = b.client.CoreV1().Pods("default").Get(ctx, pod, metav1.GetOptions{})
+		return err == nil
+	}
+	b.waitFast(t, 2*time.Minute, "pod scheduled", func() bool { return getP() && p.Spec.NodeName != "" })
+	b.waitFast(t, 2*time.Minute, "pod Running", func() bool {
+		return getP() && (p.Status.Phase == corev1.PodRunning || p.Status.Phase == corev1.PodSucceeded)
 	})
 	if p.Spec.NodeName != node {
 		t.Errorf("pod %s ran on %q, want the new node %s", pod, p.Spec.NodeName, node)
 	}
 	operator.wait(t)
 	b.wait(t, 2*time.Minute, "pod Succeeded", func() bool {
-		p = getPod(ctx, c, pod)
-		if p.Status.Phase == "Failed" {
+		if !getP() {
+			return false
+		}
+		if p.Status.Phase == corev1.PodFailed {
 			t.Fatalf("pod %s failed: %+v", pod, p.Status)
 		}
-		return p.Status.Phase == "Succeeded"
+		return p.Status.Phase == corev1.PodSucceeded
 	})
+	b.node = node
+}
+
+// backToZero is the rest of the loop, after scaleUp: the idle node is scaled in, its Node deleted, and the gateway
+// goes back to sleep.
+func (b *burst) backToZero(t *testing.T) {
+	t.Helper()
+	ctx, c, box, node := b.ctx, b.c, b.box, b.node
 	b.phases.mark("idle")
 
 	b.wait(t, 3*time.Minute, "instance terminated", func() bool {
@@ -293,6 +376,54 @@ func (b *burst) backToSleep(t *testing.T) {
 	}
 }
 
+// tunnelUp says whether the on-prem peer has had a handshake with the gateway.
+func (b *burst) tunnelUp() bool {
+	out, err := b.vpc.gateway.tn.wg(b.ctx, b.vpc.gateway.tn.onprem, "show", onPremIface, "latest-handshakes")
+	f := strings.Fields(out)
+	return err == nil && len(f) == 2 && f[1] != "0"
+}
+
+// wakeGatewayFirst starts the gateway (as a burst shortly before would have) and waits for its box and the tunnel.
+func (b *burst) wakeGatewayFirst(t *testing.T) {
+	t.Helper()
+	b.aws.startInstance(b.ctx, t, b.vpc.gatewayID)
+	b.wait(t, 3*time.Minute, "gateway awake beforehand", func() bool { return b.launcher.gatewayBooted && b.tunnelUp() })
+	b.phases = &phaseLog{}
+}
+
+// checkWokenBy checks who started the gateway: the controller at the scale-up decision, or with its wake loop off,
+// the node's boot.
+func (b *burst) checkWokenBy(t *testing.T) {
+	t.Helper()
+	if b.opts.nodeWakeOnly {
+		if strings.Contains(b.ctl.log(), "woke the gateway") {
+			t.Errorf("the controller woke the gateway with its wake loop off:\n%s", tail(b.ctl.log(), 20))
+		}
+		return
+	}
+	b.ctl.waitLine(t, 10*time.Second, "woke the gateway", map[string]string{"gateway": b.vpc.gatewayID})
+}
+
+// waitFast polls cond every 100 ms, without the launcher or the autoscaler's status (nothing is launched once the
+// Node has registered), until cond holds (the phase is logged) or timeout: the phases on the node are seconds
+// apart, and the launcher's own round trip would blur them.
+func (b *burst) waitFast(t *testing.T, timeout time.Duration, phase string, cond func() bool) {
+	t.Helper()
+	for deadline := time.Now().Add(timeout); !cond(); time.Sleep(100 * time.Millisecond) {
+		if time.Now().After(deadline) || b.ctx.Err() != nil {
+			t.Fatalf("%s: not after %s; autoscaler log:\n%s", phase, timeout, tail(b.ca.logs.String(), 60))
+		}
+	}
+	b.phases.mark(phase)
+}
+
+// nodeReady says whether n's Ready condition is True.
+func nodeReady(n *corev1.Node) bool {
+	return slices.ContainsFunc(n.Status.Conditions, func(c corev1.NodeCondition) bool {
+		return c.Type == corev1.NodeReady && c.Status == corev1.ConditionTrue
+	})
+}
+
 // wait polls cond every second, running the launcher and checking the autoscaler's status each time, until cond
 // holds (the phase is logged) or timeout.
 func (b *burst) wait(t *testing.T, timeout time.Duration, phase string, cond func() bool) {
@@ -371,7 +502,7 @@ func (b *burst) checkStatus(t *testing.T) {
 }
 
 // statusSettle is how long after a change the test gives the autoscaler's status to show it: a few of its scans
-// (--scan-interval=2s, startAutoscaler).
+// (--scan-interval, 2 s: startAutoscaler).
 const statusSettle = 10 * time.Second
 
 // phaseLog records when each phase was first seen, from the build pod's creation.

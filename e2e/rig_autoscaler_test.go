@@ -5,6 +5,7 @@ package e2e
 import (
 	"context"
 	"encoding/json"
+	"flag"
 	"fmt"
 	"os"
 	"os/exec"
@@ -31,6 +32,10 @@ const (
 	testUnneededTime = "10s"
 )
 
+// testScanInterval is the autoscaler's loop in the tests, 2 s unless the burst benchmark measures another.
+var testScanInterval = flag.Duration("burst.scan-interval", 2*time.Second,
+	"the autoscaler's --scan-interval in the e2e tests (the burst benchmark measures the stack's with it)")
+
 // autoscalerProcess is a running cluster-autoscaler.
 type autoscalerProcess struct {
 	logs *nodetest.SyncBuffer
@@ -49,6 +54,9 @@ func startAutoscaler(ctx context.Context, t *testing.T, c cluster, s stackAutosc
 	replaced := map[string]string{
 		// The stack's default is 10 minutes; the scale-down test waits this long for an idle node.
 		"--scale-down-unneeded-time": testUnneededTime,
+		// Shortened loop (the stack's default is 5 s), so that the tests take seconds; what the loop decides is
+		// unchanged. The burst benchmark may set another (-burst.scan-interval).
+		"--scan-interval": testScanInterval.String(),
 	}
 	var args []string
 	for _, arg := range s.args {
@@ -73,9 +81,8 @@ func startAutoscaler(ctx context.Context, t *testing.T, c cluster, s stackAutosc
 		// Metrics on a loopback port the kernel picks instead of :8085 on every interface (nothing here reads them;
 		// a port picked ahead and released could be taken before the autoscaler binds it).
 		"--address=127.0.0.1:0",
-		// Shortened loop (default 10 s) and scale-down delay after a scale-up (default 10 min), so that the tests
-		// take seconds instead of minutes; what the loop decides is unchanged.
-		"--scan-interval=2s",
+		// Shortened scale-down delay after a scale-up (default 10 min), so that the tests take seconds instead of
+		// minutes; what the loop decides is unchanged.
 		"--scale-down-delay-after-add=0s",
 		// A node found unremovable (its bare pod running) is weighed again only after this (default 5 minutes):
 		// shortened so that the scale-down test sees the node go soon after its pod finished.

@@ -191,6 +191,9 @@ type replayRole struct {
 type replayUser struct {
 	Name   string `json:"name"`
 	Policy string `json:"policy"`
+	// More are further inline policies of the user, replayed with their actions only (testdata/moto_aws.py
+	// actions_only: their resources name the mock engine's ids).
+	More []string `json:"more,omitempty"`
 }
 
 // awsEnv is moto with the stack replayed into it.
@@ -297,6 +300,13 @@ func (a *awsEnv) stopInstance(ctx context.Context, t *testing.T, id string) {
 	t.Helper()
 	var state string
 	a.python(ctx, t, nil, &state, "stop", a.admin.Key, a.admin.Secret, id)
+}
+
+// startInstance starts an instance, as an operator's StartInstances would.
+func (a *awsEnv) startInstance(ctx context.Context, t *testing.T, id string) {
+	t.Helper()
+	var state string
+	a.python(ctx, t, nil, &state, "start", a.admin.Key, a.admin.Secret, id)
 }
 
 // s3 makes one S3 request to moto (path-style) and returns the answer's headers.

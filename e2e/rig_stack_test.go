@@ -57,6 +57,9 @@ type stackAutoscaling struct {
 	// cleanupUser and cleanupPolicy are the stale-node cleanup's IAM user (the controller's EC2 key) and its user
 	// policy document.
 	cleanupUser, cleanupPolicy string
+	// cleanupWake is the cleanup user's policy that lets the controller start the sleeping gateway ("" when the
+	// gateway never sleeps).
+	cleanupWake string
 	// priorities is the priority expander's ConfigMap as rendered (nil without the priority expander).
 	priorities map[string]any
 	// command, args and env are the autoscaler container's, as rendered (env: the plain values only).
@@ -135,6 +138,8 @@ func loadStackVariant(t *testing.T, change func(values map[string]any)) stackAut
 				s.userName, s.policy = str(in, "user"), str(in, "policy")
 			case "node-cleanup":
 				s.cleanupUser, s.cleanupPolicy = str(in, "user"), str(in, "policy")
+			case "start-the-wireguard-gateway":
+				s.cleanupWake = str(in, "policy")
 			}
 		case "aws:iam/rolePolicy:RolePolicy":
 			s.rolePolicies[str(in, "role")] = append(s.rolePolicies[str(in, "role")], str(in, "policy"))

@@ -13,5 +13,5 @@ export DYNK8S_REQUIRE_TOOLS=${DYNK8S_REQUIRE_TOOLS-1}
 # kubeadm validates the JoinConfiguration every pool renders (a unit test that needs the tool built above).
 PATH="$(hack/tools.sh --print-path):$PATH" DYNK8S_REQUIRE_KUBEADM=1 \
 	go test -count=1 -run 'TestNodeJoinConfigurationPassesKubeadmValidate' -v ./cloudinit/
-hack/start-kube.sh go test -tags e2e -count=1 -timeout 30m -v ./e2e/
+hack/start-kube.sh go test -tags e2e -count=1 -timeout 45m -v ./e2e/
 echo "e2e: done in $((SECONDS - start)) s" >&2

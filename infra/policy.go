@@ -245,8 +245,9 @@ func describeInstancesIn(sid, region string) PolicyDocument {
 	}}}
 }
 
-// WakeGatewayPolicy lets the pool nodes start the WireGuard gateway: StartInstances on that one instance, and only
-// while it carries the gateway's cluster and Name tags (a replaced gateway's ARN is a new one; the policy follows).
+// WakeGatewayPolicy lets the pool nodes (and dynk8s-controller, at a scale-up decision) start the WireGuard
+// gateway: StartInstances on that one instance, and only while it carries the gateway's cluster and Name tags (a
+// replaced gateway's ARN is a new one; the policy follows).
 func WakeGatewayPolicy(instanceARN, clusterName, gatewayName string) PolicyDocument {
 	return PolicyDocument{Version: policyVersion, Statement: []PolicyStatement{{
 		Sid:      "StartTheWireGuardGateway",

@@ -200,6 +200,7 @@ func NewStack(ctx *pulumi.Context, cfg *config.Config, agent AgentFiles, nodes O
 		GatewayRoleName:     s.Identity.GatewayRoleName,
 		ParameterKeyARN:     s.Identity.ParameterKeyARN,
 		NodeRoleName:        s.Identity.NodeRoleName,
+		WakerUserName:       s.Identity.CleanupUserName,
 		Forward:             GatewayForward(cfg),
 		Agent:               s.Agent.Objects[gatewayArch],
 		// The network declared these routes up to the layout where the gateway owns its interface.
@@ -257,6 +258,7 @@ func NewStack(ctx *pulumi.Context, cfg *config.Config, agent AgentFiles, nodes O
 	addonsArgs.JoinTokenParameterResource = s.Identity.JoinTokenParameterResource
 	addonsArgs.Controller = ControllerDelivery(s.Agent)
 	addonsArgs.GroupNames = s.groupNames()
+	addonsArgs.GatewayInstanceID = gatewayID
 	s.Addons, err = addons.NewClusterAddons(ctx, "addons", addonsArgs, pulumi.Providers(k8s))
 	if err != nil {
 		return nil, err

@@ -160,6 +160,8 @@ def setup(endpoint, region):
     for u in plan["users"]:
         iam.create_user(UserName=u["name"])
         iam.put_user_policy(UserName=u["name"], PolicyName="policy", PolicyDocument=u["policy"])
+        for i, doc in enumerate(u.get("more") or []):
+            iam.put_user_policy(UserName=u["name"], PolicyName=f"more-{i}", PolicyDocument=actions_only(doc))
         k = iam.create_access_key(UserName=u["name"])["AccessKey"]
         users[u["name"]] = {"key": k["AccessKeyId"], "secret": k["SecretAccessKey"]}
     if "gateway" in plan:
@@ -281,7 +283,13 @@ def stop(endpoint, region, key, secret, instance):
     json.dump(ec2.stop_instances(InstanceIds=[instance])["StoppingInstances"][0]["CurrentState"]["Name"], sys.stdout)
 
 
+def start(endpoint, region, key, secret, instance):
+    ec2 = boto3.client("ec2", region_name=region, endpoint_url=endpoint, aws_access_key_id=key,
+                       aws_secret_access_key=secret)
+    json.dump(ec2.start_instances(InstanceIds=[instance])["StartingInstances"][0]["CurrentState"]["Name"], sys.stdout)
+
+
 if __name__ == "__main__":
     cmd, args = sys.argv[1], sys.argv[2:]
     {"setup": setup, "groups": groups, "instances": instances, "ec2-instances": ec2_instances, "vcpus": vcpus,
-     "fleet": fleet, "launch": launch, "stop": stop}[cmd](*args)
+     "fleet": fleet, "launch": launch, "stop": stop, "start": start}[cmd](*args)

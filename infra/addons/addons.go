@@ -70,6 +70,9 @@ type ClusterAddonsArgs struct {
 	// GroupNames are the Auto Scaling group of each pool, by pool name (required with the priority expander, whose
 	// ConfigMap ranks the groups by name).
 	GroupNames pulumi.StringMapInput
+	// GatewayInstanceID is the sleeping WireGuard gateway's instance (optional; nil: the gateway never sleeps).
+	// With it and GroupNames, the controller starts the gateway when the autoscaler raises one of the groups.
+	GatewayInstanceID pulumi.StringInput
 	// Images overrides the images the component runs (optional; each empty field takes its default, a tag).
 	Images config.Images
 	// OnPremNodes are the on-prem Nodes a kubelet may register without the pool label (optional; empty: any).

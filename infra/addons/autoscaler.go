@@ -63,6 +63,7 @@ func autoscalerArgs(clusterName string, cfg config.Autoscaler) []string {
 		"--node-group-backoff-reset-timeout=3h0m0s",
 		"--max-nodes-total=" + strconv.Itoa(cfg.MaxNodesTotal),
 		"--new-pod-scale-up-delay=" + cfg.NewPodScaleUpDelay.String(),
+		"--scan-interval=" + cfg.ScanInterval.String(),
 		"--skip-nodes-with-system-pods=" + strconv.FormatBool(cfg.SkipNodesWithSystemPods),
 		"--stderrthreshold=info",
 		"--v=4",

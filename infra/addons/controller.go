@@ -2,6 +2,8 @@ package addons
 
 import (
 	"fmt"
+	"maps"
+	"slices"
 	"strings"
 
 	appsv1 "github.com/pulumi/pulumi-kubernetes/sdk/v4/go/kubernetes/apps/v1"
@@ -70,18 +72,31 @@ func controllerClusterRules() rbacv1.PolicyRuleArray {
 
 // controllerNamespaceRules are what the loops do in kube-system: create join token Secrets (and nothing else with
 // Secrets: no get, list or watch, which RBAC could not narrow to the controller's own and which would read every
-// Secret of kube-system; the token policy holds what it creates), keep the approval record, and hold the Lease.
+// Secret of kube-system; the token policy holds what it creates), keep the approval record, hold the Lease, and with
+// the wake-up read the autoscaler's status.
 // create cannot be narrowed to a name (the authorizer does not know the name of an object being created), the
 // other verbs are.
-func controllerNamespaceRules() rbacv1.PolicyRuleArray {
-	return rbacv1.PolicyRuleArray{
+func controllerNamespaceRules(wakes bool) rbacv1.PolicyRuleArray {
+	rules := rbacv1.PolicyRuleArray{
 		rule([]string{""}, []string{"secrets"}, nil, "create"),
 		rule([]string{""}, []string{"configmaps"}, nil, "create"),
 		rule([]string{""}, []string{"configmaps"}, []string{ApprovalRecordName}, "get", "update"),
 		rule([]string{"coordination.k8s.io"}, []string{"leases"}, nil, "create"),
 		rule([]string{"coordination.k8s.io"}, []string{"leases"}, []string{ControllerName}, "get", "update"),
 	}
+	if wakes {
+		// The wake-up's informer lists and watches the autoscaler's status alone, with a metadata.name field
+		// selector, which the API server authorizes as a request for that name
+		// (k8s.io/apiserver pkg/endpoints/request/requestinfo.go).
+		rules = append(rules, rule([]string{""}, []string{"configmaps"}, []string{autoscalerStatusName}, "get",
+			"list", "watch"))
+	}
+	return rules
 }
+
+// autoscalerStatusName is the Cluster Autoscaler's status ConfigMap in kube-system (its --status-config-map-name,
+// which the stack leaves at its default).
+const autoscalerStatusName = "cluster-autoscaler-status"
 
 // controllerNodePolicyName names the policy that holds the controller's changes to Nodes to its two jobs.
 const controllerNodePolicyName = "dynk8s-controller-nodes"
@@ -121,7 +136,7 @@ func (b *builder) controller(cleanupCreds, rotatorCreds *awsCredentials, after [
 		return err
 	}
 	crb, rb, err := b.bindRoles("controller", ControllerName, ControllerName, controllerClusterRules(),
-		controllerNamespaceRules())
+		controllerNamespaceRules(a.wakes()))
 	if err != nil {
 		return err
 	}
@@ -205,18 +220,31 @@ func serviceAccountIs(sa string) string {
 }
 
 // controllerLoops are the loops the controller runs: the untaint loop only when the pools carry the fuse startup
-// taint.
+// taint, the wake-up only when the gateway sleeps.
 func (a *ClusterAddonsArgs) controllerLoops() string {
 	loops := []string{"approve", "rotate", "cleanup"}
 	if a.Fuse.Enabled {
 		loops = append(loops, "untaint")
 	}
+	if a.wakes() {
+		loops = append(loops, "wake")
+	}
 	return strings.Join(loops, ",")
+}
+
+// wakes says whether the controller wakes the gateway: it sleeps, and the groups are known.
+func (a *ClusterAddonsArgs) wakes() bool { return a.GatewayInstanceID != nil && a.GroupNames != nil }
+
+// groupList is the groups' names, sorted and comma-separated (the wake-up's --wake-groups).
+func (a *ClusterAddonsArgs) groupList() pulumi.StringOutput {
+	return a.GroupNames.ToStringMapOutput().ApplyT(func(groups map[string]string) string {
+		return strings.Join(slices.Sorted(maps.Values(groups)), ",")
+	}).(pulumi.StringOutput)
 }
 
 // controllerArgs are the controller's flags (cluster/cmd/dynk8s-controller).
 func (a *ClusterAddonsArgs) controllerArgs() pulumi.StringArray {
-	return pulumi.StringArray{
+	args := pulumi.StringArray{
 		pulumi.String("--region=" + a.Region),
 		pulumi.String("--cluster=" + a.ClusterName),
 		pulumi.String("--pools=" + strings.Join(poolNames(a.Pools), ",")),
@@ -229,6 +257,11 @@ func (a *ClusterAddonsArgs) controllerArgs() pulumi.StringArray {
 		pulumi.String("--loops=" + a.controllerLoops()),
 		pulumi.Sprintf("--addr=:%d", ControllerMetricsPort),
 	}
+	if a.wakes() {
+		args = append(args, pulumi.Sprintf("--wake-gateway=%s", a.GatewayInstanceID),
+			pulumi.Sprintf("--wake-groups=%s", a.groupList()))
+	}
+	return args
 }
 
 // controllerPodSpec: the init container installs the pinned controller into an emptyDir with the nodes' bootstrap,

@@ -5,6 +5,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/pulumi/pulumi/sdk/v3/go/pulumi"
 	"gotest.tools/v3/assert"
 	is "gotest.tools/v3/assert/cmp"
 
@@ -95,6 +96,17 @@ func TestAddonsController(t *testing.T) {
 		typeDeployment, ControllerName), "controller"), "args").([]any)
 	assert.Check(t, slices.Contains(args, any("--loops=approve,rotate,cleanup")), "%v", args)
 
+	// With a sleeping gateway, the wake-up: its loop, the gateway and the groups, sorted.
+	wakes := testAddonsArgs()
+	wakes.GatewayInstanceID = pulumi.String("i-0123456789abcdef0")
+	wakes.GroupNames = pulumi.StringMap{"build-x86": pulumi.String("dev-build-x86-2"), "build-arm": pulumi.String("dev-build-arm-1")}
+	args = dig(t, containerNamed(t, mustRunAddons(t, func() *ClusterAddonsArgs { return wakes }).object(t,
+		typeDeployment, ControllerName), "controller"), "args").([]any)
+	for _, want := range []string{"--loops=approve,rotate,cleanup,untaint,wake", "--wake-gateway=i-0123456789abcdef0",
+		"--wake-groups=dev-build-arm-1,dev-build-x86-2"} {
+		assert.Check(t, slices.Contains(args, any(want)), "%s not in %v", want, args)
+	}
+
 	// The old script workloads are gone.
 	for _, name := range []string{ApproverName, TokenRotatorName, cleanupName} {
 		for _, typ := range []string{typeDeployment, typeCronJob, typeJob, typeConfigMap, typeServiceAccount} {
@@ -128,6 +140,15 @@ func TestControllerRBAC(t *testing.T) {
 		map[string]any{"apiGroups": []string{"coordination.k8s.io"}, "resources": []string{"leases"},
 			"resourceNames": []string{ControllerName}, "verbs": []string{"get", "update"}},
 	}))
+
+	// With the wake-up, the autoscaler's status too, by name.
+	wakes := testAddonsArgs()
+	wakes.GatewayInstanceID = pulumi.String("i-0123456789abcdef0")
+	wakes.GroupNames = pulumi.StringMap{"build-x86": pulumi.String("dev-build-x86-2")}
+	rules := mustRunAddons(t, func() *ClusterAddonsArgs { return wakes }).object(t, typeRole, ControllerName)["rules"].([]any)
+	assert.DeepEqual(t, rules[len(rules)-1], plain(t, map[string]any{"apiGroups": []string{""},
+		"resources": []string{"configmaps"}, "resourceNames": []string{"cluster-autoscaler-status"},
+		"verbs": []string{"get", "list", "watch"}}))
 }
 
 // TestControllerNodePolicy: admission narrows the controller's Node rights to its two jobs: an update removes the

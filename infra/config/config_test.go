@@ -312,6 +312,8 @@ func TestBadConfig(t *testing.T) {
 		{"provision time under the boot's worst case", func(c map[string]any) { obj(c, "autoscaler")["maxNodeProvisionTime"] = "21m" }, "dynk8s:autoscaler.maxNodeProvisionTime", "boot at its worst"},
 		{"unready time under the gateway's recovery", func(c map[string]any) { obj(c, "autoscaler")["scaleDownUnreadyTime"] = "10m" }, "dynk8s:autoscaler.scaleDownUnreadyTime", "at least 20m0s"},
 		{"max nodes negative", func(c map[string]any) { obj(c, "autoscaler")["maxNodesTotal"] = -1 }, "dynk8s:autoscaler.maxNodesTotal", "0 (no cap)"},
+		{"scan interval under a second", func(c map[string]any) { obj(c, "autoscaler")["scanInterval"] = "500ms" }, "dynk8s:autoscaler.scanInterval", "from 1s to 1m0s"},
+		{"scan interval over a minute", func(c map[string]any) { obj(c, "autoscaler")["scanInterval"] = "2m" }, "dynk8s:autoscaler.scanInterval", "got 2m0s"},
 		{"system pods flag not a boolean", func(c map[string]any) { obj(c, "autoscaler")["skipNodesWithSystemPods"] = "sometimes" }, "dynk8s:autoscaler.skipNodesWithSystemPods", "true or false"},
 		{"pool utilization above one", func(c map[string]any) {
 			pool(c, 0)["autoscaling"] = map[string]any{"scaleDownUtilizationThreshold": 1.5}

@@ -612,6 +612,10 @@ func validateAutoscaler(r *reader, c *Config) {
 	if a.NewPodScaleUpDelay < 0 {
 		r.addf(ap+"newPodScaleUpDelay", "must not be negative, got %s", a.NewPodScaleUpDelay)
 	}
+	if a.ScanInterval < MinScanInterval || a.ScanInterval > MaxScanInterval {
+		r.addf(ap+"scanInterval", "must be from %s to %s (each loop writes the autoscaler's status; a pending pod "+
+			"waits half of it on average), got %s", MinScanInterval, MaxScanInterval, a.ScanInterval)
+	}
 	if a.MaxNodesTotal < 0 {
 		r.addf(ap+"maxNodesTotal", "must be 0 (no cap) or more, got %d", a.MaxNodesTotal)
 	}
@@ -636,6 +640,14 @@ func validateAutoscaler(r *reader, c *Config) {
 // MinScaleDownUnreadyTime is the shortest autoscaler.scaleDownUnreadyTime: twice the 10 minutes or so a hung
 // gateway takes to be rebooted by its alarm and bring the tunnel back.
 const MinScaleDownUnreadyTime = 20 * time.Minute
+
+// MinScanInterval and MaxScanInterval bound autoscaler.scanInterval: below a second the loops (and the status
+// writes) come faster than a loop over a few hundred pods may take; above a minute a scale-up waits longer than
+// the AWS provider's own refresh.
+const (
+	MinScanInterval = time.Second
+	MaxScanInterval = time.Minute
+)
 
 // PriorityExpander is the expander that ranks pools by nodePools[i].autoscaling.priority.
 const PriorityExpander = "priority"

@@ -1,18 +1,21 @@
 // Command dynk8s-controller is the cluster side of dynk8s, one static binary that runs in the on-prem cluster (two
 // replicas, one leader) and decides who may become a node: it approves the kubelet client CSRs of live pool instances
 // whose key the instance marked, issues the join tokens and writes them to SSM, deletes the Nodes of instances that
-// are gone, and lifts the fuse startup taint once a node advertises the resource. docs/security.md says what each
+// are gone, lifts the fuse startup taint once a node advertises the resource, and starts the sleeping WireGuard
+// gateway when the Cluster Autoscaler raises one of the stack's groups. docs/security.md says what each
 // loop checks; infra/addons declares its Deployment, and its init container fetches this binary from the stack's
 // agent bucket, pinned by version and sha256, as the nodes fetch their agent.
 //
 //	dynk8s-controller --region R --cluster C --pools P1,P2 --token-parameter /dynk8s/C/join-token
-//	    --token-kms-key K --token-ttl 24h --not-ready-after 10m [--loops approve,rotate,cleanup,untaint] [flags]
+//	    --token-kms-key K --token-ttl 24h --not-ready-after 10m [--loops approve,rotate,cleanup,untaint,wake]
+//	    [--wake-gateway i-... --wake-groups G1,G2] [flags]
 //	dynk8s-controller version
 //
 // Credentials (environment): AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY are the key EC2 is asked with (the
-// stale-node cleanup's IAM user: ec2:DescribeInstances); DYNK8S_SSM_ACCESS_KEY_ID and DYNK8S_SSM_SECRET_ACCESS_KEY
-// the key the join token is written with (the rotator's IAM user, the one the token's KMS key lets encrypt). The API
-// server is reached with the pod's ServiceAccount, or --kubeconfig. It logs JSON lines to stderr.
+// stale-node cleanup's IAM user: ec2:DescribeInstances, and ec2:StartInstances of the gateway alone);
+// DYNK8S_SSM_ACCESS_KEY_ID and DYNK8S_SSM_SECRET_ACCESS_KEY the key the join token is written with (the rotator's
+// IAM user, the one the token's KMS key lets encrypt). The API server is reached with the pod's ServiceAccount, or
+// --kubeconfig. It logs JSON lines to stderr.
 package main
 
 import (
@@ -36,6 +39,7 @@ import (
 	"github.com/dynk8s/dynk8s/cluster/internal/loop"
 	"github.com/dynk8s/dynk8s/cluster/internal/rotate"
 	"github.com/dynk8s/dynk8s/cluster/internal/untaint"
+	"github.com/dynk8s/dynk8s/cluster/internal/wake"
 	"github.com/dynk8s/dynk8s/internal/kube"
 )
 
@@ -45,6 +49,7 @@ const (
 	loopRotate  = "rotate"
 	loopCleanup = "cleanup"
 	loopUntaint = "untaint"
+	loopWake    = "wake"
 )
 
 // flags are the command line, with the defaults the stack's Deployment relies on.
@@ -58,6 +63,8 @@ type flags struct {
 	rotate  rotate.Config
 	cleanup cleanup.Config
 	untaint untaint.Config
+	wake    wake.Config
+	groups  string
 }
 
 func parse(args []string, stderr io.Writer) (*flags, error) {
@@ -100,6 +107,10 @@ func parse(args []string, stderr io.Writer) (*flags, error) {
 	fs.StringVar(&f.untaint.Resource, "fuse-resource", kube.FuseResource, "untaint: the resource the plugin advertises")
 	fs.DurationVar(&f.untaint.GiveUp, "untaint-give-up", 5*time.Minute,
 		"untaint: how long a node waits for the resource before the taint goes anyway")
+	fs.StringVar(&f.wake.Gateway, "wake-gateway", "", "wake: the WireGuard gateway's instance id")
+	fs.StringVar(&f.groups, "wake-groups", "", "wake: the stack's Auto Scaling groups, comma-separated")
+	fs.StringVar(&f.wake.StatusName, "autoscaler-status", wake.DefaultStatusName,
+		"wake: the Cluster Autoscaler's status ConfigMap in kube-system")
 	if err := fs.Parse(args); err != nil {
 		return nil, err
 	}
@@ -110,6 +121,9 @@ func parse(args []string, stderr io.Writer) (*flags, error) {
 	f.o.Loops = strings.Split(f.loops, ",")
 	if f.pools != "" {
 		f.approve.Pools = strings.Split(f.pools, ",")
+	}
+	if f.groups != "" {
+		f.wake.Groups = strings.Split(f.groups, ",")
 	}
 	ns, name, ok := strings.Cut(f.record, "/")
 	if !ok {
@@ -146,8 +160,12 @@ func (f *flags) build(d loop.Deps, ec2 cloud.EC2, ssm cloud.SSM) ([]loop.Loop, e
 			l, err = cleanup.New(cfg, d)
 		case loopUntaint:
 			l, err = untaint.New(f.untaint, d)
+		case loopWake:
+			cfg := f.wake
+			cfg.EC2 = ec2
+			l, err = wake.New(cfg, d)
 		default:
-			return nil, fmt.Errorf("--loops: no loop %q (approve, rotate, cleanup, untaint)", name)
+			return nil, fmt.Errorf("--loops: no loop %q (approve, rotate, cleanup, untaint, wake)", name)
 		}
 		if err != nil {
 			return nil, err

@@ -24,7 +24,8 @@ func TestTheStacksFlagsBuildEveryLoop(t *testing.T) {
 	f, err := parse([]string{"--region=eu-central-1", "--cluster=homelab", "--pools=builders-arm,builders-x86",
 		"--bootstrap-group=system:bootstrappers:dynk8s:pool-nodes", "--approval-record=kube-system/dynk8s-approved-nodes",
 		"--token-parameter=/dynk8s/homelab/join-token", "--token-kms-key=alias/aws/ssm", "--token-ttl=2h0m0s",
-		"--not-ready-after=5m0s", "--loops=approve,rotate,cleanup,untaint", "--addr=:8080", "--identity=a"}, &stderr)
+		"--not-ready-after=5m0s", "--loops=approve,rotate,cleanup,untaint,wake", "--addr=:8080", "--identity=a",
+		"--wake-gateway=i-0123456789abcdef0", "--wake-groups=homelab-builders-arm-1,homelab-builders-x86-1"}, &stderr)
 	assert.NilError(t, err, stderr.String())
 	assert.NilError(t, f.o.Validate())
 	client := fake.NewClientset()
@@ -38,7 +39,7 @@ func TestTheStacksFlagsBuildEveryLoop(t *testing.T) {
 	for _, l := range loops {
 		names = append(names, l.Name())
 	}
-	assert.DeepEqual(t, names, []string{"approve", "rotate", "cleanup", "untaint"})
+	assert.DeepEqual(t, names, []string{"approve", "rotate", "cleanup", "untaint", "wake"})
 }
 
 // A bad command line fails at once with one FAILED line that names what is wrong, and exit status 2.

@@ -1,4 +1,4 @@
-// Package cloud is the controller's AWS: the two API calls it makes, as small interfaces the SDK's clients satisfy
+// Package cloud is the controller's AWS: the API calls it makes, as small interfaces the SDK's clients satisfy
 // (EC2's DescribeInstances, SSM's PutParameter), the clients built from the pod's environment, and a typed view
 // of the instances EC2 describes.
 package cloud
@@ -20,9 +20,11 @@ import (
 	"github.com/dynk8s/dynk8s/internal/names"
 )
 
-// EC2 is the EC2 API the controller calls: the approver and the cleanup describe instances, nothing else.
+// EC2 is the EC2 API the controller calls: the approver and the cleanup describe instances, the wake-up starts the
+// gateway, nothing else.
 type EC2 interface {
 	DescribeInstances(ctx context.Context, in *ec2.DescribeInstancesInput, opts ...func(*ec2.Options)) (*ec2.DescribeInstancesOutput, error)
+	StartInstances(ctx context.Context, in *ec2.StartInstancesInput, opts ...func(*ec2.Options)) (*ec2.StartInstancesOutput, error)
 }
 
 // SSM is the SSM API the controller calls: the rotator overwrites the join token parameter.
