@@ -5,6 +5,7 @@ package e2e
 import (
 	"context"
 	"fmt"
+	"maps"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -175,12 +176,15 @@ func newBurst(t *testing.T, opts burstOptions) *burst {
 		_, _ = c.kubectl(context.Background(), "-n", "kube-system", "delete", "lease", addons.ControllerName,
 			"--ignore-not-found")
 	})
-	loops := "--loops=untaint,cleanup,wake"
+	// The addons the test applies declare no gateway (the whole stack does: its golden Deployment has the wake-up's
+	// flags); the controller is given moto's gateway and groups.
+	set := []string{"--loops=untaint,cleanup,wake", "--wake-gateway=" + b.vpc.gatewayID,
+		"--wake-groups=" + strings.Join(slices.Sorted(maps.Keys(s.groups)), ",")}
 	if opts.nodeWakeOnly {
-		loops = "--loops=untaint,cleanup"
+		set = []string{"--loops=untaint,cleanup"}
 	}
 	b.ctl = startController(ctx, t, c, controllerSpec{args: args, identity: "e2e-burst",
-		set: []string{loops, "--not-ready-after=" + burstCleanupThreshold.String()},
+		set: append(set, "--not-ready-after="+burstCleanupThreshold.String()),
 		ec2: b.aws.url, ssm: b.aws.url, ec2Key: b.aws.users[s.cleanupUser]})
 	return b
 }
@@ -601,30 +605,11 @@ func createBuildPod(ctx context.Context, t *testing.T, c cluster, name string, p
 // buildImage is the build pod's image (the test's own).
 const buildImage = "e2e.dynk8s.invalid/build:1"
 
-// podState is the part of a Pod the test reads.
-type podState struct {
-	Spec struct {
-		NodeName string `json:"nodeName"`
-	} `json:"spec"`
-	Status struct {
-		Phase             string `json:"phase"`
-		ContainerStatuses []struct {
-			State map[string]any `json:"state"`
-		} `json:"containerStatuses"`
-	} `json:"status"`
-}
-
 // getNode reads a Node afresh (decoding into a used struct would keep fields the new JSON lacks).
 func getNode(ctx context.Context, c cluster, name string) (kubeNode, error) {
 	var n kubeNode
 	err := c.getJSON(ctx, &n, "node", name)
 	return n, err
-}
-
-func getPod(ctx context.Context, c cluster, name string) podState {
-	var p podState
-	_ = c.getJSON(ctx, &p, "pod", "-n", "default", name)
-	return p
 }
 
 // poolNodes are the Nodes that carry a pool label.
