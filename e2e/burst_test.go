@@ -21,6 +21,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
+	nodeutil "k8s.io/component-helpers/node/util"
 	"sigs.k8s.io/yaml"
 
 	"github.com/dynk8s/dynk8s/cmd/timeline/timeline"
@@ -189,15 +190,12 @@ func newBurst(t *testing.T, opts burstOptions) *burst {
 	return b
 }
 
-// buildPod is the burst's build pod.
-const buildPod = "e2e-burst-build"
-
 // scaleUp is the loop up to the build pod's success, phase by phase; each wait also runs the launcher and reads the
 // autoscaler's status, but for the phases on the registered node, which poll the API alone and faster.
 func (b *burst) scaleUp(t *testing.T) {
 	t.Helper()
 	ctx, c := b.ctx, b.c
-	pod := buildPod
+	const pod = "e2e-burst-build"
 	if b.opts.awake {
 		b.wakeGatewayFirst(t)
 	}
@@ -423,9 +421,8 @@ func (b *burst) waitFast(t *testing.T, timeout time.Duration, phase string, cond
 
 // nodeReady says whether n's Ready condition is True.
 func nodeReady(n *corev1.Node) bool {
-	return slices.ContainsFunc(n.Status.Conditions, func(c corev1.NodeCondition) bool {
-		return c.Type == corev1.NodeReady && c.Status == corev1.ConditionTrue
-	})
+	_, c := nodeutil.GetNodeCondition(&n.Status, corev1.NodeReady)
+	return c != nil && c.Status == corev1.ConditionTrue
 }
 
 // wait polls cond every second, running the launcher and checking the autoscaler's status each time, until cond

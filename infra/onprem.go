@@ -15,6 +15,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
+	nodeutil "k8s.io/component-helpers/node/util"
 
 	"github.com/dynk8s/dynk8s/infra/config"
 	"github.com/dynk8s/dynk8s/internal/kube"
@@ -92,12 +93,8 @@ func restConfig(kubeconfig *string) (*rest.Config, error) {
 
 // nodeReady reports whether the Node's Ready condition is True.
 func nodeReady(n corev1.Node) bool {
-	for _, c := range n.Status.Conditions {
-		if c.Type == corev1.NodeReady {
-			return c.Status == corev1.ConditionTrue
-		}
-	}
-	return false
+	_, c := nodeutil.GetNodeCondition(&n.Status, corev1.NodeReady)
+	return c != nil && c.Status == corev1.ConditionTrue
 }
 
 // onPremWorkloads are the parts that run only on the Nodes labelled kube.LabelOnPrem (infra/addons, onPremAffinity).

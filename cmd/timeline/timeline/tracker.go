@@ -8,6 +8,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	nodeutil "k8s.io/component-helpers/node/util"
 
 	"github.com/dynk8s/dynk8s/internal/kube"
 )
@@ -190,13 +191,10 @@ func (t *Tracker) nodeSteps() []Step {
 	return out
 }
 
+// nodeReady says whether n's Ready condition is True.
 func nodeReady(n *corev1.Node) bool {
-	for _, c := range n.Status.Conditions {
-		if c.Type == corev1.NodeReady {
-			return c.Status == corev1.ConditionTrue
-		}
-	}
-	return false
+	_, c := nodeutil.GetNodeCondition(&n.Status, corev1.NodeReady)
+	return c != nil && c.Status == corev1.ConditionTrue
 }
 
 // Pod takes the pod as the API server delivered it at at.
