@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"os"
 	"strconv"
+	"strings"
 
 	"sigs.k8s.io/yaml"
 
@@ -54,6 +55,25 @@ func PrepareFiles(userData []byte) (files []File, repos []byte, err error) {
 		return nil, nil, err
 	}
 	return files, repos, nil
+}
+
+// AddRepositories is the bash that has cloud-init's own yum_add_repo write the .repo files of config (PrepareFiles'
+// repos, as a file on the build instance), so they are byte for byte those a node's cloud-init writes, on whichever
+// cloud-init the image has. Where the --file of additional config goes changed in cloud-init 24.1 ("Breaking
+// changes", 24.1: the top-level --file was removed, and a subcommand that supports it takes it): before, only
+// `cloud-init --file F single ...` parses, from then on only `cloud-init single ... --file F`. The subcommand's help
+// says which one this cloud-init takes (it lists --file from 24.1 on); it is read into a variable, not piped, so
+// that pipefail cannot take an early-exiting grep's broken pipe for the answer.
+func AddRepositories(config string) string {
+	single := "single --name yum_add_repo --frequency always"
+	return strings.Join([]string{
+		`single_help=$(cloud-init single --help)`,
+		`if [[ $single_help == *--file* ]]; then`,
+		`  cloud-init ` + single + ` --file ` + config,
+		`else`,
+		`  cloud-init --file ` + config + ` ` + single,
+		`fi`,
+	}, "\n")
 }
 
 // AgentFetch is the node agent's bootstrap outside cloud-init: the files addAgent writes into a node's user data

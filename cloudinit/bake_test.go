@@ -89,3 +89,46 @@ func TestPrepareFilesAreThePoolsUserData(t *testing.T) {
 	_, _, err = PrepareFiles([]byte("#cloud-config\nwrite_files: []\n"))
 	assert.Check(t, is.ErrorContains(err, "no /etc/dynk8s/node.json"))
 }
+
+// The repositories step takes the spelling of --file that the image's cloud-init parses, under the step's own
+// `set -euo pipefail`: stand-ins for cloud-init before and from 24.1 print their subcommand's help (the usage lines of
+// 22.4.2 and 26.2) and refuse the other spelling with argparse's exit 2. The real cloud-inits run the step in the e2e
+// (TestBakeRepositoriesOnBothCloudInits).
+func TestAddRepositoriesTakesEitherSpelling(t *testing.T) {
+	const config = "/run/dynk8s-image/repos.yaml"
+	for _, tc := range []struct {
+		name, help string
+		// takes is the argv (after the program's name) that this cloud-init runs the module with.
+		takes string
+	}{
+		{name: "22.4", help: "usage: /usr/bin/cloud-init single [-h] --name NAME\n" +
+			"                                  [--frequency {instance,always,once}]\n" +
+			"                                  [--report]\n",
+			takes: "--file " + config + " single --name yum_add_repo --frequency always"},
+		{name: "26.2", help: "usage: /usr/bin/cloud-init single [-h] --name NAME\n" +
+			"                                  [--frequency {instance,always,once}]\n" +
+			"                                  [--report] [--file FILES]\n",
+			takes: "single --name yum_add_repo --frequency always --file " + config},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			dir := realtools.ClosedPath(t)
+			calls := filepath.Join(t.TempDir(), "calls")
+			realtools.WriteStub(t, dir, "cloud-init", fmt.Sprintf(`#!/bin/bash
+if [[ "$*" == "single --help" ]]; then
+	printf '%%s' %q
+	exit 0
+fi
+echo "$*" >>%s
+[[ "$*" == %q ]] || { echo "cloud-init: error: unrecognized arguments: --file" >&2; exit 2; }
+`, tc.help, calls, tc.takes))
+			cmd := exec.Command(realtools.Require(t, "bash"), "-c", "set -euo pipefail\n"+AddRepositories(config))
+			cmd.Env = []string{"PATH=" + dir}
+			out, err := cmd.CombinedOutput()
+			realtools.CheckNoMissingCommand(t, string(out))
+			assert.NilError(t, err, "%s", out)
+			got, err := os.ReadFile(calls)
+			assert.NilError(t, err)
+			assert.Equal(t, string(got), tc.takes+"\n")
+		})
+	}
+}

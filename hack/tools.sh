@@ -14,7 +14,8 @@
 #   hack/tools.sh --print-path  print the bin dirs, ':'-joined, to prepend to PATH (builds nothing)
 #   hack/tools.sh --check       exit 1 unless every tool is cached (builds nothing)
 #   hack/tools.sh --box-root    print the box root's directory (builds nothing)
-#   hack/tools.sh --box         build only the box root
+#   hack/tools.sh --box         build only the box roots (the box's and the forky root)
+#   hack/tools.sh --forky-root  print the forky root's directory (builds nothing)
 set -euo pipefail
 
 readonly PULUMI_VERSION=v3.274.1
@@ -466,15 +467,19 @@ have_box() {
 	[[ -f "$(box_root)/.dynk8s-box" ]]
 }
 
+ensure_mmdebstrap() {
+	if ! command -v mmdebstrap >/dev/null 2>&1 || ! command -v systemd-nspawn >/dev/null 2>&1; then
+		log "installing mmdebstrap, systemd-container from Debian"
+		apt_install mmdebstrap systemd-container
+	fi
+}
+
 build_box() {
 	if have_box; then
 		log "box root $(box_root) cached"
 		return
 	fi
-	if ! command -v mmdebstrap >/dev/null 2>&1 || ! command -v systemd-nspawn >/dev/null 2>&1; then
-		log "installing mmdebstrap, systemd-container from Debian"
-		apt_install mmdebstrap systemd-container
-	fi
+	ensure_mmdebstrap
 	[[ -r $BOX_SOURCES ]] || {
 		echo "tools.sh: no apt sources at $BOX_SOURCES for the box root (set DYNK8S_BOX_SOURCES)" >&2
 		return 1
@@ -500,6 +505,67 @@ build_box() {
 	log "box root built in $((SECONDS - start)) s: $(du -sh "$root" | cut -f1) at $root"
 }
 
+# The forky root: a second, newer Debian root, where the e2e runs a command of the node's with the newer versions
+# of what the box has (no boot: forky's systemd cannot boot on a host with cgroup v1). Today its cloud-init (26.2
+# against the box's bookworm 22.4: the image build's repositories step must parse on cloud-init before and after
+# 24.1). Its sources are the host's mirror with the suite forky, whose Release file is past its Valid-Until on a
+# frozen mirror; DYNK8S_FORKY_SOURCES (a one-line `deb ...` entry) overrides them.
+readonly FORKY_SUITE=forky
+readonly FORKY_PACKAGES=(cloud-init)
+
+forky_key() {
+	printf '%s\n' "$FORKY_SUITE" minbase "${FORKY_PACKAGES[@]}" | sha256sum | cut -c1-12
+}
+
+forky_root() {
+	printf '%s/forky-root-%s\n' "$CACHE_DIR" "$(forky_key)"
+}
+
+have_forky() {
+	[[ -f "$(forky_root)/.dynk8s-root" ]]
+}
+
+# forky_sources: one `deb` line for forky on the first mirror of the box's sources (deb822 or one-line format).
+forky_sources() {
+	if [[ -n ${DYNK8S_FORKY_SOURCES:-} ]]; then
+		printf '%s\n' "$DYNK8S_FORKY_SOURCES"
+		return
+	fi
+	local uri
+	uri=$(awk '$1 == "URIs:" { print $2; exit } $1 == "deb" { for (i = 2; i <= NF; i++) if ($i !~ /^\[/ && $i !~ /\]$/) { print $i; exit } }' "$BOX_SOURCES")
+	[[ -n $uri ]] || {
+		echo "tools.sh: no mirror in $BOX_SOURCES for the forky root (set DYNK8S_FORKY_SOURCES)" >&2
+		return 1
+	}
+	printf 'deb [signed-by=/usr/share/keyrings/debian-archive-keyring.gpg] %s %s main\n' "$uri" "$FORKY_SUITE"
+}
+
+build_forky_root() {
+	if have_forky; then
+		log "forky root $(forky_root) cached"
+		return
+	fi
+	local root tmp start=$SECONDS sources list
+	root=$(forky_root)
+	tmp="$root.tmp"
+	rm -rf "$tmp"
+	sources=$(forky_sources)
+	list=$(
+		IFS=,
+		printf '%s' "${FORKY_PACKAGES[*]}"
+	)
+	ensure_mmdebstrap
+	log "building the forky root ($FORKY_SUITE minbase: $list) in $tmp"
+	# shellcheck disable=SC2016
+	run_timed "forky root: mmdebstrap" mmdebstrap --quiet --variant=minbase --include="$list" \
+		--aptopt='Acquire::Check-Valid-Until "false"' --aptopt='APT::Install-Recommends "false"' \
+		--customize-hook='rm -f "$1/etc/machine-id" "$1/var/lib/dbus/machine-id"' \
+		"$FORKY_SUITE" "$tmp" "$sources"
+	printf '%s\n' "${FORKY_PACKAGES[@]}" >"$tmp/.dynk8s-root"
+	mv -T "$tmp" "$root"
+	log "forky root built in $((SECONDS - start)) s: $(du -sh "$root" | cut -f1) at $root"
+}
+
 main() {
 	case ${1:-} in
 	--print-path)
@@ -508,6 +574,10 @@ main() {
 		;;
 	--box-root)
 		box_root
+		return
+		;;
+	--forky-root)
+		forky_root
 		return
 		;;
 	--check)
@@ -523,17 +593,19 @@ main() {
 		[[ -z $(missing_debian) ]] || ok=1
 		have_node_runtime || ok=1
 		have_box || ok=1
+		have_forky || ok=1
 		return "$ok"
 		;;
 	--box)
 		WORK=$(mktemp -d "${TMPDIR:-/tmp}/dynk8s-tools.XXXXXX")
 		trap 'rm -rf "$WORK"' EXIT
 		build_box
+		build_forky_root
 		return
 		;;
 	"") ;;
 	*)
-		echo "usage: $0 [--print-path|--check|--box-root|--box]" >&2
+		echo "usage: $0 [--print-path|--check|--box-root|--forky-root|--box]" >&2
 		return 2
 		;;
 	esac
@@ -560,6 +632,7 @@ main() {
 	build_autoscaler
 	build_fuse_plugin
 	build_box
+	build_forky_root
 	log "all tools ready in $((SECONDS - start)) s; PATH entries: $(print_path)"
 }
 

@@ -278,7 +278,7 @@ func componentDocument(in bakeInput) (ComponentDocument, error) {
 			{Name: "build", Steps: []ComponentStep{
 				{Name: "WritePoolFiles", Action: "ExecuteBash", Inputs: ComponentInputs{Commands: write}},
 				// The .repo files exactly as a node's cloud-init writes them: by cloud-init's own module.
-				bash("AddRepositories", "cloud-init single --name yum_add_repo --frequency always --file "+reposConfig),
+				bash("AddRepositories", cloudinit.AddRepositories(reposConfig)),
 				bash("FetchAgent", fetch),
 				bash("Prepare", nodeAgent+" prepare --config "+nodeconfig.Path),
 				// Last: the instance is stopped and snapshotted after the validate phase, which only reads.

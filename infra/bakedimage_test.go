@@ -114,7 +114,7 @@ func TestBakedPoolDeclaresItsImage(t *testing.T) {
 	assert.Check(t, is.Contains(command(3), "/usr/local/bin/dynk8s-node prepare --config /etc/dynk8s/node.json"))
 	assert.Check(t, is.Contains(command(4), "/usr/local/bin/dynk8s-node clean-identity"))
 	assert.Check(t, is.Contains(command(2), ". /etc/dynk8s/agent.env"))
-	assert.Check(t, is.Contains(command(1), "cloud-init single --name yum_add_repo"))
+	assert.Check(t, is.Contains(command(1), cloudinit.AddRepositories("/run/dynk8s-image/repos.yaml")))
 
 	// The files are the pool's user data's own, byte for byte, but for the agent fetch's deadline: a bake's outlasts
 	// S3's versioning window, a node's is short.
