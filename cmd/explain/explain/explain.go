@@ -73,7 +73,7 @@ func WithDaemonSets(templates []Template, sets []appsv1.DaemonSet) []Template {
 		for _, ds := range sets {
 			pod := &corev1.Pod{ObjectMeta: ds.Spec.Template.ObjectMeta, Spec: ds.Spec.Template.Spec}
 			pod = withDefaultRequests(pod)
-			if len(taintReasons(pod, t.Node)) > 0 || len(affinityReasons(pod, t.Node)) > 0 {
+			if len(untoleratedTaints(pod, t.Node)) > 0 || len(affinityReasons(pod, t.Node)) > 0 {
 				continue
 			}
 			for name, q := range resourcehelper.PodRequests(pod, resourcehelper.PodResourcesOptions{}) {
@@ -146,16 +146,25 @@ type Verdict struct {
 	Pool    string
 	Fits    bool
 	Reasons []string
+	// Tolerate are the pool's taints the pod would have to tolerate to fit, when they are all that keeps it off
+	// (adding tolerations to the pod is then the whole fix); nil otherwise.
+	Tolerate []corev1.Taint
 }
 
 // Check is the pod against one pool's template node.
 func Check(pod *corev1.Pod, t Template) Verdict {
 	pod = withDefaultRequests(pod)
 	v := Verdict{Pool: t.Pool.Name}
-	v.Reasons = append(v.Reasons, taintReasons(pod, t.Node)...)
-	v.Reasons = append(v.Reasons, affinityReasons(pod, t.Node)...)
-	v.Reasons = append(v.Reasons, resourceReasons(pod, t)...)
+	untolerated := untoleratedTaints(pod, t.Node)
+	for _, taint := range untolerated {
+		v.Reasons = append(v.Reasons, "untolerated taint "+taint.ToString())
+	}
+	rest := append(affinityReasons(pod, t.Node), resourceReasons(pod, t)...)
+	v.Reasons = append(v.Reasons, rest...)
 	v.Fits = len(v.Reasons) == 0
+	if len(rest) == 0 && len(untolerated) > 0 {
+		v.Tolerate = untolerated
+	}
 	return v
 }
 
@@ -180,16 +189,16 @@ func withDefaultRequests(pod *corev1.Pod) *corev1.Pod {
 	return pod
 }
 
-// taintReasons: each taint of the node that keeps the pod off it (NoSchedule and NoExecute; PreferNoSchedule only
-// weighs).
-func taintReasons(pod *corev1.Pod, node *corev1.Node) []string {
-	var out []string
+// untoleratedTaints: each taint of the node that keeps the pod off it (NoSchedule and NoExecute; PreferNoSchedule
+// only weighs).
+func untoleratedTaints(pod *corev1.Pod, node *corev1.Node) []corev1.Taint {
+	var out []corev1.Taint
 	for _, taint := range node.Spec.Taints {
 		if taint.Effect == corev1.TaintEffectPreferNoSchedule {
 			continue
 		}
 		if !corev1helpers.TolerationsTolerateTaint(pod.Spec.Tolerations, &taint) {
-			out = append(out, fmt.Sprintf("untolerated taint %s", taint.ToString()))
+			out = append(out, taint)
 		}
 	}
 	return out
@@ -386,6 +395,9 @@ func (r Report) String() string {
 		for _, reason := range v.Reasons {
 			fmt.Fprintf(&b, "    - %s\n", reason)
 		}
+		if len(v.Tolerate) > 0 {
+			fmt.Fprintf(&b, "    fits with these in the pod's spec: %s\n", tolerationsYAML(v.Tolerate))
+		}
 	}
 	switch len(r.Raise) {
 	case 0:
@@ -393,8 +405,27 @@ func (r Report) String() string {
 	case 1:
 		fmt.Fprintf(&b, "  scale-up: %s\n", r.Raise[0])
 	default:
-		fmt.Fprintf(&b, "  scale-up: one of %s (the expander leaves a tie, the autoscaler picks at random)\n",
-			strings.Join(r.Raise, ", "))
+		fmt.Fprintf(&b, "  scale-up: one of %s (the expander leaves a tie, the autoscaler picks at random); "+
+			"to choose, add to the pod's spec: nodeSelector: {%s: <one of them>}\n", strings.Join(r.Raise, ", "),
+			kube.LabelPool)
 	}
 	return b.String()
+}
+
+// Fits says whether some pool fits the pod: the autoscaler would raise one.
+func (r Report) Fits() bool { return len(r.Raise) > 0 }
+
+// tolerationsYAML is the tolerations of taints (operator Equal, or Exists for a taint without a value) as a YAML
+// flow sequence to paste into a pod spec.
+func tolerationsYAML(taints []corev1.Taint) string {
+	var items []string
+	for _, t := range taints {
+		if t.Value == "" {
+			items = append(items, fmt.Sprintf("{key: %s, operator: Exists, effect: %s}", t.Key, t.Effect))
+			continue
+		}
+		items = append(items, fmt.Sprintf("{key: %s, operator: Equal, value: %q, effect: %s}", t.Key, t.Value,
+			t.Effect))
+	}
+	return "tolerations: [" + strings.Join(items, ", ") + "]"
 }

@@ -185,3 +185,16 @@ func TestDaemonSetsTakeTheirShare(t *testing.T) {
 	assert.DeepEqual(t, arm.Reasons, []string{"cpu: requests 6500m, the pool's template node has 8 allocatable, 2 " +
 		"of it for the pods of kube-system/cni, kube-system/plugin-arm64"})
 }
+
+// A tie the autoscaler breaks at random names the nodeSelector that chooses.
+func TestReportNamesTheSelectorThatBreaksATie(t *testing.T) {
+	r := Report{Pod: "ci/agent", Verdicts: []Verdict{{Pool: "a", Fits: true}, {Pool: "b", Fits: true}},
+		Raise: []string{"a", "b"}}
+	assert.Equal(t, r.String(), `pod ci/agent
+  a: fits
+  b: fits
+  scale-up: one of a, b (the expander leaves a tie, the autoscaler picks at random); to choose, add to the pod's spec: nodeSelector: {dynk8s.io/pool: <one of them>}
+`)
+	assert.Check(t, r.Fits())
+	assert.Check(t, !Report{Pod: "ci/agent"}.Fits())
+}

@@ -2,6 +2,7 @@ package explain
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
@@ -10,9 +11,12 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"time"
 
 	awsconfig "github.com/aws/aws-sdk-go-v2/config"
 	"github.com/aws/aws-sdk-go-v2/service/autoscaling"
+	appsv1 "k8s.io/api/apps/v1"
+	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
@@ -31,7 +35,7 @@ why not (an untolerated taint, a node selector or required node affinity the poo
 architecture, each resource beyond the pool's template node: cpu, memory, ephemeral-storage, github.com/fuse),
 and which pool the stack's autoscaler.expander would raise. The template nodes are built from the node-template
 tags the stack renders for the pools' Auto Scaling groups, as the Cluster Autoscaler builds them for a group at
-zero. POD.yaml holds Pod manifests (several YAML documents, or "-" for stdin).
+zero. POD.yaml holds manifests (several YAML documents, or "-" for stdin).
 
 With -pending it reads the cluster's pending, unschedulable pods instead, and shows the autoscaler's own word on
 each: the pod's latest TriggeredScaleUp and NotTriggerScaleUp events. Then, with the ambient AWS credentials in
@@ -39,7 +43,11 @@ the stack's aws:region (autoscaling:DescribeAutoScalingGroups and DescribeScalin
 Scaling group, its desired capacity and instances, and its latest scaling activity with AWS's message: a launch
 that failed (no spot capacity, a quota) shows there, not in the events. -aws=false leaves AWS out.
 
-Exit status: 0 with every pod explained, 1 on an error, 2 on bad usage.
+Each pool that only the pod's missing tolerations keep it off gets the tolerations to add; a tie between pools the
+nodeSelector that chooses. Deployment, StatefulSet, ReplicaSet, Job and CronJob manifests are read for their pod
+templates.
+
+Exit status: 0 when every pod fits a pool, 3 when some pod fits none, 1 on an error, 2 on bad usage.
 
 Flags:
 `
@@ -86,22 +94,32 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 			fmt.Fprintf(stderr, "explain: %v\n", err)
 			return 1
 		}
+		code := 0
 		for _, pod := range pods {
-			fmt.Fprint(stdout, Explain(cfg, templates, pod).String())
+			r := Explain(cfg, templates, pod)
+			fmt.Fprint(stdout, r.String())
+			if !r.Fits() {
+				code = exitNoPoolFits
+			}
 		}
-		return 0
+		return code
 	}
 	client, err := kubeclient.New(*kubeconfig, *kubeContext)
 	if err != nil {
 		fmt.Fprintf(stderr, "explain: %v\n", err)
 		return 1
 	}
-	if err := explainPending(ctx, client, cfg, templates, *namespace, stdout); err != nil {
+	code := 0
+	unfit, err := explainPending(ctx, client, cfg, templates, *namespace, stdout)
+	if err != nil {
 		fmt.Fprintf(stderr, "explain: %v\n", err)
 		return 1
 	}
+	if unfit > 0 {
+		code = exitNoPoolFits
+	}
 	if !*withAWS {
-		return 0
+		return code
 	}
 	awsCfg, err := awsconfig.LoadDefaultConfig(ctx, awsconfig.WithRegion(cfg.Region))
 	if err == nil {
@@ -111,8 +129,11 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "explain: AWS (-aws=false leaves it out): %v\n", err)
 		return 1
 	}
-	return 0
+	return code
 }
+
+// exitNoPoolFits is the exit status when some pod fits no pool: a scale-up would not happen for it.
+const exitNoPoolFits = 3
 
 // Load reads and validates a stack file and builds its pools' template nodes.
 func Load(file string) (*config.Config, []Template, error) {
@@ -159,49 +180,122 @@ func readPods(files []string) ([]*corev1.Pod, error) {
 	return pods, nil
 }
 
-// DecodePods decodes a stream of Pod manifests (YAML or JSON documents); any other kind is an error.
+// DecodePods decodes a stream of manifests (YAML or JSON documents): Pods, and the pod templates of the workloads
+// whose pods the autoscaler would weigh (Deployment, StatefulSet, ReplicaSet, Job, CronJob), each named
+// "<kind>/<name>" after its workload; any other kind is an error.
 func DecodePods(r io.Reader) ([]*corev1.Pod, error) {
 	dec := utilyaml.NewYAMLOrJSONDecoder(r, 4096)
 	var pods []*corev1.Pod
 	for i := 1; ; i++ {
-		var pod corev1.Pod
-		if err := dec.Decode(&pod); errors.Is(err, io.EOF) {
+		var raw json.RawMessage
+		if err := dec.Decode(&raw); errors.Is(err, io.EOF) {
 			break
 		} else if err != nil {
 			return nil, fmt.Errorf("document %d: %w", i, err)
 		}
-		if pod.Kind == "" && pod.Name == "" {
-			continue // an empty document
+		pod, err := decodePod(raw)
+		if err != nil {
+			return nil, fmt.Errorf("document %d: %w", i, err)
 		}
-		if pod.Kind != "Pod" {
-			return nil, fmt.Errorf("document %d: kind %q, want Pod", i, pod.Kind)
+		if pod == nil {
+			continue // an empty document
 		}
 		if pod.Namespace == "" {
 			pod.Namespace = metav1.NamespaceDefault
 		}
-		pods = append(pods, &pod)
+		pods = append(pods, pod)
 	}
 	if len(pods) == 0 {
-		return nil, errors.New("no Pod in it")
+		return nil, errors.New("no Pod or workload in it")
 	}
 	return pods, nil
+}
+
+// workloadKinds are the kinds DecodePods takes a pod template from, as the message for any other kind lists them.
+var workloadKinds = []string{"Pod", "Deployment", "StatefulSet", "ReplicaSet", "Job", "CronJob"}
+
+// decodePod is one document's pod: a Pod, or a workload's pod template (with the workload's namespace); nil for an
+// empty document.
+func decodePod(raw json.RawMessage) (*corev1.Pod, error) {
+	var meta metav1.TypeMeta
+	if len(raw) == 0 || string(raw) == "null" {
+		return nil, nil
+	}
+	if err := json.Unmarshal(raw, &meta); err != nil {
+		return nil, err
+	}
+	var (
+		obj      metav1.Object
+		template *corev1.PodTemplateSpec
+	)
+	switch meta.Kind {
+	case "":
+		var m map[string]any
+		if err := json.Unmarshal(raw, &m); err != nil || len(m) > 0 {
+			return nil, fmt.Errorf("no kind (want one of %s)", strings.Join(workloadKinds, ", "))
+		}
+		return nil, nil
+	case "Pod":
+		var pod corev1.Pod
+		if err := json.Unmarshal(raw, &pod); err != nil {
+			return nil, err
+		}
+		return &pod, nil
+	case "Deployment":
+		var d appsv1.Deployment
+		obj, template = &d, &d.Spec.Template
+		if err := json.Unmarshal(raw, &d); err != nil {
+			return nil, err
+		}
+	case "StatefulSet":
+		var s appsv1.StatefulSet
+		obj, template = &s, &s.Spec.Template
+		if err := json.Unmarshal(raw, &s); err != nil {
+			return nil, err
+		}
+	case "ReplicaSet":
+		var rs appsv1.ReplicaSet
+		obj, template = &rs, &rs.Spec.Template
+		if err := json.Unmarshal(raw, &rs); err != nil {
+			return nil, err
+		}
+	case "Job":
+		var j batchv1.Job
+		obj, template = &j, &j.Spec.Template
+		if err := json.Unmarshal(raw, &j); err != nil {
+			return nil, err
+		}
+	case "CronJob":
+		var c batchv1.CronJob
+		obj, template = &c, &c.Spec.JobTemplate.Spec.Template
+		if err := json.Unmarshal(raw, &c); err != nil {
+			return nil, err
+		}
+	default:
+		return nil, fmt.Errorf("kind %q, want one of %s", meta.Kind, strings.Join(workloadKinds, ", "))
+	}
+	pod := &corev1.Pod{TypeMeta: metav1.TypeMeta{APIVersion: "v1", Kind: "Pod"}, ObjectMeta: template.ObjectMeta,
+		Spec: template.Spec}
+	pod.Name = meta.Kind + "/" + obj.GetName()
+	pod.Namespace = obj.GetNamespace()
+	return pod, nil
 }
 
 // autoscalerReasons are the events the Cluster Autoscaler writes on a pending pod it has weighed.
 var autoscalerReasons = []string{"TriggeredScaleUp", "NotTriggerScaleUp"}
 
 // explainPending explains every pending pod the scheduler found no node for (what the autoscaler acts on), with the
-// autoscaler's latest events on it.
+// autoscaler's latest events on it, and says how many of them fit no pool.
 func explainPending(ctx context.Context, client kubernetes.Interface, cfg *config.Config, templates []Template,
-	namespace string, out io.Writer) error {
+	namespace string, out io.Writer) (unfit int, err error) {
 	list, err := client.CoreV1().Pods(namespace).List(ctx, metav1.ListOptions{
 		FieldSelector: fields.Set{"status.phase": string(corev1.PodPending), "spec.nodeName": ""}.String()})
 	if err != nil {
-		return fmt.Errorf("pending pods: %w", err)
+		return 0, fmt.Errorf("pending pods: %w", err)
 	}
 	sets, err := client.AppsV1().DaemonSets("").List(ctx, metav1.ListOptions{})
 	if err != nil {
-		return fmt.Errorf("daemon sets: %w", err)
+		return 0, fmt.Errorf("daemon sets: %w", err)
 	}
 	templates = WithDaemonSets(templates, sets.Items)
 	found := 0
@@ -211,21 +305,25 @@ func explainPending(ctx context.Context, client kubernetes.Interface, cfg *confi
 			continue
 		}
 		found++
-		fmt.Fprint(out, Explain(cfg, templates, pod).String())
+		r := Explain(cfg, templates, pod)
+		fmt.Fprint(out, r.String())
+		if !r.Fits() {
+			unfit++
+		}
 		events, err := client.CoreV1().Events(pod.Namespace).List(ctx, metav1.ListOptions{
 			FieldSelector: fields.Set{"involvedObject.uid": string(pod.UID)}.String()})
 		if err != nil {
-			return fmt.Errorf("events of %s/%s: %w", pod.Namespace, pod.Name, err)
+			return unfit, fmt.Errorf("events of %s/%s: %w", pod.Namespace, pod.Name, err)
 		}
 		mine := slices.DeleteFunc(events.Items, func(e corev1.Event) bool { return e.InvolvedObject.UID != pod.UID })
-		for _, line := range autoscalerView(mine) {
+		for _, line := range autoscalerView(mine, cfg.Autoscaler.ScanInterval) {
 			fmt.Fprintf(out, "  autoscaler: %s\n", line)
 		}
 	}
 	if found == 0 {
 		fmt.Fprintln(out, "no pending pod that the scheduler found no node for")
 	}
-	return nil
+	return unfit, nil
 }
 
 // unschedulable: the scheduler wrote PodScheduled=False, Unschedulable, the condition the autoscaler looks for.
@@ -236,8 +334,9 @@ func unschedulable(pod *corev1.Pod) bool {
 	})
 }
 
-// autoscalerView is the latest autoscaler event of each reason, oldest first, or a line saying there is none.
-func autoscalerView(events []corev1.Event) []string {
+// autoscalerView is the latest autoscaler event of each reason, oldest first, or a line saying there is none (with
+// the autoscaler's loop interval, scan).
+func autoscalerView(events []corev1.Event, scan time.Duration) []string {
 	latest := map[string]corev1.Event{}
 	for _, e := range events {
 		if !slices.Contains(autoscalerReasons, e.Reason) {
@@ -248,7 +347,8 @@ func autoscalerView(events []corev1.Event) []string {
 		}
 	}
 	if len(latest) == 0 {
-		return []string{"no " + strings.Join(autoscalerReasons, " or ") + " event yet (its loop runs every 10 s)"}
+		return []string{"no " + strings.Join(autoscalerReasons, " or ") + " event yet (its loop runs every " +
+			scan.String() + ")"}
 	}
 	var picked []corev1.Event
 	for _, e := range latest {

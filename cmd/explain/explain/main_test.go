@@ -72,11 +72,12 @@ func TestMainUsageAndErrors(t *testing.T) {
 	assert.Check(t, is.Contains(errs, "usage: explain"))
 	assert.Check(t, is.Contains(errs, "-pending"))
 
-	file := filepath.Join(t.TempDir(), "deploy.yaml")
-	assert.NilError(t, os.WriteFile(file, []byte("apiVersion: apps/v1\nkind: Deployment\nmetadata: {name: x}\n"), 0o600))
+	file := filepath.Join(t.TempDir(), "service.yaml")
+	assert.NilError(t, os.WriteFile(file, []byte("apiVersion: v1\nkind: Service\nmetadata: {name: x}\n"), 0o600))
 	code, _, errs = runMain(t, "-config", "../../../Pulumi.dev.yaml", file)
 	assert.Equal(t, code, 1)
-	assert.Check(t, is.Contains(errs, `document 1: kind "Deployment", want Pod`))
+	assert.Check(t, is.Contains(errs,
+		`document 1: kind "Service", want one of Pod, Deployment, StatefulSet, ReplicaSet, Job, CronJob`))
 
 	// A bad stack is refused with its key path.
 	bad := filepath.Join(t.TempDir(), "Pulumi.bad.yaml")
@@ -114,7 +115,9 @@ func TestPendingShowsTheAutoscalersView(t *testing.T) {
 		event("e3", "TriggeredScaleUp", "pod triggered scale-up: [{builders-arm 0->1 (max: 6)}]", 2),
 		event("e4", "FailedScheduling", "0/3 nodes are available", 2))
 	var out bytes.Buffer
-	assert.NilError(t, explainPending(context.Background(), client, cfg, templates, "", &out))
+	unfit, err := explainPending(context.Background(), client, cfg, templates, "", &out)
+	assert.NilError(t, err)
+	assert.Equal(t, unfit, 0)
 	assert.Equal(t, out.String(), `pod ci/agent
   builders-x86: does not fit
     - arch: node selector kubernetes.io/arch=arm64: the pool's nodes have kubernetes.io/arch=amd64
@@ -123,4 +126,60 @@ func TestPendingShowsTheAutoscalersView(t *testing.T) {
   autoscaler: TriggeredScaleUp (2x, last 2026-12-01T15:02:00Z): pod triggered scale-up: [{builders-arm 0->1 (max: 6)}]
   autoscaler: NotTriggerScaleUp (2x, last 2026-12-01T15:03:00Z): pod didn't trigger scale-up: 1 max node group size reached
 `)
+}
+
+// Workloads are read for their pod templates, a pool that only tolerations keep the pod off says which to add, and a
+// pod no pool fits makes the exit status 3.
+func TestMainWorkloadsHintsAndExitStatus(t *testing.T) {
+	const manifests = `apiVersion: apps/v1
+kind: Deployment
+metadata: {name: agents, namespace: ci}
+spec:
+  selector: {matchLabels: {app: agents}}
+  template:
+    metadata: {labels: {app: agents}}
+    spec:
+      nodeSelector: {kubernetes.io/arch: arm64}
+      containers: [{name: build, image: example.com/agent:1, resources: {limits: {github.com/fuse: "1"}}}]
+---
+apiVersion: batch/v1
+kind: CronJob
+metadata: {name: nightly}
+spec:
+  schedule: "0 3 * * *"
+  jobTemplate:
+    spec:
+      template:
+        spec:
+          restartPolicy: Never
+          nodeSelector: {kubernetes.io/arch: amd64}
+          containers: [{name: build, image: example.com/agent:1}]
+`
+	file := filepath.Join(t.TempDir(), "workloads.yaml")
+	assert.NilError(t, os.WriteFile(file, []byte(manifests), 0o600))
+	code, out, errs := runMain(t, "-config", "../../../Pulumi.dev.yaml", file)
+	assert.Equal(t, code, 3, errs)
+	assert.Equal(t, out, `pod ci/Deployment/agents
+  builders-x86: does not fit
+    - arch: node selector kubernetes.io/arch=arm64: the pool's nodes have kubernetes.io/arch=amd64
+  builders-arm: does not fit
+    - untolerated taint example.com/spot=true:NoSchedule
+    fits with these in the pod's spec: tolerations: [{key: example.com/spot, operator: Equal, value: "true", effect: NoSchedule}]
+  scale-up: none (no pool fits)
+pod default/CronJob/nightly
+  builders-x86: fits
+  builders-arm: does not fit
+    - untolerated taint example.com/spot=true:NoSchedule
+    - arch: node selector kubernetes.io/arch=amd64: the pool's nodes have kubernetes.io/arch=arm64
+  scale-up: builders-x86
+`)
+
+	// With the toleration it suggests, the Deployment's pod fits, and every pod fitting is exit status 0.
+	fixed := strings.Replace(manifests, "      nodeSelector: {kubernetes.io/arch: arm64}\n",
+		"      nodeSelector: {kubernetes.io/arch: arm64}\n"+
+			"      tolerations: [{key: example.com/spot, operator: Equal, value: \"true\", effect: NoSchedule}]\n", 1)
+	assert.NilError(t, os.WriteFile(file, []byte(fixed), 0o600))
+	code, out, errs = runMain(t, "-config", "../../../Pulumi.dev.yaml", file)
+	assert.Equal(t, code, 0, errs)
+	assert.Check(t, is.Contains(out, "  builders-arm: fits\n  scale-up: builders-arm\n"))
 }
