@@ -38,6 +38,8 @@ const (
 // read from the declared resources (not from the config), so it follows whatever the program declares;
 // docs/costs.md prices the same kinds.
 type IdleBill struct {
+	// Region is the stack's region, which the prices are for.
+	Region string `json:"region"`
 	// Items bill while every pool is at zero (at its minimum, when that is not zero).
 	Items []BillItem `json:"items"`
 	// WhileNodesRun bill besides the nodes for every hour at least one node runs: a sleeping gateway's.
@@ -46,6 +48,10 @@ type IdleBill struct {
 	NodeHour []PoolHour `json:"nodeHour"`
 	// PerBuild bill once per image build, not per month: a baked image's build instance while it builds.
 	PerBuild []BillItem `json:"perBuild,omitempty"`
+	// MonthlyUSD is what Items cost a month at the region's list prices (Prices), and PriceNote the prices' date,
+	// source and estimates; nil and empty for a region the plan has no prices for, or an item it cannot price.
+	MonthlyUSD *float64 `json:"monthlyUsd,omitempty"`
+	PriceNote  string   `json:"priceNote,omitempty"`
 }
 
 // BillItem is one billed quantity of a declared resource.
@@ -56,6 +62,9 @@ type BillItem struct {
 	Detail   string `json:"detail,omitempty"`
 	Resource string `json:"resource"`
 	Note     string `json:"note"`
+	// USD is the item's price at the region's list prices: per month for the idle items, per hour for those that
+	// bill while nodes run; nil when not priced.
+	USD *float64 `json:"usd,omitempty"`
 }
 
 // PoolHour is what one node of a pool bills per hour.
@@ -66,11 +75,14 @@ type PoolHour struct {
 	Spot          bool     `json:"spot"`
 	VolumeGiB     int      `json:"volumeGiB"`
 	PublicIPv4    int      `json:"publicIpv4"`
+	// USDPerHour is one on-demand node's hour (its first type, volume and address) at the region's list prices;
+	// nil for a spot pool, whose prices move, or a type the plan has no price for.
+	USDPerHour *float64 `json:"usdPerHour,omitempty"`
 }
 
 // IdleBill reads the bill from the declared resources.
 func (r *Result) IdleBill() IdleBill {
-	var bill IdleBill
+	bill := IdleBill{Region: r.Cloud.Region}
 	resources := r.Resources()
 	inputs := map[string]map[string]any{}
 	for _, res := range resources {
@@ -190,7 +202,41 @@ func (r *Result) IdleBill() IdleBill {
 					Note: "the minSize nodes' addresses"})
 		}
 	}
+	bill.price()
 	return bill
+}
+
+// price sets the prices of the bill's items from the region's table, and the idle items' monthly total when every
+// one of them is priced.
+func (b *IdleBill) price() {
+	p, ok := PricesFor(b.Region)
+	if !ok {
+		return
+	}
+	b.PriceNote = p.Caveat()
+	total, all := 0.0, true
+	for i := range b.Items {
+		usd, ok := p.Monthly(b.Items[i])
+		if !ok {
+			all = false
+			continue
+		}
+		b.Items[i].USD = &usd
+		total += usd
+	}
+	if all {
+		b.MonthlyUSD = &total
+	}
+	for i := range b.WhileNodesRun {
+		if usd, ok := p.Hourly(b.WhileNodesRun[i]); ok {
+			b.WhileNodesRun[i].USD = &usd
+		}
+	}
+	for i := range b.NodeHour {
+		if usd, ok := p.NodeHour(b.NodeHour[i]); ok {
+			b.NodeHour[i].USDPerHour = &usd
+		}
+	}
 }
 
 // warmPoolItems are what a group's warm pool bills while the pool runs no node: the root volumes of its prepared
@@ -283,27 +329,48 @@ const (
 // units names a kind's quantity in the table.
 var units = map[string]string{BillSnapshot: "GiB", BillS3Storage: "MiB", BillVolume: "GiB", BillPublicIPv4: "address", BillAlarm: "alarm", BillInstance: "running"}
 
-// WriteIdleBill writes the bill as a table: quantities only, to be priced with docs/costs.md's table.
+// WriteIdleBill writes the bill as a table: quantities, and their prices where the plan has the region's.
 func (b IdleBill) WriteIdleBill(w io.Writer) error {
-	fmt.Fprintln(w, "\nIdle bill, every pool at its minimum (quantities; docs/costs.md prices them):")
+	if b.PriceNote == "" {
+		fmt.Fprintf(w, "\nIdle bill, every pool at its minimum (quantities; no price table for %s, "+
+			"docs/costs.md says where to read prices):\n", b.Region)
+	} else {
+		fmt.Fprintln(w, "\nIdle bill, every pool at its minimum, per month:")
+	}
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	row := func(it BillItem) {
+	row := func(it BillItem, per string) {
 		q := fmt.Sprintf("%d %s", it.Quantity, units[it.Kind])
 		if it.Detail != "" {
 			q += " " + it.Detail
 		}
-		fmt.Fprintf(tw, "  %s\t%s\t%s\t%s\n", it.Kind, q, it.Resource, it.Note)
+		price := ""
+		switch {
+		case it.USD != nil && per != "":
+			price = hourlyDollars(*it.USD) + per
+		case it.USD != nil:
+			price = dollars(*it.USD)
+		case b.PriceNote != "":
+			price = "not priced"
+		}
+		fmt.Fprintf(tw, "  %s\t%s\t%s\t%s\t%s\n", it.Kind, q, price, it.Resource, it.Note)
 	}
 	for _, it := range b.Items {
-		row(it)
+		row(it, "")
 	}
 	if err := tw.Flush(); err != nil {
 		return err
 	}
+	switch {
+	case b.MonthlyUSD != nil:
+		fmt.Fprintf(w, "  total at zero nodes: %s a month\n  prices: %s\n", dollars(*b.MonthlyUSD), b.PriceNote)
+	case b.PriceNote != "":
+		fmt.Fprintf(w, "  total at zero nodes: not priced (an item's price is not in the table)\n  prices: %s\n",
+			b.PriceNote)
+	}
 	if len(b.WhileNodesRun) > 0 {
 		fmt.Fprintln(w, "Per hour while any node runs, besides the nodes:")
 		for _, it := range b.WhileNodesRun {
-			row(it)
+			row(it, "/h")
 		}
 		if err := tw.Flush(); err != nil {
 			return err
@@ -312,7 +379,7 @@ func (b IdleBill) WriteIdleBill(w io.Writer) error {
 	if len(b.PerBuild) > 0 {
 		fmt.Fprintln(w, "Per image build (at the first `pulumi up` and at each change of what the image holds):")
 		for _, it := range b.PerBuild {
-			row(it)
+			row(it, "")
 		}
 		if err := tw.Flush(); err != nil {
 			return err
@@ -324,8 +391,17 @@ func (b IdleBill) WriteIdleBill(w io.Writer) error {
 		if h.Spot {
 			capacity = "spot"
 		}
-		fmt.Fprintf(tw, "  pool %s\t1 × %s (%s)\t%d GiB gp3\t%d public IPv4\n", h.Pool,
-			strings.Join(h.InstanceTypes, " or "), capacity, h.VolumeGiB, h.PublicIPv4)
+		price := ""
+		switch {
+		case h.USDPerHour != nil:
+			price = "\t" + hourlyDollars(*h.USDPerHour) + "/h"
+		case h.Spot && b.PriceNote != "":
+			price = "\tspot prices move: not priced"
+		case b.PriceNote != "":
+			price = "\tnot priced"
+		}
+		fmt.Fprintf(tw, "  pool %s\t1 × %s (%s)\t%d GiB gp3\t%d public IPv4%s\n", h.Pool,
+			strings.Join(h.InstanceTypes, " or "), capacity, h.VolumeGiB, h.PublicIPv4, price)
 	}
 	return tw.Flush()
 }

@@ -3,6 +3,7 @@ package plan_test
 import (
 	"bytes"
 	"encoding/json"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -186,6 +187,9 @@ func TestPlanIdleBillDialIn(t *testing.T) {
 	})
 	// The Elastic IP replaces the address EC2 would assign at each start.
 	assert.DeepEqual(t, quantities(bill.WhileNodesRun), map[string]int{plan.BillInstance + " t4g.micro": 1})
+	for i := range bill.NodeHour {
+		bill.NodeHour[i].USDPerHour = nil // priced in TestPlanIdleBillPriced
+	}
 	assert.DeepEqual(t, bill.NodeHour, []plan.PoolHour{
 		{Pool: "builders-arm", InstanceTypes: []string{"c7g.2xlarge", "c6g.2xlarge"}, Spot: true, VolumeGiB: 80, PublicIPv4: 1},
 		{Pool: "builders-x86", InstanceTypes: []string{"c7i.2xlarge"}, VolumeGiB: 80, PublicIPv4: 1},
@@ -194,7 +198,7 @@ func TestPlanIdleBillDialIn(t *testing.T) {
 	var stderr bytes.Buffer
 	assert.Equal(t, plan.Main([]string{"-stack", "dev"}, &table, &stderr), 0, stderr.String())
 	assert.Check(t, is.Contains(table.String(), "Idle bill, every pool at its minimum"))
-	assert.Check(t, is.Regexp(`public-ipv4 +1 address +gateway-eip`, table.String()))
+	assert.Check(t, is.Regexp(`public-ipv4 +1 address +\$3\.65 +gateway-eip`, table.String()))
 	assert.Check(t, is.Regexp(`pool builders-x86 +1 × c7i.2xlarge \(on-demand\) +80 GiB gp3 +1 public IPv4`, table.String()))
 }
 
@@ -296,4 +300,48 @@ func TestPlanBakedImage(t *testing.T) {
 	doc, err := os.ReadFile(filepath.Join(dir, "imagebuilder", "builders-x86.yaml"))
 	assert.NilError(t, err)
 	assert.Check(t, is.Contains(string(doc), "dynk8s-node prepare --config /etc/dynk8s/node.json"))
+}
+
+// The bill is priced for the example stacks' regions from the table in the code: the dev stack (dial-in,
+// eu-central-1) at $4.23 a month at zero nodes (the Elastic IP, the gateway's 5 GiB and its alarm), the prod stack
+// (dial-out, eu-west-1) at $0.54; an on-demand node-hour is its type, volume and address; a spot pool and a type the
+// table lacks are not priced, and a region without a table gets quantities only.
+func TestPlanIdleBillPriced(t *testing.T) {
+	chdirRoot(t)
+	dev := idleBill(t, "-stack", "dev")
+	assert.Equal(t, dev.Region, "eu-central-1")
+	assert.Assert(t, dev.MonthlyUSD != nil)
+	assert.Check(t, is.Equal(fmt.Sprintf("%.2f", *dev.MonthlyUSD), "4.23"))
+	for _, h := range dev.NodeHour {
+		switch h.Pool {
+		case "builders-x86":
+			assert.Assert(t, h.USDPerHour != nil)
+			// c7i.2xlarge, 80 GiB of gp3 over 730 hours, one address.
+			assert.Check(t, is.Equal(fmt.Sprintf("%.4f", *h.USDPerHour), fmt.Sprintf("%.4f", 0.41+80*0.0952/730+0.005)))
+		case "builders-arm":
+			assert.Check(t, h.USDPerHour == nil, "a spot pool is priced")
+		}
+	}
+	prod := idleBill(t, "-stack", "prod")
+	assert.Assert(t, prod.MonthlyUSD != nil)
+	assert.Check(t, is.Equal(fmt.Sprintf("%.2f", *prod.MonthlyUSD), "0.54"))
+	for _, h := range prod.NodeHour {
+		assert.Check(t, h.USDPerHour == nil, "%s: m7i.4xlarge has no price in the table, arm-spot is spot", h.Pool)
+	}
+	var out, stderr bytes.Buffer
+	assert.Equal(t, plan.Main([]string{"-stack", "dev"}, &out, &stderr), 0, stderr.String())
+	assert.Check(t, is.Contains(out.String(), "  total at zero nodes: $4.23 a month\n  prices: eu-central-1 list prices as of 2025"))
+	assert.Check(t, is.Regexp(`pool builders-x86 .* \$0\.4254/h`, out.String()))
+
+	src, err := os.ReadFile("Pulumi.dev.yaml")
+	assert.NilError(t, err)
+	file := filepath.Join(t.TempDir(), "Pulumi.ohio.yaml")
+	ohio := strings.Replace(string(src), "aws:region: eu-central-1", "aws:region: us-east-2", 1)
+	assert.Assert(t, ohio != string(src))
+	assert.NilError(t, os.WriteFile(file, []byte(strings.ReplaceAll(ohio, "eu-central-1", "us-east-2")), 0o644))
+	out.Reset()
+	stderr.Reset()
+	assert.Equal(t, plan.Main([]string{"-config", file}, &out, &stderr), 0, stderr.String())
+	assert.Check(t, is.Contains(out.String(), "(quantities; no price table for us-east-2"))
+	assert.Check(t, !strings.Contains(out.String(), "total at zero nodes"))
 }
