@@ -285,8 +285,13 @@ func (b *box) boot(t *testing.T) {
 		if t.Failed() {
 			b.diagnose(t)
 		}
-		if err := b.poweroff(30 * time.Second); err != nil {
-			t.Errorf("box %s: %v; killing it", b.name, err)
+		// A box that still runs its node (a burst that stops at the scale-up) stops its pods' containers first; on
+		// a loaded machine that takes a while, so the wait is a hang's bound, not a speed target.
+		start := time.Now()
+		if err := b.poweroff(2 * time.Minute); err == nil {
+			t.Logf("box %s: powered off at the test's end in %.1f s", b.name, time.Since(start).Seconds())
+		} else {
+			t.Errorf("box %s: %v after %.1f s; killing it", b.name, err, time.Since(start).Seconds())
 			_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
 			<-bb.done
 		}
@@ -375,7 +380,7 @@ func (b *box) waitStopped(timeout time.Duration) error {
 
 // poweroff stops the instance as a stop from the console would: systemd's orderly shutdown.
 func (b *box) poweroff(timeout time.Duration) error {
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	if out, err := b.exec(ctx, "systemctl", "poweroff"); err != nil && b.running() {
 		return fmt.Errorf("systemctl poweroff: %w: %s", err, out)
