@@ -157,13 +157,17 @@ func newBurst(t *testing.T, opts burstOptions) *burst {
 	// pods, so the next test's addons would meet it still there.
 	// A burst that stops at the scale-up (the benchmark, the fallback test) leaves its Node too, which the next
 	// test's autoscaler would count as an unready node of the pool.
+	// The Node goes first, so that no DaemonSet makes a pod for it after its pods are deleted; the pods are the
+	// Node's by its name (the instance id), not by the box's hostname.
 	t.Cleanup(func() {
 		for _, n := range b.launcher.boxes {
-			_, _ = c.kubectl(context.Background(), "delete", "pods", "--all-namespaces", "--force",
-				"--grace-period=0", "--field-selector", "spec.nodeName="+n.hostname())
-			if name, err := findNode(context.Background(), c, n.providerID()); err == nil && name != "" {
-				_, _ = c.kubectl(context.Background(), "delete", "node", name, "--wait=false")
+			name := n.id // a pool Node's name, also once the Node is gone (its pods may outlive it)
+			if found, err := findNode(context.Background(), c, n.providerID()); err == nil && found != "" {
+				name = found
+				_, _ = c.kubectl(context.Background(), "delete", "node", name)
 			}
+			_, _ = c.kubectl(context.Background(), "delete", "pods", "--all-namespaces", "--force",
+				"--grace-period=0", "--field-selector", "spec.nodeName="+name)
 		}
 	})
 	// The status the test checks is this autoscaler's, not one an earlier test's left in kube-system.
