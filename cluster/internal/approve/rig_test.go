@@ -243,14 +243,20 @@ func (r *rig) eventsSeen() []string {
 	}
 }
 
-// hasEvent reports whether an Event containing text was recorded.
+// hasEvent reports whether an Event containing text was recorded. The worker records a decision's Event after it
+// wrote the decision, which the test may already have seen, so an Event not there yet is waited for, up to a bound
+// that only a hang reaches.
 func (r *rig) hasEvent(text string) bool {
-	for _, e := range r.eventsSeen() {
-		if strings.Contains(e, text) {
-			return true
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		for _, e := range r.eventsSeen() {
+			if strings.Contains(e, text) {
+				return true
+			}
+		}
+		if time.Now().After(deadline) {
+			return false
 		}
 	}
-	return false
 }
 
 func (r *rig) create(t *testing.T, csrs ...*certificatesv1.CertificateSigningRequest) {
