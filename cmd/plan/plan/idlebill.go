@@ -3,6 +3,7 @@ package plan
 import (
 	"fmt"
 	"io"
+	"math"
 	"os"
 	"strings"
 	"text/tabwriter"
@@ -214,6 +215,11 @@ func (b *IdleBill) price() {
 		return
 	}
 	b.PriceNote = p.Caveat()
+	// To a hundredth of a cent: what the pricing pages give, and JSON without float noise.
+	round := func(usd float64) *float64 {
+		r := math.Round(usd*1e4) / 1e4
+		return &r
+	}
 	total, all := 0.0, true
 	for i := range b.Items {
 		usd, ok := p.Monthly(b.Items[i])
@@ -221,20 +227,20 @@ func (b *IdleBill) price() {
 			all = false
 			continue
 		}
-		b.Items[i].USD = &usd
+		b.Items[i].USD = round(usd)
 		total += usd
 	}
 	if all {
-		b.MonthlyUSD = &total
+		b.MonthlyUSD = round(total)
 	}
 	for i := range b.WhileNodesRun {
 		if usd, ok := p.Hourly(b.WhileNodesRun[i]); ok {
-			b.WhileNodesRun[i].USD = &usd
+			b.WhileNodesRun[i].USD = round(usd)
 		}
 	}
 	for i := range b.NodeHour {
 		if usd, ok := p.NodeHour(b.NodeHour[i]); ok {
-			b.NodeHour[i].USDPerHour = &usd
+			b.NodeHour[i].USDPerHour = round(usd)
 		}
 	}
 }
