@@ -20,6 +20,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 	"k8s.io/client-go/kubernetes"
 
@@ -224,10 +225,6 @@ func decodePod(raw json.RawMessage) (*corev1.Pod, error) {
 	if err := json.Unmarshal(raw, &meta); err != nil {
 		return nil, err
 	}
-	var (
-		obj      metav1.Object
-		template *corev1.PodTemplateSpec
-	)
 	switch meta.Kind {
 	case "":
 		var m map[string]any
@@ -242,42 +239,34 @@ func decodePod(raw json.RawMessage) (*corev1.Pod, error) {
 		}
 		return &pod, nil
 	case "Deployment":
-		var d appsv1.Deployment
-		obj, template = &d, &d.Spec.Template
-		if err := json.Unmarshal(raw, &d); err != nil {
-			return nil, err
-		}
+		return templatePod(raw, func(d *appsv1.Deployment) *corev1.PodTemplateSpec { return &d.Spec.Template })
 	case "StatefulSet":
-		var s appsv1.StatefulSet
-		obj, template = &s, &s.Spec.Template
-		if err := json.Unmarshal(raw, &s); err != nil {
-			return nil, err
-		}
+		return templatePod(raw, func(s *appsv1.StatefulSet) *corev1.PodTemplateSpec { return &s.Spec.Template })
 	case "ReplicaSet":
-		var rs appsv1.ReplicaSet
-		obj, template = &rs, &rs.Spec.Template
-		if err := json.Unmarshal(raw, &rs); err != nil {
-			return nil, err
-		}
+		return templatePod(raw, func(rs *appsv1.ReplicaSet) *corev1.PodTemplateSpec { return &rs.Spec.Template })
 	case "Job":
-		var j batchv1.Job
-		obj, template = &j, &j.Spec.Template
-		if err := json.Unmarshal(raw, &j); err != nil {
-			return nil, err
-		}
+		return templatePod(raw, func(j *batchv1.Job) *corev1.PodTemplateSpec { return &j.Spec.Template })
 	case "CronJob":
-		var c batchv1.CronJob
-		obj, template = &c, &c.Spec.JobTemplate.Spec.Template
-		if err := json.Unmarshal(raw, &c); err != nil {
-			return nil, err
-		}
-	default:
-		return nil, fmt.Errorf("kind %q, want one of %s", meta.Kind, strings.Join(workloadKinds, ", "))
+		return templatePod(raw, func(c *batchv1.CronJob) *corev1.PodTemplateSpec { return &c.Spec.JobTemplate.Spec.Template })
 	}
-	pod := &corev1.Pod{TypeMeta: metav1.TypeMeta{APIVersion: "v1", Kind: "Pod"}, ObjectMeta: template.ObjectMeta,
-		Spec: template.Spec}
-	pod.Name = meta.Kind + "/" + obj.GetName()
-	pod.Namespace = obj.GetNamespace()
+	return nil, fmt.Errorf("kind %q, want one of %s", meta.Kind, strings.Join(workloadKinds, ", "))
+}
+
+// templatePod decodes a workload of type W and returns its pod template (template) as a Pod named
+// "<kind>/<name>", in the workload's namespace.
+func templatePod[W any, PW interface {
+	*W
+	metav1.Object
+	GetObjectKind() schema.ObjectKind
+}](raw json.RawMessage, template func(PW) *corev1.PodTemplateSpec) (*corev1.Pod, error) {
+	w := PW(new(W))
+	if err := json.Unmarshal(raw, w); err != nil {
+		return nil, err
+	}
+	t := template(w)
+	pod := &corev1.Pod{TypeMeta: metav1.TypeMeta{APIVersion: "v1", Kind: "Pod"}, ObjectMeta: t.ObjectMeta, Spec: t.Spec}
+	pod.Name = w.GetObjectKind().GroupVersionKind().Kind + "/" + w.GetName()
+	pod.Namespace = w.GetNamespace()
 	return pod, nil
 }
 
