@@ -62,6 +62,10 @@ type yumRepo struct {
 	// despite being less convenient otherwise (e.g. by being a lower version)" (dnf.conf(5), dnf5.conf(5)); 0: unset,
 	// dnf's default 99.
 	Priority int `json:"priority,omitempty"`
+	// SkipIfUnavailable false: a repository dnf cannot reach fails the transaction instead of being left out of it
+	// (dnf.conf(5), skip_if_unavailable). Fedora's dnf4 dnf.conf sets it true for every repository, and an image or
+	// an operator may set it on dnf5, so the pinned repositories say it themselves.
+	SkipIfUnavailable bool `json:"skip_if_unavailable"`
 }
 
 func (c cloudConfig) marshal() ([]byte, error) {

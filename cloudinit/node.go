@@ -49,10 +49,13 @@ var lifecycleHookRE = regexp.MustCompile(`^[A-Za-z0-9_/-]{1,255}$`)
 //   - CRI-O: https://download.opensuse.org/repositories/isv:/cri-o:/stable:/v<stream>/rpm/, same key layout
 //     (cri-o/packaging README, "Add the CRI-O repository", 2026; the streams moved there from pkgs.k8s.io/addons).
 //
-// They are written disabled: the agent enables them for its one dnf transaction only, so a later `dnf upgrade` cannot
-// move the node off its pinned versions. Their priority (1, against Fedora's default 99) keeps a package of the same
-// name in Fedora's repositories (cri-o, cri-tools) from ever winning on version in that transaction, with dnf4 and
-// dnf5 alike.
+// They are written disabled: the agent enables them for its one dnf transaction only. Their priority (1, against
+// Fedora's default 99) makes dnf take a package from them over one of the same name in Fedora's repositories (cri-o,
+// cri-tools) that matches the same spec; it excludes nothing by name, so the agent also excludes the pinned names from
+// Fedora's repositories in that transaction, and locks them at the installed versions after it (dnf versionlock):
+// Fedora's newer cri-o would otherwise replace upstream's at the next `dnf upgrade`, repositories disabled or not.
+// A repository dnf cannot reach fails the transaction (skip_if_unavailable false) rather than leave the pins to
+// Fedora's builds.
 const (
 	kubernetesRepoURL = "https://pkgs.k8s.io/core:/stable:/v1.%d/rpm/"
 	crioRepoURL       = "https://download.opensuse.org/repositories/isv:/cri-o:/stable:/v%s/rpm/"
@@ -253,6 +256,8 @@ func upstreamRepo(name, base, stream string) yumRepo {
 		GPGCheck: true,
 		GPGKey:   base + repoKeyPath,
 		Priority: upstreamPriority,
+		// Written out, never omitted: an image's dnf.conf may say true.
+		SkipIfUnavailable: false,
 	}
 }
 

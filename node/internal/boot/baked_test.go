@@ -76,8 +76,8 @@ func TestPrepareWritesTheMarker(t *testing.T) {
 	log, err := r.bakeRig()
 	assert.NilError(t, err)
 	calls := r.host.Recorded()
-	assert.Check(t, is.DeepEqual(dnfCalls(calls), []string{dnfInstall + " --repo=dynk8s-kubernetes --repo=dynk8s-cri-o " +
-		"--repo=fedora kubelet-1.34.4 kubeadm-1.34.4 cri-tools-1.34.* cri-o-1.34.* container-selinux"}))
+	assert.Check(t, is.DeepEqual(dnfCalls(calls), []string{dnfInstall + " --repo=dynk8s-kubernetes --repo=dynk8s-cri-o" +
+		fedoraRepo + " kubelet-1.34.4 kubeadm-1.34.4 cri-tools-1.34.* cri-o-1.34.* container-selinux", dnfLock}))
 	assert.Check(t, slices.Index(calls, "systemctl disable kubelet.service") > slices.Index(calls, "systemctl enable kubelet.service"),
 		"the kubelet is left enabled: %v", calls)
 	assert.Check(t, slices.IndexFunc(calls, func(c string) bool { return strings.HasPrefix(c, "kubeadm") }) < 0)
@@ -197,7 +197,7 @@ func TestJoinBaked(t *testing.T) {
 			assert.Check(t, is.Contains(run.calls, "systemctl enable kubelet.service"))
 			if !c.baked {
 				assert.Check(t, is.DeepEqual(dnf, []string{dnfInstall + " --repo=dynk8s-kubernetes --repo=dynk8s-cri-o " +
-					"kubelet-1.34.4 kubeadm-1.34.4 cri-tools-1.34.* cri-o-1.34.*"}))
+					"kubelet-1.34.4 kubeadm-1.34.4 cri-tools-1.34.* cri-o-1.34.*", dnfLock}))
 				assert.Check(t, !strings.Contains(run.log, "(baked)"))
 				assert.Check(t, run.index("crictl") >= 0, "no pre-pull: %v", run.calls)
 				return

@@ -366,24 +366,6 @@ func (r *bootEnv) touch(path, content string) error {
 	return os.WriteFile(path, []byte(content), 0o644)
 }
 
-func repoArgs(ids []string) []string {
-	out := make([]string, len(ids))
-	for i, id := range ids {
-		out[i] = "--repo=" + id
-	}
-	return out
-}
-
-func (pr *preparer) dnfInstall(ctx context.Context, args ...string) error {
-	base := []string{"install", "-y", "--setopt=install_weak_deps=False", "--setopt=tsflags=nodocs",
-		"--setopt=max_parallel_downloads=10"}
-	err := pr.host.Run(ctx, pr.clock.Timeout(0), false, "dnf", append(base, args...)...)
-	if ee := (*system.ExitError)(nil); errors.As(err, &ee) {
-		return fmt.Errorf("dnf install exited %d", ee.Code)
-	}
-	return err
-}
-
 // kernelModules: br_netfilter (bridge-based CNIs, kube-proxy on bridged traffic) and overlay (CRI-O's storage) may be
 // missing from a cloud kernel; Fedora's kernel-modules-extra of the running kernel has the rest of the modules (it
 // requires kernel-modules of the same release, kernel.spec). Only then is it installed, from the release repository
@@ -429,42 +411,6 @@ func kernelRelease() string {
 		return "unknown"
 	}
 	return unix.ByteSliceToString(u.Release[:])
-}
-
-// packages: kubelet, kubeadm, cri-tools and CRI-O from the pinned upstream repos, and the Fedora dependencies the
-// image lacks (rpm -q: container-selinux, iptables, nftables), in one dnf transaction. The upstream repos' priority
-// (1, Fedora's 99) keeps a Fedora package of the same name from winning on version (dnf.conf(5), priority). Fedora's
-// release repository joins only when the image lacks one of those; after a failed attempt the next adds Fedora's
-// repositories and their updates, for a dependency the image lacks and none foresaw, or a newer image than GA.
-func (pr *preparer) packages(ctx context.Context) error {
-	for _, p := range pr.cfg.SystemPackages {
-		if pr.host.Run(ctx, time.Minute, true, "rpm", "-q", "--whatprovides", p) != nil {
-			pr.missing = append(pr.missing, p)
-		}
-	}
-	if len(pr.missing) > 0 {
-		pr.log.Printf("the image lacks %s (rpm -q): Fedora's release repository joins the transaction", strings.Join(pr.missing, " "))
-	} else {
-		pr.log.Printf("the image has %s (rpm -q): no Fedora repository metadata needed", strings.Join(pr.cfg.SystemPackages, " "))
-	}
-	desc := "install " + strings.Join(slices.Concat(pr.cfg.Packages, pr.missing), " ")
-	return pr.clock.Retry(ctx, pr.log, desc, pr.installPackages)
-}
-
-func (pr *preparer) installPackages(ctx context.Context) error {
-	args := repoArgs(pr.cfg.Repos)
-	if len(pr.missing) > 0 || pr.withUpdates {
-		args = append(args, repoArgs(pr.cfg.SystemRepos)...)
-	}
-	if pr.withUpdates {
-		args = append(args, repoArgs(pr.cfg.UpdateRepos)...)
-	}
-	err := pr.dnfInstall(ctx, slices.Concat(args, pr.cfg.Packages, pr.missing)...)
-	if err != nil && !pr.withUpdates {
-		pr.withUpdates = true
-		return fmt.Errorf("%w; the next attempt adds Fedora's repositories and their updates", err)
-	}
-	return err
 }
 
 // crio starts CRI-O. Its package ships a bridge CNI config that would give every node the same pod range; the

@@ -23,7 +23,15 @@ import (
 
 // The join's scenarios, against the fake clients.
 
-const dnfInstall = "dnf install -y --setopt=install_weak_deps=False --setopt=tsflags=nodocs --setopt=max_parallel_downloads=10"
+const (
+	dnfInstall = "dnf install -y --setopt=install_weak_deps=False --setopt=tsflags=nodocs --setopt=max_parallel_downloads=10"
+	// pinned: node.json's packages by name, which every Fedora repository in the transaction excludes and the boot
+	// locks after it.
+	pinned     = "kubelet,kubeadm,cri-tools,cri-o"
+	dnfLock    = "dnf versionlock add kubelet kubeadm cri-tools cri-o"
+	fedoraRepo = " --repo=fedora --setopt=fedora.excludepkgs=" + pinned
+	withUpdate = " --repo=fedora --repo=updates --setopt=fedora.excludepkgs=" + pinned + " --setopt=updates.excludepkgs=" + pinned
+)
 
 // Every network step fails at first; the join retries each and joins, and kubeadm gets the JoinConfiguration with
 // the token from SSM and the identity from IMDS, in a file only root reads, removed after the join.
@@ -146,11 +154,12 @@ func TestJoinPackages(t *testing.T) {
 		log        string
 	}{
 		"image lacks system packages": {rpmMissing: []string{"container-selinux", "nftables"},
-			want: []string{upstream + " --repo=fedora kubelet-1.34.4 kubeadm-1.34.4 cri-tools-1.34.* cri-o-1.34.* container-selinux nftables"},
-			log:  "the image lacks container-selinux nftables (rpm -q): Fedora's release repository joins the transaction"},
+			want: []string{upstream + fedoraRepo + " kubelet-1.34.4 kubeadm-1.34.4 cri-tools-1.34.* cri-o-1.34.* container-selinux nftables",
+				dnfLock},
+			log: "the image lacks container-selinux nftables (rpm -q): Fedora's release repository joins the transaction"},
 		"falls back to updates": {needsRepo: "updates",
 			want: []string{upstream + " kubelet-1.34.4 kubeadm-1.34.4 cri-tools-1.34.* cri-o-1.34.*",
-				upstream + " --repo=fedora --repo=updates kubelet-1.34.4 kubeadm-1.34.4 cri-tools-1.34.* cri-o-1.34.*"},
+				upstream + withUpdate + " kubelet-1.34.4 kubeadm-1.34.4 cri-tools-1.34.* cri-o-1.34.*", dnfLock},
 			log: "the next attempt adds Fedora's repositories and their updates"},
 	} {
 		t.Run(name, func(t *testing.T) {
@@ -168,6 +177,87 @@ func TestJoinPackages(t *testing.T) {
 			assert.Check(t, is.DeepEqual(dnf, c.want))
 			assert.Check(t, is.Contains(run.log, c.log))
 		})
+	}
+}
+
+// A transaction that fails says dnf's own reason on its one FAILED line, and is retried only where a retry can
+// change it: a repository not reached until the deadline; a pin no repository matches once Fedora's updates have
+// been asked too; a package that fails its signature check never. The join never runs kubeadm after it.
+func TestJoinPackagesFail(t *testing.T) {
+	t.Parallel()
+	for name, c := range map[string]struct {
+		tail     string
+		attempts func(int) bool
+		reason   string
+	}{
+		"a pin no repository matches": {
+			tail:     "Failed to resolve the transaction:\nNo match for argument: cri-o-1.34.*\nYou can try to add to command line:\n",
+			attempts: func(n int) bool { return n == 2 },
+			reason:   "dnf install exited 1: No match for argument: cri-o-1.34.*"},
+		"unsigned": {
+			tail: "Package kubelet-1.34.4-150500.1.1.x86_64.rpm is not signed\n" +
+				"The downloaded packages were saved in cache until the next successful transaction.\nError: GPG check FAILED\n",
+			attempts: func(n int) bool { return n == 1 },
+			reason:   "dnf install exited 1: Package kubelet-1.34.4-150500.1.1.x86_64.rpm is not signed; Error: GPG check FAILED"},
+		"a repository not reached": {
+			tail: ">>> Curl error (37): Could not read a file:// file\n" +
+				"Failed to download metadata (baseurl: \"file:///srv/repos/missing/\") for repository \"dynk8s-cri-o\": Usable URL not found\n",
+			attempts: func(n int) bool { return n > 2 },
+			reason:   "gave up after", // the deadline's
+		},
+	} {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			r := newRig(t, "", "")
+			r.host.dnfNeedsRepo, r.host.dnfTail = "none-has-it", c.tail
+			run := r.join()
+			assert.Assert(t, run.err != nil)
+			failed := nodetest.FailedLines(run.log)
+			assert.Assert(t, is.Len(failed, 1), run.log)
+			assert.Check(t, is.Contains(failed[0], c.reason))
+			assert.Check(t, is.Contains(failed[0], strings.TrimSpace(dnfReason(c.tail))))
+			installs := 0
+			for _, call := range run.calls {
+				if strings.HasPrefix(call, dnfInstall+" --repo=dynk8s-kubernetes") {
+					installs++
+				}
+			}
+			assert.Check(t, c.attempts(installs), "%d attempts", installs)
+			assert.Check(t, run.index("kubeadm join") < 0)
+			assert.Check(t, run.index("dnf versionlock") < 0)
+		})
+	}
+}
+
+// dnf4 without its versionlock plugin: the plugin comes from Fedora's repositories, then the lock is asked again.
+func TestJoinLocksPinsOnDnf4(t *testing.T) {
+	t.Parallel()
+	r := newRig(t, "", "")
+	r.host.dnf4 = true
+	run := r.join()
+	assert.NilError(t, run.err)
+	assert.Check(t, is.DeepEqual(dnfCalls(run.calls), []string{
+		dnfInstall + " --repo=dynk8s-kubernetes --repo=dynk8s-cri-o kubelet-1.34.4 kubeadm-1.34.4 cri-tools-1.34.* cri-o-1.34.*",
+		dnfLock,
+		dnfInstall + " --repo=fedora --repo=updates dnf-command(versionlock)",
+		dnfLock,
+	}))
+	assert.Check(t, is.Contains(run.log, "this dnf has no versionlock command (dnf4 without its plugin)"))
+}
+
+// dnfReason quotes dnf4's and dnf5's own lines (as the e2e saw them on each), not its hints.
+func TestDNFReason(t *testing.T) {
+	for out, want := range map[string]string{
+		"Updating and loading repositories:\nFailed to resolve the transaction:\nNo match for argument: kubelet-1.34.9\n" +
+			"You can try to add to command line:\n  --skip-unavailable to skip unavailable packages\n": "No match for argument: kubelet-1.34.9",
+		"No match for argument: kubelet-1.34.9\nError: Unable to find a match: kubelet-1.34.9\n": "No match for argument: " +
+			"kubelet-1.34.9; Error: Unable to find a match: kubelet-1.34.9",
+		"Error: Failed to download metadata for repo 'dynk8s-kubernetes': Cannot download repomd.xml: Curl error (37)\n": "Error: " +
+			"Failed to download metadata for repo 'dynk8s-kubernetes': Cannot download repomd.xml: Curl error (37)",
+		"Total 1.0 MiB/s\nError: something dnf never said before\n": "Error: something dnf never said before",
+		"Complete!\n": "",
+	} {
+		assert.Check(t, is.Equal(dnfReason(out), want), "%q", out)
 	}
 }
 

@@ -39,6 +39,10 @@ type fakeHost struct {
 	rpmMissing     []string
 	dnfNeedsRepo   string
 	modulesExtra   bool
+	// dnf4: dnf answers versionlock as dnf4 does without its plugin, until a transaction installs
+	// dnf-command(versionlock); dnfTail: what a failed dnf install writes last (its reason).
+	dnf4, versionlockPlugin bool
+	dnfTail                 string
 	// rpmDB: the pinned packages installed, by name (dnf installs them at the repository's versions, repoVersions).
 	rpmDB map[string]rpmPackage
 	// awaitJoin makes a pull last until kubeadm join has run, as a big image would.
@@ -75,7 +79,11 @@ func (h *fakeHost) Run(ctx context.Context, _ time.Duration, _ bool, name string
 		}
 	}
 	if failed {
-		return &system.ExitError{Name: name, Code: 1}
+		tail := ""
+		if name == "dnf" {
+			tail = h.dnfTail
+		}
+		return &system.ExitError{Name: name, Code: 1, Tail: tail}
 	}
 	switch name {
 	case "modprobe":
@@ -89,8 +97,22 @@ func (h *fakeHost) Run(ctx context.Context, _ time.Duration, _ bool, name string
 			return &system.ExitError{Name: name, Code: 1}
 		}
 	case "dnf":
+		if args[0] == "versionlock" {
+			h.mu.Lock()
+			defer h.mu.Unlock()
+			if h.dnf4 && !h.versionlockPlugin {
+				return &system.ExitError{Name: name, Code: 1, Tail: "No such command: versionlock. Please use /usr/bin/dnf --help\n" +
+					"It could be a DNF plugin command, try: \"dnf install 'dnf-command(versionlock)'\"\n"}
+			}
+			return nil
+		}
 		if h.dnfNeedsRepo != "" && !slices.Contains(args, "--repo="+h.dnfNeedsRepo) {
-			return &system.ExitError{Name: name, Code: 1}
+			return &system.ExitError{Name: name, Code: 1, Tail: h.dnfTail}
+		}
+		if slices.Contains(args, "dnf-command(versionlock)") {
+			h.mu.Lock()
+			h.versionlockPlugin = true
+			h.mu.Unlock()
 		}
 		if strings.Contains(line, " kernel-modules-extra-") {
 			h.mu.Lock()

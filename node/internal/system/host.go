@@ -45,7 +45,13 @@ type Host interface {
 type ExitError struct {
 	Name string
 	Code int
+	// Tail is the end of what a command run by Run wrote (both streams, at most TailSize bytes), where its own
+	// reason is: dnf prints it last.
+	Tail string
 }
+
+// TailSize is how much of a failed command's output its ExitError keeps.
+const TailSize = 8 << 10
 
 func (e *ExitError) Error() string { return fmt.Sprintf("%s exited %d", e.Name, e.Code) }
 
@@ -64,10 +70,28 @@ func (h RealHost) Run(ctx context.Context, timeout time.Duration, quiet bool, na
 	}
 	ctx, cmd, cancel := command(ctx, timeout, name, args)
 	defer cancel()
+	var tail tailBuffer
 	if !quiet {
-		cmd.Stdout, cmd.Stderr = h.Out, h.Out
+		// One writer for both streams: exec copies them through one pipe, in the order the command wrote.
+		out := io.MultiWriter(h.Out, &tail)
+		cmd.Stdout, cmd.Stderr = out, out
 	}
-	return commandError(ctx, cmd.Run(), name, timeout)
+	err := commandError(ctx, cmd.Run(), name, timeout)
+	if ee := (*ExitError)(nil); errors.As(err, &ee) {
+		ee.Tail = string(tail)
+	}
+	return err
+}
+
+// tailBuffer keeps the last TailSize bytes written to it.
+type tailBuffer []byte
+
+func (b *tailBuffer) Write(p []byte) (int, error) {
+	*b = append(*b, p...)
+	if over := len(*b) - TailSize; over > 0 {
+		*b = append((*b)[:0], (*b)[over:]...)
+	}
+	return len(p), nil
 }
 
 // Output runs a query and returns its standard output, in a dry run too (it changes nothing); a command that ran

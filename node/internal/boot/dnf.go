@@ -1,0 +1,189 @@
+package boot
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/dynk8s/dynk8s/node/internal/system"
+)
+
+// The package transaction, as dnf4 (Fedora up to 40) and dnf5 (Fedora 41 on) both run it. What the pins rest on,
+// each checked with real dnf4 and dnf5 against signed repositories (e2e TestBoxPackagesOnRealDnf):
+//   - The upstream repositories' priority (1, Fedora's 99) makes dnf take their package over a Fedora package of the
+//     same name that matches the same spec (dnf.conf(5), priority), but excludes nothing: a spec that only Fedora's
+//     build matches (cri-o-1.34.* while the CRI-O repository lacks 1.34) would install Fedora's. So every Fedora
+//     repository in the transaction excludes the pinned names (--setopt=<repo>.excludepkgs, dnf.conf(5)), and such a
+//     spec fails with "No match for argument".
+//   - The upstream repositories are written disabled, but that does not keep a later `dnf upgrade` off the pinned
+//     packages: Fedora's newer cri-o or cri-tools replaces upstream's. After the transaction the agent locks the
+//     pinned names at their installed versions with `dnf versionlock add` (dnf5's own command since 5.1.13,
+//     rpm-software-management/dnf5 pull 1121; dnf4's versionlock plugin, which dnf4 names dnf-command(versionlock)
+//     and the agent installs from Fedora's repositories when dnf4 answers "No such command: versionlock").
+
+func repoArgs(ids []string) []string {
+	out := make([]string, len(ids))
+	for i, id := range ids {
+		out[i] = "--repo=" + id
+	}
+	return out
+}
+
+// excludeArgs keep names out of each of repos for one dnf command.
+func excludeArgs(repos, names []string) []string {
+	if len(names) == 0 {
+		return nil
+	}
+	out := make([]string, len(repos))
+	for i, id := range repos {
+		out[i] = "--setopt=" + id + ".excludepkgs=" + strings.Join(names, ",")
+	}
+	return out
+}
+
+// pinnedNames are the names of the packages node.json pins (cri-o of cri-o-1.34.*), in its order.
+func pinnedNames(specs []string) []string {
+	names := make([]string, 0, len(specs))
+	for _, s := range specs {
+		names = append(names, parseSpec(s).name)
+	}
+	return names
+}
+
+// dnfError is how a dnf command failed: its status and dnf's own reason (dnfReason), permanent where no retry within
+// the boot can change it (a package that fails its signature check).
+func dnfError(cmd string, err error) error {
+	ee := (*system.ExitError)(nil)
+	if !errors.As(err, &ee) {
+		return err
+	}
+	msg := fmt.Sprintf("dnf %s exited %d", cmd, ee.Code)
+	reason := dnfReason(ee.Tail)
+	if reason != "" {
+		msg += ": " + reason
+	}
+	if strings.Contains(reason, "not signed") || strings.Contains(reason, "GPG check FAILED") ||
+		strings.Contains(reason, "OpenPGP check for package") {
+		return system.Permanent(errors.New(msg))
+	}
+	return errors.New(msg)
+}
+
+// dnfReasons start the lines in which dnf4 and dnf5 say why a command failed: a spec nothing matches, a repository
+// not reached or not configured, a signature or key check, a dependency problem, a command dnf lacks. The rest of
+// such a line is dnf's own wording, quoted as it is.
+var dnfReasons = []string{
+	"No match for argument",              // dnf4, dnf5: a spec nothing (left after the excludes) matches
+	"Error: Unable to find a match",      // dnf4, after the above
+	"Failed to download metadata",        // dnf5: `... for repository "ID": Usable URL not found`
+	"Error: Failed to download metadata", // dnf4: `... for repo 'ID': Cannot download repomd.xml: ...`
+	"Error: Unknown repo",                // dnf4: a --repo no .repo file defines
+	"No matching repositories for",       // dnf5: the same
+	"OpenPGP check for package",          // dnf5: `... has failed: The package is not signed.`
+	"Error: GPG check FAILED",            // dnf4
+	"Public key for",                     // dnf4: `... is not installed` (a key not imported)
+	"Problem",                            // dnf4, dnf5: a dependency problem ("Problem: ..." or "Problem 1: ...")
+	"No such command",                    // dnf4: a command it lacks (versionlock without its plugin)
+	"Unknown argument",                   // dnf5: the same
+}
+
+// dnfReason is dnf's reason in out (the tail of what it wrote): the lines that start as dnfReasons or say a package
+// "is not signed" (dnf4), at most three, joined; else dnf's last "Error" line; "" when there is none.
+func dnfReason(out string) string {
+	var reasons []string
+	lastError := ""
+	for line := range strings.Lines(out) {
+		line = strings.TrimSpace(line)
+		if strings.HasPrefix(line, "Error") {
+			lastError = line
+		}
+		reason := strings.HasSuffix(line, " is not signed") || slices.ContainsFunc(dnfReasons, func(r string) bool {
+			return strings.HasPrefix(line, r)
+		})
+		if reason && !slices.Contains(reasons, line) && len(reasons) < 3 {
+			reasons = append(reasons, line)
+		}
+	}
+	if len(reasons) == 0 {
+		return lastError
+	}
+	return strings.Join(reasons, "; ")
+}
+
+func (pr *preparer) dnfInstall(ctx context.Context, args ...string) error {
+	base := []string{"install", "-y", "--setopt=install_weak_deps=False", "--setopt=tsflags=nodocs",
+		"--setopt=max_parallel_downloads=10"}
+	return dnfError("install", pr.host.Run(ctx, pr.clock.Timeout(0), false, "dnf", append(base, args...)...))
+}
+
+// packages: kubelet, kubeadm, cri-tools and CRI-O from the pinned upstream repos, and the Fedora dependencies the
+// image lacks (rpm -q: container-selinux, iptables, nftables), in one dnf transaction, then the pins locked. Fedora's
+// release repository joins only when the image lacks one of those; after a failed attempt the next adds Fedora's
+// repositories and their updates, for a dependency the image lacks and none foresaw, or a newer image than GA.
+func (pr *preparer) packages(ctx context.Context) error {
+	for _, p := range pr.cfg.SystemPackages {
+		if pr.host.Run(ctx, time.Minute, true, "rpm", "-q", "--whatprovides", p) != nil {
+			pr.missing = append(pr.missing, p)
+		}
+	}
+	if len(pr.missing) > 0 {
+		pr.log.Printf("the image lacks %s (rpm -q): Fedora's release repository joins the transaction", strings.Join(pr.missing, " "))
+	} else {
+		pr.log.Printf("the image has %s (rpm -q): no Fedora repository metadata needed", strings.Join(pr.cfg.SystemPackages, " "))
+	}
+	desc := "install " + strings.Join(slices.Concat(pr.cfg.Packages, pr.missing), " ")
+	if err := pr.clock.Retry(ctx, pr.log, desc, pr.installPackages); err != nil {
+		return err
+	}
+	names := pinnedNames(pr.cfg.Packages)
+	return pr.clock.Retry(ctx, pr.log, "lock "+strings.Join(names, " ")+" at their installed versions (dnf versionlock)",
+		func(ctx context.Context) error { return pr.lockPins(ctx, names) })
+}
+
+func (pr *preparer) installPackages(ctx context.Context) error {
+	var fedora []string
+	if len(pr.missing) > 0 || pr.withUpdates {
+		fedora = append(fedora, pr.cfg.SystemRepos...)
+	}
+	if pr.withUpdates {
+		fedora = append(fedora, pr.cfg.UpdateRepos...)
+	}
+	args := slices.Concat(repoArgs(pr.cfg.Repos), repoArgs(fedora), excludeArgs(fedora, pinnedNames(pr.cfg.Packages)))
+	err := pr.dnfInstall(ctx, slices.Concat(args, pr.cfg.Packages, pr.missing)...)
+	switch {
+	case err == nil:
+		return nil
+	case !pr.withUpdates:
+		pr.withUpdates = true
+		return fmt.Errorf("%w; the next attempt adds Fedora's repositories and their updates", err)
+	case strings.Contains(err.Error(), "No match for argument"):
+		// Every repository that may hold a package has been asked: a pin none matches stays unmatched (the
+		// upstream repository lacks that version, or the spec is wrong).
+		return system.Permanent(err)
+	}
+	return err
+}
+
+// lockPins locks names at their installed versions. dnf4 without its versionlock plugin answers "No such command":
+// the plugin then comes from Fedora's repositories (with their updates: a plugin newer than the image's dnf needs
+// them), and the lock is asked again.
+func (pr *preparer) lockPins(ctx context.Context, names []string) error {
+	lock := func() error {
+		return dnfError("versionlock add", pr.host.Run(ctx, pr.clock.Timeout(time.Minute), false, "dnf",
+			append([]string{"versionlock", "add"}, names...)...))
+	}
+	err := lock()
+	if err == nil || !strings.Contains(err.Error(), "No such command: versionlock") {
+		return err
+	}
+	pr.log.Printf("this dnf has no versionlock command (dnf4 without its plugin): installing dnf-command(versionlock) " +
+		"from Fedora's repositories")
+	repos := slices.Concat(pr.cfg.SystemRepos, pr.cfg.UpdateRepos)
+	if err := pr.dnfInstall(ctx, slices.Concat(repoArgs(repos), []string{"dnf-command(versionlock)"})...); err != nil {
+		return fmt.Errorf("installing dnf's versionlock plugin: %w", err)
+	}
+	return lock()
+}
