@@ -446,12 +446,14 @@ ensure_node_runtime() {
 # cloud-init (NoCloud), containerd and runc behind CRI-O's socket path, the CNI plugins, nftables and iptables, kmod,
 # procps and util-linux (modprobe, sysctl, swapoff, mount, nsenter), iproute2, curl and python3 (the scripts),
 # wireguard-tools for the gateway's box, and the en_US.UTF-8 locale that cloud-init's locale module sets (Fedora
-# Cloud has glibc-langpack-en). Cached under box-root-<hash of the list>, so a changed list builds a new
-# root. mmdebstrap reads the host's own apt sources.
+# Cloud has glibc-langpack-en). And Fedora's package tools as Debian builds them, where the e2e runs the node's
+# package phase for real: dnf 4 with its plugins (Fedora up to 40), rpm 4.18, and rpmbuild, rpmsign, createrepo_c
+# and gnupg for the signed repositories it installs from. Cached under box-root-<hash of the list>, so a changed
+# list builds a new root. mmdebstrap reads the host's own apt sources.
 readonly BOX_SUITE=bookworm
 readonly BOX_PACKAGES=(systemd systemd-sysv systemd-resolved dbus cloud-init containerd runc containernetworking-plugins
 	nftables iptables kmod procps util-linux mount iproute2 iputils-ping curl ca-certificates python3 wireguard-tools
-	conntrack ethtool socat locales)
+	conntrack ethtool socat locales dnf dnf-plugins-core rpm createrepo-c gnupg)
 BOX_SOURCES=${DYNK8S_BOX_SOURCES:-/etc/apt/sources.list.d/debian.sources}
 
 box_key() {
@@ -506,12 +508,14 @@ build_box() {
 }
 
 # The forky root: a second, newer Debian root, where the e2e runs a command of the node's with the newer versions
-# of what the box has (no boot: forky's systemd cannot boot on a host with cgroup v1). Today its cloud-init (26.2
+# of what the box has (no boot: forky's systemd cannot boot on a host with cgroup v1): its cloud-init (26.2
 # against the box's bookworm 22.4: the image build's repositories step must parse on cloud-init before and after
-# 24.1). Its sources are the host's mirror with the suite forky, whose Release file is past its Valid-Until on a
-# frozen mirror; DYNK8S_FORKY_SOURCES (a one-line `deb ...` entry) overrides them.
+# 24.1), and dnf5 with rpm 6.1 (Fedora 41 on has dnf5; Debian has no dnf5 before forky), with rpmbuild, rpmsign,
+# createrepo_c and gnupg for the package phase's signed repositories. Its sources are the host's mirror with the
+# suite forky, whose Release file is past its Valid-Until on a frozen mirror; DYNK8S_FORKY_SOURCES (a one-line
+# `deb ...` entry) overrides them.
 readonly FORKY_SUITE=forky
-readonly FORKY_PACKAGES=(cloud-init)
+readonly FORKY_PACKAGES=(cloud-init dnf5 rpm createrepo-c gnupg)
 
 forky_key() {
 	printf '%s\n' "$FORKY_SUITE" minbase "${FORKY_PACKAGES[@]}" | sha256sum | cut -c1-12

@@ -76,8 +76,10 @@ func dnfError(cmd string, err error) error {
 // not reached or not configured, a signature or key check, a dependency problem, a command dnf lacks. The rest of
 // such a line is dnf's own wording, quoted as it is.
 var dnfReasons = []string{
-	"No match for argument",              // dnf4, dnf5: a spec nothing (left after the excludes) matches
-	"Error: Unable to find a match",      // dnf4, after the above
+	"No match for argument",              // dnf4, dnf5: a spec nothing matches
+	"All matches were filtered out",      // dnf4: `... by exclude filtering for argument: SPEC` (Fedora's build only)
+	"Argument '",                         // dnf5: `Argument 'SPEC' matches only excluded packages.` (the same)
+	"Error: Unable to find a match",      // dnf4, after either
 	"Failed to download metadata",        // dnf5: `... for repository "ID": Usable URL not found`
 	"Error: Failed to download metadata", // dnf4: `... for repo 'ID': Cannot download repomd.xml: ...`
 	"Error: Unknown repo",                // dnf4: a --repo no .repo file defines
@@ -159,12 +161,23 @@ func (pr *preparer) installPackages(ctx context.Context) error {
 	case !pr.withUpdates:
 		pr.withUpdates = true
 		return fmt.Errorf("%w; the next attempt adds Fedora's repositories and their updates", err)
-	case strings.Contains(err.Error(), "No match for argument"):
-		// Every repository that may hold a package has been asked: a pin none matches stays unmatched (the
-		// upstream repository lacks that version, or the spec is wrong).
-		return system.Permanent(err)
+	case noMatch(err.Error()):
+		// Every repository that may hold a package has been asked: a pin none matches stays unmatched.
+		return system.Permanent(fmt.Errorf("%w (the pinned repositories lack a package of the spec; Fedora's "+
+			"repositories are not asked for the pinned names)", err))
 	}
 	return err
+}
+
+// noMatch: dnf's reason says a spec matches no package it may take (dnf4 and dnf5 wordings, dnfReasons).
+func noMatch(reason string) bool {
+	for _, s := range []string{"No match for argument", "Unable to find a match", "filtered out by exclude filtering",
+		"matches only excluded packages"} {
+		if strings.Contains(reason, s) {
+			return true
+		}
+	}
+	return false
 }
 
 // lockPins locks names at their installed versions. dnf4 without its versionlock plugin answers "No such command":

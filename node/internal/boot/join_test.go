@@ -193,7 +193,11 @@ func TestJoinPackagesFail(t *testing.T) {
 		"a pin no repository matches": {
 			tail:     "Failed to resolve the transaction:\nNo match for argument: cri-o-1.34.*\nYou can try to add to command line:\n",
 			attempts: func(n int) bool { return n == 2 },
-			reason:   "dnf install exited 1: No match for argument: cri-o-1.34.*"},
+			reason:   "dnf install exited 1: No match for argument: cri-o-1.34.* (the pinned repositories lack"},
+		"a pin only Fedora's build matches (dnf5)": {
+			tail:     "Failed to resolve the transaction:\nArgument 'cri-o-1.34.*' matches only excluded packages.\n",
+			attempts: func(n int) bool { return n == 2 },
+			reason:   "dnf install exited 1: Argument 'cri-o-1.34.*' matches only excluded packages."},
 		"unsigned": {
 			tail: "Package kubelet-1.34.4-150500.1.1.x86_64.rpm is not signed\n" +
 				"The downloaded packages were saved in cache until the next successful transaction.\nError: GPG check FAILED\n",
@@ -252,6 +256,11 @@ func TestDNFReason(t *testing.T) {
 			"You can try to add to command line:\n  --skip-unavailable to skip unavailable packages\n": "No match for argument: kubelet-1.34.9",
 		"No match for argument: kubelet-1.34.9\nError: Unable to find a match: kubelet-1.34.9\n": "No match for argument: " +
 			"kubelet-1.34.9; Error: Unable to find a match: kubelet-1.34.9",
+		"Failed to resolve the transaction:\nArgument 'cri-o-1.34.*' matches only excluded packages.\n": "Argument " +
+			"'cri-o-1.34.*' matches only excluded packages.",
+		"All matches were filtered out by exclude filtering for argument: cri-o-1.34.*\nError: Unable to find a match: " +
+			"cri-o-1.34.*\n": "All matches were filtered out by exclude filtering for argument: cri-o-1.34.*; Error: Unable " +
+			"to find a match: cri-o-1.34.*",
 		"Error: Failed to download metadata for repo 'dynk8s-kubernetes': Cannot download repomd.xml: Curl error (37)\n": "Error: " +
 			"Failed to download metadata for repo 'dynk8s-kubernetes': Cannot download repomd.xml: Curl error (37)",
 		"Total 1.0 MiB/s\nError: something dnf never said before\n": "Error: something dnf never said before",

@@ -1,0 +1,308 @@
+//go:build e2e
+
+package e2e
+
+import (
+	"bytes"
+	"context"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"gotest.tools/v3/assert"
+	is "gotest.tools/v3/assert/cmp"
+	"sigs.k8s.io/yaml"
+
+	"github.com/dynk8s/dynk8s/cloudinit"
+	"github.com/dynk8s/dynk8s/node/nodetest"
+)
+
+// The node's package phase for real: `dynk8s-node prepare` runs in a root with real dnf and rpm, on dnf4 with
+// rpm 4.18 (the box root, Debian bookworm: Fedora up to 40) and on dnf5 with rpm 6.1 (the forky root: Fedora 41 on),
+// against signed local repositories whose packages carry upstream's names, versions and dependencies
+// (testdata/packages/build-repos.sh), with gpgcheck on. The user data's repositories are written by cloud-init's
+// own yum_add_repo, only their base URLs pointed at the local repositories. Each case runs on a throwaway overlay of
+// the root, not booted (forky's systemd cannot boot on this host; the package phase needs no boot).
+//
+// What must hold: the pinned versions install from the upstream repositories, not Fedora's newer cri-o and
+// cri-tools; a later `dnf upgrade` leaves them at their pins (and the control: without the lock it would not);
+// a package that fails its signature check, an upstream repository not reached and a pin only Fedora's build
+// matches each fail the boot with one FAILED line that says why, and install nothing of Fedora's in its place.
+func TestBoxPackagesOnRealDnf(t *testing.T) {
+	if os.Geteuid() != 0 {
+		missing(t, "root (systemd-nspawn)")
+	}
+	nspawn := requireTool(t, "systemd-nspawn")
+	cfg := devConfig(t)
+	pool := hostArchPool(t, cfg)
+	userData := stackNode(cfg, pool, []string{"sha256:" + strings.Repeat("0", 64)}, "/dynk8s/e2e/join-token").userData(t)
+	files, reposYAML, err := cloudinit.PrepareFiles(userData)
+	assert.NilError(t, err)
+	var repos struct {
+		YumRepos map[string]map[string]any `json:"yum_repos"`
+	}
+	assert.NilError(t, yaml.Unmarshal(reposYAML, &repos))
+	_, okK := repos.YumRepos["dynk8s-kubernetes"]
+	_, okC := repos.YumRepos["dynk8s-cri-o"]
+	assert.Assert(t, okK && okC, "the user data's repositories: %v", repos.YumRepos)
+	kube := cfg.Kubernetes.Version
+
+	const repoDir = "/srv/repos"
+	for _, root := range []struct{ name, dir, dnf string }{
+		{"dnf4", boxRoot(t), "dnf4"},
+		{"dnf5", forkyRoot(t), "dnf5"},
+	} {
+		t.Run(root.name, func(t *testing.T) {
+			built := buildPackageRepos(t, nspawn, root.dir, kube.String(), pinnedCRIOMinor(t, files))
+			// run is one case: the user data's repositories with base URLs (by repository id) from urls, the agent's
+			// deadline, and what runs after the prepare.
+			run := func(t *testing.T, urls map[string]string, deadline string, after string) packageRun {
+				t.Helper()
+				ud := userDataDir(t, files, repos.YumRepos, urls)
+				env := []string{"REPOS=" + repoDir, "USERDATA=/srv/userdata", "AFTER=" + after,
+					"ADD_REPOS=" + cloudinit.AddRepositories("/srv/userdata/repos.yaml")}
+				if deadline != "" {
+					env = append(env, "DYNK8S_DEADLINE_SECONDS="+deadline)
+				}
+				args := []string{"--bind-ro=" + built + ":" + repoDir, "--bind-ro=" + ud + ":/srv/userdata",
+					"--bind-ro=" + nodetest.BuiltAgent(t) + ":/usr/local/bin/dynk8s-node",
+					"--bind-ro=" + testdataPath(t, "packages") + ":/srv/packages"}
+				for _, e := range env {
+					args = append(args, "--setenv="+e)
+				}
+				ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+				defer cancel()
+				out := nspawnOutput(ctx, t, nspawn, root.dir, append(args, "/srv/packages/prepare.sh")...)
+				pr := parsePackageRun(t, out)
+				t.Logf("%s: prepare rc=%d in %ss", root.dnf, pr.rc, pr.took)
+				t.Cleanup(func() {
+					if t.Failed() || os.Getenv("DYNK8S_E2E_SHOW") != "" {
+						t.Logf("prepare.sh's output:\n%s", out)
+					}
+				})
+				return pr
+			}
+			local := map[string]string{"dynk8s-kubernetes": "kubernetes", "dynk8s-cri-o": "cri-o"}
+			pins := []string{"kubelet-" + kube.String() + "-150500.1.1", "kubeadm-" + kube.String() + "-150500.1.1",
+				"cri-tools-" + pinnedCRIOMinor(t, files) + ".0-150500.1.1", "cri-o-" + pinnedCRIOMinor(t, files) + ".4-150500.1.1"}
+
+			t.Run("pins hold through dnf upgrade", func(t *testing.T) {
+				r := run(t, local, "120", `dnf upgrade -y >/tmp/upgrade.log 2>&1 || { cat /tmp/upgrade.log; exit 1; }
+echo "== upgraded"; rpm -qa --qf '%{NEVRA}\n' | sort
+dnf versionlock clear >/dev/null 2>&1 || dnf versionlock delete kubelet kubeadm cri-tools cri-o >/dev/null
+dnf upgrade -y >/tmp/unlocked.log 2>&1 || { cat /tmp/unlocked.log; exit 1; }
+echo "== unlocked"; rpm -qa --qf '%{NEVRA}\n' | sort`)
+				assert.Assert(t, is.Equal(r.rc, 0), r.out)
+				assert.Check(t, is.Len(r.failed(), 0))
+				for _, p := range pins {
+					assert.Check(t, hasPackage(r.installed, p), "%s not installed: %v", p, r.installed)
+				}
+				assert.Check(t, hasPackage(r.installed, "kubernetes-cni-1.7.1-150500.1.1"))
+				// The image lacked container-selinux: Fedora's release repository gave it, not updates.
+				assert.Check(t, hasPackage(r.installed, "container-selinux-2:2.240.0-1.fc43"), "%v", r.installed)
+				for _, p := range []string{"kubelet-" + kube.String(), "cri-o-" + pinnedCRIOMinor(t, files) + ".4"} {
+					assert.Check(t, is.Contains(r.log, p), "the log does not name %s", p)
+				}
+				if root.dnf == "dnf4" {
+					assert.Check(t, is.Contains(r.log, "this dnf has no versionlock command (dnf4 without its plugin)"))
+					assert.Check(t, hasPackage(r.installed, "python3-dnf-plugin-versionlock-4.3.1-1.fc43"), "%v", r.installed)
+				}
+				upgraded, unlocked := r.section("upgraded"), r.section("unlocked")
+				assert.Assert(t, upgraded != nil && unlocked != nil, r.out)
+				// The upgrade ran (container-selinux came from updates), and left the pins where they were.
+				assert.Check(t, hasPackage(upgraded, "container-selinux-2:2.245.0-1.fc43"), "%v", upgraded)
+				for _, p := range pins {
+					assert.Check(t, hasPackage(upgraded, p), "dnf upgrade moved %s: %v", p, upgraded)
+				}
+				// The control: without the lock, Fedora's newer builds replace upstream's (the hazard is real here).
+				assert.Check(t, hasPackage(unlocked, "cri-o-"+pinnedCRIOMinor(t, files)+".10-1.fc43"), "%v", unlocked)
+				assert.Check(t, hasPackage(unlocked, "cri-tools-"+pinnedCRIOMinor(t, files)+".10-1.fc43"), "%v", unlocked)
+			})
+
+			for _, c := range []struct {
+				name   string
+				urls   map[string]string
+				reason *regexp.Regexp
+				after  string
+				// control: what the after commands must print, showing that the case is a hazard here
+				control string
+			}{
+				{name: "a package that is not signed",
+					urls:   map[string]string{"dynk8s-kubernetes": "kubernetes-unsigned", "dynk8s-cri-o": "cri-o"},
+					reason: regexp.MustCompile(`dnf install exited 1: .*(is not signed|OpenPGP check for package)`)},
+				{name: "the kubernetes repository not reached",
+					urls:   map[string]string{"dynk8s-kubernetes": "missing", "dynk8s-cri-o": "cri-o"},
+					reason: regexp.MustCompile(`gave up after .*dnf install exited 1: .*(Failed to download metadata|Cannot download).*dynk8s-kubernetes`)},
+				{name: "a pin only Fedora's build matches",
+					urls: map[string]string{"dynk8s-kubernetes": "kubernetes", "dynk8s-cri-o": "cri-o-old"},
+					// dnf4: "All matches were filtered out by exclude filtering for argument: SPEC"; dnf5:
+					// "Argument 'SPEC' matches only excluded packages."
+					reason: regexp.MustCompile(`dnf install exited 1: (All matches were filtered out by exclude filtering ` +
+						`for argument: |Argument ')cri-o-` + regexp.QuoteMeta(pinnedCRIOMinor(t, files)) + `\.\*`),
+					after: `dnf install -y --repo=dynk8s-cri-o --repo=fedora 'cri-o-` + pinnedCRIOMinor(t, files) + `.*' >/dev/null 2>&1
+rpm -q cri-o`,
+					control: "cri-o-" + pinnedCRIOMinor(t, files) + ".9-1.fc43"},
+			} {
+				t.Run(c.name, func(t *testing.T) {
+					r := run(t, c.urls, "20", c.after)
+					assert.Check(t, r.rc != 0, "prepare passed:\n%s", r.log)
+					failed := r.failed()
+					assert.Assert(t, is.Len(failed, 1), r.log)
+					assert.Check(t, c.reason.MatchString(failed[0]), "FAILED line %q does not match %s", failed[0], c.reason)
+					for _, name := range []string{"kubelet-", "kubeadm-", "cri-o-", "cri-tools-"} {
+						assert.Check(t, !hasPackage(r.installed, name), "%s* installed: %v", name, r.installed)
+					}
+					if c.control != "" {
+						assert.Check(t, is.Contains(r.after, c.control), "the control: without the excludes dnf would "+
+							"install Fedora's build:\n%s", r.after)
+					}
+				})
+			}
+		})
+	}
+}
+
+// pinnedCRIOMinor is the CRI-O stream node.json pins (cri-o-1.34.* gives 1.34).
+func pinnedCRIOMinor(t *testing.T, files []cloudinit.File) string {
+	t.Helper()
+	for _, f := range files {
+		if f.Path != "/etc/dynk8s/node.json" {
+			continue
+		}
+		m := regexp.MustCompile(`"cri-o-(\d+\.\d+)\.\*"`).FindStringSubmatch(f.Content)
+		assert.Assert(t, m != nil, "node.json pins no cri-o stream: %s", f.Content)
+		return m[1]
+	}
+	t.Fatal("the user data has no node.json")
+	return ""
+}
+
+// buildPackageRepos builds the signed repositories with the root's own tools (build-repos.sh) into a directory of
+// the host, once per root and test run.
+func buildPackageRepos(t *testing.T, nspawn, root, kube, crioMinor string) string {
+	t.Helper()
+	out := t.TempDir()
+	start := time.Now()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	nspawnOutput(ctx, t, nspawn, root, "--bind="+out+":/srv/out", "--bind-ro="+testdataPath(t, "box")+":/srv/box",
+		"--bind-ro="+testdataPath(t, "packages")+":/srv/packages", "--setenv=OUT=/srv/out", "--setenv=BOX=/srv/box",
+		"--setenv=KUBE_VERSION="+kube, "--setenv=CRIO_MINOR="+crioMinor, "/srv/packages/build-repos.sh")
+	t.Logf("the repositories built in %.1fs", time.Since(start).Seconds())
+	return out
+}
+
+// userDataDir lays out the user data's prepare files and its repositories, their base URLs and keys pointed at the
+// local repositories (urls: repository id to a directory of build-repos.sh's output).
+func userDataDir(t *testing.T, files []cloudinit.File, repos map[string]map[string]any, urls map[string]string) string {
+	t.Helper()
+	dir := t.TempDir()
+	for _, f := range files {
+		p := filepath.Join(dir, "files", f.Path)
+		assert.NilError(t, os.MkdirAll(filepath.Dir(p), 0o755))
+		assert.NilError(t, os.WriteFile(p, []byte(f.Content), f.Permissions))
+	}
+	local := map[string]map[string]any{}
+	for id, r := range repos {
+		c := map[string]any{}
+		for k, v := range r {
+			c[k] = v
+		}
+		sub, ok := urls[id]
+		assert.Assert(t, ok, "no local repository for %s", id)
+		c["baseurl"] = "file:///srv/repos/" + sub + "/"
+		c["gpgkey"] = "file:///srv/repos/" + sub + "/repodata/repomd.xml.key"
+		local[id] = c
+	}
+	body, err := yaml.Marshal(map[string]any{"yum_repos": local})
+	assert.NilError(t, err)
+	assert.NilError(t, os.WriteFile(filepath.Join(dir, "repos.yaml"), append([]byte("#cloud-config\n"), body...), 0o644))
+	return dir
+}
+
+// testdataPath is testdata/name, absolute (nspawn binds need it).
+func testdataPath(t *testing.T, name string) string {
+	t.Helper()
+	p, err := filepath.Abs(filepath.Join("testdata", name))
+	assert.NilError(t, err)
+	return p
+}
+
+// nspawnOutput runs args in root on a throwaway overlay, not booted, and returns what it wrote (both streams); the
+// test fails if it exits non-zero.
+func nspawnOutput(ctx context.Context, t *testing.T, nspawn, root string, args ...string) string {
+	t.Helper()
+	var out bytes.Buffer
+	cmd := exec.CommandContext(ctx, nspawn, append([]string{"--quiet", "--volatile=overlay", "--register=no",
+		"--keep-unit", "--private-network", "--console=pipe", "--directory=" + root}, args...)...)
+	cmd.Stdout, cmd.Stderr = &out, &out
+	assert.NilError(t, cmd.Run(), "systemd-nspawn %s:\n%s", strings.Join(args, " "), out.String())
+	return out.String()
+}
+
+// packageRun is prepare.sh's output, by section.
+type packageRun struct {
+	out, log, after string
+	rc              int
+	took            string
+	installed       []string
+	sections        map[string]string
+}
+
+var rcRE = regexp.MustCompile(`(?m)^rc=(\d+) took=(\S+)$`)
+
+func parsePackageRun(t *testing.T, out string) packageRun {
+	t.Helper()
+	sections := map[string]string{}
+	var cur string
+	for line := range strings.Lines(out) {
+		if name, ok := strings.CutPrefix(line, "== "); ok {
+			cur = strings.TrimSpace(name)
+			continue
+		}
+		sections[cur] += line
+	}
+	_, ok := sections["the end"]
+	assert.Assert(t, ok, "prepare.sh did not finish:\n%s", out)
+	m := rcRE.FindStringSubmatch(sections["prepare"])
+	assert.Assert(t, m != nil, "no rc line:\n%s", out)
+	rc, err := strconv.Atoi(m[1])
+	assert.NilError(t, err)
+	return packageRun{out: out, log: sections["prepare"], after: sections["after"], rc: rc, took: m[2],
+		installed: strings.Fields(sections["rpm -qa"]), sections: sections}
+}
+
+// failed are the agent's FAILED lines (not dnf4's own "Error: GPG check FAILED").
+func (r packageRun) failed() []string {
+	var out []string
+	for line := range strings.Lines(r.log) {
+		if strings.Contains(line, "dynk8s-prepare: FAILED: ") {
+			out = append(out, strings.TrimSpace(line))
+		}
+	}
+	return out
+}
+
+// section is a "== name" part that the after commands printed, as its lines' fields (nil: none).
+func (r packageRun) section(name string) []string {
+	s, ok := r.sections[name]
+	if !ok {
+		return nil
+	}
+	return strings.Fields(s)
+}
+
+// hasPackage: one of the NEVRAs starts with prefix.
+func hasPackage(nevras []string, prefix string) bool {
+	for _, n := range nevras {
+		if strings.HasPrefix(n, prefix) {
+			return true
+		}
+	}
+	return false
+}
