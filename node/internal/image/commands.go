@@ -14,7 +14,8 @@ func Clean(_ context.Context, env *cli.Env) error {
 // Check is `dynk8s-node check-image --config-sha256 HEX`: an image build's validate step, after clean-identity.
 // The image passes when its marker is one this agent reads, baked from the node.json whose sha256 is HEX, and the
 // instance's identity is gone (machine-id "uninitialized", which systemd replaces at the first boot, and nothing in
-// the kubelet's pki directory: a key there would be every node's kubelet bootstrap key).
+// the kubelet's pki directory: a key there would be every node's kubelet bootstrap key), and firewalld, if the image
+// has it, is not enabled (it would filter the pods' forwarded traffic on every node).
 func Check(_ context.Context, env *cli.Env) error {
 	want := env.String("config-sha256")
 	if want == "" {

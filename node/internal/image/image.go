@@ -97,5 +97,20 @@ func checkImage(f system.Files, configSHA256 string) error {
 	if pki, _ := filepath.Glob(f.KubeletPKI() + "/*"); len(pki) > 0 {
 		return fmt.Errorf("%s is in the image: the kubelet's keys are the instance's identity (clean-identity)", pki[0])
 	}
+	for _, link := range firewalldEnabled {
+		if _, err := os.Lstat(f.Etc(link)); err == nil {
+			return fmt.Errorf("firewalld is enabled in the image (%s): it would start on every node, where its "+
+				"default zone drops the pods' forwarded traffic that nothing opens in it; disable it in the image the "+
+				"pool starts from (systemctl disable firewalld.service), or use an image without it (Fedora Cloud has none)",
+				f.Etc(link))
+		}
+	}
 	return nil
+}
+
+// firewalldEnabled are what `systemctl enable firewalld.service` links, by its unit's [Install] section (WantedBy
+// multi-user.target, Alias dbus-org.fedoraproject.FirewallD1.service: firewalld, config/firewalld.service.in).
+var firewalldEnabled = []string{
+	"systemd/system/multi-user.target.wants/firewalld.service",
+	"systemd/system/dbus-org.fedoraproject.FirewallD1.service",
 }

@@ -128,8 +128,15 @@ func TestCheckImage(t *testing.T) {
 		marker    *Marker
 		machineID string
 		pki       string // a file left in the kubelet's pki directory
+		enabled   string // a unit link under etc/systemd/system
 		err       string
 	}{
+		"firewalld enabled": {marker: &Marker{Format: 1, Config: MarkerConfig{SHA256: "abc"}}, machineID: "uninitialized\n",
+			enabled: "multi-user.target.wants/firewalld.service", err: "firewalld is enabled in the image"},
+		"firewalld's alias": {marker: &Marker{Format: 1, Config: MarkerConfig{SHA256: "abc"}}, machineID: "uninitialized\n",
+			enabled: "dbus-org.fedoraproject.FirewallD1.service", err: "firewalld is enabled in the image"},
+		"another unit enabled": {marker: &Marker{Format: 1, Config: MarkerConfig{SHA256: "abc"}}, machineID: "uninitialized\n",
+			enabled: "multi-user.target.wants/crio.service"},
 		"a kubelet key": {marker: &Marker{Format: 1, Config: MarkerConfig{SHA256: "abc"}}, machineID: "uninitialized\n",
 			pki: "kubelet-client.key.tmp", err: "var/lib/kubelet/pki/kubelet-client.key.tmp is in the image"},
 		"a kubelet certificate": {marker: &Marker{Format: 1, Config: MarkerConfig{SHA256: "abc"}}, machineID: "uninitialized\n",
@@ -151,6 +158,11 @@ func TestCheckImage(t *testing.T) {
 			assert.NilError(t, os.MkdirAll(filepath.Join(r.root, "var/lib/kubelet/pki"), 0o700))
 			if c.pki != "" {
 				assert.NilError(t, os.WriteFile(filepath.Join(r.root, "var/lib/kubelet/pki", c.pki), []byte("x"), 0o600))
+			}
+			if c.enabled != "" {
+				link := filepath.Join(r.root, "etc/systemd/system", c.enabled)
+				assert.NilError(t, os.MkdirAll(filepath.Dir(link), 0o755))
+				assert.NilError(t, os.Symlink("/usr/lib/systemd/system/"+filepath.Base(c.enabled), link))
 			}
 			err := checkImage(system.Files{Root: r.root}, "abc")
 			if c.err == "" {
