@@ -79,7 +79,11 @@ func TestBoxPackagesOnRealDnf(t *testing.T) {
 				defer cancel()
 				out := nspawnOutput(ctx, t, nspawn, root.dir, append(args, "/srv/packages/prepare.sh")...)
 				pr := parsePackageRun(t, out)
-				t.Logf("%s: prepare rc=%d in %ss", root.dnf, pr.rc, pr.took)
+				phase := "-"
+				if m := packagesPhaseRE.FindStringSubmatch(pr.log); m != nil {
+					phase = m[1]
+				}
+				t.Logf("%s: prepare rc=%d in %ss (its packages phase %ss)", root.dnf, pr.rc, pr.took, phase)
 				t.Cleanup(func() {
 					if t.Failed() || os.Getenv("DYNK8S_E2E_SHOW") != "" {
 						t.Logf("prepare.sh's output:\n%s", out)
@@ -254,7 +258,11 @@ type packageRun struct {
 	sections        map[string]string
 }
 
-var rcRE = regexp.MustCompile(`(?m)^rc=(\d+) took=(\S+)$`)
+var (
+	rcRE = regexp.MustCompile(`(?m)^rc=(\d+) took=(\S+)$`)
+	// packagesPhaseRE is the agent's timing line of the package phase.
+	packagesPhaseRE = regexp.MustCompile(`phase=packages took=(\S+)s`)
+)
 
 func parsePackageRun(t *testing.T, out string) packageRun {
 	t.Helper()
