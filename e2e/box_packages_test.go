@@ -79,11 +79,11 @@ func TestBoxPackagesOnRealDnf(t *testing.T) {
 				defer cancel()
 				out := nspawnOutput(ctx, t, nspawn, root.dir, append(args, "/srv/packages/prepare.sh")...)
 				pr := parsePackageRun(t, out)
-				phase := "-"
+				phase := "its packages phase did not end"
 				if m := packagesPhaseRE.FindStringSubmatch(pr.log); m != nil {
-					phase = m[1]
+					phase = "its packages phase " + m[1] + "s"
 				}
-				t.Logf("%s: prepare rc=%d in %ss (its packages phase %ss)", root.dnf, pr.rc, pr.took, phase)
+				t.Logf("%s: prepare rc=%d in %ss (%s)", root.dnf, pr.rc, pr.took, phase)
 				t.Cleanup(func() {
 					if t.Failed() || os.Getenv("DYNK8S_E2E_SHOW") != "" {
 						t.Logf("prepare.sh's output:\n%s", out)
