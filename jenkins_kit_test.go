@@ -9,10 +9,13 @@ import (
 
 	"gotest.tools/v3/assert"
 	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	resourcehelper "k8s.io/component-helpers/resource"
+	"k8s.io/component-helpers/scheduling/corev1/nodeaffinity"
 	"sigs.k8s.io/yaml"
 
 	"github.com/dynk8s/dynk8s/cmd/explain/explain"
+	"github.com/dynk8s/dynk8s/internal/kube"
 )
 
 // The Jenkins kit (docs/jenkins/): every example pod template fits the dev stack's pool it is named after and no
@@ -105,4 +108,34 @@ func TestJenkinsKitCapsFollowThePools(t *testing.T) {
 	assert.NilError(t, yaml.Unmarshal([]byte(readFile(t, "docs/jenkins/kubernetes-cloud.yaml")), &casc))
 	assert.Equal(t, len(casc.Jenkins.Clouds), 1)
 	assert.Equal(t, casc.Jenkins.Clouds[0].Kubernetes.ContainerCapStr, strconv.Itoa(total))
+}
+
+// TestJenkinsCIAgentStaysOnPrem: the CI agent's pod (ci/jenkins-agent.yaml; on main it runs `pulumi up` with the
+// deploy credentials) is never scheduled onto a pool node, by the scheduler's own node-affinity match, and mounts no
+// volume that nothing creates (the Go caches are an emptyDir unless the operator makes a claim, docs/operations.md).
+func TestJenkinsCIAgentStaysOnPrem(t *testing.T) {
+	r, err := os.Open("ci/jenkins-agent.yaml")
+	assert.NilError(t, err)
+	pods, err := explain.DecodePods(r)
+	_ = r.Close()
+	assert.NilError(t, err)
+	assert.Assert(t, len(pods) == 1)
+	pod := pods[0]
+	affinity := nodeaffinity.GetRequiredNodeAffinity(pod)
+	for name, c := range map[string]struct {
+		labels map[string]string
+		fits   bool
+	}{
+		"an on-prem node":    {labels: map[string]string{corev1.LabelArchStable: "amd64"}, fits: true},
+		"a pool node":        {labels: map[string]string{kube.LabelPool: "builders-x86", corev1.LabelArchStable: "amd64"}},
+		"a spot pool's node": {labels: map[string]string{kube.LabelPool: "arm-spot"}},
+	} {
+		ok, err := affinity.Match(&corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: c.labels}})
+		assert.NilError(t, err)
+		assert.Check(t, ok == c.fits, "%s: the CI agent fits it: %v, want %v", name, ok, c.fits)
+	}
+	for _, v := range pod.Spec.Volumes {
+		assert.Check(t, v.PersistentVolumeClaim == nil, "volume %s mounts claim %s, which nothing creates", v.Name,
+			v.PersistentVolumeClaim)
+	}
 }

@@ -58,3 +58,25 @@ func TestJenkinsNeverHandsCredentialsToUnreviewedCode(t *testing.T) {
 		assert.Check(t, is.Contains(binding, v))
 	}
 }
+
+// TestJenkinsApprovalHoldsNoAgent: the pipeline takes no agent for the whole run, the stages that run code take a
+// pod of ci/jenkins-agent.yaml each, and the approval takes none: a pending approval holds no pod, and no code
+// stage's timeout runs while it waits. `up` applies the program the preview saw (stashed, then unstashed).
+func TestJenkinsApprovalHoldsNoAgent(t *testing.T) {
+	jenkinsfile := readFile(t, "Jenkinsfile")
+	pipeline := jenkinsfile[:strings.Index(jenkinsfile, "\ndef ")]
+	assert.Check(t, is.Contains(pipeline[:strings.Index(pipeline, "stages {")], "agent none"))
+	stages := jenkinsStages(t, jenkinsfile)
+	approve := stages["Approve"]
+	assert.Check(t, is.Contains(approve, "input("))
+	assert.Check(t, !regexp.MustCompile(`agent\s*(\{|any\b)`).MatchString(approve), "the approval takes an agent")
+	assert.Check(t, !strings.Contains(approve, "sh "), "the approval runs a command, which needs an agent")
+	for _, name := range []string{"Check", "Up"} {
+		assert.Check(t, is.Contains(stages[name], "yamlFile 'ci/jenkins-agent.yaml'"), "stage %s", name)
+		assert.Check(t, is.Contains(stages[name], "timeout("), "stage %s has no timeout of its own", name)
+	}
+	assert.Check(t, is.Contains(stages["Preview"], "stash name: 'build', includes: 'build/**'"))
+	up := stages["Up"]
+	unstash, apply := strings.Index(up, "unstash 'build'"), strings.Index(up, "pulumi up ")
+	assert.Check(t, unstash > 0 && apply > unstash, "up must unstash the previewed program first")
+}
