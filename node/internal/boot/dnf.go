@@ -2,7 +2,6 @@ package boot
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"slices"
 	"strings"
@@ -17,7 +16,7 @@ import (
 //     same name that matches the same spec (dnf.conf(5), priority), but excludes nothing: a spec that only Fedora's
 //     build matches (cri-o-1.34.* while the CRI-O repository lacks 1.34) would install Fedora's. So every Fedora
 //     repository in the transaction excludes the pinned names (--setopt=<repo>.excludepkgs, dnf.conf(5)), and such a
-//     spec fails with "No match for argument".
+//     spec fails (dnf4: "All matches were filtered out by exclude filtering", dnf5: "matches only excluded packages").
 //   - The upstream repositories are written disabled, but that does not keep a later `dnf upgrade` off the pinned
 //     packages: Fedora's newer cri-o or cri-tools replaces upstream's. After the transaction the agent locks the
 //     pinned names at their installed versions with `dnf versionlock add` (dnf5's own command since 5.1.13,
@@ -53,72 +52,10 @@ func pinnedNames(specs []string) []string {
 	return names
 }
 
-// dnfError is how a dnf command failed: its status and dnf's own reason (dnfReason), permanent where no retry within
-// the boot can change it (a package that fails its signature check).
-func dnfError(cmd string, err error) error {
-	ee := (*system.ExitError)(nil)
-	if !errors.As(err, &ee) {
-		return err
-	}
-	msg := fmt.Sprintf("dnf %s exited %d", cmd, ee.Code)
-	reason := dnfReason(ee.Tail)
-	if reason != "" {
-		msg += ": " + reason
-	}
-	if strings.Contains(reason, "not signed") || strings.Contains(reason, "GPG check FAILED") ||
-		strings.Contains(reason, "OpenPGP check for package") {
-		return system.Permanent(errors.New(msg))
-	}
-	return errors.New(msg)
-}
-
-// dnfReasons start the lines in which dnf4 and dnf5 say why a command failed: a spec nothing matches, a repository
-// not reached or not configured, a signature or key check, a dependency problem, a command dnf lacks. The rest of
-// such a line is dnf's own wording, quoted as it is.
-var dnfReasons = []string{
-	"No match for argument",              // dnf4, dnf5: a spec nothing matches
-	"All matches were filtered out",      // dnf4: `... by exclude filtering for argument: SPEC` (Fedora's build only)
-	"Argument '",                         // dnf5: `Argument 'SPEC' matches only excluded packages.` (the same)
-	"Error: Unable to find a match",      // dnf4, after either
-	"Failed to download metadata",        // dnf5: `... for repository "ID": Usable URL not found`
-	"Error: Failed to download metadata", // dnf4: `... for repo 'ID': Cannot download repomd.xml: ...`
-	"Error: Unknown repo",                // dnf4: a --repo no .repo file defines
-	"No matching repositories for",       // dnf5: the same
-	"OpenPGP check for package",          // dnf5: `... has failed: The package is not signed.`
-	"Error: GPG check FAILED",            // dnf4
-	"Public key for",                     // dnf4: `... is not installed` (a key not imported)
-	"Problem",                            // dnf4, dnf5: a dependency problem ("Problem: ..." or "Problem 1: ...")
-	"No such command",                    // dnf4: a command it lacks (versionlock without its plugin)
-	"Unknown argument",                   // dnf5: the same
-}
-
-// dnfReason is dnf's reason in out (the tail of what it wrote): the lines that start as dnfReasons or say a package
-// "is not signed" (dnf4), at most three, joined; else dnf's last "Error" line; "" when there is none.
-func dnfReason(out string) string {
-	var reasons []string
-	lastError := ""
-	for line := range strings.Lines(out) {
-		line = strings.TrimSpace(line)
-		if strings.HasPrefix(line, "Error") {
-			lastError = line
-		}
-		reason := strings.HasSuffix(line, " is not signed") || slices.ContainsFunc(dnfReasons, func(r string) bool {
-			return strings.HasPrefix(line, r)
-		})
-		if reason && !slices.Contains(reasons, line) && len(reasons) < 3 {
-			reasons = append(reasons, line)
-		}
-	}
-	if len(reasons) == 0 {
-		return lastError
-	}
-	return strings.Join(reasons, "; ")
-}
-
 func (pr *preparer) dnfInstall(ctx context.Context, args ...string) error {
 	base := []string{"install", "-y", "--setopt=install_weak_deps=False", "--setopt=tsflags=nodocs",
 		"--setopt=max_parallel_downloads=10"}
-	return dnfError("install", pr.host.Run(ctx, pr.clock.Timeout(0), false, "dnf", append(base, args...)...))
+	return system.DNFError("install", pr.host.Run(ctx, pr.clock.Timeout(0), false, "dnf", append(base, args...)...))
 }
 
 // packages: kubelet, kubeadm, cri-tools and CRI-O from the pinned upstream repos, and the Fedora dependencies the
@@ -161,7 +98,7 @@ func (pr *preparer) installPackages(ctx context.Context) error {
 	case !pr.withUpdates:
 		pr.withUpdates = true
 		return fmt.Errorf("%w; the next attempt adds Fedora's repositories and their updates", err)
-	case noMatch(err.Error()):
+	case system.NoMatch(err.Error()):
 		// Every repository that may hold a package has been asked: a pin none matches stays unmatched.
 		return system.Permanent(fmt.Errorf("%w (the pinned repositories lack a package of the spec; Fedora's "+
 			"repositories are not asked for the pinned names)", err))
@@ -169,23 +106,12 @@ func (pr *preparer) installPackages(ctx context.Context) error {
 	return err
 }
 
-// noMatch: dnf's reason says a spec matches no package it may take (dnf4 and dnf5 wordings, dnfReasons).
-func noMatch(reason string) bool {
-	for _, s := range []string{"No match for argument", "Unable to find a match", "filtered out by exclude filtering",
-		"matches only excluded packages"} {
-		if strings.Contains(reason, s) {
-			return true
-		}
-	}
-	return false
-}
-
 // lockPins locks names at their installed versions. dnf4 without its versionlock plugin answers "No such command":
 // the plugin then comes from Fedora's repositories (with their updates: a plugin newer than the image's dnf needs
 // them), and the lock is asked again.
 func (pr *preparer) lockPins(ctx context.Context, names []string) error {
 	lock := func() error {
-		return dnfError("versionlock add", pr.host.Run(ctx, pr.clock.Timeout(time.Minute), false, "dnf",
+		return system.DNFError("versionlock add", pr.host.Run(ctx, pr.clock.Timeout(time.Minute), false, "dnf",
 			append([]string{"versionlock", "add"}, names...)...))
 	}
 	err := lock()

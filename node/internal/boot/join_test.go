@@ -219,7 +219,7 @@ func TestJoinPackagesFail(t *testing.T) {
 			failed := nodetest.FailedLines(run.log)
 			assert.Assert(t, is.Len(failed, 1), run.log)
 			assert.Check(t, is.Contains(failed[0], c.reason))
-			assert.Check(t, is.Contains(failed[0], strings.TrimSpace(dnfReason(c.tail))))
+			assert.Check(t, is.Contains(failed[0], strings.TrimSpace(system.DNFReason(c.tail))))
 			installs := 0
 			for _, call := range run.calls {
 				if strings.HasPrefix(call, dnfInstall+" --repo=dynk8s-kubernetes") {
@@ -247,27 +247,6 @@ func TestJoinLocksPinsOnDnf4(t *testing.T) {
 		dnfLock,
 	}))
 	assert.Check(t, is.Contains(run.log, "this dnf has no versionlock command (dnf4 without its plugin)"))
-}
-
-// dnfReason quotes dnf4's and dnf5's own lines (as the e2e saw them on each), not its hints.
-func TestDNFReason(t *testing.T) {
-	for out, want := range map[string]string{
-		"Updating and loading repositories:\nFailed to resolve the transaction:\nNo match for argument: kubelet-1.34.9\n" +
-			"You can try to add to command line:\n  --skip-unavailable to skip unavailable packages\n": "No match for argument: kubelet-1.34.9",
-		"No match for argument: kubelet-1.34.9\nError: Unable to find a match: kubelet-1.34.9\n": "No match for argument: " +
-			"kubelet-1.34.9; Error: Unable to find a match: kubelet-1.34.9",
-		"Failed to resolve the transaction:\nArgument 'cri-o-1.34.*' matches only excluded packages.\n": "Argument " +
-			"'cri-o-1.34.*' matches only excluded packages.",
-		"All matches were filtered out by exclude filtering for argument: cri-o-1.34.*\nError: Unable to find a match: " +
-			"cri-o-1.34.*\n": "All matches were filtered out by exclude filtering for argument: cri-o-1.34.*; Error: Unable " +
-			"to find a match: cri-o-1.34.*",
-		"Error: Failed to download metadata for repo 'dynk8s-kubernetes': Cannot download repomd.xml: Curl error (37)\n": "Error: " +
-			"Failed to download metadata for repo 'dynk8s-kubernetes': Cannot download repomd.xml: Curl error (37)",
-		"Total 1.0 MiB/s\nError: something dnf never said before\n": "Error: something dnf never said before",
-		"Complete!\n": "",
-	} {
-		assert.Check(t, is.Equal(dnfReason(out), want), "%q", out)
-	}
 }
 
 // The join trusts only the pinned cluster CA: kubeadm gets the pin in the JoinConfiguration, which does not skip the

@@ -175,7 +175,7 @@ func (g *gatewayRun) Packages(ctx context.Context) error {
 		if err := g.clock.Retry(ctx, g.log, "install "+what, func(ctx context.Context) error {
 			args := append(append([]string{"install", "-y", "--setopt=install_weak_deps=False"}, repos...), missing...)
 			repos = nil
-			return dnfError(g.host.Run(ctx, g.clock.Timeout(0), false, "dnf", args...))
+			return system.DNFError("install", g.host.Run(ctx, g.clock.Timeout(0), false, "dnf", args...))
 		}); err != nil {
 			return err
 		}
@@ -189,13 +189,4 @@ func (g *gatewayRun) Packages(ctx context.Context) error {
 		return fmt.Errorf("could not enable and start %s", g.cfg.TunnelUnit)
 	}
 	return nil
-}
-
-// dnfError says what a failed dnf install did, as the journal reads it.
-func dnfError(err error) error {
-	var ee *system.ExitError
-	if errors.As(err, &ee) {
-		return fmt.Errorf("dnf install exited %d", ee.Code)
-	}
-	return err
 }
