@@ -73,7 +73,10 @@ func (h RealHost) Run(ctx context.Context, timeout time.Duration, quiet bool, na
 	var tail tailBuffer
 	if !quiet {
 		// One writer for both streams: exec copies them through one pipe, in the order the command wrote.
-		out := io.MultiWriter(h.Out, &tail)
+		var out io.Writer = &tail
+		if h.Out != nil {
+			out = io.MultiWriter(h.Out, &tail)
+		}
 		cmd.Stdout, cmd.Stderr = out, out
 	}
 	err := commandError(ctx, cmd.Run(), name, timeout)
