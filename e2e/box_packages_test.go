@@ -53,11 +53,8 @@ func TestBoxPackagesOnRealDnf(t *testing.T) {
 	kube := cfg.Kubernetes.Version
 
 	const repoDir = "/srv/repos"
-	for _, root := range []struct{ name, dir, dnf string }{
-		{"dnf4", boxRoot(t), "dnf4"},
-		{"dnf5", forkyRoot(t), "dnf5"},
-	} {
-		t.Run(root.name, func(t *testing.T) {
+	for _, root := range []struct{ dnf, dir string }{{"dnf4", boxRoot(t)}, {"dnf5", forkyRoot(t)}} {
+		t.Run(root.dnf, func(t *testing.T) {
 			built := buildPackageRepos(t, nspawn, root.dir, kube.String(), pinnedCRIOMinor(t, files))
 			// run is one case: the user data's repositories with base URLs (by repository id) from urls, the agent's
 			// deadline, and what runs after the prepare.
