@@ -272,7 +272,9 @@ func parsePackageRun(t *testing.T, out string) packageRun {
 	var cur string
 	for line := range strings.Lines(out) {
 		if name, ok := strings.CutPrefix(line, "== "); ok {
+			// A section is there from its header on, empty or not (the last one, "the end", always is).
 			cur = strings.TrimSpace(name)
+			sections[cur] += ""
 			continue
 		}
 		sections[cur] += line
