@@ -99,9 +99,9 @@ func (pr *preparer) installPackages(ctx context.Context) error {
 		pr.withUpdates = true
 		return fmt.Errorf("%w; the next attempt adds Fedora's repositories and their updates", err)
 	case system.NoMatch(err.Error()):
-		// Every repository that may hold a package has been asked: a pin none matches stays unmatched.
-		return system.Permanent(fmt.Errorf("%w (the pinned repositories lack a package of the spec; Fedora's "+
-			"repositories are not asked for the pinned names)", err))
+		// Every repository that may hold a package has been asked: a spec none matches stays unmatched.
+		return system.Permanent(fmt.Errorf("%w (no repository the boot may take it from has it: the pinned names "+
+			"come from the pinned repositories only, never from Fedora's)", err))
 	}
 	return err
 }

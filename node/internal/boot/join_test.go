@@ -193,7 +193,7 @@ func TestJoinPackagesFail(t *testing.T) {
 		"a pin no repository matches": {
 			tail:     "Failed to resolve the transaction:\nNo match for argument: cri-o-1.34.*\nYou can try to add to command line:\n",
 			attempts: func(n int) bool { return n == 2 },
-			reason:   "dnf install exited 1: No match for argument: cri-o-1.34.* (the pinned repositories lack"},
+			reason:   "dnf install exited 1: No match for argument: cri-o-1.34.* (no repository the boot may take it from has it"},
 		"a pin only Fedora's build matches (dnf5)": {
 			tail:     "Failed to resolve the transaction:\nArgument 'cri-o-1.34.*' matches only excluded packages.\n",
 			attempts: func(n int) bool { return n == 2 },
