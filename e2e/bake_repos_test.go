@@ -21,6 +21,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/dynk8s/dynk8s/cloudinit"
+	"github.com/dynk8s/dynk8s/infra/config"
 )
 
 // The baked image's repositories step (cloudinit.AddRepositories, the component's AddRepositories) run by two real
@@ -28,15 +29,8 @@ import (
 // root's (Debian bookworm, 22.4) and the forky root's (26.2). Each writes the pool's .repo files from the same
 // cloud-config, and the two write the same files.
 func TestBakeRepositoriesOnBothCloudInits(t *testing.T) {
-	if os.Geteuid() != 0 {
-		missing(t, "root (systemd-nspawn)")
-	}
-	nspawn := requireTool(t, "systemd-nspawn")
-	cfg := devConfig(t)
-	pool := hostArchPool(t, cfg)
-	userData := stackNode(cfg, pool, []string{"sha256:" + strings.Repeat("0", 64)}, "/dynk8s/e2e/join-token").userData(t)
-	_, repos, err := cloudinit.PrepareFiles(userData)
-	assert.NilError(t, err)
+	nspawn := requireNspawn(t)
+	_, _, repos := devPrepareFiles(t)
 	var want struct {
 		YumRepos map[string]struct {
 			BaseURL  string `json:"baseurl"`
@@ -139,13 +133,41 @@ func cloudInitVersion(t *testing.T, nspawn, root string) ciVersion {
 // the command writes, gone with the container.
 func inRoot(ctx context.Context, nspawn, root string, args ...string) (string, error) {
 	var stdout, stderr bytes.Buffer
-	cmd := exec.CommandContext(ctx, nspawn, append([]string{"--quiet", "--volatile=overlay", "--register=no",
-		"--keep-unit", "--private-network", "--console=pipe", "--directory=" + root}, args...)...)
+	cmd := nspawnCommand(ctx, nspawn, root, args...)
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
 	if err := cmd.Run(); err != nil {
 		return stdout.String(), fmt.Errorf("%w: %s", err, stderr.String())
 	}
 	return stdout.String(), nil
+}
+
+// nspawnCommand is args run in root by systemd-nspawn, not booted, on a tmpfs overlay that takes what they write
+// (the root stays clean).
+func nspawnCommand(ctx context.Context, nspawn, root string, args ...string) *exec.Cmd {
+	return exec.CommandContext(ctx, nspawn, append([]string{"--quiet", "--volatile=overlay", "--register=no",
+		"--keep-unit", "--private-network", "--console=pipe", "--directory=" + root}, args...)...)
+}
+
+// requireNspawn is systemd-nspawn, which needs root; without either the test skips (fails under
+// DYNK8S_REQUIRE_TOOLS).
+func requireNspawn(t *testing.T) string {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		missing(t, "root (systemd-nspawn)")
+	}
+	return requireTool(t, "systemd-nspawn")
+}
+
+// devPrepareFiles are the dev stack's config and, of its pool of this machine's architecture, the rendered user
+// data's prepare files and repositories (cloudinit.PrepareFiles).
+func devPrepareFiles(t *testing.T) (*config.Config, []cloudinit.File, []byte) {
+	t.Helper()
+	cfg := devConfig(t)
+	userData := stackNode(cfg, hostArchPool(t, cfg), []string{"sha256:" + strings.Repeat("0", 64)},
+		"/dynk8s/e2e/join-token").userData(t)
+	files, repos, err := cloudinit.PrepareFiles(userData)
+	assert.NilError(t, err)
+	return cfg, files, repos
 }
 
 // repoFiles splits the step's listing ("== path" and the file's lines) into the files, without cloud-init's

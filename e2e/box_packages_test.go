@@ -6,7 +6,6 @@ import (
 	"bytes"
 	"context"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"regexp"
 	"strconv"
@@ -34,15 +33,8 @@ import (
 // a package that fails its signature check, an upstream repository not reached and a pin only Fedora's build
 // matches each fail the boot with one FAILED line that says why, and install nothing of Fedora's in its place.
 func TestBoxPackagesOnRealDnf(t *testing.T) {
-	if os.Geteuid() != 0 {
-		missing(t, "root (systemd-nspawn)")
-	}
-	nspawn := requireTool(t, "systemd-nspawn")
-	cfg := devConfig(t)
-	pool := hostArchPool(t, cfg)
-	userData := stackNode(cfg, pool, []string{"sha256:" + strings.Repeat("0", 64)}, "/dynk8s/e2e/join-token").userData(t)
-	files, reposYAML, err := cloudinit.PrepareFiles(userData)
-	assert.NilError(t, err)
+	nspawn := requireNspawn(t)
+	cfg, files, reposYAML := devPrepareFiles(t)
 	var repos struct {
 		YumRepos map[string]map[string]any `json:"yum_repos"`
 	}
@@ -244,8 +236,7 @@ func testdataPath(t *testing.T, name string) string {
 func nspawnOutput(ctx context.Context, t *testing.T, nspawn, root string, args ...string) string {
 	t.Helper()
 	var out bytes.Buffer
-	cmd := exec.CommandContext(ctx, nspawn, append([]string{"--quiet", "--volatile=overlay", "--register=no",
-		"--keep-unit", "--private-network", "--console=pipe", "--directory=" + root}, args...)...)
+	cmd := nspawnCommand(ctx, nspawn, root, args...)
 	cmd.Stdout, cmd.Stderr = &out, &out
 	assert.NilError(t, cmd.Run(), "systemd-nspawn %s:\n%s", strings.Join(args, " "), out.String())
 	return out.String()
