@@ -27,6 +27,10 @@ var importRules = map[string][]string{
 	// catalog itself (internal/ec2catalog).
 	module + "/cmd/timeline": {module + "/cmd/plan/", "github.com/pulumi/"},
 	module + "/cmd/explain":  {module + "/cmd/plan/", "github.com/pulumi/"},
+	// cmd/status is the one such tool that runs the program, and only for the idle bill: cmd/plan/plan prices what
+	// the program declares under the mock engine (offline, well under a second). It never takes the automation API
+	// (a real engine).
+	module + "/cmd/status": {"github.com/pulumi/pulumi/sdk/v3/go/auto"},
 	// The pipeline's gate reads a preview's JSON alone, nothing of the stack.
 	module + "/cmd/previewgate/previewgate": {module + "/"},
 	// The reference generator reads the config types' source; it needs the config package only for its namespace.

@@ -70,10 +70,18 @@ const burstCleanupThreshold = 5 * time.Second
 
 // TestBurstScaleUpAndBackToZero runs the whole loop once, the sleeping gateway woken by the controller at the
 // autoscaler's decision, and logs each phase's seconds since the build pod was created.
+//
+// cmd/status, as the operator runs it on the on-prem peer, reports the gateway asleep and the pool at zero before
+// the burst, the pool at one with its Node Ready and the tunnel up while the build's Node still runs, and zero again
+// after it.
 func TestBurstScaleUpAndBackToZero(t *testing.T) {
+	st := buildStatus(t)
 	b := newBurst(t, burstOptions{})
+	st.checkAsleep(b.ctx, t, b, "before the burst")
 	b.scaleUp(t)
+	st.checkBurst(b.ctx, t, b)
 	b.backToZero(t)
+	st.checkAsleep(b.ctx, t, b, "after the burst")
 }
 
 // TestBurstNodeWakesTheGateway is the fallback: without the controller's wake-up (its loop not run, as with the
@@ -145,7 +153,8 @@ func newBurst(t *testing.T, opts burstOptions) *burst {
 		t.Fatal("the dev stack's gateway sleeps, and the controller's user has no policy to start it")
 	}
 	b.aws = startAWS(ctx, t, s, []replayUser{{Name: s.userName, Policy: s.policy},
-		{Name: s.cleanupUser, Policy: s.cleanupPolicy, More: []string{s.cleanupWake}}})
+		{Name: s.cleanupUser, Policy: s.cleanupPolicy, More: []string{s.cleanupWake}},
+		{Name: operatorUser, Policy: operatorPolicy}})
 	b.vpc = newVPCWithGateway(ctx, t, c, cfg, s, b.aws)
 	j := prepareBoxJoin(ctx, t, c, cfg, pool, "")
 	j.vpc = b.vpc

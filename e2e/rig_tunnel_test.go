@@ -527,22 +527,31 @@ func (tn *tunnel) waitHandshake(ctx context.Context, t *testing.T) {
 // wg runs wg as the tunnel's own side sees it: in the network and mount namespaces of the wireguard-go daemon that
 // runs in n, where its control socket is.
 func (tn *tunnel) wg(ctx context.Context, n netns, args ...string) (string, error) {
+	pid, err := wireguardGoPID(ctx, n)
+	if err != nil {
+		return "", err
+	}
+	cmd := exec.CommandContext(ctx, "nsenter", append([]string{"-t", pid, "-m", "-n", "wg"}, args...)...)
+	cmd.WaitDelay = 5 * time.Second
+	b, err := cmd.CombinedOutput()
+	if err != nil {
+		return string(b), fmt.Errorf("wg %s in %s: %w: %s", strings.Join(args, " "), n, err, b)
+	}
+	return string(b), nil
+}
+
+// wireguardGoPID is the pid of the wireguard-go daemon that runs in n: its mount namespace holds the tunnel's
+// control socket (privateWireGuardRun).
+func wireguardGoPID(ctx context.Context, n netns) (string, error) {
 	out, err := exec.CommandContext(ctx, "ip", "netns", "pids", string(n)).Output()
 	if err != nil {
 		return "", fmt.Errorf("ip netns pids %s: %w", n, err)
 	}
 	for _, pid := range strings.Fields(string(out)) {
 		comm, err := os.ReadFile("/proc/" + pid + "/comm")
-		if err != nil || strings.TrimSpace(string(comm)) != "wireguard-go" {
-			continue
+		if err == nil && strings.TrimSpace(string(comm)) == "wireguard-go" {
+			return pid, nil
 		}
-		cmd := exec.CommandContext(ctx, "nsenter", append([]string{"-t", pid, "-m", "-n", "wg"}, args...)...)
-		cmd.WaitDelay = 5 * time.Second
-		b, err := cmd.CombinedOutput()
-		if err != nil {
-			return string(b), fmt.Errorf("wg %s in %s: %w: %s", strings.Join(args, " "), n, err, b)
-		}
-		return string(b), nil
 	}
 	return "", fmt.Errorf("no wireguard-go runs in %s", n)
 }

@@ -140,7 +140,7 @@ func NewWireGuardGateway(ctx *pulumi.Context, name string, args *WireGuardGatewa
 		return nil, fmt.Errorf("wireguard gateway %q: %s: %w", name, what, err)
 	}
 	gatewayAddr, onPremAddr := TunnelAddresses(wg.TunnelCIDR)
-	gatewayName := args.ClusterName + "-wireguard-gateway"
+	gatewayName := GatewayName(args.ClusterName)
 	tags := awsTags(config.IdentityTags(args.ClusterName, "", gatewayName))
 
 	gatewayKey, err := newKeyPair(ctx, name+"-key", parent)
@@ -373,6 +373,10 @@ func onPremWireGuardConfig(wg config.WireGuard, vpc netip.Prefix, privateKey, ga
 	return string(out), nil
 }
 
+// GatewayName is the gateway instance's Name tag (and its volume's, its alarm's): with names.TagCluster it is how
+// the wake-up's policy, the operator's status view and the console find the stack's gateway.
+func GatewayName(clusterName string) string { return clusterName + "-wireguard-gateway" }
+
 // IdleStopTag is the gateway instance's tag that says after how long idle it stops itself ("0s": never). Operators
 // see in the console why a gateway is stopped; the plan's idle bill reads it.
 const IdleStopTag = "dynk8s:idleStop"
@@ -414,7 +418,7 @@ func sleepPolicies(ctx *pulumi.Context, name string, args *WireGuardGatewayArgs,
 	wake := pulumix.Apply3Err(partition, account, instance.ID().ToStringOutput(),
 		func(partition, account, id string) (string, error) {
 			arn := fmt.Sprintf("arn:%s:ec2:%s:%s:instance/%s", partition, args.Region, account, id)
-			return WakeGatewayPolicy(arn, args.ClusterName, args.ClusterName+"-wireguard-gateway").JSON()
+			return WakeGatewayPolicy(arn, args.ClusterName, GatewayName(args.ClusterName)).JSON()
 		})
 	if _, err := iam.NewRolePolicy(ctx, name+"-wake", &iam.RolePolicyArgs{
 		Role:   args.NodeRoleName,

@@ -17,6 +17,14 @@ const (
 // on its own instance only; the controller approves a node's CSR only when its public key has that hash.
 const TagKubeletKey = "dynk8s:kubelet-key-sha256"
 
+// JoinTokenManagedBy is the app.kubernetes.io/managed-by label of every join token Secret the controller's rotator
+// creates (and the script before it created); JoinTokenSelector selects them, for a revocation, the operator's
+// status view and the e2e tests' cleanup.
+const (
+	JoinTokenManagedBy = "dynk8s-join-token-rotator"
+	JoinTokenSelector  = "app.kubernetes.io/managed-by=" + JoinTokenManagedBy
+)
+
 // The forms of the values the agent reads (from its config, IMDS and SSM), which the config and the renderer check
 // too, or look for where a secret must not be: one home each.
 const (

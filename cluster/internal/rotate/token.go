@@ -11,6 +11,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	bootstrapapi "k8s.io/cluster-bootstrap/token/api"
 	bootstraputil "k8s.io/cluster-bootstrap/token/util"
+
+	"github.com/dynk8s/dynk8s/internal/names"
 )
 
 // The labels of every token Secret the rotator creates, the ones the rotator before this loop (a script) gave them,
@@ -21,11 +23,11 @@ const (
 	labelPartOf    = "app.kubernetes.io/part-of"
 	labelManagedBy = "app.kubernetes.io/managed-by"
 	// ManagedBy is the managed-by label's value: an operator selects the loop's Secrets by it.
-	ManagedBy = "dynk8s-join-token-rotator"
+	ManagedBy = names.JoinTokenManagedBy
 )
 
 // Selector selects the rotator's token Secrets.
-const Selector = labelManagedBy + "=" + ManagedBy
+const Selector = names.JoinTokenSelector
 
 // token is one join token: what its Secret says and SSM is given. The secret half is the credential; String and
 // LogValue leave it out, so that a token passed to a log or a format by mistake prints only its public id.

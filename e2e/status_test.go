@@ -1,0 +1,126 @@
+//go:build e2e
+
+package e2e
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"gotest.tools/v3/assert"
+	is "gotest.tools/v3/assert/cmp"
+
+	"github.com/dynk8s/dynk8s/cmd/status/status"
+)
+
+// operatorUser is the IAM user cmd/status runs as: the read-only calls docs/status.md lists, and nothing else, so
+// that moto's IAM enforcement refuses any call the page does not name.
+const operatorUser = "e2e-operator"
+
+const operatorPolicy = `{"Version": "2012-10-17", "Statement": [{"Effect": "Allow", "Resource": "*", "Action": [
+	"autoscaling:DescribeAutoScalingGroups", "autoscaling:DescribeWarmPool", "autoscaling:DescribeScalingActivities",
+	"ec2:DescribeInstances", "ssm:DescribeParameters"]}]}`
+
+// operatorStatus is the built cmd/status, run as the operator would on the on-prem peer: in the mount namespace of
+// the on-prem side's wireguard-go (where its control socket is; the host's network, where the API server and moto
+// are), with the admin kubeconfig and the operator user's key against moto.
+type operatorStatus struct {
+	bin string
+}
+
+func buildStatus(t *testing.T) *operatorStatus {
+	t.Helper()
+	bin := filepath.Join(t.TempDir(), "status")
+	cmd := exec.Command("go", "build", "-o", bin, "../cmd/status")
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("go build ./cmd/status: %v\n%s", err, out)
+	}
+	return &operatorStatus{bin: bin}
+}
+
+// run runs it once with -o json and returns the report; it logs the report as the text screen.
+func (s *operatorStatus) run(ctx context.Context, t *testing.T, b *burst, when string) status.Report {
+	t.Helper()
+	pid, err := wireguardGoPID(ctx, b.vpc.gateway.tn.onprem)
+	assert.NilError(t, err)
+	key := b.aws.users[operatorUser]
+	cctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(cctx, "nsenter", "-t", pid, "-m", "--", s.bin, "-config", filepath.Join("..", "Pulumi.dev.yaml"),
+		"-stack", "dev", "-kubeconfig", b.c.Kubeconfig, "-o", "json")
+	cmd.Env = append(os.Environ(), "AWS_ENDPOINT_URL="+b.aws.url, "AWS_ACCESS_KEY_ID="+key.Key,
+		"AWS_SECRET_ACCESS_KEY="+key.Secret, "AWS_SESSION_TOKEN=", "AWS_PROFILE=", "AWS_CONFIG_FILE=/dev/null",
+		"AWS_SHARED_CREDENTIALS_FILE=/dev/null", "KUBECONFIG=")
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	err = cmd.Run()
+	if _, exited := err.(*exec.ExitError); err != nil && !exited {
+		t.Fatalf("cmd/status %s: %v\n%s", when, err, stderr.String())
+	}
+	var r status.Report
+	assert.NilError(t, json.Unmarshal(stdout.Bytes(), &r), "cmd/status %s: %s\n%s", when, stdout.String(), stderr.String())
+	var screen bytes.Buffer
+	assert.NilError(t, r.WriteText(&screen))
+	t.Logf("cmd/status %s (exit %d):\n%s%s", when, cmd.ProcessState.ExitCode(), screen.String(), stderr.String())
+	// The operator's user may make every call the page names: a refusal would be an unread part.
+	for _, u := range r.Unread {
+		if bytes.Contains([]byte(u), []byte("AccessDenied")) || bytes.Contains([]byte(u), []byte("not authorized")) {
+			t.Errorf("cmd/status %s: a call docs/status.md lists was refused: %s", when, u)
+		}
+	}
+	return r
+}
+
+// pool is the report's pool of the burst.
+func (s *operatorStatus) pool(t *testing.T, r status.Report, b *burst) status.Pool {
+	t.Helper()
+	for _, p := range r.Pools {
+		if p.Name == b.pool.Name {
+			assert.Check(t, is.Equal(p.Group, b.group), "the pool's group as moto has it")
+			return p
+		}
+	}
+	t.Fatalf("no pool %s in the report: %+v", b.pool.Name, r.Pools)
+	return status.Pool{}
+}
+
+// checkAsleep checks the report before the burst: the gateway asleep, the pool at zero, the tunnel read from the
+// on-prem peer's real interface.
+func (s *operatorStatus) checkAsleep(ctx context.Context, t *testing.T, b *burst, when string) {
+	t.Helper()
+	r := s.run(ctx, t, b, when)
+	assert.Check(t, is.Equal(r.Gateway.Instance, b.vpc.gatewayID))
+	assert.Check(t, is.Equal(r.Gateway.State, "stopped"))
+	p := s.pool(t, r, b)
+	assert.Check(t, is.Equal(p.Desired, 0))
+	assert.Check(t, is.Equal(p.InService, 0))
+	assert.Check(t, is.Len(p.Nodes, 0))
+	assert.Check(t, is.Equal(r.Tunnel.Interface, onPremIface), "the on-prem peer's interface found by its VPC route")
+	assert.Check(t, !r.Tunnel.Up)
+}
+
+// checkBurst checks the report while the build pod runs: the pool at one, its Node Ready, the gateway awake, the
+// tunnel up, the controller leading.
+func (s *operatorStatus) checkBurst(ctx context.Context, t *testing.T, b *burst) {
+	t.Helper()
+	r := s.run(ctx, t, b, "during the burst")
+	p := s.pool(t, r, b)
+	assert.Check(t, is.Equal(p.Desired, 1))
+	assert.Check(t, is.Equal(p.InService+p.Booting, 1))
+	assert.Check(t, is.Len(p.Nodes, 1))
+	if len(p.Nodes) == 1 {
+		assert.Check(t, is.Equal(p.Nodes[0].Name, b.node))
+		assert.Check(t, p.Nodes[0].Ready)
+	}
+	assert.Check(t, is.Equal(r.Gateway.State, "running"))
+	assert.Check(t, r.Tunnel.Up, "the tunnel: %+v", r.Tunnel)
+	assert.Check(t, r.Tunnel.LastHandshake != nil)
+	assert.Check(t, r.Tunnel.ReceivedBytes > 0)
+	assert.Check(t, is.Equal(r.Controller.Leader, "e2e-burst"))
+	assert.Check(t, r.Controller.Leads)
+}
