@@ -51,7 +51,10 @@ func (s *operatorStatus) run(ctx context.Context, t *testing.T, b *burst, when s
 	key := b.aws.users[operatorUser]
 	cctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
 	defer cancel()
-	cmd := exec.CommandContext(cctx, "nsenter", "-t", pid, "-m", "--", s.bin, "-config", filepath.Join("..", "Pulumi.dev.yaml"),
+	// nsenter -m starts the command at the namespace's root: the stack file by its absolute path.
+	stackFile, err := filepath.Abs(filepath.Join("..", "Pulumi.dev.yaml"))
+	assert.NilError(t, err)
+	cmd := exec.CommandContext(cctx, "nsenter", "-t", pid, "-m", "--", s.bin, "-config", stackFile,
 		"-stack", "dev", "-kubeconfig", b.c.Kubeconfig, "-o", "json")
 	cmd.Env = append(os.Environ(), "AWS_ENDPOINT_URL="+b.aws.url, "AWS_ACCESS_KEY_ID="+key.Key,
 		"AWS_SECRET_ACCESS_KEY="+key.Secret, "AWS_SESSION_TOKEN=", "AWS_PROFILE=", "AWS_CONFIG_FILE=/dev/null",

@@ -64,9 +64,16 @@ func caCertHashes(ctx *pulumi.Context, cfg *config.Config, k8s *kubernetes.Provi
 // checkCluster checks what the stack read of the cluster against the config and returns the CA pins; a problem is a
 // *config.Error at the key that would fix it.
 func checkCluster(cfg *config.Config, clusterInfo, clusterConfiguration string) ([]string, error) {
-	cp, err := checkVersionSkew(cfg, clusterConfiguration)
+	cc, err := config.ParseClusterConfiguration(clusterConfiguration)
 	if err != nil {
 		return nil, clusterError(config.Namespace+":kubernetes.version", "kube-system/kubeadm-config: %v", err)
+	}
+	cp, err := checkVersionSkew(cfg, cc)
+	if err != nil {
+		return nil, clusterError(config.Namespace+":kubernetes.version", "kube-system/kubeadm-config: %v", err)
+	}
+	if errs := cfg.CheckClusterNetworking(cc); len(errs) > 0 {
+		return nil, &config.Error{Errors: errs}
 	}
 	// The autoscaler's minor must be the control plane's (kubernetes/autoscaler cluster-autoscaler/README.md,
 	// "Releases"); its default follows the nodes' version, which may trail the control plane.
@@ -97,13 +104,7 @@ func clusterError(path, format string, args ...any) *config.Error {
 // ClusterConfiguration: the kubelet may be older than the API server, never newer (kubernetes.io version skew
 // policy), and kubeadm refuses to join a cluster of an older minor.
 // It returns the control plane's version.
-func checkVersionSkew(cfg *config.Config, clusterConfiguration string) (kube.Version, error) {
-	var cc struct {
-		KubernetesVersion string `json:"kubernetesVersion"`
-	}
-	if err := yaml.Unmarshal([]byte(clusterConfiguration), &cc); err != nil {
-		return kube.Version{}, fmt.Errorf("ClusterConfiguration: %w", err)
-	}
+func checkVersionSkew(cfg *config.Config, cc config.ClusterConfiguration) (kube.Version, error) {
 	cp, err := kube.ParseVersion(strings.TrimPrefix(cc.KubernetesVersion, "v"))
 	if err != nil {
 		return kube.Version{}, fmt.Errorf("ClusterConfiguration.kubernetesVersion: %w", err)

@@ -1059,6 +1059,28 @@ func TestVersionSkew(t *testing.T) {
 	assert.ErrorContains(t, run("1.34"), "kubernetesVersion")
 }
 
+// TestClusterNetworkingFromKubeadmConfig: kubernetes.podCidr and serviceCidr are compared at preview with the ranges
+// kube-system/kubeadm-config states, and a mismatch fails with the key that fixes it before anything is declared.
+func TestClusterNetworkingFromKubeadmConfig(t *testing.T) {
+	run := func(pods, services string) (*plan.Result, error) {
+		cfg, err := mockcloud.ConfigFromMap(devConfig(t))
+		assert.NilError(t, err)
+		cfg.ClusterPodSubnet, cfg.ClusterServiceSubnet = pods, services
+		return plan.RunConfig("dev", cfg)
+	}
+	_, err := run("10.244.0.0/16,fd00:10:244::/56", "10.96.0.0/12")
+	assert.NilError(t, err, "the configured ranges, a dual-stack pod subnet")
+	res, err := run("10.245.0.0/16", "")
+	assert.ErrorContains(t, err, "dynk8s:kubernetes.podCidr: is 10.244.0.0/16, but the cluster's "+
+		"networking.podSubnet is 10.245.0.0/16 (kube-system/kubeadm-config): set it to the cluster's")
+	assert.Check(t, !slices.ContainsFunc(res.Resources(), func(r mockcloud.Resource) bool {
+		return r.Type == "aws:ec2/launchTemplate:LaunchTemplate"
+	}), "a launch template declared despite the mismatch")
+	_, err = run("", "10.100.0.0/16")
+	assert.ErrorContains(t, err, "dynk8s:kubernetes.serviceCidr: is 10.96.0.0/12, but the cluster's "+
+		"networking.serviceSubnet is 10.100.0.0/16")
+}
+
 // TestInstanceTypesAskEC2: instance types are looked up in EC2 at preview (the mock catalog offline). A type EC2
 // does not have, one of the wrong architecture, or one no zone of the stack offers fails with its key path before
 // anything is declared; the autoscaler's template is sized from EC2's answer.

@@ -74,6 +74,9 @@ type Cloud struct {
 	// ClusterVersion is the control plane's version in kube-system/kubeadm-config, e.g. "v1.34.4". Default
 	// v1.34.4.
 	ClusterVersion string
+	// ClusterPodSubnet and ClusterServiceSubnet are the networking.podSubnet and serviceSubnet kubeadm-config
+	// states; default: none and kubeadm's default 10.96.0.0/12.
+	ClusterPodSubnet, ClusterServiceSubnet string
 	// EBSDefaultKey is the key ARN of the region's default EBS encryption key, a customer-managed key; empty: the
 	// AWS managed alias/aws/ebs, as in an account that never changed it.
 	EBSDefaultKey string

@@ -19,6 +19,9 @@ type StackConfig struct {
 	// ClusterVersion overrides the control plane version the stand-in kubeadm-config names (Cloud.ClusterVersion);
 	// by default the plan takes the configured kubernetes.version.
 	ClusterVersion string
+	// ClusterPodSubnet and ClusterServiceSubnet override the networking the stand-in kubeadm-config states; by
+	// default the plan takes the configured kubernetes.podCidr and serviceCidr.
+	ClusterPodSubnet, ClusterServiceSubnet string
 	// EBSDefaultKey sets Cloud.EBSDefaultKey: a customer-managed default EBS key.
 	EBSDefaultKey string
 	// OnPremNodes are the Ready Nodes labelled node-restriction.kubernetes.io/dynk8s-onprem the stand-in cluster has

@@ -158,7 +158,7 @@ func (c *Cloud) computed(typ, name, id string, in, out resource.PropertyMap) err
 		case "kube-public/cluster-info":
 			return clusterInfo(out, c.ClusterServer)
 		case "kube-system/kubeadm-config":
-			return kubeadmConfig(out, c.ClusterVersion)
+			return kubeadmConfig(out, c.ClusterVersion, c.ClusterPodSubnet, c.ClusterServiceSubnet)
 		}
 	}
 	return nil
@@ -390,13 +390,22 @@ func clusterInfo(out resource.PropertyMap, server string) error {
 	return nil
 }
 
-// kubeadmConfig answers the ConfigMap kubeadm init writes: the ClusterConfiguration with the control plane's version.
-func kubeadmConfig(out resource.PropertyMap, version string) error {
+// kubeadmConfig answers the ConfigMap kubeadm init writes: the ClusterConfiguration with the control plane's version
+// and its networking.
+func kubeadmConfig(out resource.PropertyMap, version, podSubnet, serviceSubnet string) error {
 	if version == "" {
 		version = "v1.34.4"
 	}
+	if serviceSubnet == "" {
+		serviceSubnet = "10.96.0.0/12"
+	}
+	networking := map[string]any{"serviceSubnet": serviceSubnet, "dnsDomain": "cluster.local"}
+	if podSubnet != "" {
+		networking["podSubnet"] = podSubnet
+	}
 	cc, err := yaml.Marshal(map[string]any{
 		"apiVersion": "kubeadm.k8s.io/v1beta4", "kind": "ClusterConfiguration", "kubernetesVersion": version,
+		"networking": networking,
 	})
 	if err != nil {
 		return fmt.Errorf("mockcloud: kubeadm-config: %w", err)

@@ -50,8 +50,12 @@ func RunConfig(stack string, cfg mockcloud.StackConfig) (*Result, error) {
 	var k8s struct {
 		APIServerEndpoint string `json:"apiServerEndpoint"`
 		Version           string `json:"version"`
+		PodCIDR           string `json:"podCidr"`
+		ServiceCIDR       string `json:"serviceCidr"`
 	}
 	if json.Unmarshal([]byte(cfg.Values[config.Namespace+":kubernetes"]), &k8s) == nil {
+		// And the ranges it is configured with, as kubeadm init states them.
+		cloud.ClusterPodSubnet, cloud.ClusterServiceSubnet = k8s.PodCIDR, k8s.ServiceCIDR
 		if k8s.APIServerEndpoint != "" {
 			cloud.ClusterServer = "https://" + k8s.APIServerEndpoint
 		}
@@ -64,6 +68,12 @@ func RunConfig(stack string, cfg mockcloud.StackConfig) (*Result, error) {
 	}
 	if cfg.ClusterVersion != "" {
 		cloud.ClusterVersion = cfg.ClusterVersion
+	}
+	if cfg.ClusterPodSubnet != "" {
+		cloud.ClusterPodSubnet = cfg.ClusterPodSubnet
+	}
+	if cfg.ClusterServiceSubnet != "" {
+		cloud.ClusterServiceSubnet = cfg.ClusterServiceSubnet
 	}
 	cloud.EBSDefaultKey = cfg.EBSDefaultKey
 	cloud.Caller, cloud.CallerRolePath = cfg.Caller, cfg.CallerRolePath

@@ -150,4 +150,11 @@ type Duration time.Duration
 // MarshalText is the duration's String.
 func (d Duration) MarshalText() ([]byte, error) { return []byte(time.Duration(d).String()), nil }
 
+// UnmarshalText reads what MarshalText writes.
+func (d *Duration) UnmarshalText(b []byte) error {
+	v, err := time.ParseDuration(string(b))
+	*d = Duration(v)
+	return err
+}
+
 func (d Duration) String() string { return time.Duration(d).String() }

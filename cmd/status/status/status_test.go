@@ -3,6 +3,7 @@ package status
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"net"
 	"os"
@@ -605,5 +606,9 @@ func TestStatusExitCodes(t *testing.T) {
 	assert.Check(t, is.Contains(out.String(), `"unread": [`))
 	assert.Check(t, is.Contains(out.String(), "no AWS credentials"))
 	assert.Check(t, is.Contains(out.String(), `"every": "40m0s"`))
+	// What -o json prints reads back as the report (the e2e reads it so).
+	var r Report
+	assert.NilError(t, json.Unmarshal(out.Bytes(), &r))
+	assert.Check(t, is.Equal(r.Token.Every, Duration(40*time.Minute)))
 	assert.Check(t, is.Contains(out.String(), `"monthlyUsd": 4.226`))
 }
