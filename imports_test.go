@@ -27,6 +27,7 @@ var importRules = map[string][]string{
 	// catalog itself (internal/ec2catalog).
 	module + "/cmd/timeline": {module + "/cmd/plan/", "github.com/pulumi/"},
 	module + "/cmd/explain":  {module + "/cmd/plan/", "github.com/pulumi/"},
+	module + "/cmd/check":    {module + "/cmd/plan/", "github.com/pulumi/"},
 	// cmd/status is the one such tool that runs the program, and only for the idle bill: cmd/plan/plan prices what
 	// the program declares under the mock engine (offline, well under a second). It never takes the automation API
 	// (a real engine).

@@ -4,9 +4,11 @@ package e2e
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"net/netip"
 	"os"
+	"os/exec"
 	"path"
 	"path/filepath"
 	"strconv"
@@ -15,6 +17,8 @@ import (
 	"time"
 
 	"gotest.tools/v3/assert"
+
+	"github.com/dynk8s/dynk8s/cmd/check/check"
 )
 
 // lanHostMSS is what a host on an ordinary 1500-byte on-prem LAN advertises.
@@ -97,6 +101,70 @@ func testTunnel(t *testing.T, dialOut bool) {
 	t.Run("DF above the tunnel MTU gets fragmentation needed", func(t *testing.T) { tn.testDF(ctx, t) })
 	t.Run("traffic outside onPremCidrs is not tunnelled", func(t *testing.T) { tn.testNotRouted(ctx, t) })
 	t.Run("the gateway counts forwarded packets, not keepalives", func(t *testing.T) { tn.testForwardCounters(ctx, t) })
+	t.Run("cmd/check finds a wrong MTU and a missing route on the peer", func(t *testing.T) { tn.testCheck(ctx, t) })
+}
+
+// testCheck runs cmd/check as the operator would on the on-prem peer (its network and mount namespaces, where the
+// tunnel's interface and control socket are; no cluster): the peer as set up passes the host's checks; with the
+// interface's MTU above the tunnel's and the VPC's route deleted, those two checks fail, saying what to change; put
+// back, they pass again.
+func (tn *tunnel) testCheck(ctx context.Context, t *testing.T) {
+	bin := filepath.Join(t.TempDir(), "check")
+	if out, err := exec.Command("go", "build", "-o", bin, "../cmd/check").CombinedOutput(); err != nil {
+		t.Fatalf("go build ./cmd/check: %v\n%s", err, out)
+	}
+	stackFile, err := filepath.Abs(filepath.Join("..", "Pulumi.dev.yaml"))
+	assert.NilError(t, err)
+	run := func(when string) map[string]check.Result {
+		t.Helper()
+		pid, err := wireguardGoPID(ctx, tn.onprem)
+		assert.NilError(t, err)
+		cmd := exec.CommandContext(ctx, "nsenter", "-t", pid, "-m", "-n", "--", bin, "-config", stackFile,
+			"-kubeconfig", "/nonexistent/kubeconfig", "-o", "json")
+		cmd.Env = append(os.Environ(), "KUBECONFIG=")
+		out, _ := cmd.Output()
+		var r check.Report
+		assert.NilError(t, json.Unmarshal(out, &r), "cmd/check %s: %s", when, out)
+		var text strings.Builder
+		assert.NilError(t, r.WriteText(&text))
+		t.Logf("cmd/check %s (exit %d):\n%s", when, cmd.ProcessState.ExitCode(), text.String())
+		byCheck := map[string]check.Result{}
+		for _, res := range r.Results {
+			byCheck[res.Check] = res
+		}
+		return byCheck
+	}
+	expect := func(r map[string]check.Result, name string, status check.Status, detail string) {
+		t.Helper()
+		got := r[name]
+		if got.Status != status || !strings.Contains(got.Detail, detail) {
+			t.Errorf("check %q: %s %q, want %s with %q", name, got.Status, got.Detail, status, detail)
+		}
+	}
+	vpc := tn.plan.vpcCIDR.Masked().String()
+	mtu := strconv.Itoa(tn.plan.mtu)
+
+	r := run("on the peer as set up")
+	expect(r, "tunnel interface", check.OK, onPremIface+" has the gateway's peer")
+	expect(r, "VPC route", check.OK, "is routed into "+onPremIface)
+	expect(r, "tunnel MTU", check.OK, onPremIface+" has MTU "+mtu)
+	expect(r, "handshake", check.OK, "last handshake was")
+	expect(r, "cluster", check.Skip, "kubeconfig")
+
+	tn.onprem.must(ctx, t, "ip", "link", "set", onPremIface, "mtu", "1500")
+	tn.onprem.must(ctx, t, "ip", "route", "del", vpc, "dev", onPremIface)
+	r = run("with MTU 1500 and no route to the VPC")
+	expect(r, "tunnel MTU", check.Fail, onPremIface+" has MTU 1500, the stack's tunnel "+mtu)
+	expect(r, "VPC route", check.Fail, tn.plan.vpcCIDR.Masked().Addr().Next().String())
+	if fix := r["VPC route"].Fix; !strings.Contains(fix, "ip route") || !strings.Contains(fix, vpc) {
+		t.Errorf("the VPC route's failure says to change %q, want the route to add", fix)
+	}
+
+	tn.onprem.must(ctx, t, "ip", "link", "set", onPremIface, "mtu", mtu)
+	tn.onprem.must(ctx, t, "ip", "route", "add", vpc, "dev", onPremIface)
+	r = run("put back")
+	expect(r, "VPC route", check.OK, "is routed into "+onPremIface)
+	expect(r, "tunnel MTU", check.OK, onPremIface+" has MTU "+mtu)
 }
 
 func (tn *tunnel) testPing(ctx context.Context, t *testing.T) {

@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"maps"
-	"net"
 	"os"
 	"regexp"
 	"slices"
@@ -29,6 +28,7 @@ import (
 	"k8s.io/client-go/metadata"
 	nodeutil "k8s.io/component-helpers/node/util"
 
+	"github.com/dynk8s/dynk8s/cmd/internal/wgpeer"
 	"github.com/dynk8s/dynk8s/cmd/plan/plan"
 	"github.com/dynk8s/dynk8s/infra"
 	"github.com/dynk8s/dynk8s/infra/addons"
@@ -436,29 +436,19 @@ func (c *collector) tunnel() {
 		return
 	}
 	vpc := c.in.Config.Network.VPCCIDR
-	for _, d := range devices {
-		if c.in.Interface != "" && d.Name != c.in.Interface {
-			continue
+	if d, p, ok := wgpeer.Find(devices, vpc, c.in.Interface); ok {
+		t.Interface, t.ReceivedBytes, t.SentBytes = d.Name, p.ReceiveBytes, p.TransmitBytes
+		if p.Endpoint != nil {
+			t.Endpoint = p.Endpoint.String()
 		}
-		for _, p := range d.Peers {
-			if c.in.Interface == "" && !slices.ContainsFunc(p.AllowedIPs, func(n net.IPNet) bool {
-				return n.Contains(net.IP(vpc.Addr().AsSlice()))
-			}) {
-				continue
-			}
-			t.Interface, t.ReceivedBytes, t.SentBytes = d.Name, p.ReceiveBytes, p.TransmitBytes
-			if p.Endpoint != nil {
-				t.Endpoint = p.Endpoint.String()
-			}
-			if !p.LastHandshakeTime.IsZero() {
-				t.LastHandshake = ptr(p.LastHandshakeTime.UTC())
-				t.Up = c.in.Now.Sub(p.LastHandshakeTime) < RejectAfter
-			}
-			return
+		if !p.LastHandshakeTime.IsZero() {
+			t.LastHandshake = ptr(p.LastHandshakeTime.UTC())
+			t.Up = c.in.Now.Sub(p.LastHandshakeTime) < RejectAfter
 		}
+		return
 	}
 	if c.in.Interface != "" {
-		t.Error = c.unread("tunnel: no WireGuard interface %s with a peer on this host", c.in.Interface)
+		t.Error = c.unread("tunnel: no WireGuard interface %s with a peer for the VPC %s on this host", c.in.Interface, vpc)
 		return
 	}
 	t.Note = fmt.Sprintf("no WireGuard interface on this host has a peer for the VPC %s: run status on the on-prem peer", vpc)
