@@ -27,11 +27,11 @@ import (
 type Status string
 
 const (
-	// OK: what the step asks holds.
+	// OK is a check whose step holds.
 	OK Status = "ok"
-	// Fail: it does not; Fix says what to change.
+	// Fail is a check whose step does not hold; Fix says what to change.
 	Fail Status = "fail"
-	// Skip: it could not be checked from here (Detail says why; nothing is wrong that check knows of).
+	// Skip is a check that could not be made from here (Detail says why; nothing is wrong that check knows of).
 	Skip Status = "skip"
 )
 
@@ -249,11 +249,10 @@ func (c *checker) host() {
 	vpc := cfg.Network.VPCCIDR
 	var dev *wgtypes.Device
 	var peer *wgtypes.Peer
-	switch {
-	case c.src.WireGuard == nil:
+	if c.src.WireGuard == nil {
 		c.add("tunnel interface", Skip, fmt.Sprintf("no WireGuard on this host (%v)", c.src.WireGuardError),
 			"run check on the on-prem peer, as root")
-	default:
+	} else {
 		devices, err := c.src.WireGuard.Devices()
 		switch {
 		case errors.Is(err, os.ErrPermission):
