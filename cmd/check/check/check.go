@@ -31,6 +31,8 @@ const (
 	OK Status = "ok"
 	// Fail is a check whose step does not hold; Fix says what to change.
 	Fail Status = "fail"
+	// Warn is a check whose step does not hold in a way that works, at a cost Detail names.
+	Warn Status = "warn"
 	// Skip is a check that could not be made from here (Detail says why; nothing is wrong that check knows of).
 	Skip Status = "skip"
 )

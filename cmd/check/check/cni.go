@@ -242,6 +242,15 @@ func (c *checker) cniDevices() {
 			continue
 		}
 		limit := c.tunnelMTUFor(d.overhead)
+		if mtu > limit && d.name == "flannel.1" {
+			// Flannel has no MTU setting: flanneld sets its device from the node's interface, less VXLAN's 50.
+			c.add("CNI device MTU", Warn, fmt.Sprintf("flannel.1 on this host has MTU %d, which Flannel takes from the "+
+				"node's interface (it has no MTU setting): with VXLAN's %d bytes its packets toward the VPC exceed "+
+				"the tunnel's %d, and are fragmented on their way (slower, not lost)", mtu, d.overhead,
+				c.in.Config.WireGuard.MTU), fmt.Sprintf("a CNI whose MTU can be set cluster-wide (Calico, Cilium) at "+
+				"%d avoids it", limit))
+			continue
+		}
 		if mtu > limit {
 			c.add("CNI device MTU", Fail, fmt.Sprintf("%s on this host has MTU %d: with its encapsulation's %d bytes "+
 				"it exceeds the tunnel's %d", d.name, mtu, d.overhead, c.in.Config.WireGuard.MTU),

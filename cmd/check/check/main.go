@@ -105,7 +105,7 @@ func (r Report) WriteText(w io.Writer) error {
 	failed := 0
 	for _, res := range r.Results {
 		detail := res.Detail
-		if res.Status == Skip && res.Fix != "" {
+		if (res.Status == Skip || res.Status == Warn) && res.Fix != "" {
 			detail += " (" + res.Fix + ")"
 		}
 		fmt.Fprintf(tw, "%s\t%s\t%s\n", res.Status, res.Check, detail)
