@@ -127,6 +127,11 @@ func Collect(ctx context.Context, src Sources, in Input) Report {
 	c.pools()
 	c.gateway()
 	c.tunnel()
+	// A session younger than RejectAfter outlives a gateway that just stopped: the tunnel is up only while the
+	// gateway runs, when its state is known.
+	if st := r.Gateway.State; st != "" && st != string(ec2types.InstanceStateNameRunning) {
+		r.Tunnel.Up = false
+	}
 	c.token()
 	c.controller()
 	c.parts()

@@ -562,6 +562,15 @@ func TestStatusReadsWhatItCan(t *testing.T) {
 			assert.Check(t, is.Contains(r.Tunnel.Note, "not root"))
 		},
 	}, {
+		name: "a handshake younger than a session is not a tunnel once the gateway has stopped",
+		change: func(w *world) {
+			w.wg.devices[1] = onPremPeer(90 * time.Second)
+		},
+		check: func(t *testing.T, r Report) {
+			assert.Check(t, !r.Tunnel.Up)
+			assert.Check(t, r.Tunnel.LastHandshake != nil)
+		},
+	}, {
 		name:   "not the on-prem peer's host is a note",
 		change: func(w *world) { w.wg.devices = w.wg.devices[:1] },
 		check: func(t *testing.T, r Report) {
