@@ -296,12 +296,8 @@ func selector(component string) *metav1.LabelSelectorArgs {
 // nodes cannot rely on the nodes being untainted. The result is sorted and without duplicates, so the same pools
 // give the same spec.
 func tolerations(pools []config.NodePool) corev1.TolerationArray {
-	all := [][]kube.Taint{{kube.FuseStartupTaint}}
-	for _, p := range pools {
-		all = append(all, p.Taints)
-	}
 	var out corev1.TolerationArray
-	for _, t := range kube.SortedTaints(all...) {
+	for _, t := range config.PoolTolerations(pools) {
 		tol := &corev1.TolerationArgs{Key: pulumi.String(t.Key), Effect: pulumi.String(string(t.Effect))}
 		if t.Value == "" {
 			tol.Operator = pulumi.String("Exists")
@@ -348,10 +344,10 @@ func requireLabels(ops map[string]string) *corev1.AffinityArgs {
 }
 
 // resources is a requirements block with the same shape everywhere: cpu and memory requests and limits.
-func resources(cpuRequest, memRequest, cpuLimit, memLimit string) *corev1.ResourceRequirementsArgs {
+func resources(requests, limits config.Resources) *corev1.ResourceRequirementsArgs {
 	return &corev1.ResourceRequirementsArgs{
-		Requests: pulumi.StringMap{"cpu": pulumi.String(cpuRequest), "memory": pulumi.String(memRequest)},
-		Limits:   pulumi.StringMap{"cpu": pulumi.String(cpuLimit), "memory": pulumi.String(memLimit)},
+		Requests: pulumi.StringMap{"cpu": pulumi.String(requests.CPU), "memory": pulumi.String(requests.Memory)},
+		Limits:   pulumi.StringMap{"cpu": pulumi.String(limits.CPU), "memory": pulumi.String(limits.Memory)},
 	}
 }
 

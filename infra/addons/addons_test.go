@@ -515,3 +515,49 @@ func TestFuseHasNoAPIAccess(t *testing.T) {
 		assert.Check(t, !slices.Contains(run.objectNames(t, typ), fuseComponent), "a %s for the plugin", typ)
 	}
 }
+
+// TestPoolDaemonSetsAsDeclared: the DaemonSets the component declares on pool nodes are the ones
+// config.PoolDaemonSets describes (cmd/explain counts those on a pool's template node without a cluster): the same
+// names, node selectors, pool affinity, tolerations and requests.
+func TestPoolDaemonSetsAsDeclared(t *testing.T) {
+	for name, change := range map[string]func(*ClusterAddonsArgs){
+		"fuse and the termination handler": func(*ClusterAddonsArgs) {},
+		"no termination handler":           func(a *ClusterAddonsArgs) { a.TerminationHandler.Enabled = false },
+		"no fuse, one arch": func(a *ClusterAddonsArgs) {
+			a.Fuse.Enabled, a.Pools = false, a.Pools[:1]
+		},
+	} {
+		t.Run(name, func(t *testing.T) {
+			mk := func() *ClusterAddonsArgs {
+				a := testAddonsArgs()
+				change(a)
+				return a
+			}
+			a := mk()
+			cfg := &config.Config{NodePools: a.Pools, Fuse: a.Fuse, TerminationHandler: a.TerminationHandler}
+			run := mustRunAddons(t, mk)
+			var want []string
+			for _, ds := range cfg.PoolDaemonSets() {
+				want = append(want, ds.Name)
+				pod := podSpec(t, run.object(t, typeDaemonSet, ds.Name))
+				assert.Check(t, is.DeepEqual(pod["nodeSelector"], plain(t, ds.NodeSelector)), ds.Name)
+				assert.Check(t, is.DeepEqual(dig(t, pod, "affinity", "nodeAffinity", "requiredDuringSchedulingIgnoredDuringExecution",
+					"nodeSelectorTerms"), plain(t, []any{map[string]any{"matchExpressions": []any{
+					map[string]any{"key": kube.LabelPool, "operator": "Exists"}}}})), ds.Name)
+				var tolerations []any
+				for _, taint := range ds.Tolerates {
+					tol := map[string]any{"key": taint.Key, "effect": string(taint.Effect), "operator": "Exists"}
+					if taint.Value != "" {
+						tol["operator"], tol["value"] = "Equal", taint.Value
+					}
+					tolerations = append(tolerations, tol)
+				}
+				assert.Check(t, is.DeepEqual(pod["tolerations"], plain(t, tolerations)), ds.Name)
+				assert.Check(t, is.DeepEqual(dig(t, pod, "containers", 0, "resources"), plain(t, map[string]any{
+					"requests": map[string]any{"cpu": ds.Requests.CPU, "memory": ds.Requests.Memory},
+					"limits":   map[string]any{"cpu": ds.Limits.CPU, "memory": ds.Limits.Memory}})), ds.Name)
+			}
+			assert.DeepEqual(t, run.objectNames(t, typeDaemonSet), want)
+		})
+	}
+}

@@ -266,7 +266,7 @@ func (b *builder) autoscaler() (string, error) {
 								PeriodSeconds:       pulumi.Int(30),
 							},
 							// Upstream's figures, requests equal to limits.
-							Resources:       resources("100m", "600Mi", "100m", "600Mi"),
+							Resources:       resources(config.Resources{CPU: "100m", Memory: "600Mi"}, config.Resources{CPU: "100m", Memory: "600Mi"}),
 							SecurityContext: restrictedContainer(autoscalerUID),
 						},
 					},

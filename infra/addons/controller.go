@@ -14,6 +14,7 @@ import (
 	"github.com/pulumi/pulumi/sdk/v3/go/pulumi"
 
 	"github.com/dynk8s/dynk8s/cloudinit"
+	"github.com/dynk8s/dynk8s/infra/config"
 	"github.com/dynk8s/dynk8s/internal/kube"
 )
 
@@ -309,7 +310,7 @@ func (b *builder) controllerPodSpec(cleanupCreds, rotatorCreds *awsCredentials) 
 			Command: pulumi.StringArray{pulumi.String("/bin/bash"),
 				pulumi.String(controllerBootstrapDir + "/" + controllerBootstrapKey)},
 			Env:             fetchEnv,
-			Resources:       resources("10m", "32Mi", "500m", "128Mi"),
+			Resources:       resources(config.Resources{CPU: "10m", Memory: "32Mi"}, config.Resources{CPU: "500m", Memory: "128Mi"}),
 			SecurityContext: restrictedContainer(controllerUID),
 			VolumeMounts: corev1.VolumeMountArray{
 				&corev1.VolumeMountArgs{Name: pulumi.String("bootstrap"), MountPath: pulumi.String(controllerBootstrapDir),
@@ -335,7 +336,7 @@ func (b *builder) controllerPodSpec(cleanupCreds, rotatorCreds *awsCredentials) 
 			}},
 			LivenessProbe:   probe("/healthz", 10),
 			ReadinessProbe:  probe("/readyz", 5),
-			Resources:       resources("20m", "64Mi", "500m", "256Mi"),
+			Resources:       resources(config.Resources{CPU: "20m", Memory: "64Mi"}, config.Resources{CPU: "500m", Memory: "256Mi"}),
 			SecurityContext: restrictedContainer(controllerUID),
 			VolumeMounts: corev1.VolumeMountArray{
 				&corev1.VolumeMountArgs{Name: pulumi.String("bin"), MountPath: pulumi.String(controllerBinDir),

@@ -18,7 +18,7 @@ import (
 
 // fuseComponent is the app.kubernetes.io/name of the plugin's DaemonSets, and the name of its ServiceAccount and
 // RBAC objects.
-const fuseComponent = "fuse-device-plugin"
+const fuseComponent = config.FusePluginName
 
 // fuseDevicePluginDir is the kubelet's device-plugin directory: the plugin serves its socket there and watches
 // kubelet.sock to re-register after a kubelet restart.
@@ -135,7 +135,7 @@ func fusePodSpec(image, kubeArch string, capacity int, pools []config.NodePool) 
 					pulumi.String("--mounts_allowed"),
 					pulumi.String(strconv.Itoa(capacity)),
 				},
-				Resources: resources("10m", "16Mi", "50m", "64Mi"),
+				Resources: resources(config.FusePluginRequests, config.FusePluginLimits),
 				// Root (uid 0) is needed to create the socket in the root-owned kubelet directory; every
 				// capability is still dropped, as upstream does: the plugin only hands out /dev/fuse by path.
 				SecurityContext: restrictedContainer(0),

@@ -15,7 +15,7 @@ import (
 )
 
 const (
-	nthName = "aws-node-termination-handler"
+	nthName = config.TerminationHandlerName
 	// TerminationHandlerNodePolicyName names the policy that holds the termination handler to its own Node.
 	TerminationHandlerNodePolicyName = "dynk8s-termination-handler-own-node"
 	// defaultNTHImage is the latest release as of 2026-01 (aws/aws-node-termination-handler PR #1237, "v1.25.4 release
@@ -119,7 +119,7 @@ func (b *builder) terminationHandler() error {
 							Name:            pulumi.String(nthName),
 							Image:           pulumi.String(a.terminationHandlerImage()),
 							Env:             nthEnv(),
-							Resources:       resources("50m", "64Mi", "100m", "128Mi"),
+							Resources:       resources(config.TerminationHandlerRequests, config.TerminationHandlerLimits),
 							SecurityContext: restrictedContainer(nthUID),
 						},
 					},

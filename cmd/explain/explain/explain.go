@@ -88,6 +88,41 @@ func WithDaemonSets(templates []Template, sets []appsv1.DaemonSet) []Template {
 	return out
 }
 
+// StackDaemonSets are the stack's own DaemonSets on pool nodes (config.PoolDaemonSets, which infra/addons declares),
+// as the API would hold them: what explain counts on a template node without a cluster.
+func StackDaemonSets(cfg *config.Config) []appsv1.DaemonSet {
+	var out []appsv1.DaemonSet
+	for _, d := range cfg.PoolDaemonSets() {
+		var tolerations []corev1.Toleration
+		for _, t := range d.Tolerates {
+			tol := corev1.Toleration{Key: t.Key, Effect: corev1.TaintEffect(t.Effect), Operator: corev1.TolerationOpExists}
+			if t.Value != "" {
+				tol.Operator, tol.Value = corev1.TolerationOpEqual, t.Value
+			}
+			tolerations = append(tolerations, tol)
+		}
+		out = append(out, appsv1.DaemonSet{
+			ObjectMeta: metav1.ObjectMeta{Namespace: metav1.NamespaceSystem, Name: d.Name},
+			Spec: appsv1.DaemonSetSpec{Template: corev1.PodTemplateSpec{Spec: corev1.PodSpec{
+				NodeSelector: d.NodeSelector,
+				Affinity: &corev1.Affinity{NodeAffinity: &corev1.NodeAffinity{
+					RequiredDuringSchedulingIgnoredDuringExecution: &corev1.NodeSelector{NodeSelectorTerms: []corev1.NodeSelectorTerm{{
+						MatchExpressions: []corev1.NodeSelectorRequirement{{Key: kube.LabelPool, Operator: corev1.NodeSelectorOpExists}},
+					}}},
+				}},
+				Tolerations: tolerations,
+				Containers: []corev1.Container{{Name: d.Name, Resources: corev1.ResourceRequirements{
+					Requests: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse(d.Requests.CPU),
+						corev1.ResourceMemory: resource.MustParse(d.Requests.Memory)},
+					Limits: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse(d.Limits.CPU),
+						corev1.ResourceMemory: resource.MustParse(d.Limits.Memory)},
+				}}},
+			}}},
+		})
+	}
+	return out
+}
+
 // Templates builds the template node of every pool of cfg, in config order. shapes sizes each pool's first
 // instance type, which the autoscaler sizes a group by.
 func Templates(cfg *config.Config, shapes Shapes) ([]Template, error) {

@@ -95,6 +95,9 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 			fmt.Fprintf(stderr, "explain: %v\n", err)
 			return 1
 		}
+		// Without a cluster, the stack's own DaemonSets are what the autoscaler is sure to count on a pool's
+		// template node (the cluster's own, such as kube-proxy or the CNI's, -pending reads).
+		templates = WithDaemonSets(templates, StackDaemonSets(cfg))
 		code := 0
 		for _, pod := range pods {
 			r := Explain(cfg, templates, pod)

@@ -183,3 +183,26 @@ pod default/CronJob/nightly
 	assert.Equal(t, code, 0, errs)
 	assert.Check(t, is.Contains(out, "  builders-arm: fits\n  scale-up: builders-arm\n"))
 }
+
+// TestMainCountsTheStacksDaemonSets: without a cluster, a pool's template node has room for the stack's own
+// DaemonSet pods taken (the fuse plugin's and the termination handler's, as the autoscaler counts them), so a pod
+// asking for the whole node does not fit, and explain says why and exits 3 (newcomer review: it said "fits").
+func TestMainCountsTheStacksDaemonSets(t *testing.T) {
+	file := filepath.Join(t.TempDir(), "whole.yaml")
+	assert.NilError(t, os.WriteFile(file, []byte(`apiVersion: v1
+kind: Pod
+metadata: {name: whole-node}
+spec:
+  nodeSelector: {dynk8s.io/pool: builders-x86}
+  containers:
+  - name: c
+    image: x
+    resources: {requests: {cpu: "8", memory: 1Gi}}
+`), 0o600))
+	code, out, errs := runMain(t, "-config", "../../../Pulumi.dev.yaml", file)
+	assert.Equal(t, code, exitNoPoolFits, errs)
+	assert.Check(t, is.Contains(out, "  builders-x86: does not fit\n    - cpu: requests 8, the pool's template node has 8 "+
+		"allocatable, 60m of it for the pods of kube-system/aws-node-termination-handler, "+
+		"kube-system/fuse-device-plugin-amd64\n"), out)
+	assert.Check(t, is.Contains(out, "scale-up: none (no pool fits)"), out)
+}
