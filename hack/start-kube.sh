@@ -87,8 +87,23 @@ on_signal() {
 trap 'on_signal 130' INT
 trap 'on_signal 143' TERM
 
+# free_port: a port free now, below the kernel's ephemeral range (net.ipv4.ip_local_port_range, 32768-60999 by
+# default), so that no outgoing connection is given it between this probe and the server's bind: a port the kernel
+# picked (bind to 0) comes from that range, and etcd once found one taken by then ("bind: address already in use").
 free_port() {
-	python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'
+	python3 -c '
+import random, socket, sys
+for _ in range(500):
+    port = random.randint(20000, 32000)
+    with socket.socket() as s:
+        try:
+            s.bind(("127.0.0.1", port))
+        except OSError:
+            continue
+    print(port)
+    sys.exit(0)
+sys.exit("no free port in 20000-32000")
+'
 }
 
 # wait_for NAME SECONDS CMD...: polls CMD; fails early if the process just started has died.
