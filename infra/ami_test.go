@@ -74,6 +74,7 @@ func TestFedoraLookupPicksGA(t *testing.T) {
 		{42, "arm64"}:  "Fedora-Cloud-Base-AmazonEC2.aarch64-42-1.1",
 		{41, "arm64"}:  "Fedora-Cloud-Base-AmazonEC2.aarch64-41-1.4",
 		{43, "x86_64"}: "Fedora-Cloud-Base-AmazonEC2.x86_64-43-1.6",
+		{44, "arm64"}:  "Fedora-Cloud-Base-AmazonEC2.aarch64-44-1.7",
 		{39, "x86_64"}: "Fedora-Cloud-Base-39-1.5.x86_64-hvm-eu-central-1-gp3-0",
 		{38, "arm64"}:  "Fedora-Cloud-Base-38-1.6.aarch64-hvm-eu-central-1-gp3-0",
 	}
@@ -86,7 +87,7 @@ func TestFedoraLookupPicksGA(t *testing.T) {
 		assert.Equal(t, im.Name, name, "%v", key)
 	}
 	// A release the catalog lacks finds nothing rather than something else.
-	q, err := infra.FedoraImage(44, "x86_64", "eu-central-1")
+	q, err := infra.FedoraImage(45, "x86_64", "eu-central-1")
 	assert.NilError(t, err)
 	_, err = mockcloud.SelectImage(mockcloud.FedoraCatalog, []string{infra.FedoraOwner}, q.NameFilter, string(q.Architecture),
 		q.NameRegex)
@@ -104,10 +105,10 @@ func TestPoolImageIsTheGAImage(t *testing.T) {
 	}
 	x86 := find(t, res, "aws:ec2/launchTemplate:LaunchTemplate", "pool-builders-x86-lt")
 	arm := find(t, res, "aws:ec2/launchTemplate:LaunchTemplate", "pool-builders-arm-lt")
-	assert.Equal(t, in(x86, "imageId"), byName["Fedora-Cloud-Base-AmazonEC2.x86_64-42-1.1"].ID())
-	assert.Equal(t, in(arm, "imageId"), byName["Fedora-Cloud-Base-AmazonEC2.aarch64-42-1.1"].ID())
+	assert.Equal(t, in(x86, "imageId"), byName["Fedora-Cloud-Base-AmazonEC2.x86_64-44-1.7"].ID())
+	assert.Equal(t, in(arm, "imageId"), byName["Fedora-Cloud-Base-AmazonEC2.aarch64-44-1.7"].ID())
 	gw := find(t, res, "aws:ec2/instance:Instance", "gateway")
-	assert.Equal(t, in(gw, "ami"), byName["Fedora-Cloud-Base-AmazonEC2.aarch64-42-1.1"].ID(), "t4g is arm64")
+	assert.Equal(t, in(gw, "ami"), byName["Fedora-Cloud-Base-AmazonEC2.aarch64-44-1.7"].ID(), "t4g is arm64")
 
 	// A pinned image skips the Fedora lookup for that pool.
 	c := devConfig(t)

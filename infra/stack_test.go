@@ -181,8 +181,8 @@ func TestFedoraImageLookup(t *testing.T) {
 		assert.Equal(t, filters["root-device-type"], "ebs")
 		assert.Equal(t, filters["state"], "available")
 		nameArch := map[string]string{"x86_64": "x86_64", "arm64": "aarch64"}[filters["architecture"]]
-		assert.Equal(t, filters["name"], "Fedora-Cloud-Base-AmazonEC2."+nameArch+"-42-*")
-		assert.Check(t, is.Contains(l["nameRegex"].(string), "-42-"))
+		assert.Equal(t, filters["name"], "Fedora-Cloud-Base-AmazonEC2."+nameArch+"-44-*")
+		assert.Check(t, is.Contains(l["nameRegex"].(string), "-44-"))
 	}
 	assert.DeepEqual(t, archs, map[string]bool{"x86_64": true, "arm64": true})
 }

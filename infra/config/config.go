@@ -223,10 +223,10 @@ const MinIdleStop = 5 * time.Minute
 
 // Fedora is dynk8s:fedora.
 type Fedora struct {
-	// Release is the pinned Fedora Cloud release, e.g. 42 (28..45). Pin a maintained one (Fedora keeps a release
+	// Release is the pinned Fedora Cloud release, e.g. 44 (28..45). Pin a maintained one (Fedora keeps a release
 	// about 13 months, until four weeks after the next-but-one is out): an end-of-life release still boots, but its
 	// GA image and packages get no fixes and its repositories move to the slower archive mirrors the boot then reads.
-	// The example stacks' 42 is end-of-life since mid-2026.
+	// A release known to be past its end of life is warned about at every preview.
 	Release int `key:"release" required:"true"`
 }
 

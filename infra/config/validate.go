@@ -71,7 +71,7 @@ func validate(r *reader, c *Config) {
 		r.addf(ns+"gateway.idleStop", "must be 0 (always on) or at least %s, got %s", MinIdleStop, d)
 	}
 	if rel := c.Fedora.Release; rel == 0 {
-		r.addf(ns+"fedora.release", "is required: the Fedora release to boot, e.g. 42")
+		r.addf(ns+"fedora.release", "is required: the Fedora release to boot, e.g. 44")
 	} else if rel < OldestFedoraRelease || rel > NewestFedoraRelease {
 		r.addf(ns+"fedora.release", "%d has no known Fedora Cloud AMI naming scheme (known: %d..%d); pin an image "+
 			"per pool with nodePools[*].amiId or pick a known release", rel, OldestFedoraRelease, NewestFedoraRelease)

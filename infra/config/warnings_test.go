@@ -11,8 +11,9 @@ import (
 )
 
 // TestWarnings: a valid config pinned to a Kubernetes minor past its end of life, or within EndOfLifeNotice of it,
-// is warned about with the key path and the date; a minor far from it, or whose date is not known, is not; an
-// admin kubeconfig in the clear is warned about with the command that stores it encrypted.
+// is warned about with the key path and the date; a minor far from it, or whose date is not known, is not; so is a
+// Fedora release past its end of life, and not one whose end is not known; an admin kubeconfig in the clear is
+// warned about with the command that stores it encrypted.
 func TestWarnings(t *testing.T) {
 	day := func(s string) time.Time {
 		d, err := time.Parse(time.DateOnly, s)
@@ -48,6 +49,28 @@ func TestWarnings(t *testing.T) {
 			assert.Assert(t, is.Len(got, 1), "%v", got)
 			assert.Check(t, is.Contains(got[0], tc.want))
 		})
+	}
+
+	for release, want := range map[int]string{
+		42: "dynk8s:fedora.release: Fedora 42 reached its end of life on 2026-05-28",
+		40: "dynk8s:fedora.release: Fedora 40 reached its end of life before Fedora 42's, which ended on 2026-05-28",
+		43: "",
+		44: "",
+	} {
+		c := devConfig(t)
+		obj(c, "kubernetes")["version"] = "1.36.1"
+		obj(c, "fedora")["release"] = release
+		cfg, err := parse(t, c)
+		assert.NilError(t, err)
+		got := cfg.Warnings(day("2026-12-02"), secret)
+		if want == "" {
+			assert.Check(t, is.Len(got, 0), "Fedora %d: %v", release, got)
+			continue
+		}
+		assert.Assert(t, is.Len(got, 1), "Fedora %d: %v", release, got)
+		assert.Check(t, is.Contains(got[0], want))
+		assert.Check(t, is.Contains(got[0], "pin 43 or later"))
+		assert.Check(t, is.Len(cfg.Warnings(day("2026-05-27"), secret), 0), "Fedora %d, the day before", release)
 	}
 
 	c := devConfig(t)

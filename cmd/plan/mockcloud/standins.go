@@ -222,6 +222,9 @@ var FedoraCatalog = func() []Image {
 		add("Fedora-Cloud-Base-AmazonEC2."+a.name+"-42-20251120.0", a.ec2, "2025-11-20T00:00:00.000Z")
 		add("Fedora-Cloud-Base-AmazonEC2."+a.name+"-43-Prerelease-1.1", a.ec2, "2025-09-16T00:00:00.000Z")
 		add("Fedora-Cloud-Base-AmazonEC2."+a.name+"-43-1.6", a.ec2, "2025-10-28T00:00:00.000Z")
+		add("Fedora-Cloud-Base-AmazonEC2."+a.name+"-44-Prerelease-1.2", a.ec2, "2026-03-24T00:00:00.000Z")
+		add("Fedora-Cloud-Base-AmazonEC2."+a.name+"-44-1.7", a.ec2, "2026-04-28T00:00:00.000Z")
+		add("Fedora-Cloud-Base-AmazonEC2."+a.name+"-44-20260901.0", a.ec2, "2026-09-01T00:00:00.000Z")
 		for _, region := range []string{"eu-central-1", "us-west-2"} {
 			for _, vol := range []string{"gp3", "gp2", "standard"} {
 				add("Fedora-Cloud-Base-38-1.6."+a.name+"-hvm-"+region+"-"+vol+"-0", a.ec2, "2023-04-13T00:00:00.000Z")
