@@ -67,6 +67,7 @@ func TestNodeCSRApprover(t *testing.T) {
 	kubeadmUploadConfig(ctx, t, c)
 	controllerObjects(ctx, t, c)
 	checkNodeBootstrapRBAC(ctx, t, c)
+	checkPreflightOfTheCluster(ctx, t, c, cfg)
 
 	// EC2 and Auto Scaling: the dev stack's groups, five live instances of the pool's group, instances of the
 	// pool's launch template outside any group (one running, one terminated), and the node role, whose temporary

@@ -6,6 +6,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"net/netip"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -15,7 +16,9 @@ import (
 	"gotest.tools/v3/assert"
 	is "gotest.tools/v3/assert/cmp"
 
+	"github.com/dynk8s/dynk8s/cmd/check/check"
 	"github.com/dynk8s/dynk8s/cmd/status/status"
+	"github.com/dynk8s/dynk8s/infra/config"
 )
 
 // operatorUser is the IAM user cmd/status runs as: the read-only calls docs/status.md lists, and nothing else, so
@@ -126,4 +129,38 @@ func (s *operatorStatus) checkBurst(ctx context.Context, t *testing.T, b *burst)
 	assert.Check(t, r.Tunnel.ReceivedBytes > 0)
 	assert.Check(t, is.Equal(r.Controller.Leader, "e2e-burst"))
 	assert.Check(t, r.Controller.Leads)
+}
+
+// checkPreflightOfTheCluster runs cmd/check's cluster side against the real API server after the real kubeadm's
+// bootstrap-token and upload-config phases: the four roles the stack binds its token group to are there, and the
+// dev stack's ranges are kubeadm-config's; a stack with another pod range fails with the key that fixes it.
+func checkPreflightOfTheCluster(ctx context.Context, t *testing.T, c cluster, cfg *config.Config) {
+	t.Helper()
+	run := func(cfg *config.Config) check.Report {
+		return check.Run(ctx, check.Sources{Kube: clientFor(t, c)}, check.Input{Stack: "dev", Config: cfg, Now: time.Now()})
+	}
+	r := run(cfg)
+	roles := 0
+	for _, res := range r.Results {
+		switch res.Check {
+		case "kubeadm role":
+			roles++
+			assert.Check(t, is.Equal(res.Status, check.OK), "%+v", res)
+		case "cluster ranges":
+			assert.Check(t, is.Equal(res.Status, check.OK), "%+v", res)
+		}
+	}
+	assert.Check(t, is.Equal(roles, 4), "%+v", r.Results)
+
+	other := *cfg
+	other.Kubernetes.PodCIDR = netip.MustParsePrefix("10.32.0.0/12")
+	failed := []string{}
+	for _, res := range run(&other).Results {
+		if res.Status == check.Fail && res.Check != "in-cluster parts' nodes" { // no on-prem node is labelled here
+			failed = append(failed, res.Check+": "+res.Detail)
+		}
+	}
+	assert.Check(t, is.DeepEqual(failed, []string{"cluster ranges: dynk8s:kubernetes.podCidr: is 10.32.0.0/12, but the " +
+		"cluster's networking.podSubnet is 10.244.0.0/16 (kube-system/kubeadm-config): set it to the cluster's, so " +
+		"that the checks that the stack's ranges do not overlap it see the range the cluster uses"}))
 }
