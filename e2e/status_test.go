@@ -6,6 +6,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"net/netip"
 	"os"
 	"os/exec"
@@ -65,7 +66,7 @@ func (s *operatorStatus) run(ctx context.Context, t *testing.T, b *burst, when s
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
 	err = cmd.Run()
-	if _, exited := err.(*exec.ExitError); err != nil && !exited {
+	if exit := (*exec.ExitError)(nil); err != nil && !errors.As(err, &exit) {
 		t.Fatalf("cmd/status %s: %v\n%s", when, err, stderr.String())
 	}
 	var r status.Report

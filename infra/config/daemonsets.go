@@ -20,6 +20,7 @@ const (
 	TerminationHandlerName = "aws-node-termination-handler"
 )
 
+// The containers' requests and limits of the fuse device plugin and of the termination handler.
 var (
 	FusePluginRequests         = Resources{CPU: "10m", Memory: "16Mi"}
 	FusePluginLimits           = Resources{CPU: "50m", Memory: "64Mi"}
