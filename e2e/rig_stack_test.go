@@ -5,7 +5,6 @@ package e2e
 import (
 	"encoding/json"
 	"maps"
-	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -18,7 +17,7 @@ import (
 	"github.com/dynk8s/dynk8s/internal/kube"
 )
 
-// The dev stack's rig: Pulumi.dev.yaml parsed (devConfig), and the stack run under the mock engine, read for what the
+// The dev stack's rig: Pulumi.dev.yaml parsed at the e2e's Kubernetes release (devConfig, rig_devstack_test.go), and the stack run under the mock engine, read for what the
 // autoscaler, the replay into moto and the instances' roles need (stackAutoscaling).
 
 // What the tests read from the mock engine's record.
@@ -31,17 +30,6 @@ const (
 	// priorityExpanderConfigMap is the ConfigMap in kube-system the priority expander reads.
 	priorityExpanderConfigMap = "cluster-autoscaler-priority-expander"
 )
-
-// devConfig is the dev stack's validated config, read from the repository's own Pulumi.dev.yaml so this test runs
-// what an operator would deploy.
-func devConfig(t *testing.T) *config.Config {
-	t.Helper()
-	sc, err := mockcloud.LoadStackFile(filepath.Join("..", "Pulumi.dev.yaml"))
-	assert.NilError(t, err, "read dev stack")
-	cfg, err := config.ParseValues(sc.Values)
-	assert.NilError(t, err, "dev stack config")
-	return cfg
-}
 
 // stackAutoscaling is what the dev stack declares for the autoscaler, read from the mock engine's record.
 type stackAutoscaling struct {
@@ -86,14 +74,6 @@ type declaredTaint struct{ key, value, effect string }
 func loadStackAutoscaling(t *testing.T) stackAutoscaling {
 	t.Helper()
 	return loadStackVariant(t, func(map[string]any) {})
-}
-
-// devStackValues is the dev stack file's config map, for a test to change.
-func devStackValues(t *testing.T) map[string]any {
-	t.Helper()
-	values, err := config.ReadStackFile(filepath.Join("..", "Pulumi.dev.yaml"))
-	assert.NilError(t, err, "read dev stack")
-	return values
 }
 
 // loadStackVariant runs the dev stack, changed by change (its config map), under the mock engine.

@@ -141,8 +141,7 @@ func renderTunnel(t *testing.T, dialOut bool) tunnelPlan {
 // renderTunnelEdited is renderTunnel with the dev stack's config values changed by edit first (nil: none).
 func renderTunnelEdited(t *testing.T, dialOut bool, edit func(t *testing.T, values map[string]any)) tunnelPlan {
 	t.Helper()
-	values, err := config.ReadStackFile(filepath.Join("..", "Pulumi.dev.yaml"))
-	assert.NilError(t, err)
+	values := devStackValues(t)
 	if edit != nil {
 		edit(t, values)
 	}

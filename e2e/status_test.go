@@ -56,8 +56,7 @@ func (s *operatorStatus) run(ctx context.Context, t *testing.T, b *burst, when s
 	cctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
 	defer cancel()
 	// nsenter -m starts the command at the namespace's root: the stack file by its absolute path.
-	stackFile, err := filepath.Abs(filepath.Join("..", "Pulumi.dev.yaml"))
-	assert.NilError(t, err)
+	stackFile := devStackFile(t)
 	cmd := exec.CommandContext(cctx, "nsenter", "-t", pid, "-m", "--", s.bin, "-config", stackFile,
 		"-stack", "dev", "-kubeconfig", b.c.Kubeconfig, "-o", "json")
 	cmd.Env = append(os.Environ(), "AWS_ENDPOINT_URL="+b.aws.url, "AWS_ACCESS_KEY_ID="+key.Key,

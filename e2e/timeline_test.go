@@ -74,7 +74,7 @@ func TestTimelineScaleUp(t *testing.T) {
 	})
 
 	// The spot pool of the dev stack: the pod must tolerate its example.com/spot taint.
-	done, stdout, stderr := runTimeline(ctx, "-config", "../Pulumi.dev.yaml", "-pool", "builders-arm", "-fuse",
+	done, stdout, stderr := runTimeline(ctx, "-config", devStackFile(t), "-pool", "builders-arm", "-fuse",
 		"-limit", "90s", "-kubeconfig", c.Kubeconfig, "-namespace", "default")
 
 	var pod corev1.Pod
@@ -215,7 +215,7 @@ func TestTimelinePastTheLimit(t *testing.T) {
 	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
 	defer cancel()
 	start := time.Now()
-	done, stdout, stderr := runTimeline(ctx, "-config", "../Pulumi.dev.yaml", "-pool", "builders-x86",
+	done, stdout, stderr := runTimeline(ctx, "-config", devStackFile(t), "-pool", "builders-x86",
 		"-limit", "3s", "-kubeconfig", c.Kubeconfig, "-namespace", "default")
 	code := <-done
 	t.Logf("after %s, exit %d:\n%s%s", time.Since(start).Round(time.Millisecond), code, stdout, stderr)
@@ -242,7 +242,7 @@ func TestTimelineInterrupted(t *testing.T) {
 	client := clientFor(t, c)
 	ctx, cancel := context.WithCancel(t.Context())
 	defer cancel()
-	done, stdout, stderr := runTimeline(ctx, "-config", "../Pulumi.dev.yaml", "-pool", "builders-x86",
+	done, stdout, stderr := runTimeline(ctx, "-config", devStackFile(t), "-pool", "builders-x86",
 		"-kubeconfig", c.Kubeconfig, "-namespace", "default")
 	deadline := time.Now().Add(30 * time.Second)
 	for len(timelinePods(t.Context(), t, client)) == 0 {

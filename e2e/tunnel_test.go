@@ -113,8 +113,7 @@ func (tn *tunnel) testCheck(ctx context.Context, t *testing.T) {
 	if out, err := exec.Command("go", "build", "-o", bin, "../cmd/check").CombinedOutput(); err != nil {
 		t.Fatalf("go build ./cmd/check: %v\n%s", err, out)
 	}
-	stackFile, err := filepath.Abs(filepath.Join("..", "Pulumi.dev.yaml"))
-	assert.NilError(t, err)
+	stackFile := devStackFile(t)
 	run := func(when string) map[string]check.Result {
 		t.Helper()
 		pid, err := wireguardGoPID(ctx, tn.onprem)

@@ -166,9 +166,9 @@ func TestBakedPoolDeclaresItsImage(t *testing.T) {
 	assert.DeepEqual(t, in(builder, "securityGroupIds"), []any{find(t, res, "aws:ec2/securityGroup:SecurityGroup", "network-node-sg").ID})
 	assert.Equal(t, dig(in(builder, "resourceTags"), "dynk8s:cluster"), "homelab")
 	assert.Check(t, dig(in(builder, "resourceTags"), "dynk8s:pool") == nil, "a build instance is no pool instance")
-	assert.Equal(t, dig(in(recipe, "tags"), infra.KubernetesVersionTag), "1.34.4")
+	assert.Equal(t, dig(in(recipe, "tags"), infra.KubernetesVersionTag), "1.36.3")
 	assert.Equal(t, dig(in(find(t, res, distributionType, "pool-builders-x86-image-distribution"), "distributions"), 0,
-		"amiDistributionConfiguration", "amiTags", infra.KubernetesVersionTag), "1.34.4", "the AMI says what it holds")
+		"amiDistributionConfiguration", "amiTags", infra.KubernetesVersionTag), "1.36.3", "the AMI says what it holds")
 
 	image := find(t, res, imageType, "pool-builders-x86-image")
 	assert.Equal(t, in(image, "imageRecipeArn"), out(recipe, "arn"))
@@ -218,13 +218,13 @@ func TestBakedImageVersionFollowsTheContent(t *testing.T) {
 	assert.NilError(t, first.WriteJSON(&a))
 	assert.NilError(t, second.WriteJSON(&b))
 	assert.Check(t, bytes.Equal(a.Bytes(), b.Bytes()), "two runs of the same baked config differ")
-	assert.Check(t, is.Regexp(`^34\.4\.\d+$`, r1), "the Kubernetes minor and patch, then the content's hash")
+	assert.Check(t, is.Regexp(`^36\.3\.\d+$`, r1), "the Kubernetes minor and patch, then the content's hash")
 
 	patch := bakedDev(t)
-	obj(patch, "kubernetes")["version"] = "1.34.5"
+	obj(patch, "kubernetes")["version"] = "1.36.4"
 	cp, rp, amip := buildVersions(t, runStack(t, patch))
 	assert.Check(t, cp != c1 && rp != r1 && amip != ami1, "a new patch: %s %s %s", cp, rp, amip)
-	assert.Check(t, is.Regexp(`^34\.5\.\d+$`, rp))
+	assert.Check(t, is.Regexp(`^36\.4\.\d+$`, rp))
 
 	fedora := bakedDev(t)
 	obj(fedora, "fedora")["release"] = 43

@@ -111,5 +111,5 @@ func TestDefaultImagesAreTags(t *testing.T) {
 		}
 	}
 	pause, _ := nodeImages(t, res)
-	assert.Check(t, is.Equal(pause[0], "registry.k8s.io/pause:3.10.1"))
+	assert.Check(t, is.Equal(pause[0], "registry.k8s.io/pause:3.10.2"), "the pause image of the stack's Kubernetes 1.36")
 }

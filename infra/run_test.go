@@ -30,7 +30,7 @@ func engineRun(t *testing.T, values map[string]any, mutate func(*mockcloud.Cloud
 	sc, err := mockcloud.ConfigFromMap(values)
 	assert.NilError(t, err)
 	newCloud := func() *mockcloud.Cloud {
-		c := mockcloud.New(sc.Values["aws:region"])
+		c := mockcloud.NewFor(sc)
 		if mutate != nil {
 			mutate(c)
 		}
@@ -133,7 +133,7 @@ func TestEngineRefusesUnknownTopLevelKey(t *testing.T) {
 	assert.Equal(t, status, constant.ExitStatusLoggedError, "the program reported its error: %s", stderr)
 	assert.Equal(t, stderr, "", "the diagnostic is the program's only word")
 	assert.Equal(t, len(logged), 1, "%q", logged)
-	assert.Check(t, is.Contains(logged[0], "dynk8s:autoscalr: unknown key (known keys here: agent, autoscaler, "))
+	assert.Check(t, is.Contains(logged[0], "dynk8s:autoscalr: unknown key: did you mean autoscaler? (known keys here: agent, autoscaler, "))
 	assert.Equal(t, len(cloud.Resources()), 0, "nothing declared")
 
 	status, stderr, logged, cloud = engineRun(t, devConfig(t), nil)

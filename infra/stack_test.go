@@ -149,9 +149,9 @@ func TestNodesPrePullPluginAndPoolImages(t *testing.T) {
 	pool(c, 1)["prePullImages"] = []any{"quay.io/jenkins/agent:3.1"}
 	res := runStack(t, c)
 	for name, want := range map[string][]string{
-		"builders-x86": {"registry.k8s.io/pause:3.10.1", "registry.k8s.io/kube-proxy:v1.34.4",
+		"builders-x86": {"registry.k8s.io/pause:3.10.2", "registry.k8s.io/kube-proxy:v1.36.3",
 			"docker.io/soolaugust/fuse-device-plugin:v1.0"},
-		"builders-arm": {"registry.k8s.io/pause:3.10.1", "registry.k8s.io/kube-proxy:v1.34.4",
+		"builders-arm": {"registry.k8s.io/pause:3.10.2", "registry.k8s.io/kube-proxy:v1.36.3",
 			"docker.io/soolaugust/fuse-device-plugin:v1.1", "quay.io/jenkins/agent:3.1"},
 	} {
 		got := poolNodeConfig(t, find(t, res, "aws:ec2/launchTemplate:LaunchTemplate", "pool-"+name+"-lt")).PrePullImages
@@ -859,7 +859,7 @@ func TestComponentOutputsKeepSecrets(t *testing.T) {
 	assert.NilError(t, err)
 	cfg, err := config.ParseValues(sc.Values)
 	assert.NilError(t, err)
-	cloud := mockcloud.New(cfg.Region)
+	cloud := mockcloud.NewFor(sc)
 	type output struct {
 		where  string
 		value  any
@@ -1038,6 +1038,8 @@ func namesCarryTheCluster(t *testing.T, values map[string]any) {
 func TestVersionSkew(t *testing.T) {
 	runWith := func(version, autoscaler string) error {
 		c := devConfig(t)
+		// The nodes at 1.34.4, whatever the example pins: the cases are about these numbers.
+		obj(c, "kubernetes")["version"] = "1.34.4"
 		if autoscaler != "" {
 			obj(c, "autoscaler")["version"] = autoscaler
 		}

@@ -9,6 +9,7 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
+	"encoding/json"
 	"fmt"
 	"regexp"
 	"slices"
@@ -19,6 +20,8 @@ import (
 	"github.com/pulumi/pulumi/sdk/v3/go/common/resource"
 	"github.com/pulumi/pulumi/sdk/v3/go/pulumi"
 	"github.com/pulumi/pulumi/sdk/v3/go/pulumi/internals"
+
+	"github.com/dynk8s/dynk8s/infra/config"
 )
 
 // Account is the AWS account id the mock answers for getCallerIdentity and puts in ARNs.
@@ -97,6 +100,29 @@ func New(region string) *Cloud {
 		region = "eu-central-1"
 	}
 	return &Cloud{Region: region}
+}
+
+// NewFor returns a Cloud for the stack's region whose stand-in on-prem cluster is set up as the stack's config says,
+// as a correctly set up one is: its cluster-info names the configured API server, and its kubeadm-config states
+// the configured Kubernetes version, pod range and service range. A test changes what it checks afterwards.
+func NewFor(sc StackConfig) *Cloud {
+	c := New(sc.Values["aws:region"])
+	var k8s struct {
+		APIServerEndpoint string `json:"apiServerEndpoint"`
+		Version           string `json:"version"`
+		PodCIDR           string `json:"podCidr"`
+		ServiceCIDR       string `json:"serviceCidr"`
+	}
+	if json.Unmarshal([]byte(sc.Values[config.Namespace+":kubernetes"]), &k8s) == nil {
+		c.ClusterPodSubnet, c.ClusterServiceSubnet = k8s.PodCIDR, k8s.ServiceCIDR
+		if k8s.APIServerEndpoint != "" {
+			c.ClusterServer = "https://" + k8s.APIServerEndpoint
+		}
+		if k8s.Version != "" {
+			c.ClusterVersion = "v" + k8s.Version
+		}
+	}
+	return c
 }
 
 // Resources returns the declared (and read) resources in registration order.

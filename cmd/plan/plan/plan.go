@@ -5,7 +5,6 @@ package plan
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"maps"
 	"slices"
@@ -45,24 +44,8 @@ func Run(stack, file string) (*Result, error) {
 
 // RunConfig runs the program for stack with cfg. On error the result still holds what was declared.
 func RunConfig(stack string, cfg mockcloud.StackConfig) (*Result, error) {
-	cloud := mockcloud.New(cfg.Values["aws:region"])
-	// The stand-in cluster names the API server the stack is configured with, as a correctly set up one does.
-	var k8s struct {
-		APIServerEndpoint string `json:"apiServerEndpoint"`
-		Version           string `json:"version"`
-		PodCIDR           string `json:"podCidr"`
-		ServiceCIDR       string `json:"serviceCidr"`
-	}
-	if json.Unmarshal([]byte(cfg.Values[config.Namespace+":kubernetes"]), &k8s) == nil {
-		// And the ranges it is configured with, as kubeadm init states them.
-		cloud.ClusterPodSubnet, cloud.ClusterServiceSubnet = k8s.PodCIDR, k8s.ServiceCIDR
-		if k8s.APIServerEndpoint != "" {
-			cloud.ClusterServer = "https://" + k8s.APIServerEndpoint
-		}
-		if k8s.Version != "" {
-			cloud.ClusterVersion = "v" + k8s.Version
-		}
-	}
+	// The stand-in cluster is set up as the stack says, as a correctly set up one is.
+	cloud := mockcloud.NewFor(cfg)
 	if cfg.ClusterServer != "" {
 		cloud.ClusterServer = cfg.ClusterServer
 	}
