@@ -239,7 +239,7 @@ type NodePool struct {
 	// Arch is x86_64 or arm64.
 	Arch kube.Arch `key:"arch" required:"true"`
 	// InstanceTypes are the EC2 types of the pool, of that arch and all of one vCPU and memory shape, checked with
-	// EC2 at preview.
+	// EC2 at preview; a type of less than 2 GiB of memory, below what kubeadm asks of a node, is warned about.
 	InstanceTypes []string `key:"instanceTypes" required:"true"`
 	// MinSize is the group's minimum.
 	MinSize int `key:"minSize" default:"0"`

@@ -129,7 +129,13 @@ func TestBadConfig(t *testing.T) {
 		{"version with v", func(c map[string]any) { obj(c, "kubernetes")["version"] = "v1.34.4" }, "dynk8s:kubernetes.version", "exact version"},
 		{"version without patch", func(c map[string]any) { obj(c, "kubernetes")["version"] = 1.34 }, "dynk8s:kubernetes.version", "exact version"},
 		{"version too old for v1beta4", func(c map[string]any) { obj(c, "kubernetes")["version"] = "1.30.2" }, "dynk8s:kubernetes.version", "1.31"},
-		{"misspelt kubernetes key", func(c map[string]any) { obj(c, "kubernetes")["verison"] = "1.34.4" }, "dynk8s:kubernetes.verison", "unknown key"}, //nolint:misspell // the typo is the test
+		{"misspelt kubernetes key", func(c map[string]any) { obj(c, "kubernetes")["verison"] = "1.34.4" }, "dynk8s:kubernetes.verison", "unknown key: did you mean version? (known keys here: apiServerEndpoint, "}, //nolint:misspell // the typo is the test
+		{"key in the wrong case", func(c map[string]any) { obj(c, "kubernetes")["podcidr"] = "10.244.0.0/16" }, "dynk8s:kubernetes.podcidr", "did you mean podCidr?"},
+		{"key like no known one", func(c map[string]any) { obj(c, "kubernetes")["flavour"] = "vanilla" }, "dynk8s:kubernetes.flavour", "unknown key (known keys here: apiServerEndpoint, "},
+		{"taint as a string", func(c map[string]any) {
+			pool(c, 1)["taints"] = []any{"example.com/spot=true:NoSchedule"}
+		}, "dynk8s:nodePools[1].taints[0]", "must be a map of keys to values (its keys: effect, key, value), got the string"},
+		{"minor without a known autoscaler", func(c map[string]any) { obj(c, "kubernetes")["version"] = "1.37.1" }, "dynk8s:kubernetes.version", "(set dynk8s:autoscaler.version)"},
 		{"endpoint without port", func(c map[string]any) { obj(c, "kubernetes")["apiServerEndpoint"] = "192.168.10.10" }, "dynk8s:kubernetes.apiServerEndpoint", "host:port"},
 		{"endpoint port out of range", func(c map[string]any) { obj(c, "kubernetes")["apiServerEndpoint"] = "192.168.10.10:70000" }, "dynk8s:kubernetes.apiServerEndpoint", "port"},
 		{"endpoint not routed through the tunnel", func(c map[string]any) { obj(c, "kubernetes")["apiServerEndpoint"] = "172.16.0.1:6443" }, "dynk8s:kubernetes.apiServerEndpoint", "not inside"},
@@ -495,7 +501,7 @@ func TestUnknownTopLevelKey(t *testing.T) {
 	assert.Assert(t, errors.As(err, &cfgErr), "a misspelt top-level key passed: %v", err)
 	assert.Equal(t, len(cfgErr.Errors), 1, err.Error())
 	assert.Equal(t, cfgErr.Errors[0].Path, "dynk8s:autoscalr")
-	assert.Check(t, is.Contains(cfgErr.Errors[0].Msg, "unknown key (known keys here: agent, autoscaler, cleanup, clusterName, fedora"))
+	assert.Check(t, is.Contains(cfgErr.Errors[0].Msg, "unknown key: did you mean autoscaler? (known keys here: agent, autoscaler, cleanup, clusterName, fedora"))
 
 	c = devConfig(t)
 	c["dynk8s:clustername"] = "lab" // the wrong case: keys are case-sensitive

@@ -38,6 +38,11 @@ func ArchOf(supported []string) kube.Arch {
 	return ""
 }
 
+// minNodeMemoryMiB is the memory kubeadm's installation guide asks of every machine of a cluster ("2 GB or more of
+// RAM per machine (any less will leave little room for your apps)", kubernetes.io/docs/setup/production-environment/
+// tools/kubeadm/install-kubeadm). A pool of a smaller type is warned about, not refused: it joins and runs.
+const minNodeMemoryMiB = 2048
+
 // instanceTypeRE is the form of an EC2 instance type name: family (letters, digits, "-" as in "u-6tb1"), a dot,
 // size. Whether the type exists is for EC2 to say, at preview.
 var instanceTypeRE = regexp.MustCompile(`^[a-z][a-z0-9-]*\.[a-z0-9]+$`)
@@ -145,6 +150,12 @@ func (c *Config) CheckInstanceTypes(types map[string]InstanceType, lookupErrs ma
 			}
 			if first.Name == "" {
 				first = t
+				if t.MemoryMiB > 0 && t.MemoryMiB < minNodeMemoryMiB {
+					warnings = append(warnings, fmt.Sprintf("%s: %s has %d MiB of memory: a kubeadm node needs 2 GiB "+
+						"or more (kubernetes.io, Installing kubeadm: 'any less will leave little room for your apps'); "+
+						"the kubelet, CRI-O and the stack's DaemonSets take much of it from the builds", ip, name,
+						t.MemoryMiB))
+				}
 				continue
 			}
 			if t.VCPU != first.VCPU || t.MemoryMiB != first.MemoryMiB {

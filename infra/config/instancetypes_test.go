@@ -92,6 +92,20 @@ func TestCheckInstanceTypes(t *testing.T) {
 	assert.Equal(t, len(warnings), 2, strings.Join(warnings, "\n"))
 	assert.Check(t, is.Contains(warnings[0], "does not support automatic recovery"))
 	assert.Check(t, is.Contains(warnings[1], "dynk8s:nodePools[1].instanceTypes[0]: c7g.2xlarge is offered only in eu-central-1b"))
+
+	// A pool of a type below kubeadm's 2 GiB is warned about on the pool's type (the gateway of 1 GiB is no node);
+	// 2 GiB itself is enough.
+	for mib, want := range map[int]int{512: 1, 2047: 1, 2048: 0} {
+		f := facts()
+		f["c7i.2xlarge"] = all("c7i.2xlarge", kube.ArchX86_64, 2, mib)
+		warnings, err := cfg.CheckInstanceTypes(f, nil, zones)
+		assert.NilError(t, err)
+		assert.Equal(t, len(warnings), want, "%d MiB: %s", mib, strings.Join(warnings, "\n"))
+		if want > 0 {
+			assert.Check(t, is.Contains(warnings[0], "dynk8s:nodePools[0].instanceTypes[0]: c7i.2xlarge has "))
+			assert.Check(t, is.Contains(warnings[0], "a kubeadm node needs 2 GiB or more"))
+		}
+	}
 }
 
 func TestArchOf(t *testing.T) {

@@ -157,27 +157,48 @@ func (r *reader) unknownTop(keys []string, cfg reflect.Type) {
 		case removedKeys[key] != "":
 			r.addf(key, "%s", removedKeys[key])
 		default:
-			r.addf(key, "unknown key (known keys here: %s)", strings.Join(known, ", "))
+			r.addf(key, "%s", unknownKey(k, known))
 		}
 	}
+}
+
+// unknownKey is the message of a key no field names: the known key it is a misspelling of, when one is close (an
+// edit distance of at most 2, or the same but for case), then every known key there.
+func unknownKey(key string, known []string) string {
+	best, dist := "", 3
+	for _, k := range known {
+		d := levenshtein.Distance(strings.ToLower(key), strings.ToLower(k), nil)
+		if d < dist || (d == dist && k < best) {
+			best, dist = k, d
+		}
+	}
+	if best != "" && best != key {
+		return fmt.Sprintf("unknown key: did you mean %s? (known keys here: %s)", best, strings.Join(known, ", "))
+	}
+	return fmt.Sprintf("unknown key (known keys here: %s)", strings.Join(known, ", "))
 }
 
 // object decodes a JSON object into the struct dst: each field from its key, or from its default when absent.
 // Keys that no field names are reported, so a misspelt key never passes silently.
 func (r *reader) object(path string, v any, dst reflect.Value) {
+	var known []string
+	for i := range dst.NumField() {
+		if key := dst.Type().Field(i).Tag.Get("key"); key != "" {
+			known = append(known, key)
+		}
+	}
+	slices.Sort(known)
 	m, ok := v.(map[string]any)
 	if !ok {
-		r.addf(path, "must be a map of keys to values, got %s", describe(v))
+		r.addf(path, "must be a map of keys to values (its keys: %s), got %s", strings.Join(known, ", "), describe(v))
 		m = map[string]any{}
 	}
-	var known []string
 	for i := range dst.NumField() {
 		f := dst.Type().Field(i)
 		key := f.Tag.Get("key")
 		if key == "" {
 			continue
 		}
-		known = append(known, key)
 		fp := childPath(path, key)
 		if e, ok := m[key]; ok && e != nil {
 			r.value(fp, e, dst.Field(i))
@@ -187,14 +208,13 @@ func (r *reader) object(path string, v any, dst reflect.Value) {
 			r.object(fp, map[string]any{}, dst.Field(i)) // an absent section still gets its defaults
 		}
 	}
-	slices.Sort(known)
 	for _, k := range slices.Sorted(maps.Keys(m)) {
 		switch kp := childPath(path, k); {
 		case slices.Contains(known, k):
 		case removedKeys[kp] != "":
 			r.addf(kp, "%s", removedKeys[kp])
 		default:
-			r.addf(kp, "unknown key (known keys here: %s)", strings.Join(known, ", "))
+			r.addf(kp, "%s", unknownKey(k, known))
 		}
 	}
 }

@@ -588,7 +588,9 @@ func validateAutoscaler(r *reader, c *Config) {
 		if err != nil {
 			path := ap + "version"
 			if c.Autoscaler.Version == "" {
+				// The key to set is autoscaler.version, the key at fault kubernetes.version.
 				path = Namespace + ":kubernetes.version"
+				err = fmt.Errorf("%w (set %s)", err, ap+"version")
 			}
 			r.addf(path, "%v", err)
 		} else {
