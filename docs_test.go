@@ -1,7 +1,10 @@
 package main
 
 import (
+	"bytes"
+	"context"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -10,8 +13,16 @@ import (
 	"testing"
 
 	"gotest.tools/v3/assert"
+	rbacv1 "k8s.io/api/rbac/v1"
 	"sigs.k8s.io/yaml"
 
+	"github.com/dynk8s/dynk8s/cmd/check/check"
+	"github.com/dynk8s/dynk8s/cmd/explain/explain"
+	"github.com/dynk8s/dynk8s/cmd/plan/plan"
+	"github.com/dynk8s/dynk8s/cmd/previewgate/previewgate"
+	"github.com/dynk8s/dynk8s/cmd/status/status"
+	"github.com/dynk8s/dynk8s/cmd/timeline/timeline"
+	"github.com/dynk8s/dynk8s/infra/addons"
 	"github.com/dynk8s/dynk8s/infra/config"
 	"github.com/dynk8s/dynk8s/infra/config/configdoc"
 )
@@ -193,4 +204,77 @@ func commandsExist(t *testing.T, text string) int {
 		}
 	}
 	return commands
+}
+
+// TestDocFlags: every flag of each command is named on its page (`-name`), so a page's flag list cannot fall behind
+// its command; and every flag a page's `go run ./cmd/X` lines pass is one X has.
+func TestDocFlags(t *testing.T) {
+	ctx := context.Background()
+	for _, c := range []struct {
+		cmd, page string
+		main      func(args []string, stdout, stderr io.Writer) int
+	}{
+		{"plan", "docs/plan.md", plan.Main},
+		{"explain", "docs/explain.md", func(a []string, o, e io.Writer) int { return explain.Main(ctx, a, o, e) }},
+		{"status", "docs/status.md", func(a []string, o, e io.Writer) int { return status.Main(ctx, a, o, e) }},
+		{"check", "docs/check.md", func(a []string, o, e io.Writer) int { return check.Main(ctx, a, o, e) }},
+		{"timeline", "docs/timeline.md", func(a []string, o, e io.Writer) int { return timeline.Main(ctx, a, o, e) }},
+		{"previewgate", "docs/operations.md", previewgate.Main},
+	} {
+		t.Run(c.cmd, func(t *testing.T) {
+			var stdout, stderr bytes.Buffer
+			code := c.main([]string{"-h"}, &stdout, &stderr)
+			assert.Check(t, code == 0 || code == 2, "-h is help (0) or a usage exit (2), got %d", code)
+			var flags []string
+			for _, m := range usageFlag.FindAllStringSubmatch(stderr.String(), -1) {
+				flags = append(flags, m[1])
+			}
+			assert.Assert(t, len(flags) > 0, "no flags in %s -h:\n%s", c.cmd, stderr.String())
+			page := readFile(t, c.page)
+			for _, f := range flags {
+				assert.Check(t, regexp.MustCompile("(?m)(`|\\s)-"+regexp.QuoteMeta(f)+"([ =`]|$)").MatchString(page),
+					"%s does not name %s's flag -%s", c.page, c.cmd, f)
+			}
+			for _, p := range docPages(t) {
+				for _, line := range codeBlocks(readFile(t, p)) {
+					_, args, ok := strings.Cut(line, "go run ./cmd/"+c.cmd+" ")
+					if !ok {
+						continue
+					}
+					for _, m := range lineFlag.FindAllStringSubmatch(args, -1) {
+						assert.Check(t, m[1] == "h" || slices.Contains(flags, m[1]), "%s: %q passes -%s, which %s does not have",
+							p, line, m[1], c.cmd)
+					}
+				}
+			}
+		})
+	}
+}
+
+// usageFlag is a flag's line in flag.PrintDefaults' output; lineFlag a flag on a command line.
+var (
+	usageFlag = regexp.MustCompile(`(?m)^  -([a-z0-9-]+)`)
+	lineFlag  = regexp.MustCompile(`(?:^|\s)-([a-z][a-z0-9-]*)`)
+)
+
+// TestDocReadmeNamesTheJoinRoles: README's on-prem step names every role the stack binds its join token group to
+// (the dev stack's bindings, as the golden manifests hold them), since those roles come from `kubeadm init` and the
+// operator must keep them.
+func TestDocReadmeNamesTheJoinRoles(t *testing.T) {
+	files, err := filepath.Glob(filepath.Join("testdata", "stacks", "dev", "manifests", "*binding-*.yaml"))
+	assert.NilError(t, err)
+	readme := readFile(t, "README.md")
+	var roles []string
+	for _, f := range files {
+		var b rbacv1.RoleBinding // a ClusterRoleBinding has the same roleRef and subjects
+		assert.NilError(t, yaml.Unmarshal([]byte(readFile(t, f)), &b), f)
+		for _, s := range b.Subjects {
+			if s.Kind == "Group" && s.Name == addons.NodeBootstrapGroup {
+				roles = append(roles, b.RoleRef.Name)
+				assert.Check(t, strings.Contains(readme, "`"+b.RoleRef.Name+"`"),
+					"README.md does not name %s, which %s binds the join token group to", b.RoleRef.Name, f)
+			}
+		}
+	}
+	assert.Check(t, len(roles) >= 4, "the dev stack binds the join token group to %v only", roles)
 }

@@ -111,7 +111,7 @@ func TestPlanUnknownTopLevelKey(t *testing.T) {
 	var stdout, stderr bytes.Buffer
 	assert.Equal(t, plan.Main([]string{"-config", file}, &stdout, &stderr), 1, stdout.String())
 	assert.Equal(t, stdout.String(), "", "nothing on stdout")
-	assert.Check(t, is.Contains(stderr.String(), "dynk8s:autoscalr: unknown key (known keys here: agent, autoscaler, "))
+	assert.Check(t, is.Contains(stderr.String(), "dynk8s:autoscalr: unknown key: did you mean autoscaler? (known keys here: agent, autoscaler, "))
 }
 
 // The issue's stack: a public on-prem range and an endpoint inside the on-prem ranges are refused, each at its key.
@@ -294,7 +294,7 @@ func TestPlanBakedImage(t *testing.T) {
 	var stdout, stderr bytes.Buffer
 	dir := t.TempDir()
 	assert.Equal(t, plan.Main([]string{"-config", file, "-out", dir}, &stdout, &stderr), 0, stderr.String())
-	assert.Check(t, is.Regexp(`(?m)^  builders-x86 +x86_64 +1\.34\.4 +34\.4\.\d+ +34\.4\.\d+ +ami-[0-9a-f]+ +c7i\.large +10 GiB$`,
+	assert.Check(t, is.Regexp(`(?m)^  builders-x86 +x86_64 +1\.36\.3 +36\.3\.\d+ +36\.3\.\d+ +ami-[0-9a-f]+ +c7i\.large +10 GiB$`,
 		stdout.String()))
 	assert.Check(t, !strings.Contains(stdout.String(), "builders-arm  arm64"), "the stock pool builds nothing")
 	doc, err := os.ReadFile(filepath.Join(dir, "imagebuilder", "builders-x86.yaml"))
@@ -344,4 +344,55 @@ func TestPlanIdleBillPriced(t *testing.T) {
 	assert.Equal(t, plan.Main([]string{"-config", file}, &out, &stderr), 0, stderr.String())
 	assert.Check(t, is.Contains(out.String(), "(quantities; no price table for us-east-2"))
 	assert.Check(t, !strings.Contains(out.String(), "total at zero nodes"))
+}
+
+// TestPlanJSONFieldsDocumented: every field name of the -json document (of a stack with a baked pool, so that every
+// part is there) is named in docs/plan.md's `-json` row, but the free-form maps' (a resource's inputs, the outputs).
+func TestPlanJSONFieldsDocumented(t *testing.T) {
+	chdirRoot(t)
+	src, err := os.ReadFile("Pulumi.dev.yaml")
+	assert.NilError(t, err)
+	baked := strings.Replace(string(src), "    - name: builders-x86\n", "    - name: builders-x86\n      image: baked\n", 1)
+	file := filepath.Join(t.TempDir(), "Pulumi.baked.yaml")
+	assert.NilError(t, os.WriteFile(file, []byte(baked), 0o644))
+	var stdout, stderr bytes.Buffer
+	assert.Equal(t, plan.Main([]string{"-config", file, "-json"}, &stdout, &stderr), 0, stderr.String())
+	var doc any
+	assert.NilError(t, json.Unmarshal(stdout.Bytes(), &doc))
+
+	page, err := os.ReadFile(filepath.Join("docs", "plan.md"))
+	assert.NilError(t, err)
+	var row string
+	for _, line := range strings.Split(string(page), "\n") {
+		if strings.HasPrefix(line, "| `-json` |") {
+			row = line
+		}
+	}
+	assert.Assert(t, row != "", "docs/plan.md has no -json row")
+
+	seen := map[string]bool{}
+	var walk func(path string, v any)
+	walk = func(path string, v any) {
+		switch v := v.(type) {
+		case map[string]any:
+			for k, sub := range v {
+				if !seen[k] {
+					seen[k] = true
+					assert.Check(t, strings.Contains(row, `"`+k+`"`), "docs/plan.md's -json row does not name %s.%s",
+						path, k)
+				}
+				if k != "inputs" && k != "outputs" {
+					walk(path+"."+k, sub)
+				}
+			}
+		case []any:
+			for _, sub := range v {
+				walk(path+"[]", sub)
+			}
+		}
+	}
+	walk("", doc)
+	for _, k := range []string{"bakedImages", "perBuild", "nodeHour", "whileNodesRun", "ignoreChanges"} {
+		assert.Check(t, seen[k], "the document has no %s: the test no longer covers it", k)
+	}
 }
