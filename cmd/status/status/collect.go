@@ -9,6 +9,7 @@ import (
 	"os"
 	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -293,7 +294,11 @@ func (c *collector) group(p *Pool, g astypes.AutoScalingGroup) {
 		}
 	}
 	if g.WarmPoolConfiguration != nil {
-		warm, err := c.warmPool(p.Group)
+		current := ""
+		if g.LaunchTemplate != nil {
+			current = aws.ToString(g.LaunchTemplate.Version)
+		}
+		warm, err := c.warmPool(p.Group, current)
 		if err != nil {
 			p.Error = c.unread("pool %s: warm pool: %v", p.Name, err)
 		} else {
@@ -315,7 +320,9 @@ func (c *collector) group(p *Pool, g astypes.AutoScalingGroup) {
 	p.LastScaleUp = last
 }
 
-func (c *collector) warmPool(group string) (*Warm, error) {
+// warmPool reads the group's warm pool; current is the launch template version the group launches, against which
+// a warm instance launched from an older one is stale (it keeps the user data it was launched with).
+func (c *collector) warmPool(group, current string) (*Warm, error) {
 	ctx, cancel := c.call()
 	defer cancel()
 	warm := &Warm{States: map[string]int{}}
@@ -328,12 +335,24 @@ func (c *collector) warmPool(group string) (*Warm, error) {
 		for _, i := range out.Instances {
 			warm.Size++
 			warm.States[string(i.LifecycleState)]++
+			if i.LaunchTemplate != nil && olderVersion(aws.ToString(i.LaunchTemplate.Version), current) {
+				warm.Stale = append(warm.Stale, aws.ToString(i.InstanceId))
+			}
 		}
 		if aws.ToString(out.NextToken) == "" {
+			slices.Sort(warm.Stale)
 			return warm, nil
 		}
 		in.NextToken = out.NextToken
 	}
+}
+
+// olderVersion reports whether launch template version v is older than current; both are the numbers a pool's
+// group names (the stack sets its template's version, never $Latest or $Default), anything else is not compared.
+func olderVersion(v, current string) bool {
+	a, errA := strconv.Atoi(v)
+	b, errB := strconv.Atoi(current)
+	return errA == nil && errB == nil && a < b
 }
 
 // launchRE finds the instance a launch activity names ("Launching a new EC2 instance: i-0123...").

@@ -58,6 +58,9 @@ type Warm struct {
 	// Size is the warm pool's instance count, and States counts them by lifecycle state.
 	Size   int            `json:"size"`
 	States map[string]int `json:"states"`
+	// Stale are the warm instances launched from an older version of the group's launch template than it launches
+	// now (docs/warm-pools.md: each one a scale-up takes is handed back after its start and boot), by id.
+	Stale []string `json:"stale,omitempty"`
 }
 
 // Node is one Node of a pool.

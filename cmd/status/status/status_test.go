@@ -335,9 +335,17 @@ func TestStatusReadsTheBurst(t *testing.T) {
 	w.aws.groups[1] = group(cfg, "builders-arm", "homelab-builders-arm-2026", 2, astypes.LifecycleStatePending,
 		astypes.LifecycleStatePendingWait, astypes.LifecycleStateTerminating)
 	w.aws.groups[1].WarmPoolConfiguration = &astypes.WarmPoolConfiguration{}
+	// The group launches version 10 of its template: the warm instances of version 9 and 2 are stale, the one of
+	// version 10 is not; one the answer gives no version of is not judged.
+	w.aws.groups[1].LaunchTemplate = &astypes.LaunchTemplateSpecification{Version: aws.String("10")}
+	lt := func(v string) *astypes.LaunchTemplateSpecification {
+		return &astypes.LaunchTemplateSpecification{Version: aws.String(v)}
+	}
 	w.aws.warm = map[string][]astypes.Instance{"homelab-builders-arm-2026": {
-		{LifecycleState: astypes.LifecycleStateWarmedStopped}, {LifecycleState: astypes.LifecycleStateWarmedStopped},
-		{LifecycleState: astypes.LifecycleStateWarmedPending}}}
+		{InstanceId: aws.String("i-0warm000000000002"), LifecycleState: astypes.LifecycleStateWarmedStopped, LaunchTemplate: lt("9")},
+		{InstanceId: aws.String("i-0warm000000000001"), LifecycleState: astypes.LifecycleStateWarmedStopped, LaunchTemplate: lt("2")},
+		{InstanceId: aws.String("i-0warm000000000003"), LifecycleState: astypes.LifecycleStateWarmedStopped, LaunchTemplate: lt("10")},
+		{InstanceId: aws.String("i-0warm000000000004"), LifecycleState: astypes.LifecycleStateWarmedPending}}}
 	r := w.collect(t, cfg, bill)
 
 	x86, arm := r.Pools[0], r.Pools[1]
@@ -354,7 +362,9 @@ func TestStatusReadsTheBurst(t *testing.T) {
 	assert.Check(t, is.Equal(arm.Booting, 2))
 	assert.Check(t, is.Equal(arm.Leaving, 1))
 	assert.Check(t, is.Equal(arm.InService, 0))
-	assert.Check(t, is.DeepEqual(arm.Warm, &Warm{Size: 3, States: map[string]int{"Warmed:Stopped": 2, "Warmed:Pending": 1}}))
+	assert.Check(t, is.DeepEqual(arm.Warm, &Warm{Size: 4, States: map[string]int{"Warmed:Stopped": 3, "Warmed:Pending": 1},
+		Stale: []string{"i-0warm000000000001", "i-0warm000000000002"}}))
+	assert.Check(t, is.Equal(warmCell(arm.Warm), "1 Pending, 3 Stopped, 2 stale"))
 	assert.Check(t, arm.LastScaleUp == nil)
 
 	assert.Check(t, is.Equal(r.Gateway.State, "running"))

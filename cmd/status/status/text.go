@@ -84,6 +84,9 @@ func warmCell(w *Warm) string {
 	for _, s := range slices.Sorted(maps.Keys(w.States)) {
 		states = append(states, fmt.Sprintf("%d %s", w.States[s], strings.TrimPrefix(s, "Warmed:")))
 	}
+	if len(w.Stale) > 0 {
+		states = append(states, fmt.Sprintf("%d stale", len(w.Stale)))
+	}
 	return strings.Join(states, ", ")
 }
 
