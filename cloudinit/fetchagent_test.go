@@ -151,10 +151,12 @@ func TestFetchAgent(t *testing.T) {
 			"attempt 1 failed: GET " + "%S3%/" + testAgentBucket + "/" + key + "?versionId=" + testAgentVersion +
 				": HTTP 503: <Error><Code>SlowDown</Code></Error>; retrying in 1s",
 			"attempt 2 failed:", "installed dynk8s-node " + testAgentSHA256}, wantGET: 3, wantInstall: true},
+		// How many attempts fit in the deadline is the machine's to say (a loaded one took over 4 s for the first:
+		// bash, curl and the IMDS round trips); that a failure is retried is the case above's.
 		{name: "the deadline holds", object: testAgentBinary, failures: -1,
 			env:      map[string]string{"DYNK8S_AGENT_DEADLINE_SECONDS": "4"},
-			wantExit: 1, wantLog: []string{"attempt 1 failed:", "attempts (deadline 4s): GET ", ": HTTP 503"},
-			wantGET: 2, deadline: true},
+			wantExit: 1, wantLog: []string{"FAILED: gave up after ", "attempts (deadline 4s): GET ", ": HTTP 503"},
+			wantGET: 1, deadline: true},
 		{name: "a missing version is retried to the deadline", env: map[string]string{"DYNK8S_AGENT_DEADLINE_SECONDS": "2"},
 			wantExit: 1, wantLog: []string{"FAILED: gave up after ", "attempts (deadline 2s): GET ", ": HTTP 404: <Error><Code>NoSuchVersion</Code></Error>"},
 			wantGET: 1, deadline: true},
