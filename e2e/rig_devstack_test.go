@@ -75,4 +75,11 @@ func TestE2EStackRunsTheToolsRelease(t *testing.T) {
 	cfg := devConfig(t)
 	assert.Equal(t, cfg.Derived.AutoscalerVersion.String(), read("AUTOSCALER_VERSION"),
 		"the autoscaler the e2e stack runs")
+
+	// The file the commands are given reads back as the same config values.
+	fromFile, err := mockcloud.LoadStackFile(devStackFile(t))
+	assert.NilError(t, err)
+	fromMap, err := mockcloud.ConfigFromMap(devStackValues(t))
+	assert.NilError(t, err)
+	assert.DeepEqual(t, fromFile.Values, fromMap.Values)
 }
