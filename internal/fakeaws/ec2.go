@@ -13,8 +13,8 @@ import (
 
 // EC2 is a stand-in for the EC2 Query API (version 2016-11-15, XML answers) as the node agent calls it:
 // DescribeInstances over the instances the test adds, applying its filters as EC2 does and in pages,
-// StartInstances (the gateway's wake-up), through the instances' states, and CreateTags (the join's kubelet key
-// hash), which a later DescribeInstances shows.
+// StartInstances (the gateway's wake-up), through the instances' states, CreateTags (the join's kubelet key
+// hash), which a later DescribeInstances shows, and TerminateInstances (the controller's stale warm instances).
 type EC2 struct {
 	server
 	instances []*EC2Instance
@@ -29,6 +29,9 @@ type EC2 struct {
 	tokens     []string
 	filters    []map[string][]string
 	tagCalls   []string
+	terminated []string
+	// onTerminate is told the instances each TerminateInstances terminates.
+	onTerminate func(ids []string)
 }
 
 // EC2Instance is an instance the fake knows.
@@ -106,6 +109,21 @@ func (e *EC2) TagCalls() []string {
 	return slices.Clone(e.tagCalls)
 }
 
+// OnTerminate makes f be told the instances each TerminateInstances terminates (WarmPools.Replace: their group
+// replaces them).
+func (e *EC2) OnTerminate(f func(ids []string)) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	e.onTerminate = f
+}
+
+// Terminated are the instances terminated so far, in order.
+func (e *EC2) Terminated() []string {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return slices.Clone(e.terminated)
+}
+
 // Tags are the tags of instance id, nil for one the fake does not know.
 func (e *EC2) Tags(id string) map[string]string {
 	e.mu.Lock()
@@ -163,6 +181,8 @@ func (e *EC2) serve(w http.ResponseWriter, r *http.Request) {
 		e.start1(w, form)
 	case "CreateTags":
 		e.createTags(w, form)
+	case "TerminateInstances":
+		e.terminate(w, form)
 	default:
 		e.problemf("unexpected action %q", action)
 		ec2Error(w, http.StatusBadRequest, "InvalidAction", "The action "+action+" is not valid for this web service.")
@@ -271,6 +291,45 @@ func (e *EC2) start1(w http.ResponseWriter, form url.Values) {
 		`<instanceId>%s</instanceId><currentState><code>%d</code><name>%s</name></currentState>`+
 		`<previousState><code>%d</code><name>%s</name></previousState></item></instancesSet></StartInstancesResponse>`,
 		ec2NS, id, stateCodes[current], current, stateCodes[previous], previous)
+}
+
+// terminate is TerminateInstances (EC2 API Reference: InstanceId.N) of instances the fake knows: every one must be
+// known, else the answer is InvalidInstanceID.NotFound and nothing is terminated; each goes to shutting-down (a
+// terminated one stays terminated), and the answer gives each one's states.
+func (e *EC2) terminate(w http.ResponseWriter, form url.Values) {
+	var targets []*EC2Instance
+	for i := 1; form.Get(fmt.Sprintf("InstanceId.%d", i)) != ""; i++ {
+		id := form.Get(fmt.Sprintf("InstanceId.%d", i))
+		in := e.instance(id)
+		if in == nil {
+			ec2Error(w, http.StatusBadRequest, "InvalidInstanceID.NotFound", fmt.Sprintf("The instance ID '%s' does not exist", id))
+			return
+		}
+		targets = append(targets, in)
+	}
+	if len(targets) == 0 {
+		e.problemf("TerminateInstances without an instance")
+		ec2Error(w, http.StatusBadRequest, "MissingParameter", "The request must contain the parameter InstanceId")
+		return
+	}
+	var b strings.Builder
+	var ids []string
+	for _, in := range targets {
+		previous := in.State
+		if previous != "terminated" {
+			in.State = "shutting-down"
+		}
+		ids = append(ids, in.ID)
+		fmt.Fprintf(&b, `<item><instanceId>%s</instanceId><currentState><code>%d</code><name>%s</name></currentState>`+
+			`<previousState><code>%d</code><name>%s</name></previousState></item>`,
+			in.ID, stateCodes[in.State], in.State, stateCodes[previous], previous)
+	}
+	e.terminated = append(e.terminated, ids...)
+	if e.onTerminate != nil {
+		e.onTerminate(ids)
+	}
+	_, _ = fmt.Fprintf(w, `<TerminateInstancesResponse %s><requestId>fake</requestId><instancesSet>%s</instancesSet></TerminateInstancesResponse>`,
+		ec2NS, b.String())
 }
 
 // createTags is CreateTags (EC2 API Reference: ResourceId.N, Tag.N.Key, Tag.N.Value) of instances the fake knows:

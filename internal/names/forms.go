@@ -3,7 +3,10 @@
 // It is a leaf: it imports nothing of the module.
 package names
 
-import "regexp"
+import (
+	"regexp"
+	"strconv"
+)
 
 // The stack's identity tag keys: infra/config's IdentityTags puts them on every resource it tags, the IAM policies
 // scope by them, and the gateway's idle check tells the stack's pool instances by them.
@@ -59,3 +62,18 @@ func IsBootstrapToken(s string) bool { return bootstrapTokenRE.MatchString(s) }
 
 // IsWireGuardKey reports whether s is a WireGuard key in wg(8)'s form.
 func IsWireGuardKey(s string) bool { return wireGuardKeyRE.MatchString(s) }
+
+// IsTemplateVersion reports whether s is a launch template version number (not $Latest or $Default).
+func IsTemplateVersion(s string) bool {
+	_, err := strconv.ParseUint(s, 10, 64)
+	return err == nil
+}
+
+// OlderTemplateVersion reports whether launch template version v is older than current. Both must be version
+// numbers, as a pool's group names its template's (the stack sets the version, never $Latest or $Default) and as
+// Auto Scaling reports an instance's; anything else is not compared: false.
+func OlderTemplateVersion(v, current string) bool {
+	a, errA := strconv.ParseUint(v, 10, 64)
+	b, errB := strconv.ParseUint(current, 10, 64)
+	return errA == nil && errB == nil && a < b
+}

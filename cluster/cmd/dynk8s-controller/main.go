@@ -2,17 +2,19 @@
 // replicas, one leader) and decides who may become a node: it approves the kubelet client CSRs of live pool instances
 // whose key the instance marked, issues the join tokens and writes them to SSM, deletes the Nodes of instances that
 // are gone, lifts the fuse startup taint once a node advertises the resource, and starts the sleeping WireGuard
-// gateway when the Cluster Autoscaler raises one of the stack's groups. docs/security.md says what each
+// gateway when the Cluster Autoscaler raises one of the stack's groups, and replaces the warm instances a new launch
+// template version left stale. docs/security.md says what each
 // loop checks; infra/addons declares its Deployment, and its init container fetches this binary from the stack's
 // agent bucket, pinned by version and sha256, as the nodes fetch their agent.
 //
 //	dynk8s-controller --region R --cluster C --pools P1,P2 --token-parameter /dynk8s/C/join-token
-//	    --token-kms-key K --token-ttl 24h --not-ready-after 10m [--loops approve,rotate,cleanup,untaint,wake]
-//	    [--wake-gateway i-... --wake-groups G1,G2] [flags]
+//	    --token-kms-key K --token-ttl 24h --not-ready-after 10m [--loops approve,rotate,cleanup,untaint,wake,warm]
+//	    [--wake-gateway i-... --wake-groups G1,G2] [--warm-groups G1] [flags]
 //	dynk8s-controller version
 //
 // Credentials (environment): AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY are the key EC2 is asked with (the
-// stale-node cleanup's IAM user: ec2:DescribeInstances, and ec2:StartInstances of the gateway alone);
+// stale-node cleanup's IAM user: ec2:DescribeInstances, ec2:StartInstances of the gateway alone, and with warm pools
+// the groups' Describe calls and ec2:TerminateInstances of their instances alone);
 // DYNK8S_SSM_ACCESS_KEY_ID and DYNK8S_SSM_SECRET_ACCESS_KEY the key the join token is written with (the rotator's
 // IAM user, the one the token's KMS key lets encrypt). The API server is reached with the pod's ServiceAccount, or
 // --kubeconfig. It logs JSON lines to stderr.
@@ -40,6 +42,7 @@ import (
 	"github.com/dynk8s/dynk8s/cluster/internal/rotate"
 	"github.com/dynk8s/dynk8s/cluster/internal/untaint"
 	"github.com/dynk8s/dynk8s/cluster/internal/wake"
+	"github.com/dynk8s/dynk8s/cluster/internal/warm"
 	"github.com/dynk8s/dynk8s/internal/kube"
 )
 
@@ -50,6 +53,7 @@ const (
 	loopCleanup = "cleanup"
 	loopUntaint = "untaint"
 	loopWake    = "wake"
+	loopWarm    = "warm"
 )
 
 // flags are the command line, with the defaults the stack's Deployment relies on.
@@ -65,6 +69,8 @@ type flags struct {
 	untaint untaint.Config
 	wake    wake.Config
 	groups  string
+	warm    warm.Config
+	warmIn  string
 }
 
 func parse(args []string, stderr io.Writer) (*flags, error) {
@@ -82,6 +88,8 @@ func parse(args []string, stderr io.Writer) (*flags, error) {
 	fs.StringVar(&f.o.Region, "region", "", "the stack's AWS region")
 	fs.StringVar(&f.o.Endpoints.EC2, "ec2-endpoint", "", "EC2's endpoint (tests; default the region's)")
 	fs.StringVar(&f.o.Endpoints.SSM, "ssm-endpoint", "", "SSM's endpoint (tests; default the region's)")
+	fs.StringVar(&f.o.Endpoints.AutoScaling, "autoscaling-endpoint", "",
+		"EC2 Auto Scaling's endpoint (tests; default the region's)")
 	fs.StringVar(&f.loops, "loops", strings.Join([]string{loopApprove, loopRotate, loopCleanup, loopUntaint}, ","),
 		"the loops the leader runs")
 	qps := fs.Float64("qps", 50, "API requests per second (a flood of CSRs is denied at this rate)")
@@ -111,6 +119,8 @@ func parse(args []string, stderr io.Writer) (*flags, error) {
 	fs.StringVar(&f.groups, "wake-groups", "", "wake: the stack's Auto Scaling groups, comma-separated")
 	fs.StringVar(&f.wake.StatusName, "autoscaler-status", wake.DefaultStatusName,
 		"wake: the Cluster Autoscaler's status ConfigMap in kube-system")
+	fs.StringVar(&f.warmIn, "warm-groups", "", "warm: the stack's Auto Scaling groups with a warm pool, comma-separated")
+	fs.DurationVar(&f.warm.Every, "warm-every", warm.DefaultEvery, "warm: how often each group's warm pool is looked at")
 	if err := fs.Parse(args); err != nil {
 		return nil, err
 	}
@@ -124,6 +134,9 @@ func parse(args []string, stderr io.Writer) (*flags, error) {
 	}
 	if f.groups != "" {
 		f.wake.Groups = strings.Split(f.groups, ",")
+	}
+	if f.warmIn != "" {
+		f.warm.Groups = strings.Split(f.warmIn, ",")
 	}
 	ns, name, ok := strings.Cut(f.record, "/")
 	if !ok {
@@ -140,7 +153,7 @@ func parse(args []string, stderr io.Writer) (*flags, error) {
 }
 
 // build makes every loop --loops names (the others are not built, so their flags need not be set).
-func (f *flags) build(d loop.Deps, ec2 cloud.EC2, ssm cloud.SSM) ([]loop.Loop, error) {
+func (f *flags) build(d loop.Deps, aws cloud.Clients) ([]loop.Loop, error) {
 	var loops []loop.Loop
 	for _, name := range f.o.Loops {
 		var l loop.Loop
@@ -148,24 +161,28 @@ func (f *flags) build(d loop.Deps, ec2 cloud.EC2, ssm cloud.SSM) ([]loop.Loop, e
 		switch name {
 		case loopApprove:
 			cfg := f.approve
-			cfg.EC2 = ec2
+			cfg.EC2 = aws.EC2
 			l, err = approve.New(cfg, d)
 		case loopRotate:
 			cfg := f.rotate
-			cfg.SSM = ssm
+			cfg.SSM = aws.SSM
 			l, err = rotate.New(cfg, d)
 		case loopCleanup:
 			cfg := f.cleanup
-			cfg.EC2 = ec2
+			cfg.EC2 = aws.EC2
 			l, err = cleanup.New(cfg, d)
 		case loopUntaint:
 			l, err = untaint.New(f.untaint, d)
 		case loopWake:
 			cfg := f.wake
-			cfg.EC2 = ec2
+			cfg.EC2 = aws.EC2
 			l, err = wake.New(cfg, d)
+		case loopWarm:
+			cfg := f.warm
+			cfg.AutoScaling, cfg.EC2 = aws.AutoScaling, aws.EC2
+			l, err = warm.New(cfg, d)
 		default:
-			return nil, fmt.Errorf("--loops: no loop %q (approve, rotate, cleanup, untaint, wake)", name)
+			return nil, fmt.Errorf("--loops: no loop %q (approve, rotate, cleanup, untaint, wake, warm)", name)
 		}
 		if err != nil {
 			return nil, err

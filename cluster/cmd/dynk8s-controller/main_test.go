@@ -14,6 +14,7 @@ import (
 	"k8s.io/client-go/tools/record"
 	"k8s.io/utils/clock"
 
+	"github.com/dynk8s/dynk8s/cluster/internal/cloud"
 	"github.com/dynk8s/dynk8s/cluster/internal/cloud/cloudtest"
 	"github.com/dynk8s/dynk8s/cluster/internal/loop"
 )
@@ -24,22 +25,24 @@ func TestTheStacksFlagsBuildEveryLoop(t *testing.T) {
 	f, err := parse([]string{"--region=eu-central-1", "--cluster=homelab", "--pools=builders-arm,builders-x86",
 		"--bootstrap-group=system:bootstrappers:dynk8s:pool-nodes", "--approval-record=kube-system/dynk8s-approved-nodes",
 		"--token-parameter=/dynk8s/homelab/join-token", "--token-kms-key=alias/aws/ssm", "--token-ttl=2h0m0s",
-		"--not-ready-after=5m0s", "--loops=approve,rotate,cleanup,untaint,wake", "--addr=:8080", "--identity=a",
-		"--wake-gateway=i-0123456789abcdef0", "--wake-groups=homelab-builders-arm-1,homelab-builders-x86-1"}, &stderr)
+		"--not-ready-after=5m0s", "--loops=approve,rotate,cleanup,untaint,wake,warm", "--addr=:8080", "--identity=a",
+		"--wake-gateway=i-0123456789abcdef0", "--wake-groups=homelab-builders-arm-1,homelab-builders-x86-1",
+		"--warm-groups=homelab-builders-x86-1"}, &stderr)
 	assert.NilError(t, err, stderr.String())
 	assert.NilError(t, f.o.Validate())
 	client := fake.NewClientset()
 	_, ec2 := cloudtest.EC2(t)
 	_, ssm := cloudtest.SSM(t)
+	_, asg := cloudtest.WarmPools(t, nil)
 	loops, err := f.build(loop.Deps{Client: client, Informers: informers.NewSharedInformerFactory(client, 0),
 		Recorder: record.NewFakeRecorder(10), Metrics: prometheus.NewRegistry(),
-		Log: slog.New(slog.DiscardHandler), Clock: clock.RealClock{}}, ec2, ssm)
+		Log: slog.New(slog.DiscardHandler), Clock: clock.RealClock{}}, cloud.Clients{EC2: ec2, SSM: ssm, AutoScaling: asg})
 	assert.NilError(t, err)
 	var names []string
 	for _, l := range loops {
 		names = append(names, l.Name())
 	}
-	assert.DeepEqual(t, names, []string{"approve", "rotate", "cleanup", "untaint", "wake"})
+	assert.DeepEqual(t, names, []string{"approve", "rotate", "cleanup", "untaint", "wake", "warm"})
 }
 
 // A bad command line fails at once with one FAILED line that names what is wrong, and exit status 2.

@@ -13,6 +13,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/aws/retry"
 	awsconfig "github.com/aws/aws-sdk-go-v2/config"
+	"github.com/aws/aws-sdk-go-v2/service/autoscaling"
 	"github.com/aws/aws-sdk-go-v2/service/ec2"
 	ec2types "github.com/aws/aws-sdk-go-v2/service/ec2/types"
 	"github.com/aws/aws-sdk-go-v2/service/ssm"
@@ -21,10 +22,18 @@ import (
 )
 
 // EC2 is the EC2 API the controller calls: the approver and the cleanup describe instances, the wake-up starts the
-// gateway, nothing else.
+// gateway, the warm pools' loop terminates stale warm instances, nothing else.
 type EC2 interface {
 	DescribeInstances(ctx context.Context, in *ec2.DescribeInstancesInput, opts ...func(*ec2.Options)) (*ec2.DescribeInstancesOutput, error)
 	StartInstances(ctx context.Context, in *ec2.StartInstancesInput, opts ...func(*ec2.Options)) (*ec2.StartInstancesOutput, error)
+	TerminateInstances(ctx context.Context, in *ec2.TerminateInstancesInput, opts ...func(*ec2.Options)) (*ec2.TerminateInstancesOutput, error)
+}
+
+// AutoScaling is the EC2 Auto Scaling API the controller calls: the warm pools' loop reads each group's launch
+// template version and its warm instances.
+type AutoScaling interface {
+	DescribeAutoScalingGroups(ctx context.Context, in *autoscaling.DescribeAutoScalingGroupsInput, opts ...func(*autoscaling.Options)) (*autoscaling.DescribeAutoScalingGroupsOutput, error)
+	DescribeWarmPool(ctx context.Context, in *autoscaling.DescribeWarmPoolInput, opts ...func(*autoscaling.Options)) (*autoscaling.DescribeWarmPoolOutput, error)
 }
 
 // SSM is the SSM API the controller calls: the rotator overwrites the join token parameter.
@@ -136,21 +145,28 @@ func byID(list []Instance) map[string]Instance {
 
 // Endpoints override the services' endpoints (tests and e2e point them at fakes or moto); "" is the region's.
 type Endpoints struct {
-	EC2, SSM string
+	EC2, SSM, AutoScaling string
 }
 
-// Clients are the SDK's clients for the region, with the credentials of the SDK's default chain (in the pod: the
-// IAM user's key from the environment, AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY), and for SSM ssmCreds when
+// Clients are the controller's AWS clients.
+type Clients struct {
+	EC2         EC2
+	SSM         SSM
+	AutoScaling AutoScaling
+}
+
+// NewClients are the SDK's clients for the region, with the credentials of the SDK's default chain (in the pod:
+// the IAM user's key from the environment, AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY), and for SSM ssmCreds when
 // not nil (the one key the join token's KMS key policy lets encrypt). The SDK resolves each service's endpoint for
 // the region's partition (aws, aws-cn, aws-us-gov), so no host name is written here.
-func Clients(ctx context.Context, region string, ep Endpoints, ssmCreds aws.CredentialsProvider) (EC2, SSM, error) {
+func NewClients(ctx context.Context, region string, ep Endpoints, ssmCreds aws.CredentialsProvider) (Clients, error) {
 	if region == "" {
-		return nil, nil, errors.New("no AWS region")
+		return Clients{}, errors.New("no AWS region")
 	}
 	cfg, err := awsconfig.LoadDefaultConfig(ctx, awsconfig.WithRegion(region),
 		awsconfig.WithRetryer(func() aws.Retryer { return retry.AddWithMaxAttempts(retry.NewStandard(), 3) }))
 	if err != nil {
-		return nil, nil, fmt.Errorf("AWS configuration: %w", err)
+		return Clients{}, fmt.Errorf("AWS configuration: %w", err)
 	}
 	e := ec2.NewFromConfig(cfg, func(o *ec2.Options) {
 		if ep.EC2 != "" {
@@ -165,5 +181,10 @@ func Clients(ctx context.Context, region string, ep Endpoints, ssmCreds aws.Cred
 			o.BaseEndpoint = aws.String(ep.SSM)
 		}
 	})
-	return e, s, nil
+	a := autoscaling.NewFromConfig(cfg, func(o *autoscaling.Options) {
+		if ep.AutoScaling != "" {
+			o.BaseEndpoint = aws.String(ep.AutoScaling)
+		}
+	})
+	return Clients{EC2: e, SSM: s, AutoScaling: a}, nil
 }

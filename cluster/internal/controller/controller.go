@@ -58,7 +58,7 @@ type Options struct {
 	// Addr is where the probes and metrics are served.
 	Addr     string
 	Election Election
-	// Region is the stack's AWS region; Endpoints override EC2's and SSM's (tests). SSMCredentials sign the SSM
+	// Region is the stack's AWS region; Endpoints override EC2's, SSM's and Auto Scaling's (tests). SSMCredentials sign the SSM
 	// calls when set; the SDK's default chain signs the rest.
 	Region         string
 	Endpoints      cloud.Endpoints
@@ -93,7 +93,7 @@ func (o Options) Validate() error {
 
 // Builder makes the loops the leader runs (those Options.Loops names) from their dependencies and the AWS
 // clients.
-type Builder func(d loop.Deps, ec2 cloud.EC2, ssm cloud.SSM) ([]loop.Loop, error)
+type Builder func(d loop.Deps, aws cloud.Clients) ([]loop.Loop, error)
 
 // Run runs the controller until ctx ends or this replica loses its leadership (an error: the process exits and is
 // restarted as a follower).
@@ -113,15 +113,15 @@ func Run(ctx context.Context, log *slog.Logger, o Options, build Builder) error 
 	if err != nil {
 		return fmt.Errorf("API client: %w", err)
 	}
-	ec2c, ssmc, err := cloud.Clients(ctx, o.Region, o.Endpoints, o.SSMCredentials)
+	clients, err := cloud.NewClients(ctx, o.Region, o.Endpoints, o.SSMCredentials)
 	if err != nil {
 		return err
 	}
-	return run(ctx, log, o, client, ec2c, ssmc, clock.RealClock{}, build)
+	return run(ctx, log, o, client, clients, clock.RealClock{}, build)
 }
 
 // run is Run with its clients made: the server, the loops, the campaign.
-func run(ctx context.Context, log *slog.Logger, o Options, client kubernetes.Interface, ec2c cloud.EC2, ssmc cloud.SSM,
+func run(ctx context.Context, log *slog.Logger, o Options, client kubernetes.Interface, clients cloud.Clients,
 	clk clock.WithTicker, build Builder) error {
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
@@ -158,7 +158,7 @@ func run(ctx context.Context, log *slog.Logger, o Options, client kubernetes.Int
 		Metrics:   reg,
 		Log:       log,
 		Clock:     clk,
-	}, ec2c, ssmc)
+	}, clients)
 	if err != nil {
 		return err
 	}

@@ -101,11 +101,11 @@ func start(t *testing.T, client kubernetes.Interface, id string, l *fakeLoop) *r
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	r.cancel = cancel
-	build := func(loop.Deps, cloud.EC2, cloud.SSM) ([]loop.Loop, error) { return []loop.Loop{l}, nil }
+	build := func(loop.Deps, cloud.Clients) ([]loop.Loop, error) { return []loop.Loop{l}, nil }
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
 	go func() {
 		defer close(r.done)
-		r.err = run(ctx, log, r.o, client, nil, nil, clock.RealClock{}, build)
+		r.err = run(ctx, log, r.o, client, cloud.Clients{}, clock.RealClock{}, build)
 	}()
 	t.Cleanup(func() {
 		cancel()

@@ -9,7 +9,6 @@ import (
 	"os"
 	"regexp"
 	"slices"
-	"strconv"
 	"strings"
 	"time"
 
@@ -335,7 +334,7 @@ func (c *collector) warmPool(group, current string) (*Warm, error) {
 		for _, i := range out.Instances {
 			warm.Size++
 			warm.States[string(i.LifecycleState)]++
-			if i.LaunchTemplate != nil && olderVersion(aws.ToString(i.LaunchTemplate.Version), current) {
+			if i.LaunchTemplate != nil && names.OlderTemplateVersion(aws.ToString(i.LaunchTemplate.Version), current) {
 				warm.Stale = append(warm.Stale, aws.ToString(i.InstanceId))
 			}
 		}
@@ -345,14 +344,6 @@ func (c *collector) warmPool(group, current string) (*Warm, error) {
 		}
 		in.NextToken = out.NextToken
 	}
-}
-
-// olderVersion reports whether launch template version v is older than current; both are the numbers a pool's
-// group names (the stack sets its template's version, never $Latest or $Default), anything else is not compared.
-func olderVersion(v, current string) bool {
-	a, errA := strconv.Atoi(v)
-	b, errB := strconv.Atoi(current)
-	return errA == nil && errB == nil && a < b
 }
 
 // launchRE finds the instance a launch activity names ("Launching a new EC2 instance: i-0123...").

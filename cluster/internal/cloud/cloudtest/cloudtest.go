@@ -1,5 +1,5 @@
 // Package cloudtest gives the controller's tests the real SDK clients against internal/fakeaws' wire fakes, which
-// check each request's SigV4 signature: what the controller sends is what EC2 and SSM would be sent.
+// check each request's SigV4 signature: what the controller sends is what EC2, SSM and Auto Scaling would be sent.
 package cloudtest
 
 import (
@@ -7,6 +7,7 @@ import (
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/credentials"
+	"github.com/aws/aws-sdk-go-v2/service/autoscaling"
 	"github.com/aws/aws-sdk-go-v2/service/ec2"
 	"github.com/aws/aws-sdk-go-v2/service/ssm"
 
@@ -43,4 +44,11 @@ func SSM(t testing.TB) (*fakeaws.SSM, *ssm.Client) {
 	t.Helper()
 	fake := fakeaws.NewSSM(t, Sig)
 	return fake, ssm.NewFromConfig(config(), func(o *ssm.Options) { o.BaseEndpoint = aws.String(fake.URL) })
+}
+
+// WarmPools starts a fake EC2 Auto Scaling that knows groups and returns it with an SDK client for it.
+func WarmPools(t testing.TB, groups map[string]fakeaws.WarmGroup) (*fakeaws.WarmPools, *autoscaling.Client) {
+	t.Helper()
+	fake := fakeaws.NewWarmPools(t, Sig, groups)
+	return fake, autoscaling.NewFromConfig(config(), func(o *autoscaling.Options) { o.BaseEndpoint = aws.String(fake.URL) })
 }

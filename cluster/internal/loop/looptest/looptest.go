@@ -99,6 +99,14 @@ func Counter(t *testing.T, m prometheus.Metric) float64 {
 	return out.GetCounter().GetValue()
 }
 
+// Gauge is a gauge's value.
+func Gauge(t *testing.T, m prometheus.Metric) float64 {
+	t.Helper()
+	var out dto.Metric
+	assert.NilError(t, m.Write(&out))
+	return out.GetGauge().GetValue()
+}
+
 // Histogram is a histogram's sample count and sum.
 func Histogram(t *testing.T, m prometheus.Metric) (uint64, float64) {
 	t.Helper()
