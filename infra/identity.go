@@ -68,6 +68,9 @@ type Identity struct {
 	// CleanupUserName is the cleanup's IAM user, whose key the controller asks EC2 with and downloads itself with
 	// (the agent bucket's ControllerReader).
 	CleanupUserName pulumi.StringOutput
+	// InstanceARNs is the ARN pattern of every instance of the stack's region and account
+	// (arn:<partition>:ec2:<region>:<account>:instance/*), which the policies on instances scope by.
+	InstanceARNs pulumi.StringOutput
 	// CleanupSecretAccessKey is secret.
 	CleanupSecretAccessKey  pulumi.StringOutput `pulumi:"cleanupSecretAccessKey"`
 	TokenRotatorAccessKeyID pulumi.StringOutput `pulumi:"tokenRotatorAccessKeyId"`
@@ -159,7 +162,8 @@ func NewIdentity(ctx *pulumi.Context, name string, args *IdentityArgs, opts ...p
 	}
 	// The node's boot marks its own instance with its kubelet key's hash, which the controller binds the node's
 	// name to (NodeKeyTagPolicy).
-	keyTag := pulumi.Sprintf("arn:%s:ec2:%s:%s:instance/*", partition.Partition(), args.Region, account).ApplyT(
+	comp.InstanceARNs = pulumi.Sprintf("arn:%s:ec2:%s:%s:instance/*", partition.Partition(), args.Region, account)
+	keyTag := comp.InstanceARNs.ApplyT(
 		func(arns string) (string, error) { return NodeKeyTagPolicy(arns, args.ClusterName).JSON() }).(pulumi.StringOutput)
 	if _, err := iam.NewRolePolicy(ctx, name+"-node-key-tag", &iam.RolePolicyArgs{
 		Role:   nodeProfile.Role,

@@ -8,6 +8,7 @@ import (
 
 	"github.com/pulumi/pulumi-aws/sdk/v6/go/aws/autoscaling"
 	"github.com/pulumi/pulumi-aws/sdk/v6/go/aws/ec2"
+	"github.com/pulumi/pulumi-aws/sdk/v6/go/aws/iam"
 	"github.com/pulumi/pulumi/sdk/v3/go/pulumi"
 	"github.com/pulumi/pulumi/sdk/v3/go/pulumix"
 
@@ -100,6 +101,17 @@ type NodePoolArgs struct {
 	Agent AgentObject
 	// Bake builds the image the pool boots (required with Pool.Image baked, ignored otherwise).
 	Bake *BakeArgs
+	// WarmReplacer is the IAM user of dynk8s-controller's warm loop, which a pool with a warm pool lets replace its
+	// stale warm instances (optional; nil: no loop replaces them, only their own boot hands them back).
+	WarmReplacer *WarmReplacer
+}
+
+// WarmReplacer is who replaces a warm pool's stale instances: dynk8s-controller's IAM user, with the stack's region
+// and the ARN pattern of its instances (Identity.InstanceARNs).
+type WarmReplacer struct {
+	UserName     pulumi.StringInput
+	InstanceARNs pulumi.StringInput
+	Region       string
 }
 
 // NewNodePool declares one node pool.
@@ -338,6 +350,19 @@ func NewNodePool(ctx *pulumi.Context, name string, args *NodePoolArgs, opts ...p
 			DefaultResult:        pulumi.String(launchDefaultResult),
 		}, parent); err != nil {
 			return nil, fmt.Errorf("node pool %q: launch hook: %w", name, err)
+		}
+	}
+
+	if r := args.WarmReplacer; r != nil && pool.WarmPool != nil {
+		policy := pulumix.Apply2Err(r.InstanceARNs.ToStringOutput(), group.Name, func(arns, group string) (string, error) {
+			return ReplaceStaleWarmInstancesPolicy(arns, r.Region, args.ClusterName, group).JSON()
+		})
+		if _, err := iam.NewUserPolicy(ctx, name+"-warm-replace", &iam.UserPolicyArgs{
+			User:   r.UserName,
+			Name:   pulumi.String("replace-stale-warm-instances-" + pool.Name),
+			Policy: pulumix.Cast[pulumi.StringOutput](policy),
+		}, parent); err != nil {
+			return nil, fmt.Errorf("node pool %q: warm replacement policy: %w", name, err)
 		}
 	}
 

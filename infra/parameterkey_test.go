@@ -192,10 +192,7 @@ func keyUses(doc infra.PolicyDocument) []string {
 // rotatorKey is the KMS key the join token rotator's pods pass to PutParameter (KMS_KEY_ID).
 func rotatorKey(t *testing.T, res *plan.Result) string {
 	t.Helper()
-	d := res.Cloud.Find("kubernetes:apps/v1:Deployment", "addons-controller")
-	assert.Assert(t, d != nil)
-	spec := mockcloud.PlainMap(d.Inputs, false)["spec"]
-	for _, a := range asList(dig(spec, "template", "spec", "containers", 0, "args")) {
+	for _, a := range controllerArgs(t, res) {
 		if v, ok := strings.CutPrefix(a.(string), "--token-kms-key="); ok {
 			return v
 		}

@@ -261,6 +261,38 @@ func WakeGatewayPolicy(instanceARN, clusterName, gatewayName string) PolicyDocum
 	}}}
 }
 
+// ReplaceStaleWarmInstancesPolicy lets dynk8s-controller's warm loop replace the stale instances of one pool's warm
+// pool: read the group and its warm pool (Describe calls support no resource-level permissions: the Service
+// Authorization Reference for EC2 Auto Scaling; the region is scoped), and terminate instances of that group only,
+// within instanceARNs (the stack's region and account). An instance is the group's by the aws:autoscaling:groupName
+// tag EC2 Auto Scaling puts on every instance it launches; a tag key that begins with aws: cannot be created,
+// changed or removed by anyone (Amazon EC2 User Guide, "Tag restrictions"), so no principal of the stack can make
+// another instance pass. The cluster's own tag is required as well.
+func ReplaceStaleWarmInstancesPolicy(instanceARNs, region, clusterName, group string) PolicyDocument {
+	return PolicyDocument{Version: policyVersion, Statement: []PolicyStatement{
+		{
+			Sid:       "ReadTheGroupAndItsWarmPool",
+			Effect:    "Allow",
+			Action:    []string{"autoscaling:DescribeAutoScalingGroups", "autoscaling:DescribeWarmPool"},
+			Resource:  []string{"*"},
+			Condition: map[string]map[string]string{"StringEquals": {"aws:RequestedRegion": region}},
+		},
+		{
+			Sid:      "TerminateTheGroupsInstances",
+			Effect:   "Allow",
+			Action:   []string{"ec2:TerminateInstances"},
+			Resource: []string{instanceARNs},
+			Condition: map[string]map[string]string{"StringEquals": {
+				"aws:ResourceTag/" + autoscalingGroupTag: group,
+				"aws:ResourceTag/" + names.TagCluster:    clusterName,
+			}},
+		},
+	}}
+}
+
+// autoscalingGroupTag is the tag EC2 Auto Scaling puts on every instance it launches: its group's name.
+const autoscalingGroupTag = "aws:autoscaling:groupName"
+
 // NodeLifecyclePolicy lets a node act on its own boot in its group (the node agent's join): complete the launch lifecycle
 // hook's action (CONTINUE once prepared or joined, or when it fails; ABANDON when it was prepared from an older launch
 // template) and mark such a stale instance Unhealthy when it has no hook, so the group replaces it at once. Both only on groups tagged as this cluster's, within

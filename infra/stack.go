@@ -243,6 +243,8 @@ func NewStack(ctx *pulumi.Context, cfg *config.Config, agent AgentFiles, nodes O
 			GatewayAddress:     s.Network.GatewayAddress,
 			Agent:              s.Agent.Objects[pool.Arch],
 			Bake:               bake,
+			WarmReplacer: &WarmReplacer{UserName: s.Identity.CleanupUserName, InstanceARNs: s.Identity.InstanceARNs,
+				Region: cfg.Region},
 		})
 		if err != nil {
 			return nil, err

@@ -1245,3 +1245,62 @@ func TestPoolNodesRouteThroughTheTunnelAsConfigured(t *testing.T) {
 			netip.MustParsePrefix("172.16.0.0/12")}), "%s: %v", lt.Name, host.OnPremCIDRs)
 	}
 }
+
+// TestWarmPoolReplacementPolicy: a pool with a warm pool lets the controller's user (the cleanup's) terminate the
+// instances of that pool's group alone, by the group tag Auto Scaling puts on them and the cluster's, in the stack's
+// region and account, and read groups and warm pools; the controller runs the warm loop for exactly that group. A
+// pool without one grants nothing, and a stack without warm pools runs no warm loop.
+func TestWarmPoolReplacementPolicy(t *testing.T) {
+	c := devConfig(t)
+	p := pool(c, 1)
+	p["spot"], p["instanceTypes"], p["warmPool"] = false, []any{"c7g.2xlarge"}, map[string]any{"state": "Stopped"}
+	name := p["name"].(string)
+	res := runStack(t, c)
+
+	group := out(find(t, res, "aws:autoscaling/group:Group", "pool-"+name+"-asg"), "name").(string)
+	r := find(t, res, "aws:iam/userPolicy:UserPolicy", "pool-"+name+"-warm-replace")
+	assert.Equal(t, in(r, "user"), "homelab-node-cleanup")
+	assert.Equal(t, in(r, "name"), "replace-stale-warm-instances-"+name)
+	doc := policy(t, r, "policy")
+	assert.Assert(t, is.Len(doc.Statement, 2))
+	read, terminate := doc.Statement[0], doc.Statement[1]
+	assert.DeepEqual(t, read.Action, []string{"autoscaling:DescribeAutoScalingGroups", "autoscaling:DescribeWarmPool"})
+	assert.DeepEqual(t, read.Condition, map[string]map[string]string{"StringEquals": {"aws:RequestedRegion": "eu-central-1"}})
+	assert.DeepEqual(t, terminate.Action, []string{"ec2:TerminateInstances"})
+	assert.DeepEqual(t, terminate.Resource, []string{"arn:aws:ec2:eu-central-1:123456789012:instance/*"})
+	assert.DeepEqual(t, terminate.Condition, map[string]map[string]string{"StringEquals": {
+		"aws:ResourceTag/aws:autoscaling:groupName": group,
+		"aws:ResourceTag/dynk8s:cluster":            "homelab",
+	}})
+	assert.Check(t, is.DeepEqual(warmPolicies(res), []string{r.Name}), "this one pool's")
+
+	args := controllerArgs(t, res)
+	assert.Check(t, is.Contains(args, any("--warm-groups="+group)))
+	assert.Check(t, slices.ContainsFunc(args, func(a any) bool {
+		return strings.HasPrefix(a.(string), "--loops=") && strings.HasSuffix(a.(string), ",warm")
+	}), "%v", args)
+
+	cold := runStack(t, devConfig(t))
+	assert.Check(t, is.Len(warmPolicies(cold), 0))
+	for _, a := range controllerArgs(t, cold) {
+		assert.Check(t, !strings.Contains(a.(string), "warm"), "%s", a)
+	}
+}
+
+// warmPolicies are the names of the stack's warm replacement policies.
+func warmPolicies(res *plan.Result) []string {
+	var found []string
+	for _, r := range res.Cloud.ByType("aws:iam/userPolicy:UserPolicy") {
+		if strings.HasPrefix(in(&r, "name").(string), "replace-stale-warm-instances-") {
+			found = append(found, r.Name)
+		}
+	}
+	return found
+}
+
+// controllerArgs are the controller container's arguments.
+func controllerArgs(t *testing.T, res *plan.Result) []any {
+	t.Helper()
+	spec := mockcloud.PlainMap(find(t, res, "kubernetes:apps/v1:Deployment", "addons-controller").Inputs, false)["spec"]
+	return asList(dig(spec, "template", "spec", "containers", 0, "args"))
+}

@@ -2,7 +2,6 @@ package addons
 
 import (
 	"fmt"
-	"maps"
 	"slices"
 	"strings"
 
@@ -221,7 +220,7 @@ func serviceAccountIs(sa string) string {
 }
 
 // controllerLoops are the loops the controller runs: the untaint loop only when the pools carry the fuse startup
-// taint, the wake-up only when the gateway sleeps.
+// taint, the wake-up only when the gateway sleeps, the warm pools' loop only when a pool has a warm pool.
 func (a *ClusterAddonsArgs) controllerLoops() string {
 	loops := []string{"approve", "rotate", "cleanup"}
 	if a.Fuse.Enabled {
@@ -230,16 +229,39 @@ func (a *ClusterAddonsArgs) controllerLoops() string {
 	if a.wakes() {
 		loops = append(loops, "wake")
 	}
+	if len(a.warmPools()) > 0 {
+		loops = append(loops, "warm")
+	}
 	return strings.Join(loops, ",")
+}
+
+// warmPools are the names of the pools with a warm pool, whose stale warm instances the controller replaces; none
+// without the groups' names.
+func (a *ClusterAddonsArgs) warmPools() []string {
+	var pools []string
+	for _, p := range a.Pools {
+		if p.WarmPool != nil && a.GroupNames != nil {
+			pools = append(pools, p.Name)
+		}
+	}
+	return pools
 }
 
 // wakes says whether the controller wakes the gateway: it sleeps, and the groups are known.
 func (a *ClusterAddonsArgs) wakes() bool { return a.GatewayInstanceID != nil && a.GroupNames != nil }
 
-// groupList is the groups' names, sorted and comma-separated (the wake-up's --wake-groups).
-func (a *ClusterAddonsArgs) groupList() pulumi.StringOutput {
+// groupList is the groups' names of pools (every pool's for nil), sorted and comma-separated (the wake-up's
+// --wake-groups, the warm loop's --warm-groups).
+func (a *ClusterAddonsArgs) groupList(pools []string) pulumi.StringOutput {
 	return a.GroupNames.ToStringMapOutput().ApplyT(func(groups map[string]string) string {
-		return strings.Join(slices.Sorted(maps.Values(groups)), ",")
+		var names []string
+		for pool, group := range groups {
+			if pools == nil || slices.Contains(pools, pool) {
+				names = append(names, group)
+			}
+		}
+		slices.Sort(names)
+		return strings.Join(names, ",")
 	}).(pulumi.StringOutput)
 }
 
@@ -260,7 +282,10 @@ func (a *ClusterAddonsArgs) controllerArgs() pulumi.StringArray {
 	}
 	if a.wakes() {
 		args = append(args, pulumi.Sprintf("--wake-gateway=%s", a.GatewayInstanceID),
-			pulumi.Sprintf("--wake-groups=%s", a.groupList()))
+			pulumi.Sprintf("--wake-groups=%s", a.groupList(nil)))
+	}
+	if warm := a.warmPools(); len(warm) > 0 {
+		args = append(args, pulumi.Sprintf("--warm-groups=%s", a.groupList(warm)))
 	}
 	return args
 }

@@ -10,6 +10,7 @@ import (
 	is "gotest.tools/v3/assert/cmp"
 
 	"github.com/dynk8s/dynk8s/cloudinit"
+	"github.com/dynk8s/dynk8s/infra/config"
 	"github.com/dynk8s/dynk8s/internal/kube"
 )
 
@@ -104,6 +105,16 @@ func TestAddonsController(t *testing.T) {
 		typeDeployment, ControllerName), "controller"), "args").([]any)
 	for _, want := range []string{"--loops=approve,rotate,cleanup,untaint,wake", "--wake-gateway=i-0123456789abcdef0",
 		"--wake-groups=dev-build-arm-1,dev-build-x86-2"} {
+		assert.Check(t, slices.Contains(args, any(want)), "%s not in %v", want, args)
+	}
+
+	// With a warm pool, the warm pools' loop, for that pool's group alone.
+	warm := testAddonsArgs()
+	warm.Pools[1].WarmPool = &config.WarmPool{Size: 1, State: config.WarmStopped}
+	warm.GroupNames = pulumi.StringMap{"build-x86": pulumi.String("dev-build-x86-2"), "build-arm": pulumi.String("dev-build-arm-1")}
+	args = dig(t, containerNamed(t, mustRunAddons(t, func() *ClusterAddonsArgs { return warm }).object(t,
+		typeDeployment, ControllerName), "controller"), "args").([]any)
+	for _, want := range []string{"--loops=approve,rotate,cleanup,untaint,warm", "--warm-groups=dev-build-arm-1"} {
 		assert.Check(t, slices.Contains(args, any(want)), "%s not in %v", want, args)
 	}
 
