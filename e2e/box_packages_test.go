@@ -5,6 +5,7 @@ package e2e
 import (
 	"bytes"
 	"context"
+	"net/netip"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -13,11 +14,13 @@ import (
 	"testing"
 	"time"
 
+	"golang.zx2c4.com/wireguard/wgctrl/wgtypes"
 	"gotest.tools/v3/assert"
 	is "gotest.tools/v3/assert/cmp"
 	"sigs.k8s.io/yaml"
 
 	"github.com/dynk8s/dynk8s/cloudinit"
+	"github.com/dynk8s/dynk8s/node/nodeconfig"
 	"github.com/dynk8s/dynk8s/node/nodetest"
 )
 
@@ -27,6 +30,8 @@ import (
 // (testdata/packages/build-repos.sh), with gpgcheck on. The user data's repositories are written by cloud-init's
 // own yum_add_repo, only their base URLs pointed at the local repositories. Each case runs on a throwaway overlay of
 // the root, not booted (forky's systemd cannot boot on this host; the package phase needs no boot).
+//
+// The gateway's `dynk8s-node gateway-packages` runs in both roots too (gatewayPackageCases).
 //
 // What must hold: the pinned versions install from the upstream repositories, not Fedora's newer cri-o and
 // cri-tools; a later `dnf upgrade` leaves them at their pins (and the control: without the lock it would not);
@@ -58,28 +63,10 @@ func TestBoxPackagesOnRealDnf(t *testing.T) {
 				if deadline != "" {
 					env = append(env, "DYNK8S_DEADLINE_SECONDS="+deadline)
 				}
-				args := []string{"--bind-ro=" + built + ":" + repoDir, "--bind-ro=" + ud + ":/srv/userdata",
-					"--bind-ro=" + nodetest.BuiltAgent(t) + ":/usr/local/bin/dynk8s-node",
-					"--bind-ro=" + testdataPath(t, "packages") + ":/srv/packages"}
-				for _, e := range env {
-					args = append(args, "--setenv="+e)
-				}
-				ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
-				defer cancel()
-				out := nspawnOutput(ctx, t, nspawn, root.dir, append(args, "/srv/packages/prepare.sh")...)
-				pr := parsePackageRun(t, out)
-				phase := "its packages phase did not end"
-				if m := packagesPhaseRE.FindStringSubmatch(pr.log); m != nil {
-					phase = "its packages phase " + m[1] + "s"
-				}
-				t.Logf("%s: prepare rc=%d in %ss (%s)", root.dnf, pr.rc, pr.took, phase)
-				t.Cleanup(func() {
-					if t.Failed() || os.Getenv("DYNK8S_E2E_SHOW") != "" {
-						t.Logf("prepare.sh's output:\n%s", out)
-					}
-				})
-				return pr
+				return runPackagePhase(t, nspawn, root.dir, root.dnf, built, ud, env)
 			}
+			gatewayPackageCases(t, nspawn, root.dir, root.dnf, built)
+
 			local := map[string]string{"dynk8s-kubernetes": "kubernetes", "dynk8s-cri-o": "cri-o"}
 			pins := []string{"kubelet-" + kube.String() + "-150500.1.1", "kubeadm-" + kube.String() + "-150500.1.1",
 				"cri-tools-" + pinnedCRIOMinor(t, files) + ".0-150500.1.1", "cri-o-" + pinnedCRIOMinor(t, files) + ".4-150500.1.1"}
@@ -163,6 +150,92 @@ rpm -q cri-o`,
 			}
 		})
 	}
+}
+
+// runPackagePhase runs prepare.sh in root (its dnf named dnf) with the repositories built, the user data's
+// directory ud and the environment env, and reads what it printed.
+func runPackagePhase(t *testing.T, nspawn, root, dnf, built, ud string, env []string) packageRun {
+	t.Helper()
+	args := []string{"--bind-ro=" + built + ":/srv/repos", "--bind-ro=" + ud + ":/srv/userdata",
+		"--bind-ro=" + nodetest.BuiltAgent(t) + ":/usr/local/bin/dynk8s-node",
+		"--bind-ro=" + testdataPath(t, "packages") + ":/srv/packages"}
+	for _, e := range env {
+		args = append(args, "--setenv="+e)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	out := nspawnOutput(ctx, t, nspawn, root, append(args, "/srv/packages/prepare.sh")...)
+	pr := parsePackageRun(t, out)
+	phase := "its packages phase did not end"
+	if m := packagesPhaseRE.FindStringSubmatch(pr.log); m != nil {
+		phase = "its packages phase " + m[1] + "s"
+	}
+	t.Logf("%s: the agent's rc=%d in %ss (%s)", dnf, pr.rc, pr.took, phase)
+	t.Cleanup(func() {
+		if t.Failed() || os.Getenv("DYNK8S_E2E_SHOW") != "" {
+			t.Logf("prepare.sh's output:\n%s", out)
+		}
+	})
+	return pr
+}
+
+// gatewayPackageCases are the gateway's packages on a root's real dnf and rpm (issue: the gateway's packages on dnf4
+// and dnf5): `dynk8s-node gateway-packages` of the rendered gateway user data installs what rpm does not find
+// (the image provides nftables; wireguard-tools comes from Fedora's release repository, signed) and enables the
+// tunnel's unit, which the package ships; its next run, as at every later boot, only checks; an unsigned
+// wireguard-tools fails with one FAILED line that says why, at once, and installs nothing.
+func gatewayPackageCases(t *testing.T, nspawn, root, dnf, built string) {
+	t.Helper()
+	ud := gatewayUserDataDir(t)
+	agent := "AGENT=dynk8s-node gateway-packages --config " + nodeconfig.GatewayPath
+	t.Run("the gateway's packages", func(t *testing.T) {
+		r := runPackagePhase(t, nspawn, root, dnf, built, ud, []string{"REPOS=/srv/repos", "USERDATA=/srv/userdata",
+			agent, "DYNK8S_DEADLINE_SECONDS=120",
+			"AFTER=echo '== again'; dynk8s-node gateway-packages --config " + nodeconfig.GatewayPath + " 2>&1; echo \"rc=$?\"\n" +
+				"echo '== enabled'; ls /etc/systemd/system/multi-user.target.wants/"})
+		assert.Assert(t, is.Equal(r.rc, 0), r.log)
+		assert.Check(t, is.Len(r.failed(), 0))
+		assert.Check(t, hasPackage(r.installed, "wireguard-tools-1.0.20210914-9.fc43"), "%v", r.installed)
+		assert.Check(t, is.Contains(r.log, "installed wireguard-tools"))
+		assert.Check(t, !strings.Contains(r.log, "installed nftables"), "nftables was installed: the image provides it")
+		again := strings.Join(r.section("again"), " ")
+		assert.Check(t, is.Contains(again, "nftables wireguard-tools already installed"), again)
+		assert.Check(t, is.Contains(again, "rc=0"), again)
+		assert.Check(t, is.Contains(strings.Join(r.section("enabled"), " "), "wg-quick@wg0.service"), r.out)
+	})
+	t.Run("the gateway's packages, unsigned", func(t *testing.T) {
+		r := runPackagePhase(t, nspawn, root, dnf, built, ud, []string{"REPOS=/srv/repos", "USERDATA=/srv/userdata",
+			agent, "FEDORA=fedora-unsigned", "DYNK8S_DEADLINE_SECONDS=20"})
+		assert.Check(t, r.rc != 0, "gateway-packages passed:\n%s", r.log)
+		failed := r.failed()
+		assert.Assert(t, is.Len(failed, 1), r.log)
+		assert.Check(t, is.Regexp(`dnf install exited 1: .*(is not signed|OpenPGP check for package)`, failed[0]))
+		assert.Check(t, !hasPackage(r.installed, "wireguard-tools"), "%v", r.installed)
+		// At once: a signature failure is not retried to the deadline.
+		assert.Check(t, !strings.Contains(r.log, "gave up after"), r.log)
+	})
+}
+
+// gatewayUserDataDir lays out the files of a gateway user data rendered for the test (cloudinit.Gateway, its
+// agent bound in place of the bootstrap's).
+func gatewayUserDataDir(t *testing.T) string {
+	t.Helper()
+	key, err := wgtypes.GeneratePrivateKey()
+	assert.NilError(t, err)
+	userData, err := cloudinit.Gateway(cloudinit.GatewayInput{ListenPort: 51820, MTU: 1420,
+		TunnelAddress: netip.MustParsePrefix("10.99.0.1/30"), PeerPublicKey: key.PublicKey(),
+		PeerAllowedIPs:      []netip.Prefix{netip.MustParsePrefix("192.168.0.0/24"), netip.MustParsePrefix("10.99.0.2/32")},
+		PrivateKeyParameter: "/dynk8s/e2e/wireguard-gateway-key"})
+	assert.NilError(t, err)
+	files, err := cloudinit.Files(userData)
+	assert.NilError(t, err)
+	dir := t.TempDir()
+	for _, f := range files {
+		p := filepath.Join(dir, "files", f.Path)
+		assert.NilError(t, os.MkdirAll(filepath.Dir(p), 0o755))
+		assert.NilError(t, os.WriteFile(p, []byte(f.Content), f.Permissions))
+	}
+	return dir
 }
 
 // pinnedCRIOMinor is the CRI-O stream node.json pins (cri-o-1.34.* gives 1.34).
@@ -272,19 +345,22 @@ func parsePackageRun(t *testing.T, out string) packageRun {
 	}
 	_, ok := sections["the end"]
 	assert.Assert(t, ok, "prepare.sh did not finish:\n%s", out)
-	m := rcRE.FindStringSubmatch(sections["prepare"])
+	m := rcRE.FindStringSubmatch(sections["agent"])
 	assert.Assert(t, m != nil, "no rc line:\n%s", out)
 	rc, err := strconv.Atoi(m[1])
 	assert.NilError(t, err)
-	return packageRun{out: out, log: sections["prepare"], after: sections["after"], rc: rc, took: m[2],
+	return packageRun{out: out, log: sections["agent"], after: sections["after"], rc: rc, took: m[2],
 		installed: strings.Fields(sections["rpm -qa"]), sections: sections}
 }
 
-// failed are the agent's FAILED lines (not dnf4's own "Error: GPG check FAILED").
+// agentFailedRE is a FAILED line of the agent's, whichever its command (not dnf4's own "Error: GPG check FAILED").
+var agentFailedRE = regexp.MustCompile(`dynk8s-[a-z-]+: FAILED: `)
+
+// failed are the agent's FAILED lines.
 func (r packageRun) failed() []string {
 	var out []string
 	for line := range strings.Lines(r.log) {
-		if strings.Contains(line, "dynk8s-prepare: FAILED: ") {
+		if agentFailedRE.MatchString(line) {
 			out = append(out, strings.TrimSpace(line))
 		}
 	}

@@ -11,11 +11,13 @@
 #     (cri-o/packaging, templates/latest/cri-o/cri-o.spec).
 #   - fedora and updates: container-selinux (epoch 2) and Fedora's own, newer cri-o and cri-tools, which must never
 #     replace upstream's; on dnf4, the versionlock plugin (Provides dnf-command(versionlock), dnf-plugins-core.spec),
-#     its files those of the root's own dnf-plugins-core.
+#     its files those of the root's own dnf-plugins-core; the gateway's wireguard-tools, with its wg-quick@.service
+#     (Fedora's wireguard-tools.spec, 1.0.20210914-9.fc43; it Requires systemd).
 #   - the image: what a Fedora Cloud image's rpm database provides that the packages require, and systemd's file
 #     trigger (a daemon-reload after a transaction that installs units).
-# Also kubernetes-unsigned (the kubernetes packages unsigned, its key kept) and cri-o-old (a CRI-O stream below the
-# pinned one), for the failures; and key.asc, the repositories' public key.
+# Also kubernetes-unsigned (the kubernetes packages unsigned, its key kept), fedora-unsigned (wireguard-tools
+# unsigned) and cri-o-old (a CRI-O stream below the pinned one), for the failures; and key.asc, the repositories'
+# public key.
 # Inputs (environment): OUT, BOX (e2e/testdata/box, bound ro), KUBE_VERSION (1.34.4), CRIO_MINOR (1.34).
 set -euo pipefail
 : "${OUT:?}" "${BOX:?}" "${KUBE_VERSION:?}" "${CRIO_MINOR:?}"
@@ -101,6 +103,11 @@ if [[ -f $plugin ]]; then
 		"$plugin:0644:$plugin" /etc/dnf/plugins/versionlock.conf:0644:/etc/dnf/plugins/versionlock.conf \
 		/etc/dnf/plugins/versionlock.list:0644:empty
 fi
+printf '[Unit]\nDescription=WireGuard via wg-quick(8) for %%I (dynk8s e2e stand-in)\n[Service]\nType=oneshot\nExecStart=/usr/bin/wg-quick up %%i\n[Install]\nWantedBy=multi-user.target\n' >"$work/wg-quick@.service"
+mkrpm "$OUT/fedora" wireguard-tools - 1.0.20210914 9.fc43 "$arch" "systemd" "" "" \
+	/usr/bin/wg:0755:stub /usr/bin/wg-quick:0755:stub "$units/wg-quick@.service:0644:$work/wg-quick@.service"
+mkdir -p "$OUT/fedora-unsigned"
+cp "$OUT/fedora"/wireguard-tools-*.rpm "$OUT/fedora-unsigned/"
 mkrpm "$OUT/updates" container-selinux 2 2.245.0 1.fc43 noarch "" "" "" /usr/share/container-selinux/.dynk8s-e2e:0644:empty
 mkrpm "$OUT/updates" cri-o - "$CRIO_MINOR.10" 1.fc43 "$arch" "iptables" "" "" "$units/crio.service:0644:$BOX/crio.service"
 mkrpm "$OUT/updates" cri-tools - "$CRIO_MINOR.10" 1.fc43 "$arch" "" "" "" /usr/share/cri-tools/.dynk8s-e2e:0644:empty
@@ -124,7 +131,7 @@ gpg --batch --armor --export "$fpr" >"$OUT/key.asc"
 for repo in kubernetes cri-o fedora updates cri-o-old; do
 	rpmsign --define "_gpg_name $fpr" --define "__gpg $(command -v gpg)" --addsign "$OUT/$repo"/*.rpm >/dev/null
 done
-for repo in kubernetes kubernetes-unsigned cri-o cri-o-old fedora updates; do
+for repo in kubernetes kubernetes-unsigned cri-o cri-o-old fedora fedora-unsigned updates; do
 	createrepo_c --quiet "$OUT/$repo"
 	cp "$OUT/key.asc" "$OUT/$repo/repodata/repomd.xml.key"
 done
