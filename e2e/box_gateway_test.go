@@ -11,7 +11,8 @@ import (
 
 // TestBoxGatewayTunnel boots the dev stack's gateway in a box and brings the tunnel up to the on-prem peer: cloud-init
 // and systemd finish clean, the bootstrap finds the pinned agent, the agent reads the key from SSM and installs
-// nothing that is there, wg0 runs on wireguard-go with the rendered table, and pings cross the tunnel both ways.
+// with the box root's real dnf and rpm what rpm does not find (wireguard-tools, from the signed local fedora
+// repository), wg0 runs on wireguard-go with the rendered table, and pings cross the tunnel both ways.
 func TestBoxGatewayTunnel(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
@@ -24,13 +25,19 @@ func TestBoxGatewayTunnel(t *testing.T) {
 	n.checkSettled(ctx, t)
 	n.checkCloudInit(t)
 	for unit, want := range map[string]string{
-		"wg-quick@wg0.service":            "dynk8s-wg-key: wrote the key from SSM to /etc/wireguard/wg0.key",
-		"dynk8s-gateway-packages.service": "dynk8s-gateway-packages: nftables wireguard-tools already installed",
+		"wg-quick@wg0.service": "dynk8s-wg-key: wrote the key from SSM to /etc/wireguard/wg0.key",
+		// Real dnf and rpm: the image provides nftables; wireguard-tools comes from the fedora repository.
+		"dynk8s-gateway-packages.service": "dynk8s-gateway-packages: installed wireguard-tools",
 		"dynk8s-agent.service":            "is installed",
 	} {
 		if journal, _ := g.exec(ctx, "journalctl", "--no-pager", "-o", "cat", "-u", unit); !strings.Contains(journal, want) {
 			t.Errorf("%s's journal lacks %q:\n%s", unit, want, journal)
 		}
+	}
+	// Installed through the real rpm database, signed: rpm knows it, and where it came from.
+	if out, err := g.exec(ctx, "rpm", "-q", "--qf", "%{NAME}-%{VERSION}-%{RELEASE} %{RSAHEADER:pgpsig}\\n",
+		"wireguard-tools"); err != nil || !strings.HasPrefix(out, "wireguard-tools-1.0.20210914-9.fc43 RSA/SHA") {
+		t.Errorf("rpm -q wireguard-tools in the box: %q (%v)", out, err)
 	}
 	if out, err := g.exec(ctx, "nft", "list", "table", "inet", "dynk8s_wg0_mss"); err != nil {
 		t.Errorf("the gateway's nftables table is not loaded: %v: %s", err, out)

@@ -261,11 +261,17 @@ func buildPackageRepos(t *testing.T, nspawn, root, kube, crioMinor string) strin
 	start := time.Now()
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
-	nspawnOutput(ctx, t, nspawn, root, "--bind="+out+":/srv/out", "--bind-ro="+testdataPath(t, "box")+":/srv/box",
-		"--bind-ro="+testdataPath(t, "packages")+":/srv/packages", "--setenv=OUT=/srv/out", "--setenv=BOX=/srv/box",
-		"--setenv=KUBE_VERSION="+kube, "--setenv=CRIO_MINOR="+crioMinor, "/srv/packages/build-repos.sh")
+	nspawnOutput(ctx, t, nspawn, root, buildReposArgs(t, out, kube, crioMinor)...)
 	t.Logf("the repositories built in %.1fs", time.Since(start).Seconds())
 	return out
+}
+
+// buildReposArgs are systemd-nspawn's arguments that run build-repos.sh into out.
+func buildReposArgs(t *testing.T, out, kube, crioMinor string) []string {
+	t.Helper()
+	return []string{"--bind=" + out + ":/srv/out", "--bind-ro=" + testdataPath(t, "box") + ":/srv/box",
+		"--bind-ro=" + testdataPath(t, "packages") + ":/srv/packages", "--setenv=OUT=/srv/out", "--setenv=BOX=/srv/box",
+		"--setenv=KUBE_VERSION=" + kube, "--setenv=CRIO_MINOR=" + crioMinor, "/srv/packages/build-repos.sh"}
 }
 
 // userDataDir lays out the user data's prepare files and its repositories, their base URLs and keys pointed at the

@@ -34,6 +34,7 @@ func TestMain(m *testing.M) {
 	code := m.Run()
 	nodetest.RemoveBuiltAgent()
 	removeBuiltController()
+	removeGatewayRepos()
 	os.Exit(code)
 }
 

@@ -18,6 +18,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -747,8 +748,9 @@ func (b *box) writeFile(t *testing.T, path string, content []byte, mode os.FileM
 //
 // What only the box has (none of it is in the user data): the agent this machine built, bound where the bootstrap
 // installs it (the plan pinned its hash: renderTunnel; the bootstrap's download is TestBoxNodeInstallsTheAgent's);
-// an rpm stand-in that answers for Debian's nftables and
-// wireguard-tools (testdata/box/rpm-gateway); wireguard-go (bound read-only at /usr/local/bin, on the unit's PATH)
+// the box root's real dnf 4 and rpm with what a Fedora Cloud image has besides (boxImageFiles: rpm's database with
+// the image package, which provides nftables, and the fedora and updates repositories, signed local ones whose
+// wireguard-tools holds Debian's wg and wg-quick); wireguard-go (bound read-only at /usr/local/bin, on the unit's PATH)
 // and /dev/net/tun (this kernel has no WireGuard module); and drop-ins that give wg-quick@wg0 its userspace
 // implementation (WG_QUICK_USERSPACE_IMPLEMENTATION, wg-quick(8)) and the agent's SSM and EC2 endpoints, the idle
 // check its EC2 endpoint (on EC2 both resolve the service names; here they are moto's loopback port).
@@ -816,13 +818,22 @@ func newBoxGateway(ctx context.Context, t *testing.T, p tunnelPlan, name string,
 	})
 	endpoints := "[Service]\nEnvironment=DYNK8S_SSM_ENDPOINT=" + moto.url + "\nEnvironment=DYNK8S_EC2_ENDPOINT=" +
 		inst.ec2 + "\n"
-	rpm, err := os.ReadFile(filepath.Join("testdata", "box", "rpm-gateway"))
-	assert.NilError(t, err)
+	// The gateway runs the box root's real dnf and rpm, not the node boxes' stand-ins.
+	for _, stand := range []string{"/usr/local/bin/dnf", "/usr/local/bin/rpm"} {
+		assert.NilError(t, os.Remove(filepath.Join(b.root, stand)))
+	}
+	b.binds = append(b.binds, "--bind-ro="+gatewayRepos(t)+":"+boxRepos)
+	for _, f := range boxImageFiles() {
+		path := filepath.Join(b.root, f.path)
+		assert.NilError(t, os.MkdirAll(filepath.Dir(path), 0o755))
+		assert.NilError(t, os.WriteFile(path, []byte(f.content), f.mode))
+	}
+	assert.NilError(t, os.Symlink("../dynk8s-box-image.service",
+		filepath.Join(b.root, "/etc/systemd/system/sysinit.target.wants/dynk8s-box-image.service")))
 	for _, f := range []struct {
 		path, content string
 		mode          os.FileMode
 	}{
-		{"/usr/local/bin/rpm", string(rpm), 0o755},
 		{"/etc/systemd/system/wg-quick@wg0.service.d/90-box.conf",
 			endpoints + "Environment=WG_QUICK_USERSPACE_IMPLEMENTATION=wireguard-go\n", 0o644},
 		{"/etc/systemd/system/dynk8s-gateway-idle.service.d/90-box.conf", endpoints, 0o644},
@@ -844,6 +855,75 @@ func newBoxGateway(ctx context.Context, t *testing.T, p tunnelPlan, name string,
 	t.Cleanup(func() { removeNamespace(t, tn.onprem) })
 	tn.wireOnPrem(ctx, t, gwPublic)
 	return &boxGateway{box: b, tn: tn, moto: moto}
+}
+
+// boxRepos is where a box finds the signed local repositories (testdata/packages/build-repos.sh).
+const boxRepos = "/srv/repos"
+
+// gatewayRepos are the signed local repositories the gateway box installs from, built once per test process with
+// the box root's own tools (its fedora repository has wireguard-tools, Debian's wg, wg-quick and wg-quick@.service
+// in Fedora's package).
+func gatewayRepos(t *testing.T) string {
+	t.Helper()
+	nspawn, root := requireNspawn(t), boxRoot(t)
+	v := devConfig(t).Kubernetes.Version
+	gatewayReposOnce.Do(func() {
+		gatewayReposDir, gatewayReposErr = os.MkdirTemp("", "dynk8s-e2e-repos-")
+		if gatewayReposErr != nil {
+			return
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+		defer cancel()
+		var out bytes.Buffer
+		cmd := nspawnCommand(ctx, nspawn, root, buildReposArgs(t, gatewayReposDir, v.String(),
+			fmt.Sprintf("%d.%d", v.Major, v.Minor))...)
+		cmd.Stdout, cmd.Stderr = &out, &out
+		if err := cmd.Run(); err != nil {
+			gatewayReposErr = fmt.Errorf("build-repos.sh in the box root: %w\n%s", err, out.String())
+		}
+	})
+	assert.NilError(t, gatewayReposErr)
+	return gatewayReposDir
+}
+
+// The gateway box's repositories, built once per test process and removed when it ends (TestMain).
+var (
+	gatewayReposOnce sync.Once
+	gatewayReposDir  string
+	gatewayReposErr  error
+)
+
+// removeGatewayRepos removes the gateway box's repositories, if they were built.
+func removeGatewayRepos() {
+	if gatewayReposDir != "" {
+		_ = os.RemoveAll(gatewayReposDir)
+	}
+}
+
+// boxImageFiles are what a Fedora Cloud image has that the box root lacks, for the real dnf and rpm: rpm's database
+// where Fedora keeps it, the fedora and updates repositories (here the local ones, signed, gpgcheck on), and a
+// unit that puts the image package into rpm's database at the first boot (what the image's packages provide that
+// others require: nftables among them; testdata/packages/build-repos.sh), before anything asks rpm.
+func boxImageFiles() []struct {
+	path, content string
+	mode          os.FileMode
+} {
+	repo := func(id string) string {
+		return fmt.Sprintf("[%[1]s]\nname=Fedora 43 %[1]s (dynk8s e2e)\nbaseurl=file://%[2]s/%[1]s/\nenabled=1\ngpgcheck=1\n"+
+			"gpgkey=file://%[2]s/key.asc\nskip_if_unavailable=False\n", id, boxRepos)
+	}
+	return []struct {
+		path, content string
+		mode          os.FileMode
+	}{
+		{"/etc/rpm/macros.dynk8s-box", "%_dbpath /usr/lib/sysimage/rpm\n", 0o644},
+		{"/etc/yum.repos.d/fedora.repo", repo("fedora"), 0o644},
+		{"/etc/yum.repos.d/updates.repo", repo("updates"), 0o644},
+		{"/etc/systemd/system/dynk8s-box-image.service", "[Unit]\nDescription=dynk8s box: the image's rpm database\n" +
+			"DefaultDependencies=no\nAfter=local-fs.target\nBefore=sysinit.target\n[Service]\nType=oneshot\n" +
+			"RemainAfterExit=yes\nExecStart=/bin/sh -c 'rpm -q dynk8s-box-image || rpm -i " + boxRepos + "/image/*.rpm'\n" +
+			"[Install]\nWantedBy=sysinit.target\n", 0o644},
+	}
 }
 
 // gatewayInstanceUserData is the gateway instance's user data as EC2 hands it over (its userDataBase64 decoded),

@@ -12,7 +12,8 @@
 #   - fedora and updates: container-selinux (epoch 2) and Fedora's own, newer cri-o and cri-tools, which must never
 #     replace upstream's; on dnf4, the versionlock plugin (Provides dnf-command(versionlock), dnf-plugins-core.spec),
 #     its files those of the root's own dnf-plugins-core; the gateway's wireguard-tools, with its wg-quick@.service
-#     (Fedora's wireguard-tools.spec, 1.0.20210914-9.fc43; it Requires systemd).
+#     (Fedora's wireguard-tools.spec, 1.0.20210914-9.fc43; it Requires systemd), its files the root's own when it
+#     has them.
 #   - the image: what a Fedora Cloud image's rpm database provides that the packages require, and systemd's file
 #     trigger (a daemon-reload after a transaction that installs units).
 # Also kubernetes-unsigned (the kubernetes packages unsigned, its key kept), fedora-unsigned (wireguard-tools
@@ -103,9 +104,14 @@ if [[ -f $plugin ]]; then
 		"$plugin:0644:$plugin" /etc/dnf/plugins/versionlock.conf:0644:/etc/dnf/plugins/versionlock.conf \
 		/etc/dnf/plugins/versionlock.list:0644:empty
 fi
-printf '[Unit]\nDescription=WireGuard via wg-quick(8) for %%I (dynk8s e2e stand-in)\n[Service]\nType=oneshot\nExecStart=/usr/bin/wg-quick up %%i\n[Install]\nWantedBy=multi-user.target\n' >"$work/wg-quick@.service"
-mkrpm "$OUT/fedora" wireguard-tools - 1.0.20210914 9.fc43 "$arch" "systemd" "" "" \
-	/usr/bin/wg:0755:stub /usr/bin/wg-quick:0755:stub "$units/wg-quick@.service:0644:$work/wg-quick@.service"
+# wireguard-tools holds the root's own wg, wg-quick and wg-quick@.service where it has them (the box root: Debian's,
+# which the gateway box then runs), else stand-ins.
+wg=(/usr/bin/wg:0755:/usr/bin/wg /usr/bin/wg-quick:0755:/usr/bin/wg-quick "$units/wg-quick@.service:0644:$units/wg-quick@.service")
+if [[ ! -x /usr/bin/wg ]]; then
+	printf '[Unit]\nDescription=WireGuard via wg-quick(8) for %%I (dynk8s e2e stand-in)\n[Service]\nType=oneshot\nExecStart=/usr/bin/wg-quick up %%i\n[Install]\nWantedBy=multi-user.target\n' >"$work/wg-quick@.service"
+	wg=(/usr/bin/wg:0755:stub /usr/bin/wg-quick:0755:stub "$units/wg-quick@.service:0644:$work/wg-quick@.service")
+fi
+mkrpm "$OUT/fedora" wireguard-tools - 1.0.20210914 9.fc43 "$arch" "systemd" "" "" "${wg[@]}"
 mkdir -p "$OUT/fedora-unsigned"
 cp "$OUT/fedora"/wireguard-tools-*.rpm "$OUT/fedora-unsigned/"
 mkrpm "$OUT/updates" container-selinux 2 2.245.0 1.fc43 noarch "" "" "" /usr/share/container-selinux/.dynk8s-e2e:0644:empty
