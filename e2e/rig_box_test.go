@@ -776,6 +776,9 @@ type gatewayInstance struct {
 	role *awsKey
 	// router is the VPC's router (see boxSpec.router).
 	router *vpcRouter
+	// installed: the gateway has booted before (`pulumi up` creates it running, its idle check stopped it), so its
+	// packages are installed; false: this is its first boot, which installs them.
+	installed bool
 }
 
 // newBoxGateway makes the gateway's box (named name) from the rendered plan p and the on-prem namespace, and puts the
@@ -822,14 +825,13 @@ func newBoxGateway(ctx context.Context, t *testing.T, p tunnelPlan, name string,
 	for _, stand := range []string{"/usr/local/bin/dnf", "/usr/local/bin/rpm"} {
 		assert.NilError(t, os.Remove(filepath.Join(b.root, stand)))
 	}
-	b.binds = append(b.binds, "--bind-ro="+gatewayRepos(t)+":"+boxRepos)
-	for _, f := range boxImageFiles() {
-		path := filepath.Join(b.root, f.path)
-		assert.NilError(t, os.MkdirAll(filepath.Dir(path), 0o755))
-		assert.NilError(t, os.WriteFile(path, []byte(f.content), f.mode))
+	repos := gatewayRepos(t)
+	b.binds = append(b.binds, "--bind-ro="+repos+":"+boxRepos)
+	var preinstalled []string
+	if inst.installed {
+		preinstalled = []string{boxRepos + "/fedora/wireguard-tools-*.rpm"}
 	}
-	assert.NilError(t, os.Symlink("../dynk8s-box-image.service",
-		filepath.Join(b.root, "/etc/systemd/system/sysinit.target.wants/dynk8s-box-image.service")))
+	b.installImage(t, repos, preinstalled...)
 	for _, f := range []struct {
 		path, content string
 		mode          os.FileMode
@@ -900,30 +902,34 @@ func removeGatewayRepos() {
 	}
 }
 
-// boxImageFiles are what a Fedora Cloud image has that the box root lacks, for the real dnf and rpm: rpm's database
-// where Fedora keeps it, the fedora and updates repositories (here the local ones, signed, gpgcheck on), and a
-// unit that puts the image package into rpm's database at the first boot (what the image's packages provide that
-// others require: nftables among them; testdata/packages/build-repos.sh), before anything asks rpm.
-func boxImageFiles() []struct {
-	path, content string
-	mode          os.FileMode
-} {
+// installImage gives the box what a Fedora Cloud image has and the box root lacks, for the real dnf and rpm: rpm's
+// database where Fedora keeps it, holding the image package (what the image's packages provide that others
+// require: nftables among them; testdata/packages/build-repos.sh) and the packages of installed (globs of rpm
+// files under boxRepos) that an earlier life of the instance installed; and the fedora and updates repositories
+// (the local ones of repos, signed, gpgcheck on). rpm runs in the box's root before its first boot, as the image
+// was made before the instance.
+func (b *box) installImage(t *testing.T, repos string, installed ...string) {
+	t.Helper()
 	repo := func(id string) string {
 		return fmt.Sprintf("[%[1]s]\nname=Fedora 43 %[1]s (dynk8s e2e)\nbaseurl=file://%[2]s/%[1]s/\nenabled=1\ngpgcheck=1\n"+
 			"gpgkey=file://%[2]s/key.asc\nskip_if_unavailable=False\n", id, boxRepos)
 	}
-	return []struct {
-		path, content string
-		mode          os.FileMode
-	}{
-		{"/etc/rpm/macros.dynk8s-box", "%_dbpath /usr/lib/sysimage/rpm\n", 0o644},
-		{"/etc/yum.repos.d/fedora.repo", repo("fedora"), 0o644},
-		{"/etc/yum.repos.d/updates.repo", repo("updates"), 0o644},
-		{"/etc/systemd/system/dynk8s-box-image.service", "[Unit]\nDescription=dynk8s box: the image's rpm database\n" +
-			"DefaultDependencies=no\nAfter=local-fs.target\nBefore=sysinit.target\n[Service]\nType=oneshot\n" +
-			"RemainAfterExit=yes\nExecStart=/bin/sh -c 'rpm -q dynk8s-box-image || rpm -i " + boxRepos + "/image/*.rpm'\n" +
-			"[Install]\nWantedBy=sysinit.target\n", 0o644},
+	for path, content := range map[string]string{
+		"/etc/rpm/macros.dynk8s-box":    "%_dbpath /usr/lib/sysimage/rpm\n",
+		"/etc/yum.repos.d/fedora.repo":  repo("fedora"),
+		"/etc/yum.repos.d/updates.repo": repo("updates"),
+	} {
+		p := filepath.Join(b.root, path)
+		assert.NilError(t, os.MkdirAll(filepath.Dir(p), 0o755))
+		assert.NilError(t, os.WriteFile(p, []byte(content), 0o644))
 	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	out, err := exec.CommandContext(ctx, requireNspawn(t), "--quiet", "--register=no", "--keep-unit",
+		"--private-network", "--console=pipe", "--directory="+b.root, "--bind-ro="+repos+":"+boxRepos,
+		"/bin/sh", "-c", "rpm -i --quiet "+strings.Join(append([]string{boxRepos + "/image/*.rpm"}, installed...), " ")).
+		CombinedOutput()
+	assert.NilError(t, err, "rpm -i in the box's root: %s", out)
 }
 
 // gatewayInstanceUserData is the gateway instance's user data as EC2 hands it over (its userDataBase64 decoded),

@@ -125,8 +125,9 @@ func newVPCWithGateway(ctx context.Context, t *testing.T, c cluster, cfg *config
 		t.Fatalf("the gateway instance's address %q is not the tunnel plan's %s", ip, p.gatewayIP)
 	}
 	gwRole := a.roles[s.gatewayRole(t)]
+	// Woken at a scale-up, a gateway is never at its first boot: that was at `pulumi up`.
 	v.gateway = newBoxGateway(ctx, t, p, "burst-gw", true, gatewayInstance{id: v.gatewayID, ec2: a.url,
-		role: &gwRole, router: v.router})
+		role: &gwRole, router: v.router, installed: true})
 	for _, cidr := range p.onPremCIDRs {
 		v.router.routeVia(t, cidr, p.gatewayIP.String())
 	}
