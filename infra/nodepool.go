@@ -353,17 +353,8 @@ func NewNodePool(ctx *pulumi.Context, name string, args *NodePoolArgs, opts ...p
 		}
 	}
 
-	if r := args.WarmReplacer; r != nil && pool.WarmPool != nil {
-		policy := pulumix.Apply2Err(r.InstanceARNs.ToStringOutput(), group.Name, func(arns, group string) (string, error) {
-			return ReplaceStaleWarmInstancesPolicy(arns, r.Region, args.ClusterName, group).JSON()
-		})
-		if _, err := iam.NewUserPolicy(ctx, name+"-warm-replace", &iam.UserPolicyArgs{
-			User:   r.UserName,
-			Name:   pulumi.String("replace-stale-warm-instances-" + pool.Name),
-			Policy: pulumix.Cast[pulumi.StringOutput](policy),
-		}, parent); err != nil {
-			return nil, fmt.Errorf("node pool %q: warm replacement policy: %w", name, err)
-		}
+	if err := warmReplacement(ctx, name, args, group.Name, parent); err != nil {
+		return nil, fmt.Errorf("node pool %q: warm replacement policy: %w", name, err)
 	}
 
 	comp.ImageID = imageID
@@ -377,4 +368,23 @@ func NewNodePool(ctx *pulumi.Context, name string, args *NodePoolArgs, opts ...p
 		return nil, fmt.Errorf("node pool %q: outputs: %w", name, err)
 	}
 	return comp, nil
+}
+
+// warmReplacement lets args.WarmReplacer replace the stale instances of the pool's warm pool (group), when it has
+// one (ReplaceStaleWarmInstancesPolicy).
+func warmReplacement(ctx *pulumi.Context, name string, args *NodePoolArgs, group pulumi.StringOutput,
+	parent pulumi.ResourceOption) error {
+	r := args.WarmReplacer
+	if r == nil || args.Pool.WarmPool == nil {
+		return nil
+	}
+	policy := pulumix.Apply2Err(r.InstanceARNs.ToStringOutput(), group, func(arns, group string) (string, error) {
+		return ReplaceStaleWarmInstancesPolicy(arns, r.Region, args.ClusterName, group).JSON()
+	})
+	_, err := iam.NewUserPolicy(ctx, name+"-warm-replace", &iam.UserPolicyArgs{
+		User:   r.UserName,
+		Name:   pulumi.String("replace-stale-warm-instances-" + args.Pool.Name),
+		Policy: pulumix.Cast[pulumi.StringOutput](policy),
+	}, parent)
+	return err
 }
