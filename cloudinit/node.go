@@ -277,7 +277,7 @@ func joinUnit(in nodeconfig.Node, fetched bool) unitFile {
 			{"Type", "oneshot"},
 			// No ExecStartPre: the modules, sysctls and swap that the files cloud-init wrote (after systemd loaded
 			// modules and sysctls at this first boot) call for are the agent's, after its check that a warm instance
-			// still waits, so the timer's runs every 15 s on a waiting instance do nothing else.
+			// still waits, so the timer's runs on a waiting instance do nothing else.
 			{"ExecStart", agentCommand("join")},
 			{"StandardOutput", "journal+console"},
 			{"StandardError", "journal+console"},
@@ -290,16 +290,19 @@ func joinUnit(in nodeconfig.Node, fetched bool) unitFile {
 	}
 }
 
-// joinTimer re-runs the join unit 15 s after each run while the node has not joined (the unit's Condition stops it
-// from running once it has). Its clock is monotonic: it does not advance while the instance is hibernated, so the
-// first run after a resume comes 15 s later.
+// joinTimer re-runs the join unit 2 s after each run while the node has not joined (the unit's Condition stops it
+// from running once it has, and the join stops the timer). A run on a waiting warm instance reads its lifecycle
+// state every second for most of a minute (boot.WarmPollWindow), so the join starts within about a second of the
+// group putting the instance in service, and the unit starts about once a minute. Monotonic clocks do not advance
+// while the instance is hibernated: a run waiting when it hibernated reads the state again about a second after
+// the resume.
 func joinTimer() unitFile {
 	return unitFile{
 		{Name: "Unit", Entries: []unitEntry{
 			{"Description", "dynk8s: join this warm-pool instance once it enters service without a boot"},
 		}},
 		{Name: "Timer", Entries: []unitEntry{
-			{"OnUnitInactiveSec", "15s"},
+			{"OnUnitInactiveSec", "2s"},
 			{"Unit", joinUnitName},
 		}},
 		{Name: "Install", Entries: []unitEntry{

@@ -449,7 +449,7 @@ func TestWarmPoolNodesGetTheJoinTimer(t *testing.T) {
 	assert.NilError(t, err)
 	cc := parseCloudConfig(t, ud)
 	timer := fileByPath(t, cc, "/etc/systemd/system/"+joinTimerName).Content
-	assert.Check(t, is.Contains(timer, "OnUnitInactiveSec=15s\n"))
+	assert.Check(t, is.Contains(timer, "OnUnitInactiveSec=2s\n"))
 	assert.Check(t, is.Contains(timer, "Unit="+joinUnitName+"\n"))
 	assert.DeepEqual(t, cc.RunCmd[1], []string{"systemctl", "enable", routesUnitName, joinUnitName, agentUnitName, joinTimerName})
 	assert.DeepEqual(t, cc.RunCmd[len(cc.RunCmd)-3:len(cc.RunCmd)-1], [][]string{

@@ -13,7 +13,7 @@ import (
 )
 
 // Join is `dynk8s-node join`, the boot: dynk8s-join.service runs it at every boot until the node has joined, and
-// the warm pool's timer every 15 s while the instance waits there.
+// the warm pool's timer again and again while the instance waits there (each run waiting up to WarmPollWindow).
 func Join(ctx context.Context, env *cli.Env) error {
 	if alreadyJoined(env.Files) {
 		env.Log.Printf("already joined (%s exists); nothing to do", env.Files.Etc("kubernetes/kubelet.conf"))
@@ -31,7 +31,7 @@ func Join(ctx context.Context, env *cli.Env) error {
 	j := newJoiner(&bootEnv{skip: skip, cfg: cfg, cloud: cloud.New(), host: env.Host(), files: env.Files, log: env.Log,
 		clock: system.NewClock(d.Join.D(), d.BackoffInitial.D(), d.BackoffMax.D()), tl: system.NewTimeline(time.Now),
 		dryRun: env.DryRun, verbose: env.Verbose})
-	if j.waiting(ctx) {
+	if j.waiting(ctx, WarmPollWindow, WarmPollEvery) {
 		return nil
 	}
 	if err := j.Run(ctx); err != nil {

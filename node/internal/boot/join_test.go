@@ -1,6 +1,7 @@
 package boot
 
 import (
+	"context"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -519,7 +520,7 @@ func TestJoinHandsBackAStaleWarmInstance(t *testing.T) {
 }
 
 // A warm pool that waits Running (or Hibernated): the instance prepares once and then waits without a boot while
-// the timer runs the join every 15 s; those runs return at once, quietly, touching nothing. When the group puts the
+// the timer runs the join again and again; those runs return, quietly, touching nothing. When the group puts the
 // instance in service, the next run joins, on the same boot, and stops the timer after the join.
 func TestJoinWaitsRunningInTheWarmPoolThenJoins(t *testing.T) {
 	t.Parallel()
@@ -553,6 +554,32 @@ func TestJoinWaitsRunningInTheWarmPoolThenJoins(t *testing.T) {
 	stop := join.index("systemctl disable --now --no-block " + joinTimerName)
 	assert.Check(t, stop > join.index("kubeadm join"), "the joined node's timer was not stopped after the join: %v", join.calls)
 	assert.Check(t, is.Equal(join.timeline.Result, "joined"))
+}
+
+// A waiting run reads the lifecycle state again and again for its window: the group putting the instance in
+// service during the run ends the wait at once (the join then starts in the same run), and a run whose window ends
+// with the instance still warm says it waits.
+func TestJoinWaitingReadsTheStateUntilInService(t *testing.T) {
+	t.Parallel()
+	r := newRig(t, "Warmed:Running", cloudfake.Hook)
+	r.asg.PendingAction = true
+	assert.NilError(t, r.join().err)
+	f := system.Files{Root: r.root, Proc: filepath.Join(r.root, "proc")}
+	j := newJoiner(&bootEnv{cfg: r.cfg, cloud: r.cloud(), host: r.host, files: f,
+		log: system.NewLogger("dynk8s-join", &nodetest.SyncBuffer{}, r.root)})
+
+	before := r.imds.Requests
+	assert.Check(t, j.waiting(context.Background(), 200*time.Millisecond, 20*time.Millisecond),
+		"a warm instance stopped waiting")
+	assert.Check(t, r.imds.Requests-before > 2, "the run read the state %d times", r.imds.Requests-before)
+
+	go func() {
+		time.Sleep(100 * time.Millisecond)
+		r.imds.SetLifecycle("InService")
+	}()
+	// A window far longer than the test: only the state read again ends it.
+	assert.Check(t, !j.waiting(context.Background(), 10*time.Minute, 20*time.Millisecond),
+		"the run went on waiting in service")
 }
 
 // In a group with a launch hook: a reboot with no action waiting is no error; a boot that gives up completes a

@@ -308,7 +308,8 @@ func (r *rig) join() joinRun {
 		j := newJoiner(&bootEnv{skip: r.skip, cfg: r.cfg, cloud: r.cloud(), host: r.host, files: f, log: log,
 			clock: system.NewClock(r.cfg.Deadlines.Join.D(), r.cfg.Deadlines.BackoffInitial.D(), r.cfg.Deadlines.BackoffMax.D()),
 			tl:    system.NewTimeline(time.Now)})
-		if j.waiting(context.Background()) {
+		// One read per run here; TestJoinWaitingReadsTheStateUntilInService has the polling.
+		if j.waiting(context.Background(), 0, 0) {
 			run.waited = true
 		} else {
 			run.err = j.Run(context.Background())
