@@ -154,9 +154,9 @@ func alreadyJoined(f system.Files) bool { return f.Exists(f.Etc("kubernetes/kube
 // dynk8s-join.timer starts the next run 2 s after one ends, and each run reads the lifecycle state every
 // WarmPollEvery for WarmPollWindow. The join then starts within about a second of the group putting the instance in
 // service (2 s at worst, between two runs), where a run that read once every 15 s left it waiting 7.5 s on average
-// and measured slower than a Stopped instance's whole boot in the box; for one IMDS read a second (IMDS takes up to
-// 1024 requests a second per instance: the EC2 User Guide, "Query throttling"); and the unit starts about once a
-// minute, so the journal has its start and finish lines once a minute.
+// and measured slower than a Stopped instance's whole boot in the box; for one IMDS read a second (IMDS throttles
+// per instance, the EC2 User Guide's "Query throttling"; the termination handler on every pool node polls it every
+// 2 s); and the unit starts about once a minute, so the journal has its start and finish lines once a minute.
 const (
 	WarmPollEvery  = time.Second
 	WarmPollWindow = 55 * time.Second
