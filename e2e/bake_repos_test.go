@@ -144,8 +144,13 @@ func inRoot(ctx context.Context, nspawn, root string, args ...string) (string, e
 // nspawnCommand is args run in root by systemd-nspawn, not booted, on a tmpfs overlay that takes what they write
 // (the root stays clean).
 func nspawnCommand(ctx context.Context, nspawn, root string, args ...string) *exec.Cmd {
-	return exec.CommandContext(ctx, nspawn, append([]string{"--quiet", "--volatile=overlay", "--register=no",
-		"--keep-unit", "--private-network", "--console=pipe", "--directory=" + root}, args...)...)
+	return nspawnIn(ctx, nspawn, root, append([]string{"--volatile=overlay"}, args...)...)
+}
+
+// nspawnIn runs args in root, not booted, writing to root itself (a box's own overlay before its first boot).
+func nspawnIn(ctx context.Context, nspawn, root string, args ...string) *exec.Cmd {
+	return exec.CommandContext(ctx, nspawn, append([]string{"--quiet", "--register=no", "--keep-unit",
+		"--private-network", "--console=pipe", "--directory=" + root}, args...)...)
 }
 
 // requireNspawn is systemd-nspawn, which needs root; without either the test skips (fails under

@@ -748,7 +748,7 @@ func (b *box) writeFile(t *testing.T, path string, content []byte, mode os.FileM
 //
 // What only the box has (none of it is in the user data): the agent this machine built, bound where the bootstrap
 // installs it (the plan pinned its hash: renderTunnel; the bootstrap's download is TestBoxNodeInstallsTheAgent's);
-// the box root's real dnf 4 and rpm with what a Fedora Cloud image has besides (boxImageFiles: rpm's database with
+// the box root's real dnf 4 and rpm with what a Fedora Cloud image has besides (installImage: rpm's database with
 // the image package, which provides nftables, and the fedora and updates repositories, signed local ones whose
 // wireguard-tools holds Debian's wg and wg-quick); wireguard-go (bound read-only at /usr/local/bin, on the unit's PATH)
 // and /dev/net/tun (this kernel has no WireGuard module); and drop-ins that give wg-quick@wg0 its userspace
@@ -925,8 +925,7 @@ func (b *box) installImage(t *testing.T, repos string, installed ...string) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	out, err := exec.CommandContext(ctx, requireNspawn(t), "--quiet", "--register=no", "--keep-unit",
-		"--private-network", "--console=pipe", "--directory="+b.root, "--bind-ro="+repos+":"+boxRepos,
+	out, err := nspawnIn(ctx, requireNspawn(t), b.root, "--bind-ro="+repos+":"+boxRepos,
 		"/bin/sh", "-c", "rpm -i --quiet "+strings.Join(append([]string{boxRepos + "/image/*.rpm"}, installed...), " ")).
 		CombinedOutput()
 	assert.NilError(t, err, "rpm -i in the box's root: %s", out)

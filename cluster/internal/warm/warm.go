@@ -250,19 +250,17 @@ func (c *Controller) group(ctx context.Context, group string) (current string, w
 
 // warmPool is every instance of group's warm pool, over every page.
 func (c *Controller) warmPool(ctx context.Context, group string) ([]astypes.Instance, error) {
-	in := &autoscaling.DescribeWarmPoolInput{AutoScalingGroupName: aws.String(group)}
 	var all []astypes.Instance
-	for {
-		out, err := c.cfg.AutoScaling.DescribeWarmPool(ctx, in)
+	p := autoscaling.NewDescribeWarmPoolPaginator(c.cfg.AutoScaling,
+		&autoscaling.DescribeWarmPoolInput{AutoScalingGroupName: aws.String(group)})
+	for p.HasMorePages() {
+		page, err := p.NextPage(ctx)
 		if err != nil {
 			return nil, fmt.Errorf("autoscaling:DescribeWarmPool %s: %w", group, err)
 		}
-		all = append(all, out.Instances...)
-		if aws.ToString(out.NextToken) == "" {
-			return all, nil
-		}
-		in.NextToken = out.NextToken
+		all = append(all, page.Instances...)
 	}
+	return all, nil
 }
 
 func (c *Controller) terminate(ctx context.Context, ids []string) error {

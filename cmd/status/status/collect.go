@@ -325,9 +325,10 @@ func (c *collector) warmPool(group, current string) (*Warm, error) {
 	ctx, cancel := c.call()
 	defer cancel()
 	warm := &Warm{States: map[string]int{}}
-	in := &autoscaling.DescribeWarmPoolInput{AutoScalingGroupName: aws.String(group)}
-	for {
-		out, err := c.src.AutoScaling.DescribeWarmPool(ctx, in)
+	p := autoscaling.NewDescribeWarmPoolPaginator(c.src.AutoScaling,
+		&autoscaling.DescribeWarmPoolInput{AutoScalingGroupName: aws.String(group)})
+	for p.HasMorePages() {
+		out, err := p.NextPage(ctx)
 		if err != nil {
 			return nil, fmt.Errorf("autoscaling:DescribeWarmPool: %w", err)
 		}
@@ -338,12 +339,9 @@ func (c *collector) warmPool(group, current string) (*Warm, error) {
 				warm.Stale = append(warm.Stale, aws.ToString(i.InstanceId))
 			}
 		}
-		if aws.ToString(out.NextToken) == "" {
-			slices.Sort(warm.Stale)
-			return warm, nil
-		}
-		in.NextToken = out.NextToken
 	}
+	slices.Sort(warm.Stale)
+	return warm, nil
 }
 
 // launchRE finds the instance a launch activity names ("Launching a new EC2 instance: i-0123...").

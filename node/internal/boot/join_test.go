@@ -571,7 +571,7 @@ func TestJoinWaitingReadsTheStateUntilInService(t *testing.T) {
 	before := r.imds.Requests
 	assert.Check(t, j.waiting(context.Background(), 200*time.Millisecond, 20*time.Millisecond),
 		"a warm instance stopped waiting")
-	assert.Check(t, r.imds.Requests-before > 2, "the run read the state %d times", r.imds.Requests-before)
+	assert.Check(t, r.imds.Requests-before >= 2, "the run read the state %d times", r.imds.Requests-before)
 
 	go func() {
 		time.Sleep(100 * time.Millisecond)
