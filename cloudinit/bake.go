@@ -8,6 +8,7 @@ import (
 
 	"sigs.k8s.io/yaml"
 
+	"github.com/dynk8s/dynk8s/internal/kube"
 	"github.com/dynk8s/dynk8s/node/nodeconfig"
 )
 
@@ -103,4 +104,82 @@ func AgentFetch(a Agent) (files []File, command string, err error) {
 	}
 	// The unit's EnvironmentFile=, in bash: the values are of envFile's safe characters, unquoted.
 	return files, "set -a && . " + agentEnvPath + " && set +a && " + agentScript, nil
+}
+
+// bakeUnitName is the unit a bake instance's runcmd starts: it is never enabled, so a boot of the image it leaves
+// never runs it (and clean-identity removes its configuration).
+const bakeUnitName = "dynk8s-bake.service"
+
+// Bake validates the prepare's part of a pool's node.json as infra builds it and r, and renders the cloud-config of an instance that bakes
+// the pool's image (cmd/bake launches it from the pool's Fedora image): the repositories and prepare files exactly
+// as the pool's nodes get them (preparation), the pool's prepare fields as bake.json (nodeconfig.Bake) instead of
+// node.json, the agent's bootstrap with a bake's fetch deadline, and a unit that runs `dynk8s-node bake`, which
+// prepares, removes the instance's identity and powers the instance off. r.Agent nil renders no bootstrap: what
+// infra hashes into the image's identity, which the agent's pin must not change.
+func Bake(node nodeconfig.Node, r NodeRender) ([]byte, error) {
+	var e errs
+	minor, err := kube.LookupMinor(r.KubernetesVersion)
+	e.add("KubernetesVersion", err)
+	validatePrepare(&e, node, r)
+	if err := e.join("bake user data"); err != nil {
+		return nil, err
+	}
+	// Only the prepare's fields: the join's are not the bake's, and are left out of what it hashes.
+	in := nodeconfig.Node{ClusterName: node.ClusterName, PoolName: node.PoolName, PrePullImages: node.PrePullImages}
+	completePrepare(&in, r, minor)
+	fail := func(err error) ([]byte, error) { return nil, fmt.Errorf("node pool %q: bake: %w", in.PoolName, err) }
+	cfg, err := in.Bake().Encode()
+	if err != nil {
+		return fail(err)
+	}
+	unit, err := bakeUnit(in, r.Agent != nil).marshal()
+	if err != nil {
+		return fail(err)
+	}
+	cc, err := preparation(minor, r, writeFile{Path: nodeconfig.BakePath, Content: string(cfg), Permissions: "0644"})
+	if err != nil {
+		return fail(err)
+	}
+	cc.WriteFiles = append(cc.WriteFiles,
+		writeFile{Path: "/etc/systemd/system/" + bakeUnitName, Content: unit, Permissions: "0644"})
+	start := [][]string{{"systemctl", "daemon-reload"}}
+	failedUnits := []string{bakeUnitName}
+	if r.Agent != nil {
+		if err := addAgent(&cc, *r.Agent, nodeconfig.BakeAgentFetch); err != nil {
+			return fail(err)
+		}
+		start = append(start, []string{"systemctl", "start", agentUnitName})
+		failedUnits = append(failedUnits, agentUnitName)
+	}
+	// The bake powers the instance off once it has succeeded; a failed one leaves it running, its reason on the
+	// console, where cmd/bake reads it.
+	cc.RunCmd = append(start, []string{"systemctl", "start", bakeUnitName}, runcmdFailsOnFailedUnits(failedUnits...))
+	out, err := cc.marshal()
+	if err != nil {
+		return fail(err)
+	}
+	return out, nil
+}
+
+func bakeUnit(in nodeconfig.Node, fetched bool) unitFile {
+	unit := []unitEntry{
+		{"Description", fmt.Sprintf("dynk8s: bake the image of pool %s of cluster %s, then power off", in.PoolName,
+			in.ClusterName)},
+		{"Wants", "network-online.target"},
+		{"After", "network-online.target"},
+	}
+	if fetched {
+		unit = append(unit, unitEntry{"Requires", agentUnitName}, unitEntry{"After", agentUnitName})
+	}
+	return unitFile{
+		{Name: "Unit", Entries: unit},
+		{Name: "Service", Entries: []unitEntry{
+			{"Type", "oneshot"},
+			{"ExecStart", agentBinary + " bake --config " + nodeconfig.BakePath},
+			{"StandardOutput", "journal+console"},
+			{"StandardError", "journal+console"},
+			{"SyslogIdentifier", "dynk8s-bake"},
+			{"TimeoutStartSec", unitSeconds(nodeconfig.BakeDeadline + nodeconfig.UnitSlack)},
+		}},
+	}
 }

@@ -106,38 +106,20 @@ func Node(node nodeconfig.Node, r NodeRender) ([]byte, error) {
 	if err != nil {
 		return nil, fmt.Errorf("node pool %q: join unit: %w", in.PoolName, err)
 	}
-	var crio crioDropIn
-	crio.Crio.Image.PauseImage = pauseImage(r, minor)
-	crio.Crio.Network.PluginDirs = cniPluginDirs
-	crio.Crio.Runtime.CgroupManager = "systemd"
-	// SELinux stays enforcing on the host (host processes keep their confinement), but pods get no SELinux
-	// separation: a decision, documented in the README's security model, not a default that may change under us.
-	crio.Crio.Runtime.SELinux = false
-	crioConf, err := crio.marshal()
+	cc, err := preparation(minor, r, writeFile{Path: nodeconfig.Path, Content: string(cfg), Permissions: "0644"})
 	if err != nil {
 		return nil, fmt.Errorf("node pool %q: %w", in.PoolName, err)
 	}
-
-	cc := cloudConfig{
-		YumRepos: map[string]yumRepo{
-			kubernetesRepoID: upstreamRepo("Kubernetes", fmt.Sprintf(kubernetesRepoURL, minor.Minor), "1."+strconv.Itoa(minor.Minor)),
-			crioRepoID:       upstreamRepo("CRI-O", fmt.Sprintf(crioRepoURL, minor.CRIO), minor.CRIO),
-		},
-		WriteFiles: []writeFile{
-			{Path: "/etc/crio/crio.conf.d/90-dynk8s.conf", Content: crioConf, Permissions: "0644"},
-			{Path: nodeconfig.Path, Content: string(cfg), Permissions: "0644"},
-			{Path: "/etc/modules-load.d/dynk8s.conf", Content: strings.Join(kernelModules, "\n") + "\n", Permissions: "0644"},
-			{Path: "/etc/sysctl.d/90-dynk8s.conf", Content: sysctlFile(nodeSysctls), Permissions: "0644"},
-			{Path: "/etc/systemd/system/" + joinUnitName, Content: unit, Permissions: "0644"},
-			// Fedora Cloud swaps to zram, and the kubelet refuses to start with swap on. A zram-generator.conf with no
-			// [zram*] section creates no device from the next boot on; the agent turns this boot's swap off before it
-			// joins (not while it prepares: a warm pool's hibernation needs swap).
-			{Path: "/etc/systemd/zram-generator.conf", Content: "", Permissions: "0644"},
-			// NetworkManager (Fedora Cloud's network stack) must leave the CNI's interfaces alone, or it can take
-			// their routes or links down (Calico's and Cilium's docs ask for the same).
-			{Path: "/etc/NetworkManager/conf.d/90-dynk8s-cni.conf", Content: networkManagerCNI(), Permissions: "0644"},
-		},
-	}
+	cc.WriteFiles = append(cc.WriteFiles,
+		writeFile{Path: "/etc/systemd/system/" + joinUnitName, Content: unit, Permissions: "0644"},
+		// Fedora Cloud swaps to zram, and the kubelet refuses to start with swap on. A zram-generator.conf with no
+		// [zram*] section creates no device from the next boot on; the agent turns this boot's swap off before it
+		// joins (not while it prepares: a warm pool's hibernation needs swap).
+		writeFile{Path: "/etc/systemd/zram-generator.conf", Content: "", Permissions: "0644"},
+		// NetworkManager (Fedora Cloud's network stack) must leave the CNI's interfaces alone, or it can take
+		// their routes or links down (Calico's and Cilium's docs ask for the same).
+		writeFile{Path: "/etc/NetworkManager/conf.d/90-dynk8s-cni.conf", Content: networkManagerCNI(), Permissions: "0644"},
+	)
 	host, err := hostConfig(r.DNS, r.Agent != nil)
 	if err != nil {
 		return nil, fmt.Errorf("node pool %q: %w", in.PoolName, err)
@@ -188,6 +170,35 @@ func Node(node nodeconfig.Node, r NodeRender) ([]byte, error) {
 		return nil, fmt.Errorf("node pool %q: %w", in.PoolName, err)
 	}
 	return out, nil
+}
+
+// preparation is the part of a cloud-config that a node's prepare step and a bake's read: the upstream repositories
+// of the minor, and the files in the order a node's user data has always written them, config (node.json or
+// bake.json) second.
+func preparation(minor kube.Minor, r NodeRender, config writeFile) (cloudConfig, error) {
+	var crio crioDropIn
+	crio.Crio.Image.PauseImage = pauseImage(r, minor)
+	crio.Crio.Network.PluginDirs = cniPluginDirs
+	crio.Crio.Runtime.CgroupManager = "systemd"
+	// SELinux stays enforcing on the host (host processes keep their confinement), but pods get no SELinux
+	// separation: a decision, documented in the README's security model, not a default that may change under us.
+	crio.Crio.Runtime.SELinux = false
+	crioConf, err := crio.marshal()
+	if err != nil {
+		return cloudConfig{}, err
+	}
+	return cloudConfig{
+		YumRepos: map[string]yumRepo{
+			kubernetesRepoID: upstreamRepo("Kubernetes", fmt.Sprintf(kubernetesRepoURL, minor.Minor), "1."+strconv.Itoa(minor.Minor)),
+			crioRepoID:       upstreamRepo("CRI-O", fmt.Sprintf(crioRepoURL, minor.CRIO), minor.CRIO),
+		},
+		WriteFiles: []writeFile{
+			{Path: "/etc/crio/crio.conf.d/90-dynk8s.conf", Content: crioConf, Permissions: "0644"},
+			config,
+			{Path: "/etc/modules-load.d/dynk8s.conf", Content: strings.Join(kernelModules, "\n") + "\n", Permissions: "0644"},
+			{Path: "/etc/sysctl.d/90-dynk8s.conf", Content: sysctlFile(nodeSysctls), Permissions: "0644"},
+		},
+	}, nil
 }
 
 // runcmdFailsOnFailedUnits is runcmd's last command: it fails when one of the units runcmd started has failed.
@@ -333,12 +344,7 @@ func NodeConfig(node nodeconfig.Node, r NodeRender) (nodeconfig.Node, error) {
 		return nodeconfig.Node{}, err
 	}
 	n := node
-	n.CRISocket = criSocket
-	n.KernelModules = kernelModules
-	n.Packages = nodePackages(r.KubernetesVersion, minor)
-	n.Repos = []string{kubernetesRepoID, crioRepoID}
-	n.SystemPackages, n.SystemRepos, n.UpdateRepos = systemPackages, systemRepos, updateRepos
-	n.PrePullImages = prePullImages(node.PrePullImages, r, minor)
+	completePrepare(&n, r, minor)
 	n.Join = nodeconfig.Join{
 		CACertHashes:     slices.Sorted(slices.Values(node.Join.CACertHashes)),
 		Labels:           maps.Clone(node.Join.Labels),
@@ -352,6 +358,35 @@ func NodeConfig(node nodeconfig.Node, r NodeRender) (nodeconfig.Node, error) {
 		MetadataUIDs: slices.Compact(slices.Sorted(slices.Values(node.Host.MetadataUIDs)))}
 	n.Deadlines = nodeconfig.DefaultDeadlines
 	return n, nil
+}
+
+// completePrepare completes n's prepare fields (its pre-pulls are the pool's) with what every dynk8s node of r's
+// version runs.
+func completePrepare(n *nodeconfig.Node, r NodeRender, minor kube.Minor) {
+	n.CRISocket = criSocket
+	n.KernelModules = kernelModules
+	n.Packages = nodePackages(r.KubernetesVersion, minor)
+	n.Repos = []string{kubernetesRepoID, crioRepoID}
+	n.SystemPackages, n.SystemRepos, n.UpdateRepos = systemPackages, systemRepos, updateRepos
+	n.PrePullImages = prePullImages(n.PrePullImages, r, minor)
+}
+
+// validatePrepare checks what both a node's and a bake's user data encode of the pool: its names, its pre-pull
+// images, the sandbox image and the agent's pin.
+func validatePrepare(e *errs, in nodeconfig.Node, r NodeRender) {
+	e.add("ClusterName", validateDNSLabel(in.ClusterName))
+	e.add("PoolName", validateDNSLabel(in.PoolName))
+	for i, img := range in.PrePullImages {
+		_, err := kube.NormalizeImage(img)
+		e.add(fmt.Sprintf("PrePullImages[%d]", i), err)
+	}
+	if r.PauseImage != "" {
+		_, err := kube.NormalizeImage(r.PauseImage)
+		e.add("PauseImage", err)
+	}
+	if r.Agent != nil {
+		r.Agent.validate(e)
+	}
 }
 
 // validate checks the pool's values that the user data encodes and reports all problems at once; node.json's own
@@ -379,8 +414,7 @@ func validate(in nodeconfig.Node, r NodeRender) (kube.Minor, error) {
 	if in.GatewayInstanceID != "" && !names.IsInstanceID(in.GatewayInstanceID) {
 		e.add("GatewayInstanceID", fmt.Errorf("%q is not an EC2 instance id", in.GatewayInstanceID))
 	}
-	e.add("ClusterName", validateDNSLabel(in.ClusterName))
-	e.add("PoolName", validateDNSLabel(in.PoolName))
+	validatePrepare(&e, in, r)
 	// The labels' and taints' own rules (NodeRestriction's, the ones the boot sets, the key and value forms, one
 	// taint per key and effect) are the config's, which runs before any renderer (infra/config,
 	// validateLabelsAndTaints); what is left here is the public-data tripwire and the pool label's agreement with
@@ -395,21 +429,10 @@ func validate(in nodeconfig.Node, r NodeRender) (kube.Minor, error) {
 	for i, t := range in.Join.Taints {
 		e.add(fmt.Sprintf("Join.Taints[%d].value", i), noSecret(t.Value))
 	}
-	for i, img := range in.PrePullImages {
-		_, err := kube.NormalizeImage(img)
-		e.add(fmt.Sprintf("PrePullImages[%d]", i), err)
-	}
-	if r.PauseImage != "" {
-		_, err := kube.NormalizeImage(r.PauseImage)
-		e.add("PauseImage", err)
-	}
 	if in.LaunchHook != "" && !lifecycleHookRE.MatchString(in.LaunchHook) {
 		e.add("LaunchHook", fmt.Errorf("%q is not a lifecycle hook name (1-255 of [A-Za-z0-9_/-])", in.LaunchHook))
 	}
 	r.DNS.validate(&e)
-	if r.Agent != nil {
-		r.Agent.validate(&e)
-	}
 	if err := e.join("node user data"); err != nil {
 		return kube.Minor{}, err
 	}

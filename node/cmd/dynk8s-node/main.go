@@ -8,6 +8,7 @@
 //	dynk8s-node join [--config FILE] [--dry-run] [-v] [--skip PHASE,...]
 //	dynk8s-node wake-gateway|onprem-routes|imds-lock [--config FILE] [--dry-run] [-v]
 //	dynk8s-node gateway-key|gateway-packages|gateway-idle [--config FILE] [--dry-run] [-v]
+//	dynk8s-node bake [--config FILE] [-v]        (a bake instance's: prepare, clean-identity, check, power off)
 //	dynk8s-node prepare [--config FILE] [-v]     (an image build's first step, docs/baked-images.md)
 //	dynk8s-node clean-identity [--dry-run]       (and its last)
 //	dynk8s-node check-image --config-sha256 HEX  (its validate step)
@@ -60,6 +61,7 @@ var commands = []cli.Command{
 		Verbose: logConfig, Run: gateway.Packages},
 	{Name: "gateway-idle", Tag: "dynk8s-gateway-idle", Config: nodeconfig.GatewayPath, DryRun: dryRun,
 		Verbose: logConfig, Run: gateway.Idle},
+	{Name: "bake", Tag: "dynk8s-bake", Config: nodeconfig.BakePath, Verbose: logConfig, Run: boot.Bake},
 	{Name: "prepare", Tag: "dynk8s-prepare", Config: nodeconfig.Path, Verbose: logConfig, Run: boot.Prepare},
 	{Name: "clean-identity", Tag: "dynk8s-clean-identity", DryRun: "list what it would remove, and remove nothing",
 		Run: image.Clean},

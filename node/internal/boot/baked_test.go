@@ -2,7 +2,9 @@ package boot
 
 import (
 	"context"
+	"crypto/sha256"
 	"encoding/json"
+	"fmt"
 	"os"
 	"path/filepath"
 	"slices"
@@ -13,6 +15,7 @@ import (
 	"gotest.tools/v3/assert"
 	is "gotest.tools/v3/assert/cmp"
 
+	"github.com/dynk8s/dynk8s/node/internal/cli"
 	"github.com/dynk8s/dynk8s/node/internal/cloud/cloudfake"
 	"github.com/dynk8s/dynk8s/node/internal/image"
 	"github.com/dynk8s/dynk8s/node/internal/system"
@@ -320,4 +323,53 @@ func (r *rig) quietLogger() *system.Logger {
 	l := system.NewLogger("dynk8s-clean-identity", r.log, r.root)
 	l.Journal = false
 	return l
+}
+
+// bakeCommand runs `dynk8s-node bake` on the rig's root with the rig's pool's bake.json, and returns its log.
+func (r *rig) bakeCommand() (string, []byte, error) {
+	r.t.Helper()
+	cfg, err := r.cfg.Bake().Encode()
+	assert.NilError(r.t, err)
+	path := filepath.Join(r.root, "etc/dynk8s/bake.json")
+	assert.NilError(r.t, os.MkdirAll(filepath.Dir(path), 0o755))
+	assert.NilError(r.t, os.WriteFile(path, cfg, 0o644))
+	r.log = &nodetest.SyncBuffer{}
+	log := system.NewLogger("dynk8s-bake", r.log, r.root)
+	log.Journal = false
+	env := &cli.Env{Files: system.Files{Root: r.root, Proc: filepath.Join(r.root, "proc")}, Log: log, Out: r.log,
+		Config: path}
+	err = bakeImage(context.Background(), env, r.host)
+	r.t.Logf("bake: %v\n%s", err, r.log.String())
+	return r.log.String(), cfg, err
+}
+
+// The bake command, as a bake instance's unit runs it: the prepare from bake.json and its marker, then the identity
+// removed (bake.json with it) and the image checked, then the power-off, last; a boot from what it leaves joins
+// without dnf. A bake that fails never powers off: the instance keeps running with its reason on the console.
+func TestBakeCommandPreparesCleansAndPowersOff(t *testing.T) {
+	t.Parallel()
+	r := newRig(t, "", "")
+	log, cfg, err := r.bakeCommand()
+	assert.NilError(t, err)
+	calls := r.host.Recorded()
+	assert.Check(t, is.Equal(calls[len(calls)-1], "systemctl --no-block poweroff"), "the last call: %v", calls)
+	m := r.marker()
+	assert.Check(t, is.Equal(m.Config.SHA256, fmt.Sprintf("%x", sha256.Sum256(cfg))))
+	_, statErr := os.Stat(filepath.Join(r.root, "etc/dynk8s/bake.json"))
+	assert.Check(t, os.IsNotExist(statErr), "bake.json is left in the image: %v", statErr)
+	id, _ := os.ReadFile(filepath.Join(r.root, "etc/machine-id"))
+	assert.Check(t, is.Equal(string(id), "uninitialized\n"))
+	assert.Check(t, is.Contains(log, "powering off for the image to be taken"))
+	assert.Check(t, is.Equal(r.imds.Requests, 0), "a bake reads no IMDS")
+
+	r.reboot()
+	run := r.join()
+	assert.NilError(t, run.err)
+	assert.Check(t, is.Len(dnfCalls(run.calls), 0), "the baked boot ran dnf: %v", run.calls)
+
+	bad := newRig(t, "", "")
+	bad.cfg.Packages = []string{"kubelet-1.35.0", "kubeadm-1.34.4", "cri-tools-1.34.*", "cri-o-1.34.*"}
+	_, _, err = bad.bakeCommand()
+	assert.ErrorContains(t, err, "not kubelet-1.35.0")
+	assert.Check(t, !slices.Contains(bad.host.Recorded(), "systemctl --no-block poweroff"), "a failed bake powered off")
 }

@@ -72,6 +72,12 @@ func WakeGateway(ctx context.Context, env *cli.Env) error {
 	return nil
 }
 
+// Bake is `dynk8s-node bake`: a bake instance's one unit (cloudinit.Bake), the prepare, clean-identity and the
+// image's check, then the power-off that tells cmd/bake to take the image (docs/baked-images.md).
+func Bake(ctx context.Context, env *cli.Env) error {
+	return bakeImage(ctx, env, env.Host())
+}
+
 // Prepare is `dynk8s-node prepare`: an image build's first step (docs/baked-images.md, "The contract with the image
 // build"), the boot's prepare phases on a build instance, then the baked marker.
 func Prepare(ctx context.Context, env *cli.Env) error {

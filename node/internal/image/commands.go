@@ -21,7 +21,7 @@ func Check(_ context.Context, env *cli.Env) error {
 	if want == "" {
 		return cli.UsageError("--config-sha256 HEX")
 	}
-	if err := checkImage(env.Files, want); err != nil {
+	if err := CheckImage(env.Files, want); err != nil {
 		return err
 	}
 	env.Log.Printf("the image is baked from node.json %s, its identity removed", want)

@@ -24,7 +24,7 @@ var (
 		"/var/lib/cloud/*", "/var/log/cloud-init.log", "/var/log/cloud-init-output.log",
 		"/var/lib/systemd/random-seed", "/var/log/journal/*", "/etc/ssh/ssh_host_*",
 		"/var/lib/kubelet/pki/*",
-		"/var/lib/dynk8s", "/run/dynk8s", "/etc/dynk8s/*",
+		"/var/lib/dynk8s", "/run/dynk8s", "/etc/dynk8s/*", "/etc/systemd/system/dynk8s-bake.service",
 		"/var/cache/dnf/*", "/var/cache/libdnf5/*",
 	}
 	identityKeep = []string{"/var/lib/cloud/seed", "/etc/dynk8s/baked.json"}
@@ -77,7 +77,9 @@ func CleanIdentity(f system.Files, log *system.Logger, dryRun bool) error {
 	return nil
 }
 
-func checkImage(f system.Files, configSHA256 string) error {
+// CheckImage checks that f holds a baked image fit to boot pool nodes: its marker names the configuration whose
+// sha256 is configSHA256, its identity is gone, and firewalld is not enabled.
+func CheckImage(f system.Files, configSHA256 string) error {
 	m, err := ReadMarker(f)
 	if err != nil {
 		return err

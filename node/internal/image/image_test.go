@@ -164,7 +164,7 @@ func TestCheckImage(t *testing.T) {
 				assert.NilError(t, os.MkdirAll(filepath.Dir(link), 0o755))
 				assert.NilError(t, os.Symlink("/usr/lib/systemd/system/"+filepath.Base(c.enabled), link))
 			}
-			err := checkImage(system.Files{Root: r.root}, "abc")
+			err := CheckImage(system.Files{Root: r.root}, "abc")
 			if c.err == "" {
 				assert.NilError(t, err)
 				return
