@@ -10,6 +10,7 @@ import (
 
 	"github.com/dynk8s/dynk8s/infra/config"
 	"github.com/dynk8s/dynk8s/internal/kube"
+	"github.com/dynk8s/dynk8s/internal/names"
 )
 
 // FedoraOwner is the AWS account of the Fedora Project's official images.
@@ -72,7 +73,7 @@ func checkPinnedImages(ctx *pulumi.Context, cfg *config.Config) error {
 			Filters: []ec2.GetAmiFilter{{Name: "image-id", Values: []string{pool.AMIID}}},
 		})
 		switch {
-		case err != nil && strings.Contains(err.Error(), "returned no results"):
+		case noImage(err):
 			problems = append(problems, config.FieldError{Path: path,
 				Msg: fmt.Sprintf("EC2 knows no image %s in %s that this account may launch", pool.AMIID, cfg.Region)})
 		case err != nil:
@@ -88,6 +89,81 @@ func checkPinnedImages(ctx *pulumi.Context, cfg *config.Config) error {
 		return &config.Error{Errors: problems}
 	}
 	return nil
+}
+
+// noImage reports whether an image lookup failed because nothing matched: the aws_ami data source fails with "Your
+// query returned no results" rather than answering an empty image.
+func noImage(err error) bool {
+	return err != nil && strings.Contains(err.Error(), "returned no results")
+}
+
+// BakedImage is a baked pool's image as EC2 reports it: what the pool's launch template boots, and the name of its
+// root device, which the template's root volume mapping resizes.
+type BakedImage struct {
+	ID             string
+	RootDeviceName string
+}
+
+// checkBakedImages finds every baked pool's image before anything is declared: the newest available image of this
+// account tagged with the cluster, the pool and the pool's BakeID (cmd/bake's tags). A pool without one is a
+// configuration problem, reported with the command that bakes it, so that the preview fails with what to do instead
+// of `pulumi up` creating a launch template that no instance can boot; an image of another architecture than the
+// pool's is one too (RunInstances refuses the mismatch, as for amiId). Every problem is reported at once. It returns
+// the images by pool name.
+func checkBakedImages(ctx *pulumi.Context, cfg *config.Config) (map[string]BakedImage, error) {
+	images := map[string]BakedImage{}
+	var problems []config.FieldError
+	for i, pool := range cfg.NodePools {
+		if !pool.Baked() {
+			continue
+		}
+		path := fmt.Sprintf("%s:nodePools[%d].image", config.Namespace, i)
+		id, err := BakeID(cfg, pool)
+		if err != nil {
+			return nil, fmt.Errorf("%s: the baked image's identity: %w", path, err)
+		}
+		image, err := ec2.LookupAmi(ctx, bakedImageQuery(cfg.ClusterName, pool.Name, id))
+		switch {
+		case noImage(err):
+			problems = append(problems, config.FieldError{Path: path, Msg: fmt.Sprintf(
+				"no baked image of pool %s for this config (tag %s=%s) in %s: bake it with `%s`, then run the "+
+					"preview again", pool.Name, BakeTag, id, cfg.Region, BakeCommand(ctx.Stack(), pool.Name))})
+		case err != nil:
+			// Not a configuration problem: EC2 could not be asked.
+			return nil, fmt.Errorf("%s: asking EC2 for the baked image of pool %s (tag %s=%s): %w", path, pool.Name,
+				BakeTag, id, err)
+		case kube.Arch(image.Architecture) != pool.Arch:
+			problems = append(problems, config.FieldError{Path: path, Msg: fmt.Sprintf(
+				"the baked image %s of pool %s (tag %s=%s) is %s, the pool's instance types are %s: bake it again "+
+					"with `%s`", image.Id, pool.Name, BakeTag, id, image.Architecture, pool.Arch,
+				BakeCommand(ctx.Stack(), pool.Name))})
+		default:
+			images[pool.Name] = BakedImage{ID: image.Id, RootDeviceName: image.RootDeviceName}
+		}
+	}
+	if len(problems) > 0 {
+		return nil, &config.Error{Errors: problems}
+	}
+	return images, nil
+}
+
+// bakedImageQuery is the lookup of a pool's baked image by its tags: this account's own images (owner "self"), the
+// newest of those that match (a re-bake of the same config tags a second image with the same identity), and only an
+// available one (CreateImage's image is pending until its snapshot completes).
+func bakedImageQuery(cluster, pool, bakeID string) *ec2.LookupAmiArgs {
+	filter := func(name, value string) ec2.GetAmiFilter {
+		return ec2.GetAmiFilter{Name: name, Values: []string{value}}
+	}
+	return &ec2.LookupAmiArgs{
+		Owners:     []string{"self"},
+		MostRecent: pulumi.BoolRef(true),
+		Filters: []ec2.GetAmiFilter{
+			filter("tag:"+names.TagCluster, cluster),
+			filter("tag:"+names.TagPool, pool),
+			filter("tag:"+BakeTag, bakeID),
+			filter("state", "available"),
+		},
+	}
 }
 
 // lookupImage finds the image a pool or the gateway boots: the newest GA Fedora image of the pinned release and

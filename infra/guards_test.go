@@ -45,51 +45,6 @@ func matchingStatements(doc infra.PolicyDocument, effect, action, resource strin
 	return out
 }
 
-// TestImageBuildRoleReadsNoStackParameter: the build role's managed AmazonSSMManagedInstanceCore allows
-// ssm:GetParameter(s) on "*", so an inline policy denies, unconditionally, each of the four calls that return a
-// parameter's value on the stack's two parameters, and every path query (one on "/", "/dynk8s" or the cluster's
-// path returns the parameters below it), before the instance profile exists.
-func TestImageBuildRoleReadsNoStackParameter(t *testing.T) {
-	res := runStack(t, bakedDev(t))
-	role := find(t, res, "aws:iam/role:Role", "image-builder-role")
-	var docs []infra.PolicyDocument
-	var deny *mockcloud.Resource
-	for _, p := range res.Cloud.ByType("aws:iam/rolePolicy:RolePolicy") {
-		if in(&p, "role") == out(role, "name") {
-			docs = append(docs, policy(t, &p, "policy"))
-			if p.Name == "image-builder-no-stack-parameters" {
-				deny = &p
-			}
-		}
-	}
-	denied := func(action, resource string) bool {
-		for _, doc := range docs {
-			for _, s := range matchingStatements(doc, "Deny", action, resource) {
-				if len(s.Condition) == 0 && len(s.Principal) == 0 {
-					return true
-				}
-			}
-		}
-		return false
-	}
-	param := "arn:aws:ssm:eu-central-1:" + mockcloud.Account + ":parameter"
-	for _, resource := range []string{param + infra.JoinTokenParameter("homelab"),
-		param + infra.GatewayKeyParameter("homelab")} {
-		for _, action := range []string{"ssm:GetParameter", "ssm:GetParameters", "ssm:GetParameterHistory",
-			"ssm:GetParametersByPath"} {
-			assert.Check(t, denied(action, resource), "%s on %s is not denied", action, resource)
-		}
-	}
-	for _, path := range []string{param + "/", param + "/dynk8s", param + "/dynk8s/homelab"} {
-		assert.Check(t, denied("ssm:GetParametersByPath", path), "a path query of %s is not denied", path)
-	}
-	// Another cluster's parameters are not this stack's business.
-	assert.Check(t, !denied("ssm:GetParameter", param+"/dynk8s/other/join-token"))
-	assert.Assert(t, deny != nil, "no inline deny on the build role")
-	profile := find(t, res, "aws:iam/instanceProfile:InstanceProfile", "image-builder-profile")
-	assert.Check(t, is.Contains(profile.DependsOnURNs, deny.URN), "the profile exists before the deny")
-}
-
 // deployedBy runs the dev stack deployed by caller (an IAM user's or a role session's ARN; a role at rolePath).
 func deployedBy(t *testing.T, values map[string]any, caller, rolePath string) *plan.Result {
 	t.Helper()

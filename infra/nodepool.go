@@ -75,7 +75,7 @@ type NodePoolArgs struct {
 	ClusterName string
 	// Pool is the pool's validated config entry (required).
 	Pool config.NodePool
-	// Image is the Fedora image the pool boots (required unless Pool.AMIID is set).
+	// Image is the Fedora image the pool boots (required unless Pool.AMIID is set or the pool is baked).
 	Image FedoraImageQuery
 	// GroupTags are the Auto Scaling Group's tags, discovery and node-template tags included (required).
 	GroupTags []config.Tag
@@ -99,8 +99,9 @@ type NodePoolArgs struct {
 	GatewayAddress pulumi.Resource
 	// Agent is the node agent's object for the pool's architecture (AgentBucket.Objects; required).
 	Agent AgentObject
-	// Bake builds the image the pool boots (required with Pool.Image baked, ignored otherwise).
-	Bake *BakeArgs
+	// BakedImage is the image a baked pool boots, as checkBakedImages found it (required with Pool.Image baked,
+	// ignored otherwise).
+	BakedImage *BakedImage
 	// WarmReplacer is the IAM user of dynk8s-controller's warm loop, which a pool with a warm pool lets replace its
 	// stale warm instances (optional; nil: no loop replaces them, only their own boot hands them back).
 	WarmReplacer *WarmReplacer
@@ -120,8 +121,8 @@ func NewNodePool(ctx *pulumi.Context, name string, args *NodePoolArgs, opts ...p
 		return nil, errors.New("node pool: args with the agent's object are required")
 	}
 	pool := args.Pool
-	if pool.Baked() && args.Bake == nil {
-		return nil, fmt.Errorf("node pool %q: a baked image needs the image builder's args", name)
+	if pool.Baked() && (args.BakedImage == nil || args.BakedImage.ID == "" || args.BakedImage.RootDeviceName == "") {
+		return nil, fmt.Errorf("node pool %q: a baked pool needs its baked image's id and root device", name)
 	}
 	mixed := pool.Spot || len(pool.InstanceTypes) > 1
 	if pool.WarmPool != nil && mixed {
@@ -133,7 +134,7 @@ func NewNodePool(ctx *pulumi.Context, name string, args *NodePoolArgs, opts ...p
 	}
 	parent := pulumi.Parent(comp)
 
-	image := lookupImage(ctx, args.Image, pool.AMIID, parent)
+	imageID, rootDevice := poolImage(ctx, args, parent)
 
 	gatewayID := pulumi.String("").ToStringOutput()
 	if args.GatewayInstanceID != nil {
@@ -142,8 +143,7 @@ func NewNodePool(ctx *pulumi.Context, name string, args *NodePoolArgs, opts ...p
 	agent := pulumix.Apply2(args.Agent.Bucket, args.Agent.VersionID, func(bucket, version string) cloudinit.Agent {
 		return cloudinit.Agent{Bucket: bucket, Key: args.Agent.Key, VersionID: version, SHA256: args.Agent.SHA256}
 	})
-	// The cloud-config as rendered: encoded into the launch template's user data, and read by a baked image's build.
-	rendered := pulumix.Apply3Err(args.CACertHashes.ToStringArrayOutput(), gatewayID, agent,
+	userData := pulumix.Apply3Err(args.CACertHashes.ToStringArrayOutput(), gatewayID, agent,
 		func(hashes []string, gateway string, a cloudinit.Agent) (string, error) {
 			node, render := args.Node, args.Render
 			node.Join.CACertHashes = hashes
@@ -153,17 +153,8 @@ func NewNodePool(ctx *pulumi.Context, name string, args *NodePoolArgs, opts ...p
 			if err != nil {
 				return "", fmt.Errorf("node pool %q: user data: %w", name, err)
 			}
-			return string(raw), nil
+			return cloudinit.Encode(raw)
 		})
-	userData := pulumix.ApplyErr(rendered, func(raw string) (string, error) { return cloudinit.Encode([]byte(raw)) })
-	imageID := image.Id()
-	if pool.Baked() {
-		baked, err := bakedImage(ctx, name, args, image, rendered, agent, parent)
-		if err != nil {
-			return nil, err
-		}
-		imageID = baked
-	}
 
 	instanceTags := awsTags(config.IdentityTags(args.ClusterName, pool.Name, args.ClusterName+"-"+pool.Name))
 	ltArgs := &ec2.LaunchTemplateArgs{
@@ -182,7 +173,7 @@ func NewNodePool(ctx *pulumi.Context, name string, args *NodePoolArgs, opts ...p
 		},
 		BlockDeviceMappings: ec2.LaunchTemplateBlockDeviceMappingArray{
 			&ec2.LaunchTemplateBlockDeviceMappingArgs{
-				DeviceName: image.RootDeviceName(),
+				DeviceName: rootDevice,
 				Ebs: &ec2.LaunchTemplateBlockDeviceMappingEbsArgs{
 					VolumeType:          pulumi.String("gp3"),
 					VolumeSize:          pulumi.Int(pool.VolumeSizeGiB),
@@ -368,6 +359,18 @@ func NewNodePool(ctx *pulumi.Context, name string, args *NodePoolArgs, opts ...p
 		return nil, fmt.Errorf("node pool %q: outputs: %w", name, err)
 	}
 	return comp, nil
+}
+
+// poolImage is the image the pool boots and its root device name: a baked pool's image as checkBakedImages found it,
+// or the lookup of the pool's Fedora image or of its amiId (lookupImage).
+func poolImage(ctx *pulumi.Context, args *NodePoolArgs, parent pulumi.ResourceOrInvokeOption) (pulumi.StringOutput,
+	pulumi.StringOutput) {
+	if args.Pool.Baked() {
+		return pulumi.String(args.BakedImage.ID).ToStringOutput(),
+			pulumi.String(args.BakedImage.RootDeviceName).ToStringOutput()
+	}
+	image := lookupImage(ctx, args.Image, args.Pool.AMIID, parent)
+	return image.Id(), image.RootDeviceName()
 }
 
 // warmReplacement lets args.WarmReplacer replace the stale instances of the pool's warm pool (group), when it has

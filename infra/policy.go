@@ -136,31 +136,6 @@ func ParameterKeyPolicy(p ParameterKeyPrincipals) PolicyDocument {
 	}}
 }
 
-// NoStackParametersPolicy denies reading the stack's SSM parameters, whatever else the holder's policies allow: the
-// image build role's AmazonSSMManagedInstanceCore allows ssm:GetParameter and ssm:GetParameters on "*" (AWS
-// managed policy reference), which, with SSM's own key, would decrypt the join token and the gateway's private key.
-// Parameter Store authorizes each of its four reads on its own action, all four matched by ssm:GetParameter*, and
-// GetParametersByPath on the requested path, not on the parameters it returns ("How Parameter Store authorizes
-// parameter retrieval", Systems Manager User Guide): a deny on the parameters does not stop a query of an ancestor
-// path, "/" included, so the second statement refuses every path query, which a build never makes. parameters is
-// the ARN pattern of the stack's parameters (ParameterARN of ParameterPath + "/*").
-func NoStackParametersPolicy(parameters string) PolicyDocument {
-	return PolicyDocument{Version: policyVersion, Statement: []PolicyStatement{
-		{
-			Sid:      "NoStackParameters",
-			Effect:   "Deny",
-			Action:   []string{"ssm:GetParameter*"},
-			Resource: []string{parameters},
-		},
-		{
-			Sid:      "NoParameterPaths",
-			Effect:   "Deny",
-			Action:   []string{"ssm:GetParametersByPath"},
-			Resource: []string{"*"},
-		},
-	}}
-}
-
 // PutParameterPolicy allows overwriting exactly one parameter, and nothing else: not reading it back, not deleting
 // it, not tagging it. It is the join token rotator's whole AWS permission. PutParameter takes more than a value, and
 // SSM's two condition keys for it ("Preventing access to Parameter Store API operations", Systems Manager User

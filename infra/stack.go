@@ -3,6 +3,7 @@
 package infra
 
 import (
+	"errors"
 	"fmt"
 	"maps"
 	"net/netip"
@@ -27,8 +28,6 @@ type Stack struct {
 	Gateway  *WireGuardGateway
 	// Agent is the bucket the instances download the node agent from.
 	Agent *AgentBucket
-	// ImageBuilder is what the baked pools' image builds share (nil without a baked pool).
-	ImageBuilder *ImageBuilder
 	// Pools are in config order.
 	Pools  []*NodePool
 	Addons *addons.ClusterAddons
@@ -93,7 +92,8 @@ func NewStack(ctx *pulumi.Context, cfg *config.Config, agent AgentFiles, nodes O
 	if err != nil {
 		return nil, err
 	}
-	if err := checkPinnedImages(ctx, cfg); err != nil {
+	baked, err := checkImages(ctx, cfg)
+	if err != nil {
 		return nil, err
 	}
 	if err := checkEBSDefaultKey(ctx, cfg); err != nil {
@@ -133,31 +133,16 @@ func NewStack(ctx *pulumi.Context, cfg *config.Config, agent AgentFiles, nodes O
 		return nil, err
 	}
 
-	// The baked pools' builds share a role and, per architecture, an infrastructure configuration; the build
-	// instances read the agent of the architectures they bake, as the nodes do.
 	readers := []AgentReader{
 		{Name: "node", Role: s.Identity.NodeRoleName, Arches: poolArches},
 		{Name: "gateway", Role: s.Identity.GatewayRoleName, Arches: []kube.Arch{gatewayArch}},
 	}
-	var bakedArches []kube.Arch
-	for _, pool := range cfg.NodePools {
-		if pool.Baked() {
-			bakedArches = append(bakedArches, pool.Arch)
-		}
+	bake, err := bakeReader(ctx, cfg)
+	if err != nil {
+		return nil, err
 	}
-	if len(bakedArches) > 0 {
-		bakedArches = slices.Compact(slices.Sorted(slices.Values(bakedArches)))
-		s.ImageBuilder, err = NewImageBuilder(ctx, "image-builder", &ImageBuilderArgs{
-			ClusterName:     cfg.ClusterName,
-			Region:          cfg.Region,
-			Arches:          bakedArches,
-			SubnetID:        s.Network.SubnetIDs.Index(pulumi.Int(0)),
-			SecurityGroupID: s.Network.NodeSecurityGroupID,
-		})
-		if err != nil {
-			return nil, err
-		}
-		readers = append(readers, AgentReader{Name: "image-build", Role: s.ImageBuilder.RoleName, Arches: bakedArches})
+	if bake != nil {
+		readers = append(readers, *bake)
 	}
 
 	s.Agent, err = NewAgentBucket(ctx, "agent", &AgentBucketArgs{
@@ -218,14 +203,15 @@ func NewStack(ctx *pulumi.Context, cfg *config.Config, agent AgentFiles, nodes O
 	}
 	for _, pool := range cfg.NodePools {
 		var image FedoraImageQuery
-		if pool.AMIID == "" {
+		var bakedImage *BakedImage
+		switch {
+		case pool.Baked():
+			b := baked[pool.Name]
+			bakedImage = &b
+		case pool.AMIID == "":
 			if image, err = FedoraImage(cfg.Fedora.Release, pool.Arch, cfg.Region); err != nil {
 				return nil, fmt.Errorf("node pool %q: image: %w", pool.Name, err)
 			}
-		}
-		var bake *BakeArgs
-		if pool.Baked() {
-			bake = &BakeArgs{Region: cfg.Region, InfrastructureARN: s.ImageBuilder.Infrastructure[pool.Arch]}
 		}
 		node, render := NodeConfig(cfg, pool, nil, JoinTokenParameter(cfg.ClusterName))
 		np, err := NewNodePool(ctx, "pool-"+pool.Name, &NodePoolArgs{
@@ -242,7 +228,7 @@ func NewStack(ctx *pulumi.Context, cfg *config.Config, agent AgentFiles, nodes O
 			InstanceProfileARN: s.Identity.NodeInstanceProfileARN,
 			GatewayAddress:     s.Network.GatewayAddress,
 			Agent:              s.Agent.Objects[pool.Arch],
-			Bake:               bake,
+			BakedImage:         bakedImage,
 			WarmReplacer: &WarmReplacer{UserName: s.Identity.CleanupUserName, InstanceARNs: s.Identity.InstanceARNs,
 				Region: cfg.Region},
 		})
@@ -266,6 +252,49 @@ func NewStack(ctx *pulumi.Context, cfg *config.Config, agent AgentFiles, nodes O
 		return nil, err
 	}
 	return s, nil
+}
+
+// checkImages asks EC2 about the images the pools boot before anything is declared (checkPinnedImages,
+// checkBakedImages), and reports the problems of both at once, the pinned images' first. It returns the baked pools'
+// images by pool name.
+func checkImages(ctx *pulumi.Context, cfg *config.Config) (map[string]BakedImage, error) {
+	pinnedErr := checkPinnedImages(ctx, cfg)
+	baked, bakedErr := checkBakedImages(ctx, cfg)
+	var problems []config.FieldError
+	for _, err := range []error{pinnedErr, bakedErr} {
+		var cfgErr *config.Error
+		switch {
+		case errors.As(err, &cfgErr):
+			problems = append(problems, cfgErr.Errors...)
+		case err != nil:
+			return nil, err
+		}
+	}
+	if len(problems) > 0 {
+		return nil, &config.Error{Errors: problems}
+	}
+	return baked, nil
+}
+
+// bakeReader declares, when a pool is baked, the role and instance profile cmd/bake launches the bake instances
+// with (newBakeProfile), and returns it as a reader of the agent objects of the architectures it bakes, as the
+// nodes read theirs; nil without a baked pool.
+func bakeReader(ctx *pulumi.Context, cfg *config.Config) (*AgentReader, error) {
+	var arches []kube.Arch
+	for _, pool := range cfg.NodePools {
+		if pool.Baked() {
+			arches = append(arches, pool.Arch)
+		}
+	}
+	if len(arches) == 0 {
+		return nil, nil
+	}
+	profile, err := newBakeProfile(ctx, "bake", cfg.ClusterName)
+	if err != nil {
+		return nil, err
+	}
+	return &AgentReader{Name: "bake", Role: profile.RoleName,
+		Arches: slices.Compact(slices.Sorted(slices.Values(arches)))}, nil
 }
 
 // stackBinaries are what the agent bucket serves: the node agent for the nodes' and the gateway's architectures

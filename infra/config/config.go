@@ -269,10 +269,14 @@ type NodePool struct {
 	// runs, besides the pause, kube-proxy and fuse plugin images; a failed pull never fails the boot.
 	PrePullImages []string `key:"prePullImages"`
 	// Image is what the pool's nodes boot: stock (the pinned Fedora GA image; every boot installs the packages and
-	// pulls the images) or baked (an image the stack builds with EC2 Image Builder from that same Fedora image, with
-	// the node's prepare step already run in it, so a boot skips the package install; the first pulumi up waits for
-	// the build, and every change of the Kubernetes version, the Fedora image, the node agent or the pool's node
-	// config builds a new one: docs/baked-images.md). Not with amiId.
+	// pulls the images) or baked (an image of that same Fedora release with the node's prepare step already run in
+	// it, so a boot skips the package install). A baked image is built outside the program, before pulumi up, by
+	// `go run ./cmd/bake -stack STACK -pool POOL`, which tags it with the identity of what it prepared; the program
+	// only looks the image up by its tags, and the preview fails, naming that command, when the account has none
+	// for the current config (a change of what the image holds, such as the Kubernetes version, the Fedora
+	// release, the architecture or the images the nodes pre-pull, needs a new bake; a change of the join's
+	// settings does not): docs/baked-images.md.
+	// Not with amiId.
 	Image string `key:"image" default:"stock"`
 }
 
@@ -280,11 +284,12 @@ type NodePool struct {
 const (
 	// ImageStock is the pinned Fedora GA image, prepared at every boot.
 	ImageStock = "stock"
-	// ImageBaked is an image the stack builds from the stock one with the node's prepare step run in it.
+	// ImageBaked is an image cmd/bake builds from the stock one with the node's prepare step run in it, and the
+	// program looks up by its tags.
 	ImageBaked = "baked"
 )
 
-// Baked reports whether the pool boots an image the stack builds for it.
+// Baked reports whether the pool boots an image baked for it (cmd/bake).
 func (p NodePool) Baked() bool { return p.Image == ImageBaked }
 
 // Warm pool states: what a prepared instance waits in (the group's warm pool PoolState).

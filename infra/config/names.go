@@ -11,8 +11,8 @@ import (
 // gateway's own Name tag is part of the condition the nodes' wake-up permission checks, and an operator who looks
 // the gateway up by Name would find a build node. infra's TestPoolNamesNeverTakeAStackName keeps the list complete.
 var stackResourceNames = []string{
-	"cluster-autoscaler", "gateway", "gateway-sg", "igw", "image-build", "join-token", "join-token-rotator", "node", "node-agent",
-	"node-cleanup", "node-sg", "rt", "vpc", "wireguard-gateway", "wireguard-gateway-key",
+	"bake", "cluster-autoscaler", "gateway", "gateway-sg", "igw", "join-token", "join-token-rotator", "node",
+	"node-agent", "node-cleanup", "node-sg", "rt", "vpc", "wireguard-gateway", "wireguard-gateway-key",
 }
 
 // subnetNamePrefix starts the Name of each zone's subnet: "<clusterName>-subnet-<zone>".

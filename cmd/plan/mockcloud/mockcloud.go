@@ -61,10 +61,13 @@ type Resource struct {
 	Read bool
 }
 
-// Call is one invoke (a data source lookup) the program made.
+// Call is one invoke (a data source lookup) the program made, and what the mock answered.
 type Call struct {
 	Token string
 	Args  resource.PropertyMap
+	// Result is the answer, Err the error the invoke failed with instead.
+	Result resource.PropertyMap
+	Err    error
 }
 
 // Cloud is a pulumi.MockResourceMonitor that records what the program declares.
@@ -88,6 +91,13 @@ type Cloud struct {
 	// the role at CallerRolePath ("/" when empty), as IAM knows it.
 	Caller         string
 	CallerRolePath string
+	// NoBakedImage are the pools whose baked image the account lacks, as before their first bake (cmd/bake): the
+	// lookup of their image by its tags fails as the provider's does when nothing matches. Every other pool's
+	// lookup finds a stand-in baked image (StandInBakedImage): the plan assumes the bake ran.
+	NoBakedImage []string
+	// BakedArch is the architecture of the stand-in baked images, by pool name; NewFor sets each pool's own, as
+	// cmd/bake bakes it (a pool not listed: x86_64). A test sets another to show the mismatch.
+	BakedArch map[string]string
 
 	mu        sync.Mutex
 	resources []Resource
@@ -107,6 +117,16 @@ func New(region string) *Cloud {
 // the configured Kubernetes version, pod range and service range. A test changes what it checks afterwards.
 func NewFor(sc StackConfig) *Cloud {
 	c := New(sc.Values["aws:region"])
+	var pools []struct {
+		Name string `json:"name"`
+		Arch string `json:"arch"`
+	}
+	if json.Unmarshal([]byte(sc.Values[config.Namespace+":nodePools"]), &pools) == nil {
+		c.BakedArch = map[string]string{}
+		for _, p := range pools {
+			c.BakedArch[p.Name] = p.Arch
+		}
+	}
 	var k8s struct {
 		APIServerEndpoint string `json:"apiServerEndpoint"`
 		Version           string `json:"version"`
@@ -234,13 +254,18 @@ func (c *Cloud) NewResource(args pulumi.MockResourceArgs) (string, resource.Prop
 
 // Call implements pulumi.MockResourceMonitor: the data sources the program looks up.
 func (c *Cloud) Call(args pulumi.MockCallArgs) (resource.PropertyMap, error) {
+	result, err := c.answer(args)
 	c.mu.Lock()
-	c.calls = append(c.calls, Call{Token: args.Token, Args: args.Args})
+	c.calls = append(c.calls, Call{Token: args.Token, Args: args.Args, Result: result, Err: err})
 	c.mu.Unlock()
+	return result, err
+}
 
+// answer is the stand-in's answer to an invoke.
+func (c *Cloud) answer(args pulumi.MockCallArgs) (resource.PropertyMap, error) {
 	switch args.Token {
 	case "aws:ec2/getAmi:getAmi":
-		return c.fedoraAMI(args.Args)
+		return c.ami(args.Args)
 	case "aws:index/getCallerIdentity:getCallerIdentity":
 		return resource.NewPropertyMapFromMap(map[string]any{
 			"accountId": Account,

@@ -29,6 +29,10 @@ type StackConfig struct {
 	OnPremNodes []string
 	// Caller and CallerRolePath set Cloud.Caller and Cloud.CallerRolePath: who runs the program.
 	Caller, CallerRolePath string
+	// NoBakedImage sets Cloud.NoBakedImage: the pools never baked, whose preview fails with the bake command.
+	NoBakedImage []string
+	// BakedArch overrides Cloud.BakedArch's architectures of the pools' baked images, by pool name.
+	BakedArch map[string]string
 	// AgentDir is where the plan takes the built node agent from, when it was built there ("": always the
 	// stand-in, infra.AgentOrStandIn).
 	AgentDir string

@@ -18,6 +18,8 @@ import (
 
 	"github.com/pulumi/pulumi/sdk/v3/go/common/resource"
 	"sigs.k8s.io/yaml"
+
+	"github.com/dynk8s/dynk8s/internal/names"
 )
 
 // Character sets of pulumi-random's RandomString.
@@ -78,10 +80,6 @@ func (c *Cloud) computed(typ, name, id string, in, out resource.PropertyMap) err
 
 	if strings.HasPrefix(typ, "aws:s3/") {
 		s3Computed(typ, name, id, in, set)
-		return nil
-	}
-	if strings.HasPrefix(typ, "aws:imagebuilder/") {
-		imageBuilderComputed(typ, c.Region, str, set)
 		return nil
 	}
 	switch typ {
@@ -273,8 +271,8 @@ func SelectImage(images []Image, owners []string, nameGlob, arch, nameRegex stri
 // PinnedArmImage is the one image id the stand-in answers as arm64; every other id pinned by amiId is x86_64.
 const PinnedArmImage = "ami-0a64a64a64a64a64a"
 
-// fedoraAMI answers an ec2.LookupAmi from FedoraCatalog, or an image pinned by id.
-func (c *Cloud) fedoraAMI(args resource.PropertyMap) (resource.PropertyMap, error) {
+// AMIFilters are an ec2.LookupAmi's filters, by name: each filter's first value.
+func AMIFilters(args resource.PropertyMap) map[string]string {
 	filters := map[string]string{}
 	if f, ok := args["filters"]; ok && f.IsArray() {
 		for _, e := range f.ArrayValue() {
@@ -287,6 +285,60 @@ func (c *Cloud) fedoraAMI(args resource.PropertyMap) (resource.PropertyMap, erro
 			}
 		}
 	}
+	return filters
+}
+
+// BakeTagFilter is the filter of a baked image's lookup by its identity (infra.BakeTag): the lookup the mock answers
+// with a stand-in baked image.
+const BakeTagFilter = "tag:dynk8s:bake-sha256"
+
+// ami answers an ec2.LookupAmi: a baked image by its tags, an image pinned by id, or a Fedora image from
+// FedoraCatalog.
+func (c *Cloud) ami(args resource.PropertyMap) (resource.PropertyMap, error) {
+	filters := AMIFilters(args)
+	if _, ok := filters[BakeTagFilter]; ok {
+		return c.bakedAMI(filters)
+	}
+	return c.fedoraAMI(args, filters)
+}
+
+// NoResults is the provider's error for an image lookup that matches nothing (the aws_ami data source's).
+const NoResults = "Your query returned no results. Please change your search criteria and try again."
+
+// BakedSnapshotGiB is the stand-in baked images' root snapshot size: a bake instance's root volume.
+const BakedSnapshotGiB = 10
+
+// StandInBakedImage is the id of the stand-in baked image of a pool with the identity bakeID.
+func StandInBakedImage(cluster, pool, bakeID string) string {
+	sum := sha256.Sum256([]byte("baked/" + cluster + "/" + pool + "/" + bakeID))
+	return "ami-0" + hex.EncodeToString(sum[:])[:16]
+}
+
+// bakedAMI answers the lookup of a pool's baked image by its tags (cluster, pool, identity) as EC2 would after a
+// bake: an image of this account, tagged as cmd/bake tags it, of the pool's architecture (BakedArch), with the Fedora
+// images' root device, whose instance it was imaged from; or no result for a pool in NoBakedImage.
+func (c *Cloud) bakedAMI(filters map[string]string) (resource.PropertyMap, error) {
+	cluster, pool, bakeID := filters["tag:"+names.TagCluster], filters["tag:"+names.TagPool], filters[BakeTagFilter]
+	if slices.Contains(c.NoBakedImage, pool) {
+		return nil, fmt.Errorf("invoking aws:ec2/getAmi:getAmi: %s", NoResults)
+	}
+	arch := c.BakedArch[pool]
+	if arch == "" {
+		arch = "x86_64"
+	}
+	id := StandInBakedImage(cluster, pool, bakeID)
+	return resource.NewPropertyMapFromMap(map[string]any{
+		"id": id, "imageId": id, "name": cluster + "-" + pool + "-stand-in-bake", "architecture": arch,
+		"rootDeviceName": "/dev/sda1", "rootDeviceType": "ebs", "virtualizationType": "hvm", "ownerId": Account,
+		"state": "available", "creationDate": "2026-05-01T00:00:00.000Z",
+		"tags": map[string]any{names.TagCluster: cluster, names.TagPool: pool,
+			strings.TrimPrefix(BakeTagFilter, "tag:"): bakeID},
+		"blockDeviceMappings": rootMapping("/dev/sda1", id, BakedSnapshotGiB),
+	}), nil
+}
+
+// fedoraAMI answers an ec2.LookupAmi from FedoraCatalog, or an image pinned by id.
+func (c *Cloud) fedoraAMI(args resource.PropertyMap, filters map[string]string) (resource.PropertyMap, error) {
 	if id := filters["image-id"]; id != "" {
 		arch := "x86_64"
 		if id == PinnedArmImage {
@@ -464,32 +516,6 @@ func s3Computed(typ, name, id string, in resource.PropertyMap, set func(string, 
 			}
 		}
 		set("versionId", shortHash("version/"+name+"/"+content))
-	}
-}
-
-// imageBuilderComputed fills in what Image Builder computes: ARNs with the resource's name and version (build 1),
-// and an image's AMI, one per recipe version, as a new build gives a new AMI.
-func imageBuilderComputed(typ, region string, str func(string) string, set func(string, any)) {
-	arn := func(kind string, parts ...string) string {
-		return fmt.Sprintf("arn:aws:imagebuilder:%s:%s:%s/%s", region, Account, kind, strings.Join(parts, "/"))
-	}
-	lower := func(k string) string { return strings.ToLower(strings.ReplaceAll(str(k), " ", "-")) }
-	switch typ {
-	case "aws:imagebuilder/component:Component":
-		set("arn", arn("component", lower("name"), str("version"), "1"))
-	case "aws:imagebuilder/imageRecipe:ImageRecipe":
-		set("arn", arn("image-recipe", lower("name"), str("version")))
-	case "aws:imagebuilder/infrastructureConfiguration:InfrastructureConfiguration":
-		set("arn", arn("infrastructure-configuration", lower("name")))
-	case "aws:imagebuilder/distributionConfiguration:DistributionConfiguration":
-		set("arn", arn("distribution-configuration", lower("name")))
-	case "aws:imagebuilder/image:Image":
-		recipe := str("imageRecipeArn")
-		parts := strings.Split(recipe, "/")
-		set("arn", arn("image", append(parts[len(parts)-min(len(parts), 2):], "1")...))
-		set("outputResources", []any{map[string]any{"amis": []any{map[string]any{
-			"image": "ami-" + shortHash("baked/"+recipe) + "abcde", "region": region, "accountId": Account,
-		}}}})
 	}
 }
 

@@ -30,8 +30,8 @@ const (
 	// BillS3Storage is S3 Standard storage, in MiB rounded up (billed per GB-month stored): the node agent's
 	// objects.
 	BillS3Storage = "s3-mib"
-	// BillSnapshot is EBS snapshot storage (standard tier), in GiB (billed per GB-month of the blocks stored): a
-	// baked image's AMI.
+	// BillSnapshot is EBS snapshot storage (standard tier), in GiB (billed per GB-month of the blocks stored): the
+	// baked images' snapshots.
 	BillSnapshot = "ebs-snapshot-gib"
 )
 
@@ -47,8 +47,6 @@ type IdleBill struct {
 	WhileNodesRun []BillItem `json:"whileNodesRun"`
 	// NodeHour is what one node of each pool adds per hour it runs.
 	NodeHour []PoolHour `json:"nodeHour"`
-	// PerBuild bill once per image build, not per month: a baked image's build instance while it builds.
-	PerBuild []BillItem `json:"perBuild,omitempty"`
 	// MonthlyUSD is what Items cost a month at the region's list prices (Prices), and PriceNote the prices' date,
 	// source and estimates; nil and empty for a region the plan has no prices for, or an item it cannot price.
 	MonthlyUSD *float64 `json:"monthlyUsd,omitempty"`
@@ -173,13 +171,11 @@ func (r *Result) IdleBill() IdleBill {
 	bill.Items = append(bill.Items, monthlyItems(byType)...)
 	bill.Items = append(bill.Items, agentStorage(byType)...)
 	for _, b := range r.BakedImages() {
-		bill.Items = append(bill.Items, BillItem{Kind: BillSnapshot, Quantity: b.VolumeGiB, Detail: "at most",
-			Resource: b.Image, Note: fmt.Sprintf("the baked AMI's snapshot: the blocks written, about %d GiB "+
-				"(an estimate); a rebuild leaves the previous AMI and snapshot until deregistered",
-				BakedSnapshotEstimateGiB)})
-		bill.PerBuild = append(bill.PerBuild, BillItem{Kind: BillInstance, Quantity: 1, Detail: b.BuildInstanceType,
-			Resource: b.Image, Note: fmt.Sprintf("about %d-%d minutes per build (an estimate), with its %d GiB gp3 "+
-				"volume and public IPv4", BuildMinutesLow, BuildMinutesHigh, b.VolumeGiB)})
+		// Not declared by the program: cmd/bake's images, which bill while they are kept.
+		bill.Items = append(bill.Items, BillItem{Kind: BillSnapshot, Quantity: infra.BakeKeep * b.VolumeGiB,
+			Detail: "at most", Resource: b.Image, Note: fmt.Sprintf("pool %s's baked images, up to %d kept by "+
+				"cmd/bake (the one booted and older ones to roll back to), each its snapshot: the blocks written, "+
+				"about %d GiB (an estimate)", b.Pool, infra.BakeKeep, BakedSnapshotEstimateGiB)})
 	}
 
 	templates := map[string]map[string]any{}
@@ -323,14 +319,9 @@ func list(v any) []any {
 	return l
 }
 
-// Estimates of a baked image, not measured on EC2 (docs/baked-images.md): the snapshot of the stock image's used
-// blocks and what the prepare step adds (packages, CRI-O, the pre-pulled images), and the build instance's minutes
-// from its launch to its termination after the snapshot.
-const (
-	BakedSnapshotEstimateGiB = 3
-	BuildMinutesLow          = 15
-	BuildMinutesHigh         = 25
-)
+// BakedSnapshotEstimateGiB is a baked image's snapshot, an estimate not measured on EC2 (docs/baked-images.md): the
+// stock image's used blocks and what the prepare step adds (packages, CRI-O, the pre-pulled images).
+const BakedSnapshotEstimateGiB = 3
 
 // units names a kind's quantity in the table.
 var units = map[string]string{BillSnapshot: "GiB", BillS3Storage: "MiB", BillVolume: "GiB", BillPublicIPv4: "address", BillAlarm: "alarm", BillInstance: "running"}
@@ -377,15 +368,6 @@ func (b IdleBill) WriteIdleBill(w io.Writer) error {
 		fmt.Fprintln(w, "Per hour while any node runs, besides the nodes:")
 		for _, it := range b.WhileNodesRun {
 			row(it, "/h")
-		}
-		if err := tw.Flush(); err != nil {
-			return err
-		}
-	}
-	if len(b.PerBuild) > 0 {
-		fmt.Fprintln(w, "Per image build (at the first `pulumi up` and at each change of what the image holds):")
-		for _, it := range b.PerBuild {
-			row(it, "")
 		}
 		if err := tw.Flush(); err != nil {
 			return err

@@ -3,95 +3,73 @@ package plan
 import (
 	"fmt"
 	"io"
-	"strings"
+	"strconv"
 	"text/tabwriter"
 
 	"github.com/dynk8s/dynk8s/cmd/plan/mockcloud"
 	"github.com/dynk8s/dynk8s/infra"
+	"github.com/dynk8s/dynk8s/internal/names"
 )
 
-// BakedImage is one baked pool's image build, as the program declares it: what `pulumi up` builds with EC2 Image
-// Builder before the pool's launch template can boot it.
+// BakedImage is one baked pool's image as the program looked it up. The program does not build it: cmd/bake bakes
+// it before `pulumi up` and tags it, and the program finds the newest image of the account with the pool's tags,
+// the identity infra.BakeID among them. Without one the preview fails, naming the command that bakes it.
 type BakedImage struct {
 	Pool string `json:"pool"`
 	Arch string `json:"arch"`
-	// Kubernetes is the version the image holds (the recipe's infra.KubernetesVersionTag).
-	Kubernetes string `json:"kubernetes"`
-	// RecipeVersion is the recipe's content-derived version: the Kubernetes minor and patch, then a hash.
-	RecipeVersion    string `json:"recipeVersion"`
-	ComponentVersion string `json:"componentVersion"`
-	// ParentImage is the pool's Fedora image the build starts from.
-	ParentImage       string `json:"parentImage"`
-	BuildInstanceType string `json:"buildInstanceType"`
-	VolumeGiB         int    `json:"volumeGiB"`
-	// Image is the Image resource, whose AMI the pool's launch template boots.
+	// Image is the image the lookup found, which the pool's launch template boots: in the plan, a stand-in
+	// (mockcloud.StandInBakedImage), as if the bake had run.
 	Image string `json:"image"`
+	// VolumeGiB is the image's root snapshot as EC2 reports it (the stand-in's, mockcloud.BakedSnapshotGiB).
+	VolumeGiB int `json:"volumeGiB"`
+	// Note is how the program finds the image (the tag infra.BakeTag and the pool's identity) and the command that
+	// bakes it.
+	Note   string `json:"note"`
+	bakeID string
 }
 
-// BakedImages are the declared image builds, by image resource name: each image with its recipe, component and
-// infrastructure configuration, joined by the ARNs the program wires between them.
+// BakedImages are the baked pools' images the program looked up, in the order it asked: the image lookups by
+// infra.BakeTag that found one.
 func (r *Result) BakedImages() []BakedImage {
-	resources := r.Resources()
-	byARN := map[string]map[string]any{}
-	for _, res := range resources {
-		if !strings.HasPrefix(res.Type, "aws:imagebuilder/") || res.Read {
-			continue
-		}
-		if arn, ok := mockcloud.Plain(res.Outputs["arn"], false).(string); ok {
-			byARN[arn] = mockcloud.PlainMap(res.Inputs, false)
-		}
-	}
 	var out []BakedImage
-	for _, res := range resources {
-		if res.Type != "aws:imagebuilder/image:Image" || res.Read {
+	for _, c := range r.Cloud.Calls() {
+		filters := mockcloud.AMIFilters(c.Args)
+		id, ok := filters["tag:"+infra.BakeTag]
+		if c.Token != "aws:ec2/getAmi:getAmi" || !ok || c.Err != nil {
 			continue
 		}
-		in := mockcloud.PlainMap(res.Inputs, false)
-		recipe := byARN[str(in["imageRecipeArn"])]
-		build := byARN[str(in["infrastructureConfigurationArn"])]
-		tags, _ := recipe["tags"].(map[string]any)
-		b := BakedImage{
-			Pool:          strings.TrimSuffix(strings.TrimPrefix(res.Name, "pool-"), "-image"),
-			RecipeVersion: str(recipe["version"]),
-			Kubernetes:    str(tags[infra.KubernetesVersionTag]),
-			ParentImage:   str(recipe["parentImage"]),
-			Image:         res.Name,
-		}
-		for _, c := range list(recipe["components"]) {
-			c, _ := c.(map[string]any)
-			if comp := byARN[str(c["componentArn"])]; comp != nil {
-				b.ComponentVersion = str(comp["version"])
-			}
-		}
-		for _, m := range list(recipe["blockDeviceMappings"]) {
+		res := mockcloud.PlainMap(c.Result, false)
+		b := BakedImage{Pool: filters["tag:"+names.TagPool], Arch: str(res["architecture"]), Image: str(res["id"]),
+			bakeID: id}
+		for _, m := range list(res["blockDeviceMappings"]) {
 			m, _ := m.(map[string]any)
 			ebs, _ := m["ebs"].(map[string]any)
-			gib, _ := ebs["volumeSize"].(float64)
-			b.VolumeGiB += int(gib)
+			// The data source reports the size as a string (terraform-provider-aws flattens the mapping so).
+			gib, _ := strconv.Atoi(str(ebs["volume_size"]))
+			b.VolumeGiB += gib
 		}
-		if types := list(build["instanceTypes"]); len(types) > 0 {
-			b.BuildInstanceType = str(types[0])
-		}
-		name := str(build["name"])
-		b.Arch = name[strings.LastIndex(name, "-")+1:]
+		b.Note = fmt.Sprintf("the newest image of the account tagged %s=%s, %s=%s and %s=%s; without one the "+
+			"preview fails: bake it with `%s`", names.TagCluster, filters["tag:"+names.TagCluster], names.TagPool,
+			b.Pool, infra.BakeTag, id, infra.BakeCommand(r.Stack, b.Pool))
 		out = append(out, b)
 	}
 	return out
 }
 
-// WriteBakedImages writes the image builds, if any, as a table.
+// WriteBakedImages writes the baked pools' images, if any, as a table.
 func (r *Result) WriteBakedImages(w io.Writer) error {
 	images := r.BakedImages()
 	if len(images) == 0 {
 		return nil
 	}
-	fmt.Fprintf(w, "\nBaked images (EC2 Image Builder, built by `pulumi up` before the pool's launch template; "+
-		"about 20-35 min each, an estimate; timeout %s):\n", infra.BuildTimeout)
+	fmt.Fprintln(w, "\nBaked images (not built by the program: cmd/bake bakes each before `pulumi up`, and the program "+
+		"boots the newest image tagged with the pool's identity; here a stand-in, as if baked; without one the "+
+		"preview fails and names the command):")
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "  POOL\tARCH\tKUBERNETES\tRECIPE\tCOMPONENT\tFROM\tBUILD ON\tVOLUME")
+	fmt.Fprintln(tw, "  POOL\tARCH\tIMAGE\tLOOKED UP BY\tBAKED BY")
 	for _, b := range images {
-		fmt.Fprintf(tw, "  %s\t%s\t%s\t%s\t%s\t%s\t%s\t%d GiB\n", b.Pool, b.Arch, b.Kubernetes, b.RecipeVersion,
-			b.ComponentVersion, b.ParentImage, b.BuildInstanceType, b.VolumeGiB)
+		fmt.Fprintf(tw, "  %s\t%s\t%s (stand-in)\ttag %s=%s\t%s\n", b.Pool, b.Arch, b.Image, infra.BakeTag, b.bakeID,
+			infra.BakeCommand(r.Stack, b.Pool))
 	}
 	return tw.Flush()
 }

@@ -3,6 +3,7 @@ package plan_test
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -12,7 +13,9 @@ import (
 	"gotest.tools/v3/assert"
 	is "gotest.tools/v3/assert/cmp"
 
+	"github.com/dynk8s/dynk8s/cmd/plan/mockcloud"
 	"github.com/dynk8s/dynk8s/cmd/plan/plan"
+	"github.com/dynk8s/dynk8s/infra"
 )
 
 // chdirRoot runs the command from the repository root, where the stack files are.
@@ -267,15 +270,15 @@ func TestPlanIdleBillWarmPool(t *testing.T) {
 	}
 }
 
-// A baked pool: the table shows its image build (pool, arch, versions, parent image, build instance), the idle bill
-// its AMI's snapshot (at most the build volume) and, per build, the build instance, and -out writes the component
-// document; the stock dev stack shows none of it.
+// A baked pool: the table shows the image it boots, looked up by its tag dynk8s:bake-sha256 (a stand-in, as if
+// cmd/bake had baked it), and the command that bakes it; the idle bill the snapshots of the images cmd/bake keeps
+// (at most infra.BakeKeep of the image's size); -json the same image. Without the image the program refuses the
+// stack, naming the command; the stock dev stack shows none of it.
 func TestPlanBakedImage(t *testing.T) {
 	chdirRoot(t)
 	src, err := os.ReadFile("Pulumi.dev.yaml")
 	assert.NilError(t, err)
 	stock := idleBill(t, "-stack", "dev")
-	assert.Check(t, is.Len(stock.PerBuild, 0))
 	assert.Check(t, quantities(stock.Items)[plan.BillSnapshot] == 0)
 
 	baked := strings.Replace(string(src), "    - name: builders-x86\n", "    - name: builders-x86\n      image: baked\n", 1)
@@ -284,22 +287,53 @@ func TestPlanBakedImage(t *testing.T) {
 	assert.NilError(t, os.WriteFile(file, []byte(baked), 0o644))
 
 	bill := idleBill(t, "-config", file)
-	assert.Equal(t, quantities(bill.Items)[plan.BillSnapshot], 10)
-	assert.DeepEqual(t, quantities(bill.PerBuild), map[string]int{plan.BillInstance + " c7i.large": 1})
-	// The build adds its snapshot to the idle bill, nothing else.
+	kept := infra.BakeKeep * mockcloud.BakedSnapshotGiB
+	// The kept images' snapshots join the idle bill, nothing else.
 	want := quantities(stock.Items)
-	want[plan.BillSnapshot] = 10
+	want[plan.BillSnapshot] = kept
 	assert.DeepEqual(t, quantities(bill.Items), want)
 
 	var stdout, stderr bytes.Buffer
-	dir := t.TempDir()
-	assert.Equal(t, plan.Main([]string{"-config", file, "-out", dir}, &stdout, &stderr), 0, stderr.String())
-	assert.Check(t, is.Regexp(`(?m)^  builders-x86 +x86_64 +1\.36\.3 +36\.3\.\d+ +36\.3\.\d+ +ami-[0-9a-f]+ +c7i\.large +10 GiB$`,
-		stdout.String()))
-	assert.Check(t, !strings.Contains(stdout.String(), "builders-arm  arm64"), "the stock pool builds nothing")
-	doc, err := os.ReadFile(filepath.Join(dir, "imagebuilder", "builders-x86.yaml"))
+	assert.Equal(t, plan.Main([]string{"-config", file}, &stdout, &stderr), 0, stderr.String())
+	assert.Check(t, is.Contains(stdout.String(), "cmd/bake bakes each before `pulumi up`"))
+	assert.Check(t, is.Regexp(`(?m)^  builders-x86 +x86_64 +ami-0[0-9a-f]{16} \(stand-in\) +tag dynk8s:bake-sha256=[0-9a-f]{64} `+
+		`+go run \./cmd/bake -stack dev -pool builders-x86$`, stdout.String()))
+	assert.Check(t, !strings.Contains(stdout.String(), "-pool builders-arm"), "the stock pool bakes nothing")
+
+	stdout.Reset()
+	assert.Equal(t, plan.Main([]string{"-config", file, "-json"}, &stdout, &stderr), 0, stderr.String())
+	var doc struct {
+		BakedImages []plan.BakedImage `json:"bakedImages"`
+		Resources   []struct {
+			Name   string         `json:"name"`
+			Inputs map[string]any `json:"inputs"`
+		} `json:"resources"`
+	}
+	assert.NilError(t, json.Unmarshal(stdout.Bytes(), &doc))
+	assert.Assert(t, is.Len(doc.BakedImages, 1))
+	b := doc.BakedImages[0]
+	assert.Check(t, is.Equal(b.Pool, "builders-x86"))
+	assert.Check(t, is.Equal(b.Arch, "x86_64"))
+	assert.Check(t, is.Equal(b.VolumeGiB, mockcloud.BakedSnapshotGiB))
+	assert.Check(t, is.Regexp(`^the newest image of the account tagged dynk8s:cluster=homelab, dynk8s:pool=builders-x86 `+
+		`and dynk8s:bake-sha256=[0-9a-f]{64}; without one the preview fails: bake it with `+
+		"`go run ./cmd/bake -stack dev -pool builders-x86`$", b.Note))
+	for _, r := range doc.Resources {
+		if r.Name == "pool-builders-x86-lt" {
+			assert.Check(t, is.Equal(r.Inputs["imageId"], b.Image), "the pool boots the image the plan names")
+		}
+	}
+
+	cfg, err := mockcloud.LoadStackFile(file)
 	assert.NilError(t, err)
-	assert.Check(t, is.Contains(string(doc), "dynk8s-node prepare --config /etc/dynk8s/node.json"))
+	cfg.NoBakedImage = []string{"builders-x86"}
+	_, err = plan.RunConfig("dev", cfg)
+	var cfgErr *plan.ConfigError
+	assert.Assert(t, errors.As(err, &cfgErr), "got %v", err)
+	assert.Check(t, is.ErrorContains(err, "dynk8s:nodePools[0].image: no baked image of pool builders-x86 for this "+
+		"config (tag dynk8s:bake-sha256="))
+	assert.Check(t, is.ErrorContains(err, "bake it with `go run ./cmd/bake -stack dev -pool builders-x86`, then run "+
+		"the preview again"))
 }
 
 // The bill is priced for the example stacks' regions from the table in the code: the dev stack (dial-in,
@@ -392,7 +426,7 @@ func TestPlanJSONFieldsDocumented(t *testing.T) {
 		}
 	}
 	walk("", doc)
-	for _, k := range []string{"bakedImages", "perBuild", "nodeHour", "whileNodesRun", "ignoreChanges"} {
+	for _, k := range []string{"bakedImages", "nodeHour", "whileNodesRun", "ignoreChanges"} {
 		assert.Check(t, seen[k], "the document has no %s: the test no longer covers it", k)
 	}
 }

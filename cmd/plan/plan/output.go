@@ -49,7 +49,7 @@ type JSONDocument struct {
 	Outputs   map[string]any `json:"outputs"`
 	// IdleBill is what the stack bills with every pool at its minimum (zero unless minSize), and what nodes add.
 	IdleBill IdleBill `json:"idleBill"`
-	// BakedImages are the image builds of the baked pools (none without one).
+	// BakedImages are the images the baked pools boot, as the program looked them up (none without a baked pool).
 	BakedImages []BakedImage `json:"bakedImages,omitempty"`
 }
 
@@ -210,8 +210,7 @@ const (
 var policyInputs = []string{"assumeRolePolicy", "policy"}
 
 // Artifacts are the documents the stack renders, by relative path: plan.json (DocumentWithFiles), the decoded user data per pool
-// (userdata/<pool>.yaml) and for the gateway (userdata/gateway.yaml), a baked pool's Image Builder component
-// (imagebuilder/<pool>.yaml), every IAM policy document
+// (userdata/<pool>.yaml) and for the gateway (userdata/gateway.yaml), every IAM policy document
 // (iam/<resource>.<input>.json, indented), every in-cluster manifest (manifests/<kind>-<namespace>-<name>.yaml) and
 // the on-prem WireGuard config.
 func (r *Result) Artifacts() (map[string][]byte, error) {
@@ -261,16 +260,6 @@ func ArtifactsOf(res mockcloud.Resource) []Embedded {
 			render: func(res mockcloud.Resource) ([]byte, error) {
 				_, doc, err := mockcloud.Manifest(res)
 				return doc, err
-			}})
-	case res.Type == "aws:imagebuilder/component:Component":
-		pool := strings.TrimSuffix(strings.TrimPrefix(res.Name, "pool-"), "-image-component")
-		out = append(out, Embedded{Input: "data", Path: filepath.Join("imagebuilder", pool+".yaml"),
-			render: func(res mockcloud.Resource) ([]byte, error) {
-				s, ok := mockcloud.Plain(res.Inputs[resourceKey("data")], false).(string)
-				if !ok {
-					return nil, fmt.Errorf("%s: data is not a string", res.Name)
-				}
-				return []byte(s), nil
 			}})
 	case strings.HasPrefix(res.Type, "aws:iam/"):
 		for _, key := range policyInputs {

@@ -60,6 +60,13 @@ func RunConfig(stack string, cfg mockcloud.StackConfig) (*Result, error) {
 	}
 	cloud.EBSDefaultKey = cfg.EBSDefaultKey
 	cloud.Caller, cloud.CallerRolePath = cfg.Caller, cfg.CallerRolePath
+	cloud.NoBakedImage = cfg.NoBakedImage
+	for pool, arch := range cfg.BakedArch {
+		if cloud.BakedArch == nil {
+			cloud.BakedArch = map[string]string{}
+		}
+		cloud.BakedArch[pool] = arch
+	}
 	res := &Result{Stack: stack, Cloud: cloud, Outputs: map[string]Output{}}
 	err := mockcloud.Run(func(ctx *pulumi.Context) error {
 		exports, err := infra.Program(ctx, slices.Sorted(maps.Keys(cfg.Values)), infra.AgentOrStandIn(cfg.AgentDir),
