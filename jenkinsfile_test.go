@@ -29,7 +29,8 @@ func jenkinsStages(t *testing.T, jenkinsfile string) map[string]string {
 // TestJenkinsNeverHandsCredentialsToUnreviewedCode: no credential is in the pipeline's
 // environment, where `make test` (a branch's or a pull request's own code) would read it; each is bound with
 // withCredentials only in a stage that runs on main; every stage that runs pulumi runs on main only; and `pulumi
-// up` runs only after the preview gate (cmd/previewgate, review M9), whose -allow comes from the approver.
+// up` runs only after the preview gate (cmd/previewgate, review M9), whose -allow comes from the approver; a bake
+// (cmd/bake) runs only after the approval.
 func TestJenkinsNeverHandsCredentialsToUnreviewedCode(t *testing.T) {
 	jenkinsfile := readFile(t, "Jenkinsfile")
 	assert.Check(t, !strings.Contains(jenkinsfile, "credentials("),
@@ -51,6 +52,15 @@ func TestJenkinsNeverHandsCredentialsToUnreviewedCode(t *testing.T) {
 	apply := strings.Index(up, "pulumi up ")
 	assert.Check(t, gate > 0 && apply > gate, "pulumi up must run after the preview gate, with the approver's -allow")
 	assert.Check(t, is.Contains(stages["Approve"], "booleanParam(name: 'ALLOW_TUNNEL_OUTAGE', defaultValue: false"))
+	// A bake bills an instance: it runs after the approval, for the approved stack, before its preview; before
+	// the approval the images are only checked (cmd/bake -check), and a stack missing one skips its preview.
+	bake := strings.Index(up, `build/bake -stack "$DEPLOY_STACK"`)
+	assert.Check(t, bake > 0 && bake < gate, "the approved stack's bake must run before its preview and up")
+	preview := stages["Preview"]
+	check, previewed := strings.Index(preview, "build/bake -stack ${stack} -check"), strings.Index(preview, "pulumi preview")
+	assert.Check(t, check > 0 && previewed > check, "the preview must check the baked images first")
+	assert.Check(t, !strings.Contains(preview, "build/bake -stack ${stack}\""), "a bake runs before the approval")
+	assert.Check(t, is.Contains(stages["Build"], "go build -o build/bake ./cmd/bake"))
 
 	// The bindings name every variable the deploy needs, so no stage falls back to a credential in the environment.
 	binding := jenkinsfile[strings.Index(jenkinsfile, "def deployCredentials()"):]

@@ -2,8 +2,6 @@ package cloudinit
 
 import (
 	"fmt"
-	"os"
-	"strconv"
 	"strings"
 
 	"sigs.k8s.io/yaml"
@@ -12,9 +10,10 @@ import (
 	"github.com/dynk8s/dynk8s/node/nodeconfig"
 )
 
-// An image build (infra's baked images) runs a pool's prepare step on a build instance outside cloud-init: it lays
-// out the files of the pool's rendered user data that the step reads, and fetches the agent with the node's own
-// bootstrap. The two functions here take both from the renderer's output, so the build cannot drift from a node.
+// A bake instance (cmd/bake) prepares a pool's image from Bake's user data, at its first boot, as a node does. A
+// prepare run outside a boot (an image pipeline of an operator's own, with the agent's prepare, clean-identity and
+// check-image commands; the e2e's package roots) takes the pool's files from the rendered user data with
+// PrepareFiles, and has the image's own cloud-init write its repositories with AddRepositories.
 
 // preparePaths are the files of a node's user data that the agent's prepare step reads: its configuration, CRI-O's
 // drop-in, the kernel modules and sysctls (the agent's baked-image contract, docs/baked-images.md).
@@ -59,8 +58,8 @@ func PrepareFiles(userData []byte) (files []File, repos []byte, err error) {
 }
 
 // AddRepositories is the bash that has cloud-init's own yum_add_repo write the .repo files of config (PrepareFiles'
-// repos, as a file on the build instance), so they are byte for byte those a node's cloud-init writes, on whichever
-// cloud-init the image has. Where the --file of additional config goes changed in cloud-init 24.1 ("Breaking
+// repos, as a file on the machine), outside a boot, so they are byte for byte those a node's cloud-init writes, on
+// whichever cloud-init the machine has. Where the --file of additional config goes changed in cloud-init 24.1 ("Breaking
 // changes", 24.1: the top-level --file was removed, and a subcommand that supports it takes it): before, only
 // `cloud-init --file F single ...` parses, from then on only `cloud-init single ... --file F`. The subcommand's help
 // says which one this cloud-init takes (it lists --file from 24.1 on); it is read into a variable, not piped, so
@@ -75,35 +74,6 @@ func AddRepositories(config string) string {
 		`  cloud-init --file ` + config + ` ` + single,
 		`fi`,
 	}, "\n")
-}
-
-// AgentFetch is the node agent's bootstrap outside cloud-init: the files addAgent writes into a node's user data
-// (the env file with the pin, the script), each with its path and mode, and the command that runs the script with
-// that env file, as dynk8s-agent.service does. A baked image's agent is so fetched and checked exactly as a node's,
-// with a longer deadline (nodeconfig.BakeAgentFetch): a stack's first build runs minutes after the agent bucket's
-// versioning is first enabled.
-func AgentFetch(a Agent) (files []File, command string, err error) {
-	var e errs
-	a.validate(&e)
-	if err := e.join("agent"); err != nil {
-		return nil, "", err
-	}
-	var cc cloudConfig
-	if err := addAgent(&cc, a, nodeconfig.BakeAgentFetch); err != nil {
-		return nil, "", err
-	}
-	for _, f := range cc.WriteFiles {
-		if f.Path != agentEnvPath && f.Path != agentScript {
-			continue
-		}
-		mode, err := strconv.ParseUint(f.Permissions, 8, 12)
-		if err != nil {
-			return nil, "", fmt.Errorf("agent: %s: permissions %q: %w", f.Path, f.Permissions, err)
-		}
-		files = append(files, File{Path: f.Path, Content: f.Content, Permissions: os.FileMode(mode)})
-	}
-	// The unit's EnvironmentFile=, in bash: the values are of envFile's safe characters, unquoted.
-	return files, "set -a && . " + agentEnvPath + " && set +a && " + agentScript, nil
 }
 
 // bakeUnitName is the unit a bake instance's runcmd starts: it is never enabled, so a boot of the image it leaves

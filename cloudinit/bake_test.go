@@ -8,7 +8,6 @@ import (
 	"slices"
 	"strings"
 	"testing"
-	"time"
 
 	"gotest.tools/v3/assert"
 	is "gotest.tools/v3/assert/cmp"
@@ -18,45 +17,6 @@ import (
 	"github.com/dynk8s/dynk8s/internal/testkit/realtools"
 	"github.com/dynk8s/dynk8s/node/nodeconfig"
 )
-
-// An image build fetches the agent with the node's own bootstrap: AgentFetch's files are byte for byte, path and
-// mode, those a pool's user data writes for the same pin, but for the fetch's deadline (a bake's outlasts S3's
-// versioning window), and its command runs that script with that env file.
-func TestAgentFetchIsTheNodesBootstrap(t *testing.T) {
-	in := spotPool()
-	raw, err := in.userData()
-	assert.NilError(t, err)
-	nodeFiles, err := Files(raw)
-	assert.NilError(t, err)
-	byPath := map[string]File{}
-	for _, f := range nodeFiles {
-		byPath[f.Path] = f
-	}
-
-	files, command, err := AgentFetch(*in.render.Agent)
-	assert.NilError(t, err)
-	assert.Equal(t, len(files), 2)
-	deadline := func(d time.Duration) string {
-		return fmt.Sprintf("DYNK8S_AGENT_DEADLINE_SECONDS=%d\n", int(d.Seconds()))
-	}
-	for _, f := range files {
-		want := byPath[f.Path]
-		if f.Path == agentEnvPath {
-			assert.Assert(t, is.Contains(want.Content, deadline(nodeconfig.NodeAgentFetch)))
-			want.Content = strings.Replace(want.Content, deadline(nodeconfig.NodeAgentFetch),
-				deadline(nodeconfig.BakeAgentFetch), 1)
-		}
-		assert.Check(t, is.DeepEqual(f, want), f.Path)
-	}
-	assert.Check(t, is.Contains(byPath[agentEnvPath].Content, "DYNK8S_AGENT_VERSION_ID="+testAgentVersion+"\n"))
-	assert.Check(t, strings.HasSuffix(command, " "+agentScript), command)
-	assert.Check(t, is.Contains(command, ". "+agentEnvPath+" "), command)
-
-	bad := *in.render.Agent
-	bad.SHA256 = "not-a-hash"
-	_, _, err = AgentFetch(bad)
-	assert.Check(t, is.ErrorContains(err, "Agent.SHA256"))
-}
 
 // The prepare step's files are those of the pool's user data, byte for byte with their modes, and the repositories'
 // cloud-config holds exactly the user data's yum_repos, which cloud-init's own schema accepts.

@@ -24,10 +24,11 @@ import (
 	"github.com/dynk8s/dynk8s/infra/config"
 )
 
-// The baked image's repositories step (cloudinit.AddRepositories, the component's AddRepositories) run by two real
-// cloud-inits on either side of 24.1, where --file moved from the top-level parser to the subcommand's: the box
-// root's (Debian bookworm, 22.4) and the forky root's (26.2). Each writes the pool's .repo files from the same
-// cloud-config, and the two write the same files.
+// The pool's repositories, as cloud-init's own yum_add_repo writes them from the user data's yum_repos (a node's
+// and a bake instance's cloud-init alike, at their first boot), run by two real cloud-inits on either side of 24.1:
+// the box root's (Debian bookworm, 22.4) and the forky root's (26.2). Each writes the pool's .repo files from the
+// same cloud-config, and the two write the same files. (The module is run here with cloudinit.AddRepositories,
+// outside a boot: Debian's cloud-init leaves yum_add_repo out of its boot stages.)
 func TestBakeRepositoriesOnBothCloudInits(t *testing.T) {
 	nspawn := requireNspawn(t)
 	_, _, repos := devPrepareFiles(t)

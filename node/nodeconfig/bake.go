@@ -92,9 +92,6 @@ func (b Bake) Validate() error {
 	if len(b.Packages) == 0 {
 		missing = append(missing, "packages")
 	}
-	if len(b.Repos) == 0 {
-		missing = append(missing, "repos")
-	}
 	if b.Deadline <= 0 {
 		missing = append(missing, "deadline (a positive duration)")
 	}

@@ -22,10 +22,11 @@ type BakedImage struct {
 	Image string `json:"image"`
 	// VolumeGiB is the image's root snapshot as EC2 reports it (the stand-in's, mockcloud.BakedSnapshotGiB).
 	VolumeGiB int `json:"volumeGiB"`
+	// BakeSHA256 is the pool's bake identity (infra.BakeID), the value of the image's infra.BakeTag.
+	BakeSHA256 string `json:"bakeSha256"`
 	// Note is how the program finds the image (the tag infra.BakeTag and the pool's identity) and the command that
 	// bakes it.
-	Note   string `json:"note"`
-	bakeID string
+	Note string `json:"note"`
 }
 
 // BakedImages are the baked pools' images the program looked up, in the order it asked: the image lookups by
@@ -40,7 +41,7 @@ func (r *Result) BakedImages() []BakedImage {
 		}
 		res := mockcloud.PlainMap(c.Result, false)
 		b := BakedImage{Pool: filters["tag:"+names.TagPool], Arch: str(res["architecture"]), Image: str(res["id"]),
-			bakeID: id}
+			BakeSHA256: id}
 		for _, m := range list(res["blockDeviceMappings"]) {
 			m, _ := m.(map[string]any)
 			ebs, _ := m["ebs"].(map[string]any)
@@ -68,7 +69,7 @@ func (r *Result) WriteBakedImages(w io.Writer) error {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "  POOL\tARCH\tIMAGE\tLOOKED UP BY\tBAKED BY")
 	for _, b := range images {
-		fmt.Fprintf(tw, "  %s\t%s\t%s (stand-in)\ttag %s=%s\t%s\n", b.Pool, b.Arch, b.Image, infra.BakeTag, b.bakeID,
+		fmt.Fprintf(tw, "  %s\t%s\t%s (stand-in)\ttag %s=%s\t%s\n", b.Pool, b.Arch, b.Image, infra.BakeTag, b.BakeSHA256,
 			infra.BakeCommand(r.Stack, b.Pool))
 	}
 	return tw.Flush()
