@@ -15,6 +15,11 @@ const (
 	TagPool    = "dynk8s:pool"
 )
 
+// TagCache marks a pool's build cache volume (its value: the pool's name); the cluster and pool tags name whose it
+// is. The node agent finds, creates and attaches the volumes by it, the node role's policy scopes to it, and the
+// controller keeps the pool's volumes in order by it.
+const TagCache = "dynk8s:cache"
+
 // TagKubeletKey is the tag a pool instance puts on itself before it joins: the lowercase hex sha256 of the DER
 // SubjectPublicKeyInfo of the key its kubelet's bootstrap CSR is signed with. The node role may write this one tag,
 // on its own instance only; the controller approves a node's CSR only when its public key has that hash.

@@ -55,8 +55,26 @@ type Node struct {
 	// Host is what the node's own units apply before the join and every kubelet: the routes toward on-prem and the
 	// lockdown of the instance metadata service.
 	Host Host `json:"host"`
+	// Cache is the pool's build cache volume, attached and mounted before the join (nil: the pool keeps none).
+	Cache *Cache `json:"cache,omitempty"`
 	// Deadlines bound the boot's steps.
 	Deadlines Deadlines `json:"deadlines"`
+}
+
+// Cache is a pool's build cache: one EBS volume per node, kept by the pool while it scales to zero, found again by
+// the next node in the same zone (node/internal/cache).
+type Cache struct {
+	// SizeGiB, VolumeType, IOPS and Throughput are what a new volume is created with (IOPS and Throughput 0: the
+	// type's baseline).
+	SizeGiB    int    `json:"sizeGiB"`
+	VolumeType string `json:"volumeType"`
+	IOPS       int    `json:"iops,omitempty"`
+	Throughput int    `json:"throughput,omitempty"`
+	// MountPath is where the node mounts it.
+	MountPath string `json:"mountPath"`
+	// MaxVolumes is the most volumes the pool keeps, in all its zones: a node that finds none free and the pool at
+	// its most boots without one.
+	MaxVolumes int `json:"maxVolumes"`
 }
 
 // Join is what the JoinConfiguration takes from the pool.
@@ -302,6 +320,11 @@ func (n Node) Validate() error {
 	for i, u := range n.Host.MetadataUIDs {
 		if u < 1 || u > 1<<32-2 {
 			missing = append(missing, fmt.Sprintf("host.metadataUids.%d (a non-root UID, not %d)", i, u))
+		}
+	}
+	if c := n.Cache; c != nil {
+		if c.SizeGiB < 1 || c.VolumeType == "" || c.MaxVolumes < 1 || !strings.HasPrefix(c.MountPath, "/") {
+			missing = append(missing, "cache (a size, a volume type, an absolute mount path and at least one volume)")
 		}
 	}
 	if n.Deadlines.WakeSettle < 0 {
