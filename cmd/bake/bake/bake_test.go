@@ -2,6 +2,7 @@ package bake
 
 import (
 	"testing"
+	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	ec2types "github.com/aws/aws-sdk-go-v2/service/ec2/types"
@@ -9,6 +10,7 @@ import (
 	is "gotest.tools/v3/assert/cmp"
 
 	"github.com/dynk8s/dynk8s/infra/config"
+	"github.com/dynk8s/dynk8s/node/nodeconfig"
 )
 
 // The agent's and its bootstrap's one reason, as their units print it to the console (journal+console, with the
@@ -74,4 +76,12 @@ func TestSelectPools(t *testing.T) {
 	assert.Check(t, is.DeepEqual(names(one), []string{"c"}))
 	_, err = selectPools(cfg, "b")
 	assert.Check(t, is.ErrorContains(err, "-pool b: no baked pool of that name (baked: a, c)"))
+}
+
+// The default -timeout outlasts the bake instance's own worst case, read from the deadlines the user data renders
+// (the launch, the agent fetch's unit, the bake unit), and leaves the image's snapshot at least 15 minutes.
+func TestTimeoutOutlastsTheBake(t *testing.T) {
+	worst := nodeconfig.LaunchEstimate + nodeconfig.AgentFetchUnitTimeout(nodeconfig.BakeAgentFetch) +
+		nodeconfig.BakeDeadline + nodeconfig.UnitSlack
+	assert.Check(t, Timeout >= worst+15*time.Minute, "-timeout %s, the bake's worst case %s", Timeout, worst)
 }

@@ -20,9 +20,10 @@ import (
 	"github.com/dynk8s/dynk8s/infra/config"
 )
 
-// Timeout is a bake's default bound, launch to available image: the instance's boot, the agent's fetch (up to
-// nodeconfig.BakeAgentFetch in a new stack's first minutes), the prepare (nodeconfig.BakeDeadline at most), the
-// power-off, and the image's first, full snapshot (minutes per GiB written: an estimate, AWS publishes no figure).
+// Timeout is a bake's default bound, launch to available image: the instance's boot (nodeconfig.LaunchEstimate),
+// the agent's fetch unit (nodeconfig.BakeAgentFetch and its slack: 20.5 min, for a new stack's first minutes), the
+// bake unit (nodeconfig.BakeDeadline and UnitSlack: 32 min), the power-off, and the image's first, full snapshot
+// (5-15 min for a few GiB written, an estimate: AWS publishes no figure), with room.
 const Timeout = 90 * time.Minute
 
 // ExitMissing is -check's status when a pool's image for the current config is missing.
