@@ -19,6 +19,11 @@ const (
 	CapacityOnDemand = "on-demand"
 )
 
+// LabelCache is on a pool node that mounted its pool's build cache at boot (node/internal/cache), "true"; a pool
+// node without one (all its pool's volumes taken, the pool at its most, the API refusing) has no such label. It is
+// not on the group's template node: a scale-up cannot promise a cache.
+const LabelCache = "dynk8s.io/cache"
+
 // LabelOnPrem marks the on-prem Nodes, where the parts that hold the stack's AWS keys and the approver's
 // ServiceAccount run (the autoscaler, the CSR approver, the token rotator, the stale-node cleanup). The operator sets
 // it (kubectl label node NAME node-restriction.kubernetes.io/dynk8s-onprem=true); no kubelet can: NodeRestriction

@@ -342,6 +342,8 @@ type Identity struct {
 	InstanceID, InstanceType, Region, Zone string
 	// NodeIP is the instance's private IPv4 address (local-ipv4), the kubelet's node IP.
 	NodeIP netip.Addr
+	// Cache says the boot mounted the pool's build cache: the Node is labelled kube.LabelCache.
+	Cache bool
 }
 
 // RuntimeLabels are the labels only the instance knows.
@@ -358,6 +360,9 @@ func (n Node) JoinConfig(id Identity, token, root string) JoinConfiguration {
 		labels = map[string]string{}
 	}
 	maps.Copy(labels, RuntimeLabels(id))
+	if id.Cache {
+		labels[kube.LabelCache] = "true"
+	}
 	keys := slices.Sorted(maps.Keys(labels))
 	pairs := make([]string, len(keys))
 	for i, k := range keys {

@@ -27,6 +27,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/dynk8s/dynk8s/internal/names"
+	"github.com/dynk8s/dynk8s/node/internal/cache"
 	"github.com/dynk8s/dynk8s/node/internal/cloud"
 	"github.com/dynk8s/dynk8s/node/internal/image"
 	"github.com/dynk8s/dynk8s/node/internal/system"
@@ -518,18 +519,55 @@ func (pr *preparer) waitPrepull() {
 }
 
 func (jn *joining) joinCluster(ctx context.Context) error {
-	if err := jn.runPhases(ctx, []phase{
+	var phases []phase
+	if jn.cfg.Cache != nil {
+		// Before the kubelet: its pods find the cache mounted from their start.
+		phases = append(phases, phase{name: "cache", run: jn.attachCache})
+	}
+	if err := jn.runPhases(ctx, append(phases, []phase{
 		{name: "checks", run: jn.readyToJoin},
 		{name: "token", run: jn.retried("read the join token from SSM parameter "+jn.cfg.JoinTokenParameter, jn.readToken)},
 		{name: "kubelet-key", run: jn.kubeletKey},
 		{name: "api-server", run: jn.retried("reach the API server at "+jn.cfg.APIServerEndpoint.String(), jn.probeAPIServer)},
 		{run: func(context.Context) error { return jn.render() }},
 		{name: "kubeadm-join", run: jn.retried("kubeadm join", jn.kubeadmJoin)},
-	}); err != nil {
+	}...)); err != nil {
 		return err
 	}
 	jn.log.Printf("joined the cluster as %s", jn.inst.id.InstanceID)
 	jn.stopTimer(ctx)
+	return nil
+}
+
+// attachCache attaches and mounts the pool's build cache, if the pool keeps one, before the kubelet starts: a node
+// that gets none (all taken, the pool at its most, the API refusing) says why in one line and joins without; the
+// Node carries kube.LabelCache only with one.
+func (jn *joining) attachCache(ctx context.Context) error {
+	cfg := jn.cfg.Cache
+	if jn.dryRun {
+		jn.log.Printf("dry run: would attach a cache volume of pool %s in %s and mount it at %s", jn.cfg.PoolName,
+			jn.inst.id.Zone, cfg.MountPath)
+		return nil
+	}
+	c := &cache.Cache{EC2: jn.cloud.EC2, Host: jn.host, Files: jn.files, Log: jn.log, Now: jn.clock.Now,
+		Sleep: jn.clock.Sleep, Cluster: jn.cfg.ClusterName, Pool: jn.cfg.PoolName, Instance: jn.inst.id.InstanceID,
+		Zone: jn.inst.id.Zone, Config: *cfg}
+	res, err := c.Attach(ctx)
+	if err != nil {
+		jn.log.Printf("cache: none for this node: %v; joining without one", err)
+		return nil
+	}
+	state := "as it was"
+	switch {
+	case res.Created:
+		state = "new"
+	case res.Remade:
+		state = "made anew (its file system could not be repaired)"
+	case res.Repaired:
+		state = "repaired"
+	}
+	jn.log.Printf("cache: volume %s (%s) mounted at %s, %s", res.VolumeID, res.Device, cfg.MountPath, state)
+	jn.inst.id.Cache = true
 	return nil
 }
 
@@ -541,7 +579,7 @@ type phase struct {
 }
 
 // Phases are the boot's phases in order, the names --skip takes: prepare's, then the join's.
-var Phases = []string{"kernel", "packages", "crio", "checks", "token", "kubelet-key", "api-server", "kubeadm-join"}
+var Phases = []string{"kernel", "packages", "crio", "cache", "checks", "token", "kubelet-key", "api-server", "kubeadm-join"}
 
 // runPhases runs phases in order, but those the operator skips (--skip), which it logs.
 func (r *bootEnv) runPhases(ctx context.Context, phases []phase) error {

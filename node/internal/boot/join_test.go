@@ -701,5 +701,5 @@ func TestJoinSkipsPhases(t *testing.T) {
 	assert.NilError(t, err)
 	assert.Check(t, is.DeepEqual(skip, map[string]bool{"packages": true, "crio": true}))
 	_, err = skipped("packages,kubelet")
-	assert.ErrorContains(t, err, `--skip packages,kubelet: no phase "kubelet" (the phases: kernel, packages, crio, checks, token, kubelet-key, api-server, kubeadm-join)`)
+	assert.ErrorContains(t, err, `--skip packages,kubelet: no phase "kubelet" (the phases: kernel, packages, crio, cache, checks, token, kubelet-key, api-server, kubeadm-join)`)
 }

@@ -45,6 +45,8 @@ type fakeHost struct {
 	dnfTail                 string
 	// rpmDB: the pinned packages installed, by name (dnf installs them at the repository's versions, repoVersions).
 	rpmDB map[string]rpmPackage
+	// blkid is the file system blkid finds on a cache volume's device ("": none).
+	blkid string
 	// awaitJoin makes a pull last until kubeadm join has run, as a big image would.
 	awaitJoin chan struct{}
 	joined    bool
@@ -173,6 +175,12 @@ func (h *fakeHost) Output(_ context.Context, _ time.Duration, name string, args 
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	n := len(args)
+	if name == "blkid" {
+		if h.blkid == "" {
+			return "", &system.ExitError{Name: name, Code: 2}
+		}
+		return h.blkid + "\n", nil
+	}
 	if name != "rpm" || args[0] != "-q" || n < 4 || args[n-3] != "--qf" || args[n-2] != rpmQueryFormat {
 		return "", fmt.Errorf("fake host: no output for %s", line)
 	}

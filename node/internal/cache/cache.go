@@ -99,7 +99,28 @@ func (c *Cache) Attach(ctx context.Context) (Result, error) {
 	if err := c.Host.Run(ctx, time.Minute, false, "mount", "-o", "noatime", res.Device, c.Config.MountPath); err != nil {
 		return res, fmt.Errorf("mount %s (%s) at %s: %w", res.Device, vol, c.Config.MountPath, err)
 	}
-	return res, nil
+	return res, c.fstab()
+}
+
+// fstab mounts the cache at the node's later boots too, by its label: a joined node's reboot does not run the join
+// again, and the attachment outlives the reboot. nofail: a boot that cannot mount it goes on (systemd.mount(5)).
+func (c *Cache) fstab() error {
+	path := c.Files.Etc("fstab")
+	old, err := os.ReadFile(path)
+	if err != nil && !os.IsNotExist(err) {
+		return fmt.Errorf("read %s: %w", path, err)
+	}
+	var lines []string
+	for line := range strings.Lines(string(old)) {
+		if f := strings.Fields(line); len(f) < 2 || f[1] != c.Config.MountPath {
+			lines = append(lines, line)
+		}
+	}
+	lines = append(lines, fmt.Sprintf("LABEL=%s %s ext4 noatime,nofail 0 2\n", Label, c.Config.MountPath))
+	if err := system.WriteFileAtomic(path, []byte(strings.Join(lines, "")), 0o644); err != nil {
+		return fmt.Errorf("write %s: %w", path, err)
+	}
+	return nil
 }
 
 // volume attaches a free volume of the pool in the node's zone, or a new one, and waits for the attachment.

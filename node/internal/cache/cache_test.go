@@ -3,8 +3,6 @@ package cache
 import (
 	"context"
 	"errors"
-	"fmt"
-	"net/http"
 	"os"
 	"path/filepath"
 	"slices"
@@ -13,15 +11,12 @@ import (
 	"testing"
 	"time"
 
-	"github.com/aws/aws-sdk-go-v2/aws"
-	"github.com/aws/aws-sdk-go-v2/service/ec2"
 	ec2types "github.com/aws/aws-sdk-go-v2/service/ec2/types"
-	"github.com/aws/smithy-go"
-	smithyhttp "github.com/aws/smithy-go/transport/http"
 	"gotest.tools/v3/assert"
 	is "gotest.tools/v3/assert/cmp"
 
 	"github.com/dynk8s/dynk8s/internal/names"
+	"github.com/dynk8s/dynk8s/node/internal/cloud/cloudfake"
 	"github.com/dynk8s/dynk8s/node/internal/system"
 	"github.com/dynk8s/dynk8s/node/nodeconfig"
 	"github.com/dynk8s/dynk8s/node/nodetest"
@@ -32,111 +27,8 @@ const (
 	zone     = "eu-central-1a"
 )
 
-func apiErr(code string) error {
-	return &smithyhttp.ResponseError{Response: &smithyhttp.Response{Response: &http.Response{StatusCode: 400}},
-		Err: &smithy.GenericAPIError{Code: code, Message: code + " (fake)"}}
-}
-
-// fakeEC2 is EC2's volumes: DescribeVolumes with the tag filters the cache sends, CreateVolume, and AttachVolume,
-// which refuses a volume that is not available and, on success, makes the device's NVMe link as udev would.
-type fakeEC2 struct {
-	mu      sync.Mutex
-	root    string
-	volumes []ec2types.Volume
-	calls   []string
-	// steal makes another node attach these volumes just before this node's attach.
-	steal map[string]bool
-	// refuse answers every call with this error code.
-	refuse string
-	n      int
-}
-
-func (f *fakeEC2) record(format string, args ...any) {
-	f.calls = append(f.calls, fmt.Sprintf(format, args...))
-}
-
-func (f *fakeEC2) add(id, zone string, state ec2types.VolumeState, created time.Time, tags map[string]string) {
-	v := ec2types.Volume{VolumeId: aws.String(id), AvailabilityZone: aws.String(zone), State: state, Size: aws.Int32(100),
-		CreateTime: aws.Time(created)}
-	for k, val := range tags {
-		v.Tags = append(v.Tags, ec2types.Tag{Key: aws.String(k), Value: aws.String(val)})
-	}
-	f.volumes = append(f.volumes, v)
-}
-
 func poolTags(pool string) map[string]string {
 	return map[string]string{names.TagCluster: "homelab", names.TagPool: pool, names.TagCache: pool}
-}
-
-func tagged(v ec2types.Volume, key, value string) bool {
-	return slices.ContainsFunc(v.Tags, func(t ec2types.Tag) bool { return aws.ToString(t.Key) == key && aws.ToString(t.Value) == value })
-}
-
-func (f *fakeEC2) DescribeVolumes(_ context.Context, in *ec2.DescribeVolumesInput, _ ...func(*ec2.Options)) (*ec2.DescribeVolumesOutput, error) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	if f.refuse != "" {
-		return nil, apiErr(f.refuse)
-	}
-	out := &ec2.DescribeVolumesOutput{}
-	for _, v := range f.volumes {
-		ok := len(in.VolumeIds) == 0 || slices.Contains(in.VolumeIds, aws.ToString(v.VolumeId))
-		for _, fl := range in.Filters {
-			key, _ := strings.CutPrefix(aws.ToString(fl.Name), "tag:")
-			ok = ok && tagged(v, key, fl.Values[0])
-		}
-		if ok {
-			out.Volumes = append(out.Volumes, v)
-		}
-	}
-	return out, nil
-}
-
-func (f *fakeEC2) CreateVolume(_ context.Context, in *ec2.CreateVolumeInput, _ ...func(*ec2.Options)) (*ec2.CreateVolumeOutput, error) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	f.n++
-	id := fmt.Sprintf("vol-0new%013d", f.n)
-	tags := map[string]string{}
-	for _, t := range in.TagSpecifications[0].Tags {
-		tags[aws.ToString(t.Key)] = aws.ToString(t.Value)
-	}
-	f.record("create %s %d GiB %s iops=%d throughput=%d encrypted=%t in %s tags=%v", id, aws.ToInt32(in.Size),
-		in.VolumeType, aws.ToInt32(in.Iops), aws.ToInt32(in.Throughput), aws.ToBool(in.Encrypted),
-		aws.ToString(in.AvailabilityZone), tags)
-	f.add(id, aws.ToString(in.AvailabilityZone), ec2types.VolumeStateAvailable, time.Now(), tags)
-	return &ec2.CreateVolumeOutput{VolumeId: aws.String(id)}, nil
-}
-
-func (f *fakeEC2) AttachVolume(_ context.Context, in *ec2.AttachVolumeInput, _ ...func(*ec2.Options)) (*ec2.AttachVolumeOutput, error) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	id := aws.ToString(in.VolumeId)
-	f.record("attach %s to %s as %s", id, aws.ToString(in.InstanceId), aws.ToString(in.Device))
-	if f.refuse != "" {
-		return nil, apiErr(f.refuse)
-	}
-	i := slices.IndexFunc(f.volumes, func(v ec2types.Volume) bool { return aws.ToString(v.VolumeId) == id })
-	if f.steal[id] {
-		f.volumes[i].State = ec2types.VolumeStateInUse
-		f.volumes[i].Attachments = []ec2types.VolumeAttachment{{InstanceId: aws.String("i-0another000000000"),
-			State: ec2types.VolumeAttachmentStateAttached}}
-	}
-	if f.volumes[i].State != ec2types.VolumeStateAvailable {
-		return nil, apiErr("VolumeInUse")
-	}
-	f.volumes[i].State = ec2types.VolumeStateInUse
-	f.volumes[i].Attachments = []ec2types.VolumeAttachment{{InstanceId: in.InstanceId,
-		State: ec2types.VolumeAttachmentStateAttached}}
-	dev := filepath.Join(f.root, "dev/nvme1n1")
-	link := filepath.Join(f.root, "dev/disk/by-id/nvme-Amazon_Elastic_Block_Store_"+strings.ReplaceAll(id, "-", ""))
-	if err := os.MkdirAll(filepath.Dir(link), 0o755); err != nil {
-		return nil, err
-	}
-	if err := os.WriteFile(dev, nil, 0o600); err != nil {
-		return nil, err
-	}
-	return &ec2.AttachVolumeOutput{}, os.Symlink(dev, link)
 }
 
 // fakeHost answers blkid with the volume's file system and e2fsck with an exit status, and records every command.
@@ -170,7 +62,8 @@ func (h *fakeHost) Output(_ context.Context, _ time.Duration, name string, args 
 }
 
 type rig struct {
-	ec2   *fakeEC2
+	ec2   *cloudfake.EC2
+	root  string
 	host  *fakeHost
 	cache *Cache
 	log   *nodetest.SyncBuffer
@@ -181,7 +74,20 @@ func newRig(t *testing.T, maxVolumes int) *rig {
 	log := &nodetest.SyncBuffer{}
 	logger := system.NewLogger("dynk8s-join", log, root)
 	logger.Journal = false
-	r := &rig{ec2: &fakeEC2{root: root, steal: map[string]bool{}}, host: &fakeHost{fs: "ext4"}, log: log}
+	r := &rig{ec2: &cloudfake.EC2{}, root: root, host: &fakeHost{fs: "ext4"}, log: log}
+	r.ec2.Volumes.Steal = map[string]bool{}
+	// What the kernel and udev make of an attachment on a Nitro instance: the NVMe device, linked by volume id.
+	r.ec2.Volumes.OnAttach = func(id string) error {
+		dev := filepath.Join(root, "dev/nvme1n1")
+		link := filepath.Join(root, "dev/disk/by-id/nvme-Amazon_Elastic_Block_Store_"+strings.ReplaceAll(id, "-", ""))
+		if err := os.MkdirAll(filepath.Dir(link), 0o755); err != nil {
+			return err
+		}
+		if err := os.WriteFile(dev, nil, 0o600); err != nil {
+			return err
+		}
+		return os.Symlink(dev, link)
+	}
 	now := time.Date(2026, 12, 6, 12, 0, 0, 0, time.UTC)
 	r.cache = &Cache{EC2: r.ec2, Host: r.host, Files: system.Files{Root: root}, Log: logger,
 		Now:     func() time.Time { return now },
@@ -198,28 +104,42 @@ var t0 = time.Date(2026, 11, 1, 0, 0, 0, 0, time.UTC)
 // system is clean; volumes in use, in other zones, of other pools or clusters are left alone.
 func TestAttachesAFreeVolume(t *testing.T) {
 	r := newRig(t, 4)
-	r.ec2.add("vol-0inuse", zone, ec2types.VolumeStateInUse, t0, poolTags("builders"))
-	r.ec2.add("vol-0otherzone", "eu-central-1b", ec2types.VolumeStateAvailable, t0, poolTags("builders"))
-	r.ec2.add("vol-0otherpool", zone, ec2types.VolumeStateAvailable, t0, poolTags("arm"))
-	r.ec2.add("vol-0newer", zone, ec2types.VolumeStateAvailable, t0.Add(time.Hour), poolTags("builders"))
-	r.ec2.add("vol-0older", zone, ec2types.VolumeStateAvailable, t0, poolTags("builders"))
+	r.ec2.AddVolume("vol-0inuse", zone, ec2types.VolumeStateInUse, t0, poolTags("builders"))
+	r.ec2.AddVolume("vol-0otherzone", "eu-central-1b", ec2types.VolumeStateAvailable, t0, poolTags("builders"))
+	r.ec2.AddVolume("vol-0otherpool", zone, ec2types.VolumeStateAvailable, t0, poolTags("arm"))
+	r.ec2.AddVolume("vol-0newer", zone, ec2types.VolumeStateAvailable, t0.Add(time.Hour), poolTags("builders"))
+	r.ec2.AddVolume("vol-0older", zone, ec2types.VolumeStateAvailable, t0, poolTags("builders"))
 	res, err := r.cache.Attach(context.Background())
 	assert.NilError(t, err, r.log.String())
-	assert.Check(t, is.DeepEqual(res, Result{VolumeID: "vol-0older", Device: filepath.Join(r.ec2.root, "dev/nvme1n1")}))
-	assert.Check(t, is.DeepEqual(r.ec2.calls, []string{"attach vol-0older to " + instance + " as /dev/sdf"}))
-	dev := filepath.Join(r.ec2.root, "dev/nvme1n1")
+	assert.Check(t, is.DeepEqual(res, Result{VolumeID: "vol-0older", Device: filepath.Join(r.root, "dev/nvme1n1")}))
+	assert.Check(t, is.DeepEqual(r.ec2.VolumeCalls(), []string{"attach vol-0older to " + instance + " as /dev/sdf"}))
+	dev := filepath.Join(r.root, "dev/nvme1n1")
 	assert.Check(t, is.DeepEqual(r.host.calls, []string{"blkid -o value -s TYPE " + dev, "e2fsck -p " + dev,
 		"mount -o noatime " + dev + " /var/lib/dynk8s-cache"}))
-	_, err = os.Stat(filepath.Join(r.ec2.root, "var/lib/dynk8s-cache"))
+	_, err = os.Stat(filepath.Join(r.root, "var/lib/dynk8s-cache"))
 	assert.Check(t, err)
+}
+
+// The cache is in /etc/fstab by its label, once, beside what was there: a reboot of the joined node mounts it again.
+func TestFstab(t *testing.T) {
+	r := newRig(t, 4)
+	r.ec2.AddVolume("vol-0old", zone, ec2types.VolumeStateAvailable, t0, poolTags("builders"))
+	fstab := filepath.Join(r.root, "etc/fstab")
+	assert.NilError(t, os.MkdirAll(filepath.Dir(fstab), 0o755))
+	assert.NilError(t, os.WriteFile(fstab, []byte("UUID=abc / xfs defaults 0 0\nLABEL=old /var/lib/dynk8s-cache ext4 defaults 0 2\n"), 0o644))
+	_, err := r.cache.Attach(context.Background())
+	assert.NilError(t, err, r.log.String())
+	b, err := os.ReadFile(fstab)
+	assert.NilError(t, err)
+	assert.Check(t, is.Equal(string(b), "UUID=abc / xfs defaults 0 0\nLABEL=dynk8s-cache /var/lib/dynk8s-cache ext4 noatime,nofail 0 2\n"))
 }
 
 // Another node attaching the volume first is normal: the node takes the next free one.
 func TestLostRaceTakesTheNext(t *testing.T) {
 	r := newRig(t, 4)
-	r.ec2.add("vol-0first", zone, ec2types.VolumeStateAvailable, t0, poolTags("builders"))
-	r.ec2.add("vol-0second", zone, ec2types.VolumeStateAvailable, t0.Add(time.Minute), poolTags("builders"))
-	r.ec2.steal["vol-0first"] = true
+	r.ec2.AddVolume("vol-0first", zone, ec2types.VolumeStateAvailable, t0, poolTags("builders"))
+	r.ec2.AddVolume("vol-0second", zone, ec2types.VolumeStateAvailable, t0.Add(time.Minute), poolTags("builders"))
+	r.ec2.Volumes.Steal["vol-0first"] = true
 	res, err := r.cache.Attach(context.Background())
 	assert.NilError(t, err, r.log.String())
 	assert.Check(t, is.Equal(res.VolumeID, "vol-0second"))
@@ -230,15 +150,15 @@ func TestLostRaceTakesTheNext(t *testing.T) {
 // tagged as the pool's cache, is created in the node's zone, attached, and given a file system.
 func TestNoneFreeCreatesOne(t *testing.T) {
 	r := newRig(t, 2)
-	r.ec2.add("vol-0inuse", zone, ec2types.VolumeStateInUse, t0, poolTags("builders"))
+	r.ec2.AddVolume("vol-0inuse", zone, ec2types.VolumeStateInUse, t0, poolTags("builders"))
 	r.host.fs = ""
 	res, err := r.cache.Attach(context.Background())
 	assert.NilError(t, err, r.log.String())
 	assert.Check(t, res.Created && res.Formatted && !res.Remade, "%+v", res)
-	assert.Check(t, is.Equal(r.ec2.calls[0], "create vol-0new0000000000001 100 GiB gp3 iops=4000 throughput=250 "+
+	assert.Check(t, is.Equal(r.ec2.VolumeCalls()[0], "create vol-0new0000000000001 100 GiB gp3 iops=4000 throughput=250 "+
 		"encrypted=true in eu-central-1a tags=map[Name:homelab-builders-cache dynk8s:cache:builders "+
 		"dynk8s:cluster:homelab dynk8s:pool:builders]"))
-	dev := filepath.Join(r.ec2.root, "dev/nvme1n1")
+	dev := filepath.Join(r.root, "dev/nvme1n1")
 	assert.Check(t, slices.Contains(r.host.calls, "mkfs.ext4 -q -F -m 0 -L dynk8s-cache "+dev), "%v", r.host.calls)
 	assert.Check(t, !slices.ContainsFunc(r.host.calls, func(c string) bool { return strings.HasPrefix(c, "e2fsck") }))
 }
@@ -247,12 +167,12 @@ func TestNoneFreeCreatesOne(t *testing.T) {
 // error says why, for the join's one line.
 func TestAtTheMostBootsWithout(t *testing.T) {
 	r := newRig(t, 2)
-	r.ec2.add("vol-0inuse", zone, ec2types.VolumeStateInUse, t0, poolTags("builders"))
-	r.ec2.add("vol-0otherzone", "eu-central-1b", ec2types.VolumeStateAvailable, t0, poolTags("builders"))
+	r.ec2.AddVolume("vol-0inuse", zone, ec2types.VolumeStateInUse, t0, poolTags("builders"))
+	r.ec2.AddVolume("vol-0otherzone", "eu-central-1b", ec2types.VolumeStateAvailable, t0, poolTags("builders"))
 	_, err := r.cache.Attach(context.Background())
 	assert.Check(t, errors.Is(err, ErrNoneFree), "%v", err)
 	assert.Check(t, is.ErrorContains(err, "the pool's 2 volumes (its most) are in use or in other zones than eu-central-1a"))
-	assert.Check(t, is.Len(r.ec2.calls, 0))
+	assert.Check(t, is.Len(r.ec2.VolumeCalls(), 0))
 	assert.Check(t, is.Len(r.host.calls, 0))
 }
 
@@ -260,7 +180,7 @@ func TestAtTheMostBootsWithout(t *testing.T) {
 // mounted.
 func TestAPIRefusal(t *testing.T) {
 	r := newRig(t, 2)
-	r.ec2.refuse = "UnauthorizedOperation"
+	r.ec2.Volumes.FailCode = "UnauthorizedOperation"
 	_, err := r.cache.Attach(context.Background())
 	assert.Check(t, is.ErrorContains(err, "list the pool's cache volumes"))
 	assert.Check(t, is.ErrorContains(err, "UnauthorizedOperation"))
@@ -284,7 +204,7 @@ func TestFileSystemRepairedOrRemade(t *testing.T) {
 	} {
 		t.Run(name, func(t *testing.T) {
 			r := newRig(t, 2)
-			r.ec2.add("vol-0old", zone, ec2types.VolumeStateAvailable, t0, poolTags("builders"))
+			r.ec2.AddVolume("vol-0old", zone, ec2types.VolumeStateAvailable, t0, poolTags("builders"))
 			r.host.fs, r.host.e2fsck = tc.fs, tc.e2fsck
 			res, err := r.cache.Attach(context.Background())
 			assert.NilError(t, err, r.log.String())
@@ -304,7 +224,7 @@ func TestFileSystemRepairedOrRemade(t *testing.T) {
 // DeviceWait with the paths looked for.
 func TestDeviceThatNeverAppears(t *testing.T) {
 	r := newRig(t, 2)
-	r.ec2.add("vol-0old", zone, ec2types.VolumeStateAvailable, t0, poolTags("builders"))
+	r.ec2.AddVolume("vol-0old", zone, ec2types.VolumeStateAvailable, t0, poolTags("builders"))
 	r.cache.Files.Root = t.TempDir() // the fake's links go elsewhere
 	_, err := r.cache.Attach(context.Background())
 	assert.Check(t, is.ErrorContains(err, "volume vol-0old is attached, but neither /dev/disk/by-id/"+

@@ -235,6 +235,8 @@ type EC2 struct {
 	TagFailCode   string
 	TagFailStatus int
 	tagged        []string
+	// Volumes are the build cache's volumes (volumes.go).
+	Volumes Volumes
 }
 
 // CreateTags tags InstanceID (the boot's own instance) or one of Instances, as EC2 does: an unknown instance is
