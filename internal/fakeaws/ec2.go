@@ -14,7 +14,8 @@ import (
 // EC2 is a stand-in for the EC2 Query API (version 2016-11-15, XML answers) as the node agent calls it:
 // DescribeInstances over the instances the test adds, applying its filters as EC2 does and in pages,
 // StartInstances (the gateway's wake-up), through the instances' states, CreateTags (the join's kubelet key
-// hash), which a later DescribeInstances shows, and TerminateInstances (the controller's stale warm instances).
+// hash, the controller's mark on cache volumes), which a later Describe shows, TerminateInstances (the
+// controller's stale warm instances), and DescribeVolumes and DeleteVolume (the controller's cache volumes).
 type EC2 struct {
 	server
 	instances []*EC2Instance
@@ -32,6 +33,10 @@ type EC2 struct {
 	terminated []string
 	// onTerminate is told the instances each TerminateInstances terminates.
 	onTerminate func(ids []string)
+	// volumes are the EBS volumes the fake knows (volumes.go), deleted those DeleteVolume deleted.
+	volumes            []*EC2Volume
+	deleted            []string
+	attachBeforeDelete map[string]string
 }
 
 // EC2Instance is an instance the fake knows.
@@ -161,6 +166,9 @@ func (e *EC2) serve(w http.ResponseWriter, r *http.Request) {
 	action := form.Get("Action")
 	e.actions = append(e.actions, action)
 	var filters map[string][]string
+	if action == "DescribeVolumes" {
+		filters = queryFilters(form)
+	}
 	if action == "DescribeInstances" {
 		filters = queryFilters(form)
 		e.filters = append(e.filters, filters)
@@ -183,6 +191,10 @@ func (e *EC2) serve(w http.ResponseWriter, r *http.Request) {
 		e.createTags(w, form)
 	case "TerminateInstances":
 		e.terminate(w, form)
+	case "DescribeVolumes":
+		e.describeVolumes(w, filters)
+	case "DeleteVolume":
+		e.deleteVolume(w, form)
 	default:
 		e.problemf("unexpected action %q", action)
 		ec2Error(w, http.StatusBadRequest, "InvalidAction", "The action "+action+" is not valid for this web service.")
@@ -332,19 +344,24 @@ func (e *EC2) terminate(w http.ResponseWriter, form url.Values) {
 		ec2NS, b.String())
 }
 
-// createTags is CreateTags (EC2 API Reference: ResourceId.N, Tag.N.Key, Tag.N.Value) of instances the fake knows:
+// createTags is CreateTags (EC2 API Reference: ResourceId.N, Tag.N.Key, Tag.N.Value) of instances and volumes the
+// fake knows:
 // every one must be known, else the answer is InvalidInstanceID.NotFound and nothing is tagged; a key already there
 // takes the new value, as EC2 does.
 func (e *EC2) createTags(w http.ResponseWriter, form url.Values) {
-	var targets []*EC2Instance
+	var targets []*map[string]string
 	for i := 1; form.Get(fmt.Sprintf("ResourceId.%d", i)) != ""; i++ {
 		id := form.Get(fmt.Sprintf("ResourceId.%d", i))
+		if v := e.volume(id); v != nil {
+			targets = append(targets, &v.Tags)
+			continue
+		}
 		in := e.instance(id)
 		if in == nil {
 			ec2Error(w, http.StatusBadRequest, "InvalidInstanceID.NotFound", fmt.Sprintf("The instance ID '%s' does not exist", id))
 			return
 		}
-		targets = append(targets, in)
+		targets = append(targets, &in.Tags)
 	}
 	tags := map[string]string{}
 	for i := 1; form.Get(fmt.Sprintf("Tag.%d.Key", i)) != ""; i++ {
@@ -355,13 +372,13 @@ func (e *EC2) createTags(w http.ResponseWriter, form url.Values) {
 		ec2Error(w, http.StatusBadRequest, "MissingParameter", "The request must contain the parameter resourceIdSet and tagSet")
 		return
 	}
-	for _, in := range targets {
+	for _, t := range targets {
 		// A copy: the map may be the test's own, from AddInstances.
-		in.Tags = maps.Clone(in.Tags)
-		if in.Tags == nil {
-			in.Tags = map[string]string{}
+		*t = maps.Clone(*t)
+		if *t == nil {
+			*t = map[string]string{}
 		}
-		maps.Copy(in.Tags, tags)
+		maps.Copy(*t, tags)
 	}
 	_, _ = fmt.Fprintf(w, `<CreateTagsResponse %s><requestId>fake</requestId><return>true</return></CreateTagsResponse>`, ec2NS)
 }

@@ -2,14 +2,14 @@
 // replicas, one leader) and decides who may become a node: it approves the kubelet client CSRs of live pool instances
 // whose key the instance marked, issues the join tokens and writes them to SSM, deletes the Nodes of instances that
 // are gone, lifts the fuse startup taint once a node advertises the resource, and starts the sleeping WireGuard
-// gateway when the Cluster Autoscaler raises one of the stack's groups, and replaces the warm instances a new launch
-// template version left stale. docs/security.md says what each
+// gateway when the Cluster Autoscaler raises one of the stack's groups, replaces the warm instances a new launch
+// template version left stale, and deletes the build cache volumes nobody will use. docs/security.md says what each
 // loop checks; infra/addons declares its Deployment, and its init container fetches this binary from the stack's
 // agent bucket, pinned by version and sha256, as the nodes fetch their agent.
 //
 //	dynk8s-controller --region R --cluster C --pools P1,P2 --token-parameter /dynk8s/C/join-token
-//	    --token-kms-key K --token-ttl 24h --not-ready-after 10m [--loops approve,rotate,cleanup,untaint,wake,warm]
-//	    [--wake-gateway i-... --wake-groups G1,G2] [--warm-groups G1] [flags]
+//	    --token-kms-key K --token-ttl 24h --not-ready-after 10m [--loops approve,rotate,cleanup,untaint,wake,warm,cache]
+//	    [--wake-gateway i-... --wake-groups G1,G2] [--warm-groups G1] [--cache-pools P1:4:14] [flags]
 //	dynk8s-controller version
 //
 // Credentials (environment): AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY are the key EC2 is asked with (the
@@ -35,6 +35,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/credentials"
 
 	"github.com/dynk8s/dynk8s/cluster/internal/approve"
+	"github.com/dynk8s/dynk8s/cluster/internal/caches"
 	"github.com/dynk8s/dynk8s/cluster/internal/cleanup"
 	"github.com/dynk8s/dynk8s/cluster/internal/cloud"
 	"github.com/dynk8s/dynk8s/cluster/internal/controller"
@@ -54,6 +55,7 @@ const (
 	loopUntaint = "untaint"
 	loopWake    = "wake"
 	loopWarm    = "warm"
+	loopCache   = "cache"
 )
 
 // flags are the command line, with the defaults the stack's Deployment relies on.
@@ -71,6 +73,8 @@ type flags struct {
 	groups  string
 	warm    warm.Config
 	warmIn  string
+	caches  caches.Config
+	cacheIn string
 }
 
 func parse(args []string, stderr io.Writer) (*flags, error) {
@@ -121,6 +125,8 @@ func parse(args []string, stderr io.Writer) (*flags, error) {
 		"wake: the Cluster Autoscaler's status ConfigMap in kube-system")
 	fs.StringVar(&f.warmIn, "warm-groups", "", "warm: the stack's Auto Scaling groups with a warm pool, comma-separated")
 	fs.DurationVar(&f.warm.Every, "warm-every", warm.DefaultEvery, "warm: how often each group's warm pool is looked at")
+	fs.StringVar(&f.cacheIn, "cache-pools", "", "cache: the pools that keep a build cache, POOL:MAX:IDLE_DAYS, comma-separated")
+	fs.DurationVar(&f.caches.Every, "cache-every", caches.DefaultEvery, "cache: how often the cache volumes are looked at")
 	if err := fs.Parse(args); err != nil {
 		return nil, err
 	}
@@ -138,6 +144,11 @@ func parse(args []string, stderr io.Writer) (*flags, error) {
 	if f.warmIn != "" {
 		f.warm.Groups = strings.Split(f.warmIn, ",")
 	}
+	pools, err := caches.ParsePools(f.cacheIn)
+	if err != nil {
+		return nil, fmt.Errorf("--cache-pools: %w", err)
+	}
+	f.caches.Pools, f.caches.Cluster = pools, f.approve.ClusterName
 	ns, name, ok := strings.Cut(f.record, "/")
 	if !ok {
 		return nil, fmt.Errorf("--approval-record %q is not <namespace>/<name>", f.record)
@@ -181,8 +192,12 @@ func (f *flags) build(d loop.Deps, aws cloud.Clients) ([]loop.Loop, error) {
 			cfg := f.warm
 			cfg.AutoScaling, cfg.EC2 = aws.AutoScaling, aws.EC2
 			l, err = warm.New(cfg, d)
+		case loopCache:
+			cfg := f.caches
+			cfg.EC2 = aws.EC2
+			l, err = caches.New(cfg, d)
 		default:
-			return nil, fmt.Errorf("--loops: no loop %q (approve, rotate, cleanup, untaint, wake, warm)", name)
+			return nil, fmt.Errorf("--loops: no loop %q (approve, rotate, cleanup, untaint, wake, warm, cache)", name)
 		}
 		if err != nil {
 			return nil, err

@@ -25,9 +25,9 @@ func TestTheStacksFlagsBuildEveryLoop(t *testing.T) {
 	f, err := parse([]string{"--region=eu-central-1", "--cluster=homelab", "--pools=builders-arm,builders-x86",
 		"--bootstrap-group=system:bootstrappers:dynk8s:pool-nodes", "--approval-record=kube-system/dynk8s-approved-nodes",
 		"--token-parameter=/dynk8s/homelab/join-token", "--token-kms-key=alias/aws/ssm", "--token-ttl=2h0m0s",
-		"--not-ready-after=5m0s", "--loops=approve,rotate,cleanup,untaint,wake,warm", "--addr=:8080", "--identity=a",
+		"--not-ready-after=5m0s", "--loops=approve,rotate,cleanup,untaint,wake,warm,cache", "--addr=:8080", "--identity=a",
 		"--wake-gateway=i-0123456789abcdef0", "--wake-groups=homelab-builders-arm-1,homelab-builders-x86-1",
-		"--warm-groups=homelab-builders-x86-1"}, &stderr)
+		"--warm-groups=homelab-builders-x86-1", "--cache-pools=builders-x86:4:14"}, &stderr)
 	assert.NilError(t, err, stderr.String())
 	assert.NilError(t, f.o.Validate())
 	client := fake.NewClientset()
@@ -42,7 +42,7 @@ func TestTheStacksFlagsBuildEveryLoop(t *testing.T) {
 	for _, l := range loops {
 		names = append(names, l.Name())
 	}
-	assert.DeepEqual(t, names, []string{"approve", "rotate", "cleanup", "untaint", "wake", "warm"})
+	assert.DeepEqual(t, names, []string{"approve", "rotate", "cleanup", "untaint", "wake", "warm", "cache"})
 }
 
 // A bad command line fails at once with one FAILED line that names what is wrong, and exit status 2.
@@ -51,6 +51,7 @@ func TestBadCommandLine(t *testing.T) {
 		"--bogus":                       "flag provided but not defined: -bogus",
 		"--approval-record=nonamespace": "--approval-record \\\"nonamespace\\\" is not <namespace>/<name>",
 		"extra":                         "unexpected arguments: extra",
+		"--cache-pools=builders:0:14":   "--cache-pools: \\\"builders:0:14\\\": the most volumes is a positive number",
 	} {
 		var stderr bytes.Buffer
 		assert.Check(t, is.Equal(run(strings.Fields(args), &stderr), 2), args)
