@@ -10,6 +10,7 @@ import (
 	"github.com/pulumi/pulumi-aws/sdk/v6/go/aws/kms"
 	"github.com/pulumi/pulumi-aws/sdk/v6/go/aws/ssm"
 	"github.com/pulumi/pulumi/sdk/v3/go/pulumi"
+	"github.com/pulumi/pulumi/sdk/v3/go/pulumix"
 
 	"github.com/dynk8s/dynk8s/infra/addons"
 	"github.com/dynk8s/dynk8s/infra/config"
@@ -103,6 +104,8 @@ type IdentityArgs struct {
 	// ParameterKey is identity.parameterKey: config.ParameterKeyAWSManaged (or ""), config.ParameterKeyCreate, or a
 	// key ARN.
 	ParameterKey string
+	// NodeCaches lets the nodes find, create and attach their pools' build cache volumes (a pool has a cache).
+	NodeCaches bool
 }
 
 // NewIdentity declares the roles, the users and keys of the autoscaler and the token rotator, and the join token's
@@ -172,6 +175,19 @@ func NewIdentity(ctx *pulumi.Context, name string, args *IdentityArgs, opts ...p
 	}, parent); err != nil {
 		return fail("node key tag policy", err)
 	}
+	volumeARNs := pulumi.Sprintf("arn:%s:ec2:%s:%s:volume/*", partition.Partition(), args.Region, account)
+	if args.NodeCaches {
+		cache := pulumix.Apply2Err(volumeARNs, comp.InstanceARNs, func(volumes, instances string) (string, error) {
+			return NodeCachePolicy(volumes, instances, args.Region, args.ClusterName).JSON()
+		})
+		if _, err := iam.NewRolePolicy(ctx, name+"-node-cache", &iam.RolePolicyArgs{
+			Role:   nodeProfile.Role,
+			Name:   pulumi.String("attach-pool-cache"),
+			Policy: pulumix.Cast[pulumi.StringOutput](cache),
+		}, parent); err != nil {
+			return fail("node cache policy", err)
+		}
+	}
 	gatewayProfile, err := instanceRole(ctx, name+"-gateway", args.ClusterName+"-gateway", ec2Service,
 		parameterARN(GatewayKeyParameter(args.ClusterName)), operatorKey, tags("gateway"), parent)
 	if err != nil {
@@ -198,6 +214,18 @@ func NewIdentity(ctx *pulumi.Context, name string, args *IdentityArgs, opts ...p
 		"node-cleanup", pulumi.String(cleanupPolicy), args.AutoscalerKeyRotation, tags, parent)
 	if err != nil {
 		return fail("node cleanup user", err)
+	}
+	// The controller's cache loop runs in every stack, so that the volumes of a pool whose cache is turned off, or
+	// of a pool that is gone, are deleted too (cluster/internal/caches).
+	keeper := volumeARNs.ApplyT(func(volumes string) (string, error) {
+		return CacheKeeperPolicy(volumes, args.Region, args.ClusterName).JSON()
+	}).(pulumi.StringOutput)
+	if _, err := iam.NewUserPolicy(ctx, name+"-cache-keeper", &iam.UserPolicyArgs{
+		User:   cleanupKey.User,
+		Name:   pulumi.String("keep-cache-volumes"),
+		Policy: keeper,
+	}, parent); err != nil {
+		return fail("cache keeper policy", err)
 	}
 
 	// The token rotator runs on-prem too. It may overwrite the one parameter and do nothing else in AWS. Its key is

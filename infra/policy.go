@@ -390,3 +390,89 @@ func NodeKeyTagPolicy(instanceARNs, clusterName string) PolicyDocument {
 		},
 	}}}
 }
+
+// NodeCachePolicy lets a pool node find, create and attach its pool's build cache volume (node/internal/cache), in
+// volumeARNs (arn:<partition>:ec2:<region>:<account>:volume/*) and on instanceARNs, and nothing else of EBS:
+//   - ec2:DescribeVolumes, which supports no resource-level permissions (AWS Service Authorization Reference, Amazon
+//     EC2: DescribeVolumes lists no resource type), in the stack's region;
+//   - ec2:CreateVolume only encrypted (ec2:Encrypted) and tagged at creation with this cluster's tag and the cache
+//     tag (aws:RequestTag, "Grant permission to tag Amazon EC2 resources during creation", EC2 User Guide), and
+//     ec2:CreateTags only as part of that creation (ec2:CreateAction CreateVolume): a node can tag no existing
+//     resource;
+//   - ec2:AttachVolume, which authorizes the volume and the instance both: of volumes, only the cluster's cache
+//     volumes (aws:ResourceTag); of instances, only the caller's own (aws:ARN equals ${ec2:SourceInstanceARN}, as in
+//     NodeKeyTagPolicy) of this cluster.
+//
+// The node role is every pool's, so a node of one pool could attach another pool's cache volume of its cluster;
+// the agent never asks for one.
+func NodeCachePolicy(volumeARNs, instanceARNs, region, clusterName string) PolicyDocument {
+	cacheVolume := map[string]map[string]string{
+		"StringEquals": {"aws:ResourceTag/" + names.TagCluster: clusterName},
+		"Null":         {"aws:ResourceTag/" + names.TagCache: "false"},
+	}
+	return PolicyDocument{Version: policyVersion, Statement: []PolicyStatement{
+		{
+			Sid: "ListVolumesOfThisRegion", Effect: "Allow", Action: []string{"ec2:DescribeVolumes"},
+			Resource:  []string{"*"},
+			Condition: map[string]map[string]string{"StringEquals": {"aws:RequestedRegion": region}},
+		},
+		{
+			Sid: "CreateEncryptedCacheVolumes", Effect: "Allow", Action: []string{"ec2:CreateVolume"},
+			Resource: []string{volumeARNs},
+			Condition: map[string]map[string]string{
+				"StringEquals": {"aws:RequestTag/" + names.TagCluster: clusterName},
+				"Null":         {"aws:RequestTag/" + names.TagCache: "false"},
+				"Bool":         {"ec2:Encrypted": "true"},
+			},
+		},
+		{
+			Sid: "TagOnlyAtCreation", Effect: "Allow", Action: []string{"ec2:CreateTags"},
+			Resource:  []string{volumeARNs},
+			Condition: map[string]map[string]string{"StringEquals": {"ec2:CreateAction": "CreateVolume"}},
+		},
+		{
+			Sid: "AttachTheClustersCacheVolumes", Effect: "Allow", Action: []string{"ec2:AttachVolume"},
+			Resource: []string{volumeARNs}, Condition: cacheVolume,
+		},
+		{
+			Sid: "AttachToItselfOnly", Effect: "Allow", Action: []string{"ec2:AttachVolume"},
+			Resource: []string{instanceARNs},
+			Condition: map[string]map[string]string{"StringEquals": {
+				"aws:ARN":                             "${ec2:SourceInstanceARN}",
+				"aws:ResourceTag/" + names.TagCluster: clusterName,
+			}},
+		},
+	}}
+}
+
+// CacheKeeperPolicy lets dynk8s-controller's cache loop keep the cluster's cache volumes in order: list the
+// region's volumes (no resource-level permissions, as above), delete the cluster's cache volumes (EC2 refuses an
+// attached one), and mark them with the time it saw them in use, that one tag key and no other (ForAllValues on
+// aws:TagKeys, with Null false so that a request without tags is no match: "Multivalued context key examples",
+// IAM User Guide).
+func CacheKeeperPolicy(volumeARNs, region, clusterName string) PolicyDocument {
+	cacheVolume := func() map[string]map[string]string {
+		return map[string]map[string]string{
+			"StringEquals": {"aws:ResourceTag/" + names.TagCluster: clusterName},
+			"Null":         {"aws:ResourceTag/" + names.TagCache: "false"},
+		}
+	}
+	mark := cacheVolume()
+	mark["ForAllValues:StringEquals"] = map[string]string{"aws:TagKeys": names.TagCacheUsed}
+	mark["Null"]["aws:TagKeys"] = "false"
+	return PolicyDocument{Version: policyVersion, Statement: []PolicyStatement{
+		{
+			Sid: "ListVolumesOfThisRegion", Effect: "Allow", Action: []string{"ec2:DescribeVolumes"},
+			Resource:  []string{"*"},
+			Condition: map[string]map[string]string{"StringEquals": {"aws:RequestedRegion": region}},
+		},
+		{
+			Sid: "DeleteTheClustersCacheVolumes", Effect: "Allow", Action: []string{"ec2:DeleteVolume"},
+			Resource: []string{volumeARNs}, Condition: cacheVolume(),
+		},
+		{
+			Sid: "MarkCacheVolumesInUse", Effect: "Allow", Action: []string{"ec2:CreateTags"},
+			Resource: []string{volumeARNs}, Condition: mark,
+		},
+	}}
+}

@@ -128,6 +128,7 @@ func NewStack(ctx *pulumi.Context, cfg *config.Config, agent AgentFiles, nodes O
 		AutoscalerKeyRotation:  cfg.Identity.AutoscalerKeyRotation,
 		BootstrapTokenRotation: cfg.Kubernetes.BootstrapTokenRotation,
 		ParameterKey:           cfg.Identity.ParameterKey,
+		NodeCaches:             slices.ContainsFunc(cfg.NodePools, func(p config.NodePool) bool { return p.Cache != nil }),
 	})
 	if err != nil {
 		return nil, err
@@ -357,6 +358,10 @@ func NodeConfig(cfg *config.Config, pool config.NodePool, caHashes []string, tok
 			TunnelMTU:    uint16(cfg.WireGuard.MTU),
 			MetadataUIDs: metadataUIDs,
 		},
+	}
+	if c := pool.Cache; c != nil {
+		node.Cache = &nodeconfig.Cache{SizeGiB: c.SizeGiB, VolumeType: "gp3", IOPS: c.IOPS, Throughput: c.Throughput,
+			MountPath: c.MountPath, MaxVolumes: pool.CacheVolumes()}
 	}
 	return node, cloudinit.NodeRender{
 		KubernetesVersion: cfg.Kubernetes.Version,

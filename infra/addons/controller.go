@@ -220,7 +220,8 @@ func serviceAccountIs(sa string) string {
 }
 
 // controllerLoops are the loops the controller runs: the untaint loop only when the pools carry the fuse startup
-// taint, the wake-up only when the gateway sleeps, the warm pools' loop only when a pool has a warm pool.
+// taint, the wake-up only when the gateway sleeps, the warm pools' loop only when a pool has a warm pool, the cache
+// volumes' loop always.
 func (a *ClusterAddonsArgs) controllerLoops() string {
 	loops := []string{"approve", "rotate", "cleanup"}
 	if a.Fuse.Enabled {
@@ -232,7 +233,21 @@ func (a *ClusterAddonsArgs) controllerLoops() string {
 	if len(a.warmPools()) > 0 {
 		loops = append(loops, "warm")
 	}
+	// In every stack: the volumes of a pool whose cache is turned off, or that is gone, are deleted too.
+	loops = append(loops, "cache")
 	return strings.Join(loops, ",")
+}
+
+// cachePools is --cache-pools: POOL:MAX:IDLE_DAYS of each pool with a cache ("": none).
+func (a *ClusterAddonsArgs) cachePools() string {
+	var pools []string
+	for _, p := range a.Pools {
+		if p.Cache != nil {
+			pools = append(pools, fmt.Sprintf("%s:%d:%d", p.Name, p.CacheVolumes(), p.Cache.MaxIdleDays))
+		}
+	}
+	slices.Sort(pools)
+	return strings.Join(pools, ",")
 }
 
 // warmPools are the names of the pools with a warm pool, whose stale warm instances the controller replaces; none
@@ -286,6 +301,9 @@ func (a *ClusterAddonsArgs) controllerArgs() pulumi.StringArray {
 	}
 	if warm := a.warmPools(); len(warm) > 0 {
 		args = append(args, pulumi.Sprintf("--warm-groups=%s", a.groupList(warm)))
+	}
+	if pools := a.cachePools(); pools != "" {
+		args = append(args, pulumi.String("--cache-pools="+pools))
 	}
 	return args
 }

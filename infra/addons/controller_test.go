@@ -1,6 +1,7 @@
 package addons
 
 import (
+	"fmt"
 	"slices"
 	"strings"
 	"testing"
@@ -66,7 +67,7 @@ func TestAddonsController(t *testing.T) {
 		"--region=eu-central-1", "--cluster=dev", "--pools=build-arm,build-x86",
 		"--bootstrap-group=" + NodeBootstrapGroup, "--approval-record=kube-system/" + ApprovalRecordName,
 		"--token-parameter=" + testTokenParameter, "--token-kms-key=" + DefaultParameterKey, "--token-ttl=2h0m0s",
-		"--not-ready-after=10m0s", "--loops=approve,rotate,cleanup,untaint", "--addr=:8080",
+		"--not-ready-after=10m0s", "--loops=approve,rotate,cleanup,untaint,cache", "--addr=:8080",
 	})
 	assert.DeepEqual(t, envOf(t, c), map[string]string{
 		"POD_NAME":                     "field:metadata.name",
@@ -95,7 +96,7 @@ func TestAddonsController(t *testing.T) {
 	noFuse.Fuse.Enabled = false
 	args := dig(t, containerNamed(t, mustRunAddons(t, func() *ClusterAddonsArgs { return noFuse }).object(t,
 		typeDeployment, ControllerName), "controller"), "args").([]any)
-	assert.Check(t, slices.Contains(args, any("--loops=approve,rotate,cleanup")), "%v", args)
+	assert.Check(t, slices.Contains(args, any("--loops=approve,rotate,cleanup,cache")), "%v", args)
 
 	// With a sleeping gateway, the wake-up: its loop, the gateway and the groups, sorted.
 	wakes := testAddonsArgs()
@@ -103,7 +104,7 @@ func TestAddonsController(t *testing.T) {
 	wakes.GroupNames = pulumi.StringMap{"build-x86": pulumi.String("dev-build-x86-2"), "build-arm": pulumi.String("dev-build-arm-1")}
 	args = dig(t, containerNamed(t, mustRunAddons(t, func() *ClusterAddonsArgs { return wakes }).object(t,
 		typeDeployment, ControllerName), "controller"), "args").([]any)
-	for _, want := range []string{"--loops=approve,rotate,cleanup,untaint,wake", "--wake-gateway=i-0123456789abcdef0",
+	for _, want := range []string{"--loops=approve,rotate,cleanup,untaint,wake,cache", "--wake-gateway=i-0123456789abcdef0",
 		"--wake-groups=dev-build-arm-1,dev-build-x86-2"} {
 		assert.Check(t, slices.Contains(args, any(want)), "%s not in %v", want, args)
 	}
@@ -114,9 +115,20 @@ func TestAddonsController(t *testing.T) {
 	warm.GroupNames = pulumi.StringMap{"build-x86": pulumi.String("dev-build-x86-2"), "build-arm": pulumi.String("dev-build-arm-1")}
 	args = dig(t, containerNamed(t, mustRunAddons(t, func() *ClusterAddonsArgs { return warm }).object(t,
 		typeDeployment, ControllerName), "controller"), "args").([]any)
-	for _, want := range []string{"--loops=approve,rotate,cleanup,untaint,warm", "--warm-groups=dev-build-arm-1"} {
+	for _, want := range []string{"--loops=approve,rotate,cleanup,untaint,warm,cache", "--warm-groups=dev-build-arm-1"} {
 		assert.Check(t, slices.Contains(args, any(want)), "%s not in %v", want, args)
 	}
+
+	// With a pool's cache, the cache loop keeps that pool's volumes: at most its maxSize by default, for its idle
+	// days; without, the loop runs all the same (a cache turned off leaves volumes to delete) with no --cache-pools.
+	cached := testAddonsArgs()
+	cached.Pools[0].Cache = &config.Cache{SizeGiB: 100, IOPS: 3000, Throughput: 125, MountPath: "/var/lib/dynk8s-cache",
+		MaxIdleDays: 7}
+	args = dig(t, containerNamed(t, mustRunAddons(t, func() *ClusterAddonsArgs { return cached }).object(t,
+		typeDeployment, ControllerName), "controller"), "args").([]any)
+	want := fmt.Sprintf("--cache-pools=%s:%d:7", cached.Pools[0].Name, cached.Pools[0].MaxSize)
+	assert.Check(t, slices.Contains(args, any(want)), "%s not in %v", want, args)
+	assert.Check(t, !slices.ContainsFunc(c["args"].([]any), func(a any) bool { return strings.HasPrefix(a.(string), "--cache-pools") }))
 
 	// The old script workloads are gone.
 	for _, name := range []string{ApproverName, TokenRotatorName, cleanupName} {

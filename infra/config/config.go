@@ -278,6 +278,41 @@ type NodePool struct {
 	// settings does not): docs/baked-images.md.
 	// Not with amiId.
 	Image string `key:"image" default:"stock"`
+	// Cache gives each node a build cache, an EBS volume the pool keeps while it scales to zero, mounted before the
+	// kubelet starts: container layers and the language caches (Go, Maven, Gradle, npm, ccache) survive from one
+	// node to the next (docs/build-caches.md). The kept volumes bill at zero nodes. Off when unset.
+	Cache *Cache `key:"cache"`
+}
+
+// Cache is dynk8s:nodePools[i].cache: the pool's build cache volumes, one per node, gp3, encrypted.
+type Cache struct {
+	// SizeGiB is each volume's size (1..16384).
+	SizeGiB int `key:"sizeGiB" default:"100"`
+	// IOPS is each volume's provisioned IOPS, 3000..16000 and at most 500 per GiB: gp3's baseline of 3000 is in its
+	// price, more bills.
+	IOPS int `key:"iops" default:"3000"`
+	// Throughput is each volume's provisioned throughput in MiB/s, 125..1000 and at most a quarter of the IOPS:
+	// gp3's baseline of 125 is in its price, more bills.
+	Throughput int `key:"throughput" default:"125"`
+	// MountPath is where a node mounts its cache: pods reach it as a hostPath.
+	MountPath string `key:"mountPath" default:"/var/lib/dynk8s-cache"`
+	// MaxVolumes is the most volumes the pool keeps, in all its zones (0: the pool's maxSize); a node that finds
+	// none free and the pool at its most boots without a cache.
+	MaxVolumes int `key:"maxVolumes" default:"0"`
+	// MaxIdleDays deletes a volume no node has used for that many days (1..3650).
+	MaxIdleDays int `key:"maxIdleDays" default:"14"`
+}
+
+// CacheVolumes is the most cache volumes the pool keeps (0 without a cache).
+func (p NodePool) CacheVolumes() int {
+	switch {
+	case p.Cache == nil:
+		return 0
+	case p.Cache.MaxVolumes > 0:
+		return p.Cache.MaxVolumes
+	default:
+		return p.MaxSize
+	}
 }
 
 // What a pool boots (nodePools[i].image).

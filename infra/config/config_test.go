@@ -345,6 +345,15 @@ func TestBadConfig(t *testing.T) {
 		}, "dynk8s:nodePools[0].warmPool.reuseOnScaleIn", "cordoned, tainted Node"},
 		{"warm pool key misspelt", func(c map[string]any) { pool(c, 0)["warmPool"] = map[string]any{"sise": 1} }, "dynk8s:nodePools[0].warmPool.sise", "unknown key"},
 		{"warm pool not a map", func(c map[string]any) { pool(c, 0)["warmPool"] = 2 }, "dynk8s:nodePools[0].warmPool", "must be a map"},
+		{"cache too large", func(c map[string]any) { pool(c, 0)["cache"] = map[string]any{"sizeGiB": 20000} }, "dynk8s:nodePools[0].cache.sizeGiB", "1..16384"},
+		{"cache iops per GiB", func(c map[string]any) { pool(c, 0)["cache"] = map[string]any{"sizeGiB": 10, "iops": 6000} }, "dynk8s:nodePools[0].cache.iops", "at most 500 per GiB of sizeGiB (5000)"},
+		{"cache throughput per iops", func(c map[string]any) { pool(c, 0)["cache"] = map[string]any{"throughput": 1000} }, "dynk8s:nodePools[0].cache.throughput", "at most a quarter of iops (750 MiB/s)"},
+		{"cache under the kubelet", func(c map[string]any) { pool(c, 0)["cache"] = map[string]any{"mountPath": "/var/lib/kubelet/cache"} }, "dynk8s:nodePools[0].cache.mountPath", "is under /var/lib/kubelet"},
+		{"cache at the root", func(c map[string]any) { pool(c, 0)["cache"] = map[string]any{"mountPath": "/"} }, "dynk8s:nodePools[0].cache.mountPath", "a clean absolute path"},
+		{"cache relative", func(c map[string]any) { pool(c, 0)["cache"] = map[string]any{"mountPath": "cache"} }, "dynk8s:nodePools[0].cache.mountPath", "a clean absolute path"},
+		{"cache idle days", func(c map[string]any) { pool(c, 0)["cache"] = map[string]any{"maxIdleDays": 0} }, "dynk8s:nodePools[0].cache.maxIdleDays", "1..3650"},
+		{"cache volumes negative", func(c map[string]any) { pool(c, 0)["cache"] = map[string]any{"maxVolumes": -1} }, "dynk8s:nodePools[0].cache.maxVolumes", "0 (the pool's maxSize) or more"},
+		{"cache key misspelt", func(c map[string]any) { pool(c, 0)["cache"] = map[string]any{"size": 100} }, "dynk8s:nodePools[0].cache.size", "unknown key"},
 		{"hibernated on the stock image", func(c map[string]any) {
 			pool(c, 0)["warmPool"] = map[string]any{"state": "Hibernated"}
 		}, "dynk8s:nodePools[0].warmPool.state", "set amiId"},
@@ -690,4 +699,33 @@ func TestStackFileIsReadAsPulumiReadsIt(t *testing.T) {
 	assert.NilError(t, err)
 	_, err = parse(t, values)
 	assert.NilError(t, err)
+}
+
+// A pool's cache, set as an empty map, takes gp3's baseline, the default mount path and idle days, and keeps at most
+// the pool's maxSize volumes; without one the pool keeps none.
+func TestCacheDefaults(t *testing.T) {
+	c := map[string]any{
+		"aws:region":         "eu-central-1",
+		"dynk8s:clusterName": "lab",
+		"dynk8s:kubernetes": map[string]any{
+			"version": "1.34.4", "apiServerEndpoint": "192.168.1.10:6443", "podCidr": "10.244.0.0/16",
+		},
+		"dynk8s:wireguard": map[string]any{"onPremCidrs": []any{"192.168.1.0/24"}},
+		"dynk8s:fedora":    map[string]any{"release": 42},
+		"dynk8s:nodePools": []any{
+			map[string]any{"name": "x", "arch": "x86_64", "instanceTypes": []any{"m7i.large"}, "maxSize": 5,
+				"cache": map[string]any{}},
+			map[string]any{"name": "y", "arch": "x86_64", "instanceTypes": []any{"m7i.large"},
+				"cache": map[string]any{"maxVolumes": 2}},
+			map[string]any{"name": "z", "arch": "x86_64", "instanceTypes": []any{"m7i.large"}},
+		},
+	}
+	cfg, err := parse(t, c)
+	assert.NilError(t, err)
+	assert.DeepEqual(t, *cfg.NodePools[0].Cache, config.Cache{SizeGiB: 100, IOPS: 3000, Throughput: 125,
+		MountPath: "/var/lib/dynk8s-cache", MaxIdleDays: 14})
+	assert.Equal(t, cfg.NodePools[0].CacheVolumes(), 5)
+	assert.Equal(t, cfg.NodePools[1].CacheVolumes(), 2)
+	assert.Check(t, cfg.NodePools[2].Cache == nil)
+	assert.Equal(t, cfg.NodePools[2].CacheVolumes(), 0)
 }

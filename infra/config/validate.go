@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"maps"
 	"net/netip"
+	"path"
 	"reflect"
 	"regexp"
 	"slices"
@@ -408,6 +409,7 @@ func validatePools(r *reader, c *Config) {
 			r.addf(pp+"autoscaling.scaleDownUtilizationThreshold", "must be in (0, 1], got %v", *u)
 		}
 		validateWarmPool(r, pp, p)
+		validateCache(r, pp, p)
 		if len(p.PrePullImages) > maxPrePullImages {
 			r.addf(pp+"prePullImages", "at most %d images (they go into the user data, limited to 16 KiB), got %d",
 				maxPrePullImages, len(p.PrePullImages))
@@ -438,6 +440,57 @@ func validateImage(r *reader, pp string, p NodePool) {
 		}
 	default:
 		r.addf(pp+"image", "must be %s or %s, got %q", ImageStock, ImageBaked, p.Image)
+	}
+}
+
+// cacheMountForbidden are the paths a cache may not be mounted at or under: the system's own, and what the node
+// runs before its cache is mounted (CRI-O's storage, the kubelet's, the agent's).
+var cacheMountForbidden = []string{"/etc", "/usr", "/boot", "/proc", "/sys", "/dev", "/run", "/tmp", "/var/log",
+	"/var/lib/containers", "/var/lib/kubelet", "/var/lib/dynk8s", "/var/lib/cloud", "/opt/cni"}
+
+// validateCache checks a pool's cache against gp3's limits (Amazon EBS User Guide, "Amazon EBS volume types",
+// General Purpose SSD volumes: 1 GiB..16 TiB, 3000..16000 IOPS at 500 per GiB, 125..1000 MiB/s at 0.25 MiB/s per
+// IOPS) and where a node can mount it.
+func validateCache(r *reader, pp string, p NodePool) {
+	c := p.Cache
+	if c == nil {
+		return
+	}
+	cp := pp + "cache."
+	if c.SizeGiB < 1 || c.SizeGiB > 16384 {
+		r.addf(cp+"sizeGiB", "must be 1..16384 (gp3), got %d", c.SizeGiB)
+	}
+	switch {
+	case c.IOPS < 3000 || c.IOPS > 16000:
+		r.addf(cp+"iops", "must be 3000..16000 (gp3), got %d", c.IOPS)
+	case c.IOPS > 500*c.SizeGiB:
+		r.addf(cp+"iops", "must be at most 500 per GiB of sizeGiB (%d), got %d", 500*c.SizeGiB, c.IOPS)
+	}
+	switch {
+	case c.Throughput < 125 || c.Throughput > 1000:
+		r.addf(cp+"throughput", "must be 125..1000 MiB/s (gp3), got %d", c.Throughput)
+	case 4*c.Throughput > c.IOPS:
+		r.addf(cp+"throughput", "must be at most a quarter of iops (%d MiB/s), got %d", c.IOPS/4, c.Throughput)
+	}
+	clean := path.Clean(c.MountPath)
+	switch {
+	case !path.IsAbs(c.MountPath) || clean != c.MountPath || clean == "/" || clean == "/var" || clean == "/var/lib" ||
+		clean == "/opt":
+		r.addf(cp+"mountPath", "must be a clean absolute path of a directory of its own, got %q", c.MountPath)
+	default:
+		for _, f := range cacheMountForbidden {
+			if clean == f || strings.HasPrefix(clean, f+"/") {
+				r.addf(cp+"mountPath", "%s is under %s, which the system or the node uses before the cache is "+
+					"mounted: choose a directory of its own, such as /var/lib/dynk8s-cache", c.MountPath, f)
+				break
+			}
+		}
+	}
+	if c.MaxVolumes < 0 {
+		r.addf(cp+"maxVolumes", "must be 0 (the pool's maxSize) or more, got %d", c.MaxVolumes)
+	}
+	if c.MaxIdleDays < 1 || c.MaxIdleDays > 3650 {
+		r.addf(cp+"maxIdleDays", "must be 1..3650, got %d", c.MaxIdleDays)
 	}
 }
 

@@ -20,6 +20,10 @@ const (
 // controller keeps the pool's volumes in order by it.
 const TagCache = "dynk8s:cache"
 
+// TagCacheUsed is the mark the controller's cache loop puts on a cache volume it sees in use: the time, RFC 3339,
+// UTC; the loop deletes a volume whose mark has grown older than its pool's idle limit.
+const TagCacheUsed = "dynk8s:cache-used"
+
 // TagKubeletKey is the tag a pool instance puts on itself before it joins: the lowercase hex sha256 of the DER
 // SubjectPublicKeyInfo of the key its kubelet's bootstrap CSR is signed with. The node role may write this one tag,
 // on its own instance only; the controller approves a node's CSR only when its public key has that hash.

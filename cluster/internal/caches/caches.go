@@ -2,7 +2,7 @@
 // attaches them): they outlive the nodes, so something must delete those nobody will use, and bill no longer.
 //
 // Every Every, the loop lists the cluster's cache volumes (tags dynk8s:cluster and dynk8s:cache, the pool's name),
-// marks those in use with the time it saw them so (dynk8s:cache-used), and deletes, of those available (attached to
+// marks those in use with the time it saw them so (names.TagCacheUsed), and deletes, of those available (attached to
 // nothing):
 //   - a volume of a pool that keeps no cache (the pool is gone, or its cache is turned off);
 //   - a volume unused for longer than its pool's most idle time, counted from its mark, or from its creation when it
@@ -41,9 +41,6 @@ const Name = "cache"
 // DefaultEvery is how often the volumes are looked at by default: a day's idle limit is kept within minutes, for a
 // Describe call (and rarely a CreateTags or a DeleteVolume) every ten.
 const DefaultEvery = 10 * time.Minute
-
-// TagUsed is the mark the loop puts on a volume it sees in use: the time, RFC 3339, UTC.
-const TagUsed = "dynk8s:cache-used"
 
 // markAgain is how old a volume's mark may grow while it stays in use before the loop writes it again: a mark to the
 // hour is enough for idle limits in days, and spares a CreateTags every round.
@@ -270,7 +267,7 @@ func (c *Controller) list(ctx context.Context) ([]volume, error) {
 				switch aws.ToString(t.Key) {
 				case names.TagCache:
 					vol.pool = aws.ToString(t.Value)
-				case TagUsed:
+				case names.TagCacheUsed:
 					if at, err := time.Parse(time.RFC3339, aws.ToString(t.Value)); err == nil && at.After(vol.used) {
 						vol.used, vol.marked = at, true
 					}
@@ -294,8 +291,8 @@ func (c *Controller) mark(ctx context.Context, all []volume, now time.Time) erro
 	stamp := now.UTC().Format(time.RFC3339)
 	for chunk := range slices.Chunk(ids, maxResources) {
 		if _, err := c.cfg.EC2.CreateTags(ctx, &ec2.CreateTagsInput{Resources: chunk,
-			Tags: []ec2types.Tag{{Key: aws.String(TagUsed), Value: aws.String(stamp)}}}); err != nil {
-			return fmt.Errorf("ec2:CreateTags %s on %s: %w", TagUsed, strings.Join(chunk, ","), err)
+			Tags: []ec2types.Tag{{Key: aws.String(names.TagCacheUsed), Value: aws.String(stamp)}}}); err != nil {
+			return fmt.Errorf("ec2:CreateTags %s on %s: %w", names.TagCacheUsed, strings.Join(chunk, ","), err)
 		}
 	}
 	return nil

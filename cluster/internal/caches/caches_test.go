@@ -45,7 +45,7 @@ func vol(id, pool string, age time.Duration, instance, used string) fakeaws.EC2V
 		v.State, v.Attached = "in-use", instance
 	}
 	if used != "" {
-		v.Tags[TagUsed] = used
+		v.Tags[names.TagCacheUsed] = used
 	}
 	return v
 }
@@ -115,7 +115,7 @@ func TestKeep(t *testing.T) {
 	for _, id := range []string{"vol-0inuseold0000001", "vol-0inuseold0000002"} {
 		v, ok := f.ec2.Volume(id)
 		assert.Check(t, ok, "an attached volume was deleted")
-		assert.Check(t, is.Equal(v.Tags[TagUsed], t0.Format(time.RFC3339)), id)
+		assert.Check(t, is.Equal(v.Tags[names.TagCacheUsed], t0.Format(time.RFC3339)), id)
 	}
 	for _, id := range []string{"vol-0othercluster0001", "vol-0notacache000001", "vol-0armnewer0000001"} {
 		_, ok := f.ec2.Volume(id)
