@@ -8,9 +8,11 @@ import (
 	"strings"
 	"text/tabwriter"
 
+	"github.com/dynk8s/dynk8s/cloudinit"
 	"github.com/dynk8s/dynk8s/cmd/plan/mockcloud"
 	"github.com/dynk8s/dynk8s/infra"
 	"github.com/dynk8s/dynk8s/internal/names"
+	"github.com/dynk8s/dynk8s/node/nodeconfig"
 )
 
 // Kinds of billed items: what AWS charges for and by what unit.
@@ -181,6 +183,7 @@ func (r *Result) IdleBill() IdleBill {
 	templates := map[string]map[string]any{}
 	for _, lt := range byType("aws:ec2/launchTemplate:LaunchTemplate") {
 		templates[lt.ID] = inputs[lt.Type+"/"+lt.Name]
+		bill.Items = append(bill.Items, cacheItems(lt)...)
 	}
 	for _, g := range byType("aws:autoscaling/group:Group") {
 		bill.NodeHour = append(bill.NodeHour, poolHour(g, inputs[g.Type+"/"+g.Name], templates, mapsPublicIP))
@@ -424,4 +427,32 @@ func agentStorage(byType func(string) []mockcloud.Resource) []BillItem {
 		items = append(items, BillItem{Kind: BillS3Storage, Quantity: mib, Resource: o.Name, Note: note})
 	}
 	return items
+}
+
+// cacheItems are what a pool's build cache volumes bill while the pool runs no node, read from its launch template's
+// node.json (node/nodeconfig: the cache the nodes attach): up to its most volumes of its size, kept at zero nodes.
+func cacheItems(lt mockcloud.Resource) []BillItem {
+	raw, err := decodeUserData(lt, "userData")
+	if err != nil {
+		return nil
+	}
+	files, err := cloudinit.Files(raw)
+	if err != nil {
+		return nil
+	}
+	for _, f := range files {
+		if f.Path != nodeconfig.Path {
+			continue
+		}
+		node, err := nodeconfig.Decode(strings.NewReader(f.Content))
+		if err != nil || node.Cache == nil {
+			return nil
+		}
+		c := node.Cache
+		return []BillItem{{Kind: BillVolume, Quantity: c.MaxVolumes * c.SizeGiB, Detail: c.VolumeType, Resource: lt.Name,
+			Note: fmt.Sprintf("pool %s's build cache: up to %d volumes of %d GiB kept at zero nodes (%d IOPS, %d MiB/s: "+
+				"above gp3's 3000 and 125 they bill besides, not priced here)", node.PoolName, c.MaxVolumes, c.SizeGiB,
+				c.IOPS, c.Throughput)}}
+	}
+	return nil
 }

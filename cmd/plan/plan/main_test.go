@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -429,4 +430,31 @@ func TestPlanJSONFieldsDocumented(t *testing.T) {
 	for _, k := range []string{"bakedImages", "nodeHour", "whileNodesRun", "ignoreChanges"} {
 		assert.Check(t, seen[k], "the document has no %s: the test no longer covers it", k)
 	}
+}
+
+// A pool's build cache bills its kept volumes at zero nodes: up to its most (here the pool's maxSize, 4) of its
+// size, read from the pool's node.json; the node role's cache policy is declared with it.
+func TestPlanBuildCache(t *testing.T) {
+	chdirRoot(t)
+	src, err := os.ReadFile("Pulumi.dev.yaml")
+	assert.NilError(t, err)
+	stock := idleBill(t, "-stack", "dev")
+	cached := strings.Replace(string(src), "    - name: builders-x86\n",
+		"    - name: builders-x86\n      cache:\n        sizeGiB: 50\n", 1)
+	assert.Assert(t, cached != string(src), "the dev stack has no pool builders-x86")
+	file := filepath.Join(t.TempDir(), "Pulumi.cached.yaml")
+	assert.NilError(t, os.WriteFile(file, []byte(cached), 0o644))
+
+	bill := idleBill(t, "-config", file)
+	want := quantities(stock.Items)
+	want[plan.BillVolume] += 4 * 50
+	assert.DeepEqual(t, quantities(bill.Items), want)
+	i := slices.IndexFunc(bill.Items, func(it plan.BillItem) bool { return strings.Contains(it.Note, "build cache") })
+	assert.Assert(t, i >= 0)
+	assert.Check(t, is.Equal(bill.Items[i].Note, "pool builders-x86's build cache: up to 4 volumes of 50 GiB kept at "+
+		"zero nodes (3000 IOPS, 125 MiB/s: above gp3's 3000 and 125 they bill besides, not priced here)"))
+
+	var stdout, stderr bytes.Buffer
+	assert.Equal(t, plan.Main([]string{"-config", file, "-json"}, &stdout, &stderr), 0, stderr.String())
+	assert.Check(t, is.Contains(stdout.String(), `"name": "attach-pool-cache"`))
 }
