@@ -104,7 +104,7 @@ func checkImage(t *testing.T, image string) {
 	}
 	calls, _ := os.ReadFile(filepath.Join(image, "var/log/dynk8s-box/calls.log"))
 	if !strings.Contains(string(calls), "dnf install") {
-		t.Errorf("the image build installed nothing:\n%s", calls)
+		t.Errorf("the bake installed nothing:\n%s", calls)
 	}
 }
 
@@ -154,8 +154,9 @@ func (n *boxNode) joinJournal(ctx context.Context) string {
 	return out
 }
 
-// TestBoxNodeBakedImage proves the baked image in the box: (a) the image build's steps, the agent's prepare and its
-// clean-identity, run in a box booted from the stock root; (b) a copy of what it left, booted with the pool's user
+// TestBoxNodeBakedImage proves the baked image in the box: (a) a box booted from the stock root with the pool's bake
+// user data (cloudinit.Bake) runs `dynk8s-node bake` (prepare, clean-identity, the image's check) and powers itself
+// off; (b) a copy of what it left, booted with the pool's user
 // data in InService, joins and is Ready without running the package manager (the box's dnf records no call), its
 // packages and pre-pull phases logged as baked, with cloud-init and systemd clean and the kubelet started behind the
 // metadata lockdown; (c) a cold box of the same pool joins for the comparison of the in-box phase times, which
