@@ -2,8 +2,8 @@
 // the node's configuration (/etc/dynk8s/node.json, node/nodeconfig), the boot (join), the wake-up of the stack's
 // WireGuard gateway (wake-gateway), the routes toward on-prem (onprem-routes) and the lockdown of the instance
 // metadata service (imds-lock); on the gateway, with its configuration (/etc/dynk8s/gateway.json), its key,
-// packages and idle check; on a bake instance (cmd/bake), the bake: the prepare step and what follows it. The commands are the
-// table below, which node/internal/cli runs.
+// packages and idle check; on a bake instance (cmd/bake), the bake: the prepare step and what follows it. The
+// commands are the table below, which node/internal/cli runs.
 //
 //	dynk8s-node join [--config FILE] [--dry-run] [-v] [--skip PHASE,...]
 //	dynk8s-node wake-gateway|onprem-routes|imds-lock [--config FILE] [--dry-run] [-v]
