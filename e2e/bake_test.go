@@ -218,7 +218,9 @@ func TestBakeAgainstMoto(t *testing.T) {
 		assert.NilError(t, err)
 		assert.Assert(t, newID != id, "a pre-pull did not change the image's identity")
 		agent.hangBake(newID)
-		rc, _, stderr := bakeRun(t, changed, "-timeout", "3s")
+		// -timeout bounds the launch too: 20 s leaves a slow, loaded machine's moto room to launch before the wait
+		// for the stop runs out, which is what this case is about.
+		rc, _, stderr := bakeRun(t, changed, "-timeout", "20s")
 		assert.Equal(t, rc, 1)
 		assert.Check(t, is.Contains(stderr, "FAILED: pool "+pool.Name+": bake instance"))
 		assert.Check(t, is.Contains(stderr, "not stopped after"))
