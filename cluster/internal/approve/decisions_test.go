@@ -177,14 +177,19 @@ func TestDecisions(t *testing.T) {
 	for _, w := range wants {
 		counts[w.reason]++
 	}
-	for reason, n := range counts {
-		decision := "denied"
-		if reason == ReasonLiveInstance {
-			decision = "approved"
+	// A decision counts once its write has returned, which may come after the test has read the CSR.
+	poll.WaitOn(t, func(poll.LogT) poll.Result {
+		for _, reason := range slices.Sorted(maps.Keys(counts)) {
+			decision := "denied"
+			if reason == ReasonLiveInstance {
+				decision = "approved"
+			}
+			if v := metricValue(t, r.ctrl.decisions.WithLabelValues(decision, string(reason))); v != counts[reason] {
+				return poll.Continue("%s/%s counted %v times, want %v", decision, reason, v, counts[reason])
+			}
 		}
-		assert.Check(t, is.Equal(metricValue(t, r.ctrl.decisions.WithLabelValues(decision, string(reason))), n),
-			"%s/%s", decision, reason)
-	}
+		return poll.Success()
+	}, poll.WithTimeout(r.timeout), poll.WithDelay(r.delay))
 	// Nothing was written to the CSRs the loop does not judge, and none of them counts as pending: the gauge drops
 	// as the informer delivers each decision back, which may come after the test has read the decisions.
 	poll.WaitOn(t, func(poll.LogT) poll.Result {

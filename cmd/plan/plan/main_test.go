@@ -180,13 +180,13 @@ func quantities(items []plan.BillItem) map[string]int {
 }
 
 // The dev stack's on-prem peer dials in: at zero nodes it bills the gateway's root volume (the image's 5 GiB), its
-// Elastic IP and its alarm; the gateway itself is stopped. A node adds its type, volume and address, and the
+// Elastic IP and its alarm, and builders-x86's build caches (2 volumes of 50 GiB); the gateway itself is stopped. A node adds its type, volume and address, and the
 // gateway's hour.
 func TestPlanIdleBillDialIn(t *testing.T) {
 	chdirRoot(t)
 	bill := idleBill(t, "-stack", "dev")
 	assert.DeepEqual(t, quantities(bill.Items), map[string]int{
-		plan.BillVolume: 5, plan.BillPublicIPv4: 1, plan.BillAlarm: 1, plan.BillInstance + " t4g.micro": 0,
+		plan.BillVolume: 5 + devCaches, plan.BillPublicIPv4: 1, plan.BillAlarm: 1, plan.BillInstance + " t4g.micro": 0,
 		plan.BillS3Storage: 2 * 4,
 	})
 	// The Elastic IP replaces the address EC2 would assign at each start.
@@ -206,7 +206,10 @@ func TestPlanIdleBillDialIn(t *testing.T) {
 	assert.Check(t, is.Regexp(`pool builders-x86 +1 × c7i.2xlarge \(on-demand\) +80 GiB gp3 +1 public IPv4`, table.String()))
 }
 
-// Dialling out (the dev stack with an on-prem endpoint, and the prod stack), the idle bill is the volume and the
+// devCaches is the dev stack's build cache GiB at zero nodes: builders-x86 keeps 2 volumes of 50 GiB.
+const devCaches = 2 * 50
+
+// Dialling out (the dev stack with an on-prem endpoint, and the prod stack), the idle bill is the volumes and the
 // alarm: no address bills while the gateway sleeps; its address bills only while it runs.
 func TestPlanIdleBillDialOut(t *testing.T) {
 	chdirRoot(t)
@@ -220,7 +223,11 @@ func TestPlanIdleBillDialOut(t *testing.T) {
 		bill := idleBill(t, args...)
 		q := quantities(bill.Items)
 		assert.Check(t, is.Equal(q[plan.BillPublicIPv4], 0), name)
-		assert.Check(t, is.Equal(q[plan.BillVolume], 5), name)
+		caches := 0
+		if name == "dev dial-out" {
+			caches = devCaches
+		}
+		assert.Check(t, is.Equal(q[plan.BillVolume], 5+caches), name)
 		assert.Check(t, is.Equal(q[plan.BillAlarm], 1), name)
 		assert.Check(t, is.Equal(quantities(bill.WhileNodesRun)[plan.BillPublicIPv4], 1), name)
 	}
@@ -232,7 +239,7 @@ func TestPlanIdleBillDialOut(t *testing.T) {
 	assert.NilError(t, os.WriteFile(file, []byte(kept), 0o644))
 	bill := idleBill(t, "-config", file)
 	assert.DeepEqual(t, quantities(bill.Items), map[string]int{
-		plan.BillVolume: 5 + 80, plan.BillPublicIPv4: 1 + 1, plan.BillAlarm: 1,
+		plan.BillVolume: 5 + 80 + devCaches, plan.BillPublicIPv4: 1 + 1, plan.BillAlarm: 1,
 		plan.BillInstance + " t4g.micro": 1, plan.BillInstance + " c7i.2xlarge": 1, plan.BillS3Storage: 2 * 4,
 	})
 	assert.Check(t, is.Len(bill.WhileNodesRun, 0))
@@ -243,7 +250,7 @@ func TestPlanIdleBillDialOut(t *testing.T) {
 	assert.NilError(t, os.WriteFile(file, []byte(always), 0o644))
 	bill = idleBill(t, "-config", file)
 	assert.DeepEqual(t, quantities(bill.Items), map[string]int{
-		plan.BillVolume: 5 + 80, plan.BillPublicIPv4: 1 + 1, plan.BillAlarm: 1,
+		plan.BillVolume: 5 + 80 + devCaches, plan.BillPublicIPv4: 1 + 1, plan.BillAlarm: 1,
 		plan.BillInstance + " t4g.micro": 1, plan.BillInstance + " c7i.2xlarge": 1, plan.BillS3Storage: 2 * 4,
 	})
 	assert.Check(t, is.Len(bill.WhileNodesRun, 0))
@@ -257,10 +264,10 @@ func TestPlanIdleBillWarmPool(t *testing.T) {
 	assert.NilError(t, err)
 	file := filepath.Join(t.TempDir(), "Pulumi.warm.yaml")
 	for state, want := range map[string]map[string]int{
-		"Stopped": {plan.BillVolume: 5 + 2*80, plan.BillPublicIPv4: 1, plan.BillAlarm: 1, plan.BillInstance + " t4g.micro": 0,
+		"Stopped": {plan.BillVolume: 5 + 2*80 + devCaches, plan.BillPublicIPv4: 1, plan.BillAlarm: 1, plan.BillInstance + " t4g.micro": 0,
 			plan.BillS3Storage: 2 * 4},
 		// The Running instances keep the gateway awake: it bills its hours (AWS N14).
-		"Running": {plan.BillVolume: 5 + 2*80, plan.BillPublicIPv4: 1 + 2, plan.BillAlarm: 1,
+		"Running": {plan.BillVolume: 5 + 2*80 + devCaches, plan.BillPublicIPv4: 1 + 2, plan.BillAlarm: 1,
 			plan.BillInstance + " t4g.micro": 1, plan.BillInstance + " c7i.2xlarge": 2, plan.BillS3Storage: 2 * 4},
 	} {
 		warm := strings.Replace(string(src), "    - name: builders-x86\n",
@@ -338,7 +345,8 @@ func TestPlanBakedImage(t *testing.T) {
 }
 
 // The bill is priced for the example stacks' regions from the table in the code: the dev stack (dial-in,
-// eu-central-1) at $4.23 a month at zero nodes (the Elastic IP, the gateway's 5 GiB and its alarm), the prod stack
+// eu-central-1) at $13.75 a month at zero nodes (the Elastic IP, the gateway's 5 GiB and its alarm, builders-x86's
+// 100 GiB of caches), the prod stack
 // (dial-out, eu-west-1) at $0.54; an on-demand node-hour is its type, volume and address; a spot pool and a type the
 // table lacks are not priced, and a region without a table gets quantities only.
 func TestPlanIdleBillPriced(t *testing.T) {
@@ -346,7 +354,7 @@ func TestPlanIdleBillPriced(t *testing.T) {
 	dev := idleBill(t, "-stack", "dev")
 	assert.Equal(t, dev.Region, "eu-central-1")
 	assert.Assert(t, dev.MonthlyUSD != nil)
-	assert.Check(t, is.Equal(fmt.Sprintf("%.2f", *dev.MonthlyUSD), "4.23"))
+	assert.Check(t, is.Equal(fmt.Sprintf("%.2f", *dev.MonthlyUSD), "13.75"))
 	for _, h := range dev.NodeHour {
 		switch h.Pool {
 		case "builders-x86":
@@ -365,7 +373,7 @@ func TestPlanIdleBillPriced(t *testing.T) {
 	}
 	var out, stderr bytes.Buffer
 	assert.Equal(t, plan.Main([]string{"-stack", "dev"}, &out, &stderr), 0, stderr.String())
-	assert.Check(t, is.Contains(out.String(), "  total at zero nodes: $4.23 a month\n  prices: eu-central-1 list prices as of 2025"))
+	assert.Check(t, is.Contains(out.String(), "  total at zero nodes: $13.75 a month\n  prices: eu-central-1 list prices as of 2025"))
 	assert.Check(t, is.Regexp(`pool builders-x86 .* \$0\.4254/h`, out.String()))
 
 	src, err := os.ReadFile("Pulumi.dev.yaml")
@@ -439,19 +447,21 @@ func TestPlanBuildCache(t *testing.T) {
 	src, err := os.ReadFile("Pulumi.dev.yaml")
 	assert.NilError(t, err)
 	stock := idleBill(t, "-stack", "dev")
-	cached := strings.Replace(string(src), "    - name: builders-x86\n",
-		"    - name: builders-x86\n      cache:\n        sizeGiB: 50\n", 1)
-	assert.Assert(t, cached != string(src), "the dev stack has no pool builders-x86")
+	cached := strings.Replace(string(src), "    - name: builders-arm\n",
+		"    - name: builders-arm\n      cache:\n        sizeGiB: 40\n", 1)
+	assert.Assert(t, cached != string(src), "the dev stack has no pool builders-arm")
 	file := filepath.Join(t.TempDir(), "Pulumi.cached.yaml")
 	assert.NilError(t, os.WriteFile(file, []byte(cached), 0o644))
 
 	bill := idleBill(t, "-config", file)
 	want := quantities(stock.Items)
-	want[plan.BillVolume] += 4 * 50
+	want[plan.BillVolume] += 6 * 40
 	assert.DeepEqual(t, quantities(bill.Items), want)
-	i := slices.IndexFunc(bill.Items, func(it plan.BillItem) bool { return strings.Contains(it.Note, "build cache") })
+	i := slices.IndexFunc(bill.Items, func(it plan.BillItem) bool {
+		return strings.Contains(it.Note, "builders-arm's build cache")
+	})
 	assert.Assert(t, i >= 0)
-	assert.Check(t, is.Equal(bill.Items[i].Note, "pool builders-x86's build cache: up to 4 volumes of 50 GiB kept at "+
+	assert.Check(t, is.Equal(bill.Items[i].Note, "pool builders-arm's build cache: up to 6 volumes of 40 GiB kept at "+
 		"zero nodes (3000 IOPS, 125 MiB/s: above gp3's 3000 and 125 they bill besides, not priced here)"))
 
 	var stdout, stderr bytes.Buffer

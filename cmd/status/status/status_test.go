@@ -629,5 +629,5 @@ func TestStatusExitCodes(t *testing.T) {
 	var r Report
 	assert.NilError(t, json.Unmarshal(out.Bytes(), &r))
 	assert.Check(t, is.Equal(r.Token.Every, Duration(40*time.Minute)))
-	assert.Check(t, is.Contains(out.String(), `"monthlyUsd": 4.226`))
+	assert.Check(t, is.Contains(out.String(), `"monthlyUsd": 13.746`))
 }
