@@ -15,7 +15,7 @@ GOLANGCI_LINT := $(GOBIN)/golangci-lint
 DEBIAN_TOOLS := cloud-init:cloud-init shellcheck:shellcheck wg:wireguard-tools nft:nftables curl:curl \
 	python3:python3 systemd-analyze:systemd
 
-.PHONY: help test tools fmt-check vet lint unit plan golden e2e bench-burst fresh build preview up clean
+.PHONY: help test tools fmt-check vet lint unit plan golden e2e bench-burst bench-cache fresh build preview up clean
 
 ## help: list the targets.
 help:
@@ -100,6 +100,17 @@ bench-burst:
 	PATH="$$(hack/tools.sh --print-path):$$PATH" DYNK8S_REQUIRE_TOOLS=1 hack/start-kube.sh $(GO) test -tags e2e \
 		-count=1 -timeout 0 -run 'TestBurstBenchmark$$' -v ./e2e/ -args -burst.runs=$(BURST_RUNS) \
 		-burst.variants=$(BURST_VARIANTS) -burst.out=$(abspath $(BURST_OUT))
+
+## bench-cache: the build cache benchmark, CACHE_RUNS cold and warm Go builds of CACHE_PKG in the box, its table to
+## CACHE_OUT (root; not part of CI: docs/build-caches.md is pasted from its output).
+CACHE_RUNS ?= 3
+CACHE_PKG ?= ./node/cmd/dynk8s-node
+CACHE_OUT ?= cache-bench.md
+bench-cache:
+	hack/tools.sh
+	PATH="$$(hack/tools.sh --print-path):$$PATH" DYNK8S_REQUIRE_TOOLS=1 $(GO) test -tags e2e -count=1 -timeout 0 \
+		-run 'TestCacheBenchmark$$' -v ./e2e/ -args -cache.runs=$(CACHE_RUNS) -cache.pkg=$(CACHE_PKG) \
+		-cache.out=$(abspath $(CACHE_OUT))
 
 ## fresh: `make test` on a clean clone of HEAD in a fresh Debian root with only CONTRIBUTING.md's prerequisites (root).
 fresh:

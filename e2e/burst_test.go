@@ -74,14 +74,30 @@ const burstCleanupThreshold = 5 * time.Second
 // cmd/status, as the operator runs it on the on-prem peer, reports the gateway asleep and the pool at zero before
 // the burst, the pool at one with its Node Ready and the tunnel up while the build's Node still runs, and zero again
 // after it.
+//
+// The pool keeps a build cache (the dev stack's builders-x86 does, docs/build-caches.md): the first node creates its
+// volume, makes its file system and mounts it, and its build writes there; after the pool has been at zero, a
+// second build raises it again, and the new node attaches and mounts the same volume, where its build finds what
+// the first wrote.
 func TestBurstScaleUpAndBackToZero(t *testing.T) {
 	st := buildStatus(t)
 	b := newBurst(t, burstOptions{})
+	if b.pool.Cache == nil {
+		t.Fatalf("the dev stack's pool %s keeps no build cache", b.pool.Name)
+	}
 	st.checkAsleep(b.ctx, t, b, "before the burst")
 	b.scaleUp(t)
 	st.checkBurst(b.ctx, t, b)
 	b.backToZero(t)
 	st.checkAsleep(b.ctx, t, b, "after the burst")
+	first := b.cacheVolume
+	b.scaleUp(t)
+	if b.cacheVolume != first {
+		t.Errorf("the second node mounted volume %s, want the first's %s", b.cacheVolume, first)
+	}
+	if vols := b.aws.cacheVolumes(b.ctx, t); len(vols) != 1 || vols[first] != "in-use" {
+		t.Errorf("the pool's cache volumes after the second node: %v, want %s in use alone", vols, first)
+	}
 }
 
 // TestBurstNodeWakesTheGateway is the fallback: without the controller's wake-up (its loop not run, as with the
@@ -129,6 +145,11 @@ type burst struct {
 	// box and node are the instance's box and its Node, once scaleUp has seen it register.
 	box  *boxNode
 	node string
+	// rounds is how many scale-ups have begun; cacheVolume is the build cache the last one's node mounted.
+	rounds      int
+	cacheVolume string
+	// nodeNames are the Nodes of the instances, by instance id.
+	nodeNames map[string]string
 }
 
 func newBurst(t *testing.T, opts burstOptions) *burst {
@@ -208,13 +229,24 @@ func newBurst(t *testing.T, opts burstOptions) *burst {
 func (b *burst) scaleUp(t *testing.T) {
 	t.Helper()
 	ctx, c := b.ctx, b.c
-	const pod = "e2e-burst-build"
+	round, prev := b.rounds, b.box
+	b.rounds++
+	pod := "e2e-burst-build"
+	var operator *operatorTimeline
+	if round > 0 {
+		// A scale-up after the first: its own pod and phases, without the operator's timeline.
+		pod = fmt.Sprintf("%s-%d", pod, round+1)
+		b.phases.log(t)
+		b.phases = &phaseLog{}
+	}
 	if b.opts.awake {
 		b.wakeGatewayFirst(t)
 	}
-	createBuildPod(ctx, t, c, pod, b.pool)
+	createBuildPod(ctx, t, c, pod, b.pool, round)
 	b.phases.start()
-	operator := b.startTimeline(t)
+	if round == 0 {
+		operator = b.startTimeline(t)
+	}
 
 	b.wait(t, 2*time.Minute, "scale-up decision", func() bool {
 		return b.aws.desired(ctx, t)[b.group] == 1
@@ -228,7 +260,7 @@ func (b *burst) scaleUp(t *testing.T) {
 	explainAgrees(ctx, t, c, b.s, pod, b.group)
 	var box *boxNode
 	b.wait(t, time.Minute, "instance booting", func() bool {
-		box = b.launcher.only()
+		box = b.launcher.only(prev)
 		return box != nil
 	})
 	if !b.opts.awake {
@@ -285,7 +317,9 @@ func (b *burst) scaleUp(t *testing.T) {
 	if p.Spec.NodeName != node {
 		t.Errorf("pod %s ran on %q, want the new node %s", pod, p.Spec.NodeName, node)
 	}
-	operator.wait(t)
+	if operator != nil {
+		operator.wait(t)
+	}
 	b.wait(t, 2*time.Minute, "pod Succeeded", func() bool {
 		if !getP() {
 			return false
@@ -296,6 +330,58 @@ func (b *burst) scaleUp(t *testing.T) {
 		return p.Status.Phase == corev1.PodSucceeded
 	})
 	b.node = node
+	if b.pool.Cache != nil {
+		b.checkCache(t, kn, p, prev)
+	}
+}
+
+// checkCache checks the node's build cache after its build: the Node says it has one, the box has the one volume
+// attached, and the build found each earlier round's line, the last naming the node before.
+func (b *burst) checkCache(t *testing.T, kn kubeNode, p *corev1.Pod, prev *boxNode) {
+	t.Helper()
+	if kn.Metadata.Labels[kube.LabelCache] != "true" {
+		t.Errorf("Node %s registered without %s=true: %v", kn.Metadata.Name, kube.LabelCache, kn.Metadata.Labels)
+	}
+	bb := b.box.cur
+	bb.volumesMu.Lock()
+	vols := slices.Collect(maps.Keys(bb.volumes))
+	bb.volumesMu.Unlock()
+	if len(vols) != 1 {
+		t.Fatalf("the box of %s has volumes %v attached, want its build cache", b.box.id, vols)
+	}
+	b.cacheVolume = vols[0]
+	var msg string
+	if st := p.Status.ContainerStatuses; len(st) == 1 && st[0].State.Terminated != nil {
+		msg = st[0].State.Terminated.Message
+	}
+	want := fmt.Sprintf("cache: %d earlier builds", b.rounds-1)
+	if !strings.HasPrefix(msg, want) || (prev != nil && !strings.Contains(msg, b.nodeNames[prev.id])) {
+		t.Errorf("the build says %q, want %q and the node before", msg, want)
+	}
+	if b.nodeNames == nil {
+		b.nodeNames = map[string]string{}
+	}
+	b.nodeNames[b.box.id] = kn.Metadata.Name
+	// The agent's own account: the first node made the volume, the next found it as the first left it.
+	journal, err := b.box.exec(b.ctx, "journalctl", "-o", "cat", "--no-pager")
+	assert.NilError(t, err)
+	var lines []string
+	for line := range strings.Lines(journal) {
+		if strings.Contains(line, "cache: ") || strings.Contains(line, "phase=cache ") {
+			lines = append(lines, strings.TrimSpace(line))
+		}
+	}
+	state := "new"
+	if b.rounds > 1 {
+		state = "as it was"
+	}
+	want = fmt.Sprintf("cache: volume %s (", b.cacheVolume)
+	if !slices.ContainsFunc(lines, func(l string) bool {
+		return strings.Contains(l, want) && strings.HasSuffix(l, ", "+state)
+	}) {
+		t.Errorf("the agent's journal has no line %q...%q: %q", want, state, lines)
+	}
+	t.Logf("build cache: volume %s; the build says %q; the agent:\n%s", b.cacheVolume, msg, strings.Join(lines, "\n"))
 }
 
 // backToZero is the rest of the loop, after scaleUp: the idle node is scaled in, its Node deleted, and the gateway
@@ -582,13 +668,28 @@ func startScheduler(t *testing.T, c cluster) {
 
 // createBuildPod creates the build: it runs the build image, asks for one fuse device and ephemeral storage, and
 // selects this machine's architecture (the dev stack's other pool is arm64); it is deleted when the test ends.
-func createBuildPod(ctx context.Context, t *testing.T, c cluster, name string, pool config.NodePool) {
+// createBuildPod creates the build pod of a pool. With the pool's build cache, the pod mounts a directory of it and
+// wants at least earlier builds' lines there (testdata/images/build).
+func createBuildPod(ctx context.Context, t *testing.T, c cluster, name string, pool config.NodePool, earlier int) {
 	t.Helper()
 	requests := map[string]string{"cpu": "100m", "memory": "64Mi", ephemeralStorage: "1Gi", fuseResource: "1"}
 	var tolerations []map[string]string
 	for _, tt := range pool.Taints {
 		tolerations = append(tolerations, map[string]string{"key": tt.Key, "operator": "Equal", "value": tt.Value,
 			"effect": string(tt.Effect)})
+	}
+	env := []map[string]any{{"name": "BUILD_DIR", "value": "/work"}}
+	mounts := []map[string]string{{"name": "work", "mountPath": "/work"}}
+	volumes := []map[string]any{{"name": "work", "emptyDir": map[string]any{}}}
+	if pool.Cache != nil {
+		// As the Jenkins kit's templates mount it (docs/jenkins): a hostPath directory under the cache's mount.
+		env = append(env, map[string]any{"name": "CACHE_DIR", "value": "/cache"},
+			map[string]any{"name": "CACHE_WANT", "value": fmt.Sprint(earlier)},
+			map[string]any{"name": "NODE_NAME", "valueFrom": map[string]any{
+				"fieldRef": map[string]string{"fieldPath": "spec.nodeName"}}})
+		mounts = append(mounts, map[string]string{"name": "cache", "mountPath": "/cache"})
+		volumes = append(volumes, map[string]any{"name": "cache", "hostPath": map[string]string{
+			"path": pool.Cache.MountPath + "/e2e-build", "type": "DirectoryOrCreate"}})
 	}
 	applyJSON(ctx, t, c, map[string]any{
 		"apiVersion": "v1", "kind": "Pod",
@@ -598,12 +699,11 @@ func createBuildPod(ctx context.Context, t *testing.T, c cluster, name string, p
 			"nodeSelector":  map[string]string{kube.LabelArch: pool.Arch.Label(), kube.LabelPool: pool.Name},
 			"tolerations":   tolerations,
 			"containers": []map[string]any{{
-				"name": "build", "image": buildImage,
-				"env":          []map[string]string{{"name": "BUILD_DIR", "value": "/work"}},
+				"name": "build", "image": buildImage, "env": env,
 				"resources":    map[string]any{"requests": requests, "limits": map[string]string{fuseResource: "1"}},
-				"volumeMounts": []map[string]string{{"name": "work", "mountPath": "/work"}},
+				"volumeMounts": mounts,
 			}},
-			"volumes": []map[string]any{{"name": "work", "emptyDir": map[string]any{}}},
+			"volumes": volumes,
 		},
 	})
 	t.Cleanup(func() {

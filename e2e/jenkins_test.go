@@ -6,9 +6,11 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -17,6 +19,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 
 	"github.com/dynk8s/dynk8s/cmd/explain/explain"
+	"github.com/dynk8s/dynk8s/infra/config"
 )
 
 // kitAgentImage stands in for the jnlp container's image, which the kubernetes plugin fills in (the example pod
@@ -27,7 +30,8 @@ const kitAgentImage = "jenkins/inbound-agent"
 // completes it (a name, the namespace, the jnlp image), is accepted by the real API server (server-side dry run,
 // admission included) and explain says it fits the pool it is named after and raises that pool. The API server
 // keeps the templates' outage tolerations: DefaultTolerationSeconds adds its 300 s ones only to a pod without them,
-// as the same template stripped of them shows.
+// as the same template stripped of them shows. The template of a pool with a build cache mounts a directory of it,
+// which a namespace enforcing the baseline Pod Security level refuses (checkKitCache).
 func TestJenkinsKitPodTemplates(t *testing.T) {
 	c := requireCluster(t)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
@@ -72,6 +76,8 @@ func TestJenkinsKitPodTemplates(t *testing.T) {
 			}
 			t.Logf("server-side dry run accepted; explain:\n%s", report)
 
+			checkKitCache(ctx, t, c, s.cfg, pool, stored)
+
 			bare := stored.DeepCopy()
 			bare.ResourceVersion, bare.UID = "", ""
 			bare.Spec.Tolerations = nil
@@ -82,9 +88,51 @@ func TestJenkinsKitPodTemplates(t *testing.T) {
 	}
 }
 
+// checkKitCache: a template mounts a hostPath under its pool's cache mount when the pool keeps a cache, and only
+// then; the Pod Security admission of a namespace at the baseline level refuses it, naming the hostPath volume, which
+// is why docs/jenkins.md asks for a namespace that does not enforce baseline.
+func checkKitCache(ctx context.Context, t *testing.T, c cluster, cfg *config.Config, name string, pod *corev1.Pod) {
+	t.Helper()
+	i := slices.IndexFunc(cfg.NodePools, func(p config.NodePool) bool { return p.Name == name })
+	assert.Assert(t, i >= 0, "no pool %s", name)
+	pool := cfg.NodePools[i]
+	var paths []string
+	for _, v := range pod.Spec.Volumes {
+		if v.HostPath != nil {
+			paths = append(paths, v.HostPath.Path)
+		}
+	}
+	if pool.Cache == nil {
+		assert.Check(t, len(paths) == 0, "pool %s keeps no cache, its template mounts %v", name, paths)
+		return
+	}
+	if len(paths) != 1 || !strings.HasPrefix(paths[0], pool.Cache.MountPath+"/") {
+		t.Fatalf("the template mounts hostPaths %v, want one under the pool's cache at %s", paths, pool.Cache.MountPath)
+	}
+	ns := "e2e-kit-baseline"
+	_, _ = c.kubectl(ctx, "create", "namespace", ns)
+	t.Cleanup(func() { _, _ = c.kubectl(context.Background(), "delete", "namespace", ns, "--wait=false") })
+	_, err := c.kubectl(ctx, "label", "--overwrite", "namespace", ns, "pod-security.kubernetes.io/enforce=baseline")
+	assert.NilError(t, err)
+	restricted := pod.DeepCopy()
+	restricted.Namespace, restricted.ResourceVersion, restricted.UID = ns, "", ""
+	_, err = tryDryRunPod(ctx, t, c, restricted)
+	assert.ErrorContains(t, err, `hostPath volumes (volume "cache")`, "the baseline level accepted the cache's hostPath")
+}
+
 // dryRunPod sends the pod through the API server's create path without persisting it and returns what it would
 // store.
 func dryRunPod(ctx context.Context, t *testing.T, c cluster, pod *corev1.Pod) *corev1.Pod {
+	t.Helper()
+	out, err := tryDryRunPod(ctx, t, c, pod)
+	if err != nil {
+		t.Fatalf("server-side dry run of %s: %v", pod.Name, err)
+	}
+	return out
+}
+
+// tryDryRunPod is dryRunPod, returning the API server's refusal.
+func tryDryRunPod(ctx context.Context, t *testing.T, c cluster, pod *corev1.Pod) (*corev1.Pod, error) {
 	t.Helper()
 	pod = pod.DeepCopy()
 	pod.APIVersion, pod.Kind = "v1", "Pod"
@@ -96,11 +144,11 @@ func dryRunPod(ctx context.Context, t *testing.T, c cluster, pod *corev1.Pod) *c
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
 	if err := cmd.Run(); err != nil {
-		t.Fatalf("server-side dry run of %s: %v\n%s\n%s", pod.Name, err, stderr.String(), doc)
+		return nil, fmt.Errorf("%w\n%s\n%s", err, stderr.String(), doc)
 	}
 	var out corev1.Pod
 	assert.NilError(t, json.Unmarshal(stdout.Bytes(), &out))
-	return &out
+	return &out, nil
 }
 
 // outageTolerations are the pod's NoExecute tolerations of the unreachable and not-ready taints, with their seconds.

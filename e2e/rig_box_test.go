@@ -62,6 +62,10 @@ type boxBoot struct {
 	done    chan struct{}
 	console *nodetest.SyncBuffer
 	start   time.Time
+	// volumes are the loop devices of the volumes attached during this boot, by volume id (rig_volumes_test.go),
+	// under volumesMu: the boot's end lets them go.
+	volumesMu sync.Mutex
+	volumes   map[string]string
 }
 
 type boxSpec struct {
@@ -277,6 +281,8 @@ func (b *box) boot(t *testing.T) {
 		_ = cmd.Wait()
 		b.boots = append(b.boots, time.Since(bb.start))
 		close(bb.done)
+		// After done: a volume attached from here on would find the boot over.
+		bb.detachVolumes()
 	}()
 	b.cur = bb
 	t.Cleanup(func() {

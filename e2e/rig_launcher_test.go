@@ -13,7 +13,7 @@ import (
 // launcher plays EC2 for the boxes: each instance moto starts in the watched group gets a box that boots the
 // pool's user data, with that instance's id, zone, private IP and Auto Scaling lifecycle state in its fake IMDS; a
 // box whose instance moto stops or terminates is powered off, and booted again (a start of the same instance) when
-// moto runs it again.
+// moto runs it again. A volume moto attaches to a running instance appears in its box (rig_volumes_test.go).
 //
 // With a VPC (boxJoin.vpc), the launcher also plays EC2 for its gateway: moto's start of the gateway instance (a
 // node's wake-up call) boots the gateway's box, and the box's powering itself off (the idle check's poweroff, with
@@ -28,15 +28,18 @@ type launcher struct {
 	stopping map[string]bool
 	// gatewayBooted: the gateway's box was booted for the instance's current run.
 	gatewayBooted bool
+	// volumes: the EBS volumes moto attaches to the instances (rig_volumes_test.go).
+	volumes *volumeStore
 }
 
 // ec2Instance is one instance as moto's EC2 and Auto Scaling describe it (testdata/moto_aws.py ec2-instances).
 type ec2Instance struct {
-	State     string `json:"state"`
-	Zone      string `json:"zone"`
-	IP        string `json:"ip"`
-	Group     string `json:"group"`
-	Lifecycle string `json:"lifecycle"`
+	State     string           `json:"state"`
+	Zone      string           `json:"zone"`
+	IP        string           `json:"ip"`
+	Group     string           `json:"group"`
+	Lifecycle string           `json:"lifecycle"`
+	Volumes   []attachedVolume `json:"volumes"`
 }
 
 func (a *awsEnv) ec2Instances(ctx context.Context, t *testing.T) map[string]ec2Instance {
@@ -46,10 +49,18 @@ func (a *awsEnv) ec2Instances(ctx context.Context, t *testing.T) map[string]ec2I
 	return out
 }
 
+// cacheVolumes are the build cache volumes moto knows, by id: their state.
+func (a *awsEnv) cacheVolumes(ctx context.Context, t *testing.T) map[string]string {
+	t.Helper()
+	var out map[string]string
+	a.python(ctx, t, nil, &out, "cache-volumes", a.admin.Key, a.admin.Secret)
+	return out
+}
+
 func newLauncher(t *testing.T, a *awsEnv, j *boxJoin, group string, archives []string) *launcher {
 	t.Helper()
 	return &launcher{aws: a, join: j, group: group, archives: archives, boxes: map[string]*boxNode{},
-		stopping: map[string]bool{}}
+		stopping: map[string]bool{}, volumes: newVolumeStore(t)}
 }
 
 // sync makes the boxes follow moto's instances once.
@@ -80,6 +91,7 @@ func (l *launcher) sync(ctx context.Context, t *testing.T) {
 				t.Logf("launcher: %s is %s in %s: booting its box", id, inst.State, inst.Group)
 				n.boot(t)
 			}
+			n.attachVolumes(t, l.volumes, inst.Volumes)
 		case up && !l.stopping[id]:
 			// As EC2 stops an instance: an orderly shutdown from outside; the test sees it end (box.running).
 			t.Logf("launcher: %s is %s: powering its box off", id, inst.State)
@@ -117,11 +129,12 @@ func (l *launcher) syncGateway(ctx context.Context, t *testing.T, state string) 
 	}
 }
 
-// only is the one box the launcher has booted, nil before it has.
-func (l *launcher) only() *boxNode {
-	ids := slices.Sorted(maps.Keys(l.boxes))
-	if len(ids) == 0 {
-		return nil
+// only is the one box the launcher has booted besides except (nil: none), nil before it has.
+func (l *launcher) only(except *boxNode) *boxNode {
+	for _, id := range slices.Sorted(maps.Keys(l.boxes)) {
+		if except == nil || id != except.id {
+			return l.boxes[id]
+		}
 	}
-	return l.boxes[ids[0]]
+	return nil
 }

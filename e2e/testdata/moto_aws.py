@@ -218,8 +218,8 @@ def instances(endpoint, region, key, secret):
 
 
 def ec2_instances(endpoint, region, key, secret):
-    """Every instance EC2 knows, as the burst test's launcher reads them: state, zone, private IP, and for a member of
-    an Auto Scaling group its group and lifecycle state."""
+    """Every instance EC2 knows, as the burst test's launcher reads them: state, zone, private IP, the volumes attached
+    to it, and for a member of an Auto Scaling group its group and lifecycle state."""
     ec2 = boto3.client("ec2", region_name=region, endpoint_url=endpoint, aws_access_key_id=key,
                        aws_secret_access_key=secret)
     asg = boto3.client("autoscaling", region_name=region, endpoint_url=endpoint, aws_access_key_id=key,
@@ -228,12 +228,27 @@ def ec2_instances(endpoint, region, key, secret):
     for g in asg.get_paginator("describe_auto_scaling_groups").paginate().build_full_result()["AutoScalingGroups"]:
         for i in g.get("Instances", []):
             members[i["InstanceId"]] = {"group": g["AutoScalingGroupName"], "lifecycle": i["LifecycleState"]}
+    volumes = {}
+    for v in ec2.get_paginator("describe_volumes").paginate().build_full_result()["Volumes"]:
+        for a in v.get("Attachments", []):
+            if a.get("State") == "attached":
+                volumes.setdefault(a["InstanceId"], []).append({"id": v["VolumeId"], "device": a["Device"],
+                                                                 "sizeGiB": v["Size"]})
     out = {}
     for r in ec2.describe_instances()["Reservations"]:
         for i in r["Instances"]:
             out[i["InstanceId"]] = {"state": i["State"]["Name"], "zone": i["Placement"]["AvailabilityZone"],
-                                    "ip": i.get("PrivateIpAddress", ""), **members.get(i["InstanceId"], {})}
+                                    "ip": i.get("PrivateIpAddress", ""), **members.get(i["InstanceId"], {}),
+                                    "volumes": volumes.get(i["InstanceId"], [])}
     json.dump(out, sys.stdout)
+
+
+def cache_volumes(endpoint, region, key, secret):
+    """The build cache volumes EC2 knows (tag dynk8s:cache), by id: their state."""
+    ec2 = boto3.client("ec2", region_name=region, endpoint_url=endpoint, aws_access_key_id=key,
+                       aws_secret_access_key=secret)
+    pages = ec2.get_paginator("describe_volumes").paginate(Filters=[{"Name": "tag-key", "Values": ["dynk8s:cache"]}])
+    json.dump({v["VolumeId"]: v["State"] for v in pages.build_full_result()["Volumes"]}, sys.stdout)
 
 
 def vcpus(endpoint, region, key, secret, *types):
@@ -291,5 +306,6 @@ def start(endpoint, region, key, secret, instance):
 
 if __name__ == "__main__":
     cmd, args = sys.argv[1], sys.argv[2:]
-    {"setup": setup, "groups": groups, "instances": instances, "ec2-instances": ec2_instances, "vcpus": vcpus,
+    {"setup": setup, "groups": groups, "instances": instances, "ec2-instances": ec2_instances,
+     "cache-volumes": cache_volumes, "vcpus": vcpus,
      "fleet": fleet, "launch": launch, "stop": stop, "start": start}[cmd](*args)
