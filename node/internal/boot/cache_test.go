@@ -1,6 +1,7 @@
 package boot
 
 import (
+	"errors"
 	"os"
 	"path/filepath"
 	"slices"
@@ -52,8 +53,8 @@ func nodeLabels(t *testing.T, joinConfig string) string {
 	return ""
 }
 
-// A pool with a cache: the join attaches a free volume and mounts it before anything of the join (its own phase,
-// timed), and the Node registers with the cache label.
+// A pool with a cache: the boot attaches a free volume and mounts it before kubeadm join starts the kubelet (its own
+// phase, timed), and the Node registers with the cache label.
 func TestJoinMountsTheCache(t *testing.T) {
 	t.Parallel()
 	r := newRig(t, "", "")
@@ -66,7 +67,32 @@ func TestJoinMountsTheCache(t *testing.T) {
 	assert.Check(t, is.Contains(run.log, "cache: volume vol-0cache00000000001 ("))
 	assert.Check(t, is.Contains(run.log, "mounted at /var/lib/dynk8s-cache, as it was"))
 	phases := run.phases()
-	assert.Check(t, slices.Index(phases, "cache") >= 0 && slices.Index(phases, "cache") < slices.Index(phases, "checks"), "%v", phases)
+	assert.Check(t, slices.Index(phases, "cache") >= 0 && slices.Index(phases, "cache") < slices.Index(phases, "kubeadm-join"), "%v", phases)
+	assert.Check(t, is.Contains(run.log, "phase=cache took="))
+	assert.Check(t, is.Contains(nodeLabels(t, r.host.joinConfigs[0]), kube.LabelCache+"=true"))
+}
+
+// The cache phase runs beside the prepare and the join's own phases, from the boot's start, not as a step of its
+// own: here the attachment completes only once the join's checks have turned swap off, which a cache phase run
+// between the prepare and the checks would wait for in vain.
+func TestJoinAttachesTheCacheBesideTheBoot(t *testing.T) {
+	t.Parallel()
+	r := newRig(t, "", "")
+	r.withCache(2, true)
+	attach := r.ec2.Volumes.OnAttach
+	r.ec2.Volumes.OnAttach = func(id string) error {
+		for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+			if slices.Contains(r.host.Recorded(), "swapoff -a") {
+				return attach(id)
+			}
+			if time.Now().After(deadline) {
+				return errors.New("the join's checks did not run while the volume was being attached")
+			}
+		}
+	}
+	run := r.join()
+	assert.NilError(t, run.err)
+	assert.Check(t, is.Contains(run.log, "mounted at /var/lib/dynk8s-cache, as it was"))
 	assert.Check(t, is.Contains(nodeLabels(t, r.host.joinConfigs[0]), kube.LabelCache+"=true"))
 }
 

@@ -123,6 +123,9 @@ type joining struct {
 	// keyPEM is the kubelet's bootstrap key once the kubelet-key phase has written it (kubeletkey.go): a failed
 	// join's kubeadm reset removes the file, and the next attempt writes it again.
 	keyPEM []byte
+	// cacheDone delivers the cache phase's time once it has run in the background (startCache); nil when it runs
+	// not, or has been waited for.
+	cacheDone chan time.Duration
 }
 
 // joiner is one run of the join: the boot that picks the phases by the instance's lifecycle state, and how it ends.
@@ -272,6 +275,7 @@ func (j *joiner) inService(ctx context.Context) error {
 			settle: j.cfg.Deadlines.WakeSettle.D(), interval: j.cfg.Deadlines.WakeInterval.D()}
 		go func() { _ = w.wake(ctx, j.cfg.GatewayInstanceID) }()
 	}
+	j.startCache(ctx)
 	if prepared {
 		j.log.Printf("prepared on an earlier boot (%s)", j.markerPrepared())
 		if err := j.tl.Phase(j.log, "crio", func() error { return j.startCrio(ctx) }); err != nil {
@@ -519,24 +523,50 @@ func (pr *preparer) waitPrepull() {
 }
 
 func (jn *joining) joinCluster(ctx context.Context) error {
-	var phases []phase
-	if jn.cfg.Cache != nil {
-		// Before the kubelet: its pods find the cache mounted from their start.
-		phases = append(phases, phase{name: "cache", run: jn.attachCache})
-	}
-	if err := jn.runPhases(ctx, append(phases, []phase{
+	if err := jn.runPhases(ctx, []phase{
 		{name: "checks", run: jn.readyToJoin},
 		{name: "token", run: jn.retried("read the join token from SSM parameter "+jn.cfg.JoinTokenParameter, jn.readToken)},
 		{name: "kubelet-key", run: jn.kubeletKey},
 		{name: "api-server", run: jn.retried("reach the API server at "+jn.cfg.APIServerEndpoint.String(), jn.probeAPIServer)},
-		{run: func(context.Context) error { return jn.render() }},
+		// Before the kubelet: its pods find the cache mounted from their start, and its Node the cache's label.
+		{run: func(context.Context) error { jn.waitCache(); return jn.render() }},
 		{name: "kubeadm-join", run: jn.retried("kubeadm join", jn.kubeadmJoin)},
-	}...)); err != nil {
+	}); err != nil {
 		return err
 	}
 	jn.log.Printf("joined the cluster as %s", jn.inst.id.InstanceID)
 	jn.stopTimer(ctx)
 	return nil
+}
+
+// startCache runs the cache phase (attachCache) in the background from the boot's start, if the pool keeps a cache:
+// EBS's create, attach and device (seconds each) and the file system's make or check overlap the packages, CRI-O and
+// the join's own phases instead of adding to them. The join waits for it before the kubelet starts (waitCache).
+func (jn *joining) startCache(ctx context.Context) {
+	switch {
+	case jn.cfg.Cache == nil:
+		return
+	case jn.skip["cache"]:
+		jn.log.Printf("phase=cache skipped (--skip)")
+		return
+	}
+	jn.cacheDone = make(chan time.Duration, 1)
+	go func() {
+		start := jn.clock.Now()
+		_ = jn.attachCache(ctx) // never fails: a node without a cache joins
+		took := jn.clock.Now().Sub(start)
+		jn.log.Printf("phase=cache took=%ss", system.Seconds(took))
+		jn.cacheDone <- took
+	}()
+}
+
+// waitCache waits for the cache phase started by startCache, if any.
+func (jn *joining) waitCache() {
+	if jn.cacheDone == nil {
+		return
+	}
+	jn.tl.Add("cache", <-jn.cacheDone)
+	jn.cacheDone = nil
 }
 
 // attachCache attaches and mounts the pool's build cache, if the pool keeps one, before the kubelet starts: a node
