@@ -43,6 +43,16 @@ const Device = "/dev/sdf"
 // Label is the file system's label.
 const Label = "dynk8s-cache"
 
+// SELinuxContext labels every file of the cache where SELinux is enabled (Fedora enforces it), given as the mount's
+// context= option (mount(8), "Mount options for SELinux"): the type container-selinux gives content that containers
+// share (container_file_t) at level s0, which every container's categories dominate. Without it the new file system's
+// files would carry no label (unlabeled_t), which confined host domains may not touch and which containers could
+// not use once CRI-O's selinux is turned on; with it no process can relabel them (there is nothing to restore).
+const SELinuxContext = "system_u:object_r:container_file_t:s0"
+
+// selinuxEnforce is selinuxfs's file: it exists where SELinux is enabled (selinuxfs(5)).
+const selinuxEnforce = "/sys/fs/selinux/enforce"
+
 // How long the steps that wait on EC2 may take: a new volume's creation, its attachment, its device's appearance.
 // A cache that cannot be had in that time is given up: the node joins without it.
 const (
@@ -96,10 +106,19 @@ func (c *Cache) Attach(ctx context.Context) (Result, error) {
 	if err := os.MkdirAll(c.Files.Root+c.Config.MountPath, 0o755); err != nil {
 		return res, fmt.Errorf("create the mount point %s: %w", c.Config.MountPath, err)
 	}
-	if err := c.Host.Run(ctx, time.Minute, false, "mount", "-o", "noatime", res.Device, c.Config.MountPath); err != nil {
+	if err := c.Host.Run(ctx, time.Minute, false, "mount", "-o", c.options(), res.Device, c.Config.MountPath); err != nil {
 		return res, fmt.Errorf("mount %s (%s) at %s: %w", res.Device, vol, c.Config.MountPath, err)
 	}
 	return res, c.fstab()
+}
+
+// options are the mount's: noatime, and the SELinux context where SELinux is enabled (a kernel without it refuses
+// the option).
+func (c *Cache) options() string {
+	if _, err := os.Stat(c.Files.Root + selinuxEnforce); err == nil {
+		return "noatime,context=" + SELinuxContext
+	}
+	return "noatime"
 }
 
 // fstab mounts the cache at the node's later boots too, by its label: a joined node's reboot does not run the join
@@ -116,7 +135,7 @@ func (c *Cache) fstab() error {
 			lines = append(lines, line)
 		}
 	}
-	lines = append(lines, fmt.Sprintf("LABEL=%s %s ext4 noatime,nofail 0 2\n", Label, c.Config.MountPath))
+	lines = append(lines, fmt.Sprintf("LABEL=%s %s ext4 %s,nofail 0 2\n", Label, c.Config.MountPath, c.options()))
 	if err := system.WriteFileAtomic(path, []byte(strings.Join(lines, "")), 0o644); err != nil {
 		return fmt.Errorf("write %s: %w", path, err)
 	}

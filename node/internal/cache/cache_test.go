@@ -134,6 +134,25 @@ func TestFstab(t *testing.T) {
 	assert.Check(t, is.Equal(string(b), "UUID=abc / xfs defaults 0 0\nLABEL=dynk8s-cache /var/lib/dynk8s-cache ext4 noatime,nofail 0 2\n"))
 }
 
+// Where SELinux is enabled (Fedora's enforcing mode), the cache is mounted with the context of content containers
+// share, at the mount and in /etc/fstab; elsewhere without it, which a kernel without SELinux would refuse.
+func TestSELinuxContext(t *testing.T) {
+	r := newRig(t, 4)
+	r.ec2.AddVolume("vol-0old", zone, ec2types.VolumeStateAvailable, t0, poolTags("builders"))
+	enforce := filepath.Join(r.root, "sys/fs/selinux/enforce")
+	assert.NilError(t, os.MkdirAll(filepath.Dir(enforce), 0o755))
+	assert.NilError(t, os.WriteFile(enforce, []byte("1"), 0o644))
+	_, err := r.cache.Attach(context.Background())
+	assert.NilError(t, err, r.log.String())
+	dev := filepath.Join(r.root, "dev/nvme1n1")
+	assert.Check(t, slices.Contains(r.host.calls, "mount -o noatime,context=system_u:object_r:container_file_t:s0 "+
+		dev+" /var/lib/dynk8s-cache"), "%q", r.host.calls)
+	b, err := os.ReadFile(filepath.Join(r.root, "etc/fstab"))
+	assert.NilError(t, err)
+	assert.Check(t, is.Equal(string(b), "LABEL=dynk8s-cache /var/lib/dynk8s-cache ext4 "+
+		"noatime,context=system_u:object_r:container_file_t:s0,nofail 0 2\n"))
+}
+
 // Another node attaching the volume first is normal: the node takes the next free one.
 func TestLostRaceTakesTheNext(t *testing.T) {
 	r := newRig(t, 4)
