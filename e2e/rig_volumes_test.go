@@ -51,7 +51,8 @@ func (s *volumeStore) file(v attachedVolume) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	if st, err := f.Stat(); err == nil && st.Size() == 0 {
+	st, err := f.Stat()
+	if err == nil && st.Size() == 0 {
 		err = f.Truncate(v.SizeGiB << 30)
 	}
 	return path, errors.Join(err, f.Close())
