@@ -269,9 +269,8 @@ func (b *burst) scaleUp(t *testing.T) {
 		b.checkWokenBy(t)
 	}
 	var node string
-	// A hang's bound, not a speed target. A second scale-up's node was seen registering 100-114 s after the tunnel
-	// came up in two runs of four on this rig (22 and 42 s in the others; a first scale-up's, 11-13 s): not yet
-	// explained, so its bound is longer.
+	// A hang's bound, not a speed target. A second scale-up's node registers 20-115 s after the tunnel comes up on
+	// this rig, where a first one's takes 11-13 s, for a reason not yet known; its bound is longer.
 	registerWait := 3 * time.Minute
 	if round > 0 {
 		registerWait = 5 * time.Minute
