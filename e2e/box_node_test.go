@@ -5,6 +5,7 @@ package e2e
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -73,7 +74,8 @@ func (n *boxNode) timeline(ctx context.Context, t *testing.T) (result, mode stri
 
 // TestBoxNodeColdThenReboot boots a pool of the dev stack from its rendered user data in a box: a cold boot (no
 // warm pool) joins and becomes Ready with the pool's labels and taints, with cloud-init and systemd clean and the
-// metadata locked; then a stop and start of the same instance joins nothing again, and the kubelet comes back
+// metadata locked, its packages installed through real dnf and rpm from the signed local repositories at the pinned
+// NEVRAs, where a later `dnf upgrade` leaves them; then a stop and start of the same instance joins nothing again, and the kubelet comes back
 // Ready behind the lockdown.
 func TestBoxNodeColdThenReboot(t *testing.T) {
 	c := requireCluster(t)
@@ -99,6 +101,15 @@ func TestBoxNodeColdThenReboot(t *testing.T) {
 		}
 		n.checkMetadataLocked(ctx, t)
 		n.checkLockBeforeKubelet(ctx, t)
+		n.checkPinnedPackages(ctx, t)
+		// An operator's (or dnf-automatic's) `dnf upgrade` on the joined node, with Fedora's updates repository
+		// holding newer cri-o and cri-tools than the pinned upstream ones: the upgrade runs (container-selinux moves
+		// to updates' build) and the pins stay where the join put them (the agent's versionlock).
+		out, err := n.exec(ctx, "dnf", "upgrade", "-y")
+		assert.NilError(t, err, "dnf upgrade: %s", out)
+		upgraded := n.checkPinnedPackages(ctx, t)
+		assert.Check(t, hasPackage(upgraded, "container-selinux-2:2.245.0-1.fc43"), "the upgrade upgraded nothing: %v",
+			upgraded)
 	})
 	if t.Failed() {
 		return
@@ -147,6 +158,29 @@ func TestBoxNodeColdThenReboot(t *testing.T) {
 	t.Logf("box boots (nspawn start to exit): %v", n.boots)
 }
 
+// checkPinnedPackages: rpm's database in the running box holds the pinned packages at the upstream repositories'
+// NEVRAs (build-repos.sh: pkgs.k8s.io's release 150500.1.1; CRI-O's stream at its newest patch there, 4), none of
+// Fedora's newer builds of the same names, and Fedora's container-selinux, which the image lacked. It returns what
+// rpm holds.
+func (n *boxNode) checkPinnedPackages(ctx context.Context, t *testing.T) []string {
+	t.Helper()
+	installed := n.installedPackages(ctx, t)
+	v := n.cfg.Kubernetes.Version
+	for _, p := range []string{
+		fmt.Sprintf("kubelet-%s-150500.1.1.", v), fmt.Sprintf("kubeadm-%s-150500.1.1.", v),
+		fmt.Sprintf("cri-o-%d.%d.4-150500.1.1.", v.Major, v.Minor), fmt.Sprintf("cri-tools-%d.%d.0-150500.1.1.", v.Major, v.Minor),
+		"kubernetes-cni-1.7.1-150500.1.1.", "container-selinux-2:",
+	} {
+		assert.Check(t, hasPackage(installed, p), "rpm -qa lacks %s*: %v", p, installed)
+	}
+	for _, p := range installed {
+		if (strings.HasPrefix(p, "cri-o-") || strings.HasPrefix(p, "cri-tools-")) && strings.Contains(p, ".fc") {
+			t.Errorf("Fedora's build replaced the pinned one: %s", p)
+		}
+	}
+	return installed
+}
+
 // warmPool is the dev stack's tainted pool with a warm pool waiting in state, and Auto Scaling (fakeaws': moto 5.2
 // has no CompleteLifecycleAction) holding the instance's first launch in the launch hook.
 func warmPool(t *testing.T, state string) (*config.Config, config.NodePool, *fakeaws.AutoScaling) {
@@ -187,6 +221,7 @@ func (n *boxNode) prepareInWarmPool(ctx context.Context, t *testing.T, asg *fake
 	}
 	n.checkSettled(ctx, t)
 	n.checkCloudInit(t)
+	n.checkPinnedPackages(ctx, t)
 	if result, mode := n.timeline(ctx, t); result != "prepared" || mode != "prepare" {
 		t.Errorf("timeline: result %q mode %q, want prepared, prepare", result, mode)
 	}

@@ -34,7 +34,7 @@ func TestMain(m *testing.M) {
 	code := m.Run()
 	nodetest.RemoveBuiltAgent()
 	removeBuiltController()
-	removeGatewayRepos()
+	removePackageRepos()
 	os.Exit(code)
 }
 

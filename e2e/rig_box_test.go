@@ -15,6 +15,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -25,6 +26,7 @@ import (
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"gotest.tools/v3/assert"
+	"sigs.k8s.io/yaml"
 
 	"github.com/dynk8s/dynk8s/cloudinit"
 	"github.com/dynk8s/dynk8s/infra"
@@ -39,9 +41,11 @@ import (
 // in a network namespace the test made, where the test's forwarders answer for the instance metadata service
 // (169.254.169.254:80), moto and the API server.
 //
-// What the box adds to the root, and only to the box (none of it is in the user data): the NoCloud seed, dnf and
-// rpm stand-ins with the kubelet's and kubeadm's real binaries and their packages' units, containerd behind CRI-O's
-// socket (testdata/box), a writable /proc/sys/net and writable cgroup controllers with a cgroup root of its own
+// What the box adds to the root, and only to the box (none of it is in the user data): the NoCloud seed, its
+// upstream repositories' base URLs pointed at signed local ones (localRepositories); what a Fedora Cloud image has
+// for the box root's real dnf 4 and rpm (installImage: rpm's database with the image package, the fedora and updates
+// repositories, and cloud-init's yum_add_repo in its boot stages); the kubelet's and kubeadm's real binaries, which
+// the local kubelet and kubeadm packages run; containerd behind CRI-O's socket (testdata/box), a writable /proc/sys/net and writable cgroup controllers with a cgroup root of its own
 // for the kubelet (dynk8s-box-apivfs.service), the AWS endpoints for the join and agent units (on EC2 the service names
 // resolve; here they are loopback ports), and empty overrides of two Debian sysctl.d files that write kernel-wide
 // settings a container may not.
@@ -85,6 +89,10 @@ type boxSpec struct {
 	// image is a layer over the cached root that the instance's disk starts from (a baked image: what a box that
 	// baked it changed, see bakedImage); "": the stock root.
 	image string
+	// installed: globs of rpm files under boxRepos that the instance's rpm database holds before its boot (an earlier
+	// life of the instance installed them); the stock image's own package in any case, unless image is set (a baked
+	// image has its database already).
+	installed []string
 }
 
 // launchTemplateUserData is what EC2 gives an instance of a launch template whose user data is cloudinit.Encode's.
@@ -135,6 +143,11 @@ func newBox(t *testing.T, spec boxSpec) *box {
 	})
 	b.network(t, spec)
 	b.provision(t, spec)
+	repos := boxPackageRepos(t)
+	b.binds = append(b.binds, "--bind-ro="+repos+":"+boxRepos)
+	if spec.image == "" {
+		b.installImage(t, repos, spec.installed...)
+	}
 
 	for _, tool := range []string{"kubelet", "kubeadm"} {
 		b.binds = append(b.binds, "--bind-ro="+requireTool(t, tool)+":/opt/dynk8s-box/bin/"+tool)
@@ -203,15 +216,11 @@ func (b *box) provision(t *testing.T, spec boxSpec) {
 	}{
 		{"/var/lib/cloud/seed/nocloud/meta-data", "instance-id: " + spec.instanceID + "\nlocal-hostname: " +
 			spec.hostname + "\n", 0o644},
-		{"/var/lib/cloud/seed/nocloud/user-data", string(spec.userData), 0o600},
+		{"/var/lib/cloud/seed/nocloud/user-data", string(localRepositories(t, spec.userData)), 0o600},
+		{"/etc/cloud/cloud.cfg.d/91-dynk8s-box-yum.cfg", yumAddRepoStage(t, b.root), 0o644},
 		// A machine ID of its own, kept across its boots: journalctl -D reads every boot of the instance.
 		{"/etc/machine-id", fmt.Sprintf("%032x\n", []byte(spec.instanceID))[:32] + "\n", 0o444},
 		{"/etc/hosts", "127.0.0.1 localhost\n" + spec.nodeIP + " " + spec.hostname + "\n", 0o644},
-		{"/usr/local/bin/dnf", read("dnf"), 0o755},
-		{"/usr/local/bin/rpm", read("rpm"), 0o755},
-		{"/opt/dynk8s-box/units/kubelet.service", read("kubelet.service"), 0o644},
-		{"/opt/dynk8s-box/units/10-kubeadm.conf", read("10-kubeadm.conf"), 0o644},
-		{"/opt/dynk8s-box/units/crio.service", read("crio.service"), 0o644},
 		{"/opt/dynk8s-box/containerd.toml", read("containerd.toml"), 0o644},
 		{"/opt/dynk8s-box/apivfs.sh", read("apivfs.sh"), 0o755},
 		{"/opt/dynk8s-box/cgroup-root.env", "BOX_CGROUP_ROOT=" + b.cgroupRoot + "\n", 0o644},
@@ -396,7 +405,7 @@ func (b *box) poweroff(timeout time.Duration) error {
 }
 
 // diagnose logs what a failed boot left: while the box runs, its failed units, jobs and cloud-init's status; in any
-// case its journal (every boot) and the stand-ins' calls.
+// case its journal (every boot) and what dnf installed (its rpm log).
 func (b *box) diagnose(t *testing.T) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
@@ -423,8 +432,8 @@ func (b *box) diagnose(t *testing.T) {
 	// The boot's own units in full, then the last of everything (the kubelet alone can fill it).
 	t.Logf("box %s: journalctl -D, the dynk8s units, every boot:\n%s", b.name, journal("-u", "dynk8s-*", "-u", "cloud-final.service"))
 	t.Logf("box %s: journalctl -D, the last lines:\n%s", b.name, tail(journal(), 150))
-	calls, _ := os.ReadFile(filepath.Join(b.root, "var/log/dynk8s-box/calls.log"))
-	t.Logf("box %s: dnf/rpm stand-in calls:\n%s", b.name, calls)
+	rpmLog, _ := os.ReadFile(filepath.Join(b.root, "var/log/dnf.rpm.log"))
+	t.Logf("box %s: /var/log/dnf.rpm.log:\n%s", b.name, tail(string(rpmLog), 40))
 	if b.cur != nil {
 		t.Logf("box %s: systemd-nspawn output:\n%s", b.name, tail(b.cur.console.String(), 60))
 	}
@@ -754,9 +763,8 @@ func (b *box) writeFile(t *testing.T, path string, content []byte, mode os.FileM
 //
 // What only the box has (none of it is in the user data): the agent this machine built, bound where the bootstrap
 // installs it (the plan pinned its hash: renderTunnel; the bootstrap's download is TestBoxNodeInstallsTheAgent's);
-// the box root's real dnf 4 and rpm with what a Fedora Cloud image has besides (installImage: rpm's database with
-// the image package, which provides nftables, and the fedora and updates repositories, signed local ones whose
-// wireguard-tools holds Debian's wg and wg-quick); wireguard-go (bound read-only at /usr/local/bin, on the unit's PATH)
+// the box root's real dnf 4 and rpm, as every box has them (installImage; the image package provides nftables, and the
+// fedora repository's wireguard-tools holds Debian's wg and wg-quick); wireguard-go (bound read-only at /usr/local/bin, on the unit's PATH)
 // and /dev/net/tun (this kernel has no WireGuard module); and drop-ins that give wg-quick@wg0 its userspace
 // implementation (WG_QUICK_USERSPACE_IMPLEMENTATION, wg-quick(8)) and the agent's SSM and EC2 endpoints, the idle
 // check its EC2 endpoint (on EC2 both resolve the service names; here they are moto's loopback port).
@@ -820,24 +828,18 @@ func newBoxGateway(ctx context.Context, t *testing.T, p tunnelPlan, name string,
 	} else {
 		forwards = append(forwards, strings.TrimPrefix(inst.ec2, "http://"))
 	}
-	b := newBox(t, boxSpec{
-		name: name, instanceID: inst.id,
-		hostname: "ip-" + strings.ReplaceAll(p.gatewayIP.String(), ".", "-"), nodeIP: p.gatewayIP.String(),
-		userData: userData, imds: strings.TrimPrefix(imds.URL, "http://"), forwards: forwards, router: inst.router,
-	})
-	endpoints := "[Service]\nEnvironment=DYNK8S_SSM_ENDPOINT=" + moto.url + "\nEnvironment=DYNK8S_EC2_ENDPOINT=" +
-		inst.ec2 + "\n"
-	// The gateway runs the box root's real dnf and rpm, not the node boxes' stand-ins.
-	for _, stand := range []string{"/usr/local/bin/dnf", "/usr/local/bin/rpm"} {
-		assert.NilError(t, os.Remove(filepath.Join(b.root, stand)))
-	}
-	repos := gatewayRepos(t)
-	b.binds = append(b.binds, "--bind-ro="+repos+":"+boxRepos)
 	var preinstalled []string
 	if inst.installed {
 		preinstalled = []string{boxRepos + "/fedora/wireguard-tools-*.rpm"}
 	}
-	b.installImage(t, repos, preinstalled...)
+	b := newBox(t, boxSpec{
+		name: name, instanceID: inst.id,
+		hostname: "ip-" + strings.ReplaceAll(p.gatewayIP.String(), ".", "-"), nodeIP: p.gatewayIP.String(),
+		userData: userData, imds: strings.TrimPrefix(imds.URL, "http://"), forwards: forwards, router: inst.router,
+		installed: preinstalled,
+	})
+	endpoints := "[Service]\nEnvironment=DYNK8S_SSM_ENDPOINT=" + moto.url + "\nEnvironment=DYNK8S_EC2_ENDPOINT=" +
+		inst.ec2 + "\n"
 	for _, f := range []struct {
 		path, content string
 		mode          os.FileMode
@@ -868,43 +870,44 @@ func newBoxGateway(ctx context.Context, t *testing.T, p tunnelPlan, name string,
 // boxRepos is where a box finds the signed local repositories (testdata/packages/build-repos.sh).
 const boxRepos = "/srv/repos"
 
-// gatewayRepos are the signed local repositories the gateway box installs from, built once per test process with
-// the box root's own tools (its fedora repository has wireguard-tools, Debian's wg, wg-quick and wg-quick@.service
-// in Fedora's package).
-func gatewayRepos(t *testing.T) string {
+// boxPackageRepos are the signed local repositories the boxes install from, built once per test process with the box
+// root's own tools (testdata/packages/build-repos.sh): pkgs.k8s.io's and CRI-O's packages at the e2e stack's
+// versions, whose kubelet and kubeadm run the box's real binaries; Fedora's, whose wireguard-tools holds Debian's wg,
+// wg-quick and wg-quick@.service.
+func boxPackageRepos(t *testing.T) string {
 	t.Helper()
 	nspawn, root := requireNspawn(t), boxRoot(t)
 	v := devConfig(t).Kubernetes.Version
-	gatewayReposOnce.Do(func() {
-		gatewayReposDir, gatewayReposErr = os.MkdirTemp("", "dynk8s-e2e-repos-")
-		if gatewayReposErr != nil {
+	packageReposOnce.Do(func() {
+		packageReposDir, packageReposErr = os.MkdirTemp("", "dynk8s-e2e-repos-")
+		if packageReposErr != nil {
 			return
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 		defer cancel()
 		var out bytes.Buffer
-		cmd := nspawnCommand(ctx, nspawn, root, buildReposArgs(t, gatewayReposDir, v.String(),
+		cmd := nspawnCommand(ctx, nspawn, root, buildReposArgs(t, packageReposDir, v.String(),
 			fmt.Sprintf("%d.%d", v.Major, v.Minor))...)
 		cmd.Stdout, cmd.Stderr = &out, &out
 		if err := cmd.Run(); err != nil {
-			gatewayReposErr = fmt.Errorf("build-repos.sh in the box root: %w\n%s", err, out.String())
+			packageReposErr = fmt.Errorf("build-repos.sh in the box root: %w\n%s", err, out.String())
 		}
 	})
-	assert.NilError(t, gatewayReposErr)
-	return gatewayReposDir
+	assert.NilError(t, packageReposErr)
+	return packageReposDir
 }
 
-// The gateway box's repositories, built once per test process and removed when it ends (TestMain).
+// The boxes' repositories, built once per test process and removed when it ends (TestMain).
 var (
-	gatewayReposOnce sync.Once
-	gatewayReposDir  string
-	gatewayReposErr  error
+	packageReposOnce sync.Once
+	packageReposDir  string
+	packageReposErr  error
 )
 
-// removeGatewayRepos removes the gateway box's repositories, if they were built.
-func removeGatewayRepos() {
-	if gatewayReposDir != "" {
-		_ = os.RemoveAll(gatewayReposDir)
+// removePackageRepos removes the boxes' repositories, if they were built.
+func removePackageRepos() {
+	if packageReposDir != "" {
+		_ = os.RemoveAll(packageReposDir)
 	}
 }
 
@@ -935,6 +938,72 @@ func (b *box) installImage(t *testing.T, repos string, installed ...string) {
 		"/bin/sh", "-c", "rpm -i --quiet "+strings.Join(append([]string{boxRepos + "/image/*.rpm"}, installed...), " ")).
 		CombinedOutput()
 	assert.NilError(t, err, "rpm -i in the box's root: %s", out)
+}
+
+// The user data's upstream repositories (cloudinit's, pkgs.k8s.io's and CRI-O's: the e2e has no way out) and the
+// local ones a box installs from instead (build-repos.sh's, under boxRepos).
+var upstreamRepos = []struct {
+	url   *regexp.Regexp
+	local string
+}{
+	{regexp.MustCompile(`https://pkgs\.k8s\.io/core:/stable:/v1\.\d+/rpm/`), "file://" + boxRepos + "/kubernetes/"},
+	{regexp.MustCompile(`https://download\.opensuse\.org/repositories/isv:/cri-o:/stable:/v\d+\.\d+/rpm/`),
+		"file://" + boxRepos + "/cri-o/"},
+}
+
+// localRepositories is the user data with its upstream repositories' URLs (base URLs and keys) pointed at the box's
+// local ones, and nothing else changed: cloud-init's yum_add_repo still writes the repository files, with the
+// rendered ids, priorities and checks. A gzip user data (as EC2 hands over a launch template's) stays gzip; one
+// without the repositories (the gateway's) is returned as it is.
+func localRepositories(t *testing.T, userData []byte) []byte {
+	t.Helper()
+	plain, gzipped := userData, false
+	if zr, err := gzip.NewReader(bytes.NewReader(userData)); err == nil {
+		plain, err = io.ReadAll(zr)
+		assert.NilError(t, err, "the user data's gzip")
+		gzipped = true
+	}
+	local := plain
+	for _, r := range upstreamRepos {
+		local = r.url.ReplaceAll(local, []byte(r.local))
+	}
+	if bytes.Equal(local, plain) {
+		return userData
+	}
+	if !gzipped {
+		return local
+	}
+	var out bytes.Buffer
+	zw := gzip.NewWriter(&out)
+	_, err := zw.Write(local)
+	assert.NilError(t, err)
+	assert.NilError(t, zw.Close())
+	return out.Bytes()
+}
+
+// yumAddRepoStage is a cloud.cfg drop-in that runs yum_add_repo where Fedora's cloud.cfg has it, in the config
+// stage before runcmd: Debian's cloud-init ships the module but leaves it out of its stages, and marks it for
+// other distributions (so it must be listed as unverified to run). The list is the root's own with the module added.
+func yumAddRepoStage(t *testing.T, root string) string {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join(root, "etc/cloud/cloud.cfg"))
+	assert.NilError(t, err)
+	var cfg struct {
+		Modules []any `json:"cloud_config_modules"`
+	}
+	assert.NilError(t, yaml.Unmarshal(b, &cfg), "the root's cloud.cfg")
+	var modules []any
+	for _, m := range cfg.Modules {
+		if m == "runcmd" {
+			modules = append(modules, "yum_add_repo")
+		}
+		modules = append(modules, m)
+	}
+	assert.Assert(t, len(modules) == len(cfg.Modules)+1, "the root's cloud.cfg has no runcmd in its config stage: %v",
+		cfg.Modules)
+	out, err := yaml.Marshal(map[string]any{"cloud_config_modules": modules, "unverified_modules": []string{"yum_add_repo"}})
+	assert.NilError(t, err)
+	return "# dynk8s e2e box: cloud-init's yum_add_repo in the config stage, as Fedora's cloud.cfg has it\n" + string(out)
 }
 
 // gatewayInstanceUserData is the gateway instance's user data as EC2 hands it over (its userDataBase64 decoded),

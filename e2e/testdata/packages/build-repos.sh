@@ -18,7 +18,7 @@
 #     trigger (a daemon-reload after a transaction that installs units).
 # Also kubernetes-unsigned (the kubernetes packages unsigned, its key kept), fedora-unsigned (wireguard-tools
 # unsigned) and cri-o-old (a CRI-O stream below the pinned one), for the failures; and key.asc, the repositories'
-# public key.
+# public key. The node boxes install from the same repositories: their kubelet and kubeadm run the real binaries.
 # Inputs (environment): OUT, BOX (e2e/testdata/box, bound ro), KUBE_VERSION (1.34.4), CRIO_MINOR (1.34).
 set -euo pipefail
 : "${OUT:?}" "${BOX:?}" "${KUBE_VERSION:?}" "${CRIO_MINOR:?}"
@@ -30,7 +30,8 @@ cri_old=$major.$((minor - 1))
 
 # mkrpm DIR NAME EPOCH VERSION RELEASE ARCH REQUIRES PROVIDES SCRIPT [DEST:MODE:SOURCE ...]
 #   REQUIRES and PROVIDES: ;-separated; EPOCH "-": none; SCRIPT: a raw spec block (a %post, a file trigger) or "";
-#   SOURCE "stub" is a script that says it is a stand-in, "empty" an empty file.
+#   SOURCE "stub" is a script that says it is a stand-in, "box" one that runs the box's real binary of the same name
+#   where the box has it (/opt/dynk8s-box/bin), "empty" an empty file.
 mkrpm() {
 	local dir=$1 name=$2 epoch=$3 version=$4 release=$5 pkgarch=$6 requires=$7 provides=$8 script=$9
 	shift 9
@@ -58,6 +59,9 @@ mkrpm() {
 			IFS=: read -r dest mode src <<<"$item"
 			case $src in
 			stub) printf '#!/bin/sh\necho "%s: a stand-in of the e2e" >&2\n' "$name" >"$top/SOURCES/$n" ;;
+			# The real binary the node box binds at /opt/dynk8s-box/bin (hack/tools.sh built it), the stub elsewhere.
+			box) printf '#!/bin/sh\n[ -x /opt/dynk8s-box/bin/%s ] && exec /opt/dynk8s-box/bin/%s "$@"\necho "%s: a stand-in of the e2e" >&2\n' \
+				"${dest##*/}" "${dest##*/}" "$name" >"$top/SOURCES/$n" ;;
 			empty) : >"$top/SOURCES/$n" ;;
 			*) cp "$src" "$top/SOURCES/$n" ;;
 			esac
@@ -78,9 +82,9 @@ staged=$work/kubernetes
 for v in "$previous" "$KUBE_VERSION" "$next"; do
 	mkrpm "$staged" kubelet - "$v" 150500.1.1 "$arch" "iptables >= 1.4.21;kubernetes-cni >= 1.2.0;util-linux" "" \
 		$'%post\nsystemctl preset kubelet.service >/dev/null 2>&1 || :' \
-		/usr/bin/kubelet:0755:stub "$units/kubelet.service:0644:$BOX/kubelet.service" /etc/sysconfig/kubelet:0644:empty
+		/usr/bin/kubelet:0755:box "$units/kubelet.service:0644:$BOX/kubelet.service" /etc/sysconfig/kubelet:0644:empty
 	mkrpm "$staged" kubeadm - "$v" 150500.1.1 "$arch" "" "" "" \
-		/usr/bin/kubeadm:0755:stub "$units/kubelet.service.d/10-kubeadm.conf:0644:$BOX/10-kubeadm.conf"
+		/usr/bin/kubeadm:0755:box "$units/kubelet.service.d/10-kubeadm.conf:0644:$BOX/10-kubeadm.conf"
 	mkrpm "$staged" kubectl - "$v" 150500.1.1 "$arch" "" "" "" /usr/bin/kubectl:0755:stub
 done
 mkrpm "$staged" kubernetes-cni - 1.7.1 150500.1.1 "$arch" "" "" "" /opt/cni/bin/.dynk8s-e2e:0644:empty
