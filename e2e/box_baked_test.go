@@ -39,7 +39,7 @@ func bakeImage(t *testing.T, j *boxJoin, zone, image string) {
 	node, render := infra.NodeConfig(j.cfg, j.pool, nil, infra.JoinTokenParameter(j.cfg.ClusterName))
 	userData, err := cloudinit.Bake(node, render)
 	assert.NilError(t, err)
-	writeBoxFile(t, n.root, "/var/lib/cloud/seed/nocloud/user-data", userData, 0o600)
+	writeBoxFile(t, n.root, "/var/lib/cloud/seed/nocloud/user-data", localRepositories(t, userData), 0o600)
 	agent, err := os.ReadFile(nodetest.BuiltAgent(t))
 	assert.NilError(t, err)
 	writeBoxFile(t, n.root, nodetest.AgentPath, agent, 0o755)
@@ -246,6 +246,12 @@ func TestBoxNodeBakedImage(t *testing.T) {
 		cold = boot(t, n)
 		if !hasPackage(n.installedPackages(ctx, t), "kubelet-1.34.4-150500.1.1.") {
 			t.Errorf("the cold boot installed no kubelet: the comparison is not cold against baked")
+		}
+		// The control of the baked boots' "dnf logged no command": a boot that runs dnf is seen in its log.
+		if dnf := dnfCommands(t, n.box); len(dnf) == 0 {
+			t.Errorf("the cold boot's dnf logged no command: the baked boots' check would see none either")
+		} else {
+			t.Logf("the cold boot's dnf commands:\n%s", strings.Join(dnf, "\n"))
 		}
 	})
 	t.Run("stale", func(t *testing.T) {
