@@ -44,11 +44,12 @@ import (
 // What the box adds to the root, and only to the box (none of it is in the user data): the NoCloud seed, its
 // upstream repositories' base URLs pointed at signed local ones (localRepositories); what a Fedora Cloud image has
 // for the box root's real dnf 4 and rpm (installImage: rpm's database with the image package, the fedora and updates
-// repositories, and cloud-init's yum_add_repo in its boot stages); the kubelet's and kubeadm's real binaries, which
-// the local kubelet and kubeadm packages run; containerd behind CRI-O's socket (testdata/box), a writable /proc/sys/net and writable cgroup controllers with a cgroup root of its own
-// for the kubelet (dynk8s-box-apivfs.service), the AWS endpoints for the join and agent units (on EC2 the service names
-// resolve; here they are loopback ports), and empty overrides of two Debian sysctl.d files that write kernel-wide
-// settings a container may not.
+// repositories; yumAddRepoStage: cloud-init's yum_add_repo in its config stage); the kubelet's and kubeadm's real
+// binaries, which the local kubelet and kubeadm packages run; containerd behind CRI-O's socket (testdata/box), a
+// writable /proc/sys/net and writable cgroup controllers with a cgroup root of its own for the kubelet
+// (dynk8s-box-apivfs.service), the AWS endpoints for the join and agent units (on EC2 the service names resolve;
+// here they are loopback ports), and empty overrides of two Debian sysctl.d files that write kernel-wide settings a
+// container may not.
 type box struct {
 	name       string // the network namespace's name, the box's cgroup root
 	dir        string
@@ -763,8 +764,9 @@ func (b *box) writeFile(t *testing.T, path string, content []byte, mode os.FileM
 //
 // What only the box has (none of it is in the user data): the agent this machine built, bound where the bootstrap
 // installs it (the plan pinned its hash: renderTunnel; the bootstrap's download is TestBoxNodeInstallsTheAgent's);
-// the box root's real dnf 4 and rpm, as every box has them (installImage; the image package provides nftables, and the
-// fedora repository's wireguard-tools holds Debian's wg and wg-quick); wireguard-go (bound read-only at /usr/local/bin, on the unit's PATH)
+// the box root's real dnf 4 and rpm, as every box has them (installImage; the image package provides nftables, and
+// the fedora repository's wireguard-tools holds Debian's wg and wg-quick); wireguard-go (bound read-only at
+// /usr/local/bin, on the unit's PATH)
 // and /dev/net/tun (this kernel has no WireGuard module); and drop-ins that give wg-quick@wg0 its userspace
 // implementation (WG_QUICK_USERSPACE_IMPLEMENTATION, wg-quick(8)) and the agent's SSM and EC2 endpoints, the idle
 // check its EC2 endpoint (on EC2 both resolve the service names; here they are moto's loopback port).
