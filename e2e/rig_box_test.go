@@ -524,8 +524,12 @@ type boxInstance struct {
 
 func (i boxInstance) providerID() string { return "aws:///" + i.zone + "/" + i.id }
 
-// hostname is the instance's name as EC2's resource naming by IP gives it, and its Node's.
-func (i boxInstance) hostname() string { return "ip-" + strings.ReplaceAll(i.ip, ".", "-") }
+// hostname is the instance's host name as the stack's subnets have EC2 name it (PrivateDnsHostnameTypeOnLaunch
+// resource-name, infra/network.go): its id, which is also its Node's name. The box once used the IP-based name, and
+// then kubeadm's Hostname preflight check looked the Node's name up in vain: systemd-resolved, with no unicast
+// server here, tried LLMNR for the single-label name for 7.7 s of every join, where on EC2 resolved answers its own
+// host name at once.
+func (i boxInstance) hostname() string { return i.id }
 
 // newBoxNode makes the box of one instance (the fake one of the join tests) of the pool, with the fake IMDS in
 // target lifecycle state state, moto for SSM (holding the join token) and the Auto Scaling endpoint autoscaling
