@@ -5,10 +5,12 @@ package e2e
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"net/netip"
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -72,7 +74,8 @@ func TestBoxPackagesOnRealDnf(t *testing.T) {
 				"cri-tools-" + pinnedCRIOMinor(t, files) + ".0-150500.1.1", "cri-o-" + pinnedCRIOMinor(t, files) + ".4-150500.1.1"}
 
 			t.Run("pins hold through dnf upgrade", func(t *testing.T) {
-				r := run(t, local, "120", `dnf upgrade -y >/tmp/upgrade.log 2>&1 || { cat /tmp/upgrade.log; exit 1; }
+				r := run(t, local, "120", `echo "== marker"; cat /etc/dynk8s/baked.json
+dnf upgrade -y >/tmp/upgrade.log 2>&1 || { cat /tmp/upgrade.log; exit 1; }
 echo "== upgraded"; rpm -qa --qf '%{NEVRA}\n' | sort
 dnf versionlock clear >/dev/null 2>&1 || dnf versionlock delete kubelet kubeadm cri-tools cri-o >/dev/null
 dnf upgrade -y >/tmp/unlocked.log 2>&1 || { cat /tmp/unlocked.log; exit 1; }
@@ -91,6 +94,26 @@ echo "== unlocked"; rpm -qa --qf '%{NEVRA}\n' | sort`)
 				if root.dnf == "dnf4" {
 					assert.Check(t, is.Contains(r.log, "this dnf has no versionlock command (dnf4 without its plugin)"))
 					assert.Check(t, hasPackage(r.installed, "python3-dnf-plugin-versionlock-4.3.1-1.fc43"), "%v", r.installed)
+				}
+				// The baked boot's rpm queries (name and --whatprovides, the agent's query format) on this rpm: the
+				// marker the prepare leaves for a baked image lists what they found, and a baked boot compares the same
+				// queries' answers with it.
+				var marker struct {
+					Config struct {
+						Packages       []string `json:"packages"`
+						SystemPackages []string `json:"systemPackages"`
+					} `json:"config"`
+					Installed []struct{ NEVRA string } `json:"installed"`
+				}
+				assert.NilError(t, json.Unmarshal([]byte(r.sections["marker"]), &marker), r.sections["marker"])
+				var queried []string
+				for _, p := range marker.Installed {
+					queried = append(queried, p.NEVRA)
+					assert.Check(t, slices.Contains(r.installed, p.NEVRA), "the marker's %s is not in rpm -qa", p.NEVRA)
+				}
+				assert.Check(t, is.Len(queried, len(marker.Config.Packages)+len(marker.Config.SystemPackages)), "%v", queried)
+				for _, p := range append(pins, "container-selinux-2:2.240.0-1.fc43") {
+					assert.Check(t, hasPackage(queried, p), "the marker lacks %s: %v", p, queried)
 				}
 				upgraded, unlocked := r.section("upgraded"), r.section("unlocked")
 				assert.Assert(t, upgraded != nil && unlocked != nil, r.out)
