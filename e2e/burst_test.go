@@ -19,6 +19,7 @@ import (
 	"github.com/BurntSushi/toml"
 	"gotest.tools/v3/assert"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 	nodeutil "k8s.io/component-helpers/node/util"
@@ -168,6 +169,7 @@ func newBurst(t *testing.T, opts burstOptions) *burst {
 	t.Cleanup(func() { b.phases.log(t) })
 
 	applyAddons(ctx, t, c, cfg)
+	onPremNode(ctx, t, b.client)
 	startScheduler(t, c)
 	s.replay.Roles, s.replay.Gateway = s.instanceRoles(t), s.gateway
 	if s.cleanupWake == "" {
@@ -660,16 +662,49 @@ func hostArchPool(t *testing.T, cfg *config.Config) config.NodePool {
 }
 
 // startScheduler runs the real kube-scheduler against the control plane for this test (hack/start-kube.sh runs none,
-// so that the other tests' pods stay Pending).
+// so that the other tests' pods stay Pending). DYNK8S_E2E_SCHEDULER_V sets its log level (4: each pod's moves
+// between its queues, and why), for a run that looks at where a pod waits; its log is kept under DYNK8S_E2E_DIR.
 func startScheduler(t *testing.T, c cluster) {
 	t.Helper()
-	cmd := exec.Command("kube-scheduler", "--kubeconfig="+c.Kubeconfig,
-		"--authentication-kubeconfig="+c.Kubeconfig, "--authorization-kubeconfig="+c.Kubeconfig,
-		"--leader-elect=false", "--bind-address=127.0.0.1", "--secure-port=0")
+	args := []string{"--kubeconfig=" + c.Kubeconfig, "--authentication-kubeconfig=" + c.Kubeconfig,
+		"--authorization-kubeconfig=" + c.Kubeconfig, "--leader-elect=false", "--bind-address=127.0.0.1", "--secure-port=0"}
+	if v := os.Getenv("DYNK8S_E2E_SCHEDULER_V"); v != "" {
+		args = append(args, "--v="+v)
+	}
+	cmd := exec.Command("kube-scheduler", args...)
 	logs := &nodetest.SyncBuffer{}
 	cmd.Stdout, cmd.Stderr = logs, logs
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	stopOnCleanup(t, "kube-scheduler", cmd, logs)
+}
+
+// onPremNode registers the on-prem cluster's own node for the test, as kubeadm registers a control-plane node (its
+// role label and NoSchedule taint; no kubelet runs for it, so it turns unreachable), and deletes it at the end.
+// Every cluster dynk8s grows has nodes of its own, and the scheduler needs one to judge a pending pod by: in a
+// cluster with none it ends each attempt with "no nodes are registered to the cluster", an error that no plugin
+// rejected, so no Node event requeues the pod and it is tried again only at its backoff's end (at 1, 4, 9, 18 and
+// 35 s from its creation, seen with kube-scheduler --v=5), whenever the pool's node became Ready and untainted. With
+// a node that rejects it, the pod waits for the events of the node it fits.
+func onPremNode(ctx context.Context, t *testing.T, client kubernetes.Interface) {
+	t.Helper()
+	const name = "e2e-onprem-cp-1"
+	node := &corev1.Node{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{
+			corev1.LabelHostname: name, corev1.LabelOSStable: "linux", corev1.LabelArchStable: runtime.GOARCH,
+			"node-role.kubernetes.io/control-plane": ""}},
+		Spec: corev1.NodeSpec{Taints: []corev1.Taint{{Key: "node-role.kubernetes.io/control-plane",
+			Effect: corev1.TaintEffectNoSchedule}}},
+	}
+	// One an interrupted run left goes first.
+	if err := client.CoreV1().Nodes().Delete(ctx, name, metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
+		t.Fatal(err)
+	}
+	_, err := client.CoreV1().Nodes().Create(ctx, node, metav1.CreateOptions{})
+	assert.NilError(t, err, "the on-prem node")
+	t.Cleanup(func() {
+		err := client.CoreV1().Nodes().Delete(context.Background(), name, metav1.DeleteOptions{})
+		assert.Check(t, err, "deleting the on-prem node")
+	})
 }
 
 // createBuildPod creates the build: it runs the build image, asks for one fuse device and ephemeral storage, and

@@ -299,7 +299,7 @@ func (b *box) boot(t *testing.T) {
 		if !b.running() {
 			return
 		}
-		if t.Failed() {
+		if t.Failed() || os.Getenv("DYNK8S_E2E_SHOW") != "" {
 			b.diagnose(t)
 		}
 		// A box that still runs its node (a burst that stops at the scale-up) stops its pods' containers first; on
