@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"runtime"
 	"slices"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -244,6 +245,7 @@ func (b *burst) scaleUp(t *testing.T) {
 	if b.opts.awake {
 		b.wakeGatewayFirst(t)
 	}
+	handshake := b.latestHandshake() // before anything wakes the gateway
 	createBuildPod(ctx, t, c, pod, b.pool, round)
 	b.phases.start()
 	if round == 0 {
@@ -267,7 +269,7 @@ func (b *burst) scaleUp(t *testing.T) {
 	})
 	if !b.opts.awake {
 		b.wait(t, 2*time.Minute, "gateway woken", func() bool { return b.launcher.gatewayBooted })
-		b.wait(t, 2*time.Minute, "tunnel up", b.tunnelUp)
+		b.wait(t, 2*time.Minute, "tunnel up", b.tunnelUp(handshake))
 		b.checkWokenBy(t)
 	}
 	var node string
@@ -485,18 +487,31 @@ func (b *burst) backToSleep(t *testing.T) {
 	}
 }
 
-// tunnelUp says whether the on-prem peer has had a handshake with the gateway.
-func (b *burst) tunnelUp() bool {
+// latestHandshake is the on-prem peer's latest handshake with the gateway (wg's seconds since the epoch; 0: none).
+// It outlives the gateway's boot: a sleeping gateway's last handshake is still there when it wakes.
+func (b *burst) latestHandshake() int64 {
 	out, err := b.vpc.gateway.tn.wg(b.ctx, b.vpc.gateway.tn.onprem, "show", onPremIface, "latest-handshakes")
 	f := strings.Fields(out)
-	return err == nil && len(f) == 2 && f[1] != "0"
+	if err != nil || len(f) != 2 {
+		return 0
+	}
+	n, _ := strconv.ParseInt(f[1], 10, 64)
+	return n
+}
+
+// tunnelUp is a wait's check that the on-prem peer has had a handshake after since (a latestHandshake read before
+// the gateway was woken): a second scale-up's gateway wakes with the first one's handshake on record.
+func (b *burst) tunnelUp(since int64) func() bool {
+	return func() bool { return b.latestHandshake() > since }
 }
 
 // wakeGatewayFirst starts the gateway (as a burst shortly before would have) and waits for its box and the tunnel.
 func (b *burst) wakeGatewayFirst(t *testing.T) {
 	t.Helper()
+	since := b.latestHandshake()
 	b.aws.startInstance(b.ctx, t, b.vpc.gatewayID)
-	b.wait(t, 3*time.Minute, "gateway awake beforehand", func() bool { return b.launcher.gatewayBooted && b.tunnelUp() })
+	up := b.tunnelUp(since)
+	b.wait(t, 3*time.Minute, "gateway awake beforehand", func() bool { return b.launcher.gatewayBooted && up() })
 	b.phases = &phaseLog{}
 }
 
