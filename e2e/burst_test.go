@@ -269,7 +269,8 @@ func (b *burst) scaleUp(t *testing.T) {
 	})
 	if !b.opts.awake {
 		b.wait(t, 2*time.Minute, "gateway woken", func() bool { return b.launcher.gatewayBooted })
-		b.wait(t, 2*time.Minute, "tunnel up", b.tunnelUp(handshake))
+		// A hang's bound: a second wake's tunnel has taken up to 91 s here (docs/warm-pools.md).
+		b.wait(t, 5*time.Minute, "tunnel up", b.tunnelUp(handshake))
 		b.checkWokenBy(t)
 	}
 	var node string
