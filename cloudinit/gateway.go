@@ -116,6 +116,20 @@ func gatewayPackagesUnit(a *Agent) unitFile {
 	}
 }
 
+// peerMemory are wg-quick@wg0's entries that keep the on-prem peer's address across the gateway's stops when
+// on-prem dials in (node/internal/gateway/peer.go says why: after a stop, the peer's own handshake can come minutes
+// later). The address is saved before wg-quick deletes wg0, so the empty ExecStop= drops the packaged unit's
+// `wg-quick down %i` to list it again after the save (systemd.service(5): an empty assignment resets the list), and
+// dialled once wg-quick has brought wg0 up with its key. They are unit commands, not wg-quick hooks: wg-quick and its
+// hooks run confined on Fedora (selinux-policy's wireguard_t may read /etc, not write /var/lib), the agent as a
+// unit's command does not. "-": neither fails the unit, the tunnel comes up without them.
+var peerMemory = []unitEntry{
+	{"ExecStartPost", "-" + agentBinary + " gateway-dial-peer --interface %i"},
+	{"ExecStop", ""},
+	{"ExecStop", "-" + agentBinary + " gateway-save-peer --interface %i"},
+	{"ExecStop", "/usr/bin/wg-quick down %i"},
+}
+
 // mssRuleset clamps the MSS of TCP connections forwarded through the tunnel. Leaving through wg0, SYNs are clamped to
 // the route's (path) MTU; coming in from wg0, the on-prem side advertises an MSS for its own 1500-byte link, so
 // SYNs are lowered to what fits the tunnel (MTU less 40 bytes of IPv4+TCP header, 60 for IPv6). Only larger values
@@ -195,7 +209,7 @@ func Gateway(in GatewayInput) ([]byte, error) {
 	if in.Agent != nil {
 		dropIn = append(dropIn, unitSection{Name: "Unit", Entries: agentFirst(in.Agent)})
 	}
-	dropInFile, err := unitFile(append(dropIn, unitSection{Name: "Service", Entries: []unitEntry{
+	service := []unitEntry{
 		{"ExecStartPre", gatewayAgent("gateway-key")},
 		{"StandardOutput", "journal+console"},
 		{"StandardError", "journal+console"},
@@ -204,7 +218,11 @@ func Gateway(in GatewayInput) ([]byte, error) {
 		// A first boot during an SSM outage, or a tunnel that fails to come up, is retried rather than left down.
 		{"Restart", "on-failure"},
 		{"RestartSec", "30s"},
-	}})).marshal()
+	}
+	if in.PeerEndpoint == nil {
+		service = append(service, peerMemory...)
+	}
+	dropInFile, err := unitFile(append(dropIn, unitSection{Name: "Service", Entries: service})).marshal()
 	if err != nil {
 		return nil, fmt.Errorf("gateway user data: wg-quick drop-in: %w", err)
 	}

@@ -126,6 +126,21 @@ func TestGatewayRoundTrip(t *testing.T) {
 		!strings.Contains(plain, "persistent-keepalive"))
 }
 
+// Where on-prem dials in, wg-quick@wg0 saves the peer's address before `wg-quick down` deletes wg0 and dials it after
+// `wg-quick up`, as unit commands that cannot fail the unit; where the gateway dials out it has the address already.
+func TestGatewayKeepsTheDialInPeersAddress(t *testing.T) {
+	t.Parallel()
+	dropIn := "/etc/systemd/system/wg-quick@wg0.service.d/10-dynk8s.conf"
+	rendered := renderedGatewayUserData(t)
+	in := fileByPath(t, parseCloudConfig(t, rendered["gateway"]), dropIn).Content
+	assert.Check(t, is.Contains(in, "ExecStartPost=-/usr/local/bin/dynk8s-node gateway-dial-peer --interface %i\n"))
+	assert.Check(t, is.Contains(in, "ExecStop=\n"+
+		"ExecStop=-/usr/local/bin/dynk8s-node gateway-save-peer --interface %i\n"+
+		"ExecStop=/usr/bin/wg-quick down %i\n"), "the save comes before wg-quick down, which deletes wg0")
+	out := fileByPath(t, parseCloudConfig(t, rendered["gateway-endpoint"]), dropIn).Content
+	assert.Check(t, !strings.Contains(out, "peer") && !strings.Contains(out, "ExecStop"), out)
+}
+
 // With IdleStop the gateway runs the idle check once a minute, from boot on (the timer is enabled), told the cluster
 // to look for, the window and the counters' table; without it, none of that is rendered.
 func TestGatewayIdleCheckRendered(t *testing.T) {

@@ -4,6 +4,7 @@ package e2e
 
 import (
 	"context"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -69,5 +70,46 @@ func TestBoxGatewayTunnel(t *testing.T) {
 	if rx, tx := g.tn.transfer(ctx, t); rx == 0 || tx == 0 {
 		t.Errorf("the gateway's wg0 transferred rx %d tx %d bytes", rx, tx)
 	}
+	t.Run("the gateway dials the on-prem peer after a restart", func(t *testing.T) { g.checkRedial(ctx, t) })
 	t.Logf("gateway box: done %.1f s after the box started", time.Since(start).Seconds())
+}
+
+// checkRedial restarts the tunnel's unit, as a stop and start of the instance would (the stop saves the address the
+// on-prem peer was heard from, the start dials it), and checks that the gateway brings the tunnel back itself. The
+// on-prem peer keeps the session it started moments ago: its keepalives go on in it, unanswered by the restarted
+// gateway, and it would start a handshake of its own only once that session is REKEY_AFTER_TIME (120 s) old. So a
+// handshake before then is the gateway's, and the wait's bound is that moment, not a machine speed.
+func (g *boxGateway) checkRedial(ctx context.Context, t *testing.T) {
+	first := g.tn.latestHandshake(ctx)
+	if first == 0 {
+		t.Fatal("the on-prem peer reports no handshake before the restart")
+	}
+	restart := time.Now()
+	if out, err := g.exec(ctx, "systemctl", "restart", "wg-quick@wg0.service"); err != nil {
+		t.Fatalf("systemctl restart wg-quick@wg0 in the box: %v\n%s", err, out)
+	}
+	saved, err := g.exec(ctx, "cat", "/var/lib/dynk8s/onprem-peer")
+	if want := onPremInternetIP + ":"; err != nil || !strings.HasPrefix(saved, want) {
+		t.Errorf("the saved on-prem peer's address: %q (%v), want %s<port>", saved, err, want)
+	}
+	journal, _ := g.exec(ctx, "journalctl", "--no-pager", "-o", "cat", "-u", "wg-quick@wg0.service", "--since",
+		"@"+strconv.FormatInt(restart.Unix(), 10))
+	for _, want := range []string{"saved the on-prem peer's address " + strings.TrimSpace(saved),
+		"dialled the on-prem peer at " + strings.TrimSpace(saved)} {
+		if !strings.Contains(journal, want) {
+			t.Errorf("wg-quick@wg0's journal since the restart lacks %q:\n%s", want, journal)
+		}
+	}
+	if out, _ := g.exec(ctx, "wg", "show", "wg0", "persistent-keepalive"); !strings.HasSuffix(strings.TrimSpace(out), "\t25") {
+		t.Errorf("the gateway's keepalive after the dial: %q, want 25", out)
+	}
+	rekey := time.Unix(first, 0).Add(120 * time.Second)
+	for g.tn.latestHandshake(ctx) <= first || g.tn.latestHandshake(ctx) < restart.Unix() {
+		if time.Now().After(rekey) {
+			t.Fatalf("no handshake after the restart before the on-prem peer's own rekey (%s): the gateway did not dial",
+				rekey.Format(time.TimeOnly))
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	t.Logf("gateway box: the tunnel's restart, handshake again %.1f s after it", time.Since(restart).Seconds())
 }

@@ -493,7 +493,7 @@ func (tn *tunnel) upOnPrem(ctx context.Context, t *testing.T, dialOut bool) {
 		"pipefail", "-c", privateWireGuardRun+` && exec ip netns exec "$1" wg-quick up "$2"`, "onprem-up",
 		string(tn.onprem), tn.opConf)
 	cmd.WaitDelay = 5 * time.Second
-	cmd.Env = append(os.Environ(), "WG_QUICK_USERSPACE_IMPLEMENTATION="+tn.wireguardGo)
+	cmd.Env = append(os.Environ(), "WG_QUICK_USERSPACE_IMPLEMENTATION="+tn.onPremWireGuardGo(t))
 	out, err := cmd.CombinedOutput()
 	if err != nil {
 		t.Fatalf("on-prem wg-quick up: %v\n%s", err, out)
@@ -502,6 +502,27 @@ func (tn *tunnel) upOnPrem(ctx context.Context, t *testing.T, dialOut bool) {
 		t.Errorf("dial-out=%v but the on-prem config's ListenPort is %q", dialOut,
 			wgValue(tn.plan.onPremConf, "Interface", "ListenPort"))
 	}
+}
+
+// onPremWireGuardGo is the wireguard-go that wg-quick starts on the on-prem side. With DYNK8S_E2E_SHOW set it is a
+// wrapper that runs it with LOG_LEVEL=verbose (every handshake initiation, retry and keepalive, timestamped) into a
+// file the test logs at its cleanup: the daemon it forks keeps the wrapper's stdout, which must not be wg-quick's
+// pipe.
+func (tn *tunnel) onPremWireGuardGo(t *testing.T) string {
+	t.Helper()
+	if os.Getenv("DYNK8S_E2E_SHOW") == "" {
+		return tn.wireguardGo
+	}
+	dir := t.TempDir()
+	log := filepath.Join(dir, "wireguard-go.log")
+	wrapper := filepath.Join(dir, "wireguard-go")
+	script := "#!/bin/sh\nLOG_LEVEL=verbose exec " + tn.wireguardGo + " \"$@\" >>" + log + " 2>&1\n"
+	assert.NilError(t, os.WriteFile(wrapper, []byte(script), 0o755))
+	t.Cleanup(func() {
+		b, err := os.ReadFile(log)
+		t.Logf("the on-prem wireguard-go's log (%v):\n%s", err, b)
+	})
+	return wrapper
 }
 
 // waitHandshake waits for the first handshake. An initiation that reaches a side not yet configured is dropped and
@@ -521,6 +542,18 @@ func (tn *tunnel) waitHandshake(ctx context.Context, t *testing.T) {
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
+}
+
+// latestHandshake is the on-prem peer's latest handshake with the gateway (wg's seconds since the epoch; 0: none, or
+// wg could not tell).
+func (tn *tunnel) latestHandshake(ctx context.Context) int64 {
+	out, err := tn.wg(ctx, tn.onprem, "show", onPremIface, "latest-handshakes")
+	f := strings.Fields(out)
+	if err != nil || len(f) != 2 {
+		return 0
+	}
+	n, _ := strconv.ParseInt(f[1], 10, 64)
+	return n
 }
 
 // wg runs wg as the tunnel's own side sees it: in the network and mount namespaces of the wireguard-go daemon that

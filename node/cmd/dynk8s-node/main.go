@@ -1,13 +1,14 @@
-// Command dynk8s-node is the node agent, one static binary that cloud-init's units run: on a pool's instance, with
-// the node's configuration (/etc/dynk8s/node.json, node/nodeconfig), the boot (join), the wake-up of the stack's
-// WireGuard gateway (wake-gateway), the routes toward on-prem (onprem-routes) and the lockdown of the instance
-// metadata service (imds-lock); on the gateway, with its configuration (/etc/dynk8s/gateway.json), its key,
-// packages and idle check; on a bake instance (cmd/bake), the bake: the prepare step and what follows it. The
-// commands are the table below, which node/internal/cli runs.
+// Command dynk8s-node is the node agent, one static binary that cloud-init's units run: on a pool's instance, with the
+// node's configuration (/etc/dynk8s/node.json, node/nodeconfig), the boot (join), the wake-up of the stack's WireGuard
+// gateway (wake-gateway), the routes toward on-prem (onprem-routes) and the lockdown of the instance metadata service
+// (imds-lock); on the gateway, with its configuration (/etc/dynk8s/gateway.json), its key, packages and idle check, and
+// the on-prem peer's address kept across its stops (wg-quick's hooks); on a bake instance (cmd/bake), the bake: the
+// prepare step and what follows it. The commands are the table below, which node/internal/cli runs.
 //
 //	dynk8s-node join [--config FILE] [--dry-run] [-v] [--skip PHASE,...]
 //	dynk8s-node wake-gateway|onprem-routes|imds-lock [--config FILE] [--dry-run] [-v]
 //	dynk8s-node gateway-key|gateway-packages|gateway-idle [--config FILE] [--dry-run] [-v]
+//	dynk8s-node gateway-save-peer|gateway-dial-peer --interface IFACE [--dry-run]
 //	dynk8s-node bake [--config FILE] [-v]        (a bake instance's: prepare, clean-identity, check, power off)
 //	dynk8s-node prepare [--config FILE] [-v]     (an image build's first step, docs/baked-images.md)
 //	dynk8s-node clean-identity [--dry-run]       (and its last)
@@ -41,6 +42,9 @@ const (
 	logConfig = "log the configuration"
 )
 
+// peerFlags are the flags of the gateway's peer commands, which wg-quick's hooks run.
+var peerFlags = map[string]string{"interface": "the WireGuard interface (wg-quick's %i)"}
+
 // commands is the agent: each command's log tag is its unit's (the gateway key's is the tag its first
 // implementation logged under, kept for the operators' greps).
 var commands = []cli.Command{
@@ -61,6 +65,8 @@ var commands = []cli.Command{
 		Verbose: logConfig, Run: gateway.Packages},
 	{Name: "gateway-idle", Tag: "dynk8s-gateway-idle", Config: nodeconfig.GatewayPath, DryRun: dryRun,
 		Verbose: logConfig, Run: gateway.Idle},
+	{Name: "gateway-save-peer", Tag: "dynk8s-gateway-peer", DryRun: dryRun, Strings: peerFlags, Run: gateway.SavePeer},
+	{Name: "gateway-dial-peer", Tag: "dynk8s-gateway-peer", DryRun: dryRun, Strings: peerFlags, Run: gateway.DialPeer},
 	{Name: "bake", Tag: "dynk8s-bake", Config: nodeconfig.BakePath, Verbose: logConfig, Run: boot.Bake},
 	{Name: "prepare", Tag: "dynk8s-prepare", Config: nodeconfig.Path, Verbose: logConfig, Run: boot.Prepare},
 	{Name: "clean-identity", Tag: "dynk8s-clean-identity", DryRun: "list what it would remove, and remove nothing",

@@ -160,6 +160,9 @@ func (f Files) Etc(p string) string { return f.Root + "/etc/" + p }
 // Run is /run/dynk8s/p under the root, the agent's state of this boot.
 func (f Files) Run(p string) string { return f.Root + "/run/dynk8s/" + p }
 
+// State is /var/lib/dynk8s/p under the root, the agent's state kept across boots and stops.
+func (f Files) State(p string) string { return f.Root + "/var/lib/dynk8s/" + p }
+
 // Exists says whether p is there.
 func (f Files) Exists(p string) bool {
 	_, err := os.Stat(p)
