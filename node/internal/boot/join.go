@@ -10,6 +10,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"net"
 	"net/http"
 	"net/netip"
 	"os"
@@ -126,6 +127,10 @@ type joining struct {
 	// cacheDone delivers the cache phase's time once it has run in the background (startCache); nil when it runs
 	// not, or has been waited for.
 	cacheDone chan time.Duration
+	// probeDone delivers the API server probe's end once it has run in the background (startProbe), and stopProbe
+	// ends it early; nil when it runs not, or has been waited for.
+	probeDone chan error
+	stopProbe context.CancelFunc
 }
 
 // joiner is one run of the join: the boot that picks the phases by the instance's lifecycle state, and how it ends.
@@ -145,7 +150,7 @@ func newJoiner(r *bootEnv) *joiner {
 	return j
 }
 
-func (r *bootEnv) markerPrepared() string { return r.files.Root + "/var/lib/dynk8s/prepared" }
+func (r *bootEnv) markerPrepared() string { return r.files.State("prepared") }
 
 // markerWarm: this instance has prepared and completed its lifecycle action in the warm pool since it last started.
 func (r *bootEnv) markerWarm() string { return r.files.Run("warm-ready") }
@@ -276,6 +281,7 @@ func (j *joiner) inService(ctx context.Context) error {
 		go func() { _ = w.wake(ctx, j.cfg.GatewayInstanceID) }()
 	}
 	j.startCache(ctx)
+	j.startProbe(ctx)
 	if prepared {
 		j.log.Printf("prepared on an earlier boot (%s)", j.markerPrepared())
 		if err := j.tl.Phase(j.log, "crio", func() error { return j.startCrio(ctx) }); err != nil {
@@ -328,6 +334,7 @@ func (j *joiner) finish() {
 		return
 	}
 	_ = os.Remove(j.joinConfig())
+	j.endProbe()
 	if j.stopPrepull != nil {
 		j.stopPrepull()
 	}
@@ -527,7 +534,7 @@ func (jn *joining) joinCluster(ctx context.Context) error {
 		{name: "checks", run: jn.readyToJoin},
 		{name: "token", run: jn.retried("read the join token from SSM parameter "+jn.cfg.JoinTokenParameter, jn.readToken)},
 		{name: "kubelet-key", run: jn.kubeletKey},
-		{name: "api-server", run: jn.retried("reach the API server at "+jn.cfg.APIServerEndpoint.String(), jn.probeAPIServer)},
+		{name: "api-server", run: jn.waitProbe},
 		// Before the kubelet: its pods find the cache mounted from their start, and its Node the cache's label.
 		{run: func(context.Context) error { jn.waitCache(); return jn.render() }},
 		{name: "kubeadm-join", run: jn.retried("kubeadm join", jn.kubeadmJoin)},
@@ -558,6 +565,49 @@ func (jn *joining) startCache(ctx context.Context) {
 		jn.log.Printf("phase=cache took=%ss", system.Seconds(took))
 		jn.cacheDone <- took
 	}()
+}
+
+// startProbe probes the API server (phase api-server) in the background from the boot's start: through an awake
+// gateway it answers while the node prepares, and through a sleeping one the probe waits for the tunnel beside the
+// preparation instead of after it. The api-server phase is the join's wait for its answer, before kubeadm join.
+// Its attempts are a second apart at most, each connecting for 3 s at most: a connection into a tunnel that is not up yet
+// loses its SYNs, and a fresh attempt finds the tunnel soon after it comes up, where the boot's backoff (up to
+// backoffMax) and a connection's own SYN retries (1, 3 and 7 s after it starts) would find it seconds late.
+func (jn *joining) startProbe(ctx context.Context) {
+	if jn.skip["api-server"] {
+		return
+	}
+	ctx, jn.stopProbe = context.WithCancel(ctx)
+	jn.probeDone = make(chan error, 1)
+	clock := jn.clock.Capped(time.Second)
+	go func() {
+		jn.probeDone <- clock.Retry(ctx, jn.log, "reach the API server at "+jn.cfg.APIServerEndpoint.String(),
+			jn.probeAPIServer)
+	}()
+}
+
+// waitProbe waits for the probe startProbe started.
+func (jn *joining) waitProbe(ctx context.Context) error {
+	if jn.probeDone == nil {
+		return errors.New("the API server probe never started")
+	}
+	select {
+	case err := <-jn.probeDone:
+		jn.probeDone = nil
+		return err
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// endProbe stops a probe still running (the boot ended before it waited) and waits for it to end.
+func (jn *joining) endProbe() {
+	if jn.probeDone == nil {
+		return
+	}
+	jn.stopProbe()
+	<-jn.probeDone
+	jn.probeDone = nil
 }
 
 // waitCache waits for the cache phase started by startCache, if any.
@@ -717,7 +767,8 @@ func (jn *joining) readToken(ctx context.Context) error {
 // certificate: kubeadm then pins the CA by hash.
 func (jn *joining) probeAPIServer(ctx context.Context) error {
 	client := &http.Client{Timeout: jn.clock.Timeout(10 * time.Second), Transport: &http.Transport{
-		TLSClientConfig: &tls.Config{InsecureSkipVerify: true}, //nolint:gosec // a probe; kubeadm pins the CA
+		DialContext:     (&net.Dialer{Timeout: 3 * time.Second}).DialContext, // startProbe says why
+		TLSClientConfig: &tls.Config{InsecureSkipVerify: true},               //nolint:gosec // a probe; kubeadm pins the CA
 	}}
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "https://"+jn.cfg.APIServerEndpoint.String()+"/readyz", nil)
 	if err != nil {

@@ -2,11 +2,16 @@ package boot
 
 import (
 	"context"
+	"io"
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -682,6 +687,28 @@ func TestJoinPrePullsWhileJoining(t *testing.T) {
 	assert.Check(t, is.Contains(run.log, "(4 images, 1 failed)"))
 	assert.Check(t, is.Equal(run.timeline.Result, "joined"))
 	assert.Check(t, is.Equal(run.phases()[len(run.phases())-1], "pre-pull"))
+}
+
+// The API server is probed beside the preparation, not after it: here CRI-O's start waits for the API server's
+// first answer, which the boot could not give before the crio phase if it probed only after it.
+func TestJoinProbesTheAPIServerWhilePreparing(t *testing.T) {
+	t.Parallel()
+	r := newRig(t, "", "")
+	probed := make(chan struct{})
+	var once sync.Once
+	api := httptest.NewTLSServer(http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
+		once.Do(func() { close(probed) })
+		_, _ = io.WriteString(w, "ok")
+	}))
+	t.Cleanup(api.Close)
+	r.cfg.APIServerEndpoint = endpoint.MustParse(strings.TrimPrefix(api.URL, "https://"))
+	r.cfg.Deadlines.Join = nodeconfig.Duration(10 * time.Second)
+	r.host.gates = map[string]chan struct{}{"systemctl enable --now crio.service": probed}
+	run := r.join()
+	assert.NilError(t, run.err, run.log)
+	assert.Check(t, is.Equal(run.timeline.Result, "joined"))
+	assert.Check(t, slices.Contains(run.phases(), "api-server"), "the join's wait is its api-server phase: %v",
+		run.phases())
 }
 
 // --skip leaves the named phases out of the boot, each with one log line, and runs the rest in order; a name that is

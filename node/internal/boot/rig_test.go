@@ -47,6 +47,9 @@ type fakeHost struct {
 	rpmDB map[string]rpmPackage
 	// blkid is the file system blkid finds on a cache volume's device ("": none).
 	blkid string
+	// gates: a command line (exact) that waits for its channel to close before it runs; its context's end, or 5 s,
+	// fails it.
+	gates map[string]chan struct{}
 	// awaitJoin makes a pull last until kubeadm join has run, as a big image would.
 	awaitJoin chan struct{}
 	joined    bool
@@ -61,6 +64,15 @@ func (h *fakeHost) Has(name string) bool { return !slices.Contains(h.missing, na
 
 func (h *fakeHost) Run(ctx context.Context, _ time.Duration, _ bool, name string, args ...string) error {
 	line := h.Record(name, args)
+	if gate := h.gates[line]; gate != nil {
+		select {
+		case <-gate:
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(5 * time.Second):
+			return fmt.Errorf("%s: waited 5 s for its gate", line)
+		}
+	}
 	h.mu.Lock()
 	failed := h.fail[line]
 	if h.failN[name] > 0 {

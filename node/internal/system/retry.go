@@ -35,6 +35,13 @@ func sleepCtx(ctx context.Context, d time.Duration) error {
 	}
 }
 
+// Capped is c with its deadline and its pause between attempts at most d, for a probe whose attempt costs little.
+func (c *Clock) Capped(d time.Duration) *Clock {
+	e := *c
+	e.BackoffInitial, e.BackoffMax = min(c.BackoffInitial, d), min(c.BackoffMax, d)
+	return &e
+}
+
 // left is what remains before the deadline.
 func (c *Clock) left() time.Duration { return c.deadline.Sub(c.Now()) }
 
