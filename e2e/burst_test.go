@@ -11,7 +11,6 @@ import (
 	"path/filepath"
 	"runtime"
 	"slices"
-	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -209,6 +208,18 @@ func newBurst(t *testing.T, opts burstOptions) *burst {
 		t.Fatal(err)
 	}
 	b.ca = startAutoscaler(ctx, t, c, s, b.aws, b.aws.users[s.userName])
+	// A cluster's autoscaler has been looping for long when a build comes: the build pod waits for this one's first
+	// whole loop (it writes its status ConfigMap at each loop's end), so that its start-up, its caches' first fill,
+	// is not in the scale-up decision. A hang's bound.
+	for deadline := time.Now().Add(2 * time.Minute); ; time.Sleep(200 * time.Millisecond) {
+		_, err := b.client.CoreV1().ConfigMaps("kube-system").Get(ctx, "cluster-autoscaler-status", metav1.GetOptions{})
+		if err == nil {
+			break
+		}
+		if !apierrors.IsNotFound(err) || time.Now().After(deadline) {
+			t.Fatalf("the autoscaler's first loop: %v; its log:\n%s", err, tail(b.ca.logs.String(), 40))
+		}
+	}
 	args, _ := liveController(ctx, t, c)
 	t.Cleanup(func() {
 		_, _ = c.kubectl(context.Background(), "-n", "kube-system", "delete", "lease", addons.ControllerName,
@@ -490,15 +501,7 @@ func (b *burst) backToSleep(t *testing.T) {
 
 // latestHandshake is the on-prem peer's latest handshake with the gateway (wg's seconds since the epoch; 0: none).
 // It outlives the gateway's boot: a sleeping gateway's last handshake is still there when it wakes.
-func (b *burst) latestHandshake() int64 {
-	out, err := b.vpc.gateway.tn.wg(b.ctx, b.vpc.gateway.tn.onprem, "show", onPremIface, "latest-handshakes")
-	f := strings.Fields(out)
-	if err != nil || len(f) != 2 {
-		return 0
-	}
-	n, _ := strconv.ParseInt(f[1], 10, 64)
-	return n
-}
+func (b *burst) latestHandshake() int64 { return b.vpc.gateway.tn.latestHandshake(b.ctx) }
 
 // tunnelUp is a wait's check that the on-prem peer has had a handshake after since (a latestHandshake read before
 // the gateway was woken): a second scale-up's gateway wakes with the first one's handshake on record.
@@ -548,8 +551,10 @@ func nodeReady(n *corev1.Node) bool {
 	return c != nil && c.Status == corev1.ConditionTrue
 }
 
-// wait polls cond every second, running the launcher and checking the autoscaler's status each time, until cond
-// holds (the phase is logged) or timeout.
+// wait polls cond every half second, running the launcher and checking the autoscaler's status each time, until
+// cond holds (the phase is logged) or timeout. The launcher plays EC2's launch, so its turn bounds how late a box
+// boots after moto has the instance: half a second, with the calls it makes to moto (a few milliseconds each),
+// where a second's poll through moto_aws.py took 2-3 s a turn.
 func (b *burst) wait(t *testing.T, timeout time.Duration, phase string, cond func() bool) {
 	t.Helper()
 	deadline := time.Now().Add(timeout)
@@ -563,7 +568,7 @@ func (b *burst) wait(t *testing.T, timeout time.Duration, phase string, cond fun
 		if time.Now().After(deadline) || b.ctx.Err() != nil {
 			t.Fatalf("%s: not after %s; autoscaler log:\n%s", phase, timeout, tail(b.ca.logs.String(), 60))
 		}
-		time.Sleep(time.Second)
+		time.Sleep(500 * time.Millisecond)
 	}
 }
 

@@ -27,7 +27,6 @@ import (
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
-	"github.com/aws/aws-sdk-go-v2/credentials"
 	"github.com/aws/aws-sdk-go-v2/service/ec2"
 	ec2types "github.com/aws/aws-sdk-go-v2/service/ec2/types"
 	"gotest.tools/v3/assert"
@@ -404,9 +403,7 @@ func kubeletRequest(t *testing.T, node string) (request, keySHA256 string) {
 // here: the test plays the instance).
 func (a *awsEnv) markKey(ctx context.Context, t *testing.T, instance, keySHA256 string) {
 	t.Helper()
-	client := ec2.New(ec2.Options{Region: a.region, BaseEndpoint: aws.String(a.url),
-		Credentials: credentials.NewStaticCredentialsProvider(a.admin.Key, a.admin.Secret, "")})
-	_, err := client.CreateTags(ctx, &ec2.CreateTagsInput{Resources: []string{instance},
+	_, err := a.ec2().CreateTags(ctx, &ec2.CreateTagsInput{Resources: []string{instance},
 		Tags: []ec2types.Tag{{Key: aws.String(names.TagKubeletKey), Value: aws.String(keySHA256)}}})
 	assert.NilError(t, err, "CreateTags %s %s", instance, names.TagKubeletKey)
 }
@@ -414,9 +411,7 @@ func (a *awsEnv) markKey(ctx context.Context, t *testing.T, instance, keySHA256 
 // instanceTags are an instance's tags in moto.
 func (a *awsEnv) instanceTags(ctx context.Context, t *testing.T, instance string) map[string]string {
 	t.Helper()
-	client := ec2.New(ec2.Options{Region: a.region, BaseEndpoint: aws.String(a.url),
-		Credentials: credentials.NewStaticCredentialsProvider(a.admin.Key, a.admin.Secret, "")})
-	out, err := client.DescribeInstances(ctx, &ec2.DescribeInstancesInput{InstanceIds: []string{instance}})
+	out, err := a.ec2().DescribeInstances(ctx, &ec2.DescribeInstancesInput{InstanceIds: []string{instance}})
 	assert.NilError(t, err, "DescribeInstances %s", instance)
 	tags := map[string]string{}
 	for _, r := range out.Reservations {

@@ -8,6 +8,11 @@ import (
 	"slices"
 	"strings"
 	"testing"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/ec2"
+	ec2types "github.com/aws/aws-sdk-go-v2/service/ec2/types"
+	"gotest.tools/v3/assert"
 )
 
 // launcher plays EC2 for the boxes: each instance moto starts in the watched group gets a box that boots the
@@ -32,7 +37,7 @@ type launcher struct {
 	volumes *volumeStore
 }
 
-// ec2Instance is one instance as moto's EC2 and Auto Scaling describe it (testdata/moto_aws.py ec2-instances).
+// ec2Instance is one instance as moto's EC2 and Auto Scaling describe it (awsEnv.ec2Instances).
 type ec2Instance struct {
 	State     string           `json:"state"`
 	Zone      string           `json:"zone"`
@@ -42,10 +47,51 @@ type ec2Instance struct {
 	Volumes   []attachedVolume `json:"volumes"`
 }
 
+// ec2Instances are every instance EC2 knows, as the launcher reads them: state, zone, private IP, the volumes
+// attached to it, and for a member of an Auto Scaling group its group and lifecycle state.
 func (a *awsEnv) ec2Instances(ctx context.Context, t *testing.T) map[string]ec2Instance {
 	t.Helper()
-	var out map[string]ec2Instance
-	a.python(ctx, t, nil, &out, "ec2-instances", a.admin.Key, a.admin.Secret)
+	type member struct{ group, lifecycle string }
+	members := map[string]member{}
+	for _, g := range a.autoscalingGroups(ctx, t) {
+		for _, i := range g.Instances {
+			members[aws.ToString(i.InstanceId)] = member{aws.ToString(g.AutoScalingGroupName), string(i.LifecycleState)}
+		}
+	}
+	client := a.ec2()
+	volumes := map[string][]attachedVolume{}
+	vols := ec2.NewDescribeVolumesPaginator(client, &ec2.DescribeVolumesInput{})
+	for vols.HasMorePages() {
+		page, err := vols.NextPage(ctx)
+		assert.NilError(t, err, "DescribeVolumes")
+		for _, v := range page.Volumes {
+			for _, at := range v.Attachments {
+				if at.State == ec2types.VolumeAttachmentStateAttached {
+					id := aws.ToString(at.InstanceId)
+					volumes[id] = append(volumes[id], attachedVolume{ID: aws.ToString(v.VolumeId),
+						Device: aws.ToString(at.Device), SizeGiB: int64(aws.ToInt32(v.Size))})
+				}
+			}
+		}
+	}
+	out := map[string]ec2Instance{}
+	insts := ec2.NewDescribeInstancesPaginator(client, &ec2.DescribeInstancesInput{})
+	for insts.HasMorePages() {
+		page, err := insts.NextPage(ctx)
+		assert.NilError(t, err, "DescribeInstances")
+		for _, r := range page.Reservations {
+			for _, i := range r.Instances {
+				id := aws.ToString(i.InstanceId)
+				m := members[id]
+				inst := ec2Instance{State: string(i.State.Name), IP: aws.ToString(i.PrivateIpAddress), Group: m.group,
+					Lifecycle: m.lifecycle, Volumes: volumes[id]}
+				if i.Placement != nil {
+					inst.Zone = aws.ToString(i.Placement.AvailabilityZone)
+				}
+				out[id] = inst
+			}
+		}
+	}
 	return out
 }
 

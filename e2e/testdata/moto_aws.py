@@ -194,19 +194,6 @@ def actions_only(doc):
     return json.dumps(policy)
 
 
-def groups(endpoint, region, key, secret):
-    asg = boto3.client("autoscaling", region_name=region, endpoint_url=endpoint, aws_access_key_id=key,
-                       aws_secret_access_key=secret)
-    out = {}
-    for g in asg.get_paginator("describe_auto_scaling_groups").paginate().build_full_result()["AutoScalingGroups"]:
-        out[g["AutoScalingGroupName"]] = {
-            "desired": g["DesiredCapacity"],
-            "tags": {t["Key"]: t["Value"] for t in g.get("Tags", [])},
-            "instances": [{"id": i["InstanceId"], "zone": i["AvailabilityZone"]} for i in g.get("Instances", [])],
-        }
-    json.dump(out, sys.stdout)
-
-
 def instances(endpoint, region, key, secret):
     ec2 = boto3.client("ec2", region_name=region, endpoint_url=endpoint, aws_access_key_id=key,
                        aws_secret_access_key=secret)
@@ -214,32 +201,6 @@ def instances(endpoint, region, key, secret):
     for r in ec2.describe_instances()["Reservations"]:
         for i in r["Instances"]:
             out[i["InstanceId"]] = i["State"]["Name"]
-    json.dump(out, sys.stdout)
-
-
-def ec2_instances(endpoint, region, key, secret):
-    """Every instance EC2 knows, as the burst test's launcher reads them: state, zone, private IP, the volumes attached
-    to it, and for a member of an Auto Scaling group its group and lifecycle state."""
-    ec2 = boto3.client("ec2", region_name=region, endpoint_url=endpoint, aws_access_key_id=key,
-                       aws_secret_access_key=secret)
-    asg = boto3.client("autoscaling", region_name=region, endpoint_url=endpoint, aws_access_key_id=key,
-                       aws_secret_access_key=secret)
-    members = {}
-    for g in asg.get_paginator("describe_auto_scaling_groups").paginate().build_full_result()["AutoScalingGroups"]:
-        for i in g.get("Instances", []):
-            members[i["InstanceId"]] = {"group": g["AutoScalingGroupName"], "lifecycle": i["LifecycleState"]}
-    volumes = {}
-    for v in ec2.get_paginator("describe_volumes").paginate().build_full_result()["Volumes"]:
-        for a in v.get("Attachments", []):
-            if a.get("State") == "attached":
-                volumes.setdefault(a["InstanceId"], []).append({"id": v["VolumeId"], "device": a["Device"],
-                                                                 "sizeGiB": v["Size"]})
-    out = {}
-    for r in ec2.describe_instances()["Reservations"]:
-        for i in r["Instances"]:
-            out[i["InstanceId"]] = {"state": i["State"]["Name"], "zone": i["Placement"]["AvailabilityZone"],
-                                    "ip": i.get("PrivateIpAddress", ""), **members.get(i["InstanceId"], {}),
-                                    "volumes": volumes.get(i["InstanceId"], [])}
     json.dump(out, sys.stdout)
 
 
@@ -306,6 +267,5 @@ def start(endpoint, region, key, secret, instance):
 
 if __name__ == "__main__":
     cmd, args = sys.argv[1], sys.argv[2:]
-    {"setup": setup, "groups": groups, "instances": instances, "ec2-instances": ec2_instances,
-     "cache-volumes": cache_volumes, "vcpus": vcpus,
+    {"setup": setup, "instances": instances, "cache-volumes": cache_volumes, "vcpus": vcpus,
      "fleet": fleet, "launch": launch, "stop": stop, "start": start}[cmd](*args)
