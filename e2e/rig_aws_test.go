@@ -223,7 +223,7 @@ type awsKey struct {
 type groupState struct {
 	Desired   int               `json:"desired"`
 	Tags      map[string]string `json:"tags"`
-	Instances []groupInstance `json:"instances"`
+	Instances []groupInstance   `json:"instances"`
 }
 
 type groupInstance struct {
