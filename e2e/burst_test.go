@@ -263,6 +263,8 @@ func (b *burst) scaleUp(t *testing.T) {
 		operator = b.startTimeline(t)
 	}
 
+	// The scheduler's verdict first: the autoscaler acts on pods the scheduler has marked unschedulable.
+	b.waitFast(t, time.Minute, "pod unschedulable", func() bool { return podUnschedulable(ctx, b.client, pod) })
 	b.wait(t, 2*time.Minute, "scale-up decision", func() bool {
 		return b.aws.desired(ctx, t)[b.group] == 1
 	})
@@ -543,6 +545,21 @@ func (b *burst) waitFast(t *testing.T, timeout time.Duration, phase string, cond
 		}
 	}
 	b.phases.mark(phase)
+}
+
+// podUnschedulable says whether the scheduler has marked the pod unschedulable (PodScheduled False, reason
+// Unschedulable), which is what the autoscaler looks for.
+func podUnschedulable(ctx context.Context, client kubernetes.Interface, name string) bool {
+	p, err := client.CoreV1().Pods("default").Get(ctx, name, metav1.GetOptions{})
+	if err != nil {
+		return false
+	}
+	for _, c := range p.Status.Conditions {
+		if c.Type == corev1.PodScheduled && c.Status == corev1.ConditionFalse && c.Reason == corev1.PodReasonUnschedulable {
+			return true
+		}
+	}
+	return false
 }
 
 // nodeReady says whether n's Ready condition is True.
