@@ -208,18 +208,6 @@ func newBurst(t *testing.T, opts burstOptions) *burst {
 		t.Fatal(err)
 	}
 	b.ca = startAutoscaler(ctx, t, c, s, b.aws, b.aws.users[s.userName])
-	// A cluster's autoscaler has been looping for long when a build comes: the build pod waits for this one's first
-	// whole loop (it writes its status ConfigMap at each loop's end), so that its start-up, its caches' first fill,
-	// is not in the scale-up decision. A hang's bound.
-	for deadline := time.Now().Add(2 * time.Minute); ; time.Sleep(200 * time.Millisecond) {
-		_, err := b.client.CoreV1().ConfigMaps("kube-system").Get(ctx, "cluster-autoscaler-status", metav1.GetOptions{})
-		if err == nil {
-			break
-		}
-		if !apierrors.IsNotFound(err) || time.Now().After(deadline) {
-			t.Fatalf("the autoscaler's first loop: %v; its log:\n%s", err, tail(b.ca.logs.String(), 40))
-		}
-	}
 	args, _ := liveController(ctx, t, c)
 	t.Cleanup(func() {
 		_, _ = c.kubectl(context.Background(), "-n", "kube-system", "delete", "lease", addons.ControllerName,
@@ -257,6 +245,7 @@ func (b *burst) scaleUp(t *testing.T) {
 		b.wakeGatewayFirst(t)
 	}
 	handshake := b.latestHandshake() // before anything wakes the gateway
+	b.midLoop(t)
 	createBuildPod(ctx, t, c, pod, b.pool, round)
 	b.phases.start()
 	if round == 0 {
@@ -545,6 +534,32 @@ func (b *burst) waitFast(t *testing.T, timeout time.Duration, phase string, cond
 		}
 	}
 	b.phases.mark(phase)
+}
+
+// midLoop returns half a scan interval after the autoscaler's next loop has ended (it writes its status ConfigMap
+// at each loop's end and waits the interval before the next). A build pod comes at any moment of the autoscaler's
+// loop, so its decision waits half an interval on average: created at once, the pod met the autoscaler where the test
+// before it happened to leave it (the asleep variants right after a fresh autoscaler's first loop, at the worst
+// phase: 3.0 s to the decision in every run, against 0.8-2.5 s awake). A hang's bound on the wait.
+func (b *burst) midLoop(t *testing.T) {
+	t.Helper()
+	version := func() string {
+		cm, err := b.client.CoreV1().ConfigMaps("kube-system").Get(b.ctx, "cluster-autoscaler-status", metav1.GetOptions{})
+		if err != nil {
+			if !apierrors.IsNotFound(err) {
+				t.Fatalf("the autoscaler's status: %v", err)
+			}
+			return ""
+		}
+		return cm.ResourceVersion
+	}
+	before := version()
+	for deadline := time.Now().Add(2 * time.Minute); version() == before; time.Sleep(50 * time.Millisecond) {
+		if time.Now().After(deadline) || b.ctx.Err() != nil {
+			t.Fatalf("the autoscaler ended no loop in 2 minutes; its log:\n%s", tail(b.ca.logs.String(), 40))
+		}
+	}
+	time.Sleep(*testScanInterval / 2)
 }
 
 // podUnschedulable says whether the scheduler has marked the pod unschedulable (PodScheduled False, reason
