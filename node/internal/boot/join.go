@@ -606,7 +606,9 @@ func (jn *joining) endProbe() {
 		return
 	}
 	jn.stopProbe()
-	<-jn.probeDone
+	if err := <-jn.probeDone; err != nil && !errors.Is(err, context.Canceled) {
+		jn.log.Printf("the API server probe had not succeeded when the boot ended: %v", err)
+	}
 	jn.probeDone = nil
 }
 

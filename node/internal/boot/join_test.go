@@ -696,7 +696,7 @@ func TestJoinProbesTheAPIServerWhilePreparing(t *testing.T) {
 	r := newRig(t, "", "")
 	probed := make(chan struct{})
 	var once sync.Once
-	api := httptest.NewTLSServer(http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
+	api := httptest.NewTLSServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
 		once.Do(func() { close(probed) })
 		_, _ = io.WriteString(w, "ok")
 	}))

@@ -62,16 +62,26 @@ type fakeHost struct {
 
 func (h *fakeHost) Has(name string) bool { return !slices.Contains(h.missing, name) }
 
+// waitGate waits for line's gate, if it has one.
+func (h *fakeHost) waitGate(ctx context.Context, line string) error {
+	gate := h.gates[line]
+	if gate == nil {
+		return nil
+	}
+	select {
+	case <-gate:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-time.After(5 * time.Second):
+		return fmt.Errorf("%s: waited 5 s for its gate", line)
+	}
+}
+
 func (h *fakeHost) Run(ctx context.Context, _ time.Duration, _ bool, name string, args ...string) error {
 	line := h.Record(name, args)
-	if gate := h.gates[line]; gate != nil {
-		select {
-		case <-gate:
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-time.After(5 * time.Second):
-			return fmt.Errorf("%s: waited 5 s for its gate", line)
-		}
+	if err := h.waitGate(ctx, line); err != nil {
+		return err
 	}
 	h.mu.Lock()
 	failed := h.fail[line]
