@@ -20,6 +20,7 @@ import (
 	"github.com/dynk8s/dynk8s/internal/endpoint"
 	"github.com/dynk8s/dynk8s/internal/testkit/realtools"
 	"github.com/dynk8s/dynk8s/node/nodeconfig"
+	"github.com/dynk8s/dynk8s/wireguard"
 )
 
 const (
@@ -139,6 +140,8 @@ func TestGatewayKeepsTheDialInPeersAddress(t *testing.T) {
 		"ExecStop=/usr/bin/wg-quick down %i\n"), "the save comes before wg-quick down, which deletes wg0")
 	out := fileByPath(t, parseCloudConfig(t, rendered["gateway-endpoint"]), dropIn).Content
 	assert.Check(t, !strings.Contains(out, "peer") && !strings.Contains(out, "ExecStop"), out)
+	// The keepalive the dial sets is the one the dial-out gateway's PostUp sets.
+	assert.Check(t, is.Equal(nodeconfig.GatewayPeerKeepalive, wireguard.PersistentKeepalive*time.Second))
 }
 
 // With IdleStop the gateway runs the idle check once a minute, from boot on (the timer is enabled), told the cluster

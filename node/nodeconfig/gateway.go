@@ -12,6 +12,10 @@ import (
 // GatewayPath is where cloud-init writes the WireGuard gateway's configuration.
 const GatewayPath = "/etc/dynk8s/gateway.json"
 
+// GatewayPeerKeepalive is the keepalive the gateway gives the on-prem peer it dials after a stop: the stack's
+// wireguard.PersistentKeepalive (25 s, wg(8)'s advice for a peer behind NAT), which the agent may not import.
+const GatewayPeerKeepalive = 25 * time.Second
+
 // Gateway is what the agent's gateway commands need (gateway-key, gateway-packages, gateway-idle): the gateway's
 // counterpart of Node, written by the renderer (cloudinit.Gateway) and decoded strictly at boot. All values are
 // public: the private key is read from SSM at boot, never written here.

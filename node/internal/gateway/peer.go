@@ -8,14 +8,13 @@ import (
 	"net/netip"
 	"os"
 	"strings"
-	"time"
 
 	"golang.zx2c4.com/wireguard/wgctrl"
 	"golang.zx2c4.com/wireguard/wgctrl/wgtypes"
 
 	"github.com/dynk8s/dynk8s/node/internal/cli"
 	"github.com/dynk8s/dynk8s/node/internal/system"
-	"github.com/dynk8s/dynk8s/wireguard"
+	"github.com/dynk8s/dynk8s/node/nodeconfig"
 )
 
 // The on-prem peer's address across the gateway's stops, when on-prem dials in (wireguard.onPremEndpoint unset).
@@ -159,7 +158,7 @@ func dialConfig(dev *wgtypes.Device, addr netip.AddrPort) (wgtypes.Config, error
 	if err != nil {
 		return wgtypes.Config{}, err
 	}
-	keepalive := wireguard.PersistentKeepalive * time.Second
+	keepalive := nodeconfig.GatewayPeerKeepalive
 	return wgtypes.Config{Peers: []wgtypes.PeerConfig{{
 		PublicKey:                   p.PublicKey,
 		UpdateOnly:                  true,
