@@ -581,8 +581,8 @@ func nodeReady(n *corev1.Node) bool {
 
 // wait polls cond every half second, running the launcher and checking the autoscaler's status each time, until
 // cond holds (the phase is logged) or timeout. The launcher plays EC2's launch, so its turn bounds how late a box
-// boots after moto has the instance: half a second, with the calls it makes to moto (a few milliseconds each),
-// where a second's poll through moto_aws.py took 2-3 s a turn.
+// boots after moto has the instance: half a second, with the calls it makes to moto through the AWS SDK (a Python
+// process importing boto3 would add half a second to each).
 func (b *burst) wait(t *testing.T, timeout time.Duration, phase string, cond func() bool) {
 	t.Helper()
 	deadline := time.Now().Add(timeout)

@@ -702,7 +702,7 @@ func TestJoinProbesTheAPIServerWhilePreparing(t *testing.T) {
 	}))
 	t.Cleanup(api.Close)
 	r.cfg.APIServerEndpoint = endpoint.MustParse(strings.TrimPrefix(api.URL, "https://"))
-	r.cfg.Deadlines.Join = nodeconfig.Duration(10 * time.Second)
+	r.cfg.Deadlines.Join = nodeconfig.Duration(time.Minute) // a hang's bound
 	r.host.gates = map[string]chan struct{}{"systemctl enable --now crio.service": probed}
 	run := r.join()
 	assert.NilError(t, run.err, run.log)

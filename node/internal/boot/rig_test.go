@@ -47,7 +47,7 @@ type fakeHost struct {
 	rpmDB map[string]rpmPackage
 	// blkid is the file system blkid finds on a cache volume's device ("": none).
 	blkid string
-	// gates: a command line (exact) that waits for its channel to close before it runs; its context's end, or 5 s,
+	// gates: a command line (exact) that waits for its channel to close before it runs; its context's end, or 30 s,
 	// fails it.
 	gates map[string]chan struct{}
 	// awaitJoin makes a pull last until kubeadm join has run, as a big image would.
@@ -73,8 +73,8 @@ func (h *fakeHost) waitGate(ctx context.Context, line string) error {
 		return nil
 	case <-ctx.Done():
 		return ctx.Err()
-	case <-time.After(5 * time.Second):
-		return fmt.Errorf("%s: waited 5 s for its gate", line)
+	case <-time.After(30 * time.Second): // a hang's bound, not a speed target
+		return fmt.Errorf("%s: waited 30 s for its gate", line)
 	}
 }
 
