@@ -299,6 +299,7 @@ func TestNoEC2CallBeforeNotReadyAfter(t *testing.T) {
 		}
 		return poll.Continue("the loop has not judged both Nodes yet:\n%s", f.Logs.String())
 	}, poll.WithTimeout(30*time.Second))
+	f.WaitRequeued(t, nodeName, 1)
 	assert.Equal(t, len(f.ec2.Actions()), 0, "DescribeInstances before NotReadyAfter")
 	assert.Assert(t, f.exists(t, nodeName))
 
@@ -311,7 +312,7 @@ func TestNoEC2CallBeforeNotReadyAfter(t *testing.T) {
 	}, poll.WithTimeout(30*time.Second))
 	assert.DeepEqual(t, f.ec2.Filters(), []map[string][]string{{"instance-id": {instanceID}}})
 	assert.Assert(t, f.exists(t, ready.Name))
-	assert.Equal(t, looptest.Counter(t, f.c.deleted), 1.0)
+	looptest.WaitCounter(t, f.c.deleted, 1)
 }
 
 // TestRecheckWhileTheInstanceExists: a due Node whose instance is stopped is kept, and asked about again once per
@@ -330,14 +331,10 @@ func TestRecheckWhileTheInstanceExists(t *testing.T) {
 		}, poll.WithTimeout(30*time.Second))
 	}
 	calls(1)
+	f.WaitRequeued(t, nodeName, 1)
 	f.Clock.Step(Recheck - time.Second)
-	// The keep line of the first call is logged after the call; wait for it so that no sync is in flight.
-	poll.WaitOn(t, func(poll.LogT) poll.Result {
-		if strings.Contains(f.Logs.String(), "msg=keep loop=cleanup node="+nodeName) {
-			return poll.Success()
-		}
-		return poll.Continue("no keep line yet")
-	}, poll.WithTimeout(30*time.Second))
+	time.Sleep(100 * time.Millisecond)
+	assert.Equal(t, len(f.ec2.Actions()), 1, "asked again before Recheck")
 	f.Clock.Step(time.Second)
 	calls(2)
 	assert.Equal(t, len(f.ec2.Actions()), 2)

@@ -87,6 +87,8 @@ func next(ctx context.Context, log *slog.Logger, q workqueue.TypedRateLimitingIn
 	case asRequeue(err, &again):
 		q.Forget(key)
 		q.AddAfter(key, again.After)
+		// After AddAfter, which reads the clock: a test on a fake clock waits for this line before it steps.
+		log.Debug("again", "key", key, "in", again.After.String())
 	default:
 		log.Warn("will try again", "key", key, "error", err.Error(), "retries", q.NumRequeues(key))
 		q.AddRateLimited(key)

@@ -173,6 +173,7 @@ func TestAdvertisedRemovesOnlyTheTaint(t *testing.T) {
 	f := newFixture(t, node)
 	f.Run(t, f.c)
 	f.removed(t)
+	looptest.WaitCounter(t, f.c.total.WithLabelValues(OutcomeAdvertised), 1)
 
 	sent := f.updates()
 	assert.Equal(t, len(sent), 1)
@@ -194,14 +195,16 @@ func TestNotAdvertisedGivesUp(t *testing.T) {
 	f := newFixture(t, node)
 	f.Run(t, f.c)
 	f.waitLog(t, "msg=keep loop=untaint node="+nodeName)
+	f.WaitRequeued(t, nodeName, 1)
 	assert.Equal(t, len(f.updates()), 0, "an Update before the give-up deadline")
 
 	f.Clock.Step(DefaultGiveUp - time.Minute)
 	f.removed(t)
+	looptest.WaitCounter(t, f.c.total.WithLabelValues(OutcomeGaveUp), 1)
 	sent := f.updates()
 	assert.Equal(t, len(sent), 1)
 	assert.Equal(t, cmp.Diff(minusFuse(node), sent[0]), "", "the Update changes more than the taint")
-	events := f.Events()
+	events := f.WaitEvents(t, 1)
 	assert.Equal(t, len(events), 1, "events: %q", events)
 	assert.Check(t, is.Contains(events[0], "Warning "+ReasonGaveUp+" node advertises no github.com/fuse after 5m0s "+
 		"(is the device plugin running?): removed the startup taint "+fuseTaint.Key+" so that other pods can run"))
@@ -225,7 +228,7 @@ func TestAdvertisedLater(t *testing.T) {
 	_, err := f.Client.CoreV1().Nodes().UpdateStatus(context.Background(), ready, metav1.UpdateOptions{})
 	assert.NilError(t, err)
 	f.removed(t)
-	assert.Equal(t, looptest.Counter(t, f.c.total.WithLabelValues(OutcomeAdvertised)), 1.0)
+	looptest.WaitCounter(t, f.c.total.WithLabelValues(OutcomeAdvertised), 1)
 	assert.Equal(t, len(f.Events()), 0)
 }
 

@@ -153,8 +153,8 @@ func TestWakesTheGatewayOncePerScaleUpOfOurGroups(t *testing.T) {
 	f.write(t, map[string]string{ours: "InProgress", theirs: "InProgress"})
 	f.starts(t, 1)
 	assert.Check(t, is.Equal(f.ec2.State(gateway), "running"))
-	assert.Check(t, is.Equal(f.wakes(t, ResultStarted), 1.0))
-	events := f.Events()
+	looptest.WaitCounter(t, f.c.wakes.WithLabelValues(ResultStarted), 1)
+	events := f.WaitEvents(t, 1)
 	assert.Assert(t, is.Len(events, 1))
 	assert.Check(t, is.Contains(events[0], "Normal GatewayWoken started the WireGuard gateway "+gateway+
 		" for the scale-up of "+ours))
@@ -166,7 +166,7 @@ func TestWakesTheGatewayOncePerScaleUpOfOurGroups(t *testing.T) {
 	f.write(t, map[string]string{ours: "NoActivity"})
 	f.write(t, map[string]string{ours: "InProgress"})
 	f.starts(t, 2)
-	assert.Check(t, is.Equal(f.wakes(t, ResultRunning), 1.0))
+	looptest.WaitCounter(t, f.c.wakes.WithLabelValues(ResultRunning), 1)
 	assert.Check(t, is.Len(f.Events(), 0), "no Event for a gateway that was up")
 }
 
@@ -187,7 +187,7 @@ func TestRetriesAGatewayThatIsStillStopping(t *testing.T) {
 		f.starts(t, i)
 	}
 	assert.Check(t, is.Equal(f.ec2.State(gateway), "running"))
-	assert.Check(t, is.Equal(f.wakes(t, ResultStarted), 1.0))
+	looptest.WaitCounter(t, f.c.wakes.WithLabelValues(ResultStarted), 1)
 	assert.Check(t, is.Equal(f.wakes(t, ResultFailed), 0.0))
 }
 
@@ -199,8 +199,8 @@ func TestARefusedStartIsNotRetried(t *testing.T) {
 	f.starts(t, 1)
 	f.Clock.Step(DefaultRetryFor)
 	f.starts(t, 1)
-	assert.Check(t, is.Equal(f.wakes(t, ResultFailed), 1.0))
-	events := f.Events()
+	looptest.WaitCounter(t, f.c.wakes.WithLabelValues(ResultFailed), 1)
+	events := f.WaitEvents(t, 1)
 	assert.Assert(t, is.Len(events, 1))
 	assert.Check(t, is.Contains(events[0], "Warning GatewayWakeFailed cannot start the WireGuard gateway "+gateway))
 	assert.Check(t, is.Contains(events[0], "InvalidInstanceID.NotFound"))

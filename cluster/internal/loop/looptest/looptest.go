@@ -7,6 +7,7 @@ import (
 	"bytes"
 	"context"
 	"log/slog"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -14,6 +15,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
 	"gotest.tools/v3/assert"
+	"gotest.tools/v3/poll"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/informers"
@@ -89,6 +91,54 @@ func (r *Rig) Events() []string {
 			return out
 		}
 	}
+}
+
+// WaitRequeued waits until the loop has put key back n times in all, each for a later sync (loop.Requeue). The
+// queue reads its clock when it takes the key back, so a test that steps a fake clock past a requeue's time waits for
+// it first: a step that comes before the requeue moves its time along too.
+func (r *Rig) WaitRequeued(t *testing.T, key string, n int) {
+	t.Helper()
+	line := "msg=again "
+	poll.WaitOn(t, func(poll.LogT) poll.Result {
+		got := 0
+		for l := range strings.SplitSeq(r.Logs.String(), "\n") {
+			if strings.Contains(l, line) && strings.Contains(l, " key="+key+" ") {
+				got++
+			}
+		}
+		if got >= n {
+			return poll.Success()
+		}
+		return poll.Continue("%q requeued %d times, want %d:\n%s", key, got, n, r.Logs.String())
+	}, poll.WithTimeout(30*time.Second))
+}
+
+// WaitEvents waits until n Events have been recorded since the last drain, and returns all recorded by then. A
+// loop that runs in its own goroutine records its Event after the API call a test waits on, so a drain right after
+// that wait can come too early.
+func (r *Rig) WaitEvents(t *testing.T, n int) []string {
+	t.Helper()
+	var out []string
+	poll.WaitOn(t, func(poll.LogT) poll.Result {
+		out = append(out, r.Events()...)
+		if len(out) >= n {
+			return poll.Success()
+		}
+		return poll.Continue("%d Events, want %d: %q", len(out), n, out)
+	}, poll.WithTimeout(30*time.Second))
+	return out
+}
+
+// WaitCounter waits until a counter has the value want: a loop in its own goroutine counts after the API call a
+// test waits on.
+func WaitCounter(t *testing.T, m prometheus.Metric, want float64) {
+	t.Helper()
+	poll.WaitOn(t, func(poll.LogT) poll.Result {
+		if got := Counter(t, m); got != want {
+			return poll.Continue("the counter is %v, want %v", got, want)
+		}
+		return poll.Success()
+	}, poll.WithTimeout(30*time.Second))
 }
 
 // Counter is a counter's value. (client_golang's testutil would need a module go.sum does not list.)
