@@ -59,7 +59,6 @@ func TestNodeHostStepsAroundTheJoin(t *testing.T) {
 	general, err := generalPool().userData()
 	assert.NilError(t, err)
 	assert.Check(t, is.DeepEqual(parseCloudConfig(t, general).RunCmd, [][]string{
-		{"systemctl", "daemon-reload"},
 		{"systemctl", "enable", "dynk8s-onprem-routes.service", "dynk8s-join.service", "dynk8s-agent.service"},
 		{"systemctl", "start", "dynk8s-agent.service"},
 		{"systemctl", "start", "dynk8s-onprem-routes.service"},
@@ -71,7 +70,7 @@ func TestNodeHostStepsAroundTheJoin(t *testing.T) {
 	spot, err := spotPool().userData()
 	assert.NilError(t, err)
 	cc := parseCloudConfig(t, spot)
-	assert.Check(t, is.DeepEqual(cc.RunCmd[3:6], [][]string{
+	assert.Check(t, is.DeepEqual(cc.RunCmd[2:5], [][]string{
 		{"systemctl", "start", "dynk8s-onprem-routes.service"},
 		{"systemctl", "try-reload-or-restart", "NetworkManager.service"},
 		{"systemctl", "try-restart", "systemd-resolved.service"},

@@ -128,7 +128,7 @@ func TestNodeRoundTrip(t *testing.T) {
 	assert.NilError(t, err)
 	cc := parseCloudConfig(t, ud)
 
-	assert.DeepEqual(t, cc.RunCmd, [][]string{{"systemctl", "daemon-reload"},
+	assert.DeepEqual(t, cc.RunCmd, [][]string{
 		{"systemctl", "enable", "dynk8s-onprem-routes.service", "dynk8s-join.service", "dynk8s-agent.service"},
 		{"systemctl", "start", "dynk8s-agent.service"},
 		{"systemctl", "start", "dynk8s-onprem-routes.service"},
@@ -435,7 +435,8 @@ func TestNodeJoinConfigurationPassesKubeadmValidate(t *testing.T) {
 // A pool with a warm pool gets dynk8s-join.timer: its Running and Hibernated instances enter service without a boot.
 // runcmd enables it with the other units, before anything starts (a prompt stop of a warm instance after its
 // lifecycle action must not cut an enable short), and starts it before the join unit, since a successful join stops
-// and disables it for good. A cold pool has none.
+// and disables it for good. It elapses within a second of its time, not systemd's default minute. A cold pool has
+// none.
 func TestWarmPoolNodesGetTheJoinTimer(t *testing.T) {
 	t.Parallel()
 	cold, err := generalPool().userData()
@@ -450,12 +451,13 @@ func TestWarmPoolNodesGetTheJoinTimer(t *testing.T) {
 	cc := parseCloudConfig(t, ud)
 	timer := fileByPath(t, cc, "/etc/systemd/system/"+joinTimerName).Content
 	assert.Check(t, is.Contains(timer, "OnUnitInactiveSec=2s\n"))
+	assert.Check(t, is.Contains(timer, "AccuracySec=1s\n"))
 	assert.Check(t, is.Contains(timer, "Unit="+joinUnitName+"\n"))
-	assert.DeepEqual(t, cc.RunCmd[1], []string{"systemctl", "enable", routesUnitName, joinUnitName, agentUnitName, joinTimerName})
+	assert.DeepEqual(t, cc.RunCmd[0], []string{"systemctl", "enable", routesUnitName, joinUnitName, agentUnitName, joinTimerName})
 	assert.DeepEqual(t, cc.RunCmd[len(cc.RunCmd)-3:len(cc.RunCmd)-1], [][]string{
 		{"systemctl", "start", joinTimerName}, {"systemctl", "start", joinUnitName}})
-	for i, c := range cc.RunCmd[2:] {
-		assert.Check(t, c[0] != "systemctl" || c[1] != "enable", "runcmd[%d] enables a unit after the first start: %v", i+2, c)
+	for i, c := range cc.RunCmd[1:] {
+		assert.Check(t, c[0] != "systemctl" || c[1] != "enable", "runcmd[%d] enables a unit after the first start: %v", i+1, c)
 	}
 }
 

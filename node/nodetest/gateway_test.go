@@ -103,7 +103,7 @@ func TestGatewayAgentPackages(t *testing.T) {
 	install := "dnf install -y --setopt=install_weak_deps=False nftables wireguard-tools\n"
 	assert.Check(t, is.Equal(run.file("calls"), "rpm -q --whatprovides nftables\nrpm -q --whatprovides wireguard-tools\n"+
 		"dnf install -y --setopt=install_weak_deps=False --repo=fedora nftables wireguard-tools\n"+install+install+
-		"systemctl daemon-reload\nsystemctl enable --now --no-block wg-quick@wg0.service\n"))
+		"systemctl enable --now --no-block wg-quick@wg0.service\n"))
 	assert.Check(t, is.Contains(run.stderr, "install nftables wireguard-tools: attempt 1 failed: dnf install exited 1"))
 	assert.Check(t, is.Contains(run.stderr, "installed nftables wireguard-tools"))
 	assert.Check(t, is.Len(FailedLines(run.stderr), 0))

@@ -81,7 +81,7 @@ func TestPrepareWritesTheMarker(t *testing.T) {
 	calls := r.host.Recorded()
 	assert.Check(t, is.DeepEqual(dnfCalls(calls), []string{dnfInstall + " --repo=dynk8s-kubernetes --repo=dynk8s-cri-o" +
 		fedoraRepo + " kubelet-1.34.4 kubeadm-1.34.4 cri-tools-1.34.* cri-o-1.34.* container-selinux", dnfLock}))
-	assert.Check(t, slices.Index(calls, "systemctl disable kubelet.service") > slices.Index(calls, "systemctl enable kubelet.service"),
+	assert.Check(t, slices.Index(calls, "systemctl disable kubelet.service") > slices.Index(calls, enableRuntime),
 		"the kubelet is left enabled: %v", calls)
 	assert.Check(t, slices.IndexFunc(calls, func(c string) bool { return strings.HasPrefix(c, "kubeadm") }) < 0)
 	assert.Check(t, is.Equal(r.imds.Requests, 0))
@@ -197,7 +197,7 @@ func TestJoinBaked(t *testing.T) {
 				"kubelet-key", "api-server", "kubeadm-join", "pre-pull"}))
 			checkTimeline(t, run)
 			checkLocksBeforeJoin(t, run)
-			assert.Check(t, is.Contains(run.calls, "systemctl enable kubelet.service"))
+			assert.Check(t, is.Contains(run.calls, enableRuntime))
 			if !c.baked {
 				assert.Check(t, is.DeepEqual(dnf, []string{dnfInstall + " --repo=dynk8s-kubernetes --repo=dynk8s-cri-o " +
 					"kubelet-1.34.4 kubeadm-1.34.4 cri-tools-1.34.* cri-o-1.34.*", dnfLock}))

@@ -22,6 +22,12 @@ import (
 //     pinned names at their installed versions with `dnf versionlock add` (dnf5's own command since 5.1.13,
 //     rpm-software-management/dnf5 pull 1121; dnf4's versionlock plugin, which dnf4 names dnf-command(versionlock)
 //     and the agent installs from Fedora's repositories when dnf4 answers "No such command: versionlock").
+//   - The lock reads only the pinned repositories (--repo), as the install did: both locks take an installed
+//     package's own version (dnf4's plugin from the rpmdb alone, dnf-plugins-core versionlock.py _write_locklist;
+//     dnf5 prefers the installed version, dnf5/commands/versionlock/versionlock_add.cpp), yet both load every
+//     enabled repository first (the plugin's available_repos demand, dnf5's LoadAvailableRepos::ENABLED). Without
+//     --repo that is Fedora's updates, whose metadata (tens of megabytes from Fedora's mirrors) a fresh instance
+//     would download and parse for the lock alone; the box's thin local repositories cannot show that cost.
 
 func repoArgs(ids []string) []string {
 	out := make([]string, len(ids))
@@ -112,7 +118,7 @@ func (pr *preparer) installPackages(ctx context.Context) error {
 func (pr *preparer) lockPins(ctx context.Context, names []string) error {
 	lock := func() error {
 		return system.DNFError("versionlock add", pr.host.Run(ctx, pr.clock.Timeout(time.Minute), false, "dnf",
-			append([]string{"versionlock", "add"}, names...)...))
+			slices.Concat(repoArgs(pr.cfg.Repos), []string{"versionlock", "add"}, names)...))
 	}
 	err := lock()
 	if err == nil || !strings.Contains(err.Error(), "No such command: versionlock") {

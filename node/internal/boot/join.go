@@ -156,6 +156,9 @@ func (r *bootEnv) markerPrepared() string { return r.files.State("prepared") }
 func (r *bootEnv) markerWarm() string { return r.files.Run("warm-ready") }
 func (r *bootEnv) joinConfig() string { return r.files.Run("kubeadm-join.yaml") }
 
+// joinTimerFile is dynk8s-join.timer's unit file, which only a warm pool's user data writes.
+func (r *bootEnv) joinTimerFile() string { return r.files.Etc("systemd/system/" + joinTimerName) }
+
 // alreadyJoined: a joined node has the kubelet's kubeconfig; the join unit's Condition checks the same file.
 func alreadyJoined(f system.Files) bool { return f.Exists(f.Etc("kubernetes/kubelet.conf")) }
 
@@ -206,13 +209,36 @@ func (j *joiner) warmed(ctx context.Context) bool {
 
 // Run is the boot; it returns the error that ended it (already handled by failed) or nil.
 func (j *joiner) Run(ctx context.Context) error {
+	start := j.clock.Now()
 	j.out.Result = "failed"
 	err := j.boot(ctx)
 	if err != nil {
 		j.failed(ctx, err)
 	}
 	j.finish()
+	if err != nil {
+		j.paceRetry(ctx, start)
+	}
 	return err
+}
+
+// FailedRunLasts is the least a failed run of the boot lasts on an instance whose dynk8s-join.timer runs it again
+// (a warm-pool instance): the timer starts the next run 2 s after one ends, so a failure that comes at once (a
+// refused token read, an answer the boot rejects) would repeat, with its FAILED line and its AWS calls, every few
+// seconds until the autoscaler retires the instance. A failure that came after a network step's retries has lasted
+// longer already, and is tried again 2 s after it ended.
+const FailedRunLasts = time.Minute
+
+// paceRetry, after a failed run that started at start, waits out the rest of FailedRunLasts when the join timer will
+// run the boot again.
+func (j *joiner) paceRetry(ctx context.Context, start time.Time) {
+	if !j.files.Exists(j.joinTimerFile()) {
+		return
+	}
+	if wait := FailedRunLasts - j.clock.Now().Sub(start); wait > 0 {
+		j.log.Printf("%s tries again in %s", joinTimerName, wait.Round(time.Second))
+		_ = j.clock.Sleep(ctx, wait)
+	}
 }
 
 func (j *joiner) boot(ctx context.Context) error {
@@ -278,7 +304,10 @@ func (j *joiner) inService(ctx context.Context) error {
 		w := &waker{cloud: j.cloud, log: j.log.With("dynk8s-wake-gateway"), dryRun: j.dryRun,
 			clock:  system.NewClock(j.cfg.Deadlines.Wake.D(), j.clock.BackoffInitial, j.clock.BackoffMax),
 			settle: j.cfg.Deadlines.WakeSettle.D(), interval: j.cfg.Deadlines.WakeInterval.D()}
-		go func() { _ = w.wake(ctx, j.cfg.GatewayInstanceID) }()
+		// A boot that ends first stops it: its settle window on a running gateway may outlast the join.
+		wakeCtx, stopWake := context.WithCancelCause(ctx)
+		defer stopWake(errBootEnded)
+		go func() { _ = w.wake(wakeCtx, j.cfg.GatewayInstanceID) }()
 	}
 	j.startCache(ctx)
 	j.startProbe(ctx)
@@ -467,13 +496,15 @@ func (pr *preparer) crio(ctx context.Context) error {
 			_ = os.Remove(b)
 		}
 	}
-	if pr.host.Run(ctx, 5*time.Minute, false, "systemctl", "enable", "--now", "crio.service") != nil {
-		return errors.New("crio.service did not start (journalctl -u crio)")
+	// One enable for both, for the boots to come, without the manager's reload each enable does (0.3-0.5 s on a
+	// busy box, twice): this boot's start loads crio.service from disk, where the packages put it, even when a unit
+	// named it before it was there (systemd src/core/transaction.c transaction_add_job_and_dependencies, since 246:
+	// a not-found unit is loaded again once the unit directories changed), and kubeadm's kubelet start reloads the
+	// manager itself before it starts the kubelet (kubeadm's initsystem ServiceRestart).
+	if pr.host.Run(ctx, time.Minute, false, "systemctl", "enable", "--no-reload", "crio.service", "kubelet.service") != nil {
+		return errors.New("could not enable crio.service and kubelet.service")
 	}
-	if pr.host.Run(ctx, time.Minute, false, "systemctl", "enable", "kubelet.service") != nil {
-		return errors.New("could not enable kubelet.service")
-	}
-	return nil
+	return pr.startCrio(ctx)
 }
 
 func (pr *preparer) startCrio(ctx context.Context) error {
@@ -843,7 +874,7 @@ func (jn *joining) kubeadmJoin(ctx context.Context) error {
 // the timer's base where it was, so it would fire every 2 s for the node's life. --no-block: nothing may make the
 // join wait on another unit's job.
 func (jn *joining) stopTimer(ctx context.Context) {
-	if !jn.files.Exists(jn.files.Etc("systemd/system/" + joinTimerName)) {
+	if !jn.files.Exists(jn.joinTimerFile()) {
 		return
 	}
 	if jn.host.Run(ctx, time.Minute, false, "systemctl", "disable", "--now", "--no-block", joinTimerName) != nil {

@@ -30,11 +30,14 @@ import (
 // The join's scenarios, against the fake clients.
 
 const (
-	dnfInstall = "dnf install -y --setopt=install_weak_deps=False --setopt=tsflags=nodocs --setopt=max_parallel_downloads=10"
+	// enableRuntime enables CRI-O and the kubelet for the boots to come, in one call, without a reload.
+	enableRuntime = "systemctl enable --no-reload crio.service kubelet.service"
+	dnfInstall    = "dnf install -y --setopt=install_weak_deps=False --setopt=tsflags=nodocs --setopt=max_parallel_downloads=10"
 	// pinned: node.json's packages by name, which every Fedora repository in the transaction excludes and the boot
 	// locks after it.
-	pinned     = "kubelet,kubeadm,cri-tools,cri-o"
-	dnfLock    = "dnf versionlock add kubelet kubeadm cri-tools cri-o"
+	pinned = "kubelet,kubeadm,cri-tools,cri-o"
+	// dnfLock reads only the pinned repositories, as the install does.
+	dnfLock    = "dnf --repo=dynk8s-kubernetes --repo=dynk8s-cri-o versionlock add kubelet kubeadm cri-tools cri-o"
 	fedoraRepo = " --repo=fedora --setopt=fedora.excludepkgs=" + pinned
 	withUpdate = " --repo=fedora --repo=updates --setopt=fedora.excludepkgs=" + pinned + " --setopt=updates.excludepkgs=" + pinned
 )
@@ -77,8 +80,8 @@ func TestJoinRetriesThenJoins(t *testing.T) {
 		"kubelet-1.34.4 kubeadm-1.34.4 cri-tools-1.34.* cri-o-1.34.*"))
 	assert.Check(t, is.Contains(run.log, "the image has container-selinux iptables nftables (rpm -q): no Fedora "+
 		"repository metadata needed"))
-	assert.Check(t, is.Contains(run.calls, "systemctl enable --now crio.service"))
-	assert.Check(t, is.Contains(run.calls, "systemctl enable kubelet.service"))
+	assert.Check(t, is.Contains(run.calls, enableRuntime))
+	assert.Check(t, run.index(enableRuntime) < run.index("systemctl start crio.service"), "crio started before it was enabled")
 	join := "kubeadm join --config " + filepath.Join(r.root, "run/dynk8s/kubeadm-join.yaml")
 	assert.Check(t, run.index("kubeadm reset --force") == run.index(join)+1, "a failed join is reset before the next: %v", run.calls)
 	checkLocksBeforeJoin(t, run)
@@ -234,7 +237,7 @@ func TestJoinPackagesFail(t *testing.T) {
 			}
 			assert.Check(t, c.attempts(installs), "%d attempts", installs)
 			assert.Check(t, run.index("kubeadm join") < 0)
-			assert.Check(t, run.index("dnf versionlock") < 0)
+			assert.Check(t, run.index(dnfLock) < 0)
 		})
 	}
 }
@@ -300,7 +303,7 @@ func TestJoinGivesUp(t *testing.T) {
 		}, failure: []string{"kubeadm join needs net.ipv4.ip_forward = 1 (preflight FileContent check)"}, lastPhase: "checks"},
 		"a tool kubeadm needs is missing": {modify: func(r *rig) { r.host.missing = []string{"nsenter"} },
 			failure: []string{"kubeadm join needs nsenter on PATH (preflight InPathCheck)"}, lastPhase: "checks"},
-		"crio does not start": {modify: func(r *rig) { r.host.fail["systemctl enable --now crio.service"] = true },
+		"crio does not start": {modify: func(r *rig) { r.host.fail["systemctl start crio.service"] = true },
 			failure: []string{"crio.service did not start (journalctl -u crio)"}, lastPhase: "crio"},
 	} {
 		t.Run(name, func(t *testing.T) {
@@ -438,7 +441,8 @@ func TestJoinPreparesInTheWarmPoolThenJoins(t *testing.T) {
 	warm := r.join()
 	assert.NilError(t, warm.err)
 	assert.Check(t, warm.index("dnf install") >= 0)
-	assert.Check(t, is.Contains(warm.calls, "systemctl enable --now crio.service"))
+	assert.Check(t, is.Contains(warm.calls, enableRuntime))
+	assert.Check(t, is.Contains(warm.calls, "systemctl start crio.service"))
 	assert.Check(t, is.Contains(warm.calls, "crictl --runtime-endpoint unix:///var/run/crio/crio.sock pull registry.k8s.io/pause:3.10.1"))
 	assert.Check(t, warm.index("kubeadm") < 0, "kubeadm ran in the warm pool")
 	assert.Check(t, warm.index("systemctl start "+imdsLockUnit) < 0, "the metadata lock was started before the join")
@@ -559,6 +563,46 @@ func TestJoinWaitsRunningInTheWarmPoolThenJoins(t *testing.T) {
 	stop := join.index("systemctl disable --now --no-block " + joinTimerName)
 	assert.Check(t, stop > join.index("kubeadm join"), "the joined node's timer was not stopped after the join: %v", join.calls)
 	assert.Check(t, is.Equal(join.timeline.Result, "joined"))
+}
+
+// A run that fails at once on an instance whose join timer runs it again (a warm-pool instance) lasts
+// FailedRunLasts, so that the timer's 2 s between runs does not make it a loop of failures every few seconds; on an
+// instance without the timer (a cold pool's: nothing runs it again but a boot), it ends at once. Its one reason is
+// logged before the wait.
+func TestJoinFailedRunIsPacedForTheTimer(t *testing.T) {
+	t.Parallel()
+	for _, timer := range []bool{false, true} {
+		r := newRig(t, "Warmed:Bogus", cloudfake.Hook)
+		if timer {
+			path := filepath.Join(r.root, "etc/systemd/system", joinTimerName)
+			assert.NilError(t, os.MkdirAll(filepath.Dir(path), 0o755))
+			assert.NilError(t, os.WriteFile(path, nil, 0o644))
+		}
+		out := &nodetest.SyncBuffer{}
+		log := system.NewLogger("dynk8s-join", out, r.root)
+		log.Journal = false
+		clock := system.NewClock(time.Minute, time.Millisecond, time.Millisecond)
+		// A clock that stands still: the wait is the whole minute, however long the run took on a busy machine.
+		now := time.Now()
+		clock.Now = func() time.Time { return now }
+		var slept []time.Duration
+		clock.Sleep = func(_ context.Context, d time.Duration) error {
+			slept = append(slept, d)
+			return nil
+		}
+		j := newJoiner(&bootEnv{cfg: r.cfg, cloud: r.cloud(), host: r.host, log: log, clock: clock,
+			files: system.Files{Root: r.root, Proc: filepath.Join(r.root, "proc")}, tl: system.NewTimeline(time.Now)})
+		err := j.Run(context.Background())
+		assert.ErrorContains(t, err, "IMDS returned an unexpected LIFECYCLE")
+		assert.Check(t, is.Equal(strings.Count(out.String(), "FAILED"), 1), out.String())
+		if !timer {
+			assert.Check(t, is.Len(slept, 0), "a run without the timer waited")
+			continue
+		}
+		assert.Assert(t, is.Len(slept, 1), "timer: the failed run did not wait once")
+		assert.Check(t, is.Equal(slept[0], FailedRunLasts))
+		assert.Check(t, is.Contains(out.String(), joinTimerName+" tries again in "))
+	}
 }
 
 // A waiting run reads the lifecycle state again and again for its window: the group putting the instance in
@@ -703,7 +747,7 @@ func TestJoinProbesTheAPIServerWhilePreparing(t *testing.T) {
 	t.Cleanup(api.Close)
 	r.cfg.APIServerEndpoint = endpoint.MustParse(strings.TrimPrefix(api.URL, "https://"))
 	r.cfg.Deadlines.Join = nodeconfig.Duration(time.Minute) // a hang's bound
-	r.host.gates = map[string]chan struct{}{"systemctl enable --now crio.service": probed}
+	r.host.gates = map[string]chan struct{}{"systemctl start crio.service": probed}
 	run := r.join()
 	assert.NilError(t, run.err, run.log)
 	assert.Check(t, is.Equal(run.timeline.Result, "joined"))

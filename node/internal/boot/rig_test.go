@@ -121,7 +121,7 @@ func (h *fakeHost) Run(ctx context.Context, _ time.Duration, _ bool, name string
 			return &system.ExitError{Name: name, Code: 1}
 		}
 	case "dnf":
-		if args[0] == "versionlock" {
+		if slices.Contains(args, "versionlock") {
 			h.mu.Lock()
 			defer h.mu.Unlock()
 			if h.dnf4 && !h.versionlockPlugin {

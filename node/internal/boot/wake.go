@@ -40,10 +40,15 @@ type waker struct {
 // refusals are the StartInstances errors no retry changes.
 var refusals = []string{"UnauthorizedOperation", "AuthFailure", "OptInRequired"}
 
-// wake starts gateway ("": the gateway never sleeps). Its failure is logged as the one reason, and returned.
+// errBootEnded is the cause with which a boot stops its wake-up when the boot ends first.
+var errBootEnded = errors.New("the boot ended")
+
+// wake starts gateway ("": the gateway never sleeps). Its failure is logged as the one reason, and returned; a
+// wake-up the boot stopped (errBootEnded: the boot ended, successful or not, while the wake-up still watched a
+// running gateway settle) is no failure of its own and logs nothing.
 func (w *waker) wake(ctx context.Context, gateway string) error {
 	err := w.run(ctx, gateway)
-	if err != nil {
+	if err != nil && !errors.Is(context.Cause(ctx), errBootEnded) {
 		w.log.Printf("FAILED: %v", err)
 	}
 	return err

@@ -11,6 +11,7 @@ import (
 
 	"github.com/dynk8s/dynk8s/node/internal/cloud/cloudfake"
 	"github.com/dynk8s/dynk8s/node/internal/system"
+	"github.com/dynk8s/dynk8s/node/nodeconfig"
 	"github.com/dynk8s/dynk8s/node/nodetest"
 )
 
@@ -24,13 +25,18 @@ type wakeRun struct {
 // wake runs the wake-up of gateway against r's fakes, the settle window 300 ms, a start every 100 ms.
 func (r *rig) wake(gateway string, deadline time.Duration) wakeRun {
 	r.t.Helper()
+	return r.wakeCtx(context.Background(), gateway, deadline)
+}
+
+func (r *rig) wakeCtx(ctx context.Context, gateway string, deadline time.Duration) wakeRun {
+	r.t.Helper()
 	out := &nodetest.SyncBuffer{}
 	log := system.NewLogger("dynk8s-wake-gateway", out, r.root)
 	log.Journal = false
 	d := r.cfg.Deadlines
 	w := &waker{cloud: r.cloud(), log: log, settle: d.WakeSettle.D(), interval: d.WakeInterval.D(),
 		clock: system.NewClock(deadline, d.BackoffInitial.D(), d.BackoffMax.D())}
-	err := w.wake(context.Background(), gateway)
+	err := w.wake(ctx, gateway)
 	r.t.Logf("wake: %v\n%s", err, out)
 	return wakeRun{err: err, log: out.String()}
 }
@@ -117,6 +123,32 @@ func TestWakeGateway(t *testing.T) {
 			assert.Assert(t, is.Len(failed, 1), run.log)
 			assert.Check(t, is.Contains(failed[0], c.failure))
 		})
+	}
+}
+
+// A boot that ends while its wake-up watches a running gateway settle stops the wake-up, which logs no failure of
+// its own: the join that succeeded beside an awake gateway once ended its journal with "FAILED: context canceled".
+// Stopped otherwise (the unit's stop), the wake-up says why.
+func TestWakeGatewayStoppedByTheBootIsNoFailure(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct {
+		cause  error
+		failed bool
+	}{{errBootEnded, false}, {context.Canceled, true}} {
+		r := newRig(t, "", "")
+		r.ec2.State = "running"
+		// A window the cancel always falls in, however slow the machine.
+		r.cfg.Deadlines.WakeSettle = nodeconfig.Duration(time.Minute)
+		ctx, cancel := context.WithCancelCause(context.Background())
+		go func() {
+			for r.ec2.Started() == 0 {
+				time.Sleep(10 * time.Millisecond)
+			}
+			cancel(c.cause)
+		}()
+		run := r.wakeCtx(ctx, cloudfake.GatewayID, 10*time.Second)
+		assert.Check(t, run.err != nil, "the wake-up ran its settle window out")
+		assert.Check(t, is.Equal(strings.Contains(run.log, "FAILED"), c.failed), "cause %v:\n%s", c.cause, run.log)
 	}
 }
 

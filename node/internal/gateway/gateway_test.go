@@ -261,15 +261,15 @@ func TestGatewayPackages(t *testing.T) {
 		// Two failed installs, then one that works: the tunnel is started after it.
 		"retry, then start the tunnel": {missing: []string{"nftables", "wireguard-tools"}, dnfFailures: 2,
 			calls: []string{release + " nftables wireguard-tools", every + " nftables wireguard-tools",
-				every + " nftables wireguard-tools", "systemctl daemon-reload", start},
+				every + " nftables wireguard-tools", start},
 			logs: []string{"install nftables wireguard-tools: attempt 1 failed: dnf install exited 1",
 				"install nftables wireguard-tools: succeeded on attempt 3", "installed nftables wireguard-tools"}},
 		// Later boots find the packages and only start the tunnel.
-		"installed": {calls: []string{"systemctl daemon-reload", start},
+		"installed": {calls: []string{start},
 			logs: []string{"nftables wireguard-tools already installed"}},
 		// Only a missing package is fetched.
 		"one missing": {missing: []string{"wireguard-tools"},
-			calls: []string{release + " wireguard-tools", "systemctl daemon-reload", start}},
+			calls: []string{release + " wireguard-tools", start}},
 		// A mirror that stays down: one reason, and no tunnel start (systemd restarts the unit).
 		"mirror down": {missing: []string{"wireguard-tools"}, dnfFailures: -1,
 			failure: "install wireguard-tools: gave up after"},
