@@ -249,7 +249,7 @@ func TestAutoscalerScalesTheStacksGroups(t *testing.T) {
 		if elapsed < unneeded {
 			t.Errorf("scaled down %s after the pod finished, before the unneeded time %s", elapsed, unneeded)
 		}
-		if state := a.instances(ctx, t)[instanceID]; state != "terminated" && state != "shutting-down" {
+		if state := a.ec2Instances(ctx, t)[instanceID].State; state != "terminated" && state != "shutting-down" {
 			t.Errorf("instance %s is %q in moto, want terminated", instanceID, state)
 		}
 		// The autoscaler logs the activity TerminateInstanceInAutoScalingGroup answered (auto_scaling_groups.go

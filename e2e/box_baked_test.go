@@ -35,10 +35,14 @@ import (
 // instance's volume, in the box's terms). image is where the layer goes (a directory that outlives the bake's box).
 func bakeImage(t *testing.T, j *boxJoin, zone, image string) {
 	t.Helper()
-	n := j.newNode(t, "box-bake", boxInstance{id: "i-0ba4ed00000000b01", zone: zone, ip: "10.100.1.40"})
 	node, render := infra.NodeConfig(j.cfg, j.pool, nil, infra.JoinTokenParameter(j.cfg.ClusterName))
 	userData, err := cloudinit.Bake(node, render)
 	assert.NilError(t, err)
+	// The bake's box is the join's with the bake's user data, whatever user data the join has (none yet, in a
+	// burst that bakes before it renders the node's).
+	bake := *j
+	bake.userData = userData
+	n := bake.newNode(t, "box-bake", boxInstance{id: "i-0ba4ed00000000b01", zone: zone, ip: "10.100.1.40"})
 	writeBoxFile(t, n.root, "/var/lib/cloud/seed/nocloud/user-data", localRepositories(t, userData), 0o600)
 	agent, err := os.ReadFile(nodetest.BuiltAgent(t))
 	assert.NilError(t, err)

@@ -5,6 +5,7 @@ package e2e
 import (
 	"flag"
 	"fmt"
+	"maps"
 	"os"
 	"slices"
 	"strings"
@@ -18,17 +19,22 @@ import (
 // -burst.runs it is skipped, so `make e2e` never runs it.
 var (
 	benchRuns     = flag.Int("burst.runs", 0, "TestBurstBenchmark: runs of each variant (0: skip the benchmark)")
-	benchVariants = flag.String("burst.variants", "awake,asleep,asleep-node",
+	benchVariants = flag.String("burst.variants", "awake,asleep,asleep-node,baked,warm-stopped,warm-running",
 		"TestBurstBenchmark: the variants, comma-separated: awake (the gateway up beforehand), asleep (woken by "+
-			"the controller at the scale-up decision), asleep-node (woken by the node's boot alone)")
+			"the controller at the scale-up decision), asleep-node (woken by the node's boot alone), baked (the "+
+			"gateway up, the instance booted from an image baked before the run), warm-stopped and warm-running "+
+			"(the gateway up, the instance from a warm pool of that state)")
 	benchOut = flag.String("burst.out", "", "TestBurstBenchmark: also write the tables to this file")
 )
 
 // benchVariantOptions are the variants by the names -burst.variants takes.
 var benchVariantOptions = map[string]burstOptions{
-	"awake":       {awake: true},
-	"asleep":      {},
-	"asleep-node": {nodeWakeOnly: true},
+	"awake":        {awake: true},
+	"asleep":       {},
+	"asleep-node":  {nodeWakeOnly: true},
+	"baked":        {awake: true, baked: true},
+	"warm-stopped": {awake: true, warm: "Stopped"},
+	"warm-running": {awake: true, warm: "Running"},
 }
 
 func TestBurstBenchmark(t *testing.T) {
@@ -38,7 +44,7 @@ func TestBurstBenchmark(t *testing.T) {
 	var variants []string
 	for _, v := range strings.Split(*benchVariants, ",") {
 		if _, ok := benchVariantOptions[v]; !ok {
-			t.Fatalf("-burst.variants: no variant %q (awake, asleep, asleep-node)", v)
+			t.Fatalf("-burst.variants: no variant %q (%s)", v, strings.Join(slices.Sorted(maps.Keys(benchVariantOptions)), ", "))
 		}
 		variants = append(variants, v)
 	}

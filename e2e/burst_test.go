@@ -82,7 +82,7 @@ const burstCleanupThreshold = 5 * time.Second
 // the first wrote.
 func TestBurstScaleUpAndBackToZero(t *testing.T) {
 	st := buildStatus(t)
-	b := newBurst(t, burstOptions{})
+	b := newBurst(t, burstOptions{timeline: true})
 	if b.pool.Cache == nil {
 		t.Fatalf("the dev stack's pool %s keeps no build cache", b.pool.Name)
 	}
@@ -108,23 +108,58 @@ func TestBurstNodeWakesTheGateway(t *testing.T) {
 	b.scaleUp(t)
 }
 
+// TestBurstScaleUpFromWarmPool: a pool with a warm pool waiting Stopped (the default) scales up by the warm
+// instance, as EC2 Auto Scaling does: the launcher plays the warm pool (prepareWarm: prepared, its launch hook's
+// action completed, stopped), and the scale-up's capacity goes to it (enterService); its second boot joins without
+// preparing again, completes the action the group held it in, and the build runs on its Node.
+func TestBurstScaleUpFromWarmPool(t *testing.T) {
+	b := newBurst(t, burstOptions{awake: true, warm: "Stopped"})
+	b.scaleUp(t)
+	if result, mode := b.box.timeline(b.ctx, t); result != "joined" || mode != "join" {
+		t.Errorf("timeline: result %q mode %q, want joined, join", result, mode)
+	}
+	journal, err := b.box.exec(b.ctx, "journalctl", "-b", "-u", "dynk8s-join.service", "-o", "cat", "--no-pager")
+	assert.NilError(t, err)
+	if !strings.Contains(journal, "prepared on an earlier boot") {
+		t.Errorf("the in-service boot prepared again:\n%s", journal)
+	}
+}
+
 // burstOptions are what a burst varies.
 type burstOptions struct {
 	// awake: the gateway is started, and the tunnel is up, before the build pod is created.
 	awake bool
 	// nodeWakeOnly: the controller does not run its wake loop, so the node's boot wakes the sleeping gateway.
 	nodeWakeOnly bool
+	// warm: the pool has a warm pool of one instance in this state (Stopped or Running), prepared before the build
+	// pod is created, which enters service for the scale-up; "": none, the scale-up's instance boots cold.
+	warm string
+	// baked: the pool's instances boot from an image baked for it (docs/baked-images.md), made in a box before the
+	// build pod is created, as cmd/bake makes it; false: from the stock image, which installs the packages.
+	baked bool
+	// timeline: cmd/timeline runs beside the first build, as an operator would, with a pending pod of its own that
+	// starts on the new node beside the build's (the benchmark leaves it out: a second pod start on the node).
+	timeline bool
 }
 
 // String names the options as the benchmark's rows do.
 func (o burstOptions) String() string {
+	var s string
 	switch {
 	case o.awake:
-		return "gateway awake"
+		s = "gateway awake"
 	case o.nodeWakeOnly:
-		return "gateway asleep, woken by the node"
+		s = "gateway asleep, woken by the node"
+	default:
+		s = "gateway asleep, woken by the controller"
 	}
-	return "gateway asleep, woken by the controller"
+	if o.baked {
+		s += ", baked image"
+	}
+	if o.warm != "" {
+		s += ", warm pool " + o.warm
+	}
+	return s
 }
 
 // burst is the loop's world: the control plane with a scheduler, the addons, moto with the stack replayed, the
@@ -163,6 +198,9 @@ func newBurst(t *testing.T, opts burstOptions) *burst {
 	keepEtcKubernetesClean(t)
 	cfg := devConfig(t)
 	pool := hostArchPool(t, cfg)
+	if opts.warm != "" {
+		pool.WarmPool = &config.WarmPool{Size: 1, State: opts.warm}
+	}
 	s := loadStackAutoscaling(t)
 	b := &burst{opts: opts, ctx: ctx, c: c, client: clientFor(t, c), s: s, pool: pool,
 		group: s.poolGroup(t, pool.Name), phases: &phaseLog{}}
@@ -180,10 +218,17 @@ func newBurst(t *testing.T, opts burstOptions) *burst {
 		{Name: operatorUser, Policy: operatorPolicy}})
 	b.vpc = newVPCWithGateway(ctx, t, c, cfg, s, b.aws)
 	j := prepareBoxJoin(ctx, t, c, cfg, pool, "")
+	var image string
+	if opts.baked {
+		// Before the join has its VPC: the bake's box needs the package repositories, not the cluster or EC2.
+		image = filepath.Join(t.TempDir(), "image")
+		bakeImage(t, j, cfg.Region+fakeZoneSuffix, image)
+	}
 	j.vpc = b.vpc
 	b.vpc.serveClusterInfo(ctx, t, c)
 	j.userData = b.vpc.renderNodeUserData(ctx, t, c, cfg, pool, j.param)
 	b.launcher = newLauncher(t, b.aws, j, b.group, burstImages(ctx, t, c, j))
+	b.launcher.image = image
 	// Before the addons' destroy: the pods bound to the boxes' Nodes, which no kubelet will confirm gone once the
 	// Node is. The pod GC would delete them only after its quarantine, and a DaemonSet being deleted waits for its
 	// pods, so the next test's addons would meet it still there.
@@ -223,6 +268,9 @@ func newBurst(t *testing.T, opts burstOptions) *burst {
 	b.ctl = startController(ctx, t, c, controllerSpec{args: args, identity: "e2e-burst",
 		set: append(set, "--not-ready-after="+burstCleanupThreshold.String()),
 		ec2: b.aws.url, ssm: b.aws.url, ec2Key: b.aws.users[s.cleanupUser]})
+	if opts.warm != "" {
+		b.launcher.prepareWarm(ctx, t, opts.warm)
+	}
 	return b
 }
 
@@ -248,7 +296,8 @@ func (b *burst) scaleUp(t *testing.T) {
 	b.midLoop(t)
 	createBuildPod(ctx, t, c, pod, b.pool, round)
 	b.phases.start()
-	if round == 0 {
+	warm := b.launcher.warm
+	if round == 0 && b.opts.timeline {
 		operator = b.startTimeline(t)
 	}
 
@@ -341,6 +390,18 @@ func (b *burst) scaleUp(t *testing.T) {
 	b.node = node
 	if b.pool.Cache != nil {
 		b.checkCache(t, kn, p, prev)
+	}
+	if warm != nil {
+		if box != warm.node {
+			t.Errorf("the scale-up's node is %s's, not the warm instance %s's", box.id, warm.node.id)
+		}
+		// The join completes the action the group held the instance in as it left the warm pool (the first was
+		// the prepare's).
+		if err := box.wait(ctx, time.Minute, "lifecycle action completed", func(context.Context) bool {
+			return warm.asg.Completed("CONTINUE") == 2
+		}); err != nil {
+			t.Errorf("%v:\n%s", err, strings.Join(warm.asg.Calls(), "\n"))
+		}
 	}
 }
 
@@ -756,10 +817,14 @@ func onPremNode(ctx context.Context, t *testing.T, client kubernetes.Interface) 
 	})
 }
 
-// createBuildPod creates the build: it runs the build image, asks for one fuse device and ephemeral storage, and
-// selects this machine's architecture (the dev stack's other pool is arm64); it is deleted when the test ends.
-// createBuildPod creates the build pod of a pool. With the pool's build cache, the pod mounts a directory of it and
-// wants at least earlier builds' lines there (testdata/images/build).
+// buildHold is how long the build pod stays up after its work (testdata/images/build): longer than the kubelet's
+// relist period (1 s), so that the pod is reported Running as a real build's is, not Pending until it has Succeeded.
+const buildHold = 3 * time.Second
+
+// createBuildPod creates the build pod of a pool: it runs the build image, asks for one fuse device and ephemeral
+// storage, and selects this machine's architecture (the dev stack's other pool is arm64); it is deleted when the test
+// ends. With the pool's build cache, the pod mounts a directory of it and wants at least earlier builds' lines there
+// (testdata/images/build).
 func createBuildPod(ctx context.Context, t *testing.T, c cluster, name string, pool config.NodePool, earlier int) {
 	t.Helper()
 	requests := map[string]string{"cpu": "100m", "memory": "64Mi", ephemeralStorage: "1Gi", fuseResource: "1"}
@@ -768,7 +833,7 @@ func createBuildPod(ctx context.Context, t *testing.T, c cluster, name string, p
 		tolerations = append(tolerations, map[string]string{"key": tt.Key, "operator": "Equal", "value": tt.Value,
 			"effect": string(tt.Effect)})
 	}
-	env := []map[string]any{{"name": "BUILD_DIR", "value": "/work"}}
+	env := []map[string]any{{"name": "BUILD_DIR", "value": "/work"}, {"name": "BUILD_HOLD", "value": buildHold.String()}}
 	mounts := []map[string]string{{"name": "work", "mountPath": "/work"}}
 	volumes := []map[string]any{{"name": "work", "emptyDir": map[string]any{}}}
 	if pool.Cache != nil {
@@ -858,7 +923,7 @@ func burstImages(ctx context.Context, t *testing.T, c cluster, j *boxJoin) []str
 }
 
 // runsPods makes the box able to run pods from the image archives: they are imported into its runtime before its
-// kubelet starts (testdata/box/90-box-pods.conf), the runtime's sandbox image is the one the rendered CRI-O config
+// kubelet starts (testdata/box/dynk8s-box-images.service), the runtime's sandbox image is the one the rendered CRI-O config
 // names, the host's /dev/fuse is the box's, and the kubernetes Service's address leads to the API server: through
 // the tunnel in a VPC with a gateway, else through a forwarder on the instance's address (a pod cannot be sent to
 // the box's loopback).
@@ -876,9 +941,14 @@ func (n *boxNode) runsPods(t *testing.T, archives []string) {
 	}
 	conf = strings.Replace(conf, anchor, anchor+"  sandbox_image = \""+renderedPauseImage(t, n.userData)+"\"\n", 1)
 	n.writeFile(t, "/opt/dynk8s-box/containerd.toml", []byte(conf), 0o644)
-	dropIn, err := os.ReadFile(filepath.Join("testdata", "box", "90-box-pods.conf"))
-	assert.NilError(t, err)
-	n.writeFile(t, "/etc/systemd/system/crio.service.d/90-box-pods.conf", dropIn, 0o644)
+	for _, f := range []struct{ name, path string }{
+		{"90-box-pods.conf", "/etc/systemd/system/crio.service.d/90-box-pods.conf"},
+		{"dynk8s-box-images.service", "/etc/systemd/system/dynk8s-box-images.service"},
+	} {
+		content, err := os.ReadFile(filepath.Join("testdata", "box", f.name))
+		assert.NilError(t, err)
+		n.writeFile(t, f.path, content, 0o644)
+	}
 	var api string
 	if n.vpc != nil {
 		api = n.vpc.api.String() // on-prem, through the tunnel, as kube-proxy would send it to the endpoint

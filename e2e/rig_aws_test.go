@@ -14,6 +14,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"syscall"
 	"testing"
@@ -24,6 +25,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/autoscaling"
 	asgtypes "github.com/aws/aws-sdk-go-v2/service/autoscaling/types"
 	"github.com/aws/aws-sdk-go-v2/service/ec2"
+	ec2types "github.com/aws/aws-sdk-go-v2/service/ec2/types"
 	"gotest.tools/v3/assert"
 
 	"github.com/dynk8s/dynk8s/internal/fakeaws"
@@ -321,13 +323,6 @@ func (a *awsEnv) groups(ctx context.Context, t *testing.T) map[string]groupState
 	return out
 }
 
-func (a *awsEnv) instances(ctx context.Context, t *testing.T) map[string]string {
-	t.Helper()
-	var i map[string]string
-	a.python(ctx, t, nil, &i, "instances", a.admin.Key, a.admin.Secret)
-	return i
-}
-
 // desired returns each group's desired capacity.
 func (a *awsEnv) desired(ctx context.Context, t *testing.T) map[string]int {
 	t.Helper()
@@ -338,18 +333,51 @@ func (a *awsEnv) desired(ctx context.Context, t *testing.T) map[string]int {
 	return out
 }
 
+// launchFromGroup launches one instance as group would, outside it: from the group's launch template, in its first
+// subnet. It returns the instance's id and, as ec2Instances reads them, its zone and private IP.
+func (a *awsEnv) launchFromGroup(ctx context.Context, t *testing.T, group string) (string, ec2Instance) {
+	t.Helper()
+	groups := a.autoscalingGroups(ctx, t)
+	i := slices.IndexFunc(groups, func(g asgtypes.AutoScalingGroup) bool {
+		return aws.ToString(g.AutoScalingGroupName) == group
+	})
+	if i < 0 {
+		t.Fatalf("moto has no group %s", group)
+	}
+	g := groups[i]
+	spec := g.LaunchTemplate
+	if spec == nil && g.MixedInstancesPolicy != nil && g.MixedInstancesPolicy.LaunchTemplate != nil {
+		spec = g.MixedInstancesPolicy.LaunchTemplate.LaunchTemplateSpecification
+	}
+	if spec == nil {
+		t.Fatalf("group %s has no launch template", group)
+	}
+	out, err := a.ec2().RunInstances(ctx, &ec2.RunInstancesInput{MinCount: aws.Int32(1), MaxCount: aws.Int32(1),
+		LaunchTemplate: &ec2types.LaunchTemplateSpecification{LaunchTemplateId: spec.LaunchTemplateId,
+			LaunchTemplateName: spec.LaunchTemplateName, Version: spec.Version},
+		SubnetId: aws.String(strings.Split(aws.ToString(g.VPCZoneIdentifier), ",")[0])})
+	assert.NilError(t, err, "RunInstances")
+	inst := out.Instances[0]
+	id := aws.ToString(inst.InstanceId)
+	if inst.Placement == nil || aws.ToString(inst.PrivateIpAddress) == "" {
+		t.Fatalf("moto gave instance %s no zone or private IP", id)
+	}
+	return id, ec2Instance{State: string(inst.State.Name), Zone: aws.ToString(inst.Placement.AvailabilityZone),
+		IP: aws.ToString(inst.PrivateIpAddress)}
+}
+
 // stopInstance stops an instance as EC2 does when the instance shuts itself down (its shutdown behaviour "stop").
 func (a *awsEnv) stopInstance(ctx context.Context, t *testing.T, id string) {
 	t.Helper()
-	var state string
-	a.python(ctx, t, nil, &state, "stop", a.admin.Key, a.admin.Secret, id)
+	_, err := a.ec2().StopInstances(ctx, &ec2.StopInstancesInput{InstanceIds: []string{id}})
+	assert.NilError(t, err, "StopInstances %s", id)
 }
 
 // startInstance starts an instance, as an operator's StartInstances would.
 func (a *awsEnv) startInstance(ctx context.Context, t *testing.T, id string) {
 	t.Helper()
-	var state string
-	a.python(ctx, t, nil, &state, "start", a.admin.Key, a.admin.Secret, id)
+	_, err := a.ec2().StartInstances(ctx, &ec2.StartInstancesInput{InstanceIds: []string{id}})
+	assert.NilError(t, err, "StartInstances %s", id)
 }
 
 // s3 makes one S3 request to moto (path-style) and returns the answer's headers.

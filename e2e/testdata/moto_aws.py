@@ -194,16 +194,6 @@ def actions_only(doc):
     return json.dumps(policy)
 
 
-def instances(endpoint, region, key, secret):
-    ec2 = boto3.client("ec2", region_name=region, endpoint_url=endpoint, aws_access_key_id=key,
-                       aws_secret_access_key=secret)
-    out = {}
-    for r in ec2.describe_instances()["Reservations"]:
-        for i in r["Instances"]:
-            out[i["InstanceId"]] = i["State"]["Name"]
-    json.dump(out, sys.stdout)
-
-
 def cache_volumes(endpoint, region, key, secret):
     """The build cache volumes EC2 knows (tag dynk8s:cache), by id: their state."""
     ec2 = boto3.client("ec2", region_name=region, endpoint_url=endpoint, aws_access_key_id=key,
@@ -253,19 +243,6 @@ def run_stopped(ec2, inputs):
     return i["InstanceId"]
 
 
-def stop(endpoint, region, key, secret, instance):
-    ec2 = boto3.client("ec2", region_name=region, endpoint_url=endpoint, aws_access_key_id=key,
-                       aws_secret_access_key=secret)
-    json.dump(ec2.stop_instances(InstanceIds=[instance])["StoppingInstances"][0]["CurrentState"]["Name"], sys.stdout)
-
-
-def start(endpoint, region, key, secret, instance):
-    ec2 = boto3.client("ec2", region_name=region, endpoint_url=endpoint, aws_access_key_id=key,
-                       aws_secret_access_key=secret)
-    json.dump(ec2.start_instances(InstanceIds=[instance])["StartingInstances"][0]["CurrentState"]["Name"], sys.stdout)
-
-
 if __name__ == "__main__":
     cmd, args = sys.argv[1], sys.argv[2:]
-    {"setup": setup, "instances": instances, "cache-volumes": cache_volumes, "vcpus": vcpus,
-     "fleet": fleet, "launch": launch, "stop": stop, "start": start}[cmd](*args)
+    {"setup": setup, "cache-volumes": cache_volumes, "vcpus": vcpus, "fleet": fleet, "launch": launch}[cmd](*args)

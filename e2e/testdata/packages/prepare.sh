@@ -25,12 +25,14 @@ else
 	# versionlock plugin: the root's goes, and the fedora repository has it as python3-dnf-plugin-versionlock.
 	rm -f /usr/lib/python3/dist-packages/dnf-plugins/versionlock.py /etc/dnf/plugins/versionlock.conf
 fi
-# Not booted, systemd is not running: systemctl daemon-reload fails on both roots, and bookworm's systemctl (252)
-# refuses `enable --now` where forky's (262) enables the unit and says it ignores --now. This wrapper, the one
-# stand-in of the run, does what 262 does for both, and makes daemon-reload a no-op (nothing is loaded to reload).
+# Not booted, systemd is not running: systemctl daemon-reload and start fail on both roots, and bookworm's
+# systemctl (252) refuses `enable --now` where forky's (262) enables the unit and says it ignores --now. This
+# wrapper, the one stand-in of the run, does what 262 does for both, and makes daemon-reload (nothing is loaded to
+# reload) and start (the node's CRI-O: nothing runs here) no-ops; enable writes its links on either root.
 cat >/usr/local/bin/systemctl <<-'EOF'
 	#!/bin/sh
 	[ "$1" = daemon-reload ] && echo "(box) daemon-reload: systemd is not running" >&2 && exit 0
+	[ "$1" = start ] && echo "(box) $*: systemd is not running" >&2 && exit 0
 	for a; do shift; [ "$a" = --now ] && echo "(box) ignoring --now: systemd is not running" >&2 || set -- "$@" "$a"; done
 	exec /usr/bin/systemctl "$@"
 EOF

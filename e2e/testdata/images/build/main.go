@@ -7,6 +7,10 @@
 // from $CACHE_DIR/builds, fails when there are fewer than $CACHE_WANT of them (the cache was not kept), and adds its
 // own line naming its node ($NODE_NAME). What it found is its termination message, which the kubelet posts in the
 // pod's status.
+//
+// With $BUILD_HOLD (a Go duration) it stays up that long after its work, as a real build runs for minutes: the
+// kubelet reports a container running when its next look at the runtime (a relist every second) finds it so, and
+// one that has exited by then is never reported running, only Pending and then, two seconds later, Succeeded.
 package main
 
 import (
@@ -17,6 +21,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"time"
 )
 
 const size = 8 << 20
@@ -25,6 +30,14 @@ func main() {
 	if err := run(); err != nil {
 		fmt.Fprintln(os.Stderr, "build:", err)
 		os.Exit(1)
+	}
+	if hold := os.Getenv("BUILD_HOLD"); hold != "" {
+		d, err := time.ParseDuration(hold)
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "build: BUILD_HOLD:", err)
+			os.Exit(1)
+		}
+		time.Sleep(d)
 	}
 }
 
