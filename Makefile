@@ -93,7 +93,7 @@ e2e:
 ## bench-burst: the burst benchmark, BURST_RUNS runs of each of BURST_VARIANTS in the box, its tables to BURST_OUT
 ## (root; not part of CI: docs/warm-pools.md is pasted from its output).
 BURST_RUNS ?= 5
-BURST_VARIANTS ?= awake,asleep,asleep-node
+BURST_VARIANTS ?= awake,asleep,asleep-node,baked,warm-stopped,warm-running
 BURST_OUT ?= burst-bench.md
 bench-burst:
 	hack/tools.sh
