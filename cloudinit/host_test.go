@@ -59,7 +59,7 @@ func TestNodeHostStepsAroundTheJoin(t *testing.T) {
 	general, err := generalPool().userData()
 	assert.NilError(t, err)
 	assert.Check(t, is.DeepEqual(parseCloudConfig(t, general).RunCmd, [][]string{
-		{"systemctl", "enable", "dynk8s-onprem-routes.service", "dynk8s-join.service", "dynk8s-agent.service"},
+		{"systemctl", "enable", "--no-reload", "dynk8s-onprem-routes.service", "dynk8s-join.service", "dynk8s-agent.service"},
 		{"systemctl", "start", "dynk8s-agent.service"},
 		{"systemctl", "start", "dynk8s-onprem-routes.service"},
 		{"systemctl", "try-reload-or-restart", "NetworkManager.service"},

@@ -155,11 +155,15 @@ func Node(node nodeconfig.Node, r NodeRender) ([]byte, error) {
 	// its lifecycle action and may be stopped by its group at once, cutting runcmd short. The unit, not runcmd, runs
 	// the join: its output lands in the journal under its own name and on the console, its Condition makes a reboot
 	// of a joined node a no-op, and systemd enforces a hard timeout. `start` blocks until the join is done;
-	// runcmdFailsOnFailedUnits makes a failed one cloud-init's. No `daemon-reload` first: `systemctl enable` reloads
-	// the manager itself once it has made the links (unless --no-reload: src/systemctl/systemctl-enable.c), which
-	// loads the units and drop-ins write_files wrote; a reload of its own cost every cold boot 0.3-0.4 s in the box.
+	// runcmdFailsOnFailedUnits makes a failed one cloud-init's. No reload of the manager, neither `daemon-reload` nor
+	// the one `systemctl enable` does unless --no-reload (src/systemctl/systemctl-enable.c): each cost every cold boot
+	// 0.3-0.4 s in the box. The units write_files wrote are new to the manager, which loads a unit from disk when a
+	// start first names it, and retries one that a dependency named before its file was there once the unit
+	// directories changed (src/core/transaction.c, transaction_add_job_and_dependencies: "The time-based cache allows
+	// new units to be started without daemon-reload"); none of the files is a drop-in for a unit loaded at boot
+	// (kubelet.service's comes with its package, and kubeadm reloads the manager before it starts the kubelet).
 	cc.RunCmd = slices.Concat(
-		[][]string{append([]string{"systemctl", "enable"}, enable...)},
+		[][]string{slices.Concat([]string{"systemctl", "enable", "--no-reload"}, enable)},
 		startAgent,
 		host.beforeJoin,
 		startTimer,

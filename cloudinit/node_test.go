@@ -129,7 +129,7 @@ func TestNodeRoundTrip(t *testing.T) {
 	cc := parseCloudConfig(t, ud)
 
 	assert.DeepEqual(t, cc.RunCmd, [][]string{
-		{"systemctl", "enable", "dynk8s-onprem-routes.service", "dynk8s-join.service", "dynk8s-agent.service"},
+		{"systemctl", "enable", "--no-reload", "dynk8s-onprem-routes.service", "dynk8s-join.service", "dynk8s-agent.service"},
 		{"systemctl", "start", "dynk8s-agent.service"},
 		{"systemctl", "start", "dynk8s-onprem-routes.service"},
 		{"systemctl", "try-reload-or-restart", "NetworkManager.service"},
@@ -453,7 +453,7 @@ func TestWarmPoolNodesGetTheJoinTimer(t *testing.T) {
 	assert.Check(t, is.Contains(timer, "OnUnitInactiveSec=2s\n"))
 	assert.Check(t, is.Contains(timer, "AccuracySec=1s\n"))
 	assert.Check(t, is.Contains(timer, "Unit="+joinUnitName+"\n"))
-	assert.DeepEqual(t, cc.RunCmd[0], []string{"systemctl", "enable", routesUnitName, joinUnitName, agentUnitName, joinTimerName})
+	assert.DeepEqual(t, cc.RunCmd[0], []string{"systemctl", "enable", "--no-reload", routesUnitName, joinUnitName, agentUnitName, joinTimerName})
 	assert.DeepEqual(t, cc.RunCmd[len(cc.RunCmd)-3:len(cc.RunCmd)-1], [][]string{
 		{"systemctl", "start", joinTimerName}, {"systemctl", "start", joinUnitName}})
 	for i, c := range cc.RunCmd[1:] {
