@@ -93,7 +93,7 @@ func TestAgentJoins(t *testing.T) {
 	tl := readTimeline(t, run)
 	assert.Check(t, is.Equal(tl.Result, "joined"))
 	assert.Check(t, is.DeepEqual(tl.PhaseNames(), []string{"identity", "kernel", "packages", "crio", "checks", "token",
-		"kubelet-key", "api-server", "kubeadm-join", "pre-pull"}))
+		"kubelet-key", "api-server", "lock", "kubeadm-join", "pre-pull"}))
 	assert.Check(t, is.Contains(run.stderr, "timeline: result=joined mode=join total="))
 
 	again := env.run(t, AgentPath, "join")

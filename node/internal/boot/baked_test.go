@@ -194,7 +194,7 @@ func TestJoinBaked(t *testing.T) {
 			assert.Check(t, is.Equal(run.timeline.Result, "joined"))
 			// The timeline keeps its phases, in order, on either image.
 			assert.Check(t, is.DeepEqual(run.phases(), []string{"identity", "kernel", "packages", "crio", "checks", "token",
-				"kubelet-key", "api-server", "kubeadm-join", "pre-pull"}))
+				"kubelet-key", "api-server", "lock", "kubeadm-join", "pre-pull"}))
 			checkTimeline(t, run)
 			checkLocksBeforeJoin(t, run)
 			assert.Check(t, is.Contains(run.calls, enableRuntime))
@@ -309,7 +309,7 @@ func TestJoinBakedInTheWarmPool(t *testing.T) {
 			}
 			assert.NilError(t, warm.err)
 			assert.Check(t, is.Equal(warm.timeline.Result, "prepared"))
-			assert.Check(t, is.DeepEqual(warm.phases(), []string{"identity", "kernel", "packages", "crio", "pre-pull", "lifecycle"}))
+			assert.Check(t, is.DeepEqual(warm.phases(), []string{"identity", "kernel", "packages", "crio", "lock", "pre-pull", "lifecycle"}))
 			start := r.startFromTheWarmPool()
 			assert.NilError(t, start.err)
 			assert.Check(t, is.Len(dnfCalls(start.calls), 0))

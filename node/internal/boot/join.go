@@ -109,6 +109,11 @@ type preparer struct {
 	prepull     chan time.Duration // the pre-pull's time, when it has ended (nil: none runs)
 	stopPrepull context.CancelFunc
 	pulled      []string // the images the pre-pull pulled, once it has ended
+	// lockDone delivers the pins' lock's end once it has run in the background (startLock), lockTook its time, and
+	// stopLock ends it early; nil when none runs, or it has been waited for.
+	lockDone chan error
+	lockTook time.Duration
+	stopLock context.CancelFunc
 	// baked is the marker of a baked image (nil: a stock image, baked.go); baking: this run bakes an image
 	// (bake.go), and installs even where a marker is.
 	baked  *image.Marker
@@ -279,6 +284,9 @@ func (j *joiner) warm(ctx context.Context) error {
 	if err := j.prepare(ctx); err != nil {
 		return err
 	}
+	if err := j.markPrepared(); err != nil {
+		return err
+	}
 	j.waitPrepull()
 	if err := j.lifecycleContinue(ctx); err != nil {
 		return err
@@ -319,7 +327,12 @@ func (j *joiner) inService(ctx context.Context) error {
 	} else if err := j.prepare(ctx); err != nil {
 		return err
 	}
-	if err := j.joinCluster(ctx); err != nil {
+	// The lock (prepare started it) runs beside the join's first phases, and holds before kubeadm join.
+	locked := func() error { return nil }
+	if !prepared {
+		locked = j.markPrepared
+	}
+	if err := j.joinCluster(ctx, locked); err != nil {
 		return err
 	}
 	j.waitPrepull()
@@ -364,6 +377,7 @@ func (j *joiner) finish() {
 	}
 	_ = os.Remove(j.joinConfig())
 	j.endProbe()
+	j.endLock()
 	if j.stopPrepull != nil {
 		j.stopPrepull()
 	}
@@ -426,7 +440,22 @@ func (pr *preparer) prepare(ctx context.Context) error {
 		{name: "crio", run: pr.crio}}); err != nil {
 		return err
 	}
+	if pr.baked != nil {
+		// The bake locked the pins: the timeline keeps the phase on either image.
+		pr.log.Printf("phase=lock took=0.0s (baked)")
+		pr.lockDone = make(chan error, 1)
+		pr.lockDone <- nil
+	}
 	pr.startPrepull(ctx)
+	return nil
+}
+
+// markPrepared marks the instance prepared once the pins' lock holds (a later boot of a Stopped warm instance skips
+// the preparation), after prepare.
+func (pr *preparer) markPrepared() error {
+	if err := pr.waitLock(); err != nil {
+		return err
+	}
 	return pr.touch(pr.markerPrepared(), strings.Join(pr.cfg.Packages, ",")+"\n")
 }
 
@@ -560,14 +589,21 @@ func (pr *preparer) waitPrepull() {
 	pr.prepull = nil
 }
 
-func (jn *joining) joinCluster(ctx context.Context) error {
+// joinCluster runs the join's phases; beforeKubelet runs before kubeadm join, and its error ends the join.
+func (jn *joining) joinCluster(ctx context.Context, beforeKubelet func() error) error {
 	if err := jn.runPhases(ctx, []phase{
 		{name: "checks", run: jn.readyToJoin},
 		{name: "token", run: jn.retried("read the join token from SSM parameter "+jn.cfg.JoinTokenParameter, jn.readToken)},
 		{name: "kubelet-key", run: jn.kubeletKey},
 		{name: "api-server", run: jn.waitProbe},
 		// Before the kubelet: its pods find the cache mounted from their start, and its Node the cache's label.
-		{run: func(context.Context) error { jn.waitCache(); return jn.render() }},
+		{run: func(context.Context) error {
+			if err := beforeKubelet(); err != nil {
+				return err
+			}
+			jn.waitCache()
+			return jn.render()
+		}},
 		{name: "kubeadm-join", run: jn.retried("kubeadm join", jn.kubeadmJoin)},
 	}); err != nil {
 		return err
@@ -1039,6 +1075,9 @@ func (j *joiner) bake(ctx context.Context, configSHA256 string) error {
 	j.out.Mode, j.out.Result = "bake", "failed"
 	j.log.Printf("baking an image from pool %s's configuration: %s", j.cfg.PoolName, strings.Join(j.cfg.Packages, " "))
 	if err := j.prepare(ctx); err != nil {
+		return err
+	}
+	if err := j.markPrepared(); err != nil {
 		return err
 	}
 	j.waitPrepull()

@@ -120,7 +120,7 @@ func TestJoinRetriesThenJoins(t *testing.T) {
 	assert.Check(t, is.Equal(run.timeline.LifecycleState, "InService"))
 	assert.Check(t, is.Equal(run.timeline.InstanceID, cloudfake.InstanceID))
 	assert.Check(t, is.DeepEqual(run.phases(), []string{"identity", "kernel", "packages", "crio", "checks", "token",
-		"kubelet-key", "api-server", "kubeadm-join", "pre-pull"}))
+		"kubelet-key", "api-server", "lock", "kubeadm-join", "pre-pull"}))
 	checkTimeline(t, run)
 	for _, p := range run.timeline.Phases {
 		assert.Check(t, is.Contains(run.log, "phase="+p.Name+" took="))
@@ -305,6 +305,10 @@ func TestJoinGivesUp(t *testing.T) {
 			failure: []string{"kubeadm join needs nsenter on PATH (preflight InPathCheck)"}, lastPhase: "checks"},
 		"crio does not start": {modify: func(r *rig) { r.host.fail["systemctl start crio.service"] = true },
 			failure: []string{"crio.service did not start (journalctl -u crio)"}, lastPhase: "crio"},
+		// The lock runs beside the join's first phases; its failure stops the boot before kubeadm join all the same.
+		"the pins' lock fails": {modify: func(r *rig) { r.host.fail[dnfLock] = true },
+			failure: []string{"lock kubelet kubeadm cri-tools cri-o at their installed versions (dnf versionlock): " +
+				"gave up after"}, lastPhase: "lock"},
 	} {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
@@ -329,6 +333,10 @@ func TestJoinGivesUp(t *testing.T) {
 			}
 			assert.Check(t, !strings.Contains(run.log, "Not-A-Token-but-a-secret"), "the parameter's value is in the log")
 			assert.Check(t, run.index("kubeadm join") < 0, "kubeadm ran: %v", run.calls)
+			if c.lastPhase == "lock" {
+				_, err := os.Stat(filepath.Join(r.root, "var/lib/dynk8s/prepared"))
+				assert.Check(t, os.IsNotExist(err), "marked prepared without the lock: %v", err)
+			}
 			assert.Check(t, is.Len(r.asg.Recorded(), 0), "the instance was handed back to its group")
 			assert.Assert(t, run.timeline != nil)
 			assert.Check(t, is.Equal(run.timeline.Result, "failed"))
@@ -457,7 +465,7 @@ func TestJoinPreparesInTheWarmPoolThenJoins(t *testing.T) {
 	assert.Check(t, is.Contains(warm.log, "prepared in the warm pool"))
 	assert.Check(t, is.Equal(warm.timeline.Result, "prepared"))
 	assert.Check(t, is.Equal(warm.timeline.Mode, "prepare"))
-	assert.Check(t, is.DeepEqual(warm.phases(), []string{"identity", "kernel", "packages", "crio", "pre-pull", "lifecycle"}))
+	assert.Check(t, is.DeepEqual(warm.phases(), []string{"identity", "kernel", "packages", "crio", "lock", "pre-pull", "lifecycle"}))
 	checkTimeline(t, warm)
 
 	start := r.startFromTheWarmPool()
@@ -753,6 +761,40 @@ func TestJoinProbesTheAPIServerWhilePreparing(t *testing.T) {
 	assert.Check(t, is.Equal(run.timeline.Result, "joined"))
 	assert.Check(t, slices.Contains(run.phases(), "api-server"), "the join's wait is its api-server phase: %v",
 		run.phases())
+}
+
+// The pins' lock runs beside the join's first phases, not in line after the packages: here it waits until the
+// checks phase has turned swap off, which a lock in line would wait for until its gate's bound. kubeadm join comes
+// after its end, and only then is the instance marked prepared.
+func TestJoinLocksBesideTheJoin(t *testing.T) {
+	t.Parallel()
+	r := newRig(t, "", "")
+	checked := make(chan struct{})
+	r.host.gates = map[string]chan struct{}{dnfLock: checked}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go func() {
+		for !slices.Contains(r.host.Recorded(), "swapoff -a") {
+			select {
+			case <-ctx.Done():
+				return
+			case <-time.After(5 * time.Millisecond):
+			}
+		}
+		close(checked)
+	}()
+	run := r.join()
+	assert.NilError(t, run.err, run.log)
+	// The gate held the lock until swapoff had run: in line, the lock would have failed at the gate's bound.
+	swap, join := run.index("swapoff -a"), run.index("kubeadm join")
+	assert.Check(t, swap >= 0 && join > swap, "swapoff %d, kubeadm join %d: %v", swap, join, run.calls)
+	phases := run.phases()
+	assert.Check(t, slices.Index(phases, "lock") >= 0 && slices.Index(phases, "lock") < slices.Index(phases, "kubeadm-join"),
+		"the lock did not end before kubeadm join: %v", phases)
+	lockEnd := strings.Index(run.log, "phase=lock took=")
+	assert.Check(t, lockEnd >= 0 && lockEnd < strings.Index(run.log, "phase=kubeadm-join took="), run.log)
+	_, err := os.Stat(filepath.Join(r.root, "var/lib/dynk8s/prepared"))
+	assert.Check(t, err)
 }
 
 // --skip leaves the named phases out of the boot, each with one log line, and runs the rest in order; a name that is
