@@ -2,6 +2,7 @@ package boot
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"strings"
@@ -123,7 +124,9 @@ func (pr *preparer) endLock() {
 		return
 	}
 	pr.stopLock()
-	<-pr.lockDone
+	if err := <-pr.lockDone; err != nil && !errors.Is(err, context.Canceled) {
+		pr.log.Printf("the pins' lock had not succeeded when the boot ended: %v", err)
+	}
 	pr.lockDone = nil
 }
 
