@@ -2,7 +2,6 @@ package boot
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"slices"
 	"strings"
@@ -119,16 +118,7 @@ func (pr *preparer) waitLock() error {
 }
 
 // endLock stops a lock still running when the boot ends before it waited (a failed CRI-O start) and waits for it.
-func (pr *preparer) endLock() {
-	if pr.lockDone == nil {
-		return
-	}
-	pr.stopLock()
-	if err := <-pr.lockDone; err != nil && !errors.Is(err, context.Canceled) {
-		pr.log.Printf("the pins' lock had not succeeded when the boot ended: %v", err)
-	}
-	pr.lockDone = nil
-}
+func (pr *preparer) endLock() { endBackground(pr.log, &pr.lockDone, pr.stopLock, "the pins' lock") }
 
 func (pr *preparer) installPackages(ctx context.Context) error {
 	var fedora []string

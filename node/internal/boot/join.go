@@ -669,14 +669,20 @@ func (jn *joining) waitProbe(ctx context.Context) error {
 
 // endProbe stops a probe still running (the boot ended before it waited) and waits for it to end.
 func (jn *joining) endProbe() {
-	if jn.probeDone == nil {
+	endBackground(jn.log, &jn.probeDone, jn.stopProbe, "the API server probe")
+}
+
+// endBackground stops a step of the boot still running in the background (stop) and waits for its end on *done, if
+// one runs; an error other than the stop's is logged as what had not succeeded.
+func endBackground(log *system.Logger, done *chan error, stop context.CancelFunc, what string) {
+	if *done == nil {
 		return
 	}
-	jn.stopProbe()
-	if err := <-jn.probeDone; err != nil && !errors.Is(err, context.Canceled) {
-		jn.log.Printf("the API server probe had not succeeded when the boot ended: %v", err)
+	stop()
+	if err := <-*done; err != nil && !errors.Is(err, context.Canceled) {
+		log.Printf("%s had not succeeded when the boot ended: %v", what, err)
 	}
-	jn.probeDone = nil
+	*done = nil
 }
 
 // waitCache waits for the cache phase started by startCache, if any.
