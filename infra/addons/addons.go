@@ -343,11 +343,11 @@ func requireLabels(ops map[string]string) *corev1.AffinityArgs {
 	}
 }
 
-// resources is a requirements block with the same shape everywhere: cpu and memory requests and limits.
+// resources is a requirements block with the same shape everywhere: the cpu and memory requests and limits set.
 func resources(requests, limits config.Resources) *corev1.ResourceRequirementsArgs {
 	return &corev1.ResourceRequirementsArgs{
-		Requests: pulumi.StringMap{"cpu": pulumi.String(requests.CPU), "memory": pulumi.String(requests.Memory)},
-		Limits:   pulumi.StringMap{"cpu": pulumi.String(limits.CPU), "memory": pulumi.String(limits.Memory)},
+		Requests: pulumi.ToStringMap(requests.Quantities()),
+		Limits:   pulumi.ToStringMap(limits.Quantities()),
 	}
 }
 

@@ -554,8 +554,7 @@ func TestPoolDaemonSetsAsDeclared(t *testing.T) {
 				}
 				assert.Check(t, is.DeepEqual(pod["tolerations"], plain(t, tolerations)), ds.Name)
 				assert.Check(t, is.DeepEqual(dig(t, pod, "containers", 0, "resources"), plain(t, map[string]any{
-					"requests": map[string]any{"cpu": ds.Requests.CPU, "memory": ds.Requests.Memory},
-					"limits":   map[string]any{"cpu": ds.Limits.CPU, "memory": ds.Limits.Memory}})), ds.Name)
+					"requests": ds.Requests.Quantities(), "limits": ds.Limits.Quantities()})), ds.Name)
 			}
 			assert.DeepEqual(t, run.objectNames(t, typeDaemonSet), want)
 		})

@@ -112,10 +112,7 @@ func StackDaemonSets(cfg *config.Config) []appsv1.DaemonSet {
 				}},
 				Tolerations: tolerations,
 				Containers: []corev1.Container{{Name: d.Name, Resources: corev1.ResourceRequirements{
-					Requests: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse(d.Requests.CPU),
-						corev1.ResourceMemory: resource.MustParse(d.Requests.Memory)},
-					Limits: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse(d.Limits.CPU),
-						corev1.ResourceMemory: resource.MustParse(d.Limits.Memory)},
+					Requests: resourceList(d.Requests), Limits: resourceList(d.Limits),
 				}}},
 			}}},
 		})
@@ -201,6 +198,15 @@ func Check(pod *corev1.Pod, t Template) Verdict {
 		v.Tolerate = untolerated
 	}
 	return v
+}
+
+// resourceList is r's set quantities as a container's requests or limits.
+func resourceList(r config.Resources) corev1.ResourceList {
+	l := corev1.ResourceList{}
+	for name, q := range r.Quantities() {
+		l[corev1.ResourceName(name)] = resource.MustParse(q)
+	}
+	return l
 }
 
 // withDefaultRequests is the pod as the API server stores it: a container's request of a resource it only sets a
