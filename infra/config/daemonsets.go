@@ -41,7 +41,8 @@ const (
 // each 100 ms, the sandbox's and the container's setup and the plugin's own start were throttled on a new node,
 // the stretch that holds its build pod (in the box: the sandbox 0.65 s, the container's start 1.0-1.5 s, its
 // registration 0.3 s after, against 0.2, 0.1 and 0.01 s without the limit). At rest the plugin waits on its
-// kubelet's gRPC stream; its request reserves its share, and the memory limit still bounds it.
+// kubelet's gRPC stream; its request reserves its share, and the memory limit still bounds it, as kubeadm's CoreDNS
+// sets a memory limit and no CPU limit (cmd/kubeadm/app/phases/addons/dns/manifests.go).
 var (
 	FusePluginRequests         = Resources{CPU: "10m", Memory: "16Mi"}
 	FusePluginLimits           = Resources{Memory: "64Mi"}
